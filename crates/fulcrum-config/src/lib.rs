@@ -1,0 +1,43 @@
+//! Fulcrum's configuration: the TOML file format, its validation, and errors
+//! that name `file:line: key: reason`. Knows nothing about sockets or protocols.
+//!
+//! Reading a file takes three steps, each its own module: `raw` deserializes the TOML into
+//! structs that keep every value's byte span, `validate` (pure) applies defaults and checks
+//! values and cross-key rules, and `error` turns spans into line numbers.
+//!
+//! Keys in errors are dotted paths with zero-based array indices, as the tables appear in
+//! the file: `fulcrum.admin`, `cluster[0].pool_size`, `cluster[1].backend[2].role`. Indices
+//! rather than cluster names, because the name itself may be the missing or broken value.
+//! The key format is documented for users in docs/configuration.md.
+
+mod addr;
+mod error;
+mod keypath;
+mod raw;
+#[cfg(test)]
+mod tests;
+mod types;
+mod units;
+mod validate;
+
+use std::path::Path;
+
+pub use error::ConfigError;
+pub use types::*;
+pub use units::{parse_duration, parse_size};
+
+/// Reads and parses the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    parse(&text, path)
+}
+
+/// Parses configuration `text`; `path` is used in error messages and as [`Config::source`].
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let lines = error::Lines::new(text);
+    let raw = raw::deserialize(text, &lines).map_err(|p| p.into_error(path))?;
+    validate::validate(&raw, &lines, path).map_err(|p| p.into_error(path))
+}

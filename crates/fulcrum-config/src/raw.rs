@@ -1,0 +1,213 @@
+//! The file as written: serde structs mirroring the TOML, every value wrapped in
+//! `toml::Spanned` so validation can point at its line. No defaults, no checks here.
+//!
+//! Every key is `Option` (required keys are enforced by `crate::validate`, which can name
+//! the table's line), integers are `i64` (ranges are validated with our own messages), and
+//! enumerations are strings (so "unknown value" errors can list the choices).
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{Lines, Problem};
+use crate::keypath::key_path_at;
+
+pub(crate) type Value<T> = Option<Spanned<T>>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawConfig {
+    pub fulcrum: Value<RawGlobal>,
+    pub cluster: Value<Tables<RawCluster>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawGlobal {
+    pub admin: Value<String>,
+    pub metrics: Value<String>,
+    pub log: Value<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawCluster {
+    pub name: Value<String>,
+    pub protocol: Value<String>,
+    pub listen: Value<String>,
+    pub pool_mode: Value<String>,
+    pub pool_size: Value<Int>,
+    pub client_auth: Value<String>,
+    pub pool_timeout: Value<DurationText>,
+    pub connect_timeout: Value<DurationText>,
+    pub server_idle_timeout: Value<DurationText>,
+    pub max_message_size: Value<SizeValue>,
+    pub max_client_connections: Value<Int>,
+    pub max_prepared_statements: Value<Int>,
+    pub backend: Value<Tables<RawBackend>>,
+    pub user: Value<Tables<RawUser>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawBackend {
+    pub address: Value<String>,
+    pub role: Value<String>,
+    pub weight: Value<Int>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawUser {
+    pub name: Value<String>,
+    pub password: Value<String>,
+}
+
+/// Deserializes the document, turning TOML and serde errors into located problems.
+pub(crate) fn deserialize(text: &str, lines: &Lines) -> Result<RawConfig, Problem> {
+    let doc = toml::de::DeTable::parse(text).map_err(|e| syntax_problem(text, lines, &e))?;
+    RawConfig::deserialize(toml::de::Deserializer::from(doc)).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let key = key_path_at(text, span.clone()).unwrap_or_else(|| "(document)".into());
+        // Users write TOML keys, not serde fields.
+        let reason = e.message().replacen("unknown field", "unknown key", 1);
+        Problem::new(lines.line(span.start), key, reason)
+    })
+}
+
+fn syntax_problem(text: &str, lines: &Lines, e: &toml::de::Error) -> Problem {
+    let span = e.span().unwrap_or(0..0);
+    let line = lines.line(span.start);
+    // The parser says only "duplicate key"; name it, since the first definition may be far away.
+    let snippet = text.get(span.clone()).unwrap_or("").trim();
+    let line_text = text.get(..span.start).map_or("", |before| {
+        let start = before.rfind('\n').map_or(0, |i| i + 1);
+        text[start..].lines().next().unwrap_or("").trim()
+    });
+    let message = match e.message() {
+        "duplicate key" if line_text.starts_with('[') => {
+            let header = line_text
+                .find(']')
+                .map_or(line_text, |end| &line_text[..=end]);
+            format!("duplicate table {header}")
+        }
+        "duplicate key" if snippet.starts_with(['"', '\'']) => format!("duplicate key {snippet}"),
+        "duplicate key" if !snippet.is_empty() => format!("duplicate key {snippet:?}"),
+        other => other.to_string(),
+    };
+    Problem::syntax(line, message)
+}
+
+/// A TOML integer. (Deserializing `i64` directly would make serde say "expected i64".)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Int(pub i64);
+
+impl<'de> Deserialize<'de> for Int {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Int;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Int, E> {
+                Ok(Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Int, E> {
+                i64::try_from(v)
+                    .map(Int)
+                    .map_err(|_| E::custom("integer too large"))
+            }
+        }
+        d.deserialize_i64(V)
+    }
+}
+
+/// A duration string such as `"5s"`, parsed later by [`crate::parse_duration`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DurationText(pub String);
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = DurationText;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration string such as \"5s\" or \"500ms\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationText, E> {
+                Ok(DurationText(v.to_string()))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A size: a string such as `"256MB"` (parsed later by [`crate::parse_size`]) or a
+/// plain integer number of bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SizeValue {
+    Text(String),
+    Bytes(i64),
+}
+
+impl<'de> Deserialize<'de> for SizeValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = SizeValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size string such as \"256MB\" or an integer number of bytes")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SizeValue, E> {
+                Ok(SizeValue::Text(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SizeValue, E> {
+                Ok(SizeValue::Bytes(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Names the `[[header]]` of an array of tables, for "expected an array of tables" errors.
+pub(crate) trait TableHeader {
+    const HEADER: &'static str;
+}
+impl TableHeader for RawCluster {
+    const HEADER: &'static str = "[[cluster]]";
+}
+impl TableHeader for RawBackend {
+    const HEADER: &'static str = "[[cluster.backend]]";
+}
+impl TableHeader for RawUser {
+    const HEADER: &'static str = "[[cluster.user]]";
+}
+
+/// An array of tables. Exists to replace serde's "expected a sequence" (what a user who
+/// wrote `[cluster]` instead of `[[cluster]]` would see) with the header they meant.
+#[derive(Debug)]
+pub(crate) struct Tables<T>(pub Vec<Spanned<T>>);
+
+impl<'de, T: Deserialize<'de> + TableHeader> Deserialize<'de> for Tables<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + TableHeader> Visitor<'de> for V<T> {
+            type Value = Tables<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "an array of tables, each starting with {}", T::HEADER)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tables<T>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Tables(items))
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}

@@ -1,0 +1,156 @@
+//! Validation errors of `[fulcrum]` and `[[cluster]]` keys, and of rules across clusters.
+
+use super::{assert_errors, MINIMAL};
+
+/// `MINIMAL` with `line` inserted after `listen` (the inserted key is on line 5).
+fn with_key(line: &str) -> String {
+    let listen = "listen = \"127.0.0.1:6432\"\n";
+    MINIMAL.replace(listen, &format!("{listen}    {line}\n"))
+}
+
+/// `MINIMAL` without the line containing `needle`.
+fn without(needle: &str) -> String {
+    MINIMAL
+        .lines()
+        .filter(|l| !l.contains(needle))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// `MINIMAL` followed by a second valid cluster (lines 11-20: name on 12, listen on 14).
+fn two_clusters(name: &str, listen: &str) -> String {
+    let second = MINIMAL
+        .replace("name = \"main\"", &format!("name = \"{name}\""))
+        .replace("127.0.0.1:6432", listen)
+        .replace("127.0.0.1:5432", "127.0.0.1:5433");
+    format!("{MINIMAL}{}", second.trim_start_matches('\n'))
+}
+
+#[test]
+fn global_keys_are_validated() {
+    assert_errors(&[
+        (
+            &format!("[fulcrum]\nadmin = \"localhost:6480\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.admin: invalid address \"localhost:6480\": expected an IP address \
+             and port, e.g. \"127.0.0.1:6432\"",
+        ),
+        (
+            &format!("[fulcrum]\nmetrics = \"127.0.0.1\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.metrics: invalid address \"127.0.0.1\": expected an IP address \
+             and port, e.g. \"127.0.0.1:6432\"",
+        ),
+        (
+            &format!("[fulcrum]\nlog = \"\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.log: must not be empty",
+        ),
+    ]);
+}
+
+#[test]
+fn listen_addresses_must_not_collide() {
+    assert_errors(&[
+        (
+            &format!("[fulcrum]\nadmin = \"127.0.0.1:6480\"\nmetrics = \"127.0.0.1:6480\"\n{MINIMAL}"),
+            "fulcrum.toml:3: fulcrum.metrics: 127.0.0.1:6480 is already used by fulcrum.admin (line 2)",
+        ),
+        (
+            &format!("[fulcrum]\nmetrics = \"127.0.0.1:6432\"\n{MINIMAL}"),
+            "fulcrum.toml:7: cluster[0].listen: 127.0.0.1:6432 is already used by fulcrum.metrics (line 2)",
+        ),
+        (
+            &two_clusters("other", "127.0.0.1:6432"),
+            "fulcrum.toml:14: cluster[1].listen: 127.0.0.1:6432 is already used by cluster[0].listen (line 4)",
+        ),
+        (
+            &two_clusters("other", "0.0.0.0:6432"),
+            "fulcrum.toml:14: cluster[1].listen: 0.0.0.0:6432 overlaps cluster[0].listen = 127.0.0.1:6432 \
+             (line 4): both would listen on port 6432",
+        ),
+    ]);
+}
+
+#[test]
+fn cluster_names_must_be_present_non_empty_and_unique() {
+    assert_errors(&[
+        (&without("name = \"main\""), "fulcrum.toml:1: cluster[0].name: required key is missing"),
+        (
+            &MINIMAL.replace("name = \"main\"", "name = \" \""),
+            "fulcrum.toml:2: cluster[0].name: must not be empty",
+        ),
+        (
+            &two_clusters("main", "127.0.0.1:6433"),
+            "fulcrum.toml:12: cluster[1].name: cluster name \"main\" is already used by cluster[0] (line 2)",
+        ),
+    ]);
+}
+
+#[test]
+fn required_cluster_keys_must_be_present_and_valid() {
+    assert_errors(&[
+        (&without("protocol"), "fulcrum.toml:1: cluster[0].protocol: required key is missing"),
+        (
+            &MINIMAL.replace("\"postgres\"", "\"postgresql\""),
+            "fulcrum.toml:3: cluster[0].protocol: unknown value \"postgresql\", expected one of \"postgres\", \"mysql\"",
+        ),
+        (&without("listen"), "fulcrum.toml:1: cluster[0].listen: required key is missing"),
+        (
+            &MINIMAL.replace("127.0.0.1:6432", "localhost:6432"),
+            "fulcrum.toml:4: cluster[0].listen: invalid address \"localhost:6432\": expected an IP address \
+             and port, e.g. \"127.0.0.1:6432\"",
+        ),
+    ]);
+}
+
+#[test]
+fn optional_cluster_keys_are_validated() {
+    assert_errors(&[
+        (
+            &with_key("pool_mode = \"statement\""),
+            "fulcrum.toml:5: cluster[0].pool_mode: unknown value \"statement\", expected one of \"session\", \"transaction\"",
+        ),
+        (&with_key("pool_size = 0"), "fulcrum.toml:5: cluster[0].pool_size: must be at least 1, got 0"),
+        (
+            &with_key("pool_size = 5000000000"),
+            "fulcrum.toml:5: cluster[0].pool_size: must be at most 4294967295, got 5000000000",
+        ),
+        (
+            &with_key("client_auth = \"password\""),
+            "fulcrum.toml:5: cluster[0].client_auth: unknown value \"password\", expected one of \
+             \"scram-sha-256\", \"md5\", \"trust\"",
+        ),
+        (
+            &with_key("pool_timeout = \"5\""),
+            "fulcrum.toml:5: cluster[0].pool_timeout: invalid duration \"5\": missing unit (us, ms, s, m, h), e.g. \"5s\"",
+        ),
+        (&with_key("pool_timeout = \"0s\""), "fulcrum.toml:5: cluster[0].pool_timeout: must be greater than zero"),
+        (
+            &with_key("connect_timeout = \"3 secs\""),
+            "fulcrum.toml:5: cluster[0].connect_timeout: invalid duration \"3 secs\": unknown unit \"secs\", \
+             expected one of us, ms, s, m, h",
+        ),
+        (
+            &with_key("server_idle_timeout = \"1.5h\""),
+            "fulcrum.toml:5: cluster[0].server_idle_timeout: invalid duration \"1.5h\": fractions are not \
+             supported; use a smaller unit, e.g. \"1500ms\"",
+        ),
+        (
+            &with_key("max_message_size = \"16mb\""),
+            "fulcrum.toml:5: cluster[0].max_message_size: invalid size \"16mb\": unknown unit \"mb\", expected \
+             one of B, kB (or KB), MB, GB, TB (1024-based)",
+        ),
+        (&with_key("max_message_size = 0"), "fulcrum.toml:5: cluster[0].max_message_size: must be greater than zero"),
+        (
+            &with_key("max_message_size = -1"),
+            "fulcrum.toml:5: cluster[0].max_message_size: must not be negative, got -1",
+        ),
+        (
+            &with_key("max_client_connections = 0"),
+            "fulcrum.toml:5: cluster[0].max_client_connections: must be at least 1, got 0",
+        ),
+        (
+            &with_key("max_prepared_statements = -1"),
+            "fulcrum.toml:5: cluster[0].max_prepared_statements: must be at least 0, got -1",
+        ),
+    ]);
+}

@@ -1,0 +1,248 @@
+//! Valid files: every key read into the expected `Config`, defaults filled in, and the
+//! shipped examples in config/*.toml accepted by `load`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{dedent, MINIMAL};
+use crate::{
+    defaults, load, parse, Backend, ClientAuth, Cluster, Config, ConfigError, Global, PoolMode,
+    Protocol, Role, User,
+};
+
+fn parse_ok(text: &str) -> Config {
+    parse(&dedent(text), Path::new("fulcrum.toml")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn backend(address: &str, role: Role, weight: u32) -> Backend {
+    Backend {
+        address: address.into(),
+        role,
+        weight,
+    }
+}
+
+fn user(name: &str, password: &str) -> User {
+    User {
+        name: name.into(),
+        password: password.into(),
+    }
+}
+
+#[test]
+fn every_key_is_read_into_the_config() {
+    let config = parse_ok(
+        r#"
+        [fulcrum]
+        admin = "127.0.0.1:6480"
+        metrics = "[::1]:9930"
+        log = "fulcrum=debug,info"
+
+        [[cluster]]
+        name = "main"
+        protocol = "postgres"
+        listen = "0.0.0.0:6432"
+        pool_mode = "session"
+        pool_size = 7
+        client_auth = "md5"
+        pool_timeout = "250ms"
+        connect_timeout = "2s"
+        server_idle_timeout = "1h"
+        max_message_size = "64kB"
+        max_client_connections = 50
+        max_prepared_statements = 0
+
+        [[cluster.backend]]
+        address = "db-primary.internal:5432"
+        role = "primary"
+        weight = 0
+
+        [[cluster.backend]]
+        address = "[::1]:5433"
+        role = "replica"
+        weight = 3
+
+        [[cluster.user]]
+        name = "app"
+        password = "secret"
+
+        [[cluster.user]]
+        name = "report"
+        password = "also secret"
+
+        [[cluster]]
+        name = "shop"
+        protocol = "mysql"
+        listen = "127.0.0.1:6433"
+        client_auth = "trust"
+        max_message_size = 1048576
+        backend = [{ address = "127.0.0.1:3306", role = "auto" }]
+        user = [{ name = "shop", password = "" }]
+        "#,
+    );
+    let want = Config {
+        source: PathBuf::from("fulcrum.toml"),
+        fulcrum: Global {
+            admin: Some("127.0.0.1:6480".parse().unwrap()),
+            metrics: Some("[::1]:9930".parse().unwrap()),
+            log: "fulcrum=debug,info".into(),
+        },
+        clusters: vec![
+            Cluster {
+                name: "main".into(),
+                protocol: Protocol::Postgres,
+                listen: "0.0.0.0:6432".parse().unwrap(),
+                pool_mode: PoolMode::Session,
+                pool_size: 7,
+                client_auth: ClientAuth::Md5,
+                pool_timeout: Duration::from_millis(250),
+                connect_timeout: Duration::from_secs(2),
+                server_idle_timeout: Duration::from_secs(3600),
+                max_message_size: 64 * 1024,
+                max_client_connections: 50,
+                max_prepared_statements: 0,
+                backends: vec![
+                    backend("db-primary.internal:5432", Role::Primary, 0),
+                    backend("[::1]:5433", Role::Replica, 3),
+                ],
+                users: vec![user("app", "secret"), user("report", "also secret")],
+            },
+            Cluster {
+                name: "shop".into(),
+                protocol: Protocol::Mysql,
+                listen: "127.0.0.1:6433".parse().unwrap(),
+                pool_mode: defaults::POOL_MODE,
+                pool_size: defaults::POOL_SIZE,
+                client_auth: ClientAuth::Trust,
+                pool_timeout: defaults::POOL_TIMEOUT,
+                connect_timeout: defaults::CONNECT_TIMEOUT,
+                server_idle_timeout: defaults::SERVER_IDLE_TIMEOUT,
+                max_message_size: 1024 * 1024,
+                max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
+                max_prepared_statements: defaults::MAX_PREPARED_STATEMENTS,
+                backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
+                users: vec![user("shop", "")],
+            },
+        ],
+    };
+    assert_eq!(config, want);
+}
+
+#[test]
+fn omitted_keys_take_their_documented_defaults() {
+    let config = parse_ok(MINIMAL);
+    assert_eq!(
+        config.fulcrum,
+        Global {
+            admin: None,
+            metrics: None,
+            log: "info".into()
+        }
+    );
+    let c = &config.clusters[0];
+    assert_eq!(c.pool_mode, PoolMode::Transaction);
+    assert_eq!(c.pool_size, 20);
+    assert_eq!(c.client_auth, ClientAuth::ScramSha256);
+    assert_eq!(c.pool_timeout, Duration::from_secs(5));
+    assert_eq!(c.connect_timeout, Duration::from_secs(3));
+    assert_eq!(c.server_idle_timeout, Duration::from_secs(600));
+    assert_eq!(c.max_message_size, 256 * 1024 * 1024);
+    assert_eq!(c.max_client_connections, 10_000);
+    assert_eq!(c.max_prepared_statements, 1_000);
+    assert_eq!(
+        c.backends,
+        vec![backend("127.0.0.1:5432", Role::Primary, 1)]
+    );
+}
+
+#[test]
+fn listeners_on_port_zero_never_collide() {
+    // Tests let the OS pick ports; several clusters may all say port 0.
+    let second = MINIMAL
+        .replace("\"main\"", "\"b\"")
+        .replace("127.0.0.1:6432", "127.0.0.1:0");
+    let text = format!(
+        "{}{}",
+        MINIMAL.replace("127.0.0.1:6432", "127.0.0.1:0"),
+        second
+    );
+    assert_eq!(parse_ok(&text).clusters.len(), 2);
+}
+
+fn shipped(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config")
+        .join(name)
+}
+
+#[test]
+fn shipped_example_config_loads_with_the_contract_values() {
+    let config = load(&shipped("fulcrum.toml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config.fulcrum.admin,
+        Some("127.0.0.1:6480".parse().unwrap())
+    );
+    assert_eq!(
+        config.fulcrum.metrics,
+        Some("127.0.0.1:9930".parse().unwrap())
+    );
+    assert_eq!(config.fulcrum.log, "info");
+    let [c] = config.clusters.as_slice() else {
+        panic!("one cluster")
+    };
+    assert_eq!((c.name.as_str(), c.protocol), ("main", Protocol::Postgres));
+    assert_eq!(c.listen, "127.0.0.1:6432".parse().unwrap());
+    assert_eq!(
+        (c.pool_mode, c.pool_size, c.client_auth),
+        (PoolMode::Transaction, 20, ClientAuth::ScramSha256)
+    );
+    assert_eq!(
+        c.backends,
+        vec![backend("127.0.0.1:5432", Role::Primary, 1)]
+    );
+    assert_eq!(c.users, vec![user("app", "secret")]);
+}
+
+#[test]
+fn shipped_session_pool_config_loads() {
+    let config = load(&shipped("session-pool.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let [c] = config.clusters.as_slice() else {
+        panic!("one cluster")
+    };
+    assert_eq!(
+        (c.pool_mode, c.client_auth),
+        (PoolMode::Session, ClientAuth::Md5)
+    );
+    let roles: Vec<(&str, Role)> = c
+        .backends
+        .iter()
+        .map(|b| (b.address.as_str(), b.role))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("127.0.0.1:55432", Role::Primary),
+            ("127.0.0.1:55433", Role::Replica),
+            ("127.0.0.1:55434", Role::Replica)
+        ]
+    );
+}
+
+#[test]
+fn an_unreadable_file_is_a_read_error() {
+    let path = Path::new("/nonexistent/fulcrum.toml");
+    let err = load(path).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Read { error, .. } if error.kind() == std::io::ErrorKind::NotFound)
+    );
+    assert_eq!(
+        err.to_string(),
+        "/nonexistent/fulcrum.toml: cannot read: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn passwords_never_appear_in_debug_output() {
+    let config = parse_ok(MINIMAL);
+    assert!(!format!("{config:?}").contains("secret"));
+}

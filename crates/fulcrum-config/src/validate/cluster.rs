@@ -1,0 +1,215 @@
+//! Validates one `[[cluster]]` with its `[[cluster.backend]]` and `[[cluster.user]]` tables:
+//! per-key values, then the rules across them (one primary at most, no duplicates).
+
+use toml::Spanned;
+
+use super::table::Table;
+use crate::addr::check_backend_address;
+use crate::error::{Lines, Problem};
+use crate::raw::{RawBackend, RawCluster, RawUser, Tables, Value};
+use crate::types::{defaults, Backend, ClientAuth, Cluster, PoolMode, Protocol, Role, User};
+
+const PROTOCOLS: &[(&str, Protocol)] =
+    &[("postgres", Protocol::Postgres), ("mysql", Protocol::Mysql)];
+const POOL_MODES: &[(&str, PoolMode)] = &[
+    ("session", PoolMode::Session),
+    ("transaction", PoolMode::Transaction),
+];
+const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
+    ("scram-sha-256", ClientAuth::ScramSha256),
+    ("md5", ClientAuth::Md5),
+    ("trust", ClientAuth::Trust),
+];
+const ROLES: &[(&str, Role)] = &[
+    ("primary", Role::Primary),
+    ("replica", Role::Replica),
+    ("auto", Role::Auto),
+];
+
+pub(super) fn cluster(
+    raw: &Spanned<RawCluster>,
+    index: usize,
+    lines: &Lines,
+) -> Result<Cluster, Problem> {
+    let t = Table::new(lines, format!("cluster[{index}]"), raw.span());
+    let c = raw.get_ref();
+    let name = t.text(&c.name, "name", None)?;
+    let protocol = t.choice(&c.protocol, "protocol", PROTOCOLS, None)?;
+    let listen = t.socket_addr(t.required(&c.listen, "listen")?, "listen")?;
+    let pool_mode = t.choice(
+        &c.pool_mode,
+        "pool_mode",
+        POOL_MODES,
+        Some(defaults::POOL_MODE),
+    )?;
+    let pool_size = t.u32_at_least(&c.pool_size, "pool_size", 1, defaults::POOL_SIZE)?;
+    let client_auth = t.choice(
+        &c.client_auth,
+        "client_auth",
+        CLIENT_AUTHS,
+        Some(defaults::CLIENT_AUTH),
+    )?;
+    let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
+    let connect_timeout = t.duration(
+        &c.connect_timeout,
+        "connect_timeout",
+        defaults::CONNECT_TIMEOUT,
+    )?;
+    let server_idle_timeout = t.duration(
+        &c.server_idle_timeout,
+        "server_idle_timeout",
+        defaults::SERVER_IDLE_TIMEOUT,
+    )?;
+    let max_message_size = t.size(
+        &c.max_message_size,
+        "max_message_size",
+        defaults::MAX_MESSAGE_SIZE,
+    )?;
+    let max_client_connections = t.u32_at_least(
+        &c.max_client_connections,
+        "max_client_connections",
+        1,
+        defaults::MAX_CLIENT_CONNECTIONS,
+    )?;
+    let max_prepared_statements = t.u32_at_least(
+        &c.max_prepared_statements,
+        "max_prepared_statements",
+        0,
+        defaults::MAX_PREPARED_STATEMENTS,
+    )?;
+    let backends = backends(&t, &c.backend, &name)?;
+    let users = users(&t, &c.user, &name, client_auth)?;
+    Ok(Cluster {
+        name,
+        protocol,
+        listen,
+        pool_mode,
+        pool_size,
+        client_auth,
+        pool_timeout,
+        connect_timeout,
+        server_idle_timeout,
+        max_message_size,
+        max_client_connections,
+        max_prepared_statements,
+        backends,
+        users,
+    })
+}
+
+/// The tables of an array, or a problem saying the cluster needs at least one.
+fn non_empty<'r, T>(
+    t: &Table,
+    raw: &'r Value<Tables<T>>,
+    name: &str,
+    reason: String,
+) -> Result<&'r [Spanned<T>], Problem> {
+    match raw {
+        None => Err(t.error_at_header(name, reason)),
+        Some(tables) if tables.get_ref().0.is_empty() => Err(t.error(tables, name, reason)),
+        Some(tables) => Ok(&tables.get_ref().0),
+    }
+}
+
+fn backends(
+    t: &Table,
+    raw: &Value<Tables<RawBackend>>,
+    cluster: &str,
+) -> Result<Vec<Backend>, Problem> {
+    let reason = format!("cluster {cluster:?} has no backends; add a [[cluster.backend]]");
+    let items = non_empty(t, raw, "backend", reason)?;
+    let mut out: Vec<Backend> = Vec::with_capacity(items.len());
+    let mut lines: Vec<usize> = Vec::with_capacity(items.len()); // line of each address
+    let mut primary: Option<(usize, usize)> = None; // (index, line)
+    for (i, raw) in items.iter().enumerate() {
+        let bt = t.child(&format!("backend[{i}]"), raw.span());
+        let b = raw.get_ref();
+
+        let address = bt.required(&b.address, "address")?;
+        check_backend_address(address.get_ref()).map_err(|e| bt.error(address, "address", e))?;
+        // Host names are case-insensitive; different names for one server can't be caught here.
+        if let Some(j) = out
+            .iter()
+            .position(|o| o.address.eq_ignore_ascii_case(address.get_ref()))
+        {
+            let reason = format!(
+                "{:?} is already backend[{j}] (line {})",
+                address.get_ref(),
+                lines[j]
+            );
+            return Err(bt.error(address, "address", reason));
+        }
+        lines.push(bt.line(&address.span()));
+
+        let role = bt.choice(&b.role, "role", ROLES, None)?;
+        if let (Role::Primary, Some(role_value)) = (role, &b.role) {
+            if let Some((j, line)) = primary {
+                let reason = format!(
+                    "backend[{j}] (line {line}) is already the primary; a cluster has at most one backend with role \"primary\""
+                );
+                return Err(bt.error(role_value, "role", reason));
+            }
+            primary = Some((i, bt.line(&role_value.span())));
+        }
+
+        let weight = bt.u32_at_least(&b.weight, "weight", 0, defaults::WEIGHT)?;
+        out.push(Backend {
+            address: address.get_ref().clone(),
+            role,
+            weight,
+        });
+    }
+    if !out
+        .iter()
+        .any(|b| matches!(b.role, Role::Primary | Role::Auto))
+    {
+        let reason = format!(
+            "cluster {cluster:?} has no backend with role \"primary\" or \"auto\", so writes would have nowhere to go"
+        );
+        return Err(t.error(&items[0], "backend", reason));
+    }
+    Ok(out)
+}
+
+fn users(
+    t: &Table,
+    raw: &Value<Tables<RawUser>>,
+    cluster: &str,
+    auth: ClientAuth,
+) -> Result<Vec<User>, Problem> {
+    let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
+    let items = non_empty(t, raw, "user", reason)?;
+    let mut out: Vec<User> = Vec::with_capacity(items.len());
+    let mut lines: Vec<usize> = Vec::with_capacity(items.len()); // line of each name
+    for (i, raw) in items.iter().enumerate() {
+        let ut = t.child(&format!("user[{i}]"), raw.span());
+        let u = raw.get_ref();
+
+        let name = ut.text(&u.name, "name", None)?;
+        let name_value = ut.required(&u.name, "name")?;
+        if let Some(j) = out.iter().position(|o| o.name == name) {
+            let reason = format!(
+                "user {name:?} is already defined by user[{j}] (line {})",
+                lines[j]
+            );
+            return Err(ut.error(name_value, "name", reason));
+        }
+        lines.push(ut.line(&name_value.span()));
+
+        let password = ut.required(&u.password, "password")?;
+        // An empty password with password authentication would let anyone in as this user.
+        if password.get_ref().is_empty() && auth != ClientAuth::Trust {
+            let auth_name = CLIENT_AUTHS
+                .iter()
+                .find(|(_, a)| *a == auth)
+                .map_or("", |(n, _)| n);
+            let reason = format!("must not be empty when client_auth is {auth_name:?}");
+            return Err(ut.error(password, "password", reason));
+        }
+        out.push(User {
+            name,
+            password: password.get_ref().clone(),
+        });
+    }
+    Ok(out)
+}

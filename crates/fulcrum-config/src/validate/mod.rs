@@ -1,0 +1,163 @@
+//! Turns the file as written (`crate::raw`) into the validated [`Config`]: applies defaults,
+//! checks each value and the rules that span keys (unique names, non-overlapping listeners).
+//! Pure (no I/O); stops at the first problem found and reports that one.
+
+mod cluster;
+mod table;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use toml::Spanned;
+
+use crate::addr::listeners_conflict;
+use crate::error::{Lines, Problem};
+use crate::raw::{RawCluster, RawConfig, RawGlobal, Tables, Value};
+use crate::types::{defaults, Cluster, Config, Global};
+use table::Table;
+
+pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<Config, Problem> {
+    let fulcrum = global(raw.fulcrum.as_ref(), lines)?;
+    let raw_clusters = raw.cluster.as_ref();
+    let clusters = clusters(raw_clusters, lines)?;
+
+    let mut listeners = Vec::new();
+    if let Some(g) = &raw.fulcrum {
+        let g = g.get_ref();
+        listeners.extend(listener("fulcrum.admin", &g.admin, fulcrum.admin, lines));
+        listeners.extend(listener(
+            "fulcrum.metrics",
+            &g.metrics,
+            fulcrum.metrics,
+            lines,
+        ));
+    }
+    let raw_clusters = raw_clusters.map_or(&[][..], |c| c.get_ref().0.as_slice());
+    for (i, (raw, cluster)) in raw_clusters.iter().zip(&clusters).enumerate() {
+        let key = format!("cluster[{i}].listen");
+        listeners.extend(listener(
+            &key,
+            &raw.get_ref().listen,
+            Some(cluster.listen),
+            lines,
+        ));
+    }
+    check_listeners(&listeners)?;
+
+    Ok(Config {
+        source: source.to_owned(),
+        fulcrum,
+        clusters,
+    })
+}
+
+fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Problem> {
+    let Some(raw) = raw else {
+        return Ok(Global {
+            admin: None,
+            metrics: None,
+            log: defaults::LOG.to_string(),
+        });
+    };
+    let t = Table::new(lines, "fulcrum", raw.span());
+    let g = raw.get_ref();
+    let addr =
+        |value: &Value<String>, name| value.as_ref().map(|v| t.socket_addr(v, name)).transpose();
+    Ok(Global {
+        admin: addr(&g.admin, "admin")?,
+        metrics: addr(&g.metrics, "metrics")?,
+        log: t.text(&g.log, "log", Some(defaults::LOG))?,
+    })
+}
+
+fn clusters(
+    raw: Option<&Spanned<Tables<RawCluster>>>,
+    lines: &Lines,
+) -> Result<Vec<Cluster>, Problem> {
+    let items = raw.map_or(&[][..], |c| c.get_ref().0.as_slice());
+    if items.is_empty() {
+        // Nothing to point at unless an empty `cluster = []` was written.
+        let line = raw.map_or(1, |c| lines.line(c.span().start));
+        return Err(Problem::new(
+            line,
+            "cluster",
+            "at least one [[cluster]] is required",
+        ));
+    }
+    let mut out: Vec<Cluster> = Vec::with_capacity(items.len());
+    for (i, raw) in items.iter().enumerate() {
+        let cluster = cluster::cluster(raw, i, lines)?;
+        if let Some(j) = out.iter().position(|c| c.name == cluster.name) {
+            let name_line = |c: &Spanned<RawCluster>| {
+                lines.line(
+                    c.get_ref()
+                        .name
+                        .as_ref()
+                        .map_or(c.span(), |n| n.span())
+                        .start,
+                )
+            };
+            let reason = format!(
+                "cluster name {:?} is already used by cluster[{j}] (line {})",
+                cluster.name,
+                name_line(&items[j])
+            );
+            return Err(Problem::new(
+                name_line(raw),
+                format!("cluster[{i}].name"),
+                reason,
+            ));
+        }
+        out.push(cluster);
+    }
+    Ok(out)
+}
+
+/// A listen address with the key and line it came from.
+struct Listener {
+    key: String,
+    line: usize,
+    addr: SocketAddr,
+}
+
+fn listener(
+    key: &str,
+    raw: &Value<String>,
+    addr: Option<SocketAddr>,
+    lines: &Lines,
+) -> Option<Listener> {
+    Some(Listener {
+        key: key.to_string(),
+        line: lines.line(raw.as_ref()?.span().start),
+        addr: addr?,
+    })
+}
+
+/// Reports the later of two listeners that would fight over a port.
+fn check_listeners(listeners: &[Listener]) -> Result<(), Problem> {
+    for (i, l) in listeners.iter().enumerate() {
+        let Some(earlier) = listeners[..i]
+            .iter()
+            .find(|e| listeners_conflict(e.addr, l.addr))
+        else {
+            continue;
+        };
+        let reason = if earlier.addr == l.addr {
+            format!(
+                "{} is already used by {} (line {})",
+                l.addr, earlier.key, earlier.line
+            )
+        } else {
+            format!(
+                "{} overlaps {} = {} (line {}): both would listen on port {}",
+                l.addr,
+                earlier.key,
+                earlier.addr,
+                earlier.line,
+                l.addr.port()
+            )
+        };
+        return Err(Problem::new(l.line, l.key.clone(), reason));
+    }
+    Ok(())
+}

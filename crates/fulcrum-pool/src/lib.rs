@@ -1,0 +1,9 @@
+//! Protocol-neutral pooling and backend selection. Knows nothing about wire
+//! protocols: a pooled connection is any `Poolable` value, and the router only
+//! answers "which backend serves this route".
+
+pub mod pool;
+pub mod router;
+
+pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
+pub use router::{BackendId, Route, Router};

@@ -1,0 +1,60 @@
+//! One authenticated server connection and the state Fulcrum tracks on it:
+//! the session parameters applied to it, the statements prepared on it, the
+//! values the server reported with ParameterStatus, its cancel key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+
+/// The server's process id and secret, for CancelRequest.
+#[derive(Debug, Clone)]
+pub struct CancelKey {
+    pub address: Arc<str>,
+    pub process_id: i32,
+    pub secret_key: i32,
+}
+
+/// Session state applied on a connection, in a form both sides compare:
+/// parameter key -> the statement that set it.
+pub type SessionParams = BTreeMap<String, String>;
+
+/// Whether a server-side prepared statement is confirmed or only sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    Pending,
+    Ready,
+}
+
+pub struct ServerConn {
+    pub stream: TcpStream,
+    pub read_buf: BytesMut,
+    pub cancel: CancelKey,
+    /// Latest value of each parameter the server reported (ParameterStatus).
+    pub reported: BTreeMap<String, String>,
+    /// Session parameters Fulcrum applied (replayed client settings).
+    pub applied: SessionParams,
+    /// Server-side names of statements prepared on this connection.
+    pub prepared: HashMap<Arc<str>, Prepared>,
+}
+
+impl ServerConn {
+    /// Forgets statements that were sent but not confirmed (after an error the
+    /// server skipped them).
+    pub fn drop_pending_statements(&mut self) {
+        self.prepared.retain(|_, s| *s == Prepared::Ready);
+    }
+}
+
+impl fulcrum_pool::Poolable for ServerConn {
+    /// An idle connection must have nothing to read: EOF means the server
+    /// closed it, data means it sent something unasked (e.g. a FATAL at shutdown).
+    fn is_usable(&mut self) -> bool {
+        if !self.read_buf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}

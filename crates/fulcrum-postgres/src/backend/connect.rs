@@ -1,0 +1,232 @@
+//! Opening a server connection: TCP connect, StartupMessage, whatever
+//! authentication the server asks (trust, cleartext, md5, SCRAM-SHA-256, via
+//! postgres-protocol's client implementations), then ParameterStatus and
+//! BackendKeyData up to the first ReadyForQuery.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::{backend, frontend};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::conn::{CancelKey, ServerConn};
+use crate::codec::backend_msg::{parse_error_fields, ErrorFields};
+use crate::codec::frame::check_frame;
+
+/// Where and as whom to connect.
+#[derive(Debug, Clone)]
+pub struct ServerTarget {
+    pub address: Arc<str>,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+}
+
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    #[error("cannot connect to {address}: {source}")]
+    Io {
+        address: Arc<str>,
+        source: std::io::Error,
+    },
+    #[error("timed out after {timeout:?} connecting to {address}")]
+    Timeout {
+        address: Arc<str>,
+        timeout: Duration,
+    },
+    /// The server refused with an ErrorResponse; `frame` is it, whole, to pass on.
+    #[error("{address} refused the connection: {} ({})", fields.message, fields.code)]
+    Server {
+        address: Arc<str>,
+        fields: ErrorFields,
+        frame: BytesMut,
+    },
+    #[error("authentication with {address} failed: {reason}")]
+    Auth { address: Arc<str>, reason: String },
+    #[error("protocol error from {address}: {reason}")]
+    Protocol { address: Arc<str>, reason: String },
+}
+
+impl ConnectError {
+    /// True when the backend itself is unreachable (not a refusal of this login).
+    pub fn is_backend_down(&self) -> bool {
+        matches!(self, ConnectError::Io { .. } | ConnectError::Timeout { .. })
+    }
+}
+
+/// Opens and authenticates a connection within `timeout`.
+pub async fn connect(target: &ServerTarget, timeout: Duration) -> Result<ServerConn, ConnectError> {
+    match tokio::time::timeout(timeout, connect_inner(target)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout {
+            address: target.address.clone(),
+            timeout,
+        }),
+    }
+}
+
+async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError> {
+    let address = target.address.clone();
+    let io = |source| ConnectError::Io {
+        address: address.clone(),
+        source,
+    };
+    let protocol = |reason: &str| ConnectError::Protocol {
+        address: address.clone(),
+        reason: reason.to_owned(),
+    };
+    let auth = |reason: String| ConnectError::Auth {
+        address: address.clone(),
+        reason,
+    };
+    let mut stream = TcpStream::connect(&*target.address).await.map_err(io)?;
+    stream.set_nodelay(true).map_err(io)?;
+    let mut out = BytesMut::new();
+    frontend::startup_message(
+        [
+            ("user", target.user.as_str()),
+            ("database", target.database.as_str()),
+            ("application_name", "fulcrum"),
+        ],
+        &mut out,
+    )
+    .map_err(io)?;
+    stream.write_all(&out).await.map_err(io)?;
+
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut scram: Option<ScramSha256> = None;
+    let mut reported = BTreeMap::new();
+    let mut key = None;
+    loop {
+        // Read one whole message.
+        let header = loop {
+            if let Some(h) = check_frame(&buf, 1 << 20).map_err(|e| protocol(&e.to_string()))? {
+                if buf.len() >= h.total {
+                    break h;
+                }
+            }
+            if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
+                return Err(protocol("server closed the connection during login"));
+            }
+        };
+        if header.tag == b'E' {
+            let frame = buf.split_to(header.total);
+            return Err(ConnectError::Server {
+                address: address.clone(),
+                fields: parse_error_fields(&frame[5..]),
+                frame,
+            });
+        }
+        let mut one = buf.split_to(header.total);
+        let msg = backend::Message::parse(&mut one)
+            .map_err(|e| protocol(&e.to_string()))?
+            .ok_or_else(|| protocol("incomplete message"))?;
+        out.clear();
+        match msg {
+            backend::Message::AuthenticationOk => {}
+            backend::Message::AuthenticationCleartextPassword => {
+                frontend::password_message(target.password.as_bytes(), &mut out).map_err(io)?;
+            }
+            backend::Message::AuthenticationMd5Password(body) => {
+                let hash = postgres_protocol::authentication::md5_hash(
+                    target.user.as_bytes(),
+                    target.password.as_bytes(),
+                    body.salt(),
+                );
+                frontend::password_message(hash.as_bytes(), &mut out).map_err(io)?;
+            }
+            backend::Message::AuthenticationSasl(body) => {
+                let mut mechanisms = body.mechanisms();
+                let mut found = false;
+                while let Some(m) = fallible_next(&mut mechanisms).map_err(io)? {
+                    found |= m == SCRAM_SHA_256;
+                }
+                if !found {
+                    return Err(auth("server offers no supported SASL mechanism".into()));
+                }
+                let s = ScramSha256::new(target.password.as_bytes(), ChannelBinding::unsupported());
+                frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut out)
+                    .map_err(io)?;
+                scram = Some(s);
+            }
+            backend::Message::AuthenticationSaslContinue(body) => {
+                let s = scram
+                    .as_mut()
+                    .ok_or_else(|| protocol("SASL continue without SASL start"))?;
+                s.update(body.data()).map_err(|e| auth(e.to_string()))?;
+                frontend::sasl_response(s.message(), &mut out).map_err(io)?;
+            }
+            backend::Message::AuthenticationSaslFinal(body) => {
+                let s = scram
+                    .as_mut()
+                    .ok_or_else(|| protocol("SASL final without SASL start"))?;
+                s.finish(body.data()).map_err(|e| auth(e.to_string()))?;
+            }
+            backend::Message::ParameterStatus(body) => {
+                let name = body.name().map_err(io)?.to_owned();
+                let value = body.value().map_err(io)?.to_owned();
+                reported.insert(name, value);
+            }
+            backend::Message::BackendKeyData(body) => {
+                key = Some(CancelKey {
+                    address: address.clone(),
+                    process_id: body.process_id(),
+                    secret_key: body.secret_key(),
+                });
+            }
+            backend::Message::NoticeResponse(_) => {}
+            backend::Message::ReadyForQuery(_) => {
+                let cancel =
+                    key.ok_or_else(|| protocol("no BackendKeyData before ReadyForQuery"))?;
+                return Ok(ServerConn {
+                    stream,
+                    read_buf: buf,
+                    cancel,
+                    reported,
+                    applied: BTreeMap::new(),
+                    prepared: HashMap::new(),
+                });
+            }
+            backend::Message::AuthenticationKerberosV5
+            | backend::Message::AuthenticationScmCredential
+            | backend::Message::AuthenticationGss
+            | backend::Message::AuthenticationSspi => {
+                return Err(auth("the server asks for an unsupported authentication method; use trust, password, md5 or scram-sha-256 for Fulcrum's user".into()));
+            }
+            _ => return Err(protocol("unexpected message during login")),
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await.map_err(io)?;
+        }
+        let _ = one.remaining();
+    }
+}
+
+fn fallible_next<'a>(
+    it: &mut postgres_protocol::message::backend::SaslMechanisms<'a>,
+) -> std::io::Result<Option<&'a str>> {
+    use fallible_iterator::FallibleIterator;
+    it.next()
+}
+
+/// Sends a CancelRequest for `key` on a fresh connection.
+pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<()> {
+    let fut = async {
+        let mut stream = TcpStream::connect(&*key.address).await?;
+        let mut out = BytesMut::new();
+        frontend::cancel_request(key.process_id, key.secret_key, &mut out);
+        stream.write_all(&out).await?;
+        // The server closes the connection when it has read the request.
+        let mut sink = [0u8; 16];
+        let _ = stream.read(&mut sink).await;
+        Ok(())
+    };
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, "cancel request timed out")
+    })?
+}

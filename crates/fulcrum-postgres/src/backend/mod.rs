@@ -1,0 +1,9 @@
+//! The server-facing side: opening and authenticating server connections and
+//! the per-connection state Fulcrum tracks (parameters, prepared statements).
+
+pub mod conn;
+pub mod connect;
+pub mod internal;
+
+pub use conn::ServerConn;
+pub use connect::{connect, ConnectError, ServerTarget};

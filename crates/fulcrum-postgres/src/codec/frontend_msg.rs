@@ -1,0 +1,190 @@
+//! Client-to-server messages: reading the few fields routing and statement
+//! mapping need (statement and portal names, query text, auth payloads) and
+//! rebuilding a message with a different statement name. Pure over bytes.
+
+use bytes::{BufMut, BytesMut};
+
+use super::frame::put_header;
+
+fn split_cstr(body: &[u8]) -> Option<(&[u8], &[u8])> {
+    let nul = body.iter().position(|&b| b == 0)?;
+    Some((&body[..nul], &body[nul + 1..]))
+}
+
+/// A Parse body: statement name, then `rest` = query text, NUL, parameter types.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ParseMsg<'a> {
+    pub name: &'a [u8],
+    pub query: &'a [u8],
+    /// Everything after the name: identifies the statement's definition.
+    pub definition: &'a [u8],
+}
+
+pub fn parse_msg(body: &[u8]) -> Option<ParseMsg<'_>> {
+    let (name, definition) = split_cstr(body)?;
+    let (query, types) = split_cstr(definition)?;
+    if types.len() < 2 {
+        return None;
+    }
+    Some(ParseMsg {
+        name,
+        query,
+        definition,
+    })
+}
+
+/// A Bind body: portal name, statement name, then the parameters (`rest`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct BindMsg<'a> {
+    pub portal: &'a [u8],
+    pub statement: &'a [u8],
+    pub rest: &'a [u8],
+}
+
+pub fn bind_msg(body: &[u8]) -> Option<BindMsg<'_>> {
+    let (portal, after) = split_cstr(body)?;
+    let (statement, rest) = split_cstr(after)?;
+    Some(BindMsg {
+        portal,
+        statement,
+        rest,
+    })
+}
+
+/// Describe and Close bodies: 'S' (statement) or 'P' (portal), then a name.
+pub fn target_msg(body: &[u8]) -> Option<(u8, &[u8])> {
+    let (&kind, rest) = body.split_first()?;
+    if kind != b'S' && kind != b'P' {
+        return None;
+    }
+    let (name, tail) = split_cstr(rest)?;
+    tail.is_empty().then_some((kind, name))
+}
+
+/// The text of a Query body, without its NUL.
+pub fn query_text(body: &[u8]) -> Option<&[u8]> {
+    let (text, tail) = split_cstr(body)?;
+    tail.is_empty().then_some(text)
+}
+
+/// Writes a Parse message naming `name`, with the definition of another.
+pub fn put_parse(out: &mut BytesMut, name: &[u8], definition: &[u8]) {
+    put_header(out, b'P', name.len() + 1 + definition.len());
+    out.extend_from_slice(name);
+    out.put_u8(0);
+    out.extend_from_slice(definition);
+}
+
+/// Writes a Bind message with the statement renamed.
+pub fn put_bind(out: &mut BytesMut, portal: &[u8], statement: &[u8], rest: &[u8]) {
+    put_header(out, b'B', portal.len() + statement.len() + 2 + rest.len());
+    out.extend_from_slice(portal);
+    out.put_u8(0);
+    out.extend_from_slice(statement);
+    out.put_u8(0);
+    out.extend_from_slice(rest);
+}
+
+/// Writes a Describe ('D') or Close ('C') message.
+pub fn put_target(out: &mut BytesMut, tag: u8, kind: u8, name: &[u8]) {
+    put_header(out, tag, name.len() + 2);
+    out.put_u8(kind);
+    out.extend_from_slice(name);
+    out.put_u8(0);
+}
+
+/// Writes a simple Query.
+pub fn put_query(out: &mut BytesMut, text: &str) {
+    put_header(out, b'Q', text.len() + 1);
+    out.extend_from_slice(text.as_bytes());
+    out.put_u8(0);
+}
+
+/// PasswordMessage body: one C string (cleartext or `md5...`).
+pub fn password_msg(body: &[u8]) -> Option<&[u8]> {
+    query_text(body)
+}
+
+/// SASLInitialResponse body: mechanism, then an Int32 length (-1 = none) and data.
+pub fn sasl_initial_msg(body: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (mechanism, rest) = split_cstr(body)?;
+    if rest.len() < 4 {
+        return None;
+    }
+    let len = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    let data = &rest[4..];
+    match len {
+        -1 if data.is_empty() => Some((mechanism, &[])),
+        n if n >= 0 && n as usize == data.len() => Some((mechanism, data)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::frame::check_frame;
+
+    #[test]
+    fn parse_fields_and_rename() {
+        let body = b"s1\0SELECT $1\0\0\x01\0\0\0\x17";
+        let p = parse_msg(body).unwrap();
+        assert_eq!(p.name, b"s1");
+        assert_eq!(p.query, b"SELECT $1");
+        let mut out = BytesMut::new();
+        put_parse(&mut out, b"fulcrum_7", p.definition);
+        let h = check_frame(&out, 1000).unwrap().unwrap();
+        assert_eq!(h.total, out.len());
+        let q = parse_msg(&out[5..]).unwrap();
+        assert_eq!(q.name, b"fulcrum_7");
+        assert_eq!(q.definition, p.definition);
+    }
+
+    #[test]
+    fn truncated_parse_is_none() {
+        assert_eq!(parse_msg(b"s1\0SELECT 1\0\0"), None);
+        assert_eq!(parse_msg(b"s1"), None);
+    }
+
+    #[test]
+    fn bind_fields_and_rename() {
+        let body = b"\0s1\0\0\0\0\0\0\0";
+        let b = bind_msg(body).unwrap();
+        assert_eq!((b.portal, b.statement), (&b""[..], &b"s1"[..]));
+        let mut out = BytesMut::new();
+        put_bind(&mut out, b.portal, b"fulcrum_1", b.rest);
+        assert_eq!(check_frame(&out, 1000).unwrap().unwrap().total, out.len());
+        let c = bind_msg(&out[5..]).unwrap();
+        assert_eq!(c.statement, b"fulcrum_1");
+        assert_eq!(c.rest, b.rest);
+    }
+
+    #[test]
+    fn describe_close_targets() {
+        assert_eq!(target_msg(b"Ss1\0"), Some((b'S', &b"s1"[..])));
+        assert_eq!(target_msg(b"P\0"), Some((b'P', &b""[..])));
+        assert_eq!(target_msg(b"Xs1\0"), None);
+        assert_eq!(target_msg(b"Ss1"), None);
+        let mut out = BytesMut::new();
+        put_target(&mut out, b'C', b'S', b"x");
+        assert_eq!(&out[..], b"C\0\0\0\x07Sx\0");
+    }
+
+    #[test]
+    fn query_and_auth_bodies() {
+        assert_eq!(query_text(b"SELECT 1\0"), Some(&b"SELECT 1"[..]));
+        assert_eq!(query_text(b"SELECT 1"), None);
+        let mut body = b"SCRAM-SHA-256\0".to_vec();
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(b"abc");
+        assert_eq!(
+            sasl_initial_msg(&body),
+            Some((&b"SCRAM-SHA-256"[..], &b"abc"[..]))
+        );
+        body.push(b'x');
+        assert_eq!(sasl_initial_msg(&body), None);
+        let mut out = BytesMut::new();
+        put_query(&mut out, "RESET ALL");
+        assert_eq!(&out[..], b"Q\0\0\0\x0eRESET ALL\0");
+    }
+}

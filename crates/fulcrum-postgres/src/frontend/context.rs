@@ -1,0 +1,124 @@
+//! Everything the sessions of one cluster share: its config, the router, the
+//! server connection pools keyed by (backend, user, database), the users'
+//! SCRAM verifiers, the statement registry and the cancel keys.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use fulcrum_config::{Cluster, Role};
+use fulcrum_pool::{BackendId, Pool, Router};
+
+use super::cancel::CancelRegistry;
+use super::statements::StatementRegistry;
+use crate::auth::scram::{Verifier, ITERATIONS};
+use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
+
+pub struct UserAuth {
+    pub password: String,
+    pub verifier: Verifier,
+}
+
+type PoolKey = (BackendId, Arc<str>, Arc<str>);
+
+pub struct ClusterContext {
+    pub config: Cluster,
+    pub router: Router,
+    pub backends: Vec<Arc<str>>,
+    pub users: HashMap<String, UserAuth>,
+    pub statements: StatementRegistry,
+    pub cancels: Arc<CancelRegistry>,
+    /// Secret mixed into mock SCRAM salts for unknown users.
+    pub mock_secret: [u8; 16],
+    pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
+}
+
+impl ClusterContext {
+    pub fn new(config: Cluster) -> Arc<ClusterContext> {
+        let primary = config
+            .backends
+            .iter()
+            .position(|b| b.role == Role::Primary)
+            .or_else(|| config.backends.iter().position(|b| b.role == Role::Auto))
+            .unwrap_or(0);
+        let users = config
+            .users
+            .iter()
+            .map(|u| {
+                let salt: [u8; 16] = rand::random();
+                let auth = UserAuth {
+                    password: u.password.clone(),
+                    verifier: Verifier::new(&u.password, &salt, ITERATIONS),
+                };
+                (u.name.clone(), auth)
+            })
+            .collect();
+        Arc::new(ClusterContext {
+            router: Router::new(primary, config.backends.len().max(1)),
+            backends: config
+                .backends
+                .iter()
+                .map(|b| b.address.as_str().into())
+                .collect(),
+            users,
+            statements: StatementRegistry::default(),
+            cancels: Arc::new(CancelRegistry::default()),
+            mock_secret: rand::random(),
+            pools: Mutex::new(HashMap::new()),
+            config,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The pool for (backend, user, database), created on first use.
+    pub fn pool(
+        &self,
+        backend: BackendId,
+        user: &Arc<str>,
+        database: &Arc<str>,
+    ) -> Pool<ServerConn> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .entry((backend, user.clone(), database.clone()))
+            .or_insert_with(|| {
+                Pool::new(
+                    self.config.pool_size,
+                    self.config.pool_timeout,
+                    self.config.server_idle_timeout,
+                )
+            })
+            .clone()
+    }
+
+    /// Opens a new server connection for a pool.
+    pub async fn open(
+        &self,
+        backend: BackendId,
+        user: &str,
+        database: &str,
+    ) -> Result<ServerConn, ConnectError> {
+        let password = self
+            .users
+            .get(user)
+            .map(|u| u.password.clone())
+            .unwrap_or_default();
+        let target = ServerTarget {
+            address: self.backends[backend].clone(),
+            user: user.to_owned(),
+            password,
+            database: database.to_owned(),
+        };
+        connect(&target, self.config.connect_timeout).await
+    }
+
+    /// Pool counters for every (backend, user, database), for tests and stats.
+    pub fn pool_stats(&self) -> Vec<(BackendId, String, String, fulcrum_pool::PoolStats)> {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .iter()
+            .map(|((b, u, d), p)| (*b, u.to_string(), d.to_string(), p.stats()))
+            .collect()
+    }
+}

@@ -1,0 +1,275 @@
+//! The replies a server owes for what was sent to it, in order. Transaction
+//! pooling renames, injects and answers some messages itself (prepared
+//! statements shared across clients); this queue keeps the reply stream the
+//! client sees exactly what a dedicated server would have sent: it eats the
+//! replies to injected messages, emits synthetic replies in their place, and
+//! drops both when an error makes the server skip to the next Sync.
+//! See <https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-FLOW-EXT-QUERY>.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::session_sql::SessionOp;
+use crate::codec::backend_msg;
+
+#[derive(Debug)]
+pub enum Expect {
+    /// ParseComplete for a client Parse (server name when it is a shared one).
+    Parse(Option<Arc<str>>),
+    /// ParseComplete for a Parse Fulcrum injected: not shown to the client.
+    SwallowParse(Arc<str>),
+    Bind,
+    Close,
+    /// ends at RowDescription or NoData (ParameterDescription first for statements).
+    Describe,
+    /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended.
+    Execute(Vec<SessionOp>),
+    /// ends at ReadyForQuery.
+    Sync,
+    /// A simple Query or FunctionCall; ends at ReadyForQuery.
+    Query(Vec<SessionOp>),
+    /// A reply Fulcrum gives itself when this point of the stream is reached.
+    Synthetic(Bytes),
+    /// CommandComplete + ReadyForQuery Fulcrum gives itself for a whole Query
+    /// it answered (DEALLOCATE of a mapped statement).
+    SyntheticQuery(&'static str),
+}
+
+/// What to do with one server message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    Forward,
+    /// Do not show it to the client.
+    Drop,
+}
+
+/// Side effects the session must apply to its server-connection state.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// A statement prepared under this server-side name is now confirmed.
+    pub prepared: Option<Arc<str>>,
+    /// An error made the server skip to Sync: unconfirmed statements are gone.
+    pub skipped_to_sync: bool,
+    /// ReadyForQuery arrived (status byte).
+    pub ready: Option<u8>,
+}
+
+#[derive(Debug, Default)]
+pub struct Expectations {
+    queue: VecDeque<Expect>,
+    query_failed: bool,
+    /// Session ops of statements that completed since the last ReadyForQuery.
+    batch_ops: Vec<SessionOp>,
+}
+
+impl Expectations {
+    pub fn push(&mut self, e: Expect) {
+        self.queue.push_back(e);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Ops that completed in the unit of work just ended by ReadyForQuery.
+    pub fn take_batch_ops(&mut self) -> Vec<SessionOp> {
+        std::mem::take(&mut self.batch_ops)
+    }
+
+    /// Emits synthetic replies that are now at the front. `status` is the
+    /// transaction status to report in a synthetic ReadyForQuery.
+    pub fn drain_synthetic(&mut self, out: &mut BytesMut, status: u8) -> Option<u8> {
+        let mut ready = None;
+        loop {
+            match self.queue.front() {
+                Some(Expect::Synthetic(bytes)) => out.extend_from_slice(bytes),
+                Some(Expect::SyntheticQuery(tag)) => {
+                    if status == b'E' {
+                        backend_msg::error_response(
+                            out,
+                            "ERROR",
+                            backend_msg::sqlstate::IN_FAILED_TRANSACTION,
+                            "current transaction is aborted, commands ignored until end of transaction block",
+                        );
+                    } else {
+                        backend_msg::command_complete(out, tag);
+                    }
+                    backend_msg::ready_for_query(out, status);
+                    ready = Some(status);
+                }
+                _ => return ready,
+            }
+            self.queue.pop_front();
+        }
+    }
+
+    /// Accounts for one server message with tag `tag` (body for 'Z').
+    pub fn on_server(&mut self, tag: u8, body: &[u8]) -> (Step, Effects) {
+        let mut fx = Effects::default();
+        let step = match tag {
+            b'1' => match self.queue.front() {
+                Some(Expect::Parse(name)) => {
+                    fx.prepared = name.clone();
+                    self.queue.pop_front();
+                    Step::Forward
+                }
+                Some(Expect::SwallowParse(name)) => {
+                    fx.prepared = Some(name.clone());
+                    self.queue.pop_front();
+                    Step::Drop
+                }
+                _ => Step::Forward,
+            },
+            b'2' | b'3' => {
+                if matches!(self.queue.front(), Some(Expect::Bind | Expect::Close)) {
+                    self.queue.pop_front();
+                }
+                Step::Forward
+            }
+            b'T' | b'n' => {
+                if matches!(self.queue.front(), Some(Expect::Describe)) {
+                    self.queue.pop_front();
+                }
+                Step::Forward
+            }
+            b'C' | b'I' | b's' => {
+                if matches!(self.queue.front(), Some(Expect::Execute(_))) {
+                    if let Some(Expect::Execute(ops)) = self.queue.pop_front() {
+                        self.batch_ops.extend(ops);
+                    }
+                }
+                Step::Forward
+            }
+            b'E' => {
+                match self.queue.front() {
+                    Some(Expect::Query(_)) => self.query_failed = true,
+                    None => {}
+                    Some(_) => {
+                        // Extended protocol: the server discards everything up to Sync.
+                        while !matches!(
+                            self.queue.front(),
+                            Some(Expect::Sync | Expect::Query(_)) | None
+                        ) {
+                            self.queue.pop_front();
+                        }
+                        fx.skipped_to_sync = true;
+                    }
+                }
+                self.batch_ops.clear();
+                Step::Forward
+            }
+            b'Z' => {
+                while let Some(e) = self.queue.pop_front() {
+                    match e {
+                        Expect::Sync => break,
+                        Expect::Query(ops) => {
+                            if !self.query_failed {
+                                self.batch_ops.extend(ops);
+                            }
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+                self.query_failed = false;
+                fx.ready = body.first().copied();
+                Step::Forward
+            }
+            _ => Step::Forward,
+        };
+        (step, fx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synthetic_parse_complete() -> Expect {
+        let mut b = BytesMut::new();
+        backend_msg::parse_complete(&mut b);
+        Expect::Synthetic(b.freeze())
+    }
+
+    #[test]
+    fn injected_parse_is_swallowed_and_synthetic_emitted_in_order() {
+        let mut q = Expectations::default();
+        let name: Arc<str> = "fulcrum_1".into();
+        // Client: Parse(s1) [already prepared -> synthetic], Bind(s1) [server lacks it -> injected], Execute, Sync.
+        q.push(synthetic_parse_complete());
+        q.push(Expect::SwallowParse(name.clone()));
+        q.push(Expect::Bind);
+        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Sync);
+        let mut out = BytesMut::new();
+        q.drain_synthetic(&mut out, b'I');
+        assert_eq!(&out[..], b"1\0\0\0\x04");
+        let (s, fx) = q.on_server(b'1', b"");
+        assert_eq!(s, Step::Drop);
+        assert_eq!(fx.prepared, Some(name));
+        assert_eq!(q.on_server(b'2', b"").0, Step::Forward);
+        assert_eq!(q.on_server(b'D', b"").0, Step::Forward);
+        assert_eq!(q.on_server(b'C', b"").0, Step::Forward);
+        let (_, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(fx.ready, Some(b'I'));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn error_skips_to_sync_and_drops_synthetics() {
+        let mut q = Expectations::default();
+        q.push(Expect::Parse(None));
+        q.push(Expect::Bind);
+        q.push(synthetic_parse_complete());
+        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Sync);
+        let (s, fx) = q.on_server(b'E', b"");
+        assert_eq!(s, Step::Forward);
+        assert!(fx.skipped_to_sync);
+        let mut out = BytesMut::new();
+        q.drain_synthetic(&mut out, b'I');
+        assert!(out.is_empty(), "the server would have skipped that Parse");
+        q.on_server(b'Z', b"I");
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn query_ops_apply_only_without_error() {
+        let mut q = Expectations::default();
+        let op = SessionOp::ResetAll;
+        q.push(Expect::Query(vec![op.clone()]));
+        q.on_server(b'C', b"");
+        q.on_server(b'Z', b"I");
+        assert_eq!(q.take_batch_ops(), vec![op.clone()]);
+        q.push(Expect::Query(vec![op]));
+        q.on_server(b'E', b"");
+        q.on_server(b'Z', b"I");
+        assert!(q.take_batch_ops().is_empty());
+    }
+
+    #[test]
+    fn pipelined_queries_end_one_at_a_time() {
+        let mut q = Expectations::default();
+        q.push(Expect::Query(vec![]));
+        q.push(Expect::Query(vec![]));
+        q.on_server(b'Z', b"I");
+        assert!(!q.is_empty());
+        q.on_server(b'Z', b"I");
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn synthetic_query_reports_failed_transaction() {
+        let mut q = Expectations::default();
+        q.push(Expect::SyntheticQuery("DEALLOCATE"));
+        let mut out = BytesMut::new();
+        assert_eq!(q.drain_synthetic(&mut out, b'E'), Some(b'E'));
+        assert_eq!(out[0], b'E');
+        let mut out = BytesMut::new();
+        q.push(Expect::SyntheticQuery("DEALLOCATE"));
+        assert_eq!(q.drain_synthetic(&mut out, b'I'), Some(b'I'));
+        assert_eq!(&out[..], b"C\0\0\0\x0fDEALLOCATE\0Z\0\0\0\x05I");
+    }
+}

@@ -1,0 +1,256 @@
+//! The client's login: startup packet (SSL/GSS refused with 'N', cancel
+//! requests forwarded), then trust, md5 or SCRAM-SHA-256 against the
+//! configured users. Wrong password and unknown user fail alike (28P01), and
+//! an unknown user still goes through a full exchange, so users cannot be
+//! enumerated.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::BytesMut;
+use fulcrum_config::ClientAuth;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::context::ClusterContext;
+use super::error::SessionError;
+use super::session_sql::{parse_options, startup_param_stmt};
+use crate::auth::{md5, scram};
+use crate::backend::conn::SessionParams;
+use crate::codec::backend_msg::{self, sqlstate};
+use crate::codec::frame::check_frame;
+use crate::codec::frontend_msg::{password_msg, sasl_initial_msg};
+use crate::codec::startup::{parse_startup, StartupPacket};
+
+/// Auth messages are small; anything larger is an attack or garbage.
+const MAX_AUTH_MESSAGE: u64 = 16 * 1024;
+
+/// Who logged in, and the session parameters the client asked for.
+pub struct Login {
+    pub user: Arc<str>,
+    pub database: Arc<str>,
+    pub startup: SessionParams,
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<(), SessionError> {
+    if stream.read_buf(buf).await? == 0 {
+        return Err(SessionError::ClientGone);
+    }
+    Ok(())
+}
+
+/// Sends a FATAL error and returns the error that ends the session.
+pub async fn fatal(stream: &mut TcpStream, code: &str, message: &str) -> SessionError {
+    let mut out = BytesMut::new();
+    backend_msg::error_response(&mut out, "FATAL", code, message);
+    let _ = stream.write_all(&out).await;
+    SessionError::Refused(message.to_owned())
+}
+
+/// Runs the startup phase. `Ok(None)`: the connection was a cancel request.
+pub async fn login(
+    ctx: &ClusterContext,
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<Option<Login>, SessionError> {
+    let params = loop {
+        let parsed = match parse_startup(buf) {
+            Ok(p) => p,
+            Err(e) => return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await),
+        };
+        match parsed {
+            None => read_more(stream, buf).await?,
+            Some((packet, used)) => {
+                let _ = buf.split_to(used);
+                match packet {
+                    StartupPacket::Ssl | StartupPacket::GssEnc => stream.write_all(b"N").await?,
+                    StartupPacket::Cancel {
+                        process_id,
+                        secret_key,
+                    } => {
+                        ctx.cancels
+                            .cancel(process_id, secret_key, ctx.config.connect_timeout)
+                            .await;
+                        return Ok(None);
+                    }
+                    StartupPacket::Startup { params, .. } => break params,
+                }
+            }
+        }
+    };
+    let mut user = None;
+    let mut database = None;
+    let mut startup = SessionParams::new();
+    for (name, value) in params {
+        match name.as_str() {
+            "user" => user = Some(value),
+            "database" => database = Some(value),
+            "replication" if value != "false" && value != "0" && value != "off" => {
+                return Err(fatal(
+                    stream,
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "fulcrum does not proxy replication connections; connect to the server directly",
+                )
+                .await)
+            }
+            "replication" => {}
+            "options" => {
+                for (k, v) in parse_options(&value) {
+                    startup.insert(k.to_ascii_lowercase(), startup_param_stmt(&k, &v));
+                }
+            }
+            _ => {
+                startup.insert(name.to_ascii_lowercase(), startup_param_stmt(&name, &value));
+            }
+        }
+    }
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Err(fatal(
+            stream,
+            sqlstate::INVALID_AUTHORIZATION,
+            "no PostgreSQL user name specified in startup packet",
+        )
+        .await);
+    };
+    let database = database
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| user.clone());
+    authenticate(ctx, stream, buf, &user).await?;
+    Ok(Some(Login {
+        user: user.into(),
+        database: database.into(),
+        startup,
+    }))
+}
+
+/// Reads one whole 'p' (password/SASL) message body.
+async fn read_auth_message(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<BytesMut, SessionError> {
+    loop {
+        let header = match check_frame(buf, MAX_AUTH_MESSAGE) {
+            Ok(h) => h,
+            Err(e) => return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await),
+        };
+        if let Some(h) = header {
+            if h.tag != b'p' {
+                let msg = format!(
+                    "expected password response, got message type {:?}",
+                    h.tag as char
+                );
+                return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &msg).await);
+            }
+            if buf.len() >= h.total {
+                let mut frame = buf.split_to(h.total);
+                let _ = frame.split_to(5);
+                return Ok(frame);
+            }
+        }
+        read_more(stream, buf).await?;
+    }
+}
+
+fn auth_failed(user: &str) -> String {
+    format!("password authentication failed for user \"{user}\"")
+}
+
+async fn authenticate(
+    ctx: &ClusterContext,
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    user: &str,
+) -> Result<(), SessionError> {
+    let known = ctx.users.get(user);
+    let mut out = BytesMut::new();
+    let ok = match ctx.config.client_auth {
+        ClientAuth::Trust => known.is_some(),
+        ClientAuth::Md5 => {
+            let salt: [u8; 4] = rand::random();
+            backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
+            stream.write_all(&out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            let response = password_msg(&body).unwrap_or_default();
+            known.is_some_and(|u| md5::verify(user, &u.password, salt, response))
+        }
+        ClientAuth::ScramSha256 => {
+            let verifier = match known {
+                Some(u) => u.verifier.clone(),
+                None => mock_verifier(ctx, user),
+            };
+            backend_msg::auth_sasl(&mut out, scram::MECHANISM);
+            stream.write_all(&out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            let Some((mechanism, first)) = sasl_initial_msg(&body) else {
+                return Err(fatal(
+                    stream,
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "malformed SASL initial response",
+                )
+                .await);
+            };
+            if mechanism != scram::MECHANISM.as_bytes() {
+                return Err(fatal(
+                    stream,
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "client selected an invalid SASL authentication mechanism",
+                )
+                .await);
+            }
+            let nonce: [u8; 18] = rand::random();
+            let nonce = base64::engine::general_purpose::STANDARD.encode(nonce);
+            let mut server = scram::ScramServer::new(verifier, nonce);
+            let server_first = match server.server_first(first) {
+                Ok(s) => s,
+                Err(e) => {
+                    return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await)
+                }
+            };
+            out.clear();
+            backend_msg::auth_request(
+                &mut out,
+                backend_msg::AUTH_SASL_CONTINUE,
+                server_first.as_bytes(),
+            );
+            stream.write_all(&out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            match server.server_final(&body) {
+                Ok(server_final) if known.is_some() => {
+                    out.clear();
+                    backend_msg::auth_request(
+                        &mut out,
+                        backend_msg::AUTH_SASL_FINAL,
+                        server_final.as_bytes(),
+                    );
+                    stream.write_all(&out).await?;
+                    true
+                }
+                Ok(_) | Err(scram::ScramError::InvalidProof) => false,
+                Err(e) => {
+                    return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await)
+                }
+            }
+        }
+    };
+    if !ok {
+        tracing::info!(user, "client authentication failed");
+        return Err(fatal(stream, sqlstate::INVALID_PASSWORD, &auth_failed(user)).await);
+    }
+    Ok(())
+}
+
+/// A verifier no password matches, stable per user name, so an unknown user
+/// sees the same salt every time, as a known one does.
+fn mock_verifier(ctx: &ClusterContext, user: &str) -> scram::Verifier {
+    let digest = Sha256::new()
+        .chain_update(ctx.mock_secret)
+        .chain_update(user.as_bytes())
+        .finalize();
+    scram::Verifier {
+        salt: digest[..16].to_vec(),
+        iterations: scram::ITERATIONS,
+        stored_key: rand::random(),
+        server_key: rand::random(),
+    }
+}

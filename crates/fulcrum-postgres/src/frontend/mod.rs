@@ -1,0 +1,15 @@
+//! The client-facing side: accept, log in, forward. `serve` runs one
+//! cluster's listener; each client gets its own task.
+
+pub mod cancel;
+pub mod context;
+pub mod error;
+pub mod expect;
+pub mod login;
+pub mod serve;
+pub mod session;
+pub mod session_sql;
+pub mod statements;
+
+pub use context::ClusterContext;
+pub use serve::serve;

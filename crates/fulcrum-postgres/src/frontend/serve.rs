@@ -1,0 +1,95 @@
+//! One cluster's listener: accepts clients up to `max_client_connections`,
+//! runs each session on its own task, and stops accepting on shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
+
+use super::context::ClusterContext;
+use super::error::SessionError;
+use super::login::login;
+use super::session::Session;
+use crate::codec::backend_msg::{self, sqlstate};
+
+/// A client must finish its login within this time.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Accepts clients on `listener` until `shutdown` turns true.
+pub async fn serve(
+    ctx: Arc<ClusterContext>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limit = Arc::new(Semaphore::new(ctx.config.max_client_connections as usize));
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let permit = limit.clone().try_acquire_owned();
+        let span = tracing::info_span!("client", cluster = %ctx.config.name, peer = %peer);
+        tokio::spawn(
+            async move {
+                let Ok(_permit) = permit else {
+                    refuse(stream, ctx.config.max_client_connections).await;
+                    return;
+                };
+                match handle(ctx, stream).await {
+                    Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
+                    Err(SessionError::Refused(reason)) => tracing::info!(%reason, "client refused"),
+                    Err(e) => tracing::debug!(error = %e, "client session ended"),
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+async fn refuse(mut stream: TcpStream, max: u32) {
+    let mut out = BytesMut::new();
+    let msg = format!("fulcrum: too many client connections (max_client_connections = {max})");
+    backend_msg::error_response(&mut out, "FATAL", sqlstate::TOO_MANY_CONNECTIONS, &msg);
+    let _ = stream.write_all(&out).await;
+}
+
+async fn handle(ctx: Arc<ClusterContext>, mut stream: TcpStream) -> Result<(), SessionError> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
+    {
+        Ok(r) => r?,
+        Err(_) => {
+            let mut out = BytesMut::new();
+            backend_msg::error_response(
+                &mut out,
+                "FATAL",
+                sqlstate::PROTOCOL_VIOLATION,
+                "fulcrum: login timed out",
+            );
+            let _ = stream.write_all(&out).await;
+            return Err(SessionError::Refused("login timed out".into()));
+        }
+    };
+    let Some(login) = login else { return Ok(()) };
+    tracing::debug!(user = %login.user, database = %login.database, "client logged in");
+    let registration = ctx.cancels.register();
+    let session = Session::new(ctx.clone(), stream, buf, login, registration.slot.clone());
+    let r = session.run().await;
+    drop(registration);
+    r
+}

@@ -1,0 +1,748 @@
+//! One client's session after login: the forwarding loop. Client frames go to
+//! the server connection the client is attached to (attached on demand in
+//! transaction mode, for life in session mode); server frames come back
+//! through the reply queue (`expect`), which also tells when a transaction
+//! has ended so the connection can go back to the pool.
+//!
+//! Frames are forwarded as raw bytes; only tags, lengths and the few bodies
+//! needed for statement mapping and session state are read. Writes are
+//! coalesced: one write per batch of frames read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fulcrum_config::PoolMode;
+use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::cancel::CancelSlot;
+use super::context::ClusterContext;
+use super::error::SessionError;
+use super::expect::{Expect, Expectations, Step};
+use super::login::{fatal, Login};
+use super::session_sql::{self, SessionOp};
+use super::statements::ClientStatement;
+use crate::backend::conn::{Prepared, SessionParams};
+use crate::backend::internal::InternalError;
+use crate::backend::{ConnectError, ServerConn};
+use crate::codec::backend_msg::{self, command_tag, parse_parameter_status, sqlstate};
+use crate::codec::frame::check_frame;
+use crate::codec::frontend_msg::{
+    bind_msg, parse_msg, put_bind, put_target, query_text, target_msg,
+};
+
+/// Server frames of these types larger than this are streamed through, not buffered whole.
+const STREAM_THRESHOLD: usize = 64 * 1024;
+/// How long cleaning a server connection for reuse may take before it is closed instead.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Session {
+    ctx: Arc<ClusterContext>,
+    client: TcpStream,
+    cbuf: BytesMut,
+    to_client: BytesMut,
+    to_server: BytesMut,
+    user: Arc<str>,
+    database: Arc<str>,
+    startup: SessionParams,
+    /// Session parameters as the client has set them.
+    desired: SessionParams,
+    /// Session ops done inside the open transaction (applied at COMMIT).
+    txn_ops: Vec<SessionOp>,
+    txn_committed: Option<bool>,
+    statements: HashMap<Vec<u8>, Arc<ClientStatement>>,
+    server: Option<Checkout<ServerConn>>,
+    backend: BackendId,
+    expect: Expectations,
+    /// Sync/Query/FunctionCall sent and not yet answered with ReadyForQuery.
+    pending_ready: usize,
+    /// Extended-protocol messages sent since the last Sync.
+    unsynced: bool,
+    /// Last transaction status the server reported.
+    status: u8,
+    /// Bytes of a large server frame still to pass through unread.
+    server_stream_left: usize,
+    pinned: Option<&'static str>,
+    rewrite_statements: bool,
+    cancel: Arc<CancelSlot>,
+}
+
+impl Session {
+    pub fn new(
+        ctx: Arc<ClusterContext>,
+        client: TcpStream,
+        cbuf: BytesMut,
+        login: Login,
+        cancel: Arc<CancelSlot>,
+    ) -> Session {
+        let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
+        Session {
+            backend: ctx.router.pick(Route::Primary),
+            ctx,
+            client,
+            cbuf,
+            to_client: BytesMut::with_capacity(16 * 1024),
+            to_server: BytesMut::with_capacity(4 * 1024),
+            user: login.user,
+            database: login.database,
+            desired: login.startup.clone(),
+            startup: login.startup,
+            txn_ops: Vec::new(),
+            txn_committed: None,
+            statements: HashMap::new(),
+            server: None,
+            expect: Expectations::default(),
+            pending_ready: 0,
+            unsynced: false,
+            status: b'I',
+            server_stream_left: 0,
+            pinned: if transaction_mode {
+                None
+            } else {
+                Some("session pool mode")
+            },
+            rewrite_statements: transaction_mode,
+            cancel,
+        }
+    }
+
+    /// Finishes login (first server contact validates the database and the
+    /// startup parameters), then forwards until the client leaves.
+    pub async fn run(mut self) -> Result<(), SessionError> {
+        let result = self.start().await;
+        let result = match result {
+            Ok(()) => self.forward().await,
+            Err(e) => Err(e),
+        };
+        self.cleanup().await;
+        match result {
+            Err(SessionError::ClientGone) => Ok(()),
+            r => r,
+        }
+    }
+
+    async fn start(&mut self) -> Result<(), SessionError> {
+        self.attach().await?;
+        let mut out = BytesMut::with_capacity(512);
+        backend_msg::auth_request(&mut out, backend_msg::AUTH_OK, &[]);
+        if let Some(server) = self.server.as_ref() {
+            for (name, value) in &server.reported {
+                backend_msg::parameter_status(&mut out, name, value);
+            }
+        }
+        backend_msg::backend_key_data(&mut out, self.cancel.process_id, self.cancel.secret_key);
+        backend_msg::ready_for_query(&mut out, b'I');
+        self.client.write_all(&out).await?;
+        self.maybe_detach();
+        Ok(())
+    }
+
+    async fn forward(&mut self) -> Result<(), SessionError> {
+        enum Event {
+            Client(std::io::Result<usize>),
+            Server(std::io::Result<usize>),
+        }
+        loop {
+            if self.cbuf.capacity() - self.cbuf.len() < 1024 {
+                self.cbuf.reserve(8 * 1024);
+            }
+            let event = match self.server.as_mut() {
+                Some(server) => {
+                    let conn: &mut ServerConn = server;
+                    if conn.read_buf.capacity() - conn.read_buf.len() < 4096 {
+                        conn.read_buf.reserve(16 * 1024);
+                    }
+                    tokio::select! {
+                        r = self.client.read_buf(&mut self.cbuf) => Event::Client(r),
+                        r = conn.stream.read_buf(&mut conn.read_buf) => Event::Server(r),
+                    }
+                }
+                None => Event::Client(self.client.read_buf(&mut self.cbuf).await),
+            };
+            match event {
+                Event::Client(r) => {
+                    if r? == 0 {
+                        return Err(SessionError::ClientGone);
+                    }
+                    self.on_client_input().await?;
+                }
+                Event::Server(Ok(n)) if n > 0 => self.on_server_input().await?,
+                Event::Server(_) => return self.server_lost().await,
+            }
+        }
+    }
+
+    /// The server connection died under the client: tell the client as a
+    /// server would, and end the session.
+    async fn server_lost(&mut self) -> Result<(), SessionError> {
+        if let Some(s) = self.server.take() {
+            tracing::warn!(server = %s.cancel.address, "server connection lost during a client's work");
+            s.discard();
+        }
+        self.cancel.set_target(None);
+        let msg = format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\"; the transaction in progress, if any, was not committed by Fulcrum's knowledge",
+            self.ctx.backends[self.backend],
+            self.ctx.name()
+        );
+        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
+    }
+
+    // ---- attaching and detaching ------------------------------------------------
+
+    async fn attach(&mut self) -> Result<(), SessionError> {
+        if self.server.is_some() {
+            return Ok(());
+        }
+        let backend = self.ctx.router.pick(Route::Primary);
+        self.backend = backend;
+        let pool = self.ctx.pool(backend, &self.user, &self.database);
+        let ctx = self.ctx.clone();
+        let (user, database) = (self.user.clone(), self.database.clone());
+        let checkout = pool
+            .get(|| async move { ctx.open(backend, &user, &database).await })
+            .await;
+        let mut server = match checkout {
+            Ok(s) => s,
+            Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
+                // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
+                tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
+                let _ = self.client.write_all(&frame).await;
+                return Err(SessionError::Refused(fields.message));
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot open server connection");
+                let msg = format!(
+                    "fulcrum: cannot open a connection to {} (primary of cluster \"{}\"): {}; the server may be down, try again when it is back",
+                    self.ctx.backends[backend],
+                    self.ctx.name(),
+                    e
+                );
+                let code = if e.is_backend_down() {
+                    sqlstate::CONNECTION_FAILURE
+                } else {
+                    sqlstate::CANNOT_CONNECT_NOW
+                };
+                return Err(fatal(&mut self.client, code, &msg).await);
+            }
+            Err(e @ PoolError::Timeout(..)) | Err(e @ PoolError::Closed) => {
+                let msg = format!(
+                    "fulcrum: {e} for user \"{}\" database \"{}\" on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                    self.user,
+                    self.database,
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                );
+                return Err(fatal(&mut self.client, sqlstate::TOO_MANY_CONNECTIONS, &msg).await);
+            }
+        };
+        if server.applied != self.desired {
+            if let Err(e) = sync_params(&mut server, &self.desired).await {
+                return Err(match e {
+                    InternalError::Server { frame, fields } => {
+                        let _ = self.client.write_all(&frame).await;
+                        SessionError::Refused(fields.message)
+                    }
+                    other => {
+                        server.discard();
+                        let msg = format!("fulcrum: server connection failed while restoring session settings: {other}");
+                        fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await
+                    }
+                });
+            }
+        }
+        self.cancel.set_target(Some(server.cancel.clone()));
+        self.server = Some(server);
+        Ok(())
+    }
+
+    /// Returns the server connection to the pool when the client is between
+    /// transactions and nothing is in flight.
+    fn maybe_detach(&mut self) {
+        if self.pinned.is_some()
+            || self.status != b'I'
+            || self.pending_ready > 0
+            || self.unsynced
+            || !self.expect.is_empty()
+            || self.server_stream_left > 0
+        {
+            return;
+        }
+        if let Some(server) = self.server.take() {
+            self.cancel.set_target(None);
+            if server.read_buf.is_empty() {
+                server.release();
+            } else {
+                server.discard();
+            }
+        }
+    }
+
+    fn pin(&mut self, reason: &'static str) {
+        if self.pinned.is_none() {
+            tracing::debug!(reason, "client pinned to its server connection");
+            self.pinned = Some(reason);
+        }
+    }
+
+    // ---- client to server ---------------------------------------------------------
+
+    async fn on_client_input(&mut self) -> Result<(), SessionError> {
+        let max = self.ctx.config.max_message_size;
+        loop {
+            let header = match check_frame(&self.cbuf, max) {
+                Ok(Some(h)) if self.cbuf.len() >= h.total => h,
+                Ok(Some(h)) => {
+                    self.cbuf.reserve(h.total - self.cbuf.len());
+                    break;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.flush_server().await?;
+                    return Err(fatal(
+                        &mut self.client,
+                        sqlstate::PROTOCOL_VIOLATION,
+                        &format!("fulcrum: {e}"),
+                    )
+                    .await);
+                }
+            };
+            let frame = self.cbuf.split_to(header.total);
+            if !self.on_client_frame(header.tag, frame).await? {
+                self.flush_server().await?;
+                return Err(SessionError::ClientGone);
+            }
+        }
+        self.flush_server().await?;
+        if self.server.is_none() {
+            // Answers given without a server (synthetic replies) go out now.
+            self.flush_client().await?;
+        }
+        Ok(())
+    }
+
+    /// Handles one client frame. Returns false on Terminate.
+    async fn on_client_frame(&mut self, tag: u8, frame: BytesMut) -> Result<bool, SessionError> {
+        match tag {
+            b'X' => return Ok(false),
+            b'd' | b'c' | b'f' => {
+                // Copy data outside a copy is ignored by servers too.
+                if self.server.is_some() {
+                    self.to_server.extend_from_slice(&frame);
+                }
+                return Ok(true);
+            }
+            b'Q' => {
+                if self.try_answer_deallocate(&frame[5..]) {
+                    return Ok(true);
+                }
+            }
+            b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F' => {}
+            other => {
+                let msg = format!("fulcrum: invalid frontend message type {}", other);
+                self.flush_server().await?;
+                return Err(fatal(&mut self.client, sqlstate::PROTOCOL_VIOLATION, &msg).await);
+            }
+        }
+        if self.server.is_none() {
+            self.attach().await?;
+        }
+        match tag {
+            b'Q' => {
+                let ops = match query_text(&frame[5..]) {
+                    Some(text) => session_sql::scan(text),
+                    None => Vec::new(),
+                };
+                let mut replay = Vec::with_capacity(ops.len());
+                for op in ops {
+                    match op {
+                        SessionOp::Pin(reason) => self.pin(reason),
+                        SessionOp::Deallocate(None) => self.statements.clear(),
+                        SessionOp::Deallocate(Some(_)) => {}
+                        op => replay.push(op),
+                    }
+                }
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Query(replay));
+                self.pending_ready += 1;
+            }
+            b'F' => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Query(Vec::new()));
+                self.pending_ready += 1;
+            }
+            b'S' => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Sync);
+                self.pending_ready += 1;
+                self.unsynced = false;
+            }
+            b'H' => {
+                self.to_server.extend_from_slice(&frame);
+                self.unsynced = true;
+            }
+            b'P' => self.on_parse(frame),
+            b'B' => self.on_bind(frame),
+            b'D' | b'C' => self.on_describe_or_close(tag, frame),
+            b'E' => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Execute(Vec::new()));
+                self.unsynced = true;
+            }
+            _ => unreachable!("filtered above"),
+        }
+        Ok(true)
+    }
+
+    /// `DEALLOCATE name` of a statement Fulcrum mapped is answered here: the
+    /// shared server-side statement stays for other clients.
+    fn try_answer_deallocate(&mut self, body: &[u8]) -> bool {
+        if !self.rewrite_statements {
+            return false;
+        }
+        let Some(text) = query_text(body) else {
+            return false;
+        };
+        let ops = session_sql::scan(text);
+        let [SessionOp::Deallocate(target)] = ops.as_slice() else {
+            return false;
+        };
+        let tag = match target {
+            Some(name) => {
+                if self.statements.remove(name.as_bytes()).is_none() {
+                    return false;
+                }
+                "DEALLOCATE"
+            }
+            None => {
+                if self.pinned.is_some() {
+                    return false; // SQL-level statements may exist on the server too.
+                }
+                self.statements.clear();
+                "DEALLOCATE ALL"
+            }
+        };
+        self.expect.push(Expect::SyntheticQuery(tag));
+        if self.server.is_none() {
+            self.expect
+                .drain_synthetic(&mut self.to_client, self.status);
+        }
+        true
+    }
+
+    fn on_parse(&mut self, frame: BytesMut) {
+        self.unsynced = true;
+        let parsed = if self.rewrite_statements {
+            parse_msg(&frame[5..])
+        } else {
+            None
+        };
+        let Some(p) = parsed.filter(|p| !p.name.is_empty()) else {
+            self.to_server.extend_from_slice(&frame);
+            self.expect.push(Expect::Parse(None));
+            return;
+        };
+        let stmt = self.ctx.statements.statement(p.definition, p.query);
+        let name = p.name.to_vec();
+        let server = self.server.as_mut().expect("attached");
+        if server.prepared.contains_key(&stmt.server_name) {
+            let mut reply = BytesMut::with_capacity(5);
+            backend_msg::parse_complete(&mut reply);
+            self.expect.push(Expect::Synthetic(reply.freeze()));
+        } else {
+            server
+                .prepared
+                .insert(stmt.server_name.clone(), Prepared::Pending);
+            self.to_server.extend_from_slice(&stmt.parse);
+            self.expect
+                .push(Expect::Parse(Some(stmt.server_name.clone())));
+        }
+        self.statements.insert(name, stmt);
+    }
+
+    /// Makes sure the attached server has the client's statement `name`,
+    /// injecting its Parse when not; returns the server-side name.
+    fn ensure_prepared(&mut self, name: &[u8]) -> Option<Arc<str>> {
+        let stmt = self.statements.get(name)?.clone();
+        let server = self.server.as_mut().expect("attached");
+        if !server.prepared.contains_key(&stmt.server_name) {
+            server
+                .prepared
+                .insert(stmt.server_name.clone(), Prepared::Pending);
+            self.to_server.extend_from_slice(&stmt.parse);
+            self.expect
+                .push(Expect::SwallowParse(stmt.server_name.clone()));
+        }
+        Some(stmt.server_name.clone())
+    }
+
+    fn on_bind(&mut self, frame: BytesMut) {
+        self.unsynced = true;
+        if self.rewrite_statements {
+            if let Some(b) = bind_msg(&frame[5..]).filter(|b| !b.statement.is_empty()) {
+                if let Some(server_name) = self.ensure_prepared(b.statement) {
+                    put_bind(
+                        &mut self.to_server,
+                        b.portal,
+                        server_name.as_bytes(),
+                        b.rest,
+                    );
+                    self.expect.push(Expect::Bind);
+                    return;
+                }
+            }
+        }
+        self.to_server.extend_from_slice(&frame);
+        self.expect.push(Expect::Bind);
+    }
+
+    fn on_describe_or_close(&mut self, tag: u8, frame: BytesMut) {
+        self.unsynced = true;
+        let target = if self.rewrite_statements {
+            target_msg(&frame[5..])
+        } else {
+            None
+        };
+        match target {
+            Some((b'S', name)) if !name.is_empty() && self.statements.contains_key(name) => {
+                let name = name.to_vec();
+                if tag == b'C' {
+                    // The shared server-side statement stays; the client's name goes.
+                    self.statements.remove(&name);
+                    let mut reply = BytesMut::with_capacity(5);
+                    backend_msg::close_complete(&mut reply);
+                    self.expect.push(Expect::Synthetic(reply.freeze()));
+                } else if let Some(server_name) = self.ensure_prepared(&name) {
+                    put_target(&mut self.to_server, b'D', b'S', server_name.as_bytes());
+                    self.expect.push(Expect::Describe);
+                }
+            }
+            _ => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(if tag == b'D' {
+                    Expect::Describe
+                } else {
+                    Expect::Close
+                });
+            }
+        }
+    }
+
+    async fn flush_server(&mut self) -> Result<(), SessionError> {
+        if self.to_server.is_empty() {
+            return Ok(());
+        }
+        let Some(server) = self.server.as_mut() else {
+            self.to_server.clear();
+            return Ok(());
+        };
+        if server.stream.write_all(&self.to_server).await.is_err() {
+            self.to_server.clear();
+            return self.server_lost().await;
+        }
+        self.to_server.clear();
+        // Synthetic replies queued ahead of anything the server owes go out now.
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        Ok(())
+    }
+
+    async fn flush_client(&mut self) -> Result<(), SessionError> {
+        if !self.to_client.is_empty() {
+            self.client.write_all(&self.to_client).await?;
+            self.to_client.clear();
+        }
+        Ok(())
+    }
+
+    // ---- server to client ---------------------------------------------------------
+
+    async fn on_server_input(&mut self) -> Result<(), SessionError> {
+        loop {
+            let server = self.server.as_mut().expect("attached");
+            let buf = &mut server.read_buf;
+            if self.server_stream_left > 0 {
+                let take = self.server_stream_left.min(buf.len());
+                self.to_client.extend_from_slice(&buf.split_to(take));
+                self.server_stream_left -= take;
+                if buf.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            let header = match check_frame(buf, u32::MAX as u64) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed message from server");
+                    return self.server_lost().await;
+                }
+            };
+            if buf.len() < header.total {
+                if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
+                    self.server_stream_left = header.total - buf.len();
+                    self.to_client.extend_from_slice(buf);
+                    buf.clear();
+                } else {
+                    buf.reserve(header.total - buf.len());
+                }
+                break;
+            }
+            let frame = buf.split_to(header.total);
+            self.expect
+                .drain_synthetic(&mut self.to_client, self.status);
+            let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
+            match header.tag {
+                b'S' => {
+                    if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
+                        server.reported.insert(n.to_owned(), v.to_owned());
+                    }
+                }
+                b'C' => match command_tag(&frame[5..]) {
+                    b"COMMIT" => self.txn_committed = Some(true),
+                    b"ROLLBACK" => self.txn_committed = Some(false),
+                    _ => {}
+                },
+                _ => {}
+            }
+            if let Some(name) = fx.prepared {
+                server.prepared.insert(name, Prepared::Ready);
+            }
+            if fx.skipped_to_sync {
+                server.drop_pending_statements();
+            }
+            if step == Step::Forward {
+                self.to_client.extend_from_slice(&frame);
+            }
+            if let Some(status) = fx.ready {
+                self.on_ready(status);
+            }
+        }
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        self.flush_client().await?;
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// ReadyForQuery: a unit of work ended; settle its session-state changes.
+    fn on_ready(&mut self, status: u8) {
+        self.status = status;
+        self.pending_ready = self.pending_ready.saturating_sub(1);
+        let ops = self.expect.take_batch_ops();
+        match status {
+            b'I' => {
+                if self.txn_committed == Some(true) {
+                    let committed = std::mem::take(&mut self.txn_ops);
+                    self.apply_ops(committed);
+                }
+                self.txn_ops.clear();
+                self.txn_committed = None;
+                self.apply_ops(ops);
+            }
+            b'T' => self.txn_ops.extend(ops),
+            _ => {}
+        }
+    }
+
+    fn apply_ops(&mut self, ops: Vec<SessionOp>) {
+        for op in ops {
+            let server = self.server.as_mut().expect("attached");
+            match op {
+                SessionOp::Set { key, stmt } => {
+                    server.applied.insert(key.clone(), stmt.clone());
+                    self.desired.insert(key, stmt);
+                }
+                SessionOp::Reset { key } => {
+                    server.applied.remove(&key);
+                    match self.startup.get(&key) {
+                        Some(s) => self.desired.insert(key, s.clone()),
+                        None => self.desired.remove(&key),
+                    };
+                }
+                SessionOp::ResetAll => {
+                    server.applied.clear();
+                    self.desired = self.startup.clone();
+                }
+                SessionOp::DiscardAll => {
+                    server.applied.clear();
+                    server.prepared.clear();
+                    self.desired = self.startup.clone();
+                    self.statements.clear();
+                }
+                SessionOp::Deallocate(_) | SessionOp::Pin(_) => {}
+            }
+        }
+    }
+
+    // ---- the end ----------------------------------------------------------------
+
+    /// The client is gone: give the server connection back clean, or close it.
+    async fn cleanup(&mut self) {
+        self.cancel.set_target(None);
+        let Some(mut server) = self.server.take() else {
+            return;
+        };
+        let busy = self.pending_ready > 0
+            || self.unsynced
+            || !self.expect.is_empty()
+            || self.server_stream_left > 0;
+        if busy || !server.read_buf.is_empty() {
+            // Mid-query: stop the work and close; the server rolls back.
+            let key = server.cancel.clone();
+            server.discard();
+            let timeout = self.ctx.config.connect_timeout;
+            tokio::spawn(async move {
+                let _ = crate::backend::connect::send_cancel(&key, timeout).await;
+            });
+            return;
+        }
+        let reset_session = self.pinned.is_some();
+        let in_txn = self.status != b'I';
+        if !in_txn && !reset_session {
+            server.release();
+            return;
+        }
+        let clean = async {
+            if in_txn {
+                server.run_internal("ROLLBACK").await?;
+            }
+            if reset_session {
+                server.run_internal("DISCARD ALL").await?;
+                server.applied.clear();
+                server.prepared.clear();
+            }
+            Ok::<(), InternalError>(())
+        };
+        match tokio::time::timeout(CLEANUP_TIMEOUT, clean).await {
+            Ok(Ok(())) => server.release(),
+            _ => server.discard(),
+        }
+    }
+}
+
+/// Brings a server connection's session parameters to what the client set:
+/// `RESET ALL` then the client's statements, in one round trip.
+async fn sync_params(
+    server: &mut ServerConn,
+    desired: &SessionParams,
+) -> Result<(), InternalError> {
+    let mut sql = String::new();
+    if !server.applied.is_empty() {
+        sql.push_str("RESET ALL");
+    }
+    for stmt in desired.values() {
+        if !sql.is_empty() {
+            sql.push(';');
+        }
+        sql.push_str(stmt);
+    }
+    if !sql.is_empty() {
+        server.run_internal(&sql).await?;
+    }
+    server.applied = desired.clone();
+    Ok(())
+}

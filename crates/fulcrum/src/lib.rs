@@ -1,0 +1,62 @@
+//! The daemon's wiring: from a validated config to running listeners, one per
+//! cluster, until shutdown. Protocol work lives in the protocol crates.
+
+use std::sync::Arc;
+
+use fulcrum_config::{Config, Protocol};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("cluster \"{cluster}\": cannot listen on {address}: {source}")]
+    Listen {
+        cluster: String,
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cluster \"{cluster}\": protocol \"mysql\" is not supported by this build yet")]
+    Unsupported { cluster: String },
+}
+
+/// Binds every cluster's listener, then serves until `shutdown` turns true.
+pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), DaemonError> {
+    let mut listeners = Vec::new();
+    for cluster in &config.clusters {
+        if cluster.protocol != Protocol::Postgres {
+            return Err(DaemonError::Unsupported {
+                cluster: cluster.name.clone(),
+            });
+        }
+        let listener =
+            TcpListener::bind(cluster.listen)
+                .await
+                .map_err(|source| DaemonError::Listen {
+                    cluster: cluster.name.clone(),
+                    address: cluster.listen,
+                    source,
+                })?;
+        listeners.push((cluster.clone(), listener));
+    }
+    let mut tasks = Vec::new();
+    for (cluster, listener) in listeners {
+        tracing::info!(
+            cluster = %cluster.name,
+            listen = %cluster.listen,
+            backends = cluster.backends.len(),
+            pool_mode = ?cluster.pool_mode,
+            "listening"
+        );
+        let ctx = fulcrum_postgres::frontend::ClusterContext::new(cluster);
+        tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
+            Arc::clone(&ctx),
+            listener,
+            shutdown.clone(),
+        )));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! `fulcrum`: run the daemon (`fulcrum --config FILE`) or validate a config
+//! (`fulcrum check --config FILE`: exit 0, or print `file:line: key: reason`
+//! and exit 2).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(
+    name = "fulcrum",
+    version,
+    about = "SQL-aware load-balancing proxy for PostgreSQL and MySQL"
+)]
+struct Cli {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c', global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration and exit: 0 when valid, 2 with `file:line: key: reason` otherwise.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(path) = cli.config else {
+        eprintln!("fulcrum: --config FILE is required");
+        return ExitCode::from(2);
+    };
+    let config = match fulcrum_config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            match cli.command {
+                Some(Command::Check) => println!("{e}"),
+                None => eprintln!("{e}"),
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Command::Check) = cli.command {
+        println!(
+            "{}: OK ({} cluster(s))",
+            path.display(),
+            config.clusters.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&config.fulcrum.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fulcrum: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(watch_signals(tx));
+        match fulcrum::run(config, rx).await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("fulcrum: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn init_logging(filter: &str) {
+    let filter = std::env::var("FULCRUM_LOG").unwrap_or_else(|_| filter.to_owned());
+    let env_filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_target(false)
+        .init();
+}
+
+/// SIGTERM and SIGINT stop accepting and exit (graceful drain is planned);
+/// SIGHUP is logged (online reload is planned) instead of killing the daemon.
+async fn watch_signals(tx: watch::Sender<bool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+            _ = hup.recv() => tracing::warn!("SIGHUP: online reload is not implemented yet; restart to apply a changed config"),
+        }
+    }
+    let _ = tx.send(true);
+}
