@@ -88,10 +88,12 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     stream.set_nodelay(true).map_err(io)?;
     let mut out = BytesMut::new();
     frontend::startup_message(
+        // Nothing else: the server's defaults are what `RESET ALL` returns to
+        // when a connection passes to another client; each client's own
+        // startup parameters are replayed on top (see frontend::session).
         [
             ("user", target.user.as_str()),
             ("database", target.database.as_str()),
-            ("application_name", "fulcrum"),
         ],
         &mut out,
     )

@@ -2,7 +2,7 @@
 //! server connection pools keyed by (backend, user, database), the users'
 //! SCRAM verifiers, the statement registry and the cancel keys.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use fulcrum_config::{Cluster, Role};
@@ -11,6 +11,7 @@ use fulcrum_pool::{BackendId, Pool, Router};
 use super::cancel::CancelRegistry;
 use super::statements::StatementRegistry;
 use crate::auth::scram::{Verifier, ITERATIONS};
+use crate::backend::conn::SessionParams;
 use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
 
 pub struct UserAuth {
@@ -19,6 +20,10 @@ pub struct UserAuth {
 }
 
 type PoolKey = (BackendId, Arc<str>, Arc<str>);
+type WelcomeKey = (BackendId, Arc<str>, Arc<str>, SessionParams);
+
+/// Most cached welcome messages kept; the cache is emptied when it fills.
+const WELCOME_CACHE_MAX: usize = 1024;
 
 pub struct ClusterContext {
     pub config: Cluster,
@@ -30,6 +35,10 @@ pub struct ClusterContext {
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
+    /// The ParameterStatus values a server reported after taking a client's
+    /// startup parameters, so the next client with the same ones logs in
+    /// without waiting for a server connection (as PgBouncer does).
+    welcome: Mutex<HashMap<WelcomeKey, Arc<BTreeMap<String, String>>>>,
 }
 
 impl ClusterContext {
@@ -64,6 +73,7 @@ impl ClusterContext {
             cancels: Arc::new(CancelRegistry::default()),
             mock_secret: rand::random(),
             pools: Mutex::new(HashMap::new()),
+            welcome: Mutex::new(HashMap::new()),
             config,
         })
     }
@@ -90,6 +100,37 @@ impl ClusterContext {
                 )
             })
             .clone()
+    }
+
+    pub fn cached_welcome(
+        &self,
+        backend: BackendId,
+        user: &Arc<str>,
+        database: &Arc<str>,
+        startup: &SessionParams,
+    ) -> Option<Arc<BTreeMap<String, String>>> {
+        let cache = self.welcome.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .get(&(backend, user.clone(), database.clone(), startup.clone()))
+            .cloned()
+    }
+
+    pub fn cache_welcome(
+        &self,
+        backend: BackendId,
+        user: &Arc<str>,
+        database: &Arc<str>,
+        startup: &SessionParams,
+        reported: &BTreeMap<String, String>,
+    ) {
+        let mut cache = self.welcome.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= WELCOME_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(
+            (backend, user.clone(), database.clone(), startup.clone()),
+            Arc::new(reported.clone()),
+        );
     }
 
     /// Opens a new server connection for a pool.

@@ -35,6 +35,9 @@ pub enum Expect {
     /// CommandComplete + ReadyForQuery Fulcrum gives itself for a whole Query
     /// it answered (DEALLOCATE of a mapped statement).
     SyntheticQuery(&'static str),
+    /// The client ended a copy-in (CopyDone or CopyFail); owes no reply. Marks
+    /// where Syncs start to count again (see `on_server` for 'G').
+    CopyEnd,
 }
 
 /// What to do with one server message.
@@ -54,12 +57,17 @@ pub struct Effects {
     pub skipped_to_sync: bool,
     /// ReadyForQuery arrived (status byte).
     pub ready: Option<u8>,
+    /// Syncs the server will ignore because they arrived during copy-in.
+    pub ignored_syncs: usize,
 }
 
 #[derive(Debug, Default)]
 pub struct Expectations {
     queue: VecDeque<Expect>,
     query_failed: bool,
+    /// An extended-protocol copy-in is running and the client has not ended it:
+    /// Syncs it sends now are ignored by the server.
+    copy_in_open: bool,
     /// Session ops of statements that completed since the last ReadyForQuery.
     batch_ops: Vec<SessionOp>,
 }
@@ -71,6 +79,17 @@ impl Expectations {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// True while a Sync from the client owes no reply (extended copy-in running).
+    pub fn sync_is_ignored(&self) -> bool {
+        self.copy_in_open
+    }
+
+    /// The client sent CopyDone or CopyFail.
+    pub fn client_copy_end(&mut self) {
+        self.copy_in_open = false;
+        self.queue.push_back(Expect::CopyEnd);
     }
 
     /// Ops that completed in the unit of work just ended by ReadyForQuery.
@@ -85,6 +104,7 @@ impl Expectations {
         loop {
             match self.queue.front() {
                 Some(Expect::Synthetic(bytes)) => out.extend_from_slice(bytes),
+                Some(Expect::CopyEnd) => {}
                 Some(Expect::SyntheticQuery(tag)) => {
                     if status == b'E' {
                         backend_msg::error_response(
@@ -125,6 +145,31 @@ impl Expectations {
             b'2' | b'3' => {
                 if matches!(self.queue.front(), Some(Expect::Bind | Expect::Close)) {
                     self.queue.pop_front();
+                }
+                Step::Forward
+            }
+            b'G' => {
+                // Extended-protocol COPY FROM STDIN: the server ignores Sync (and
+                // Flush) until CopyDone/CopyFail, so Syncs the client pipelined
+                // after this Execute and before its copy end owe no reply.
+                // <https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-COPY>
+                if matches!(self.queue.front(), Some(Expect::Execute(_))) {
+                    let mut i = 1;
+                    let mut ended = false;
+                    while i < self.queue.len() {
+                        match self.queue[i] {
+                            Expect::Sync => {
+                                self.queue.remove(i);
+                                fx.ignored_syncs += 1;
+                            }
+                            Expect::CopyEnd => {
+                                ended = true;
+                                break;
+                            }
+                            _ => i += 1,
+                        }
+                    }
+                    self.copy_in_open = !ended;
                 }
                 Step::Forward
             }
@@ -186,6 +231,45 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn syncs_sent_during_extended_copy_in_owe_no_reply() {
+        // Client: Bind, Execute, Sync, CopyData, CopyDone, Sync (tokio-postgres' copy_in).
+        let mut q = Expectations::default();
+        q.push(Expect::Bind);
+        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Sync);
+        q.on_server(b'2', b"");
+        let (_, fx) = q.on_server(b'G', b"");
+        assert_eq!(fx.ignored_syncs, 1);
+        assert!(q.sync_is_ignored());
+        q.client_copy_end();
+        assert!(!q.sync_is_ignored());
+        q.push(Expect::Sync);
+        q.on_server(b'C', b"");
+        let (_, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(fx.ready, Some(b'I'));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn copy_end_pipelined_before_copy_in_response_keeps_the_later_sync() {
+        let mut q = Expectations::default();
+        q.push(Expect::Bind);
+        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Sync);
+        q.client_copy_end();
+        q.push(Expect::Sync);
+        q.on_server(b'2', b"");
+        let (_, fx) = q.on_server(b'G', b"");
+        assert_eq!(fx.ignored_syncs, 1);
+        assert!(!q.sync_is_ignored());
+        q.on_server(b'C', b"");
+        q.on_server(b'Z', b"I");
+        let mut out = BytesMut::new();
+        q.drain_synthetic(&mut out, b'I');
+        assert!(q.is_empty());
+    }
 
     fn synthetic_parse_complete() -> Expect {
         let mut b = BytesMut::new();

@@ -125,13 +125,34 @@ impl Session {
     }
 
     async fn start(&mut self) -> Result<(), SessionError> {
-        self.attach().await?;
+        let backend = self.ctx.router.pick(Route::Primary);
+        let cached = if self.pinned.is_none() {
+            self.ctx
+                .cached_welcome(backend, &self.user, &self.database, &self.startup)
+        } else {
+            None
+        };
+        let reported = match cached {
+            Some(r) => r,
+            None => {
+                // First client with these parameters: a server validates the
+                // database and the startup parameters, and tells their values.
+                self.attach().await?;
+                let server = self.server.as_ref().expect("attached");
+                self.ctx.cache_welcome(
+                    self.backend,
+                    &self.user,
+                    &self.database,
+                    &self.startup,
+                    &server.reported,
+                );
+                Arc::new(server.reported.clone())
+            }
+        };
         let mut out = BytesMut::with_capacity(512);
         backend_msg::auth_request(&mut out, backend_msg::AUTH_OK, &[]);
-        if let Some(server) = self.server.as_ref() {
-            for (name, value) in &server.reported {
-                backend_msg::parameter_status(&mut out, name, value);
-            }
+        for (name, value) in reported.iter() {
+            backend_msg::parameter_status(&mut out, name, value);
         }
         backend_msg::backend_key_data(&mut out, self.cancel.process_id, self.cancel.secret_key);
         backend_msg::ready_for_query(&mut out, b'I');
@@ -326,12 +347,16 @@ impl Session {
 
     /// Handles one client frame. Returns false on Terminate.
     async fn on_client_frame(&mut self, tag: u8, frame: BytesMut) -> Result<bool, SessionError> {
+        tracing::trace!(tag = %(tag as char), len = frame.len(), "client message");
         match tag {
             b'X' => return Ok(false),
             b'd' | b'c' | b'f' => {
                 // Copy data outside a copy is ignored by servers too.
                 if self.server.is_some() {
                     self.to_server.extend_from_slice(&frame);
+                    if tag != b'd' {
+                        self.expect.client_copy_end();
+                    }
                 }
                 return Ok(true);
             }
@@ -376,9 +401,11 @@ impl Session {
             }
             b'S' => {
                 self.to_server.extend_from_slice(&frame);
-                self.expect.push(Expect::Sync);
-                self.pending_ready += 1;
-                self.unsynced = false;
+                if !self.expect.sync_is_ignored() {
+                    self.expect.push(Expect::Sync);
+                    self.pending_ready += 1;
+                    self.unsynced = false;
+                }
             }
             b'H' => {
                 self.to_server.extend_from_slice(&frame);
@@ -592,6 +619,7 @@ impl Session {
                 break;
             }
             let frame = buf.split_to(header.total);
+            tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
             self.expect
                 .drain_synthetic(&mut self.to_client, self.status);
             let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
@@ -617,6 +645,7 @@ impl Session {
             if step == Step::Forward {
                 self.to_client.extend_from_slice(&frame);
             }
+            self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
                 self.on_ready(status);
             }

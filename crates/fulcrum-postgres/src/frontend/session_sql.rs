@@ -28,8 +28,10 @@ pub fn scan(text: &[u8]) -> Vec<SessionOp> {
     let Ok(text) = std::str::from_utf8(text) else {
         return Vec::new();
     };
-    // Fast path: one statement whose first word cannot change session state.
-    if !text.contains(';') && !may_touch_session(first_word(text)) && !mentions_lock(text) {
+    // Fast path: one statement (a trailing `;` allowed) whose first word
+    // cannot change session state.
+    let single = text.trim_end().trim_end_matches(';');
+    if !single.contains(';') && !may_touch_session(first_word(single)) && !mentions_lock(single) {
         return Vec::new();
     }
     split_statements(text)

@@ -1,0 +1,706 @@
+//! Load benchmark: `pgbench -S` for a fixed time against PostgreSQL directly,
+//! through Fulcrum and through PgBouncer, on one throwaway primary this bench
+//! starts itself. Targets alternate round-robin so machine drift hits all
+//! alike; the report is a markdown table on stdout and in `target/bench-load.md`.
+//!
+//! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
+//! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
+//! bounded in time (every pgbench run has a deadline), cleaned up on exit.
+//!
+//! One file, no test harness (`harness = false`): what is here is process
+//! plumbing and arithmetic a reader checks by eye, so there are no unit tests.
+
+use std::fmt::Write as _;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fulcrum_testkit::{
+    free_port, fulcrum_bin, is_root, pg_bin, wait_for_tcp, FulcrumProcess, PgCluster,
+    PgbenchResult, APP_DB, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV,
+};
+
+type Error = Box<dyn std::error::Error>;
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
+/// Server connections for each pooler, per (user, database).
+const POOL_SIZE: u32 = 20;
+/// A pgbench run may overrun its `-T` by this much (connecting, draining)
+/// before it is killed and the bench fails.
+const RUN_GRACE: Duration = Duration::from_secs(30);
+/// Deadline for `pgbench -i`, per unit of scale (100,000 accounts) and fixed.
+const INIT_SECONDS_PER_SCALE: u64 = 10;
+const INIT_SECONDS_FIXED: u64 = 60;
+/// Untimed runs per target before the first round: fill caches and pools.
+const WARMUP_SECONDS: u64 = 2;
+
+const USAGE: &str = "\
+usage: cargo bench --bench load -- [options]
+  --seconds N     length of each pgbench run (default 10)
+  --clients N     pgbench -c (default 16)
+  --jobs N        pgbench -j (default 2)
+  --rounds N      rounds; each runs every target once (default 3)
+  --scale N       pgbench -i -s (default 10)
+  --protocol P    pgbench -M: simple, extended or prepared (default simple)
+Environment: FULCRUM_BIN=path skips building the daemon.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes --bench; `cargo test --benches` runs us without it.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("load benchmark: not run outside `cargo bench --bench load`");
+        return ExitCode::SUCCESS;
+    }
+    let opts = match Options::parse(&args) {
+        Ok(opts) => opts,
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // Everything started is owned inside run() and dropped before we exit.
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nload benchmark FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    seconds: u64,
+    clients: u32,
+    jobs: u32,
+    rounds: usize,
+    scale: u32,
+    protocol: String,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut opts = Options {
+            seconds: 10,
+            clients: 16,
+            jobs: 2,
+            rounds: 3,
+            scale: 10,
+            protocol: "simple".into(),
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if flag == "--bench" {
+                continue;
+            }
+            if flag == "--help" || flag == "-h" {
+                return Err("help requested".into());
+            }
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = |min: u64| -> Result<u64, String> {
+                match value.parse::<u64>() {
+                    Ok(n) if n >= min => Ok(n),
+                    _ => Err(format!("{flag} {value}: expected a whole number >= {min}")),
+                }
+            };
+            match flag.as_str() {
+                "--seconds" => opts.seconds = number(1)?,
+                "--clients" => opts.clients = number(1)? as u32,
+                "--jobs" => opts.jobs = number(1)? as u32,
+                "--rounds" => opts.rounds = number(1)? as usize,
+                "--scale" => opts.scale = number(1)? as u32,
+                "--protocol" if ["simple", "extended", "prepared"].contains(&value.as_str()) => {
+                    opts.protocol = value.clone()
+                }
+                "--protocol" => return Err(format!("--protocol {value}: unknown mode")),
+                _ => return Err(format!("unknown option {flag}")),
+            }
+        }
+        // pgbench refuses more threads than clients.
+        opts.jobs = opts.jobs.min(opts.clients);
+        Ok(opts)
+    }
+}
+
+fn run(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    let bin = ensure_fulcrum_built()?;
+    let pgbouncer_found = Path::new(PGBOUNCER).is_file();
+    if !pgbouncer_found {
+        eprintln!(
+            "PgBouncer not found at {PGBOUNCER}: skipping it (install: apt-get install pgbouncer)"
+        );
+    }
+    let targets = if pgbouncer_found { 3 } else { 2 };
+    let init_timeout =
+        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let (expected, worst) = time_budget(opts, targets, init_timeout);
+    eprintln!(
+        "load benchmark: {targets} targets x {} rounds x {} s after `pgbench -i -s {}`: \
+         about {} s in all; every step has a deadline, so at most {} s",
+        opts.rounds,
+        opts.seconds,
+        opts.scale,
+        expected.as_secs(),
+        worst.as_secs()
+    );
+
+    // Keep the data set in shared buffers: a scale-10 pgbench database is
+    // ~160 MB, five times the harness's 32 MB default, and a select-only run
+    // spilling to the OS cache would mostly measure the server.
+    let shared_buffers = format!("{}MB", 64 + 16 * opts.scale);
+    let cluster = PgCluster::builder()
+        .replicas(0)
+        .setting("shared_buffers", &shared_buffers)
+        .start()?;
+    let primary = cluster.primary();
+    let direct = primary.addr();
+    eprintln!("PostgreSQL primary on {direct} (shared_buffers {shared_buffers})");
+
+    eprintln!("pgbench -i -s {} (directly) ...", opts.scale);
+    let init_args = ["-i", "-q", "-s", &opts.scale.to_string()];
+    pgbench_bounded(&direct, &init_args, init_timeout)
+        .map_err(|e| format!("pgbench -i -s {}: {e}", opts.scale))?;
+
+    let machine = Machine::collect(&primary.sql("SHOW server_version")?)?;
+
+    let fulcrum_listen = format!("127.0.0.1:{}", free_port());
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(&fulcrum_listen, &direct))?;
+    eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
+    let pgbouncer = if pgbouncer_found {
+        let p = PgBouncer::start(primary.port())?;
+        eprintln!("PgBouncer on {}", p.addr);
+        Some(p)
+    } else {
+        None
+    };
+
+    let mut targets = vec![
+        Target::new("PostgreSQL direct", direct),
+        Target::new("Fulcrum", fulcrum_listen),
+    ];
+    if let Some(p) = &pgbouncer {
+        targets.push(Target::new("PgBouncer", p.addr.clone()));
+    }
+
+    let check_alive = || -> Result<()> {
+        if let Some(status) = fulcrum.try_wait() {
+            return Err(format!(
+                "fulcrum exited with {status}; log tail:\n{}",
+                tail(&fulcrum.log_contents(), 30)
+            )
+            .into());
+        }
+        if let Some(p) = &pgbouncer {
+            p.check_alive()?;
+        }
+        Ok(())
+    };
+
+    let bench_args = |seconds: u64| -> Vec<String> {
+        let mut args = vec!["-S".to_string(), "-M".into(), opts.protocol.clone()];
+        for (flag, value) in [
+            ("-c", opts.clients.to_string()),
+            ("-j", opts.jobs.to_string()),
+            ("-T", seconds.to_string()),
+        ] {
+            args.push(flag.into());
+            args.push(value);
+        }
+        args
+    };
+
+    for target in &targets {
+        eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
+        let args = bench_args(WARMUP_SECONDS);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let timeout = Duration::from_secs(WARMUP_SECONDS) + RUN_GRACE;
+        bench_run(&target.addr, &args, timeout)
+            .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
+        check_alive()?;
+    }
+
+    let args = bench_args(opts.seconds);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let timeout = Duration::from_secs(opts.seconds) + RUN_GRACE;
+    for round in 0..opts.rounds {
+        // Rotate the starting target so no target always runs right after another.
+        for i in 0..targets.len() {
+            let n = targets.len();
+            let target = &mut targets[(round + i) % n];
+            let result = bench_run(&target.addr, &args, timeout)
+                .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
+            check_alive()?;
+            eprintln!(
+                "round {}/{}: {:<18} {:>10.0} TPS  latency avg {} ms",
+                round + 1,
+                opts.rounds,
+                target.name,
+                result.tps,
+                result
+                    .latency_avg_ms
+                    .map_or("?".into(), |l| format!("{l:.3}"))
+            );
+            target.tps.push(result.tps);
+            target
+                .latency_ms
+                .push(result.latency_avg_ms.unwrap_or(f64::NAN));
+        }
+    }
+
+    // Stop the servers before reporting, so cleanup cannot be skipped by a
+    // failure to write the file.
+    drop(pgbouncer);
+    drop(fulcrum);
+    drop(cluster);
+
+    let report = render(opts, &machine, &targets, started.elapsed());
+    println!("\n{report}");
+    let path = target_dir().join("bench-load.md");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// Builds the release daemon, which `cargo bench` does not (the root package
+/// does not depend on it), so every run measures the current source.
+fn ensure_fulcrum_built() -> Result<PathBuf> {
+    if std::env::var_os(FULCRUM_BIN_ENV).is_none() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        eprintln!("building the daemon: cargo build --release -p fulcrum");
+        let status = Command::new(&cargo)
+            .args(["build", "--release", "-p", "fulcrum"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("running cargo build: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "`cargo build --release -p fulcrum` failed ({status}); fix the build, or \
+                 run: cargo build --release -p fulcrum and set {FULCRUM_BIN_ENV}=target/release/fulcrum"
+            )
+            .into());
+        }
+    }
+    let bin = fulcrum_bin();
+    if !bin.is_file() {
+        return Err(format!(
+            "no daemon binary at {}; run: cargo build --release -p fulcrum",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
+/// (expected, worst-case) wall time from here on. Expected: the pgbench runs
+/// plus what start-up and `pgbench -i` took on a 2-core machine; worst case:
+/// every deadline expiring (pg_ctl's 60 s, the daemons' 10 s, each run's grace).
+fn time_budget(opts: &Options, targets: u64, init_timeout: Duration) -> (Duration, Duration) {
+    let runs = targets * opts.rounds as u64;
+    let pgbench = targets * WARMUP_SECONDS + runs * opts.seconds;
+    let expected = pgbench + 15 + 2 * u64::from(opts.scale);
+    let grace = RUN_GRACE.as_secs();
+    let worst = pgbench + (targets + runs) * grace + init_timeout.as_secs() + 60 + 2 * 10 + 30;
+    (Duration::from_secs(expected), Duration::from_secs(worst))
+}
+
+fn fulcrum_config(listen: &str, primary: &str) -> String {
+    format!(
+        "[fulcrum]\nlog = \"info\"\n\n\
+         [[cluster]]\nname = \"bench\"\nprotocol = \"postgres\"\nlisten = \"{listen}\"\n\
+         pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n\n\
+         [[cluster.backend]]\naddress = \"{primary}\"\nrole = \"primary\"\n\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    )
+}
+
+/// One place pgbench connects to, and what it measured there, per round.
+struct Target {
+    name: &'static str,
+    addr: String,
+    tps: Vec<f64>,
+    latency_ms: Vec<f64>,
+}
+
+impl Target {
+    fn new(name: &'static str, addr: String) -> Target {
+        Target {
+            name,
+            addr,
+            tps: Vec::new(),
+            latency_ms: Vec::new(),
+        }
+    }
+}
+
+/// A pgbench benchmark run (`args` without `-i`), failing on any failed
+/// transaction as well as on everything [`pgbench_bounded`] rejects.
+fn bench_run(addr: &str, args: &[&str], timeout: Duration) -> Result<PgbenchResult> {
+    let (stdout, stderr) = pgbench_bounded(addr, args, timeout)?;
+    let result = PgbenchResult::parse(&stdout, &stderr)?;
+    if result.failed > 0 || result.transactions == 0 {
+        return Err(format!(
+            "pgbench reported {} failed and {} successful transactions\n{}",
+            result.failed,
+            result.transactions,
+            outputs(&stdout, &stderr)
+        )
+        .into());
+    }
+    Ok(result)
+}
+
+/// Runs pgbench as `app` against `addr` (`127.0.0.1:PORT`), killing it after
+/// `timeout`; returns (stdout, stderr). A non-zero exit (aborted clients) or
+/// an error line on stderr is an error.
+fn pgbench_bounded(addr: &str, args: &[&str], timeout: Duration) -> Result<(String, String)> {
+    let (host, port) = addr.rsplit_once(':').ok_or("address without port")?;
+    let mut cmd = Command::new(pg_bin("pgbench"));
+    // libpq variables that would redirect or alter the connection.
+    for var in [
+        "PGHOST",
+        "PGHOSTADDR",
+        "PGPORT",
+        "PGDATABASE",
+        "PGUSER",
+        "PGSERVICE",
+        "PGOPTIONS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("PGPASSWORD", APP_PASSWORD)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env("LC_MESSAGES", "C")
+        .args(["-h", host, "-p", port, "-U", APP_USER])
+        .args(args)
+        .arg(APP_DB)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("spawning pgbench: {e}"))?;
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("pgbench still running after {timeout:?}: killed").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    let errors = stderr
+        .lines()
+        .any(|l| l.to_ascii_lowercase().contains("error"));
+    if !status.success() || errors {
+        return Err(format!(
+            "`pgbench {}` exited with {status}\n{}",
+            args.join(" "),
+            outputs(&stdout, &stderr)
+        )
+        .into());
+    }
+    Ok((stdout, stderr))
+}
+
+fn outputs(stdout: &str, stderr: &str) -> String {
+    format!(
+        "--- pgbench stdout (tail) ---\n{}\n--- pgbench stderr (head) ---\n{}",
+        tail(stdout, 20),
+        stderr.lines().take(10).collect::<Vec<_>>().join("\n")
+    )
+}
+
+/// Reads a child's pipe to the end on a thread, so a full pipe never blocks it.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        text
+    })
+}
+
+/// A PgBouncer in a temp dir, in front of the primary with the same pool
+/// settings as Fulcrum. Stopped (and its dir removed) on drop.
+struct PgBouncer {
+    addr: String,
+    dir: PathBuf,
+    /// PgBouncer itself, or `runuser` running it when we are root.
+    child: Mutex<Child>,
+    /// A shell that kills PgBouncer if this process dies without dropping us.
+    watchdog: Option<Child>,
+}
+
+impl PgBouncer {
+    fn start(pg_port: u16) -> Result<PgBouncer> {
+        let dir =
+            std::env::temp_dir().join(format!("fulcrum-bench-pgbouncer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        let port = free_port();
+        let ini = dir.join("pgbouncer.ini");
+        let users = dir.join("userlist.txt");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n{APP_DB} = host=127.0.0.1 port={pg_port} dbname={APP_DB}\n\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                 auth_type = scram-sha-256\nauth_file = {}\npool_mode = transaction\n\
+                 default_pool_size = {POOL_SIZE}\nmax_client_conn = 1000\n\
+                 logfile = {}\npidfile = {}\n",
+                users.display(),
+                dir.join("pgbouncer.log").display(),
+                dir.join("pgbouncer.pid").display()
+            ),
+        )?;
+        // A plain password: PgBouncer needs it to log in to PostgreSQL with SCRAM.
+        std::fs::write(&users, format!("\"{APP_USER}\" \"{APP_PASSWORD}\"\n"))?;
+        // PgBouncer refuses to run as root.
+        let mut cmd = if is_root() {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()?;
+            if !status.success() {
+                return Err(format!("chown -R postgres {} failed", dir.display()).into());
+            }
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", PGBOUNCER]);
+            c
+        } else {
+            Command::new(PGBOUNCER)
+        };
+        let child = cmd
+            .arg(&ini)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawning {PGBOUNCER}: {e}"))?;
+        // From here, an early return drops `bouncer`, which stops it.
+        let mut bouncer = PgBouncer {
+            addr: format!("127.0.0.1:{port}"),
+            dir,
+            child: Mutex::new(child),
+            watchdog: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !wait_for_tcp(&bouncer.addr, Duration::from_millis(100)) {
+            bouncer.check_alive()?;
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "PgBouncer not listening on {} after 10 s{}",
+                    bouncer.addr,
+                    bouncer.log_tail()
+                )
+                .into());
+            }
+        }
+        let script = format!(
+            "while [ -d /proc/{} ]; do sleep 1; done; kill $(cat '{}') 2>/dev/null",
+            std::process::id(),
+            bouncer.pidfile().display()
+        );
+        bouncer.watchdog = Some(
+            Command::new("sh")
+                .args(["-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        Ok(bouncer)
+    }
+
+    fn pidfile(&self) -> PathBuf {
+        self.dir.join("pgbouncer.pid")
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        match child.try_wait()? {
+            None => Ok(()),
+            Some(status) => {
+                Err(format!("PgBouncer exited with {status}{}", self.log_tail()).into())
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default();
+        format!("; log tail:\n{}", tail(&log, 20))
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let pidfile = self.pidfile();
+        let child = self.child.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Killing runuser would leave PgBouncer running: signal PgBouncer by
+        // the pid it wrote (SIGTERM is its immediate shutdown). The pidfile is
+        // removed when it exits, so a stale pid is not signalled.
+        if matches!(child.try_wait(), Ok(None)) {
+            if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+                let _ = Command::new("kill")
+                    .args(["-TERM", pid.trim()])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What the numbers were measured on.
+struct Machine {
+    date: String,
+    nproc: usize,
+    cpu: String,
+    postgres: String,
+    pgbench: String,
+    pgbouncer: String,
+    commit: String,
+}
+
+impl Machine {
+    fn collect(server_version: &str) -> Result<Machine> {
+        let first_line = |program: &str, args: &[&str]| -> String {
+            Command::new(program)
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stderr(Stdio::null())
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "unknown".into())
+        };
+        let pgbench = pg_bin("pgbench");
+        let mut commit = first_line("git", &["rev-parse", "--short", "HEAD"]);
+        let dirty = Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty());
+        if dirty {
+            commit.push_str(" + uncommitted changes");
+        }
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("model name")
+                        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+                })
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Ok(Machine {
+            date: first_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu,
+            postgres: server_version.to_owned(),
+            pgbench: first_line(&pgbench.to_string_lossy(), &["--version"]),
+            pgbouncer: first_line(PGBOUNCER, &["--version"]),
+            commit,
+        })
+    }
+}
+
+/// The markdown report: one row per target, then the per-round figures.
+fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Duration) -> String {
+    let mut out = String::new();
+    let direct = &targets[0].tps;
+    let _ = writeln!(
+        out,
+        "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s\n",
+        opts.clients, opts.jobs, opts.protocol, opts.scale, opts.rounds, opts.seconds
+    );
+    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | TPS per round |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    for target in targets {
+        let ratios: Vec<f64> = target.tps.iter().zip(direct).map(|(t, d)| t / d).collect();
+        let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.2}x | {:.3} | {} |",
+            target.name,
+            median(&target.tps),
+            median(&ratios),
+            median(&target.latency_ms),
+            rounds.join(" / ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMachine: {} ({} CPUs, {}), PostgreSQL {}, {}, {}, Fulcrum {}; \
+         pgbench, PostgreSQL and the proxy share the CPUs. Whole run {:.0} s.",
+        machine.date,
+        machine.nproc,
+        machine.cpu,
+        machine.postgres,
+        machine.pgbench,
+        machine.pgbouncer,
+        machine.commit,
+        elapsed.as_secs_f64()
+    );
+    out
+}
+
+/// Median (mean of the middle two for an even count); NaN when empty.
+fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// `target/` of this build: the bench runs as `target/<profile>/deps/load-*`.
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+/// The last `lines` lines of `text`.
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

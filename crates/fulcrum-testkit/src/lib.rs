@@ -1,0 +1,38 @@
+//! Fulcrum's test harness: starts real PostgreSQL 15 clusters (a primary and
+//! streaming replicas) in temp dirs on free loopback ports, runs the Fulcrum
+//! daemon as a child process, and drives the real `psql` and `pgbench`.
+//!
+//! It owns processes and temp dirs, and never touches the machine's own
+//! database services (no fixed ports, no system data directories). It knows
+//! nothing about Fulcrum's internals: the daemon is a binary and a config text.
+//!
+//! Everything is synchronous (std::process), so it works from plain and
+//! `#[tokio::test]` tests alike. Servers are cleaned up on `Drop` and, if the
+//! test process dies first or a cluster lives in a `static`, by a reaper
+//! process (see `reaper.rs`). Set `FULCRUM_TESTKIT_KEEP=1` to keep temp dirs.
+
+mod clients;
+mod error;
+mod fulcrum_process;
+mod pg_cluster;
+mod pg_conf;
+mod pg_node;
+mod ports;
+mod process;
+mod reaper;
+mod roles;
+mod scratch;
+
+pub use clients::{pgbench, pgbench_init, run_pgbench, run_psql, PgbenchResult};
+pub use error::{Result, TestkitError};
+pub use fulcrum_process::{
+    fulcrum_bin, listen_addrs, FulcrumProcess, Signal, FULCRUM_BIN_ENV, START_TIMEOUT,
+};
+pub use pg_cluster::{PgCluster, PgClusterBuilder, KEEP_ENV, VERBOSE_ENV};
+pub use pg_node::PgNode;
+pub use ports::{free_port, wait_for_tcp, RESERVED_PORTS};
+pub use process::{find_pg_bin, is_root, pg_bin};
+pub use roles::{
+    APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER, SUPERUSER,
+};
+pub use scratch::TMPDIR_ENV;

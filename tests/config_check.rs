@@ -1,0 +1,224 @@
+//! `fulcrum check --config FILE` as users run it: the real binary on the shipped
+//! examples (exit 0) and on broken files (exit 2, one `file:line: key: reason`
+//! line on stdout), plus the daemon's own refusal of a missing file.
+//!
+//! Needs the daemon binary: `cargo build -p fulcrum` (see `fulcrum_testkit::fulcrum_bin`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fulcrum_testkit::fulcrum_bin;
+
+/// A valid one-cluster file; the broken cases are edits of it. Line numbers:
+/// 1 `[[cluster]]`, 2 name, 3 protocol, 4 listen, 5 `[[cluster.backend]]`,
+/// 6 address, 7 role, 8 `[[cluster.user]]`, 9 name, 10 password.
+const VALID: &str = r#"[[cluster]]
+name = "main"
+protocol = "postgres"
+listen = "127.0.0.1:6432"
+[[cluster.backend]]
+address = "127.0.0.1:5432"
+role = "primary"
+[[cluster.user]]
+name = "app"
+password = "secret"
+"#;
+
+/// A temp dir for this test's files, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("fulcrum-config-check-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fulcrum(args: &[&std::ffi::OsStr]) -> Output {
+    let bin = fulcrum_bin();
+    assert!(
+        bin.is_file(),
+        "{} not found: run `cargo build -p fulcrum` first",
+        bin.display()
+    );
+    Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
+}
+
+fn check(path: &Path) -> Output {
+    fulcrum(&["check".as_ref(), "--config".as_ref(), path.as_os_str()])
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `VALID` with `line` added right after the `listen` line (so it is line 5).
+fn with_cluster_key(line: &str) -> String {
+    VALID.replace(
+        "listen = \"127.0.0.1:6432\"\n",
+        &format!("listen = \"127.0.0.1:6432\"\n{line}\n"),
+    )
+}
+
+/// `VALID` twice: the second cluster's table starts on line 11 (name on 12,
+/// listen on 14). `edit` adjusts the second copy.
+fn two_clusters(edit: impl Fn(&str) -> String) -> String {
+    format!("{VALID}{}", edit(VALID))
+}
+
+#[test]
+fn shipped_example_configs_pass_check() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "no config/*.toml found in {}",
+        dir.display()
+    );
+    for file in files {
+        let out = check(&file);
+        assert!(
+            out.status.success(),
+            "{} was rejected ({}):\nstdout: {}\nstderr: {}",
+            file.display(),
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).starts_with(&format!("{}: OK", file.display())),
+            "{}: {}",
+            file.display(),
+            text(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn invalid_configs_fail_check_with_file_line_key_and_reason() {
+    struct Case {
+        what: &'static str,
+        toml: String,
+        line: usize,
+        key: &'static str,
+        /// The reason must start with this (its tail may list alternatives).
+        reason: &'static str,
+    }
+    let cases = [
+        Case {
+            what: "unknown key",
+            toml: with_cluster_key("pool_sise = 5"),
+            line: 5,
+            key: "cluster[0].pool_sise",
+            reason: "unknown key `pool_sise`, expected one of `name`, `protocol`, `listen`",
+        },
+        Case {
+            what: "wrong type",
+            toml: with_cluster_key("pool_size = \"big\""),
+            line: 5,
+            key: "cluster[0].pool_size",
+            reason: "invalid type: string \"big\", expected an integer",
+        },
+        Case {
+            what: "duplicate cluster name",
+            toml: two_clusters(|c| c.replace("6432", "6433").replace("5432", "5433")),
+            line: 12,
+            key: "cluster[1].name",
+            reason: "cluster name \"main\" is already used by cluster[0] (line 2)",
+        },
+        Case {
+            what: "duplicate listen address",
+            toml: two_clusters(|c| c.replace("\"main\"", "\"other\"").replace("5432", "5433")),
+            line: 14,
+            key: "cluster[1].listen",
+            reason: "127.0.0.1:6432 is already used by cluster[0].listen (line 4)",
+        },
+        Case {
+            what: "no primary-capable backend",
+            toml: VALID.replace("role = \"primary\"", "role = \"replica\""),
+            line: 5,
+            key: "cluster[0].backend",
+            reason: "cluster \"main\" has no backend with role \"primary\" or \"auto\", so writes \
+                     would have nowhere to go",
+        },
+        Case {
+            what: "bad duration",
+            toml: with_cluster_key("pool_timeout = \"5\""),
+            line: 5,
+            key: "cluster[0].pool_timeout",
+            reason: "invalid duration \"5\": missing unit (us, ms, s, m, h), e.g. \"5s\"",
+        },
+    ];
+    let dir = TempDir::new();
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let path = dir.write(&format!("case{i}.toml"), &case.toml);
+        let out = check(&path);
+        let stdout = text(&out.stdout);
+        let prefix = format!("{}:{}: {}: ", path.display(), case.line, case.key);
+        let lines: Vec<&str> = stdout.lines().collect();
+        let ok = out.status.code() == Some(2)
+            && lines.len() == 1
+            && lines[0]
+                .strip_prefix(&prefix)
+                .is_some_and(|reason| reason.starts_with(case.reason));
+        if !ok {
+            failures.push(format!(
+                "{}: want exit 2 and `{prefix}{}...`\n  got {} stdout: {stdout:?} stderr: {:?}",
+                case.what,
+                case.reason,
+                out.status,
+                text(&out.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn missing_config_file_exits_2_naming_the_file() {
+    let dir = TempDir::new();
+    let missing = dir.0.join("missing.toml");
+    let out = fulcrum(&["--config".as_ref(), missing.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("{}: cannot read: ", missing.display())),
+        "stderr: {stderr:?}"
+    );
+
+    // `check` reports the same way, on stdout like its other errors.
+    let out = check(&missing);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with(&format!("{}: cannot read: ", missing.display())),
+        "stdout: {stdout:?}"
+    );
+}
