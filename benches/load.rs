@@ -7,8 +7,10 @@
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
 //! bounded in time (every pgbench run has a deadline), cleaned up on exit.
 //!
-//! One file, no test harness (`harness = false`): what is here is process
-//! plumbing and arithmetic a reader checks by eye, so there are no unit tests.
+//! One file, longer than this workspace likes, because a bench target is one
+//! file here; it reads top-down: options, the run, pgbench, PgBouncer, the
+//! report. No test harness (`harness = false`) and no unit tests: it is
+//! process plumbing, and its arithmetic (medians, ratios) is checked by eye.
 
 use std::fmt::Write as _;
 use std::io::Read;
@@ -55,6 +57,10 @@ fn main() -> ExitCode {
         println!("load benchmark: not run outside `cargo bench --bench load`");
         return ExitCode::SUCCESS;
     }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let opts = match Options::parse(&args) {
         Ok(opts) => opts,
         Err(e) => {
@@ -96,9 +102,6 @@ impl Options {
         while let Some(flag) = it.next() {
             if flag == "--bench" {
                 continue;
-            }
-            if flag == "--help" || flag == "-h" {
-                return Err("help requested".into());
             }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
             let number = |min: u64| -> Result<u64, String> {
@@ -166,8 +169,6 @@ fn run(opts: &Options) -> Result<()> {
     pgbench_bounded(&direct, &init_args, init_timeout)
         .map_err(|e| format!("pgbench -i -s {}: {e}", opts.scale))?;
 
-    let machine = Machine::collect(&primary.sql("SHOW server_version")?)?;
-
     let fulcrum_listen = format!("127.0.0.1:{}", free_port());
     let fulcrum = FulcrumProcess::start(&fulcrum_config(&fulcrum_listen, &direct))?;
     eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
@@ -201,56 +202,8 @@ fn run(opts: &Options) -> Result<()> {
         Ok(())
     };
 
-    let bench_args = |seconds: u64| -> Vec<String> {
-        let mut args = vec!["-S".to_string(), "-M".into(), opts.protocol.clone()];
-        for (flag, value) in [
-            ("-c", opts.clients.to_string()),
-            ("-j", opts.jobs.to_string()),
-            ("-T", seconds.to_string()),
-        ] {
-            args.push(flag.into());
-            args.push(value);
-        }
-        args
-    };
-
-    for target in &targets {
-        eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
-        let args = bench_args(WARMUP_SECONDS);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let timeout = Duration::from_secs(WARMUP_SECONDS) + RUN_GRACE;
-        bench_run(&target.addr, &args, timeout)
-            .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
-        check_alive()?;
-    }
-
-    let args = bench_args(opts.seconds);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let timeout = Duration::from_secs(opts.seconds) + RUN_GRACE;
-    for round in 0..opts.rounds {
-        // Rotate the starting target so no target always runs right after another.
-        for i in 0..targets.len() {
-            let n = targets.len();
-            let target = &mut targets[(round + i) % n];
-            let result = bench_run(&target.addr, &args, timeout)
-                .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
-            check_alive()?;
-            eprintln!(
-                "round {}/{}: {:<18} {:>10.0} TPS  latency avg {} ms",
-                round + 1,
-                opts.rounds,
-                target.name,
-                result.tps,
-                result
-                    .latency_avg_ms
-                    .map_or("?".into(), |l| format!("{l:.3}"))
-            );
-            target.tps.push(result.tps);
-            target
-                .latency_ms
-                .push(result.latency_avg_ms.unwrap_or(f64::NAN));
-        }
-    }
+    let machine = Machine::collect(&primary.sql("SHOW server_version")?)?;
+    measure(opts, &mut targets, check_alive)?;
 
     // Stop the servers before reporting, so cleanup cannot be skipped by a
     // failure to write the file.
@@ -264,6 +217,57 @@ fn run(opts: &Options) -> Result<()> {
     std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!("written to {}", path.display());
     Ok(())
+}
+
+/// One warm-up run per target, then `opts.rounds` rounds of one run per
+/// target, recording each run's TPS and latency in its target.
+/// `check_alive` fails if a proxy died during the last run.
+fn measure(
+    opts: &Options,
+    targets: &mut [Target],
+    check_alive: impl Fn() -> Result<()>,
+) -> Result<()> {
+    for target in targets.iter() {
+        eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
+        bench_run(&target.addr, opts, WARMUP_SECONDS)
+            .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
+        check_alive()?;
+    }
+    let n = targets.len();
+    for round in 0..opts.rounds {
+        // Rotate the starting target so none always runs right after another.
+        for i in 0..n {
+            let target = &mut targets[(round + i) % n];
+            let result = bench_run(&target.addr, opts, opts.seconds)
+                .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
+            check_alive()?;
+            let latency = result.latency_avg_ms.unwrap_or(f64::NAN);
+            eprintln!(
+                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms",
+                round + 1,
+                opts.rounds,
+                target.name,
+                result.tps,
+            );
+            target.tps.push(result.tps);
+            target.latency_ms.push(latency);
+        }
+    }
+    Ok(())
+}
+
+/// `-S -M <protocol> -c <clients> -j <jobs> -T <seconds>`.
+fn bench_args(opts: &Options, seconds: u64) -> Vec<String> {
+    let mut args = vec!["-S".to_string(), "-M".into(), opts.protocol.clone()];
+    for (flag, value) in [
+        ("-c", u64::from(opts.clients)),
+        ("-j", u64::from(opts.jobs)),
+        ("-T", seconds),
+    ] {
+        args.push(flag.into());
+        args.push(value.to_string());
+    }
+    args
 }
 
 /// Builds the release daemon, which `cargo bench` does not (the root package
@@ -303,7 +307,7 @@ fn ensure_fulcrum_built() -> Result<PathBuf> {
 fn time_budget(opts: &Options, targets: u64, init_timeout: Duration) -> (Duration, Duration) {
     let runs = targets * opts.rounds as u64;
     let pgbench = targets * WARMUP_SECONDS + runs * opts.seconds;
-    let expected = pgbench + 15 + 2 * u64::from(opts.scale);
+    let expected = pgbench + 5 + u64::from(opts.scale);
     let grace = RUN_GRACE.as_secs();
     let worst = pgbench + (targets + runs) * grace + init_timeout.as_secs() + 60 + 2 * 10 + 30;
     (Duration::from_secs(expected), Duration::from_secs(worst))
@@ -338,10 +342,13 @@ impl Target {
     }
 }
 
-/// A pgbench benchmark run (`args` without `-i`), failing on any failed
+/// `pgbench -S` for `seconds` against `addr`, failing on any failed
 /// transaction as well as on everything [`pgbench_bounded`] rejects.
-fn bench_run(addr: &str, args: &[&str], timeout: Duration) -> Result<PgbenchResult> {
-    let (stdout, stderr) = pgbench_bounded(addr, args, timeout)?;
+fn bench_run(addr: &str, opts: &Options, seconds: u64) -> Result<PgbenchResult> {
+    let args = bench_args(opts, seconds);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let timeout = Duration::from_secs(seconds) + RUN_GRACE;
+    let (stdout, stderr) = pgbench_bounded(addr, &args, timeout)?;
     let result = PgbenchResult::parse(&stdout, &stderr)?;
     if result.failed > 0 || result.transactions == 0 {
         return Err(format!(
@@ -512,10 +519,15 @@ impl PgBouncer {
                 .into());
             }
         }
+        // Polls for this process; once it is gone, stops PgBouncer and removes its dir.
         let script = format!(
-            "while [ -d /proc/{} ]; do sleep 1; done; kill $(cat '{}') 2>/dev/null",
-            std::process::id(),
-            bouncer.pidfile().display()
+            "while [ -d /proc/{me} ]; do sleep 1; done; \
+             pid=$(cat '{pidfile}' 2>/dev/null) && kill \"$pid\" 2>/dev/null; \
+             i=0; while [ $i -lt 50 ] && [ -n \"$pid\" ] && kill -0 \"$pid\" 2>/dev/null; \
+             do sleep 0.1; i=$((i + 1)); done; rm -rf '{dir}'",
+            me = std::process::id(),
+            pidfile = bouncer.pidfile().display(),
+            dir = bouncer.dir.display()
         );
         bouncer.watchdog = Some(
             Command::new("sh")
@@ -586,6 +598,8 @@ struct Machine {
     pgbench: String,
     pgbouncer: String,
     commit: String,
+    /// 1-minute load average before the first run: other work on the machine.
+    load: String,
 }
 
 impl Machine {
@@ -633,6 +647,10 @@ impl Machine {
             pgbench: first_line(&pgbench.to_string_lossy(), &["--version"]),
             pgbouncer: first_line(PGBOUNCER, &["--version"]),
             commit,
+            load: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+                .unwrap_or_else(|| "unknown".into()),
         })
     }
 }
@@ -661,19 +679,27 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             rounds.join(" / ")
         );
     }
-    let _ = writeln!(
-        out,
-        "\nMachine: {} ({} CPUs, {}), PostgreSQL {}, {}, {}, Fulcrum {}; \
-         pgbench, PostgreSQL and the proxy share the CPUs. Whole run {:.0} s.",
-        machine.date,
-        machine.nproc,
-        machine.cpu,
-        machine.postgres,
-        machine.pgbench,
-        machine.pgbouncer,
-        machine.commit,
-        elapsed.as_secs_f64()
-    );
+    let machine_lines = [
+        format!("date: {}", machine.date),
+        format!(
+            "machine: {} CPUs ({}), shared by pgbench, PostgreSQL and the proxy",
+            machine.nproc, machine.cpu
+        ),
+        format!(
+            "1-minute load average before the first run (includes `pgbench -i`): {}",
+            machine.load
+        ),
+        format!(
+            "PostgreSQL {}; {}; {}",
+            machine.postgres, machine.pgbench, machine.pgbouncer
+        ),
+        format!("Fulcrum: {}", machine.commit),
+        format!("whole run: {:.0} s", elapsed.as_secs_f64()),
+    ];
+    out.push('\n');
+    for line in machine_lines {
+        let _ = writeln!(out, "- {line}");
+    }
     out
 }
 

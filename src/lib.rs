@@ -2,7 +2,9 @@
 //! (`benches/`): the config text they run Fulcrum with. The clusters and the
 //! daemon process come from `fulcrum-testkit`.
 
-use fulcrum_testkit::{free_port, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER};
+use fulcrum_testkit::{
+    free_port, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
+};
 
 /// A one-cluster PostgreSQL config for Fulcrum, with the testkit's users.
 #[derive(Debug, Clone)]
@@ -28,7 +30,11 @@ impl PgProxyConfig {
             client_auth: "scram-sha-256",
             backends: vec![(primary.to_owned(), "primary")],
             extra: Vec::new(),
-            log: if std::env::var_os("FULCRUM_TEST_TRACE").is_some() { "trace" } else { "info" },
+            log: if std::env::var_os("FULCRUM_TEST_TRACE").is_some() {
+                "trace"
+            } else {
+                "info"
+            },
         }
     }
 

@@ -26,30 +26,75 @@ fn pgbench_runs_through_fulcrum_in_every_mode_with_no_failures() {
 
     // Initialise through Fulcrum (COPY, DDL, VACUUM pass through).
     let init = fulcrum_testkit::pgbench(
-        &["-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", via.rsplit_once(':').unwrap().1, "-U", APP_USER, APP_DB],
+        &[
+            "-i",
+            "-q",
+            "-s",
+            "1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            via.rsplit_once(':').unwrap().1,
+            "-U",
+            APP_USER,
+            APP_DB,
+        ],
         Some(APP_PASSWORD),
     )
     .unwrap();
-    assert!(init.status.success(), "pgbench -i: {}", String::from_utf8_lossy(&init.stderr));
+    assert!(
+        init.status.success(),
+        "pgbench -i: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     assert_eq!(count(&cluster, "pgbench_accounts"), 100_000);
     assert_eq!(count(&cluster, "pgbench_branches"), 1);
 
     for mode in ["simple", "extended", "prepared"] {
-        let s = run_pgbench(via, APP_USER, APP_PASSWORD, APP_DB, &["-S", "-M", mode, "-c", "8", "-j", "2", "-t", "200"]).unwrap();
+        let s = run_pgbench(
+            via,
+            APP_USER,
+            APP_PASSWORD,
+            APP_DB,
+            &["-S", "-M", mode, "-c", "8", "-j", "2", "-t", "200"],
+        )
+        .unwrap();
         assert_eq!(s.failed, 0, "select-only {mode}: {}", s.stdout);
         assert_eq!(s.transactions, 1600, "select-only {mode}");
-        let w = run_pgbench(via, APP_USER, APP_PASSWORD, APP_DB, &["-M", mode, "-c", "4", "-j", "2", "-t", "100"]).unwrap();
+        let w = run_pgbench(
+            via,
+            APP_USER,
+            APP_PASSWORD,
+            APP_DB,
+            &["-M", mode, "-c", "4", "-j", "2", "-t", "100"],
+        )
+        .unwrap();
         assert_eq!(w.failed, 0, "tpc-b {mode}: {}", w.stdout);
         assert_eq!(w.transactions, 400, "tpc-b {mode}");
         // pgbench truncates pgbench_history before each run: every TPC-B
         // transaction of this run inserted exactly one row and committed.
-        assert_eq!(count(&cluster, "pgbench_history"), w.transactions, "tpc-b {mode}");
+        assert_eq!(
+            count(&cluster, "pgbench_history"),
+            w.transactions,
+            "tpc-b {mode}"
+        );
     }
     for mode in ["simple", "extended", "prepared"] {
-        let c = run_pgbench(via, APP_USER, APP_PASSWORD, APP_DB, &["-C", "-M", mode, "-c", "4", "-j", "2", "-t", "50"]).unwrap();
+        let c = run_pgbench(
+            via,
+            APP_USER,
+            APP_PASSWORD,
+            APP_DB,
+            &["-C", "-M", mode, "-c", "4", "-j", "2", "-t", "50"],
+        )
+        .unwrap();
         assert_eq!(c.failed, 0, "-C {mode}: {}", c.stdout);
         assert_eq!(c.transactions, 200);
-        assert_eq!(count(&cluster, "pgbench_history"), c.transactions, "-C {mode}");
+        assert_eq!(
+            count(&cluster, "pgbench_history"),
+            c.transactions,
+            "-C {mode}"
+        );
     }
     assert_eq!(count(&cluster, "pgbench_accounts"), 100_000);
     // Balances moved consistently across all runs: every committed transaction
@@ -61,7 +106,14 @@ fn pgbench_runs_through_fulcrum_in_every_mode_with_no_failures() {
     assert_eq!(consistent, "t");
 
     // The same workload directly gives the same counts.
-    let d = run_pgbench(&cluster.primary().addr(), APP_USER, APP_PASSWORD, APP_DB, &["-c", "4", "-t", "100"]).unwrap();
+    let d = run_pgbench(
+        &cluster.primary().addr(),
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+        &["-c", "4", "-t", "100"],
+    )
+    .unwrap();
     assert_eq!(d.failed, 0);
     assert_eq!(count(&cluster, "pgbench_history"), d.transactions);
 }

@@ -6,7 +6,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{run_psql, FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_USER};
+use fulcrum_testkit::{
+    run_psql, FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER,
+    APP_USER,
+};
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
 use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
@@ -45,7 +48,10 @@ async fn connect(cfg: &PgProxyConfig, user: &str) -> Client {
 }
 
 async fn one_string(client: &Client, sql: &str) -> String {
-    let rows = client.simple_query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let rows = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     rows.iter()
         .find_map(|m| match m {
             SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_owned()),
@@ -59,7 +65,10 @@ async fn simple_extended_and_pipelined_queries_return_server_results() {
     let (_p, cfg) = proxy(default_config());
     let client = connect(&cfg, APP_USER).await;
     assert_eq!(one_string(&client, "SELECT 40 + 2").await, "42");
-    let row = client.query_one("SELECT $1::int * 2, $2::text", &[&21i32, &"x"]).await.unwrap();
+    let row = client
+        .query_one("SELECT $1::int * 2, $2::text", &[&21i32, &"x"])
+        .await
+        .unwrap();
     assert_eq!(row.get::<_, i32>(0), 42);
     assert_eq!(row.get::<_, &str>(1), "x");
     // tokio-postgres pipelines concurrent queries on one connection.
@@ -67,20 +76,37 @@ async fn simple_extended_and_pipelined_queries_return_server_results() {
     let futures = (0..50).map(|i| {
         let client = &client;
         let stmt = &stmt;
-        async move { client.query_one(stmt, &[&i]).await.map(|r| r.get::<_, i32>(0)) }
+        async move {
+            client
+                .query_one(stmt, &[&i])
+                .await
+                .map(|r| r.get::<_, i32>(0))
+        }
     });
     let results = futures_util::future::join_all(futures).await;
     for (i, r) in results.into_iter().enumerate() {
         assert_eq!(r.unwrap(), i as i32 + 1);
     }
     // Several statements in one simple query.
-    let msgs = client.simple_query("SELECT 1; SELECT 2; SELECT 3").await.unwrap();
-    let rows = msgs.iter().filter(|m| matches!(m, SimpleQueryMessage::Row(_))).count();
+    let msgs = client
+        .simple_query("SELECT 1; SELECT 2; SELECT 3")
+        .await
+        .unwrap();
+    let rows = msgs
+        .iter()
+        .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+        .count();
     assert_eq!(rows, 3);
     // A server error passes through unchanged and the session goes on.
-    let err = client.simple_query("SELECT * FROM no_such_table").await.unwrap_err();
+    let err = client
+        .simple_query("SELECT * FROM no_such_table")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42P01");
-    assert_eq!(one_string(&client, "SELECT 'still here'").await, "still here");
+    assert_eq!(
+        one_string(&client, "SELECT 'still here'").await,
+        "still here"
+    );
 }
 
 #[tokio::test]
@@ -89,10 +115,16 @@ async fn everything_is_routed_to_the_primary_for_now() {
     let client = connect(&cfg, APP_USER).await;
     let primary_port = cluster().primary().port().to_string();
     for _ in 0..10 {
-        assert_eq!(one_string(&client, "SELECT inet_server_port()").await, primary_port);
+        assert_eq!(
+            one_string(&client, "SELECT inet_server_port()").await,
+            primary_port
+        );
     }
     // A write succeeds (it would fail with 25006 on a replica).
-    client.execute("INSERT INTO items (tag, n) VALUES ('routing', 1)", &[]).await.unwrap();
+    client
+        .execute("INSERT INTO items (tag, n) VALUES ('routing', 1)", &[])
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -106,7 +138,10 @@ async fn prepared_statements_work_across_server_connections() {
         tasks.push(tokio::spawn(async move {
             let client = connect(&cfg, APP_USER).await;
             let add = client.prepare("SELECT $1::int + $2::int").await.unwrap();
-            let tag = client.prepare(&format!("SELECT 'client{c}'::text, $1::int")).await.unwrap();
+            let tag = client
+                .prepare(&format!("SELECT 'client{c}'::text, $1::int"))
+                .await
+                .unwrap();
             for i in 0..40i32 {
                 let r = client.query_one(&add, &[&i, &c]).await.unwrap();
                 assert_eq!(r.get::<_, i32>(0), i + c);
@@ -122,7 +157,14 @@ async fn prepared_statements_work_across_server_connections() {
             }
             drop(add); // Close of a statement, answered by Fulcrum.
             let again = client.prepare("SELECT $1::int + $2::int").await.unwrap();
-            assert_eq!(client.query_one(&again, &[&2i32, &3i32]).await.unwrap().get::<_, i32>(0), 5);
+            assert_eq!(
+                client
+                    .query_one(&again, &[&2i32, &3i32])
+                    .await
+                    .unwrap()
+                    .get::<_, i32>(0),
+                5
+            );
         }));
     }
     for t in tasks {
@@ -134,12 +176,22 @@ async fn prepared_statements_work_across_server_connections() {
 async fn protocol_statement_errors_keep_the_session_usable() {
     let (_p, cfg) = proxy(default_config().pool_size(1));
     let client = connect(&cfg, APP_USER).await;
-    let err = client.prepare("SELECT * FROM missing_table_x").await.unwrap_err();
+    let err = client
+        .prepare("SELECT * FROM missing_table_x")
+        .await
+        .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "42P01");
     let stmt = client.prepare("SELECT 1/$1::int").await.unwrap();
     let err = client.query_one(&stmt, &[&0i32]).await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "22012");
-    assert_eq!(client.query_one(&stmt, &[&1i32]).await.unwrap().get::<_, i32>(0), 1);
+    assert_eq!(
+        client
+            .query_one(&stmt, &[&1i32])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        1
+    );
 }
 
 #[tokio::test]
@@ -147,11 +199,17 @@ async fn sql_deallocate_of_a_protocol_statement_is_answered() {
     let (_p, cfg) = proxy(default_config().pool_size(1));
     let client = connect(&cfg, APP_USER).await;
     let stmt = client.prepare("SELECT 7").await.unwrap();
-    assert_eq!(client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0), 7);
+    assert_eq!(
+        client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
+        7
+    );
     // tokio-postgres names statements s0, s1, ...
     client.batch_execute("DEALLOCATE ALL").await.unwrap();
     let stmt = client.prepare("SELECT 8").await.unwrap();
-    assert_eq!(client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0), 8);
+    assert_eq!(
+        client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
+        8
+    );
 }
 
 #[tokio::test]
@@ -162,14 +220,23 @@ async fn session_settings_do_not_leak_between_clients() {
     let b = connect(&cfg, APP_USER).await;
     let default_path = one_string(&b, "SHOW search_path").await;
     let default_work_mem = one_string(&b, "SHOW work_mem").await;
-    a.batch_execute("SET search_path TO pg_catalog, public").await.unwrap();
-    a.batch_execute("SET statement_timeout = '12345ms'").await.unwrap();
+    a.batch_execute("SET search_path TO pg_catalog, public")
+        .await
+        .unwrap();
+    a.batch_execute("SET statement_timeout = '12345ms'")
+        .await
+        .unwrap();
     assert_eq!(one_string(&b, "SHOW search_path").await, default_path);
     assert_eq!(one_string(&b, "SHOW statement_timeout").await, "0");
-    assert_eq!(one_string(&a, "SHOW search_path").await, "pg_catalog, public");
+    assert_eq!(
+        one_string(&a, "SHOW search_path").await,
+        "pg_catalog, public"
+    );
     assert_eq!(one_string(&a, "SHOW statement_timeout").await, "12345ms");
     // A SET inside a rolled-back transaction is undone, in a committed one kept.
-    a.batch_execute("BEGIN; SET work_mem = '7MB'; ROLLBACK").await.unwrap();
+    a.batch_execute("BEGIN; SET work_mem = '7MB'; ROLLBACK")
+        .await
+        .unwrap();
     assert_ne!(one_string(&a, "SHOW work_mem").await, "7MB");
     a.batch_execute("BEGIN").await.unwrap();
     a.batch_execute("SET work_mem = '9MB'").await.unwrap();
@@ -177,7 +244,9 @@ async fn session_settings_do_not_leak_between_clients() {
     assert_eq!(one_string(&b, "SHOW work_mem").await, default_work_mem);
     assert_eq!(one_string(&a, "SHOW work_mem").await, "9MB");
     // SET LOCAL stays in its transaction.
-    a.batch_execute("BEGIN; SET LOCAL statement_timeout = '1s'; COMMIT").await.unwrap();
+    a.batch_execute("BEGIN; SET LOCAL statement_timeout = '1s'; COMMIT")
+        .await
+        .unwrap();
     assert_eq!(one_string(&a, "SHOW statement_timeout").await, "12345ms");
     // RESET goes back to the default.
     a.batch_execute("RESET statement_timeout").await.unwrap();
@@ -203,9 +272,13 @@ async fn session_settings_do_not_leak_between_clients() {
 async fn temporary_tables_pin_the_client_to_its_server_connection() {
     let (_p, cfg) = proxy(default_config().pool_size(2));
     let a = connect(&cfg, APP_USER).await;
-    a.batch_execute("CREATE TEMP TABLE scratch (x int)").await.unwrap();
+    a.batch_execute("CREATE TEMP TABLE scratch (x int)")
+        .await
+        .unwrap();
     for i in 0..20 {
-        a.execute("INSERT INTO scratch VALUES ($1)", &[&i]).await.unwrap();
+        a.execute("INSERT INTO scratch VALUES ($1)", &[&i])
+            .await
+            .unwrap();
         // Another client keeps the other connection busy in between.
         let b = connect(&cfg, APP_USER).await;
         b.simple_query("SELECT 1").await.unwrap();
@@ -218,8 +291,12 @@ async fn session_mode_keeps_state_and_resets_it_for_the_next_client() {
     let (_p, cfg) = proxy(default_config().pool_mode("session").pool_size(1));
     {
         let a = connect(&cfg, APP_USER).await;
-        a.batch_execute("SET search_path TO pg_catalog; CREATE TEMP TABLE t_session (x int)").await.unwrap();
-        a.batch_execute("INSERT INTO t_session VALUES (1)").await.unwrap();
+        a.batch_execute("SET search_path TO pg_catalog; CREATE TEMP TABLE t_session (x int)")
+            .await
+            .unwrap();
+        a.batch_execute("INSERT INTO t_session VALUES (1)")
+            .await
+            .unwrap();
         assert_eq!(one_string(&a, "SELECT count(*) FROM t_session").await, "1");
         assert_eq!(one_string(&a, "SHOW search_path").await, "pg_catalog");
     }
@@ -233,7 +310,9 @@ async fn session_mode_keeps_state_and_resets_it_for_the_next_client() {
                 assert_ne!(one_string(&b, "SHOW search_path").await, "pg_catalog");
                 break;
             }
-            Ok(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
             Ok(_) => panic!("temp table of the previous client is visible"),
         }
     }
@@ -245,22 +324,33 @@ async fn cancel_reaches_only_the_cancelled_clients_query() {
     let a = connect(&cfg, APP_USER).await;
     let b = connect(&cfg, APP_USER).await;
     let token = a.cancel_token();
-    let slow_b = tokio::spawn(async move { b.simple_query("SELECT pg_sleep(1.5), 'b'").await.map(|_| ()) });
+    let slow_b = tokio::spawn(async move {
+        b.simple_query("SELECT pg_sleep(1.5), 'b'")
+            .await
+            .map(|_| ())
+    });
     let started = Instant::now();
-    let slow_a = tokio::spawn(async move { a.simple_query("SELECT pg_sleep(30)").await.map(|_| ()) });
+    let slow_a =
+        tokio::spawn(async move { a.simple_query("SELECT pg_sleep(30)").await.map(|_| ()) });
     tokio::time::sleep(Duration::from_millis(300)).await;
     token.cancel_query(NoTls).await.unwrap();
     let err = slow_a.await.unwrap().unwrap_err();
     assert_eq!(err.code().unwrap().code(), "57014", "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
-    slow_b.await.unwrap().expect("the other client's query is not cancelled");
+    slow_b
+        .await
+        .unwrap()
+        .expect("the other client's query is not cancelled");
 }
 
 #[tokio::test]
 async fn copy_in_and_copy_out_stream_through() {
     let (_p, cfg) = proxy(default_config());
     let client = connect(&cfg, APP_USER).await;
-    client.batch_execute("CREATE TABLE IF NOT EXISTS copy_t (a int, b text); TRUNCATE copy_t").await.unwrap();
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS copy_t (a int, b text); TRUNCATE copy_t")
+        .await
+        .unwrap();
     let sink = client.copy_in("COPY copy_t FROM STDIN").await.unwrap();
     futures_util::pin_mut!(sink);
     let mut data = String::new();
@@ -270,7 +360,10 @@ async fn copy_in_and_copy_out_stream_through() {
     sink.send(bytes::Bytes::from(data.clone())).await.unwrap();
     let n = sink.finish().await.unwrap();
     assert_eq!(n, 5000);
-    let out = client.copy_out("COPY (SELECT * FROM copy_t ORDER BY a) TO STDOUT").await.unwrap();
+    let out = client
+        .copy_out("COPY (SELECT * FROM copy_t ORDER BY a) TO STDOUT")
+        .await
+        .unwrap();
     let chunks: Vec<bytes::Bytes> = out.try_collect().await.unwrap();
     let text: Vec<u8> = chunks.concat();
     assert_eq!(String::from_utf8(text).unwrap(), data);
@@ -280,7 +373,9 @@ async fn copy_in_and_copy_out_stream_through() {
 async fn notices_and_parameter_status_reach_the_client() {
     let cfg = default_config();
     let (_p, cfg) = proxy(cfg);
-    let (client, mut conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls).await.unwrap();
+    let (client, mut conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
     tokio::spawn(async move {
@@ -290,26 +385,60 @@ async fn notices_and_parameter_status_reach_the_client() {
             }
         }
     });
-    client.batch_execute("DO $$ BEGIN RAISE NOTICE 'hello from the server'; END $$").await.unwrap();
-    let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+    client
+        .batch_execute("DO $$ BEGIN RAISE NOTICE 'hello from the server'; END $$")
+        .await
+        .unwrap();
+    let notice = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(notice, "hello from the server");
     // ParameterStatus: psql shows the server's reported standard_conforming_strings etc.
-    let out = run_psql(&cfg.listen, APP_USER, APP_PASSWORD, APP_DB, "SHOW server_version_num").unwrap();
+    let out = run_psql(
+        &cfg.listen,
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+        "SHOW server_version_num",
+    )
+    .unwrap();
     assert!(out.starts_with("15"), "{out}");
 }
 
 #[tokio::test]
 async fn psql_runs_queries_and_scripts() {
     let (_p, cfg) = proxy(default_config());
-    let out = run_psql(&cfg.listen, APP_USER, APP_PASSWORD, APP_DB, "SELECT 1; SELECT 'two'").unwrap();
+    let out = run_psql(
+        &cfg.listen,
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+        "SELECT 1; SELECT 'two'",
+    )
+    .unwrap();
     assert_eq!(out, "1\ntwo");
-    let out = run_psql(&cfg.listen, APP_MD5_USER, APP_PASSWORD, APP_DB, "SELECT current_user").unwrap();
-    assert_eq!(out, APP_MD5_USER, "server-side md5 auth with the configured password");
+    let out = run_psql(
+        &cfg.listen,
+        APP_MD5_USER,
+        APP_PASSWORD,
+        APP_DB,
+        "SELECT current_user",
+    )
+    .unwrap();
+    assert_eq!(
+        out, APP_MD5_USER,
+        "server-side md5 auth with the configured password"
+    );
 }
 
 #[tokio::test]
 async fn clients_beyond_the_pool_wait_then_get_a_clear_timeout() {
-    let (_p, cfg) = proxy(default_config().pool_size(1).extra("pool_timeout = \"700ms\""));
+    let (_p, cfg) = proxy(
+        default_config()
+            .pool_size(1)
+            .extra("pool_timeout = \"700ms\""),
+    );
     let a = connect(&cfg, APP_USER).await;
     a.batch_execute("BEGIN; SELECT 1").await.unwrap();
     let b = connect(&cfg, APP_USER).await;
@@ -328,15 +457,29 @@ async fn clients_beyond_the_pool_wait_then_get_a_clear_timeout() {
 #[tokio::test]
 async fn vanished_client_mid_transaction_is_rolled_back_and_the_connection_reused() {
     let (p, cfg) = proxy(default_config().pool_size(1));
-    let (a, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls).await.unwrap();
+    let (a, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
     let conn_task = tokio::spawn(conn);
-    a.batch_execute("BEGIN; INSERT INTO items (tag, n) VALUES ('vanished', 1)").await.unwrap();
+    a.batch_execute("BEGIN; INSERT INTO items (tag, n) VALUES ('vanished', 1)")
+        .await
+        .unwrap();
     // Drop the socket without Terminate.
     conn_task.abort();
     drop(a);
     let b = connect(&cfg, APP_USER).await;
-    assert_eq!(one_string(&b, "SELECT count(*) FROM items WHERE tag = 'vanished'").await, "0");
-    assert_eq!(one_string(&b, "SELECT coalesce(txid_current_if_assigned()::text, 'none')").await, "none");
+    assert_eq!(
+        one_string(&b, "SELECT count(*) FROM items WHERE tag = 'vanished'").await,
+        "0"
+    );
+    assert_eq!(
+        one_string(
+            &b,
+            "SELECT coalesce(txid_current_if_assigned()::text, 'none')"
+        )
+        .await,
+        "none"
+    );
     assert!(p.try_wait().is_none());
 }
 
@@ -374,15 +517,24 @@ async fn two_thousand_clients_share_twenty_server_connections() {
             let client = connect(&cfg, APP_PLAIN_USER).await;
             barrier.wait().await; // all 2,000 connected at once
             for _ in 0..2 {
-                let r = client.query_one("SELECT $1::int", &[&(i as i32)]).await.unwrap();
+                let r = client
+                    .query_one("SELECT $1::int", &[&(i as i32)])
+                    .await
+                    .unwrap();
                 assert_eq!(r.get::<_, i32>(0), i as i32);
             }
-            client.simple_query("BEGIN; SELECT 1; COMMIT").await.unwrap();
+            client
+                .simple_query("BEGIN; SELECT 1; COMMIT")
+                .await
+                .unwrap();
         }));
     }
-    let all = tokio::time::timeout(Duration::from_secs(240), futures_util::future::join_all(tasks))
-        .await
-        .expect("2,000 clients finished in time");
+    let all = tokio::time::timeout(
+        Duration::from_secs(240),
+        futures_util::future::join_all(tasks),
+    )
+    .await
+    .expect("2,000 clients finished in time");
     let failed = all.iter().filter(|r| r.is_err()).count();
     assert_eq!(failed, 0, "clients failed");
     let server_conns: u32 = cluster()
@@ -391,14 +543,20 @@ async fn two_thousand_clients_share_twenty_server_connections() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!(server_conns <= 20, "at most pool_size server connections: {server_conns}");
+    assert!(
+        server_conns <= 20,
+        "at most pool_size server connections: {server_conns}"
+    );
     eprintln!("2,000 clients done in {:?}", started.elapsed());
 }
 
 fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit with a valid struct pointer.
     unsafe {
-        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
             l.rlim_cur = l.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &l);

@@ -38,9 +38,14 @@ fn main() -> ExitCode {
         cluster.primary().addr()
     );
     for r in cluster.replicas() {
-        toml.push_str(&format!("\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\nweight = 1\n", r.addr()));
+        toml.push_str(&format!(
+            "\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\nweight = 1\n",
+            r.addr()
+        ));
     }
-    toml.push_str(&format!("\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"));
+    toml.push_str(&format!(
+        "\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    ));
     let config = match fulcrum_config::parse(&toml, Path::new("demo.toml")) {
         Ok(c) => c,
         Err(e) => {
@@ -56,7 +61,10 @@ fn main() -> ExitCode {
     println!("\nConnect with:\n  PGPASSWORD={APP_PASSWORD} psql -h 127.0.0.1 -p {port} -U {APP_USER} {APP_DB}");
     println!("Benchmark with:\n  PGPASSWORD={APP_PASSWORD} pgbench -i -h 127.0.0.1 -p {port} -U {APP_USER} {APP_DB}");
     println!("\nCtrl-C stops Fulcrum and removes the cluster.\n");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let code = runtime.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

@@ -25,25 +25,54 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The daemon binary: `$FULCRUM_BIN` if set, else `fulcrum` in the cargo
 /// profile directory this test binary was built into (`target/<profile>/deps/x`
-/// -> `target/<profile>/fulcrum`). It exists only after `cargo build -p fulcrum`
-/// (tests of other packages do not build it for you).
+/// -> `target/<profile>/fulcrum`). `cargo test` does not build another
+/// package's binary, so the first call in a process runs `cargo build -p
+/// fulcrum` for the same profile (a no-op when it is up to date): tests never
+/// run a stale daemon.
 pub fn fulcrum_bin() -> PathBuf {
     if let Some(path) = std::env::var_os(FULCRUM_BIN_ENV) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().unwrap_or_default();
-    // deps/ for tests and benches, the profile dir itself for examples' parent.
-    for dir in exe.ancestors().skip(1).take(3) {
-        let candidate = dir.join("fulcrum");
-        if candidate.is_file() {
-            return candidate;
+    let profile_dir = exe
+        .ancestors()
+        .skip(1)
+        .find(|d| {
+            d.file_name()
+                .is_some_and(|n| n != "deps" && n != "examples")
+        })
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build_daemon(&profile_dir));
+    profile_dir.join("fulcrum")
+}
+
+fn build_daemon(profile_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(&workspace)
+        .args(["build", "--quiet", "-p", "fulcrum", "--bin", "fulcrum"]);
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
         }
     }
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
-    profile_dir.join("fulcrum")
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            panic!("`cargo build -p fulcrum` failed ({s}); fix the build or set {FULCRUM_BIN_ENV}")
+        }
+        Err(e) => eprintln!(
+            "fulcrum-testkit: could not run cargo to build the daemon ({e}); using what is in {}",
+            profile_dir.display()
+        ),
+    }
 }
 
 /// Signals a test may send to the daemon.

@@ -32,7 +32,8 @@ for pidfile in "$dir"/*/postmaster.pid; do
   datadir="${pidfile%/postmaster.pid}"
   pid=$(head -n 1 "$pidfile")
   case "$pid" in ''|*[!0-9]*) continue ;; esac
-  if [ "$(readlink "/proc/$pid/cwd")" = "$datadir" ]; then
+  cwd=$(readlink "/proc/$pid/cwd"); cwd=${cwd% (deleted)}
+  if [ "$cwd" = "$datadir" ]; then
     kill -QUIT "$pid" 2>/dev/null
   fi
 done
@@ -65,7 +66,8 @@ trap '' HUP INT TERM
 read _ignored
 dir="$REAPER_DIR"
 pid="$REAPER_PID"
-if [ "$(readlink "/proc/$pid/cwd")" = "$dir" ]; then kill -KILL "$pid" 2>/dev/null; fi
+cwd=$(readlink "/proc/$pid/cwd"); cwd=${cwd% (deleted)}
+if [ "$cwd" = "$dir" ]; then kill -KILL "$pid" 2>/dev/null; fi
 [ "$REAPER_KEEP" = keep ] || rm -rf "$dir"
 "#;
 

@@ -16,7 +16,7 @@ fn describe(e: tokio_postgres::Error) -> String {
     }
 }
 
-async fn current_user_over_tcp(
+async fn session_user_over_tcp(
     node: &PgNode,
     user: &str,
     password: &str,
@@ -108,14 +108,14 @@ async fn primary_with_two_replicas_replicates_authenticates_benchmarks_and_clean
         (APP_MD5_USER, "md5"),
         (APP_PLAIN_USER, "password"),
     ] {
-        let who = current_user_over_tcp(primary, user, APP_PASSWORD).await;
+        let who = session_user_over_tcp(primary, user, APP_PASSWORD).await;
         assert_eq!(who.as_deref(), Ok(user), "{user} via {method}");
         let needle = format!("identity=\"{user}\" method={method}");
         assert!(
             primary.log_contents().contains(&needle),
             "no `{needle}` in the primary log"
         );
-        let wrong = current_user_over_tcp(primary, user, "wrong")
+        let wrong = session_user_over_tcp(primary, user, "wrong")
             .await
             .unwrap_err();
         assert!(
@@ -123,7 +123,7 @@ async fn primary_with_two_replicas_replicates_authenticates_benchmarks_and_clean
             "{user}: {wrong}"
         );
     }
-    let trusted = current_user_over_tcp(primary, APP_TRUST_USER, "anything").await;
+    let trusted = session_user_over_tcp(primary, APP_TRUST_USER, "anything").await;
     assert_eq!(trusted.as_deref(), Ok(APP_TRUST_USER));
     let via_psql = run_psql(
         &primary.addr(),
