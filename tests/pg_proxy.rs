@@ -563,3 +563,21 @@ fn raise_fd_limit() {
         }
     }
 }
+
+#[tokio::test]
+async fn backends_can_be_reached_over_a_unix_socket() {
+    let primary = cluster().primary();
+    let address = format!("{}:{}", primary.socket_dir().display(), primary.port());
+    let (_p, cfg) = proxy(PgProxyConfig::new(&address));
+    let client = connect(&cfg, APP_USER).await;
+    // A Unix-socket session has no server address.
+    assert_eq!(
+        one_string(&client, "SELECT coalesce(inet_server_port()::text, 'unix')").await,
+        "unix"
+    );
+    let row = client
+        .query_one("SELECT $1::int + 1", &[&41i32])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+}

@@ -3,10 +3,16 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-/// Checks a backend address: `host:port`, `[ipv6]:port`; port 1-65535.
+/// Checks a backend address: `host:port`, `[ipv6]:port`, or `/socket/dir:port`
+/// (a Unix-domain socket, as libpq reads an absolute host); port 1-65535.
 pub(crate) fn check_backend_address(s: &str) -> Result<(), String> {
     let invalid = |why: &str| format!("invalid address {s:?}: {why}");
-    let port = if let Some(rest) = s.strip_prefix('[') {
+    let port = if s.starts_with('/') {
+        let (_, port) = s.rsplit_once(':').ok_or_else(|| {
+            invalid("expected /socket/directory:port, e.g. \"/var/run/postgresql:5432\"")
+        })?;
+        port
+    } else if let Some(rest) = s.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| invalid("missing ']' after the IPv6 address"))?;
@@ -77,6 +83,7 @@ mod tests {
             "localhost:1",
             "[::1]:65535",
             "my_host:3306",
+            "/var/run/postgresql:5432",
         ] {
             assert_eq!(check_backend_address(ok), Ok(()), "{ok}");
         }

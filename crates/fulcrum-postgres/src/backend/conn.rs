@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::stream::ServerStream;
 use bytes::BytesMut;
-use tokio::net::TcpStream;
 
 /// The server's process id and secret, for CancelRequest.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub enum Prepared {
 }
 
 pub struct ServerConn {
-    pub stream: TcpStream,
+    pub stream: ServerStream,
     pub read_buf: BytesMut,
     pub cancel: CancelKey,
     /// Latest value of each parameter the server reported (ParameterStatus).

@@ -12,9 +12,9 @@ use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM
 use postgres_protocol::message::{backend, frontend};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::conn::{CancelKey, ServerConn};
+use super::stream::ServerStream;
 use crate::codec::backend_msg::{parse_error_fields, ErrorFields};
 use crate::codec::frame::check_frame;
 
@@ -84,8 +84,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         address: address.clone(),
         reason,
     };
-    let mut stream = TcpStream::connect(&*target.address).await.map_err(io)?;
-    stream.set_nodelay(true).map_err(io)?;
+    let mut stream = ServerStream::connect(&target.address).await.map_err(io)?;
     let mut out = BytesMut::new();
     frontend::startup_message(
         // Nothing else: the server's defaults are what `RESET ALL` returns to
@@ -219,7 +218,7 @@ fn fallible_next<'a>(
 /// Sends a CancelRequest for `key` on a fresh connection.
 pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<()> {
     let fut = async {
-        let mut stream = TcpStream::connect(&*key.address).await?;
+        let mut stream = ServerStream::connect(&key.address).await?;
         let mut out = BytesMut::new();
         frontend::cancel_request(key.process_id, key.secret_key, &mut out);
         stream.write_all(&out).await?;

@@ -4,6 +4,7 @@
 pub mod conn;
 pub mod connect;
 pub mod internal;
+pub mod stream;
 
 pub use conn::ServerConn;
 pub use connect::{connect, ConnectError, ServerTarget};
