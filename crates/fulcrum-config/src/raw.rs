@@ -30,6 +30,7 @@ pub(crate) struct RawGlobal {
     pub admin: Value<String>,
     pub metrics: Value<String>,
     pub log: Value<String>,
+    pub workers: Value<Int>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -23,6 +23,9 @@ pub struct Global {
     pub metrics: Option<SocketAddr>,
     /// A tracing filter such as `info` or `fulcrum=debug,info`.
     pub log: String,
+    /// Threads that run client sessions: 0 = one per CPU; 1 = a single
+    /// event-loop thread (no cross-thread wake-ups, like PgBouncer).
+    pub workers: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +110,7 @@ pub mod defaults {
     //! Default values for optional keys (documented in docs/configuration.md).
     use std::time::Duration;
     pub const LOG: &str = "info";
+    pub const WORKERS: u32 = 0;
     pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
     pub const POOL_SIZE: u32 = 20;
     pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;

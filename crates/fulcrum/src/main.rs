@@ -53,10 +53,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(&config.fulcrum.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fulcrum: cannot start the runtime: {e}");
@@ -78,6 +75,22 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// `workers = 1`: one event-loop thread (no cross-thread wake-ups; best when
+/// Fulcrum shares a small machine with the database). Otherwise a
+/// work-stealing pool of `workers` threads (0 = one per CPU).
+fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
+    if workers == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+    }
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if workers > 1 {
+        b.worker_threads(workers as usize);
+    }
+    b.enable_all().build()
 }
 
 fn init_logging(filter: &str) {

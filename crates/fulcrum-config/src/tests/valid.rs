@@ -37,6 +37,7 @@ fn every_key_is_read_into_the_config() {
         admin = "127.0.0.1:6480"
         metrics = "[::1]:9930"
         log = "fulcrum=debug,info"
+        workers = 2
 
         [[cluster]]
         name = "main"
@@ -86,6 +87,7 @@ fn every_key_is_read_into_the_config() {
             admin: Some("127.0.0.1:6480".parse().unwrap()),
             metrics: Some("[::1]:9930".parse().unwrap()),
             log: "fulcrum=debug,info".into(),
+            workers: 2,
         },
         clusters: vec![
             Cluster {
@@ -136,7 +138,8 @@ fn omitted_keys_take_their_documented_defaults() {
         Global {
             admin: None,
             metrics: None,
-            log: "info".into()
+            log: "info".into(),
+            workers: 0,
         }
     );
     let c = &config.clusters[0];

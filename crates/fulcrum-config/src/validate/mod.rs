@@ -57,6 +57,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             admin: None,
             metrics: None,
             log: defaults::LOG.to_string(),
+            workers: defaults::WORKERS,
         });
     };
     let t = Table::new(lines, "fulcrum", raw.span());
@@ -67,6 +68,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
         admin: addr(&g.admin, "admin")?,
         metrics: addr(&g.metrics, "metrics")?,
         log: t.text(&g.log, "log", Some(defaults::LOG))?,
+        workers: t.u32_at_least(&g.workers, "workers", 0, defaults::WORKERS)?,
     })
 }
 

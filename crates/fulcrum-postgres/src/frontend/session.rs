@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use fulcrum_config::PoolMode;
-use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
+use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -56,6 +56,7 @@ pub struct Session {
     statements: HashMap<Vec<u8>, Arc<ClientStatement>>,
     server: Option<Checkout<ServerConn>>,
     backend: BackendId,
+    pool: Option<(BackendId, Pool<ServerConn>)>,
     expect: Expectations,
     /// Sync/Query/FunctionCall sent and not yet answered with ReadyForQuery.
     pending_ready: usize,
@@ -94,6 +95,7 @@ impl Session {
             txn_committed: None,
             statements: HashMap::new(),
             server: None,
+            pool: None,
             expect: Expectations::default(),
             pending_ready: 0,
             unsynced: false,
@@ -220,7 +222,15 @@ impl Session {
         }
         let backend = self.ctx.router.pick(Route::Primary);
         self.backend = backend;
-        let pool = self.ctx.pool(backend, &self.user, &self.database);
+        // The pool handle is kept per backend: no map lookup per transaction.
+        let pool = match &self.pool {
+            Some((b, p)) if *b == backend => p.clone(),
+            _ => {
+                let p = self.ctx.pool(backend, &self.user, &self.database);
+                self.pool = Some((backend, p.clone()));
+                p
+            }
+        };
         let ctx = self.ctx.clone();
         let (user, database) = (self.user.clone(), self.database.clone());
         let checkout = pool
