@@ -203,6 +203,13 @@ fn run(opts: &Options) -> Result<()> {
     };
 
     let machine = Machine::collect(&primary.sql("SHOW server_version")?)?;
+    if machine.busy() {
+        eprintln!(
+            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+            machine.load.unwrap_or_default(),
+            machine.nproc
+        );
+    }
     measure(opts, &mut targets, check_alive)?;
 
     // Stop the servers before reporting, so cleanup cannot be skipped by a
@@ -599,10 +606,15 @@ struct Machine {
     pgbouncer: String,
     commit: String,
     /// 1-minute load average before the first run: other work on the machine.
-    load: String,
+    load: Option<f64>,
 }
 
 impl Machine {
+    /// Other work was competing for the CPUs when the runs started.
+    fn busy(&self) -> bool {
+        self.load.is_some_and(|l| l > self.nproc as f64 / 2.0)
+    }
+
     fn collect(server_version: &str) -> Result<Machine> {
         let first_line = |program: &str, args: &[&str]| -> String {
             Command::new(program)
@@ -649,8 +661,7 @@ impl Machine {
             commit,
             load: std::fs::read_to_string("/proc/loadavg")
                 .ok()
-                .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-                .unwrap_or_else(|| "unknown".into()),
+                .and_then(|s| s.split_whitespace().next()?.parse().ok()),
         })
     }
 }
@@ -686,8 +697,13 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             machine.nproc, machine.cpu
         ),
         format!(
-            "1-minute load average before the first run (includes `pgbench -i`): {}",
-            machine.load
+            "1-minute load average before the first run (includes `pgbench -i`): {}{}",
+            machine.load.map_or("unknown".into(), |l| format!("{l:.2}")),
+            if machine.busy() {
+                " (BUSY: other work was running; the figures are unreliable)"
+            } else {
+                ""
+            }
         ),
         format!(
             "PostgreSQL {}; {}; {}",
