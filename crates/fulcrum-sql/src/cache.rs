@@ -1,0 +1,39 @@
+//! The bounded decision cache: fingerprint -> decision, least recently used
+//! evicted first. One short lock per lookup.
+
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+
+use lru::LruCache;
+
+use crate::decision::Decision;
+
+pub(crate) struct DecisionCache {
+    inner: Option<Mutex<LruCache<u64, Decision>>>,
+}
+
+impl DecisionCache {
+    /// `size` 0 turns caching off.
+    pub fn new(size: usize) -> DecisionCache {
+        DecisionCache {
+            inner: NonZeroUsize::new(size).map(|n| Mutex::new(LruCache::new(n))),
+        }
+    }
+
+    pub fn get(&self, key: u64) -> Option<Decision> {
+        let m = self.inner.as_ref()?;
+        m.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied()
+    }
+
+    pub fn put(&self, key: u64, d: Decision) {
+        if let Some(m) = &self.inner {
+            m.lock().unwrap_or_else(|e| e.into_inner()).put(key, d);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner
+            .as_ref()
+            .map_or(0, |m| m.lock().unwrap_or_else(|e| e.into_inner()).len())
+    }
+}

@@ -1,0 +1,233 @@
+//! The classifier: hint check, cache lookup by fingerprint, and on a miss a
+//! parse with sqlparser and the rules. Counts hits, misses and statements it
+//! could not parse (each distinct one logged once by the caller's choice).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sqlparser::parser::Parser;
+
+use crate::cache::DecisionCache;
+use crate::decision::Decision;
+use crate::dialect::Dialect;
+use crate::fingerprint::fingerprint;
+use crate::functions::{pin_functions, primary_functions};
+use crate::hints::{hint, Hint};
+use crate::rules::{classify_statement, FunctionRules};
+
+/// Per-cluster classifier settings.
+#[derive(Debug, Clone, Default)]
+pub struct ClassifierConfig {
+    /// Cached decisions kept (0: no cache).
+    pub cache_size: usize,
+    /// User functions that write: a read calling one goes to the primary.
+    pub write_functions: Vec<String>,
+    /// Functions known to be safe on a replica (overrides the built-in lists).
+    pub read_only_functions: Vec<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassifierStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub unparsed: u64,
+    pub cached: usize,
+}
+
+pub struct Classifier {
+    dialect: Dialect,
+    rules: FunctionRules,
+    cache: DecisionCache,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    unparsed: AtomicU64,
+}
+
+impl Classifier {
+    pub fn new(dialect: Dialect, config: &ClassifierConfig) -> Classifier {
+        let lower = |v: &[String]| v.iter().map(|s| s.to_ascii_lowercase()).collect::<HashSet<_>>();
+        let mut primary: HashSet<String> = primary_functions(dialect).iter().map(|s| s.to_string()).collect();
+        primary.extend(lower(&config.write_functions));
+        Classifier {
+            dialect,
+            rules: FunctionRules {
+                primary,
+                pin: pin_functions(dialect).iter().map(|s| s.to_string()).collect(),
+                read_only: lower(&config.read_only_functions),
+            },
+            cache: DecisionCache::new(config.cache_size),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            unparsed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The decision for `sql` (one or more statements), hints applied.
+    pub fn classify(&self, sql: &str) -> Decision {
+        let decision = if cacheable(sql) {
+            let key = fingerprint(sql, self.dialect);
+            match self.cache.get(key) {
+                Some(d) => {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    d
+                }
+                None => {
+                    self.misses.fetch_add(1, Ordering::Relaxed);
+                    let d = self.parse(sql);
+                    self.cache.put(key, d);
+                    d
+                }
+            }
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            self.parse(sql)
+        };
+        match (hint(sql), decision) {
+            (Some(Hint::Primary), Decision::Read) => Decision::Primary,
+            (Some(Hint::Primary), Decision::Begin { read_only: true }) => Decision::Begin { read_only: false },
+            // The replica hint lifts only the "read on the primary" rule: a
+            // write, a transaction or session state never goes to a replica.
+            (Some(Hint::Replica), Decision::Primary) => Decision::Read,
+            (_, d) => d,
+        }
+    }
+
+    /// Parses and applies the rules, without the cache.
+    pub fn parse(&self, sql: &str) -> Decision {
+        let text;
+        let sql = if self.dialect == Dialect::MySql && sql.contains("/*") {
+            text = open_executable_comments(sql);
+            text.as_str()
+        } else {
+            sql
+        };
+        match Parser::parse_sql(self.dialect.parser_dialect(), sql) {
+            Ok(stmts) if stmts.is_empty() => Decision::Read,
+            Ok(stmts) => stmts
+                .iter()
+                .map(|s| classify_statement(s, self.dialect, &self.rules))
+                .reduce(Decision::combine)
+                .unwrap_or(Decision::Read),
+            Err(_) => {
+                self.unparsed.fetch_add(1, Ordering::Relaxed);
+                Decision::Unknown
+            }
+        }
+    }
+
+    pub fn stats(&self) -> ClassifierStats {
+        ClassifierStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            unparsed: self.unparsed.load(Ordering::Relaxed),
+            cached: self.cache.len(),
+        }
+    }
+}
+
+/// Statements whose decision can depend on a literal are not cached:
+/// `SET autocommit = 0` and `= 1` differ.
+fn cacheable(sql: &str) -> bool {
+    let t = sql.trim_start();
+    let head = &t.as_bytes()[..t.len().min(4)];
+    !head.eq_ignore_ascii_case(b"set ") && !head.eq_ignore_ascii_case(b"set\t")
+}
+
+/// MySQL runs the text of `/*! ... */` and `/*M! ... */` comments: parse it.
+fn open_executable_comments(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find("/*") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let body = after.strip_prefix('!').or_else(|| after.strip_prefix("M!"));
+        match body {
+            Some(body) => {
+                let body = body.trim_start_matches(|c: char| c.is_ascii_digit());
+                match body.find("*/") {
+                    Some(end) => {
+                        out.push(' ');
+                        out.push_str(&body[..end]);
+                        out.push(' ');
+                        rest = &body[end + 2..];
+                    }
+                    None => {
+                        out.push_str(body);
+                        rest = "";
+                    }
+                }
+            }
+            None => {
+                out.push_str("/*");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pg() -> Classifier {
+        Classifier::new(
+            Dialect::Postgres,
+            &ClassifierConfig {
+                cache_size: 100,
+                write_functions: vec!["audit_log".into()],
+                read_only_functions: vec!["currval".into()],
+            },
+        )
+    }
+
+    #[test]
+    fn cache_hits_after_the_first_parse() {
+        let c = pg();
+        assert_eq!(c.classify("SELECT * FROM t WHERE id = 1"), Decision::Read);
+        assert_eq!(c.classify("SELECT * FROM t WHERE id = 2"), Decision::Read);
+        let s = c.stats();
+        assert_eq!((s.hits, s.misses, s.cached), (1, 1, 1));
+    }
+
+    #[test]
+    fn configured_function_lists_apply() {
+        let c = pg();
+        assert_eq!(c.classify("SELECT audit_log('x')"), Decision::Primary);
+        assert_eq!(c.classify("SELECT currval('s')"), Decision::Read);
+        assert_eq!(c.classify("SELECT nextval('s')"), Decision::Primary);
+    }
+
+    #[test]
+    fn hints_override_within_limits() {
+        let c = pg();
+        assert_eq!(c.classify("/* fulcrum:primary */ SELECT 1"), Decision::Primary);
+        assert_eq!(c.classify("SELECT nextval('s') /* fulcrum:replica */"), Decision::Read);
+        assert_eq!(c.classify("/* fulcrum:replica */ UPDATE t SET a = 1"), Decision::Write);
+    }
+
+    #[test]
+    fn unparsable_statements_are_unknown_and_counted() {
+        let c = pg();
+        assert_eq!(c.classify("SELEC 1"), Decision::Unknown);
+        assert_eq!(c.stats().unparsed, 1);
+    }
+
+    #[test]
+    fn set_statements_are_not_cached() {
+        let c = Classifier::new(Dialect::MySql, &ClassifierConfig { cache_size: 10, ..Default::default() });
+        assert_eq!(c.classify("SET autocommit = 1"), Decision::Set);
+        assert_eq!(c.classify("SET autocommit = 0"), Decision::Pin("SET autocommit = 0"));
+    }
+
+    #[test]
+    fn mysql_executable_comments_are_parsed() {
+        assert_eq!(open_executable_comments("/*!40101 SET NAMES utf8 */").trim(), "SET NAMES utf8");
+        assert_eq!(open_executable_comments("SELECT 1 /* c */"), "SELECT 1 /* c */");
+    }
+}

@@ -1,0 +1,206 @@
+//! A fingerprint of a statement with its literals normalised, so that
+//! `... WHERE aid = 1` and `... WHERE aid = 2` share one cached decision.
+//! Strings, numbers and dollar-quoted bodies become `?`; comments go; runs of
+//! white space become one; keywords and unquoted names fold to lower case;
+//! quoted names stay as written. FNV-1a over the normalised bytes, no allocation.
+
+use crate::dialect::Dialect;
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn push(&mut self, b: u8) {
+        self.0 ^= b as u64;
+        self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+/// The fingerprint of `sql` in `dialect`.
+pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
+    let b = sql.as_bytes();
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    let mut i = 0;
+    let mut last = b' ';
+    // White space is emitted lazily, so trailing space and comments vanish.
+    let mut pending_space = false;
+    let mut emit = |h: &mut Fnv, c: u8, last: &mut u8| {
+        if c == b' ' {
+            if *last != b' ' {
+                pending_space = true;
+                *last = b' ';
+            }
+            return;
+        }
+        if pending_space {
+            h.push(b' ');
+            pending_space = false;
+        }
+        h.push(c);
+        *last = c;
+    };
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {
+                emit(&mut h, b' ', &mut last);
+                i += 1;
+            }
+            b'\'' => {
+                let backslash = dialect == Dialect::MySql
+                    || (i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e'));
+                i += 1;
+                while i < b.len() {
+                    if backslash && b[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == b'\'' {
+                        if b.get(i + 1) == Some(&b'\'') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+                emit(&mut h, b'?', &mut last);
+            }
+            b'"' | b'`' => {
+                let q = c;
+                emit(&mut h, c, &mut last);
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    emit(&mut h, b[i], &mut last);
+                    i += 1;
+                }
+                if i < b.len() {
+                    emit(&mut h, q, &mut last);
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'#' if dialect == Dialect::MySql => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                // MySQL executes /*! ... */: keep its text.
+                if dialect == Dialect::MySql && b.get(i + 2) == Some(&b'!') {
+                    emit(&mut h, b'!', &mut last);
+                    i += 3;
+                    continue;
+                }
+                let mut depth = 0;
+                while i + 1 < b.len() {
+                    if b[i] == b'/' && b[i + 1] == b'*' {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b[i + 1] == b'/' {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+                if depth > 0 {
+                    i = b.len();
+                }
+            }
+            b'$' if dialect == Dialect::Postgres => {
+                let tag_end = b[i + 1..]
+                    .iter()
+                    .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+                    .map(|p| i + 1 + p);
+                match tag_end {
+                    Some(e) if b[e] == b'$' && !b.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                        let tag = &b[i..=e];
+                        let body = &b[e + 1..];
+                        i = match body.windows(tag.len()).position(|w| w == tag) {
+                            Some(p) => e + 1 + p + tag.len(),
+                            None => b.len(),
+                        };
+                        emit(&mut h, b'?', &mut last);
+                    }
+                    _ => {
+                        emit(&mut h, c, &mut last);
+                        i += 1;
+                    }
+                }
+            }
+            b'0'..=b'9' if !(last.is_ascii_alphanumeric() || last == b'_' || last == b'$') => {
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                    i += 1;
+                }
+                emit(&mut h, b'?', &mut last);
+            }
+            // E'...' escape strings: the prefix belongs to the literal.
+            b'E' | b'e'
+                if b.get(i + 1) == Some(&b'\'')
+                    && !(last.is_ascii_alphanumeric() || last == b'_') =>
+            {
+                i += 1;
+            }
+            _ => {
+                emit(&mut h, c.to_ascii_lowercase(), &mut last);
+                i += 1;
+            }
+        }
+    }
+    h.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pg(s: &str) -> u64 {
+        fingerprint(s, Dialect::Postgres)
+    }
+
+    #[test]
+    fn literals_are_normalised() {
+        assert_eq!(
+            pg("SELECT abalance FROM pgbench_accounts WHERE aid = 1;"),
+            pg("select  abalance from pgbench_accounts where aid = 98765;")
+        );
+        assert_eq!(pg("SELECT 'a'"), pg("SELECT 'it''s'"));
+        assert_eq!(pg("SELECT E'a\\'b'"), pg("SELECT 'x'"));
+        assert_eq!(pg("DO $$ BEGIN END $$"), pg("DO $f$ other $f$"));
+        assert_eq!(pg("SELECT 1 /* c */"), pg("SELECT 2 -- c"));
+    }
+
+    #[test]
+    fn structure_is_kept() {
+        assert_ne!(pg("SELECT a FROM t"), pg("SELECT b FROM t"));
+        assert_ne!(pg("SELECT \"A\" FROM t"), pg("SELECT \"a\" FROM t"));
+        assert_ne!(pg("SELECT $1"), pg("SELECT $2"));
+        assert_ne!(pg("SELECT nextval('s')"), pg("SELECT currval('s')"));
+        assert_ne!(pg("SELECT t1.a FROM t1"), pg("SELECT t2.a FROM t2"));
+        assert_ne!(pg("SELECT 1 FOR UPDATE"), pg("SELECT 1"));
+    }
+
+    #[test]
+    fn mysql_comments_and_executable_comments() {
+        let my = |s| fingerprint(s, Dialect::MySql);
+        assert_eq!(my("SELECT 1 # c"), my("SELECT 2"));
+        assert_ne!(my("SELECT 1 /*! FOR UPDATE */"), my("SELECT 1"));
+        assert_eq!(my("SELECT `Id` FROM t WHERE id = 'x\\'y'"), my("SELECT `Id` FROM t WHERE id = 'z'"));
+    }
+
+    #[test]
+    fn unterminated_input_does_not_panic() {
+        for s in ["SELECT 'abc", "SELECT \"abc", "/* open", "SELECT $a$ x", "SELECT E'\\", "$", "--"] {
+            let _ = pg(s);
+            let _ = fingerprint(s, Dialect::MySql);
+        }
+    }
+}

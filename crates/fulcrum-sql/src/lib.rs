@@ -1,0 +1,24 @@
+//! Statement classification: given statement text and a dialect, decide what
+//! it is (read, read that must see the primary, write, transaction control,
+//! session state, or unknown) so the router can pick a backend. Pure: no I/O,
+//! no tokio, no sockets. `sqlparser` is the authority; decisions are cached by
+//! a literal-normalised fingerprint, so a repeated statement is parsed once.
+//! When in doubt the answer is the primary: a wrong "read" is a correctness
+//! bug, a wrong "write" only costs scale.
+
+mod cache;
+mod classifier;
+mod decision;
+mod dialect;
+mod fingerprint;
+mod functions;
+mod hints;
+mod route;
+mod rules;
+
+pub use classifier::{Classifier, ClassifierConfig, ClassifierStats};
+pub use decision::{Decision, PinReason};
+pub use dialect::Dialect;
+pub use fingerprint::fingerprint;
+pub use hints::Hint;
+pub use route::{route, RouteTo, SessionState};
