@@ -30,6 +30,11 @@ fn proxy(config: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig) {
     (p, config)
 }
 
+/// Fulcrum with the primary only (tests that need every query on one server).
+fn primary_only_config() -> PgProxyConfig {
+    PgProxyConfig::new(&cluster().primary().addr())
+}
+
 fn default_config() -> PgProxyConfig {
     let c = cluster();
     let mut cfg = PgProxyConfig::new(&c.primary().addr());
@@ -107,24 +112,6 @@ async fn simple_extended_and_pipelined_queries_return_server_results() {
         one_string(&client, "SELECT 'still here'").await,
         "still here"
     );
-}
-
-#[tokio::test]
-async fn everything_is_routed_to_the_primary_for_now() {
-    let (_p, cfg) = proxy(default_config());
-    let client = connect(&cfg, APP_USER).await;
-    let primary_port = cluster().primary().port().to_string();
-    for _ in 0..10 {
-        assert_eq!(
-            one_string(&client, "SELECT inet_server_port()").await,
-            primary_port
-        );
-    }
-    // A write succeeds (it would fail with 25006 on a replica).
-    client
-        .execute("INSERT INTO items (tag, n) VALUES ('routing', 1)", &[])
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -361,7 +348,7 @@ async fn copy_in_and_copy_out_stream_through() {
     let n = sink.finish().await.unwrap();
     assert_eq!(n, 5000);
     let out = client
-        .copy_out("COPY (SELECT * FROM copy_t ORDER BY a) TO STDOUT")
+        .copy_out("COPY (SELECT * FROM copy_t ORDER BY a) TO STDOUT /* fulcrum:primary */")
         .await
         .unwrap();
     let chunks: Vec<bytes::Bytes> = out.try_collect().await.unwrap();
@@ -435,7 +422,7 @@ async fn psql_runs_queries_and_scripts() {
 #[tokio::test]
 async fn clients_beyond_the_pool_wait_then_get_a_clear_timeout() {
     let (_p, cfg) = proxy(
-        default_config()
+        primary_only_config()
             .pool_size(1)
             .extra("pool_timeout = \"700ms\""),
     );
@@ -485,7 +472,7 @@ async fn vanished_client_mid_transaction_is_rolled_back_and_the_connection_reuse
 
 #[tokio::test]
 async fn broken_server_connections_are_replaced() {
-    let (_p, cfg) = proxy(default_config().pool_size(1));
+    let (_p, cfg) = proxy(primary_only_config().pool_size(1));
     let a = connect(&cfg, APP_USER).await;
     let pid_before = one_string(&a, "SELECT pg_backend_pid()").await;
     cluster()
@@ -580,4 +567,28 @@ async fn backends_can_be_reached_over_a_unix_socket() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, i32>(0), 42);
+}
+
+#[tokio::test]
+async fn set_sent_through_the_extended_protocol_is_replayed_too() {
+    let (_p, cfg) = proxy(default_config().pool_size(1));
+    let a = connect(&cfg, APP_USER).await;
+    let b = connect(&cfg, APP_USER).await;
+    // tokio-postgres' execute() uses Parse/Bind/Execute.
+    a.execute("SET statement_timeout = '4321ms'", &[])
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        // Reads rotate over both replicas; each server connection gets the setting.
+        let row = a
+            .query_one("SELECT current_setting('statement_timeout')", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, &str>(0), "4321ms");
+        let row = b
+            .query_one("SELECT current_setting('statement_timeout')", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, &str>(0), "0");
+    }
 }

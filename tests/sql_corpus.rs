@@ -7,7 +7,13 @@ use fulcrum_sql::{Classifier, ClassifierConfig, Dialect};
 fn check(file: &str, dialect: Dialect, minimum: usize) {
     let path = format!("{}/tests/corpus/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let classifier = Classifier::new(dialect, &ClassifierConfig { cache_size: 4096, ..Default::default() });
+    let classifier = Classifier::new(
+        dialect,
+        &ClassifierConfig {
+            cache_size: 4096,
+            ..Default::default()
+        },
+    );
     let mut cases = 0;
     let mut wrong = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -24,12 +30,23 @@ fn check(file: &str, dialect: Dialect, minimum: usize) {
         for round in ["parsed", "cached"] {
             let got = classifier.classify(&sql).label();
             if got != label.trim() {
-                wrong.push(format!("{file}:{}: expected {label}, got {got} ({round}): {sql}", n + 1));
+                wrong.push(format!(
+                    "{file}:{}: expected {label}, got {got} ({round}): {sql}",
+                    n + 1
+                ));
             }
         }
     }
-    assert!(cases >= minimum, "{file}: only {cases} cases, want at least {minimum}");
-    assert!(wrong.is_empty(), "{} of {cases} cases wrong:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        cases >= minimum,
+        "{file}: only {cases} cases, want at least {minimum}"
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {cases} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
     eprintln!("{file}: {cases} cases");
 }
 

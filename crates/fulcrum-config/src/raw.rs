@@ -48,6 +48,11 @@ pub(crate) struct RawCluster {
     pub max_message_size: Value<SizeValue>,
     pub max_client_connections: Value<Int>,
     pub max_prepared_statements: Value<Int>,
+    pub reads_on_primary: Value<bool>,
+    pub default_route: Value<String>,
+    pub write_functions: Value<Vec<String>>,
+    pub read_only_functions: Value<Vec<String>>,
+    pub classifier_cache_size: Value<Int>,
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
 }

@@ -47,6 +47,13 @@ pub enum ClientAuth {
     Trust,
 }
 
+/// Where unparsable statements go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultRoute {
+    Primary,
+    Replica,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Primary,
@@ -76,6 +83,16 @@ pub struct Cluster {
     pub max_client_connections: u32,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
+    /// The primary also serves reads (weighted like the replicas).
+    pub reads_on_primary: bool,
+    /// Where statements the classifier cannot parse go.
+    pub default_route: DefaultRoute,
+    /// User functions that write: a read calling one goes to the primary.
+    pub write_functions: Vec<String>,
+    /// Functions known to be safe on a replica.
+    pub read_only_functions: Vec<String>,
+    /// Classifier decisions cached per cluster (0: no cache).
+    pub classifier_cache_size: u32,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
 }
@@ -121,4 +138,6 @@ pub mod defaults {
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const WEIGHT: u32 = 1;
+    pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
+    pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
 }

@@ -12,13 +12,22 @@ const PG: &[(&str, &str)] = &[
 ];
 const MY: &[(&str, &str)] = &[
     ("sysbench_point", "SELECT c FROM sbtest1 WHERE id=5012"),
-    ("sysbench_range_order", "SELECT c FROM sbtest1 WHERE id BETWEEN 4991 AND 5090 ORDER BY c"),
+    (
+        "sysbench_range_order",
+        "SELECT c FROM sbtest1 WHERE id BETWEEN 4991 AND 5090 ORDER BY c",
+    ),
     ("sysbench_update", "UPDATE sbtest1 SET k=k+1 WHERE id=5000"),
 ];
 
 fn bench(c: &mut Criterion) {
     for (dialect, cases) in [(Dialect::Postgres, PG), (Dialect::MySql, MY)] {
-        let cached = Classifier::new(dialect, &ClassifierConfig { cache_size: 1024, ..Default::default() });
+        let cached = Classifier::new(
+            dialect,
+            &ClassifierConfig {
+                cache_size: 1024,
+                ..Default::default()
+            },
+        );
         for (name, sql) in cases {
             cached.classify(sql);
             c.bench_function(&format!("classify_cached/{name}"), |b| {

@@ -22,7 +22,10 @@ impl DecisionCache {
 
     pub fn get(&self, key: u64) -> Option<Decision> {
         let m = self.inner.as_ref()?;
-        m.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied()
+        m.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied()
     }
 
     pub fn put(&self, key: u64, d: Decision) {

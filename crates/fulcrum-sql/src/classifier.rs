@@ -45,14 +45,24 @@ pub struct Classifier {
 
 impl Classifier {
     pub fn new(dialect: Dialect, config: &ClassifierConfig) -> Classifier {
-        let lower = |v: &[String]| v.iter().map(|s| s.to_ascii_lowercase()).collect::<HashSet<_>>();
-        let mut primary: HashSet<String> = primary_functions(dialect).iter().map(|s| s.to_string()).collect();
+        let lower = |v: &[String]| {
+            v.iter()
+                .map(|s| s.to_ascii_lowercase())
+                .collect::<HashSet<_>>()
+        };
+        let mut primary: HashSet<String> = primary_functions(dialect)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         primary.extend(lower(&config.write_functions));
         Classifier {
             dialect,
             rules: FunctionRules {
                 primary,
-                pin: pin_functions(dialect).iter().map(|s| s.to_string()).collect(),
+                pin: pin_functions(dialect)
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 read_only: lower(&config.read_only_functions),
             },
             cache: DecisionCache::new(config.cache_size),
@@ -88,7 +98,9 @@ impl Classifier {
         };
         match (hint(sql), decision) {
             (Some(Hint::Primary), Decision::Read) => Decision::Primary,
-            (Some(Hint::Primary), Decision::Begin { read_only: true }) => Decision::Begin { read_only: false },
+            (Some(Hint::Primary), Decision::Begin { read_only: true }) => {
+                Decision::Begin { read_only: false }
+            }
             // The replica hint lifts only the "read on the primary" rule: a
             // write, a transaction or session state never goes to a replica.
             (Some(Hint::Replica), Decision::Primary) => Decision::Read,
@@ -206,9 +218,18 @@ mod tests {
     #[test]
     fn hints_override_within_limits() {
         let c = pg();
-        assert_eq!(c.classify("/* fulcrum:primary */ SELECT 1"), Decision::Primary);
-        assert_eq!(c.classify("SELECT nextval('s') /* fulcrum:replica */"), Decision::Read);
-        assert_eq!(c.classify("/* fulcrum:replica */ UPDATE t SET a = 1"), Decision::Write);
+        assert_eq!(
+            c.classify("/* fulcrum:primary */ SELECT 1"),
+            Decision::Primary
+        );
+        assert_eq!(
+            c.classify("SELECT nextval('s') /* fulcrum:replica */"),
+            Decision::Read
+        );
+        assert_eq!(
+            c.classify("/* fulcrum:replica */ UPDATE t SET a = 1"),
+            Decision::Write
+        );
     }
 
     #[test]
@@ -220,14 +241,29 @@ mod tests {
 
     #[test]
     fn set_statements_are_not_cached() {
-        let c = Classifier::new(Dialect::MySql, &ClassifierConfig { cache_size: 10, ..Default::default() });
+        let c = Classifier::new(
+            Dialect::MySql,
+            &ClassifierConfig {
+                cache_size: 10,
+                ..Default::default()
+            },
+        );
         assert_eq!(c.classify("SET autocommit = 1"), Decision::Set);
-        assert_eq!(c.classify("SET autocommit = 0"), Decision::Pin("SET autocommit = 0"));
+        assert_eq!(
+            c.classify("SET autocommit = 0"),
+            Decision::Pin("SET autocommit = 0")
+        );
     }
 
     #[test]
     fn mysql_executable_comments_are_parsed() {
-        assert_eq!(open_executable_comments("/*!40101 SET NAMES utf8 */").trim(), "SET NAMES utf8");
-        assert_eq!(open_executable_comments("SELECT 1 /* c */"), "SELECT 1 /* c */");
+        assert_eq!(
+            open_executable_comments("/*!40101 SET NAMES utf8 */").trim(),
+            "SET NAMES utf8"
+        );
+        assert_eq!(
+            open_executable_comments("SELECT 1 /* c */"),
+            "SELECT 1 /* c */"
+        );
     }
 }

@@ -77,9 +77,24 @@ impl Decision {
             (Decision::Begin { read_only: a }, Decision::Begin { read_only: b }) => {
                 Decision::Begin { read_only: a && b }
             }
-            (b @ Decision::Begin { read_only: true }, Decision::Read | Decision::End | Decision::Txn | Decision::TxnReadOnly | Decision::Set)
-            | (Decision::Read | Decision::End | Decision::Txn | Decision::TxnReadOnly | Decision::Set, b @ Decision::Begin { read_only: true }) => b,
-            (Decision::Begin { read_only: true }, Decision::Primary) | (Decision::Primary, Decision::Begin { read_only: true }) => {
+            (
+                b @ Decision::Begin { read_only: true },
+                Decision::Read
+                | Decision::End
+                | Decision::Txn
+                | Decision::TxnReadOnly
+                | Decision::Set,
+            )
+            | (
+                Decision::Read
+                | Decision::End
+                | Decision::Txn
+                | Decision::TxnReadOnly
+                | Decision::Set,
+                b @ Decision::Begin { read_only: true },
+            ) => b,
+            (Decision::Begin { read_only: true }, Decision::Primary)
+            | (Decision::Primary, Decision::Begin { read_only: true }) => {
                 Decision::Begin { read_only: false }
             }
             (a, b) => {
@@ -102,8 +117,14 @@ mod tests {
         assert_eq!(Decision::Read.combine(Decision::Write), Decision::Write);
         assert_eq!(Decision::Read.combine(Decision::Read), Decision::Read);
         assert_eq!(Decision::Primary.combine(Decision::Read), Decision::Primary);
-        assert_eq!(Decision::Pin("x").combine(Decision::Read), Decision::Pin("x"));
-        assert_eq!(Decision::Unknown.combine(Decision::Write), Decision::Unknown);
+        assert_eq!(
+            Decision::Pin("x").combine(Decision::Read),
+            Decision::Pin("x")
+        );
+        assert_eq!(
+            Decision::Unknown.combine(Decision::Write),
+            Decision::Unknown
+        );
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                 i += 1;
             }
             b'\'' => {
-                let backslash = dialect == Dialect::MySql
-                    || (i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e'));
+                let backslash =
+                    dialect == Dialect::MySql || (i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e'));
                 i += 1;
                 while i < b.len() {
                     if backslash && b[i] == b'\\' {
@@ -193,12 +193,23 @@ mod tests {
         let my = |s| fingerprint(s, Dialect::MySql);
         assert_eq!(my("SELECT 1 # c"), my("SELECT 2"));
         assert_ne!(my("SELECT 1 /*! FOR UPDATE */"), my("SELECT 1"));
-        assert_eq!(my("SELECT `Id` FROM t WHERE id = 'x\\'y'"), my("SELECT `Id` FROM t WHERE id = 'z'"));
+        assert_eq!(
+            my("SELECT `Id` FROM t WHERE id = 'x\\'y'"),
+            my("SELECT `Id` FROM t WHERE id = 'z'")
+        );
     }
 
     #[test]
     fn unterminated_input_does_not_panic() {
-        for s in ["SELECT 'abc", "SELECT \"abc", "/* open", "SELECT $a$ x", "SELECT E'\\", "$", "--"] {
+        for s in [
+            "SELECT 'abc",
+            "SELECT \"abc",
+            "/* open",
+            "SELECT $a$ x",
+            "SELECT E'\\",
+            "$",
+            "--",
+        ] {
             let _ = pg(s);
             let _ = fingerprint(s, Dialect::MySql);
         }

@@ -28,7 +28,10 @@ mod tests {
     fn finds_hints_anywhere() {
         assert_eq!(hint("/* fulcrum:primary */ SELECT 1"), Some(Hint::Primary));
         assert_eq!(hint("SELECT 1 /* fulcrum:replica */"), Some(Hint::Replica));
-        assert_eq!(hint("SELECT 1 -- fulcrum:replica fulcrum:primary"), Some(Hint::Primary));
+        assert_eq!(
+            hint("SELECT 1 -- fulcrum:replica fulcrum:primary"),
+            Some(Hint::Primary)
+        );
         assert_eq!(hint("SELECT 'fulcrum:' /* none */"), None);
         assert_eq!(hint("SELECT 1"), None);
     }

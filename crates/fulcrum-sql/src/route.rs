@@ -42,13 +42,22 @@ mod tests {
     fn reads_leave_the_primary_only_outside_transactions() {
         let idle = SessionState::default();
         assert_eq!(route(Decision::Read, idle), RouteTo::Replica);
-        assert_eq!(route(Decision::Begin { read_only: true }, idle), RouteTo::Replica);
+        assert_eq!(
+            route(Decision::Begin { read_only: true }, idle),
+            RouteTo::Replica
+        );
         assert_eq!(route(Decision::Write, idle), RouteTo::Primary);
         assert_eq!(route(Decision::Primary, idle), RouteTo::Primary);
         assert_eq!(route(Decision::Unknown, idle), RouteTo::Primary);
-        let txn = SessionState { in_transaction: true, pinned: false };
+        let txn = SessionState {
+            in_transaction: true,
+            pinned: false,
+        };
         assert_eq!(route(Decision::Read, txn), RouteTo::Same);
-        let pinned = SessionState { in_transaction: false, pinned: true };
+        let pinned = SessionState {
+            in_transaction: false,
+            pinned: true,
+        };
         assert_eq!(route(Decision::Read, pinned), RouteTo::Same);
     }
 }

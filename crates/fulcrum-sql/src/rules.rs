@@ -21,7 +21,11 @@ pub(crate) struct FunctionRules {
     pub read_only: HashSet<String>,
 }
 
-pub(crate) fn classify_statement(stmt: &Statement, dialect: Dialect, f: &FunctionRules) -> Decision {
+pub(crate) fn classify_statement(
+    stmt: &Statement,
+    dialect: Dialect,
+    f: &FunctionRules,
+) -> Decision {
     use sqlparser::ast::Set;
     match stmt {
         Statement::Query(q) => query(q, f),
@@ -56,8 +60,12 @@ pub(crate) fn classify_statement(stmt: &Statement, dialect: Dialect, f: &Functio
             read_only: read_only(modes),
         },
         Statement::Commit { .. } => Decision::End,
-        Statement::Rollback { savepoint: None, .. } => Decision::End,
-        Statement::Rollback { savepoint: Some(_), .. }
+        Statement::Rollback {
+            savepoint: None, ..
+        } => Decision::End,
+        Statement::Rollback {
+            savepoint: Some(_), ..
+        }
         | Statement::Savepoint { .. }
         | Statement::ReleaseSavepoint { .. } => Decision::Txn,
         Statement::Set(set) => match set {
@@ -77,7 +85,14 @@ pub(crate) fn classify_statement(stmt: &Statement, dialect: Dialect, f: &Functio
             Set::ParenthesizedAssignments { .. } => Decision::Pin("SET (...) = (...)"),
             Set::MultipleAssignments { assignments } => assignments
                 .iter()
-                .map(|a| assignment(dialect, a.scope.as_ref(), &a.name.to_string(), std::slice::from_ref(&a.value)))
+                .map(|a| {
+                    assignment(
+                        dialect,
+                        a.scope.as_ref(),
+                        &a.name.to_string(),
+                        std::slice::from_ref(&a.value),
+                    )
+                })
                 .fold(Decision::Read, Decision::combine),
             Set::SetSessionAuthorization(_) => Decision::Pin("SET SESSION AUTHORIZATION"),
             Set::SetRole { .. } => Decision::Pin("SET ROLE"),
@@ -116,9 +131,12 @@ pub(crate) fn classify_statement(stmt: &Statement, dialect: Dialect, f: &Functio
 }
 
 fn read_only(modes: &[TransactionMode]) -> bool {
-    modes
-        .iter()
-        .any(|m| matches!(m, TransactionMode::AccessMode(TransactionAccessMode::ReadOnly)))
+    modes.iter().any(|m| {
+        matches!(
+            m,
+            TransactionMode::AccessMode(TransactionAccessMode::ReadOnly)
+        )
+    })
 }
 
 fn assignment(
@@ -210,7 +228,12 @@ fn query(q: &Query, f: &FunctionRules) -> Decision {
                     .name
                     .0
                     .last()
-                    .map(|p| p.to_string().trim_matches('"').trim_matches('`').to_ascii_lowercase())
+                    .map(|p| {
+                        p.to_string()
+                            .trim_matches('"')
+                            .trim_matches('`')
+                            .to_ascii_lowercase()
+                    })
                     .unwrap_or_default();
                 if f.read_only.contains(&name) {
                 } else if f.pin.contains(&name) {
@@ -237,7 +260,9 @@ fn query(q: &Query, f: &FunctionRules) -> Decision {
 fn has_modifying_body(q: &Query) -> bool {
     fn body(b: &SetExpr) -> bool {
         match b {
-            SetExpr::Insert(_) | SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Merge(_) => true,
+            SetExpr::Insert(_) | SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Merge(_) => {
+                true
+            }
             SetExpr::Query(q) => has_modifying_body(q),
             SetExpr::SetOperation { left, right, .. } => body(left) || body(right),
             _ => false,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{dedent, MINIMAL};
 use crate::{
-    defaults, load, parse, Backend, ClientAuth, Cluster, Config, ConfigError, Global, PoolMode,
-    Protocol, Role, User,
+    defaults, load, parse, Backend, ClientAuth, Cluster, Config, ConfigError, DefaultRoute, Global,
+    PoolMode, Protocol, Role, User,
 };
 
 fn parse_ok(text: &str) -> Config {
@@ -52,6 +52,11 @@ fn every_key_is_read_into_the_config() {
         max_message_size = "64kB"
         max_client_connections = 50
         max_prepared_statements = 0
+        reads_on_primary = true
+        default_route = "replica"
+        write_functions = ["audit.log_event", "bump"]
+        read_only_functions = ["my_pure_fn"]
+        classifier_cache_size = 0
 
         [[cluster.backend]]
         address = "db-primary.internal:5432"
@@ -103,6 +108,11 @@ fn every_key_is_read_into_the_config() {
                 max_message_size: 64 * 1024,
                 max_client_connections: 50,
                 max_prepared_statements: 0,
+                reads_on_primary: true,
+                default_route: DefaultRoute::Replica,
+                write_functions: vec!["log_event".into(), "bump".into()],
+                read_only_functions: vec!["my_pure_fn".into()],
+                classifier_cache_size: 0,
                 backends: vec![
                     backend("db-primary.internal:5432", Role::Primary, 0),
                     backend("[::1]:5433", Role::Replica, 3),
@@ -122,6 +132,11 @@ fn every_key_is_read_into_the_config() {
                 max_message_size: 1024 * 1024,
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
                 max_prepared_statements: defaults::MAX_PREPARED_STATEMENTS,
+                reads_on_primary: false,
+                default_route: defaults::DEFAULT_ROUTE,
+                write_functions: vec![],
+                read_only_functions: vec![],
+                classifier_cache_size: defaults::CLASSIFIER_CACHE_SIZE,
                 backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
                 users: vec![user("shop", "")],
             },

@@ -7,7 +7,9 @@ use super::table::Table;
 use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawBackend, RawCluster, RawUser, Tables, Value};
-use crate::types::{defaults, Backend, ClientAuth, Cluster, PoolMode, Protocol, Role, User};
+use crate::types::{
+    defaults, Backend, ClientAuth, Cluster, DefaultRoute, PoolMode, Protocol, Role, User,
+};
 
 const PROTOCOLS: &[(&str, Protocol)] =
     &[("postgres", Protocol::Postgres), ("mysql", Protocol::Mysql)];
@@ -19,6 +21,10 @@ const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("scram-sha-256", ClientAuth::ScramSha256),
     ("md5", ClientAuth::Md5),
     ("trust", ClientAuth::Trust),
+];
+const DEFAULT_ROUTES: &[(&str, DefaultRoute)] = &[
+    ("primary", DefaultRoute::Primary),
+    ("replica", DefaultRoute::Replica),
 ];
 const ROLES: &[(&str, Role)] = &[
     ("primary", Role::Primary),
@@ -77,6 +83,21 @@ pub(super) fn cluster(
         0,
         defaults::MAX_PREPARED_STATEMENTS,
     )?;
+    let reads_on_primary = c.reads_on_primary.as_ref().is_some_and(|v| *v.get_ref());
+    let default_route = t.choice(
+        &c.default_route,
+        "default_route",
+        DEFAULT_ROUTES,
+        Some(defaults::DEFAULT_ROUTE),
+    )?;
+    let write_functions = function_list(&t, &c.write_functions, "write_functions")?;
+    let read_only_functions = function_list(&t, &c.read_only_functions, "read_only_functions")?;
+    let classifier_cache_size = t.u32_at_least(
+        &c.classifier_cache_size,
+        "classifier_cache_size",
+        0,
+        defaults::CLASSIFIER_CACHE_SIZE,
+    )?;
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
     Ok(Cluster {
@@ -92,9 +113,39 @@ pub(super) fn cluster(
         max_message_size,
         max_client_connections,
         max_prepared_statements,
+        reads_on_primary,
+        default_route,
+        write_functions,
+        read_only_functions,
+        classifier_cache_size,
         backends,
         users,
     })
+}
+
+/// A list of SQL function names: identifiers, optionally schema-qualified.
+fn function_list(t: &Table, raw: &Value<Vec<String>>, name: &str) -> Result<Vec<String>, Problem> {
+    let Some(list) = raw else {
+        return Ok(Vec::new());
+    };
+    for f in list.get_ref() {
+        let ok = !f.is_empty()
+            && f.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+            });
+        if !ok {
+            return Err(t.error(list, name, format!("{f:?} is not a function name")));
+        }
+    }
+    // Only the unqualified name is matched (schema-qualified calls match too).
+    Ok(list
+        .get_ref()
+        .iter()
+        .map(|f| f.rsplit('.').next().unwrap_or(f).to_ascii_lowercase())
+        .collect())
 }
 
 /// The tables of an array, or a problem saying the cluster needs at least one.

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use fulcrum_config::{Cluster, Role};
 use fulcrum_pool::{BackendId, Pool, Router};
+use fulcrum_sql::{Classifier, ClassifierConfig, Dialect};
 
 use super::cancel::CancelRegistry;
 use super::statements::StatementRegistry;
@@ -28,6 +29,7 @@ const WELCOME_CACHE_MAX: usize = 1024;
 pub struct ClusterContext {
     pub config: Cluster,
     pub router: Router,
+    pub classifier: Classifier,
     pub backends: Vec<Arc<str>>,
     pub users: HashMap<String, UserAuth>,
     pub statements: StatementRegistry,
@@ -62,7 +64,26 @@ impl ClusterContext {
             })
             .collect();
         Arc::new(ClusterContext {
-            router: Router::new(primary, config.backends.len().max(1)),
+            router: Router::new(
+                primary,
+                config.backends.len().max(1),
+                &config
+                    .backends
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, b)| *i != primary && b.role != Role::Primary)
+                    .map(|(i, _)| i)
+                    .collect::<Vec<_>>(),
+                config.reads_on_primary,
+            ),
+            classifier: Classifier::new(
+                Dialect::Postgres,
+                &ClassifierConfig {
+                    cache_size: config.classifier_cache_size as usize,
+                    write_functions: config.write_functions.clone(),
+                    read_only_functions: config.read_only_functions.clone(),
+                },
+            ),
             backends: config
                 .backends
                 .iter()

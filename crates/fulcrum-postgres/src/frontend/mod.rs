@@ -10,6 +10,7 @@ pub mod serve;
 pub mod session;
 pub mod session_sql;
 pub mod statements;
+pub mod unit_route;
 
 pub use context::ClusterContext;
 pub use serve::serve;

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use fulcrum_config::PoolMode;
+use fulcrum_config::{DefaultRoute, PoolMode};
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
+use fulcrum_sql::{route, Decision, RouteTo, SessionState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -25,6 +26,7 @@ use super::expect::{Expect, Expectations, Step};
 use super::login::{fatal, Login};
 use super::session_sql::{self, SessionOp};
 use super::statements::ClientStatement;
+use super::unit_route::unit_decision;
 use crate::backend::conn::{Prepared, SessionParams};
 use crate::backend::internal::InternalError;
 use crate::backend::{ConnectError, ServerConn};
@@ -36,6 +38,8 @@ use crate::codec::frontend_msg::{
 
 /// Server frames of these types larger than this are streamed through, not buffered whole.
 const STREAM_THRESHOLD: usize = 64 * 1024;
+/// How long a replica that could not be reached is left out of reads.
+const REPLICA_BAN: Duration = Duration::from_secs(5);
 /// How long cleaning a server connection for reuse may take before it is closed instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -68,6 +72,13 @@ pub struct Session {
     server_stream_left: usize,
     pinned: Option<&'static str>,
     rewrite_statements: bool,
+    /// Routing decision of the client's last unnamed Parse.
+    unnamed_decision: Decision,
+    /// Session-state statements prepared through the extended protocol
+    /// (statement name -> ops) and the portals bound to them, so a SET sent
+    /// with Parse/Bind/Execute is replayed like one sent as a simple query.
+    stmt_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
+    portal_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
     cancel: Arc<CancelSlot>,
 }
 
@@ -107,6 +118,9 @@ impl Session {
                 Some("session pool mode")
             },
             rewrite_statements: transaction_mode,
+            unnamed_decision: Decision::Write,
+            stmt_ops: HashMap::new(),
+            portal_ops: HashMap::new(),
             cancel,
         }
     }
@@ -139,7 +153,7 @@ impl Session {
             None => {
                 // First client with these parameters: a server validates the
                 // database and the startup parameters, and tells their values.
-                self.attach().await?;
+                self.attach(Route::Primary).await?;
                 let server = self.server.as_ref().expect("attached");
                 self.ctx.cache_welcome(
                     self.backend,
@@ -192,7 +206,13 @@ impl Session {
                     }
                     self.on_client_input().await?;
                 }
-                Event::Server(Ok(n)) if n > 0 => self.on_server_input().await?,
+                Event::Server(Ok(n)) if n > 0 => {
+                    self.on_server_input().await?;
+                    // Work held back while a replica finished goes now.
+                    if !self.cbuf.is_empty() {
+                        self.on_client_input().await?;
+                    }
+                }
                 Event::Server(_) => return self.server_lost().await,
             }
         }
@@ -216,11 +236,58 @@ impl Session {
 
     // ---- attaching and detaching ------------------------------------------------
 
-    async fn attach(&mut self) -> Result<(), SessionError> {
+    async fn attach(&mut self, route: Route) -> Result<(), SessionError> {
         if self.server.is_some() {
             return Ok(());
         }
-        let backend = self.ctx.router.pick(Route::Primary);
+        let backend = self.ctx.router.pick(route);
+        if backend != self.ctx.router.primary() {
+            match self.try_attach_replica(backend).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {} // fall back to the primary below
+                Err(e) => return Err(e),
+            }
+        }
+        self.attach_to(self.ctx.router.primary()).await
+    }
+
+    /// Attaches to a replica; `Ok(false)` when it cannot be reached (it is
+    /// then skipped for a while and the read goes to the primary).
+    async fn try_attach_replica(&mut self, backend: BackendId) -> Result<bool, SessionError> {
+        let pool = self.ctx.pool(backend, &self.user, &self.database);
+        let ctx = self.ctx.clone();
+        let (user, database) = (self.user.clone(), self.database.clone());
+        match pool
+            .get(|| async move { ctx.open(backend, &user, &database).await })
+            .await
+        {
+            Ok(mut server) => {
+                if server.applied != self.desired
+                    && sync_params(&mut server, &self.desired).await.is_err()
+                {
+                    server.discard();
+                    return Ok(false);
+                }
+                self.backend = backend;
+                self.cancel.set_target(Some(server.cancel.clone()));
+                self.server = Some(server);
+                Ok(true)
+            }
+            Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica unreachable; reads go elsewhere for 5s");
+                self.ctx.router.ban(backend, REPLICA_BAN);
+                Ok(false)
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica refused the connection; using the primary");
+                self.ctx.router.ban(backend, REPLICA_BAN);
+                Ok(false)
+            }
+            Err(PoolError::Timeout(..)) | Err(PoolError::Closed) => Ok(false),
+        }
+    }
+
+    async fn attach_to(&mut self, backend: BackendId) -> Result<(), SessionError> {
         self.backend = backend;
         // The pool handle is kept per backend: no map lookup per transaction.
         let pool = match &self.pool {
@@ -341,6 +408,19 @@ impl Session {
                     .await);
                 }
             };
+            if matches!(
+                header.tag,
+                b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
+            ) {
+                if self.server.is_none() {
+                    let route = self.route_next_unit();
+                    self.attach(route).await?;
+                } else if self.must_wait_for_replica() {
+                    // The next unit needs the primary: leave it buffered until
+                    // the replica's work is done and the connection is back.
+                    break;
+                }
+            }
             let frame = self.cbuf.split_to(header.total);
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
@@ -383,7 +463,7 @@ impl Session {
             }
         }
         if self.server.is_none() {
-            self.attach().await?;
+            self.attach(Route::Primary).await?;
         }
         match tag {
             b'Q' => {
@@ -425,13 +505,59 @@ impl Session {
             b'B' => self.on_bind(frame),
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
+                let ops = self.execute_ops(&frame[5..]);
                 self.to_server.extend_from_slice(&frame);
-                self.expect.push(Expect::Execute(Vec::new()));
+                self.expect.push(Expect::Execute(ops));
                 self.unsynced = true;
             }
             _ => unreachable!("filtered above"),
         }
         Ok(true)
+    }
+
+    /// The decision for the unit at the front of the client buffer.
+    fn next_unit_decision(&self) -> Decision {
+        let d = unit_decision(
+            &self.cbuf,
+            self.ctx.config.max_message_size,
+            &self.ctx.classifier,
+            &self.statements,
+            self.unnamed_decision,
+        );
+        if d == Decision::Unknown && self.ctx.config.default_route == DefaultRoute::Replica {
+            return Decision::Read;
+        }
+        d
+    }
+
+    /// Primary or replica for the next unit of work (only transaction
+    /// pooling routes per unit; session mode and pinned clients stay put).
+    fn route_next_unit(&mut self) -> Route {
+        if self.pinned.is_some() {
+            return Route::Primary;
+        }
+        let decision = self.next_unit_decision();
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        let state = SessionState {
+            in_transaction: false,
+            pinned: self.pinned.is_some(),
+        };
+        match route(decision, state) {
+            RouteTo::Replica => Route::Replica,
+            RouteTo::Primary | RouteTo::Same => Route::Primary,
+        }
+    }
+
+    /// On a replica, between units, outside a transaction: a unit that needs
+    /// the primary must wait for this connection to be released.
+    fn must_wait_for_replica(&self) -> bool {
+        self.backend != self.ctx.router.primary()
+            && !self.unsynced
+            && self.status == b'I'
+            && self.pinned.is_none()
+            && self.next_unit_decision().needs_primary()
     }
 
     /// `DEALLOCATE name` of a statement Fulcrum mapped is answered here: the
@@ -472,17 +598,32 @@ impl Session {
 
     fn on_parse(&mut self, frame: BytesMut) {
         self.unsynced = true;
+        let decision = parse_msg(&frame[5..])
+            .and_then(|p| std::str::from_utf8(p.query).ok())
+            .map_or(Decision::Write, |q| self.ctx.classifier.classify(q));
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        if decision == Decision::Set || !self.stmt_ops.is_empty() {
+            self.track_statement_ops(&frame, decision);
+        }
         let parsed = if self.rewrite_statements {
             parse_msg(&frame[5..])
         } else {
             None
         };
+        if parsed.as_ref().is_none_or(|p| p.name.is_empty()) {
+            self.unnamed_decision = decision;
+        }
         let Some(p) = parsed.filter(|p| !p.name.is_empty()) else {
             self.to_server.extend_from_slice(&frame);
             self.expect.push(Expect::Parse(None));
             return;
         };
-        let stmt = self.ctx.statements.statement(p.definition, p.query);
+        let stmt = self
+            .ctx
+            .statements
+            .statement(p.definition, p.query, decision);
         let name = p.name.to_vec();
         let server = self.server.as_mut().expect("attached");
         if server.prepared.contains_key(&stmt.server_name) {
@@ -498,6 +639,40 @@ impl Session {
                 .push(Expect::Parse(Some(stmt.server_name.clone())));
         }
         self.statements.insert(name, stmt);
+    }
+
+    /// Remembers the session ops of a prepared SET (or forgets a name reused).
+    fn track_statement_ops(&mut self, frame: &[u8], decision: Decision) {
+        let Some(p) = parse_msg(&frame[5..]) else {
+            return;
+        };
+        let mut ops = Vec::new();
+        if decision == Decision::Set {
+            for op in session_sql::scan(p.query) {
+                match op {
+                    SessionOp::Pin(reason) => self.pin(reason),
+                    SessionOp::Set { .. }
+                    | SessionOp::Reset { .. }
+                    | SessionOp::ResetAll
+                    | SessionOp::DiscardAll => ops.push(op),
+                    _ => {}
+                }
+            }
+        }
+        if ops.is_empty() {
+            self.stmt_ops.remove(p.name);
+        } else {
+            self.stmt_ops.insert(p.name.to_vec(), ops);
+        }
+    }
+
+    /// The ops an Execute of `portal` will apply when it completes.
+    fn execute_ops(&self, body: &[u8]) -> Vec<SessionOp> {
+        if self.portal_ops.is_empty() {
+            return Vec::new();
+        }
+        let portal = body.split(|&b| b == 0).next().unwrap_or_default();
+        self.portal_ops.get(portal).cloned().unwrap_or_default()
     }
 
     /// Makes sure the attached server has the client's statement `name`,
@@ -518,6 +693,19 @@ impl Session {
 
     fn on_bind(&mut self, frame: BytesMut) {
         self.unsynced = true;
+        if !self.stmt_ops.is_empty() || !self.portal_ops.is_empty() {
+            if let Some(b) = bind_msg(&frame[5..]) {
+                match self.stmt_ops.get(b.statement) {
+                    Some(ops) => {
+                        let ops = ops.clone();
+                        self.portal_ops.insert(b.portal.to_vec(), ops);
+                    }
+                    None => {
+                        self.portal_ops.remove(b.portal);
+                    }
+                }
+            }
+        }
         if self.rewrite_statements {
             if let Some(b) = bind_msg(&frame[5..]).filter(|b| !b.statement.is_empty()) {
                 if let Some(server_name) = self.ensure_prepared(b.statement) {
@@ -669,22 +857,42 @@ impl Session {
 
     /// ReadyForQuery: a unit of work ended; settle its session-state changes.
     fn on_ready(&mut self, status: u8) {
+        let was = self.status;
         self.status = status;
         self.pending_ready = self.pending_ready.saturating_sub(1);
-        let ops = self.expect.take_batch_ops();
+        // Replay the unit's statements in order: a SET inside a block that
+        // this same unit rolls back must not be kept.
+        let mut in_txn = was != b'I';
+        let mut failed = was == b'E';
+        let mut now = Vec::new();
+        for op in self.expect.take_batch_ops() {
+            match op {
+                SessionOp::Begin => in_txn = true,
+                SessionOp::Commit | SessionOp::Rollback => {
+                    let committed = matches!(op, SessionOp::Commit) && !failed;
+                    let done = std::mem::take(&mut self.txn_ops);
+                    if committed {
+                        now.extend(done);
+                    }
+                    in_txn = false;
+                    failed = false;
+                }
+                op if in_txn => self.txn_ops.push(op),
+                op => now.push(op),
+            }
+        }
         match status {
             b'I' => {
                 if self.txn_committed == Some(true) {
-                    let committed = std::mem::take(&mut self.txn_ops);
-                    self.apply_ops(committed);
+                    now.extend(std::mem::take(&mut self.txn_ops));
                 }
                 self.txn_ops.clear();
                 self.txn_committed = None;
-                self.apply_ops(ops);
             }
-            b'T' => self.txn_ops.extend(ops),
+            b'E' => {}
             _ => {}
         }
+        self.apply_ops(now);
     }
 
     fn apply_ops(&mut self, ops: Vec<SessionOp>) {
@@ -712,7 +920,11 @@ impl Session {
                     self.desired = self.startup.clone();
                     self.statements.clear();
                 }
-                SessionOp::Deallocate(_) | SessionOp::Pin(_) => {}
+                SessionOp::Deallocate(_)
+                | SessionOp::Pin(_)
+                | SessionOp::Begin
+                | SessionOp::Commit
+                | SessionOp::Rollback => {}
             }
         }
     }

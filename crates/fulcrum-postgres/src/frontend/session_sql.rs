@@ -10,9 +10,14 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionOp {
     /// `SET [SESSION] key ...`: replay `stmt` on every server connection used.
-    Set { key: String, stmt: String },
+    Set {
+        key: String,
+        stmt: String,
+    },
     /// `RESET key`.
-    Reset { key: String },
+    Reset {
+        key: String,
+    },
     /// `RESET ALL`.
     ResetAll,
     /// `DISCARD ALL`: resets parameters and drops prepared statements.
@@ -21,6 +26,10 @@ pub enum SessionOp {
     Deallocate(Option<String>),
     /// State that cannot be replayed: keep this client on its server connection.
     Pin(&'static str),
+    /// Transaction control, so SETs inside a rolled-back block are dropped.
+    Begin,
+    Commit,
+    Rollback,
 }
 
 /// Scans a simple-query text (possibly several statements).
@@ -263,6 +272,10 @@ fn statement_op(stmt: &str) -> Option<SessionOp> {
                 n => Some(SessionOp::Deallocate(Some(n.to_owned()))),
             }
         }
+        "begin" | "start" => Some(SessionOp::Begin),
+        "commit" | "end" => Some(SessionOp::Commit),
+        "rollback" | "abort" if word(1) != "to" && word(2) != "to" => Some(SessionOp::Rollback),
+        "prepare" if word(1) == "transaction" => Some(SessionOp::Rollback),
         "prepare" => Some(SessionOp::Pin("PREPARE")),
         "listen" => Some(SessionOp::Pin("LISTEN")),
         "declare" if contains_ci(stmt, "with hold") => {
@@ -446,11 +459,13 @@ mod tests {
         assert_eq!(
             o,
             vec![
+                SessionOp::Begin,
                 SessionOp::Set {
                     key: "a.b".into(),
                     stmt: "SET a.b = 'x;y'".into()
                 },
                 SessionOp::Reset { key: "e.f".into() },
+                SessionOp::Commit,
             ]
         );
         assert_eq!(

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 
+use fulcrum_sql::Decision;
+
 use crate::codec::frontend_msg::put_parse;
 
 /// One client statement: the server-side name and the Parse that creates it.
@@ -17,6 +19,8 @@ pub struct ClientStatement {
     pub server_name: Arc<str>,
     pub parse: Bytes,
     pub query: Bytes,
+    /// How its query routes (classified once, at Parse).
+    pub decision: Decision,
 }
 
 /// Definitions seen by this cluster, each with its server-side name.
@@ -29,7 +33,12 @@ pub struct StatementRegistry {
 
 impl StatementRegistry {
     /// The client statement for a Parse `definition` (bytes after its name).
-    pub fn statement(&self, definition: &[u8], query: &[u8]) -> Arc<ClientStatement> {
+    pub fn statement(
+        &self,
+        definition: &[u8],
+        query: &[u8],
+        decision: Decision,
+    ) -> Arc<ClientStatement> {
         let server_name = {
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
             match names.get(definition) {
@@ -48,6 +57,7 @@ impl StatementRegistry {
             server_name,
             parse: parse.freeze(),
             query: Bytes::copy_from_slice(query),
+            decision,
         })
     }
 
@@ -67,9 +77,9 @@ mod tests {
     #[test]
     fn same_definition_shares_a_name() {
         let r = StatementRegistry::default();
-        let a = r.statement(b"SELECT 1\0\0\0", b"SELECT 1");
-        let b = r.statement(b"SELECT 1\0\0\0", b"SELECT 1");
-        let c = r.statement(b"SELECT 2\0\0\0", b"SELECT 2");
+        let a = r.statement(b"SELECT 1\0\0\0", b"SELECT 1", Decision::Read);
+        let b = r.statement(b"SELECT 1\0\0\0", b"SELECT 1", Decision::Read);
+        let c = r.statement(b"SELECT 2\0\0\0", b"SELECT 2", Decision::Read);
         assert_eq!(a.server_name, b.server_name);
         assert_ne!(a.server_name, c.server_name);
         assert_eq!(r.len(), 2);
@@ -79,8 +89,8 @@ mod tests {
     #[test]
     fn parameter_types_are_part_of_the_definition() {
         let r = StatementRegistry::default();
-        let a = r.statement(b"SELECT $1\0\0\x01\0\0\0\x17", b"SELECT $1");
-        let b = r.statement(b"SELECT $1\0\0\x01\0\0\0\x19", b"SELECT $1");
+        let a = r.statement(b"SELECT $1\0\0\x01\0\0\0\x17", b"SELECT $1", Decision::Read);
+        let b = r.statement(b"SELECT $1\0\0\x01\0\0\0\x19", b"SELECT $1", Decision::Read);
         assert_ne!(a.server_name, b.server_name);
     }
 }
