@@ -592,3 +592,25 @@ async fn set_sent_through_the_extended_protocol_is_replayed_too() {
         assert_eq!(row.get::<_, &str>(0), "0");
     }
 }
+
+#[tokio::test]
+async fn a_connection_over_max_prepared_statements_is_not_reused() {
+    let (_p, cfg) = proxy(
+        primary_only_config()
+            .pool_size(1)
+            .extra("max_prepared_statements = 3"),
+    );
+    let a = connect(&cfg, APP_USER).await;
+    let pid = one_string(&a, "SELECT pg_backend_pid()").await;
+    assert_eq!(
+        one_string(&a, "SELECT pg_backend_pid()").await,
+        pid,
+        "reused while under the limit"
+    );
+    for i in 0..5 {
+        let s = a.prepare(&format!("SELECT {i}::int")).await.unwrap();
+        a.query_one(&s, &[]).await.unwrap();
+    }
+    let after = one_string(&a, "SELECT pg_backend_pid()").await;
+    assert_ne!(after, pid, "the connection holding 5 statements was closed");
+}

@@ -371,7 +371,10 @@ impl Session {
         }
         if let Some(server) = self.server.take() {
             self.cancel.set_target(None);
-            if server.read_buf.is_empty() {
+            // A connection holding more prepared statements than allowed is
+            // closed rather than reused: memory on both sides stays bounded.
+            let max = self.ctx.config.max_prepared_statements as usize;
+            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
                 server.release();
             } else {
                 server.discard();

@@ -1,0 +1,281 @@
+//! Read/write routing on a real primary with two streaming replicas: reads
+//! report a replica, transactions and writes the primary, no corpus statement
+//! fails on a replica with 25006, and pgbench -S spreads over both replicas.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{
+    free_port, pgbench_init, run_pgbench, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
+};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let c = PgCluster::builder()
+            .replicas(2)
+            .start()
+            .expect("start PostgreSQL cluster");
+        pgbench_init(&c.primary().addr(), APP_USER, APP_PASSWORD, APP_DB, 1).expect("pgbench -i");
+        c.primary()
+            .sql("CREATE SEQUENCE routing_seq; GRANT ALL ON SEQUENCE routing_seq TO PUBLIC")
+            .expect("sequence");
+        // The corpus test runs DDL: it gets a database of its own.
+        c.primary()
+            .sql_script("postgres", "CREATE DATABASE corpus OWNER app;")
+            .expect("corpus database");
+        pgbench_init(&c.primary().addr(), APP_USER, APP_PASSWORD, "corpus", 1)
+            .expect("pgbench -i corpus");
+        c.wait_replicas_caught_up(Duration::from_secs(30))
+            .expect("replicas catch up");
+        c
+    })
+}
+
+fn config() -> PgProxyConfig {
+    let c = cluster();
+    let mut cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    for r in c.replicas() {
+        cfg = cfg.replica(&r.addr());
+    }
+    cfg
+}
+
+async fn connect(cfg: &PgProxyConfig) -> Client {
+    connect_db(cfg, APP_DB).await
+}
+
+async fn connect_db(cfg: &PgProxyConfig, db: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, db), NoTls)
+        .await
+        .expect("connect through fulcrum");
+    tokio::spawn(conn);
+    client
+}
+
+async fn port_of(client: &Client, sql: &str) -> u16 {
+    let msgs = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
+            _ => None,
+        })
+        .expect("a row")
+}
+
+fn replica_ports() -> HashSet<u16> {
+    cluster().replicas().iter().map(|r| r.port()).collect()
+}
+
+#[tokio::test]
+async fn reads_go_to_both_replicas_round_robin() {
+    let p = FulcrumProcess::start(&config().to_toml()).unwrap();
+    let cfg = config_of(&p);
+    let client = connect(&cfg).await;
+    let mut seen = HashSet::new();
+    for _ in 0..10 {
+        let port = port_of(&client, "SELECT inet_server_port()").await;
+        assert!(replica_ports().contains(&port), "read served by {port}");
+        seen.insert(port);
+        // The extended protocol routes the same way.
+        let row = client
+            .query_one("SELECT inet_server_port()", &[])
+            .await
+            .unwrap();
+        assert!(replica_ports().contains(&(row.get::<_, i32>(0) as u16)));
+    }
+    assert_eq!(seen, replica_ports(), "both replicas serve reads");
+}
+
+#[tokio::test]
+async fn transactions_writes_and_hints_go_to_the_primary() {
+    let p = FulcrumProcess::start(&config().to_toml()).unwrap();
+    let cfg = config_of(&p);
+    let client = connect(&cfg).await;
+    let primary = cluster().primary().port();
+    client.batch_execute("BEGIN").await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            port_of(&client, "SELECT inet_server_port()").await,
+            primary,
+            "inside a read-write transaction"
+        );
+    }
+    client.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        port_of(&client, "/* fulcrum:primary */ SELECT inet_server_port()").await,
+        primary
+    );
+    assert_eq!(
+        port_of(
+            &client,
+            "SELECT inet_server_port() FROM pgbench_branches FOR UPDATE"
+        )
+        .await,
+        primary
+    );
+    assert_eq!(
+        port_of(
+            &client,
+            "SELECT inet_server_port() FROM (SELECT nextval('routing_seq')) s"
+        )
+        .await,
+        primary
+    );
+    // A write in one Query with a read: the strictest part decides.
+    let msgs = client
+        .simple_query("SELECT 1; UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
+        .await
+        .unwrap();
+    assert!(!msgs.is_empty());
+    // A read-only transaction may run on a replica.
+    client.batch_execute("BEGIN READ ONLY").await.unwrap();
+    let port = port_of(&client, "SELECT inet_server_port()").await;
+    assert!(
+        replica_ports().contains(&port),
+        "read-only transaction on {port}"
+    );
+    assert_eq!(
+        port_of(&client, "SELECT inet_server_port()").await,
+        port,
+        "stays on one server"
+    );
+    client.batch_execute("COMMIT").await.unwrap();
+}
+
+/// The config a running process was started with (its listen address).
+fn config_of(p: &FulcrumProcess) -> PgProxyConfig {
+    let mut cfg = config();
+    cfg.listen = p.listen_addrs()[0].clone();
+    cfg
+}
+
+#[tokio::test]
+async fn no_corpus_statement_fails_on_a_read_only_replica() {
+    let p = FulcrumProcess::start(&config().to_toml()).unwrap();
+    let cfg = config_of(&p);
+    let path = format!("{}/tests/corpus/postgres.txt", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (mut ran, mut ok, mut misrouted) = (0, 0, Vec::new());
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((_, sql)) = line.split_once(" | ") else {
+            continue;
+        };
+        let sql = sql.replace("\\n", "\n");
+        let lower = sql.to_ascii_lowercase();
+        // Statements that would wait for COPY data or stop the servers.
+        if lower.contains("stdin")
+            || lower.contains("terminate")
+            || lower.contains("pg_cancel")
+            || lower.contains("pg_reload")
+        {
+            continue;
+        }
+        // A fresh client each time: no transaction or pin carries over.
+        let client = connect_db(&cfg, "corpus").await;
+        ran += 1;
+        match tokio::time::timeout(Duration::from_secs(10), client.simple_query(&sql)).await {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err(e)) => {
+                if e.code().map(|c| c.code()) == Some("25006") {
+                    misrouted.push(format!("{sql}: {e}"));
+                }
+            }
+            Err(_) => panic!("statement hung: {sql}"),
+        }
+    }
+    eprintln!(
+        "corpus through fulcrum: {ran} run, {ok} succeeded, {} failed with 25006",
+        misrouted.len()
+    );
+    assert!(ran >= 250, "ran {ran}");
+    assert!(
+        misrouted.is_empty(),
+        "sent to a replica but writes:\n{}",
+        misrouted.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn reads_fall_back_to_the_primary_when_no_replica_answers() {
+    let dead = format!("127.0.0.1:{}", free_port());
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .client_auth("md5")
+        .replica(&dead);
+    let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    let client = connect(&cfg).await;
+    for _ in 0..3 {
+        assert_eq!(
+            port_of(&client, "SELECT inet_server_port()").await,
+            cluster().primary().port()
+        );
+    }
+}
+
+#[tokio::test]
+async fn session_mode_keeps_every_statement_on_the_primary() {
+    let cfg = config().pool_mode("session");
+    let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    let client = connect(&cfg).await;
+    for _ in 0..3 {
+        assert_eq!(
+            port_of(&client, "SELECT inet_server_port()").await,
+            cluster().primary().port()
+        );
+    }
+}
+
+fn commits(node: &fulcrum_testkit::PgNode) -> u64 {
+    node.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = 'app'")
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn pgbench_select_only_spreads_over_both_replicas() {
+    let c = cluster();
+    let cfg = config();
+    let before: Vec<u64> = c.nodes().map(commits).collect();
+    let n = 4 * 500;
+    {
+        let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+        for mode in ["simple", "prepared"] {
+            let r = run_pgbench(
+                &cfg.listen,
+                APP_USER,
+                APP_PASSWORD,
+                APP_DB,
+                &["-S", "-n", "-M", mode, "-c", "4", "-t", "250"],
+            )
+            .unwrap();
+            assert_eq!(r.failed, 0);
+            assert_eq!(r.transactions, 1000);
+        }
+        // Dropping the daemon closes its server connections: the servers flush their statistics.
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let after: Vec<u64> = c.nodes().map(commits).collect();
+    let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("pgbench -S, {n} transactions: commits per node (primary, replica 1, replica 2) = {delta:?}");
+    for (i, d) in delta.iter().enumerate().skip(1) {
+        assert!(
+            *d as f64 >= 0.4 * n as f64 / 2.0,
+            "replica {i} served {d} of {n}"
+        );
+    }
+    assert!(
+        (delta[0] as f64) < 0.05 * n as f64,
+        "primary served {} of {n} reads",
+        delta[0]
+    );
+}
