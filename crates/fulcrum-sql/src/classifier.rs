@@ -103,7 +103,7 @@ impl Classifier {
             }
             // The replica hint lifts only the "read on the primary" rule: a
             // write, a transaction or session state never goes to a replica.
-            (Some(Hint::Replica), Decision::Primary) => Decision::Read,
+            (Some(Hint::Replica), Decision::Primary) if !locks_rows(sql) => Decision::Read,
             (_, d) => d,
         }
     }
@@ -126,7 +126,7 @@ impl Classifier {
                 .unwrap_or(Decision::Read),
             Err(_) => {
                 self.unparsed.fetch_add(1, Ordering::Relaxed);
-                Decision::Unknown
+                unparsed_session_statement(sql).unwrap_or(Decision::Unknown)
             }
         }
     }
@@ -139,6 +139,44 @@ impl Classifier {
             cached: self.cache.len(),
         }
     }
+}
+
+/// Every form of `SET`/`RESET` changes only settings, so one the parser does
+/// not know (`SET SCHEMA 'x'`, `SET role TO r`) can still be placed: role
+/// changes pin, `SET LOCAL` lasts for the transaction, the rest is replayed.
+fn unparsed_session_statement(sql: &str) -> Option<Decision> {
+    if sql.contains(';') {
+        return None;
+    }
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .take(4)
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    match word(0) {
+        "set" | "reset" => {
+            let i = if word(1) == "session" { 2 } else { 1 };
+            Some(match word(i) {
+                "role" | "authorization" => Decision::Pin("SET ROLE"),
+                "local" | "transaction" | "constraints" => Decision::Txn,
+                "global" => Decision::Write,
+                "" => return None,
+                _ => Decision::Set,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Row-locking clauses, which no hint moves off the primary.
+fn locks_rows(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    words
+        .windows(2)
+        .any(|w| w[0] == "for" && matches!(w[1], "update" | "share" | "no" | "key"))
+        || lower.contains("lock in share mode")
 }
 
 /// Statements whose decision can depend on a literal are not cached:
@@ -253,6 +291,20 @@ mod tests {
             c.classify("SET autocommit = 0"),
             Decision::Pin("SET autocommit = 0")
         );
+    }
+
+    #[test]
+    fn unparsable_set_forms_are_still_session_statements() {
+        assert_eq!(
+            unparsed_session_statement("SET SCHEMA 'app'"),
+            Some(Decision::Set)
+        );
+        assert_eq!(
+            unparsed_session_statement("SET role TO r"),
+            Some(Decision::Pin("SET ROLE"))
+        );
+        assert_eq!(unparsed_session_statement("SET x = 1; DROP TABLE t"), None);
+        assert_eq!(unparsed_session_statement("SELEC 1"), None);
     }
 
     #[test]

@@ -63,8 +63,9 @@ impl Decision {
             Decision::Begin { read_only: true } => 3,
             Decision::Begin { read_only: false } => 4,
             Decision::Primary => 5,
-            Decision::Pin(_) => 6,
-            Decision::Write => 7,
+            Decision::Write => 6,
+            // A pin also means the primary, and must never be lost in a mix.
+            Decision::Pin(_) => 7,
             Decision::Unknown => 8,
         }
     }
@@ -96,6 +97,10 @@ impl Decision {
             (Decision::Begin { read_only: true }, Decision::Primary)
             | (Decision::Primary, Decision::Begin { read_only: true }) => {
                 Decision::Begin { read_only: false }
+            }
+            // BEGIN; SET TRANSACTION READ ONLY
+            (Decision::Begin { read_only: false }, Decision::TxnReadOnly) => {
+                Decision::Begin { read_only: true }
             }
             (a, b) => {
                 if a.rank() >= b.rank() {

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    visit_expressions, visit_statements, DiscardObject, Expr, Query, SetExpr, Statement,
-    TransactionAccessMode, TransactionMode,
+    CopySource, CopyTarget, DiscardObject, Expr, ObjectName, Query, Select, SetExpr, Statement,
+    TableFactor, TransactionAccessMode, TransactionMode, Visit, Visitor,
 };
 
 use crate::decision::Decision;
@@ -29,10 +29,26 @@ pub(crate) fn classify_statement(
     use sqlparser::ast::Set;
     match stmt {
         Statement::Query(q) => query(q, f),
+        // EXPLAIN ANALYZE runs the statement: it goes where the statement
+        // would. Plain EXPLAIN only plans: a read.
         Statement::Explain {
-            analyze, statement, ..
+            analyze,
+            statement,
+            options,
+            ..
         } => {
-            if *analyze {
+            let analyze_option = options.as_ref().is_some_and(|opts| {
+                opts.iter().any(|o| {
+                    o.name.value.eq_ignore_ascii_case("analyze")
+                        && o.arg.as_ref().is_none_or(|a| {
+                            !matches!(
+                                a.to_string().to_ascii_lowercase().as_str(),
+                                "false" | "off" | "0"
+                            )
+                        })
+                })
+            });
+            if *analyze || analyze_option {
                 classify_statement(statement, dialect, f)
             } else {
                 Decision::Read
@@ -55,9 +71,25 @@ pub(crate) fn classify_statement(
         | Statement::ShowCollation { .. } => Decision::Read,
         Statement::ShowProcessList { .. } => Decision::Primary,
         // COPY ... TO STDOUT reads; COPY ... FROM writes.
-        Statement::Copy { to: true, .. } => Decision::Read,
+        // COPY ... TO STDOUT reads; COPY ... TO a server file or program
+        // writes on the server: primary.
+        Statement::Copy {
+            to: true,
+            source,
+            target,
+            ..
+        } => {
+            let read = match source {
+                CopySource::Query(q) => query(q, f),
+                CopySource::Table { .. } => Decision::Read,
+            };
+            match target {
+                CopyTarget::Stdout => read,
+                _ => read.combine(Decision::Primary),
+            }
+        }
         Statement::StartTransaction { modes, .. } => Decision::Begin {
-            read_only: read_only(modes),
+            read_only: read_only(modes) && !serializable(modes),
         },
         Statement::Commit { .. } => Decision::End,
         Statement::Rollback {
@@ -69,8 +101,10 @@ pub(crate) fn classify_statement(
         | Statement::Savepoint { .. }
         | Statement::ReleaseSavepoint { .. } => Decision::Txn,
         Statement::Set(set) => match set {
+            // SET SESSION CHARACTERISTICS AS TRANSACTION sets a session default.
+            Set::SetTransaction { session: true, .. } => Decision::Set,
             Set::SetTransaction { modes, .. } => {
-                if read_only(modes) {
+                if read_only(modes) && !serializable(modes) {
                     Decision::TxnReadOnly
                 } else {
                     Decision::Txn
@@ -103,6 +137,22 @@ pub(crate) fn classify_statement(
             Set::SetSessionParam(_) => Decision::Set,
         },
         Statement::Use(_) => Decision::Set,
+        Statement::Reset(r) => match &r.reset {
+            sqlparser::ast::Reset::SessionAuthorization => {
+                Decision::Pin("RESET SESSION AUTHORIZATION")
+            }
+            sqlparser::ast::Reset::ConfigurationParameter(p)
+                if p.to_string().eq_ignore_ascii_case("role") =>
+            {
+                Decision::Pin("RESET ROLE")
+            }
+            _ => Decision::Set,
+        },
+        Statement::Load { .. } => Decision::Pin("LOAD"),
+        Statement::CreateView(v) if v.temporary => Decision::Pin("temporary view"),
+        Statement::CreateSequence {
+            temporary: true, ..
+        } => Decision::Pin("temporary sequence"),
         Statement::Discard { object_type } => match object_type {
             DiscardObject::ALL => Decision::Set,
             DiscardObject::PLANS | DiscardObject::SEQUENCES => Decision::Set,
@@ -128,6 +178,18 @@ pub(crate) fn classify_statement(
         // Everything else changes something: DML, DDL, COPY FROM, GRANT, VACUUM, CALL, ...
         _ => Decision::Write,
     }
+}
+
+/// Hot standbys refuse SERIALIZABLE: such a transaction needs the primary.
+fn serializable(modes: &[TransactionMode]) -> bool {
+    modes.iter().any(|m| {
+        matches!(
+            m,
+            TransactionMode::IsolationLevel(
+                sqlparser::ast::TransactionIsolationLevel::Serializable
+            )
+        )
+    })
 }
 
 fn read_only(modes: &[TransactionMode]) -> bool {
@@ -183,30 +245,72 @@ fn assignment(
     Decision::Set
 }
 
-/// A query reads unless it locks rows, writes into a table or variable,
-/// contains a data-modifying CTE, or calls a function on the lists.
+/// A query reads unless, anywhere in it (subqueries, derived tables, CTEs),
+/// it locks rows, writes into a table or variable, modifies data, or calls a
+/// function on the lists.
 fn query(q: &Query, f: &FunctionRules) -> Decision {
-    // Data-modifying statements nested anywhere (CTEs, subqueries).
-    let nested_write = visit_statements(q, |s| match s {
-        Statement::Insert(_)
-        | Statement::Update(_)
-        | Statement::Delete(_)
-        | Statement::Merge(_) => ControlFlow::Break(()),
-        _ => ControlFlow::Continue(()),
-    });
-    if nested_write.is_break() || has_modifying_body(q) {
-        return Decision::Write;
+    let mut v = QueryRules {
+        f,
+        decision: Decision::Read,
+    };
+    let _ = q.visit(&mut v);
+    v.decision
+}
+
+struct QueryRules<'a> {
+    f: &'a FunctionRules,
+    decision: Decision,
+}
+
+impl QueryRules<'_> {
+    fn add(&mut self, d: Decision) {
+        self.decision = self.decision.combine(d);
     }
-    let mut decision = Decision::Read;
-    if !q.locks.is_empty() {
-        decision = Decision::Primary;
+
+    /// A call of `name`: matched on its last part, unquoted, lower case.
+    fn function(&mut self, name: &ObjectName) {
+        let name = name
+            .0
+            .last()
+            .map(|p| {
+                p.to_string()
+                    .trim_matches('"')
+                    .trim_matches('`')
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        if self.f.read_only.contains(&name) {
+        } else if self.f.pin.contains(&name) {
+            self.add(Decision::Pin("session lock function"));
+        } else if self.f.primary.contains(&name) {
+            self.add(Decision::Primary);
+        }
     }
-    let mut into = None;
-    visit_selects(q, &mut |s| {
+}
+
+impl Visitor for QueryRules<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, q: &Query) -> ControlFlow<()> {
+        if !q.locks.is_empty() {
+            self.add(Decision::Primary);
+        }
+        if matches!(
+            *q.body,
+            SetExpr::Insert(_) | SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Merge(_)
+        ) {
+            self.add(Decision::Write);
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, s: &Select) -> ControlFlow<()> {
         if let Some(i) = &s.into {
             let target = i.targets.first().map(|t| t.to_string()).unwrap_or_default();
-            into = Some(if target.starts_with('@') {
+            self.add(if target.starts_with('@') {
                 Decision::Pin("SELECT ... INTO @variable")
+            } else if i.temporary {
+                Decision::Pin("SELECT ... INTO TEMP")
             } else {
                 Decision::Write
             });
@@ -215,81 +319,51 @@ fn query(q: &Query, f: &FunctionRules) -> Decision {
             .as_ref()
             .is_some_and(|m| m.sql_calc_found_rows)
         {
-            decision = decision.combine(Decision::Primary);
+            self.add(Decision::Primary);
         }
-    });
-    if let Some(d) = into {
-        return d;
+        ControlFlow::Continue(())
     }
-    let _ = visit_expressions(q, |e| {
+
+    fn pre_visit_statement(&mut self, s: &Statement) -> ControlFlow<()> {
+        if matches!(
+            s,
+            Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_)
+                | Statement::Merge(_)
+        ) {
+            self.add(Decision::Write);
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
+        // Set-returning functions in FROM: SELECT * FROM nextval('s').
+        match t {
+            TableFactor::Function { name, .. } => self.function(name),
+            TableFactor::Table {
+                name,
+                args: Some(_),
+                ..
+            } => self.function(name),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         match e {
-            Expr::Function(func) => {
-                let name = func
-                    .name
-                    .0
-                    .last()
-                    .map(|p| {
-                        p.to_string()
-                            .trim_matches('"')
-                            .trim_matches('`')
-                            .to_ascii_lowercase()
-                    })
-                    .unwrap_or_default();
-                if f.read_only.contains(&name) {
-                } else if f.pin.contains(&name) {
-                    decision = decision.combine(Decision::Pin("session lock function"));
-                } else if f.primary.contains(&name) {
-                    decision = decision.combine(Decision::Primary);
-                }
-            }
+            Expr::Function(func) => self.function(&func.name),
             Expr::Identifier(id) => {
                 let v = id.value.to_ascii_lowercase();
                 if v == "@@identity" || v == "@@last_insert_id" {
-                    decision = decision.combine(Decision::Primary);
+                    self.add(Decision::Primary);
                 } else if v.starts_with('@') && !v.starts_with("@@") {
-                    decision = decision.combine(Decision::Pin("user variable"));
+                    self.add(Decision::Pin("user variable"));
                 }
             }
             _ => {}
         }
-        ControlFlow::<()>::Continue(())
-    });
-    decision
-}
-
-fn has_modifying_body(q: &Query) -> bool {
-    fn body(b: &SetExpr) -> bool {
-        match b {
-            SetExpr::Insert(_) | SetExpr::Update(_) | SetExpr::Delete(_) | SetExpr::Merge(_) => {
-                true
-            }
-            SetExpr::Query(q) => has_modifying_body(q),
-            SetExpr::SetOperation { left, right, .. } => body(left) || body(right),
-            _ => false,
-        }
-    }
-    body(&q.body)
-        || q.with
-            .as_ref()
-            .is_some_and(|w| w.cte_tables.iter().any(|c| has_modifying_body(&c.query)))
-}
-
-fn visit_selects(q: &Query, f: &mut dyn FnMut(&sqlparser::ast::Select)) {
-    fn body(b: &SetExpr, f: &mut dyn FnMut(&sqlparser::ast::Select)) {
-        match b {
-            SetExpr::Select(s) => f(s),
-            SetExpr::Query(q) => visit_selects(q, f),
-            SetExpr::SetOperation { left, right, .. } => {
-                body(left, f);
-                body(right, f);
-            }
-            _ => {}
-        }
-    }
-    body(&q.body, f);
-    if let Some(w) = &q.with {
-        for c in &w.cte_tables {
-            visit_selects(&c.query, f);
-        }
+        ControlFlow::Continue(())
     }
 }

@@ -35,6 +35,9 @@ pub enum Expect {
     /// CommandComplete + ReadyForQuery Fulcrum gives itself for a whole Query
     /// it answered (DEALLOCATE of a mapped statement).
     SyntheticQuery(&'static str),
+    /// A simple query Fulcrum sent for itself ahead of the client's work (a
+    /// deferred BEGIN): its replies are not shown, except an error.
+    SwallowQuery,
     /// The client ended a copy-in (CopyDone or CopyFail); owes no reply. Marks
     /// where Syncs start to count again (see `on_server` for 'G').
     CopyEnd,
@@ -128,6 +131,16 @@ impl Expectations {
     /// Accounts for one server message with tag `tag` (body for 'Z').
     pub fn on_server(&mut self, tag: u8, body: &[u8]) -> (Step, Effects) {
         let mut fx = Effects::default();
+        if matches!(self.queue.front(), Some(Expect::SwallowQuery)) {
+            return match tag {
+                b'Z' => {
+                    self.queue.pop_front();
+                    (Step::Drop, fx)
+                }
+                b'E' | b'N' | b'S' | b'A' => (Step::Forward, fx),
+                _ => (Step::Drop, fx),
+            };
+        }
         let step = match tag {
             b'1' => match self.queue.front() {
                 Some(Expect::Parse(name)) => {
@@ -231,6 +244,21 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_swallowed_query_shows_only_errors_and_notices() {
+        let mut q = Expectations::default();
+        q.push(Expect::SwallowQuery);
+        q.push(Expect::Query(vec![]));
+        assert_eq!(q.on_server(b'C', b"BEGIN\0").0, Step::Drop);
+        assert_eq!(q.on_server(b'N', b"").0, Step::Forward);
+        let (step, fx) = q.on_server(b'Z', b"T");
+        assert_eq!((step, fx.ready), (Step::Drop, None));
+        assert_eq!(q.on_server(b'C', b"SELECT 1\0").0, Step::Forward);
+        let (_, fx) = q.on_server(b'Z', b"T");
+        assert_eq!(fx.ready, Some(b'T'));
+        assert!(q.is_empty());
+    }
 
     #[test]
     fn syncs_sent_during_extended_copy_in_owe_no_reply() {

@@ -33,7 +33,7 @@ use crate::backend::{ConnectError, ServerConn};
 use crate::codec::backend_msg::{self, command_tag, parse_parameter_status, sqlstate};
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{
-    bind_msg, parse_msg, put_bind, put_target, query_text, target_msg,
+    bind_msg, parse_msg, put_bind, put_query, put_target, query_text, target_msg,
 };
 
 /// Server frames of these types larger than this are streamed through, not buffered whole.
@@ -42,6 +42,12 @@ const STREAM_THRESHOLD: usize = 64 * 1024;
 const REPLICA_BAN: Duration = Duration::from_secs(5);
 /// How long cleaning a server connection for reuse may take before it is closed instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A transaction opened by the client but not yet by any server.
+struct DeferredBegin {
+    sql: String,
+    read_only: bool,
+}
 
 pub struct Session {
     ctx: Arc<ClusterContext>,
@@ -79,6 +85,9 @@ pub struct Session {
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
     stmt_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
     portal_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
+    /// A BEGIN (and SET TRANSACTION) answered by Fulcrum and not sent yet:
+    /// the transaction's server is chosen by its first real statement.
+    deferred: Option<DeferredBegin>,
     cancel: Arc<CancelSlot>,
 }
 
@@ -121,6 +130,7 @@ impl Session {
             unnamed_decision: Decision::Write,
             stmt_ops: HashMap::new(),
             portal_ops: HashMap::new(),
+            deferred: None,
             cancel,
         }
     }
@@ -411,6 +421,13 @@ impl Session {
                     .await);
                 }
             };
+            if header.tag == b'Q'
+                && self.server.is_none()
+                && self.try_defer_transaction_control(header.total)
+            {
+                let _ = self.cbuf.split_to(header.total);
+                continue;
+            }
             if matches!(
                 header.tag,
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
@@ -418,6 +435,12 @@ impl Session {
                 if self.server.is_none() {
                     let route = self.route_next_unit();
                     self.attach(route).await?;
+                    if let Some(d) = self.deferred.take() {
+                        // The transaction starts on the chosen server, in
+                        // the same write as its first statement.
+                        put_query(&mut self.to_server, &d.sql);
+                        self.expect.push(Expect::SwallowQuery);
+                    }
                 } else if self.must_wait_for_replica() {
                     // The next unit needs the primary: leave it buffered until
                     // the replica's work is done and the connection is back.
@@ -540,6 +563,16 @@ impl Session {
             return Route::Primary;
         }
         let decision = self.next_unit_decision();
+        if let Some(d) = &self.deferred {
+            // A deferred transaction: read-only ones may use a replica.
+            if d.read_only && !matches!(decision, Decision::Pin(_)) {
+                return Route::Replica;
+            }
+            if let Decision::Pin(reason) = decision {
+                self.pin(reason);
+            }
+            return Route::Primary;
+        }
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }
@@ -561,6 +594,63 @@ impl Session {
             && self.status == b'I'
             && self.pinned.is_none()
             && self.next_unit_decision().needs_primary()
+    }
+
+    /// A lone `BEGIN`/`START TRANSACTION`, then `SET TRANSACTION ...`, or the
+    /// `COMMIT`/`ROLLBACK` of a transaction with no statement yet, is answered
+    /// by Fulcrum without a server: the first real statement picks the server
+    /// (a replica for a read-only transaction) and the BEGIN travels with it.
+    fn try_defer_transaction_control(&mut self, total: usize) -> bool {
+        if !self.rewrite_statements || self.pinned.is_some() {
+            return false;
+        }
+        let Some(text) = query_text(&self.cbuf[5..total]).and_then(|t| std::str::from_utf8(t).ok())
+        else {
+            return false;
+        };
+        if session_sql::split_statements(text).len() != 1 {
+            return false;
+        }
+        let decision = self.ctx.classifier.classify(text);
+        let sql = text.trim().trim_end_matches(';').trim().to_owned();
+        let (tag, status) = match (decision, self.deferred.as_mut()) {
+            (Decision::Begin { read_only }, None) if self.status == b'I' => {
+                self.deferred = Some(DeferredBegin { sql, read_only });
+                ("BEGIN", b'T')
+            }
+            (Decision::TxnReadOnly, Some(d)) => {
+                d.sql.push_str("; ");
+                d.sql.push_str(&sql);
+                d.read_only = true;
+                ("SET", b'T')
+            }
+            (Decision::Txn, Some(d))
+                if sql.len() > 15 && sql[..15].eq_ignore_ascii_case("set transaction") =>
+            {
+                d.sql.push_str("; ");
+                d.sql.push_str(&sql);
+                ("SET", b'T')
+            }
+            (Decision::End, Some(_)) => {
+                self.deferred = None;
+                let first = sql
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                let tag = if first == "commit" || first == "end" {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                };
+                (tag, b'I')
+            }
+            _ => return false,
+        };
+        backend_msg::command_complete(&mut self.to_client, tag);
+        backend_msg::ready_for_query(&mut self.to_client, status);
+        self.status = status;
+        true
     }
 
     /// `DEALLOCATE name` of a statement Fulcrum mapped is answered here: the
