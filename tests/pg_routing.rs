@@ -147,6 +147,34 @@ async fn transactions_writes_and_hints_go_to_the_primary() {
         "stays on one server"
     );
     client.batch_execute("COMMIT").await.unwrap();
+    // SET TRANSACTION READ ONLY before the first statement: a replica too.
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute("SET TRANSACTION READ ONLY")
+        .await
+        .unwrap();
+    let port = port_of(&client, "SELECT inet_server_port()").await;
+    assert!(
+        replica_ports().contains(&port),
+        "BEGIN; SET TRANSACTION READ ONLY on {port}"
+    );
+    let err = client
+        .batch_execute("UPDATE pgbench_branches SET bbalance = 0 WHERE bid = 1")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code().unwrap().code(),
+        "25006",
+        "the transaction is read-only, as declared"
+    );
+    client.batch_execute("ROLLBACK").await.unwrap();
+    // An empty transaction needs no server at all.
+    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    // A plain BEGIN then a read: the primary (a read-write transaction).
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(port_of(&client, "SELECT inet_server_port()").await, primary);
+    client.batch_execute("COMMIT").await.unwrap();
 }
 
 /// The config a running process was started with (its listen address).

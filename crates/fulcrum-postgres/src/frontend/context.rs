@@ -2,12 +2,12 @@
 //! server connection pools keyed by (backend, user, database), the users'
 //! SCRAM verifiers, the statement registry and the cancel keys.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use fulcrum_config::{Cluster, Role};
 use fulcrum_pool::{BackendId, Pool, Router};
-use fulcrum_sql::{Classifier, ClassifierConfig, Dialect};
+use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
 
 use super::cancel::CancelRegistry;
 use super::statements::StatementRegistry;
@@ -41,6 +41,18 @@ pub struct ClusterContext {
     /// startup parameters, so the next client with the same ones logs in
     /// without waiting for a server connection (as PgBouncer does).
     welcome: Mutex<HashMap<WelcomeKey, Arc<BTreeMap<String, String>>>>,
+    /// Fingerprints of unparsable statements already logged.
+    unparsed_logged: Mutex<HashSet<u64>>,
+}
+
+/// Distinct unparsable statements logged at most.
+const UNPARSED_LOG_MAX: usize = 1000;
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
 }
 
 impl ClusterContext {
@@ -95,6 +107,7 @@ impl ClusterContext {
             mock_secret: rand::random(),
             pools: Mutex::new(HashMap::new()),
             welcome: Mutex::new(HashMap::new()),
+            unparsed_logged: Mutex::new(HashSet::new()),
             config,
         })
     }
@@ -152,6 +165,23 @@ impl ClusterContext {
             (backend, user.clone(), database.clone(), startup.clone()),
             Arc::new(reported.clone()),
         );
+    }
+
+    /// Classifies `sql`; a statement the parser cannot parse is logged once
+    /// (at debug level) per distinct fingerprint.
+    pub fn classify(&self, sql: &str) -> Decision {
+        let d = self.classifier.classify(sql);
+        if d == Decision::Unknown {
+            let key = fulcrum_sql::fingerprint(sql, Dialect::Postgres);
+            let mut seen = self
+                .unparsed_logged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if seen.len() < UNPARSED_LOG_MAX && seen.insert(key) {
+                tracing::debug!(cluster = %self.config.name, statement = %truncate(sql, 200), "statement not parsed; routed by default_route");
+            }
+        }
+        d
     }
 
     /// Opens a new server connection for a pool.

@@ -546,7 +546,7 @@ impl Session {
         let d = unit_decision(
             &self.cbuf,
             self.ctx.config.max_message_size,
-            &self.ctx.classifier,
+            &|sql| self.ctx.classify(sql),
             &self.statements,
             self.unnamed_decision,
         );
@@ -611,7 +611,7 @@ impl Session {
         if session_sql::split_statements(text).len() != 1 {
             return false;
         }
-        let decision = self.ctx.classifier.classify(text);
+        let decision = self.ctx.classify(text);
         let sql = text.trim().trim_end_matches(';').trim().to_owned();
         let (tag, status) = match (decision, self.deferred.as_mut()) {
             (Decision::Begin { read_only }, None) if self.status == b'I' => {
@@ -693,7 +693,7 @@ impl Session {
         self.unsynced = true;
         let decision = parse_msg(&frame[5..])
             .and_then(|p| std::str::from_utf8(p.query).ok())
-            .map_or(Decision::Write, |q| self.ctx.classifier.classify(q));
+            .map_or(Decision::Write, |q| self.ctx.classify(q));
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }

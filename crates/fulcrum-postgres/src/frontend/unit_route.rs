@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fulcrum_sql::{Classifier, Decision};
+use fulcrum_sql::Decision;
 
 use super::statements::ClientStatement;
 use crate::codec::frame::check_frame;
@@ -17,7 +17,7 @@ use crate::codec::frontend_msg::{bind_msg, parse_msg, query_text};
 pub fn unit_decision(
     buf: &[u8],
     max: u64,
-    classifier: &Classifier,
+    classify: &dyn Fn(&str) -> Decision,
     statements: &HashMap<Vec<u8>, Arc<ClientStatement>>,
     unnamed: Decision,
 ) -> Decision {
@@ -40,14 +40,14 @@ pub fn unit_decision(
                     return Decision::Write;
                 }
                 return match query_text(body).and_then(|t| std::str::from_utf8(t).ok()) {
-                    Some(text) => classifier.classify(text),
+                    Some(text) => classify(text),
                     None => Decision::Write,
                 };
             }
             b'P' => {
                 let d = match parse_msg(body) {
                     Some(p) => match std::str::from_utf8(p.query) {
-                        Ok(text) => classifier.classify(text),
+                        Ok(text) => classify(text),
                         Err(_) => Decision::Write,
                     },
                     None => Decision::Write,
@@ -80,18 +80,19 @@ pub fn unit_decision(
 mod tests {
     use super::*;
     use bytes::BytesMut;
-    use fulcrum_sql::{ClassifierConfig, Dialect};
+    use fulcrum_sql::{Classifier, ClassifierConfig, Dialect};
 
     use crate::codec::frontend_msg::{put_bind, put_parse, put_query};
 
-    fn classifier() -> Classifier {
-        Classifier::new(
+    fn classifier() -> impl Fn(&str) -> Decision {
+        let c = Classifier::new(
             Dialect::Postgres,
             &ClassifierConfig {
                 cache_size: 10,
                 ..Default::default()
             },
-        )
+        );
+        move |sql: &str| c.classify(sql)
     }
 
     fn sync(b: &mut BytesMut) {
