@@ -49,6 +49,7 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                 let backslash =
                     dialect == Dialect::MySql || (i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e'));
                 i += 1;
+                let mut closed = false;
                 while i < b.len() {
                     if backslash && b[i] == b'\\' {
                         i += 2;
@@ -59,12 +60,17 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                             i += 2;
                             continue;
                         }
+                        closed = true;
                         break;
                     }
                     i += 1;
                 }
                 i += 1;
                 emit(&mut h, b'?', &mut last);
+                if !closed {
+                    // Never the fingerprint of a well-formed statement.
+                    emit(&mut h, b'\'', &mut last);
+                }
             }
             b'"' | b'`' => {
                 let q = c;
@@ -197,6 +203,11 @@ mod tests {
             my("SELECT `Id` FROM t WHERE id = 'x\\'y'"),
             my("SELECT `Id` FROM t WHERE id = 'z'")
         );
+    }
+
+    #[test]
+    fn an_unterminated_literal_is_not_a_literal() {
+        assert_ne!(pg("SELECT 'unterminated"), pg("SELECT 1"));
     }
 
     #[test]

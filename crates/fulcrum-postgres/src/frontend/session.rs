@@ -604,8 +604,22 @@ impl Session {
         if !self.rewrite_statements || self.pinned.is_some() {
             return false;
         }
-        let Some(text) = query_text(&self.cbuf[5..total]).and_then(|t| std::str::from_utf8(t).ok())
-        else {
+        let Some(text) = query_text(&self.cbuf[5..total]) else {
+            return false;
+        };
+        // Cheap test first: only transaction control can be deferred.
+        let first = session_sql::first_word_bytes(text);
+        let candidate = if self.deferred.is_some() {
+            ["set", "commit", "end", "rollback", "abort"]
+                .iter()
+                .any(|w| first.eq_ignore_ascii_case(w.as_bytes()))
+        } else {
+            first.eq_ignore_ascii_case(b"begin") || first.eq_ignore_ascii_case(b"start")
+        };
+        if !candidate {
+            return false;
+        }
+        let Ok(text) = std::str::from_utf8(text) else {
             return false;
         };
         if session_sql::split_statements(text).len() != 1 {
@@ -627,6 +641,10 @@ impl Session {
             (Decision::Txn, Some(d))
                 if sql.len() > 15 && sql[..15].eq_ignore_ascii_case("set transaction") =>
             {
+                // Standbys refuse SERIALIZABLE: such a transaction needs the primary.
+                if sql.to_ascii_lowercase().contains("serializable") {
+                    d.read_only = false;
+                }
                 d.sql.push_str("; ");
                 d.sql.push_str(&sql);
                 ("SET", b'T')

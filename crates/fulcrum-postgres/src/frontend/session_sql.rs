@@ -74,6 +74,33 @@ fn contains_ci(hay: &str, needle: &str) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
+/// The first word of a statement (comments and white space skipped), as bytes.
+pub fn first_word_bytes(text: &[u8]) -> &[u8] {
+    let mut i = 0;
+    loop {
+        while i < text.len() && text[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if text[i..].starts_with(b"--") {
+            while i < text.len() && text[i] != b'\n' {
+                i += 1;
+            }
+        } else if text[i..].starts_with(b"/*") {
+            match text[i + 2..].windows(2).position(|w| w == b"*/") {
+                Some(p) => i += p + 4,
+                None => return &[],
+            }
+        } else {
+            break;
+        }
+    }
+    let end = text[i..]
+        .iter()
+        .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+        .map_or(text.len(), |p| i + p);
+    &text[i..end]
+}
+
 fn first_word(text: &str) -> &str {
     let t = skip_space_and_comments(text);
     let end = t
@@ -368,6 +395,14 @@ mod tests {
 
     fn ops(s: &str) -> Vec<SessionOp> {
         scan(s.as_bytes())
+    }
+
+    #[test]
+    fn first_word_skips_comments() {
+        assert_eq!(first_word_bytes(b"  /* x */ -- y\n BEGIN;"), b"BEGIN");
+        assert_eq!(first_word_bytes(b"select 1"), b"select");
+        assert_eq!(first_word_bytes(b"/* open"), b"");
+        assert_eq!(first_word_bytes(b""), b"");
     }
 
     #[test]
