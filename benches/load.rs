@@ -86,6 +86,8 @@ struct Options {
     rounds: usize,
     scale: u32,
     protocol: String,
+    /// Fulcrum's `[fulcrum] workers` (1: one event-loop thread, like PgBouncer).
+    workers: u32,
 }
 
 impl Options {
@@ -97,6 +99,7 @@ impl Options {
             rounds: 3,
             scale: 10,
             protocol: "simple".into(),
+            workers: 1,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -116,6 +119,7 @@ impl Options {
                 "--jobs" => opts.jobs = number(1)? as u32,
                 "--rounds" => opts.rounds = number(1)? as usize,
                 "--scale" => opts.scale = number(1)? as u32,
+                "--workers" => opts.workers = number(0)? as u32,
                 "--protocol" if ["simple", "extended", "prepared"].contains(&value.as_str()) => {
                     opts.protocol = value.clone()
                 }
@@ -170,7 +174,7 @@ fn run(opts: &Options) -> Result<()> {
         .map_err(|e| format!("pgbench -i -s {}: {e}", opts.scale))?;
 
     let fulcrum_listen = format!("127.0.0.1:{}", free_port());
-    let fulcrum = FulcrumProcess::start(&fulcrum_config(&fulcrum_listen, &direct))?;
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(&fulcrum_listen, &direct, opts.workers))?;
     eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
     let pgbouncer = if pgbouncer_found {
         let p = PgBouncer::start(primary.port())?;
@@ -320,9 +324,9 @@ fn time_budget(opts: &Options, targets: u64, init_timeout: Duration) -> (Duratio
     (Duration::from_secs(expected), Duration::from_secs(worst))
 }
 
-fn fulcrum_config(listen: &str, primary: &str) -> String {
+fn fulcrum_config(listen: &str, primary: &str, workers: u32) -> String {
     format!(
-        "[fulcrum]\nlog = \"info\"\n\n\
+        "[fulcrum]\nlog = \"info\"\nworkers = {workers}\n\n\
          [[cluster]]\nname = \"bench\"\nprotocol = \"postgres\"\nlisten = \"{listen}\"\n\
          pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n\n\
          [[cluster.backend]]\naddress = \"{primary}\"\nrole = \"primary\"\n\n\
@@ -709,7 +713,7 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             "PostgreSQL {}; {}; {}",
             machine.postgres, machine.pgbench, machine.pgbouncer
         ),
-        format!("Fulcrum: {}", machine.commit),
+        format!("Fulcrum: {} (workers = {})", machine.commit, opts.workers),
         format!("whole run: {:.0} s", elapsed.as_secs_f64()),
     ];
     out.push('\n');

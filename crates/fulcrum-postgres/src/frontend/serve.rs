@@ -43,16 +43,21 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let permit = limit.clone().try_acquire_owned();
-        let span = tracing::info_span!("client", cluster = %ctx.config.name, peer = %peer);
+        // A debug-level span: disabled (and free) at the usual info level,
+        // where entering it on every poll of the session costs measurably.
+        let span = tracing::debug_span!("client", cluster = %ctx.config.name, peer = %peer);
         tokio::spawn(
             async move {
                 let Ok(_permit) = permit else {
                     refuse(stream, ctx.config.max_client_connections).await;
                     return;
                 };
+                let cluster = ctx.config.name.clone();
                 match handle(ctx, stream).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
-                    Err(SessionError::Refused(reason)) => tracing::info!(%reason, "client refused"),
+                    Err(SessionError::Refused(reason)) => {
+                        tracing::info!(%peer, %cluster, %reason, "client refused")
+                    }
                     Err(e) => tracing::debug!(error = %e, "client session ended"),
                 }
             }

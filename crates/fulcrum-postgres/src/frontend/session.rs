@@ -88,6 +88,8 @@ pub struct Session {
     /// A BEGIN (and SET TRANSACTION) answered by Fulcrum and not sent yet:
     /// the transaction's server is chosen by its first real statement.
     deferred: Option<DeferredBegin>,
+    /// The classifier's decision for the Query being routed, reused when it is handled.
+    last_query_decision: Option<Decision>,
     cancel: Arc<CancelSlot>,
 }
 
@@ -131,6 +133,7 @@ impl Session {
             stmt_ops: HashMap::new(),
             portal_ops: HashMap::new(),
             deferred: None,
+            last_query_decision: None,
             cancel,
         }
     }
@@ -494,8 +497,8 @@ impl Session {
         match tag {
             b'Q' => {
                 let ops = match query_text(&frame[5..]) {
-                    Some(text) => session_sql::scan(text),
-                    None => Vec::new(),
+                    Some(text) if self.may_change_session(text) => session_sql::scan(text),
+                    _ => Vec::new(),
                 };
                 let mut replay = Vec::with_capacity(ops.len());
                 for op in ops {
@@ -563,6 +566,9 @@ impl Session {
             return Route::Primary;
         }
         let decision = self.next_unit_decision();
+        if self.cbuf.first() == Some(&b'Q') {
+            self.last_query_decision = Some(decision);
+        }
         if let Some(d) = &self.deferred {
             // A deferred transaction: read-only ones may use a replica.
             if d.read_only && !matches!(decision, Decision::Pin(_)) {
@@ -584,6 +590,29 @@ impl Session {
             RouteTo::Replica => Route::Replica,
             RouteTo::Primary | RouteTo::Same => Route::Primary,
         }
+    }
+
+    /// Whether a simple query needs the session-state scan: a single plain
+    /// read or write (by the classifier, usually a cache hit) does not.
+    fn may_change_session(&mut self, text: &[u8]) -> bool {
+        let single = match text.iter().position(|&b| b == b';') {
+            None => true,
+            Some(p) => text[p + 1..].iter().all(u8::is_ascii_whitespace),
+        };
+        if !single {
+            return true;
+        }
+        let decision = match self.last_query_decision.take() {
+            Some(d) => d,
+            None => match std::str::from_utf8(text) {
+                Ok(t) => self.ctx.classify(t),
+                Err(_) => return true,
+            },
+        };
+        !matches!(
+            decision,
+            Decision::Read | Decision::Write | Decision::Primary
+        )
     }
 
     /// On a replica, between units, outside a transaction: a unit that needs
@@ -680,6 +709,9 @@ impl Session {
         let Some(text) = query_text(body) else {
             return false;
         };
+        if !session_sql::first_word_bytes(text).eq_ignore_ascii_case(b"deallocate") {
+            return false;
+        }
         let ops = session_sql::scan(text);
         let [SessionOp::Deallocate(target)] = ops.as_slice() else {
             return false;
