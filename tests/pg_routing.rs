@@ -23,6 +23,9 @@ fn cluster() -> &'static PgCluster {
         c.primary()
             .sql("CREATE SEQUENCE routing_seq; GRANT ALL ON SEQUENCE routing_seq TO PUBLIC")
             .expect("sequence");
+        c.primary()
+            .sql("CREATE FUNCTION bump_counter() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+            .expect("function");
         // The corpus test runs DDL: it gets a database of its own.
         c.primary()
             .sql_script("postgres", "CREATE DATABASE corpus OWNER app;")
@@ -60,7 +63,7 @@ async fn port_of(client: &Client, sql: &str) -> u16 {
     let msgs = client
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     msgs.iter()
         .find_map(|m| match m {
             SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
@@ -306,4 +309,44 @@ fn pgbench_select_only_spreads_over_both_replicas() {
         "primary served {} of {n} reads",
         delta[0]
     );
+}
+
+#[tokio::test]
+async fn configured_write_functions_send_reads_to_the_primary() {
+    let cfg = config().extra("write_functions = [\"public.bump_counter\"]");
+    let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    cluster()
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .unwrap();
+    for n in cluster().nodes() {
+        assert_eq!(
+            n.sql("SELECT count(*) FROM pg_proc WHERE proname = 'bump_counter'")
+                .unwrap(),
+            "1",
+            "{}",
+            n.name()
+        );
+    }
+    let client = connect(&cfg).await;
+    let primary = cluster().primary().port();
+    for _ in 0..3 {
+        assert_eq!(
+            port_of(&client, "SELECT inet_server_port() FROM bump_counter()").await,
+            primary
+        );
+        assert_eq!(
+            port_of(
+                &client,
+                "SELECT inet_server_port() WHERE bump_counter() = 1"
+            )
+            .await,
+            primary
+        );
+    }
+    // Without the setting the same read goes to a replica.
+    let plain = config();
+    let _q = FulcrumProcess::start(&plain.to_toml()).unwrap();
+    let other = connect(&plain).await;
+    let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
+    assert!(replica_ports().contains(&port));
 }
