@@ -432,6 +432,20 @@ async fn startup_packet_with_impossible_length_gets_fatal_08p01() {
 }
 
 #[tokio::test]
+async fn unsupported_protocol_version_gets_fatal_0a000() {
+    let bystander = bystander(&TRUST).await;
+    let mut raw = Raw::connect(&addr(&TRUST)).await;
+    raw.send(&startup_message(2 << 16, &[("user", APP_USER)]))
+        .await;
+    let message = raw.expect_fatal("0A000").await;
+    assert!(
+        message.contains("unsupported frontend protocol 2.0"),
+        "{message}"
+    );
+    assert_unharmed(&TRUST, &bystander).await;
+}
+
+#[tokio::test]
 async fn ssl_and_gssenc_requests_are_refused_with_n_and_login_continues() {
     let bystander = bystander(&TRUST).await;
     for code in [SSL_REQUEST, GSSENC_REQUEST] {

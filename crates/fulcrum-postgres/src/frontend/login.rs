@@ -21,7 +21,7 @@ use crate::backend::conn::SessionParams;
 use crate::codec::backend_msg::{self, sqlstate};
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{password_msg, sasl_initial_msg};
-use crate::codec::startup::{parse_startup, StartupPacket};
+use crate::codec::startup::{parse_startup, StartupError, StartupPacket};
 
 /// Auth messages are small; anything larger is an attack or garbage.
 const MAX_AUTH_MESSAGE: u64 = 16 * 1024;
@@ -57,7 +57,14 @@ pub async fn login(
     let params = loop {
         let parsed = match parse_startup(buf) {
             Ok(p) => p,
-            Err(e) => return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await),
+            Err(e) => {
+                // As PostgreSQL: an unsupported protocol version is 0A000.
+                let code = match e {
+                    StartupError::UnsupportedProtocol { .. } => sqlstate::FEATURE_NOT_SUPPORTED,
+                    _ => sqlstate::PROTOCOL_VIOLATION,
+                };
+                return Err(fatal(stream, code, &e.to_string()).await);
+            }
         };
         match parsed {
             None => read_more(stream, buf).await?,
