@@ -117,6 +117,11 @@ impl Classifier {
         } else {
             sql
         };
+        if self.dialect == Dialect::MySql {
+            if let Some(d) = mysql_quirk(sql) {
+                return d;
+            }
+        }
         match Parser::parse_sql(self.dialect.parser_dialect(), sql) {
             Ok(stmts) if stmts.is_empty() => Decision::Read,
             Ok(stmts) => stmts
@@ -126,7 +131,7 @@ impl Classifier {
                 .unwrap_or(Decision::Read),
             Err(_) => {
                 self.unparsed.fetch_add(1, Ordering::Relaxed);
-                unparsed_session_statement(sql).unwrap_or(Decision::Unknown)
+                unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown)
             }
         }
     }
@@ -141,31 +146,60 @@ impl Classifier {
     }
 }
 
-/// Every form of `SET`/`RESET` changes only settings, so one the parser does
-/// not know (`SET SCHEMA 'x'`, `SET role TO r`) can still be placed: role
-/// changes pin, `SET LOCAL` lasts for the transaction, the rest is replayed.
-fn unparsed_session_statement(sql: &str) -> Option<Decision> {
-    if sql.contains(';') {
+/// A few statement kinds are placed by their first words when sqlparser cannot
+/// parse them, because treating them as plain writes would lose session state:
+/// every `SET`/`RESET` form changes only settings (role changes and user
+/// variables pin, `SET LOCAL` lasts for the transaction, the rest is
+/// replayed), SQL `PREPARE`, `LOCK TABLES` and temporary tables pin, and a
+/// transaction start is still a transaction start.
+fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
+    if sql.trim_end().trim_end_matches(';').contains(';') {
         return None;
     }
-    let words: Vec<String> = sql
-        .split_whitespace()
-        .take(4)
-        .map(|w| w.to_ascii_lowercase())
-        .collect();
-    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let lower = sql.to_ascii_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().take(4).collect();
+    let word = |i: usize| words.get(i).copied().unwrap_or("");
     match word(0) {
-        "set" | "reset" => {
+        "set" => {
             let i = if word(1) == "session" { 2 } else { 1 };
             Some(match word(i) {
                 "role" | "authorization" => Decision::Pin("SET ROLE"),
                 "local" | "transaction" | "constraints" => Decision::Txn,
                 "global" => Decision::Write,
                 "" => return None,
+                v if v.starts_with('@') && !v.starts_with("@@") => Decision::Pin("user variable"),
                 _ => Decision::Set,
             })
         }
+        "reset" if dialect == Dialect::Postgres => Some(Decision::Set),
+        "prepare" if word(1) != "transaction" => Some(Decision::Pin("SQL PREPARE")),
+        "lock" if word(1) == "tables" || word(1) == "table" && dialect == Dialect::MySql => {
+            Some(Decision::Pin("LOCK TABLES"))
+        }
+        "create" if matches!(word(1), "temporary" | "temp") => {
+            Some(Decision::Pin("temporary table"))
+        }
+        "start" if word(1) == "transaction" => Some(Decision::Begin {
+            read_only: lower.contains("read only") && !lower.contains("serializable"),
+        }),
         _ => None,
+    }
+}
+
+/// MySQL syntax sqlparser reads differently from MySQL: `SET SESSION
+/// TRANSACTION ...` sets the session default (replayed), `SET GLOBAL
+/// TRANSACTION ...` the server's (a write).
+fn mysql_quirk(sql: &str) -> Option<Decision> {
+    let lower = sql.trim_start().to_ascii_lowercase();
+    if lower.contains(';') {
+        return None;
+    }
+    if lower.starts_with("set session transaction") {
+        Some(Decision::Set)
+    } else if lower.starts_with("set global transaction") {
+        Some(Decision::Write)
+    } else {
+        None
     }
 }
 
@@ -295,16 +329,34 @@ mod tests {
 
     #[test]
     fn unparsable_set_forms_are_still_session_statements() {
+        let pg = Dialect::Postgres;
         assert_eq!(
-            unparsed_session_statement("SET SCHEMA 'app'"),
+            unparsed_session_statement("SET SCHEMA 'app'", pg),
             Some(Decision::Set)
         );
         assert_eq!(
-            unparsed_session_statement("SET role TO r"),
+            unparsed_session_statement("SET role TO r", pg),
             Some(Decision::Pin("SET ROLE"))
         );
-        assert_eq!(unparsed_session_statement("SET x = 1; DROP TABLE t"), None);
-        assert_eq!(unparsed_session_statement("SELEC 1"), None);
+        assert_eq!(
+            unparsed_session_statement("SET x = 1; DROP TABLE t", pg),
+            None
+        );
+        assert_eq!(unparsed_session_statement("SELEC 1", pg), None);
+        let my = Dialect::MySql;
+        assert_eq!(
+            unparsed_session_statement("SET @x := 1", my),
+            Some(Decision::Pin("user variable"))
+        );
+        assert_eq!(
+            unparsed_session_statement("PREPARE s FROM 'SELECT 1'", my),
+            Some(Decision::Pin("SQL PREPARE"))
+        );
+        assert_eq!(
+            unparsed_session_statement("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT", my),
+            Some(Decision::Begin { read_only: true })
+        );
+        assert_eq!(unparsed_session_statement("RESET MASTER", my), None);
     }
 
     #[test]

@@ -137,6 +137,8 @@ pub(crate) fn classify_statement(
             Set::SetSessionParam(_) => Decision::Set,
         },
         Statement::Use(_) => Decision::Set,
+        // MySQL's RESET (MASTER, SLAVE, QUERY CACHE) changes the server.
+        Statement::Reset(_) if dialect == Dialect::MySql => Decision::Write,
         Statement::Reset(r) => match &r.reset {
             sqlparser::ast::Reset::SessionAuthorization => {
                 Decision::Pin("RESET SESSION AUTHORIZATION")
