@@ -350,3 +350,42 @@ async fn configured_write_functions_send_reads_to_the_primary() {
     let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
     assert!(replica_ports().contains(&port));
 }
+
+#[tokio::test]
+async fn weighted_balance_follows_the_weights() {
+    let c = cluster();
+    let mut cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .extra("balance = \"weighted\"");
+    cfg.backends.push((c.replicas()[0].addr(), "replica"));
+    cfg.backends.push((c.replicas()[1].addr(), "replica"));
+    // Weights 1:3 for the two replicas.
+    let toml = cfg.to_toml().replacen(
+        &format!(
+            "address = \"{}\"\nrole = \"replica\"\nweight = 1",
+            c.replicas()[1].addr()
+        ),
+        &format!(
+            "address = \"{}\"\nrole = \"replica\"\nweight = 3",
+            c.replicas()[1].addr()
+        ),
+        1,
+    );
+    assert!(toml.contains("weight = 3"));
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    let client = connect(&cfg).await;
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..200 {
+        *counts
+            .entry(port_of(&client, "SELECT inet_server_port()").await)
+            .or_insert(0) += 1;
+    }
+    let light = counts.get(&c.replicas()[0].port()).copied().unwrap_or(0);
+    let heavy = counts.get(&c.replicas()[1].port()).copied().unwrap_or(0);
+    eprintln!("weighted 1:3 over 200 reads: {light} / {heavy}");
+    assert_eq!(light + heavy, 200, "{counts:?}");
+    assert!(
+        (45..=55).contains(&light),
+        "{light} of 200 on the weight-1 replica"
+    );
+}

@@ -49,6 +49,7 @@ pub(crate) struct RawCluster {
     pub max_client_connections: Value<Int>,
     pub max_prepared_statements: Value<Int>,
     pub reads_on_primary: Value<bool>,
+    pub balance: Value<String>,
     pub default_route: Value<String>,
     pub write_functions: Value<Vec<String>>,
     pub read_only_functions: Value<Vec<String>>,

@@ -47,6 +47,15 @@ pub enum ClientAuth {
     Trust,
 }
 
+/// Read-balancing policy (`balance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BalancePolicy {
+    RoundRobin,
+    Weighted,
+    LeastConnections,
+    Random,
+}
+
 /// Where unparsable statements go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DefaultRoute {
@@ -85,6 +94,8 @@ pub struct Cluster {
     pub max_prepared_statements: u32,
     /// The primary also serves reads (weighted like the replicas).
     pub reads_on_primary: bool,
+    /// How reads are spread over the readers.
+    pub balance: BalancePolicy,
     /// Where statements the classifier cannot parse go.
     pub default_route: DefaultRoute,
     /// User functions that write: a read calling one goes to the primary.
@@ -139,5 +150,6 @@ pub mod defaults {
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
+    pub const BALANCE: super::BalancePolicy = super::BalancePolicy::RoundRobin;
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
 }

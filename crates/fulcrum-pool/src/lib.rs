@@ -2,8 +2,10 @@
 //! protocols: a pooled connection is any `Poolable` value, and the router only
 //! answers "which backend serves this route".
 
+pub mod balance;
 pub mod pool;
 pub mod router;
 
+pub use balance::Balance;
 pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
 pub use router::{BackendId, Route, Router};

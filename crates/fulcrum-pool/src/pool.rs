@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,9 @@ struct Inner<C> {
     opened: AtomicU64,
     closed: AtomicU64,
     waits: AtomicU64,
+    /// Connections checked out of every pool of this backend (shared with the
+    /// router for least-connections balancing).
+    backend_load: Arc<AtomicUsize>,
 }
 
 /// A connection checked out of a pool. Call `release` to give it back clean;
@@ -75,6 +78,16 @@ pub struct Checkout<C> {
 
 impl<C: Poolable> Pool<C> {
     pub fn new(size: u32, timeout: Duration, idle_timeout: Duration) -> Pool<C> {
+        Self::with_load(size, timeout, idle_timeout, Arc::new(AtomicUsize::new(0)))
+    }
+
+    /// A pool whose checked-out connections are also counted in `backend_load`.
+    pub fn with_load(
+        size: u32,
+        timeout: Duration,
+        idle_timeout: Duration,
+        backend_load: Arc<AtomicUsize>,
+    ) -> Pool<C> {
         Pool {
             inner: Arc::new(Inner {
                 size,
@@ -85,6 +98,7 @@ impl<C: Poolable> Pool<C> {
                 opened: AtomicU64::new(0),
                 closed: AtomicU64::new(0),
                 waits: AtomicU64::new(0),
+                backend_load,
             }),
         }
     }
@@ -111,6 +125,7 @@ impl<C: Poolable> Pool<C> {
             }
         };
         if let Some(conn) = self.take_idle() {
+            inner.backend_load.fetch_add(1, Ordering::Relaxed);
             return Ok(Checkout {
                 conn: Some(conn),
                 pool: inner.clone(),
@@ -119,6 +134,7 @@ impl<C: Poolable> Pool<C> {
         }
         let conn = connect().await.map_err(PoolError::Connect)?;
         inner.opened.fetch_add(1, Ordering::Relaxed);
+        inner.backend_load.fetch_add(1, Ordering::Relaxed);
         Ok(Checkout {
             conn: Some(conn),
             pool: inner.clone(),
@@ -190,6 +206,8 @@ impl<C> Checkout<C> {
 
 impl<C> Drop for Checkout<C> {
     fn drop(&mut self) {
+        // Runs once per checkout, after release and discard too.
+        self.pool.backend_load.fetch_sub(1, Ordering::Relaxed);
         if self.conn.take().is_some() {
             self.pool.closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -298,6 +316,27 @@ mod tests {
             .await;
         assert!(matches!(r, Err(PoolError::Connect(_))));
         assert!(p.get(|| open(3)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn backend_load_counts_checked_out_connections() {
+        let load = Arc::new(AtomicUsize::new(0));
+        let p: Pool<Conn> = Pool::with_load(
+            3,
+            Duration::from_millis(50),
+            Duration::from_secs(60),
+            load.clone(),
+        );
+        let a = p.get(|| open(1)).await.unwrap();
+        let b = p.get(|| open(2)).await.unwrap();
+        assert_eq!(load.load(Ordering::Relaxed), 2);
+        a.release();
+        b.discard();
+        assert_eq!(load.load(Ordering::Relaxed), 0);
+        let c = p.get(|| open(3)).await.unwrap();
+        assert_eq!(load.load(Ordering::Relaxed), 1);
+        drop(c);
+        assert_eq!(load.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]

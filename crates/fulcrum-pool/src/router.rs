@@ -1,12 +1,16 @@
 //! Backend selection: a statement's route (primary or replica) goes in, a
-//! backend index comes out. Replica reads go round robin over the readers
-//! (the replicas, plus the primary when `reads_on_primary`); a reader that
-//! just failed to connect is skipped for a short ban, and when no reader is
-//! left reads go to the primary. Lock-free: one atomic counter and one atomic
-//! deadline per backend. Health checks and the other policies plug in here.
+//! backend index comes out. Replica reads are spread over the readers (the
+//! replicas, plus the primary when `reads_on_primary`) by the cluster's
+//! `Balance` policy; readers with weight 0 get no reads; a reader that just
+//! failed to connect is skipped for a short ban, and when no reader is left
+//! reads go to the primary. Atomics only, except the short lock of smooth
+//! weighted round robin. Health checks plug in here.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::balance::{least_loaded, smooth_weighted, Balance};
 
 /// Index of a backend in its cluster's configuration order.
 pub type BackendId = usize;
@@ -29,16 +33,42 @@ pub struct Router {
     /// Per backend: banned until this many ms after `epoch` (0 = not banned).
     banned_until: Vec<AtomicU64>,
     epoch: Instant,
+    balance: Balance,
+    /// Per backend: read weight.
+    weights: Vec<u32>,
+    /// Per backend: server connections checked out (shared with its pools).
+    loads: Vec<Arc<AtomicUsize>>,
+    /// Smooth weighted round robin state, per reader.
+    current: Mutex<Vec<i64>>,
 }
 
 impl Router {
     /// `replicas` serve reads; `reads_on_primary` adds the primary to them.
+    /// Every backend has weight 1 and reads go round robin.
     pub fn new(
         primary: BackendId,
         backends: usize,
         replicas: &[BackendId],
         reads_on_primary: bool,
     ) -> Router {
+        Self::with_policy(
+            primary,
+            &vec![1; backends],
+            replicas,
+            reads_on_primary,
+            Balance::RoundRobin,
+        )
+    }
+
+    /// As `new`, with per-backend `weights` (one per backend) and a policy.
+    pub fn with_policy(
+        primary: BackendId,
+        weights: &[u32],
+        replicas: &[BackendId],
+        reads_on_primary: bool,
+        balance: Balance,
+    ) -> Router {
+        let backends = weights.len();
         assert!(primary < backends, "primary index within the backend list");
         let mut readers: Vec<BackendId> = replicas
             .iter()
@@ -48,14 +78,30 @@ impl Router {
         if reads_on_primary {
             readers.push(primary);
         }
+        readers.retain(|&r| weights[r] > 0);
         Router {
             primary,
             backends,
-            readers,
             next: AtomicUsize::new(0),
             banned_until: (0..backends).map(|_| AtomicU64::new(0)).collect(),
             epoch: Instant::now(),
+            balance,
+            weights: weights.to_vec(),
+            loads: (0..backends)
+                .map(|_| Arc::new(AtomicUsize::new(0)))
+                .collect(),
+            current: Mutex::new(vec![0; readers.len()]),
+            readers,
         }
+    }
+
+    /// The counter of checked-out connections to `backend`, for its pools.
+    pub fn load_counter(&self, backend: BackendId) -> Arc<AtomicUsize> {
+        self.loads[backend].clone()
+    }
+
+    pub fn balance(&self) -> Balance {
+        self.balance
     }
 
     pub fn primary(&self) -> BackendId {
@@ -89,10 +135,40 @@ impl Router {
                 }
                 let now = self.now_ms();
                 let start = self.next.fetch_add(1, Ordering::Relaxed);
-                (0..n)
-                    .map(|i| self.readers[(start + i) % n])
-                    .find(|&b| !self.is_banned(b, now))
-                    .unwrap_or(self.primary)
+                let open = |i: usize| !self.is_banned(self.readers[i], now);
+                let chosen = match self.balance {
+                    Balance::RoundRobin => (0..n).map(|i| (start + i) % n).find(|&i| open(i)),
+                    Balance::Random => {
+                        let r = rand::random_range(0..n);
+                        (0..n).map(|i| (r + i) % n).find(|&i| open(i))
+                    }
+                    Balance::LeastConnections => {
+                        let loads: Vec<usize> = (0..n)
+                            .map(|i| {
+                                if open(i) {
+                                    self.loads[self.readers[i]].load(Ordering::Relaxed)
+                                } else {
+                                    usize::MAX
+                                }
+                            })
+                            .collect();
+                        least_loaded(&loads, start % n).filter(|&i| open(i))
+                    }
+                    Balance::Weighted => {
+                        let weights: Vec<u32> = (0..n)
+                            .map(|i| {
+                                if open(i) {
+                                    self.weights[self.readers[i]]
+                                } else {
+                                    0
+                                }
+                            })
+                            .collect();
+                        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                        smooth_weighted(&mut current, &weights)
+                    }
+                };
+                chosen.map_or(self.primary, |i| self.readers[i])
             }
         }
     }
@@ -131,6 +207,49 @@ mod tests {
         let r = Router::new(0, 2, &[1], true);
         let picks: Vec<_> = (0..4).map(|_| r.pick(Route::Replica)).collect();
         assert_eq!(picks.iter().filter(|&&b| b == 0).count(), 2);
+    }
+
+    #[test]
+    fn weighted_policy_follows_the_weights() {
+        let r = Router::with_policy(0, &[1, 1, 3], &[1, 2], false, Balance::Weighted);
+        let picks: Vec<_> = (0..400).map(|_| r.pick(Route::Replica)).collect();
+        assert_eq!(picks.iter().filter(|&&b| b == 1).count(), 100);
+        assert_eq!(picks.iter().filter(|&&b| b == 2).count(), 300);
+    }
+
+    #[test]
+    fn weight_zero_readers_get_no_reads() {
+        for balance in [
+            Balance::RoundRobin,
+            Balance::Weighted,
+            Balance::Random,
+            Balance::LeastConnections,
+        ] {
+            let r = Router::with_policy(0, &[1, 0, 1], &[1, 2], false, balance);
+            assert!((0..50).all(|_| r.pick(Route::Replica) == 2), "{balance:?}");
+        }
+    }
+
+    #[test]
+    fn least_connections_avoids_the_busy_reader() {
+        let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::LeastConnections);
+        r.load_counter(1).store(5, Ordering::Relaxed);
+        assert!((0..20).all(|_| r.pick(Route::Replica) == 2));
+        r.load_counter(2).store(5, Ordering::Relaxed);
+        let picks: Vec<_> = (0..20).map(|_| r.pick(Route::Replica)).collect();
+        assert!(
+            picks.contains(&1) && picks.contains(&2),
+            "ties rotate: {picks:?}"
+        );
+    }
+
+    #[test]
+    fn random_policy_uses_every_reader() {
+        let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::Random);
+        let picks: Vec<_> = (0..200).map(|_| r.pick(Route::Replica)).collect();
+        let ones = picks.iter().filter(|&&b| b == 1).count();
+        assert!((50..=150).contains(&ones), "{ones} of 200");
+        assert!(!picks.contains(&0));
     }
 
     #[test]

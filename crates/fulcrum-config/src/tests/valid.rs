@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{dedent, MINIMAL};
 use crate::{
-    defaults, load, parse, Backend, ClientAuth, Cluster, Config, ConfigError, DefaultRoute, Global,
-    PoolMode, Protocol, Role, User,
+    defaults, load, parse, Backend, BalancePolicy, ClientAuth, Cluster, Config, ConfigError,
+    DefaultRoute, Global, PoolMode, Protocol, Role, User,
 };
 
 fn parse_ok(text: &str) -> Config {
@@ -53,6 +53,7 @@ fn every_key_is_read_into_the_config() {
         max_client_connections = 50
         max_prepared_statements = 0
         reads_on_primary = true
+        balance = "least_connections"
         default_route = "replica"
         write_functions = ["audit.log_event", "bump"]
         read_only_functions = ["my_pure_fn"]
@@ -109,6 +110,7 @@ fn every_key_is_read_into_the_config() {
                 max_client_connections: 50,
                 max_prepared_statements: 0,
                 reads_on_primary: true,
+                balance: BalancePolicy::LeastConnections,
                 default_route: DefaultRoute::Replica,
                 write_functions: vec!["log_event".into(), "bump".into()],
                 read_only_functions: vec!["my_pure_fn".into()],
@@ -133,6 +135,7 @@ fn every_key_is_read_into_the_config() {
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
                 max_prepared_statements: defaults::MAX_PREPARED_STATEMENTS,
                 reads_on_primary: false,
+                balance: defaults::BALANCE,
                 default_route: defaults::DEFAULT_ROUTE,
                 write_functions: vec![],
                 read_only_functions: vec![],

@@ -8,7 +8,8 @@ use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawBackend, RawCluster, RawUser, Tables, Value};
 use crate::types::{
-    defaults, Backend, ClientAuth, Cluster, DefaultRoute, PoolMode, Protocol, Role, User,
+    defaults, Backend, BalancePolicy, ClientAuth, Cluster, DefaultRoute, PoolMode, Protocol, Role,
+    User,
 };
 
 const PROTOCOLS: &[(&str, Protocol)] =
@@ -21,6 +22,12 @@ const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("scram-sha-256", ClientAuth::ScramSha256),
     ("md5", ClientAuth::Md5),
     ("trust", ClientAuth::Trust),
+];
+const BALANCES: &[(&str, BalancePolicy)] = &[
+    ("round_robin", BalancePolicy::RoundRobin),
+    ("weighted", BalancePolicy::Weighted),
+    ("least_connections", BalancePolicy::LeastConnections),
+    ("random", BalancePolicy::Random),
 ];
 const DEFAULT_ROUTES: &[(&str, DefaultRoute)] = &[
     ("primary", DefaultRoute::Primary),
@@ -84,6 +91,7 @@ pub(super) fn cluster(
         defaults::MAX_PREPARED_STATEMENTS,
     )?;
     let reads_on_primary = c.reads_on_primary.as_ref().is_some_and(|v| *v.get_ref());
+    let balance = t.choice(&c.balance, "balance", BALANCES, Some(defaults::BALANCE))?;
     let default_route = t.choice(
         &c.default_route,
         "default_route",
@@ -114,6 +122,7 @@ pub(super) fn cluster(
         max_client_connections,
         max_prepared_statements,
         reads_on_primary,
+        balance,
         default_route,
         write_functions,
         read_only_functions,

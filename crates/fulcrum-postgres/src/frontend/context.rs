@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use fulcrum_config::{Cluster, Role};
-use fulcrum_pool::{BackendId, Pool, Router};
+use fulcrum_config::{BalancePolicy, Cluster, Role};
+use fulcrum_pool::{BackendId, Balance, Pool, Router};
 use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
 
 use super::cancel::CancelRegistry;
@@ -76,9 +76,9 @@ impl ClusterContext {
             })
             .collect();
         Arc::new(ClusterContext {
-            router: Router::new(
+            router: Router::with_policy(
                 primary,
-                config.backends.len().max(1),
+                &config.backends.iter().map(|b| b.weight).collect::<Vec<_>>(),
                 &config
                     .backends
                     .iter()
@@ -87,6 +87,12 @@ impl ClusterContext {
                     .map(|(i, _)| i)
                     .collect::<Vec<_>>(),
                 config.reads_on_primary,
+                match config.balance {
+                    BalancePolicy::RoundRobin => Balance::RoundRobin,
+                    BalancePolicy::Weighted => Balance::Weighted,
+                    BalancePolicy::LeastConnections => Balance::LeastConnections,
+                    BalancePolicy::Random => Balance::Random,
+                },
             ),
             classifier: Classifier::new(
                 Dialect::Postgres,
@@ -127,10 +133,11 @@ impl ClusterContext {
         pools
             .entry((backend, user.clone(), database.clone()))
             .or_insert_with(|| {
-                Pool::new(
+                Pool::with_load(
                     self.config.pool_size,
                     self.config.pool_timeout,
                     self.config.server_idle_timeout,
+                    self.router.load_counter(backend),
                 )
             })
             .clone()
