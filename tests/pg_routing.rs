@@ -389,3 +389,52 @@ async fn weighted_balance_follows_the_weights() {
         "{light} of 200 on the weight-1 replica"
     );
 }
+
+/// Reads under `policy` from 8 concurrent clients while one replica answers
+/// 20 ms slower (a server-side delay): the share of reads the slow one served.
+async fn slow_replica_share(policy: &str) -> f64 {
+    let c = cluster();
+    let cfg = config().extra(&format!("balance = \"{policy}\""));
+    let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    let slow = c.replicas()[0].port();
+    let sql = format!(
+        "SELECT inet_server_port() FROM pg_sleep(CASE WHEN inet_server_port() = {slow} THEN 0.02 ELSE 0.001 END)"
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let cfg = cfg.clone();
+        let sql = sql.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut ports = Vec::new();
+            for _ in 0..25 {
+                ports.push(port_of(&client, &sql).await);
+            }
+            ports
+        }));
+    }
+    let mut on_slow = 0;
+    let mut total = 0;
+    for t in tasks {
+        for port in t.await.unwrap() {
+            total += 1;
+            if port == slow {
+                on_slow += 1;
+            }
+        }
+    }
+    let share = on_slow as f64 / total as f64;
+    eprintln!("{policy}: the slow replica served {on_slow} of {total} reads");
+    share
+}
+
+#[tokio::test]
+async fn least_connections_and_p2c_steer_away_from_a_slow_replica() {
+    // Round robin gives the slow replica half; the adaptive policies much less.
+    let rr = slow_replica_share("round_robin").await;
+    assert!((0.4..=0.6).contains(&rr), "round_robin share {rr}");
+    let lc = slow_replica_share("least_connections").await;
+    assert!(lc < 0.3, "least_connections share {lc}");
+    let p2c = slow_replica_share("p2c").await;
+    assert!(p2c < 0.2, "p2c share {p2c}");
+}

@@ -54,6 +54,7 @@ pub enum BalancePolicy {
     Weighted,
     LeastConnections,
     Random,
+    P2c,
 }
 
 /// Where unparsable statements go.

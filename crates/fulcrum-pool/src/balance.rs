@@ -11,6 +11,25 @@ pub enum Balance {
     Weighted,
     LeastConnections,
     Random,
+    /// Power of two choices on an exponentially weighted latency average.
+    P2c,
+}
+
+/// Exponentially weighted moving average in microseconds: each new sample
+/// counts for a fifth, so a node that slows down loses reads within a few
+/// transactions and wins them back as it recovers.
+pub fn ewma_update(old_us: u64, sample_us: u64) -> u64 {
+    if old_us == 0 {
+        return sample_us.max(1);
+    }
+    ((old_us * 4 + sample_us) / 5).max(1)
+}
+
+/// Of two candidates, the one with the lower expected cost: latency times
+/// (connections in use + 1), so an idle slow node and a busy fast node compare.
+pub fn p2c_choose(a: (u64, usize), b: (u64, usize)) -> bool {
+    let cost = |(lat, load): (u64, usize)| lat.max(1).saturating_mul(load as u64 + 1);
+    cost(a) <= cost(b)
 }
 
 /// Smooth weighted round robin: every candidate gains its weight, the one
@@ -70,6 +89,25 @@ mod tests {
             assert_ne!(smooth_weighted(&mut current, &[0, 1, 2]), Some(0));
         }
         assert_eq!(smooth_weighted(&mut [0, 0], &[0, 0]), None);
+    }
+
+    #[test]
+    fn ewma_moves_a_fifth_of_the_way() {
+        assert_eq!(ewma_update(0, 500), 500);
+        assert_eq!(ewma_update(500, 1500), 700);
+        let mut v = 100;
+        for _ in 0..20 {
+            v = ewma_update(v, 10_000);
+        }
+        assert!(v > 9_000, "{v}");
+    }
+
+    #[test]
+    fn p2c_prefers_the_cheaper_node() {
+        assert!(p2c_choose((100, 0), (1000, 0)));
+        assert!(!p2c_choose((1000, 0), (100, 0)));
+        // A fast node with many connections in use can lose to an idle slower one.
+        assert!(!p2c_choose((100, 20), (1000, 0)));
     }
 
     #[test]

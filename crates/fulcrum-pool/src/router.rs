@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::balance::{least_loaded, smooth_weighted, Balance};
+use crate::balance::{ewma_update, least_loaded, p2c_choose, smooth_weighted, Balance};
 
 /// Index of a backend in its cluster's configuration order.
 pub type BackendId = usize;
@@ -40,6 +40,8 @@ pub struct Router {
     loads: Vec<Arc<AtomicUsize>>,
     /// Smooth weighted round robin state, per reader.
     current: Mutex<Vec<i64>>,
+    /// Per backend: latency average of units of work, in microseconds (0: none yet).
+    latency_us: Vec<AtomicU64>,
 }
 
 impl Router {
@@ -91,6 +93,7 @@ impl Router {
                 .map(|_| Arc::new(AtomicUsize::new(0)))
                 .collect(),
             current: Mutex::new(vec![0; readers.len()]),
+            latency_us: (0..backends).map(|_| AtomicU64::new(0)).collect(),
             readers,
         }
     }
@@ -102,6 +105,23 @@ impl Router {
 
     pub fn balance(&self) -> Balance {
         self.balance
+    }
+
+    /// Records how long a unit of work took on `backend` (for `p2c`).
+    pub fn record_latency(&self, backend: BackendId, took: Duration) {
+        if let Some(slot) = self.latency_us.get(backend) {
+            let sample = took.as_micros().min(u64::MAX as u128) as u64;
+            let old = slot.load(Ordering::Relaxed);
+            // A lost update under a race only drops one sample.
+            slot.store(ewma_update(old, sample), Ordering::Relaxed);
+        }
+    }
+
+    /// The latency average of `backend` in microseconds (0 before any sample).
+    pub fn latency_us(&self, backend: BackendId) -> u64 {
+        self.latency_us
+            .get(backend)
+            .map_or(0, |l| l.load(Ordering::Relaxed))
     }
 
     pub fn primary(&self) -> BackendId {
@@ -153,6 +173,26 @@ impl Router {
                             })
                             .collect();
                         least_loaded(&loads, start % n).filter(|&i| open(i))
+                    }
+                    Balance::P2c => {
+                        let open: Vec<usize> = (0..n).filter(|&i| open(i)).collect();
+                        match open.len() {
+                            0 => None,
+                            1 => Some(open[0]),
+                            m => {
+                                let x = rand::random_range(0..m);
+                                let y = (x + 1 + rand::random_range(0..m - 1)) % m;
+                                let stat = |i: usize| {
+                                    let b = self.readers[open[i]];
+                                    (self.latency_us(b), self.loads[b].load(Ordering::Relaxed))
+                                };
+                                Some(if p2c_choose(stat(x), stat(y)) {
+                                    open[x]
+                                } else {
+                                    open[y]
+                                })
+                            }
+                        }
                     }
                     Balance::Weighted => {
                         let weights: Vec<u32> = (0..n)
@@ -240,6 +280,20 @@ mod tests {
         assert!(
             picks.contains(&1) && picks.contains(&2),
             "ties rotate: {picks:?}"
+        );
+    }
+
+    #[test]
+    fn p2c_steers_away_from_a_slow_reader() {
+        let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::P2c);
+        for _ in 0..10 {
+            r.record_latency(1, Duration::from_millis(50));
+            r.record_latency(2, Duration::from_micros(500));
+        }
+        let picks: Vec<_> = (0..100).map(|_| r.pick(Route::Replica)).collect();
+        assert!(
+            picks.iter().all(|&b| b == 2),
+            "the slow reader lost every pair"
         );
     }
 

@@ -28,6 +28,7 @@ const BALANCES: &[(&str, BalancePolicy)] = &[
     ("weighted", BalancePolicy::Weighted),
     ("least_connections", BalancePolicy::LeastConnections),
     ("random", BalancePolicy::Random),
+    ("p2c", BalancePolicy::P2c),
 ];
 const DEFAULT_ROUTES: &[(&str, DefaultRoute)] = &[
     ("primary", DefaultRoute::Primary),

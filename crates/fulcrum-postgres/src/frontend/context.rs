@@ -92,6 +92,7 @@ impl ClusterContext {
                     BalancePolicy::Weighted => Balance::Weighted,
                     BalancePolicy::LeastConnections => Balance::LeastConnections,
                     BalancePolicy::Random => Balance::Random,
+                    BalancePolicy::P2c => Balance::P2c,
                 },
             ),
             classifier: Classifier::new(

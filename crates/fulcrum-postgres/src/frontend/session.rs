@@ -90,6 +90,8 @@ pub struct Session {
     deferred: Option<DeferredBegin>,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     last_query_decision: Option<Decision>,
+    /// When the current server connection was attached (unit latency for p2c).
+    attached_at: Option<std::time::Instant>,
     cancel: Arc<CancelSlot>,
 }
 
@@ -134,6 +136,7 @@ impl Session {
             portal_ops: HashMap::new(),
             deferred: None,
             last_query_decision: None,
+            attached_at: None,
             cancel,
         }
     }
@@ -284,6 +287,7 @@ impl Session {
                 self.backend = backend;
                 self.cancel.set_target(Some(server.cancel.clone()));
                 self.server = Some(server);
+                self.attached_at = Some(std::time::Instant::now());
                 Ok(true)
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -367,6 +371,7 @@ impl Session {
         }
         self.cancel.set_target(Some(server.cancel.clone()));
         self.server = Some(server);
+        self.attached_at = Some(std::time::Instant::now());
         Ok(())
     }
 
@@ -384,6 +389,9 @@ impl Session {
         }
         if let Some(server) = self.server.take() {
             self.cancel.set_target(None);
+            if let Some(at) = self.attached_at.take() {
+                self.ctx.router.record_latency(self.backend, at.elapsed());
+            }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
