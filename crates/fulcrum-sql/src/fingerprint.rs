@@ -15,6 +15,27 @@ impl Fnv {
     }
 }
 
+/// `b[start..]` opens a block comment: the index just past its matching
+/// `*/` (comments nest, as in PostgreSQL), or `None` when it never closes.
+pub fn block_comment_end(b: &[u8], start: usize) -> Option<usize> {
+    let (mut depth, mut i) = (0usize, start);
+    while i + 1 < b.len() {
+        if b[i] == b'/' && b[i + 1] == b'*' {
+            depth += 1;
+            i += 2;
+        } else if b[i] == b'*' && b[i + 1] == b'/' {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return Some(i);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
 /// The fingerprint of `sql` in `dialect`.
 pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
     let b = sql.as_bytes();
@@ -102,24 +123,7 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                     i += 3;
                     continue;
                 }
-                let mut depth = 0;
-                while i + 1 < b.len() {
-                    if b[i] == b'/' && b[i + 1] == b'*' {
-                        depth += 1;
-                        i += 2;
-                    } else if b[i] == b'*' && b[i + 1] == b'/' {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
-                if depth > 0 {
-                    i = b.len();
-                }
+                i = block_comment_end(b, i).unwrap_or(b.len());
             }
             b'$' if dialect == Dialect::Postgres => {
                 let tag_end = b[i + 1..]
@@ -208,6 +212,12 @@ mod tests {
     #[test]
     fn an_unterminated_literal_is_not_a_literal() {
         assert_ne!(pg("SELECT 'unterminated"), pg("SELECT 1"));
+    }
+
+    #[test]
+    fn block_comments_nest() {
+        assert_eq!(block_comment_end(b"/* a /* b */ c */ d", 0), Some(17));
+        assert_eq!(block_comment_end(b"x /* open", 2), None);
     }
 
     #[test]

@@ -19,6 +19,6 @@ mod rules;
 pub use classifier::{Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;
-pub use fingerprint::fingerprint;
+pub use fingerprint::{block_comment_end, fingerprint};
 pub use hints::Hint;
 pub use route::{route, RouteTo, SessionState};

@@ -124,23 +124,10 @@ fn skip_space_and_comments(mut t: &str) -> &str {
 
 /// `t` starts with "/*"; returns what follows the matching "*/" (comments nest).
 fn skip_block_comment(t: &str) -> &str {
-    let b = t.as_bytes();
-    let (mut depth, mut i) = (0usize, 0usize);
-    while i + 1 < b.len() {
-        if b[i] == b'/' && b[i + 1] == b'*' {
-            depth += 1;
-            i += 2;
-        } else if b[i] == b'*' && b[i + 1] == b'/' {
-            depth -= 1;
-            i += 2;
-            if depth == 0 {
-                return &t[i..];
-            }
-        } else {
-            i += 1;
-        }
+    match fulcrum_sql::block_comment_end(t.as_bytes(), 0) {
+        Some(end) => &t[end..],
+        None => "",
     }
-    ""
 }
 
 /// Splits on `;` outside quotes, comments and dollar-quoted strings.
