@@ -64,6 +64,26 @@ pub enum DefaultRoute {
     Replica,
 }
 
+/// What Fulcrum does when the primary is lost (`failover`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// Eject the primary and wait for it to come back.
+    None,
+    /// An external tool promotes a replica; Fulcrum finds it and follows.
+    Follow,
+    /// Fulcrum promotes the most advanced replica after `failover_timeout`.
+    Promote,
+}
+
+/// How far behind the primary a replica may be and still serve reads (`max_lag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxLag {
+    /// WAL bytes (PostgreSQL) not yet replayed.
+    Bytes(u64),
+    /// Age of the newest change not yet replayed.
+    Time(Duration),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Primary,
@@ -105,8 +125,50 @@ pub struct Cluster {
     pub read_only_functions: Vec<String>,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
+    /// Health checks, lag limit and failover.
+    pub health: Health,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
+}
+
+/// The health loop's settings for one cluster.
+#[derive(Clone, PartialEq)]
+pub struct Health {
+    /// Time between probes of a backend.
+    pub interval: Duration,
+    /// How long one probe (connect and query) may take.
+    pub timeout: Duration,
+    /// Consecutive failed probes before a backend is down.
+    pub failures: u32,
+    /// Login the probes (and promotion) use.
+    pub user: String,
+    pub password: String,
+    /// Database the probes connect to.
+    pub database: String,
+    /// Replicas further behind than this serve no reads.
+    pub max_lag: Option<MaxLag>,
+    pub failover: Failover,
+    /// How long the primary must stay down before `promote` acts.
+    pub failover_timeout: Duration,
+    /// Run after a promotion, with `%`-placeholders (see docs/failover.md).
+    pub failover_command: Option<String>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("failures", &self.failures)
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("database", &self.database)
+            .field("max_lag", &self.max_lag)
+            .field("failover", &self.failover)
+            .field("failover_timeout", &self.failover_timeout)
+            .field("failover_command", &self.failover_command)
+            .finish()
+    }
 }
 
 /// One `[[cluster.backend]]`.
@@ -153,4 +215,11 @@ pub mod defaults {
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::RoundRobin;
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
+    pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+    pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const HEALTH_FAILURES: u32 = 2;
+    pub const HEALTH_DATABASE_POSTGRES: &str = "postgres";
+    pub const HEALTH_DATABASE_MYSQL: &str = "mysql";
+    pub const FAILOVER: super::Failover = super::Failover::Follow;
+    pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(3);
 }

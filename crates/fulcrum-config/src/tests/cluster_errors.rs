@@ -154,3 +154,33 @@ fn optional_cluster_keys_are_validated() {
         ),
     ]);
 }
+
+#[test]
+fn health_and_failover_keys_are_validated() {
+    assert_errors(&[
+        (
+            &with_key("health_interval = \"1\""),
+            "fulcrum.toml:5: cluster[0].health_interval: invalid duration \"1\": missing unit (us, ms, s, m, h), e.g. \"1s\"",
+        ),
+        (&with_key("health_timeout = \"0ms\""), "fulcrum.toml:5: cluster[0].health_timeout: must be greater than zero"),
+        (&with_key("health_failures = 0"), "fulcrum.toml:5: cluster[0].health_failures: must be at least 1, got 0"),
+        (&with_key("health_user = \" \""), "fulcrum.toml:5: cluster[0].health_user: must not be empty"),
+        (
+            &with_key("failover = \"auto\""),
+            "fulcrum.toml:5: cluster[0].failover: unknown value \"auto\", expected one of \"none\", \"follow\", \"promote\"",
+        ),
+        (
+            &with_key("failover_timeout = \"3 sec\""),
+            "fulcrum.toml:5: cluster[0].failover_timeout: invalid duration \"3 sec\": unknown unit \"sec\", \
+             expected one of us, ms, s, m, h",
+        ),
+        (&with_key("failover_command = \"\""), "fulcrum.toml:5: cluster[0].failover_command: must not be empty"),
+        (&with_key("max_lag = \"0s\""), "fulcrum.toml:5: cluster[0].max_lag: must be greater than zero"),
+        (&with_key("max_lag = 0"), "fulcrum.toml:5: cluster[0].max_lag: must be greater than zero"),
+        (
+            &with_key("max_lag = \"16mb\""),
+            "fulcrum.toml:5: cluster[0].max_lag: invalid size \"16mb\": unknown unit \"mb\", expected \
+             one of B, kB (or KB), MB, GB, TB (1024-based); or a duration such as \"2s\" for a limit in time",
+        ),
+    ]);
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{dedent, MINIMAL};
 use crate::{
     defaults, load, parse, Backend, BalancePolicy, ClientAuth, Cluster, Config, ConfigError,
-    DefaultRoute, Global, PoolMode, Protocol, Role, User,
+    DefaultRoute, Failover, Global, Health, MaxLag, PoolMode, Protocol, Role, User,
 };
 
 fn parse_ok(text: &str) -> Config {
@@ -58,6 +58,15 @@ fn every_key_is_read_into_the_config() {
         write_functions = ["audit.log_event", "bump"]
         read_only_functions = ["my_pure_fn"]
         classifier_cache_size = 0
+        health_interval = "500ms"
+        health_timeout = "250ms"
+        health_failures = 3
+        health_user = "postgres"
+        health_password = ""
+        max_lag = "16MB"
+        failover = "promote"
+        failover_timeout = "2s"
+        failover_command = "/usr/local/bin/notify %h:%p %H:%r"
 
         [[cluster.backend]]
         address = "db-primary.internal:5432"
@@ -83,6 +92,8 @@ fn every_key_is_read_into_the_config() {
         listen = "127.0.0.1:6433"
         client_auth = "trust"
         max_message_size = 1048576
+        max_lag = "2s"
+        failover = "none"
         backend = [{ address = "127.0.0.1:3306", role = "auto" }]
         user = [{ name = "shop", password = "" }]
         "#,
@@ -115,6 +126,18 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec!["log_event".into(), "bump".into()],
                 read_only_functions: vec!["my_pure_fn".into()],
                 classifier_cache_size: 0,
+                health: Health {
+                    interval: Duration::from_millis(500),
+                    timeout: Duration::from_millis(250),
+                    failures: 3,
+                    user: "postgres".into(),
+                    password: String::new(),
+                    database: "postgres".into(),
+                    max_lag: Some(MaxLag::Bytes(16 * 1024 * 1024)),
+                    failover: Failover::Promote,
+                    failover_timeout: Duration::from_secs(2),
+                    failover_command: Some("/usr/local/bin/notify %h:%p %H:%r".into()),
+                },
                 backends: vec![
                     backend("db-primary.internal:5432", Role::Primary, 0),
                     backend("[::1]:5433", Role::Replica, 3),
@@ -140,6 +163,18 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec![],
                 read_only_functions: vec![],
                 classifier_cache_size: defaults::CLASSIFIER_CACHE_SIZE,
+                health: Health {
+                    interval: defaults::HEALTH_INTERVAL,
+                    timeout: defaults::HEALTH_TIMEOUT,
+                    failures: defaults::HEALTH_FAILURES,
+                    user: "shop".into(),
+                    password: String::new(),
+                    database: "mysql".into(),
+                    max_lag: Some(MaxLag::Time(Duration::from_secs(2))),
+                    failover: Failover::None,
+                    failover_timeout: defaults::FAILOVER_TIMEOUT,
+                    failover_command: None,
+                },
                 backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
                 users: vec![user("shop", "")],
             },
@@ -170,6 +205,19 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.max_message_size, 256 * 1024 * 1024);
     assert_eq!(c.max_client_connections, 10_000);
     assert_eq!(c.max_prepared_statements, 1_000);
+    assert_eq!(c.health.interval, Duration::from_secs(1));
+    assert_eq!(c.health.timeout, Duration::from_secs(1));
+    assert_eq!(c.health.failures, 2);
+    assert_eq!(
+        c.health.user, c.users[0].name,
+        "probes log in as the first user"
+    );
+    assert_eq!(c.health.password, c.users[0].password);
+    assert_eq!(c.health.database, "postgres");
+    assert_eq!(c.health.max_lag, None);
+    assert_eq!(c.health.failover, Failover::Follow);
+    assert_eq!(c.health.failover_timeout, Duration::from_secs(3));
+    assert_eq!(c.health.failover_command, None);
     assert_eq!(
         c.backends,
         vec![backend("127.0.0.1:5432", Role::Primary, 1)]

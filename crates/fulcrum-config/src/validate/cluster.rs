@@ -6,11 +6,12 @@ use toml::Spanned;
 use super::table::Table;
 use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
-use crate::raw::{RawBackend, RawCluster, RawUser, Tables, Value};
+use crate::raw::{RawBackend, RawCluster, RawUser, SizeValue, Tables, Value};
 use crate::types::{
-    defaults, Backend, BalancePolicy, ClientAuth, Cluster, DefaultRoute, PoolMode, Protocol, Role,
-    User,
+    defaults, Backend, BalancePolicy, ClientAuth, Cluster, DefaultRoute, Failover, Health, MaxLag,
+    PoolMode, Protocol, Role, User,
 };
+use crate::units::{parse_duration, parse_size};
 
 const PROTOCOLS: &[(&str, Protocol)] =
     &[("postgres", Protocol::Postgres), ("mysql", Protocol::Mysql)];
@@ -33,6 +34,11 @@ const BALANCES: &[(&str, BalancePolicy)] = &[
 const DEFAULT_ROUTES: &[(&str, DefaultRoute)] = &[
     ("primary", DefaultRoute::Primary),
     ("replica", DefaultRoute::Replica),
+];
+const FAILOVERS: &[(&str, Failover)] = &[
+    ("none", Failover::None),
+    ("follow", Failover::Follow),
+    ("promote", Failover::Promote),
 ];
 const ROLES: &[(&str, Role)] = &[
     ("primary", Role::Primary),
@@ -109,6 +115,7 @@ pub(super) fn cluster(
     )?;
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
+    let health = health(&t, c, protocol, &users)?;
     Ok(Cluster {
         name,
         protocol,
@@ -128,9 +135,102 @@ pub(super) fn cluster(
         write_functions,
         read_only_functions,
         classifier_cache_size,
+        health,
         backends,
         users,
     })
+}
+
+/// The health-loop keys. The probe logs in as `health_user` (default: the
+/// cluster's first user, with its password).
+fn health(
+    t: &Table,
+    c: &RawCluster,
+    protocol: Protocol,
+    users: &[User],
+) -> Result<Health, Problem> {
+    let interval = t.duration(
+        &c.health_interval,
+        "health_interval",
+        defaults::HEALTH_INTERVAL,
+    )?;
+    let timeout = t.duration(
+        &c.health_timeout,
+        "health_timeout",
+        defaults::HEALTH_TIMEOUT,
+    )?;
+    let failures = t.u32_at_least(
+        &c.health_failures,
+        "health_failures",
+        1,
+        defaults::HEALTH_FAILURES,
+    )?;
+    let first = users.first().map(|u| u.name.as_str()).unwrap_or_default();
+    let user = t.text(&c.health_user, "health_user", Some(first))?;
+    let password = match &c.health_password {
+        Some(p) => p.get_ref().clone(),
+        None => users
+            .iter()
+            .find(|u| u.name == user)
+            .map(|u| u.password.clone())
+            .unwrap_or_default(),
+    };
+    let default_db = match protocol {
+        Protocol::Postgres => defaults::HEALTH_DATABASE_POSTGRES,
+        Protocol::Mysql => defaults::HEALTH_DATABASE_MYSQL,
+    };
+    let database = t.text(&c.health_database, "health_database", Some(default_db))?;
+    let max_lag = match &c.max_lag {
+        None => None,
+        Some(v) => Some(max_lag(v.get_ref()).map_err(|e| t.error(v, "max_lag", e))?),
+    };
+    let failover = t.choice(&c.failover, "failover", FAILOVERS, Some(defaults::FAILOVER))?;
+    let failover_timeout = t.duration(
+        &c.failover_timeout,
+        "failover_timeout",
+        defaults::FAILOVER_TIMEOUT,
+    )?;
+    let failover_command = match &c.failover_command {
+        None => None,
+        Some(_) => Some(t.text(&c.failover_command, "failover_command", None)?),
+    };
+    Ok(Health {
+        interval,
+        timeout,
+        failures,
+        user,
+        password,
+        database,
+        max_lag,
+        failover,
+        failover_timeout,
+        failover_command,
+    })
+}
+
+/// `max_lag`: a duration (`"2s"`) or a size (`"16MB"`, or a byte count).
+fn max_lag(v: &SizeValue) -> Result<MaxLag, String> {
+    let lag = match v {
+        SizeValue::Bytes(n) => {
+            MaxLag::Bytes(u64::try_from(*n).map_err(|_| format!("must not be negative, got {n}"))?)
+        }
+        SizeValue::Text(text) => {
+            let unit = text.trim().trim_start_matches(|c: char| c.is_ascii_digit());
+            let unit = unit.trim();
+            if ["us", "ms", "s", "m", "h"].contains(&unit) {
+                MaxLag::Time(parse_duration(text)?)
+            } else {
+                MaxLag::Bytes(parse_size(text).map_err(|e| {
+                    format!("{e}; or a duration such as \"2s\" for a limit in time")
+                })?)
+            }
+        }
+    };
+    match lag {
+        MaxLag::Bytes(0) => Err("must be greater than zero".into()),
+        MaxLag::Time(d) if d.is_zero() => Err("must be greater than zero".into()),
+        lag => Ok(lag),
+    }
 }
 
 /// A list of SQL function names: identifiers, optionally schema-qualified.
