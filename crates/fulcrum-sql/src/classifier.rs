@@ -13,6 +13,7 @@ use crate::dialect::Dialect;
 use crate::fingerprint::fingerprint;
 use crate::functions::{pin_functions, primary_functions};
 use crate::hints::{hint, Hint};
+use crate::mysql;
 use crate::rules::{classify_statement, FunctionRules};
 
 /// Per-cluster classifier settings.
@@ -118,22 +119,52 @@ impl Classifier {
             sql
         };
         if self.dialect == Dialect::MySql {
-            if let Some(d) = mysql_quirk(sql) {
+            if let Some(d) = mysql::quirk(sql) {
                 return d;
             }
         }
-        match Parser::parse_sql(self.dialect.parser_dialect(), sql) {
-            Ok(stmts) if stmts.is_empty() => Decision::Read,
-            Ok(stmts) => stmts
+        if let Some(d) = self.parse_statements(sql) {
+            return d;
+        }
+        if self.dialect == Dialect::MySql {
+            if let Some(d) = self.mysql_form(sql) {
+                return d;
+            }
+        }
+        self.unparsed.fetch_add(1, Ordering::Relaxed);
+        unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown)
+    }
+
+    /// sqlparser and the rules alone: `None` when sqlparser cannot parse `sql`.
+    fn parse_statements(&self, sql: &str) -> Option<Decision> {
+        let stmts = Parser::parse_sql(self.dialect.parser_dialect(), sql).ok()?;
+        Some(
+            stmts
                 .iter()
                 .map(|s| classify_statement(s, self.dialect, &self.rules))
                 .reduce(Decision::combine)
                 .unwrap_or(Decision::Read),
-            Err(_) => {
-                self.unparsed.fetch_add(1, Ordering::Relaxed);
-                unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown)
-            }
+        )
+    }
+
+    /// MySQL forms sqlparser cannot parse but whose decision follows from a
+    /// statement it can. `SET STATEMENT ... FOR <stmt>` routes as `<stmt>`. A
+    /// SELECT with `INTO @var` at the end pins (its user variable must
+    /// survive), also when the rest does not parse. `DO <expr>` is placed,
+    /// like the unparsed session statements, only when `SELECT <expr>` pins
+    /// (locks, user variables); otherwise it stays unknown.
+    fn mysql_form(&self, sql: &str) -> Option<Decision> {
+        if let Some(body) = mysql::set_statement_body(sql) {
+            return Some(self.parse(body));
         }
+        if let Some(select) = mysql::do_as_select(sql) {
+            return self
+                .parse_statements(&select)
+                .filter(|d| matches!(d, Decision::Pin(_)));
+        }
+        let rest = mysql::without_into_variables(sql)?;
+        let pin = Decision::Pin("SELECT ... INTO @variable");
+        Some(self.parse_statements(&rest).map_or(pin, |d| d.combine(pin)))
     }
 
     pub fn stats(&self) -> ClassifierStats {
@@ -151,7 +182,9 @@ impl Classifier {
 /// every `SET`/`RESET` form changes only settings (role changes and user
 /// variables pin, `SET LOCAL` lasts for the transaction, the rest is
 /// replayed), SQL `PREPARE`, `LOCK TABLES` and temporary tables pin, and a
-/// transaction start is still a transaction start.
+/// transaction start is still a transaction start. The exceptions are MySQL
+/// `SET`s that change the server or an account (`GLOBAL`/`PERSIST` anywhere
+/// in the list, `SET PASSWORD`, `SET DEFAULT ROLE`): writes.
 fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
     if sql.trim_end().trim_end_matches(';').contains(';') {
         return None;
@@ -161,12 +194,25 @@ fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
     let word = |i: usize| words.get(i).copied().unwrap_or("");
     match word(0) {
         "set" => {
-            let i = if word(1) == "session" { 2 } else { 1 };
+            let mysql = dialect == Dialect::MySql;
+            if mysql && mysql::sets_server_scope(sql) {
+                return Some(Decision::Write);
+            }
+            // In MySQL LOCAL is a synonym of SESSION.
+            let i = if word(1) == "session" || mysql && word(1) == "local" {
+                2
+            } else {
+                1
+            };
             Some(match word(i) {
                 "role" | "authorization" => Decision::Pin("SET ROLE"),
                 "local" | "transaction" | "constraints" => Decision::Txn,
                 "global" => Decision::Write,
                 "" => return None,
+                "password" if mysql => Decision::Write,
+                "default" if mysql && word(i + 1) == "role" => Decision::Write,
+                // SET STATEMENT without its FOR <statement>: not a setting.
+                "statement" if mysql => return None,
                 v if v.starts_with('@') && !v.starts_with("@@") => Decision::Pin("user variable"),
                 _ => Decision::Set,
             })
@@ -183,23 +229,6 @@ fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
             read_only: lower.contains("read only") && !lower.contains("serializable"),
         }),
         _ => None,
-    }
-}
-
-/// MySQL syntax sqlparser reads differently from MySQL: `SET SESSION
-/// TRANSACTION ...` sets the session default (replayed), `SET GLOBAL
-/// TRANSACTION ...` the server's (a write).
-fn mysql_quirk(sql: &str) -> Option<Decision> {
-    let lower = sql.trim_start().to_ascii_lowercase();
-    if lower.contains(';') {
-        return None;
-    }
-    if lower.starts_with("set session transaction") {
-        Some(Decision::Set)
-    } else if lower.starts_with("set global transaction") {
-        Some(Decision::Write)
-    } else {
-        None
     }
 }
 
@@ -357,6 +386,87 @@ mod tests {
             Some(Decision::Begin { read_only: true })
         );
         assert_eq!(unparsed_session_statement("RESET MASTER", my), None);
+    }
+
+    #[test]
+    fn unparsable_mysql_sets_of_the_server_or_an_account_are_writes() {
+        let my = Dialect::MySql;
+        let cases = [
+            (
+                "SET PASSWORD FOR 'u1'@'localhost' = PASSWORD('s')",
+                Some(Decision::Write),
+            ),
+            (
+                "SET DEFAULT ROLE app_role FOR 'u1'@'%'",
+                Some(Decision::Write),
+            ),
+            ("SET DEFAULT ROLE ALL TO 'u1'@'%'", Some(Decision::Write)),
+            ("SET PERSIST max_connections = 500", Some(Decision::Write)),
+            (
+                "SET PERSIST_ONLY max_connections = 500",
+                Some(Decision::Write),
+            ),
+            (
+                "SET wait_timeout = 10, PERSIST max_connections = 500",
+                Some(Decision::Write),
+            ),
+            ("SET LOCAL wait_timeout := 10", Some(Decision::Set)),
+            ("SET LOCAL @x := 1", Some(Decision::Pin("user variable"))),
+            ("SET STATEMENT max_statement_time = 10", None),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(unparsed_session_statement(sql, my), want, "{sql}");
+        }
+        let pg = Dialect::Postgres;
+        assert_eq!(
+            unparsed_session_statement("SET LOCAL x TO 1", pg),
+            Some(Decision::Txn)
+        );
+    }
+
+    #[test]
+    fn mysql_forms_route_as_the_statement_they_carry() {
+        let c = Classifier::new(Dialect::MySql, &ClassifierConfig::default());
+        let into = Decision::Pin("SELECT ... INTO @variable");
+        let lock = Decision::Pin("session lock function");
+        let cases = [
+            (
+                "SET STATEMENT max_statement_time=10 FOR SELECT c FROM t",
+                Decision::Read,
+            ),
+            (
+                "SET STATEMENT a=1, b=2 FOR UPDATE t SET k = 1",
+                Decision::Write,
+            ),
+            ("SET STATEMENT a=1 FOR SELECT GET_LOCK('j', 1)", lock),
+            (
+                "SET STATEMENT a=1 FOR SELECT 1 /* fulcrum:primary */",
+                Decision::Primary,
+            ),
+            ("DO GET_LOCK('job', 10)", lock),
+            ("DO 1, RELEASE_LOCK('job')", lock),
+            ("DO @a := 1", Decision::Pin("user variable")),
+            ("SELECT MAX(id) FROM t INTO @m", into),
+            ("SELECT c FROM t WHERE id = 1 INTO @c FOR UPDATE", into),
+            ("SELECT c FROM t INTO @c LOCK IN SHARE MODE", into),
+            (
+                "SELECT @n := 1 FROM t INTO @m",
+                Decision::Pin("user variable"),
+            ),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(c.classify(sql), want, "{sql}");
+        }
+        assert_eq!(c.stats().unparsed, 0);
+        // Only what carries session state is placed: other DOs, and SET
+        // STATEMENT without its statement, stay unknown (and counted).
+        assert_eq!(c.classify("DO SLEEP(1)"), Decision::Unknown);
+        assert_eq!(c.classify("SET STATEMENT a=1"), Decision::Unknown);
+        assert_eq!(
+            c.classify("SET STATEMENT a=1 FOR SELEC 1"),
+            Decision::Unknown
+        );
+        assert_eq!(c.stats().unparsed, 3);
     }
 
     #[test]

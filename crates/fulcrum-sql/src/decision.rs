@@ -17,7 +17,8 @@ pub enum Decision {
     Begin { read_only: bool },
     /// Ends a transaction (COMMIT, ROLLBACK, END, ABORT).
     End,
-    /// Other transaction control (SAVEPOINT, RELEASE, SET TRANSACTION, SET LOCAL).
+    /// Other transaction control (SAVEPOINT, RELEASE, SET TRANSACTION,
+    /// PostgreSQL SET LOCAL).
     Txn,
     /// `SET TRANSACTION READ ONLY`.
     TxnReadOnly,

@@ -1,6 +1,7 @@
-//! Built-in functions that decide routing: ones that write or depend on the
-//! primary or on session state (the statement goes to the primary), and ones
-//! that take session-level locks (the client is pinned).
+//! Built-in functions and system variables that decide routing: ones that
+//! write or depend on the primary or on session state (the statement goes to
+//! the primary), and functions that take session-level locks (the client is
+//! pinned).
 
 use crate::dialect::Dialect;
 
@@ -46,6 +47,11 @@ pub(crate) fn primary_functions(dialect: Dialect) -> &'static [&'static str] {
         ],
     }
 }
+
+/// MySQL/MariaDB system variables that hold what this session last wrote
+/// (`@@identity`, `@@session.last_insert_id`, MariaDB's `@@last_gtid`): only
+/// the primary connection knows them, so reading one needs the primary.
+pub(crate) const PRIMARY_VARIABLES: &[&str] = &["identity", "last_insert_id", "last_gtid"];
 
 /// Functions that take or release session-level locks: the client is pinned.
 pub(crate) fn pin_functions(dialect: Dialect) -> &'static [&'static str] {

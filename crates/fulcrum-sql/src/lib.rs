@@ -13,6 +13,7 @@ mod dialect;
 mod fingerprint;
 mod functions;
 mod hints;
+mod mysql;
 mod route;
 mod rules;
 

@@ -13,6 +13,7 @@ use sqlparser::ast::{
 
 use crate::decision::Decision;
 use crate::dialect::Dialect;
+use crate::functions::PRIMARY_VARIABLES;
 
 /// Function-name lists the rules consult (lower case, unqualified).
 pub(crate) struct FunctionRules {
@@ -91,6 +92,13 @@ pub(crate) fn classify_statement(
         Statement::StartTransaction { modes, .. } => Decision::Begin {
             read_only: read_only(modes) && !serializable(modes),
         },
+        // MySQL's AND CHAIN ends the transaction and at once opens the next
+        // on the same server connection: it starts a transaction.
+        Statement::Commit { chain: true, .. }
+        | Statement::Rollback {
+            chain: true,
+            savepoint: None,
+        } if dialect == Dialect::MySql => Decision::Begin { read_only: false },
         Statement::Commit { .. } => Decision::End,
         Statement::Rollback {
             savepoint: None, ..
@@ -130,7 +138,7 @@ pub(crate) fn classify_statement(
                 .fold(Decision::Read, Decision::combine),
             Set::SetSessionAuthorization(_) => Decision::Pin("SET SESSION AUTHORIZATION"),
             Set::SetRole { .. } => Decision::Pin("SET ROLE"),
-            Set::SetTimeZone { local: true, .. } => Decision::Txn,
+            Set::SetTimeZone { local: true, .. } if dialect == Dialect::Postgres => Decision::Txn,
             Set::SetTimeZone { .. } | Set::SetNames { .. } | Set::SetNamesDefault {} => {
                 Decision::Set
             }
@@ -175,6 +183,11 @@ pub(crate) fn classify_statement(
         Statement::UNLISTEN { .. } => Decision::Pin("UNLISTEN"),
         Statement::LockTables { .. } => Decision::Pin("LOCK TABLES"),
         Statement::UnlockTables => Decision::Pin("UNLOCK TABLES"),
+        // Both hold table locks for the session until UNLOCK TABLES.
+        Statement::Flush {
+            read_lock: true, ..
+        } => Decision::Pin("FLUSH TABLES WITH READ LOCK"),
+        Statement::Flush { export: true, .. } => Decision::Pin("FLUSH TABLES FOR EXPORT"),
         Statement::Kill { .. } => Decision::Primary,
         Statement::CreateTable(ct) if ct.temporary => Decision::Pin("temporary table"),
         // Everything else changes something: DML, DDL, COPY FROM, GRANT, VACUUM, CALL, ...
@@ -212,11 +225,19 @@ fn assignment(
     use sqlparser::ast::ContextModifier;
     let name = variable.to_ascii_lowercase();
     match scope {
-        Some(ContextModifier::Local) => return Decision::Txn,
+        // In MySQL LOCAL is a synonym of SESSION: replayed like it.
+        Some(ContextModifier::Local) if dialect == Dialect::Postgres => return Decision::Txn,
         Some(ContextModifier::Global) => return Decision::Write,
         _ => {}
     }
-    if name.starts_with("@@global.") {
+    if ["@@global.", "@@persist.", "@@persist_only."]
+        .iter()
+        .any(|p| name.starts_with(p))
+    {
+        return Decision::Write;
+    }
+    // MySQL `SET PASSWORD = ...` changes the account, not the session.
+    if dialect == Dialect::MySql && name == "password" {
         return Decision::Write;
     }
     if name.starts_with('@') && !name.starts_with("@@") {
@@ -288,6 +309,23 @@ impl QueryRules<'_> {
             self.add(Decision::Primary);
         }
     }
+
+    /// A variable read: a user variable (`@v`) pins; a system variable on
+    /// the list (`@@identity`, `@@session.last_insert_id`) needs the primary.
+    fn variable(&mut self, name: &str) {
+        let name = name.to_ascii_lowercase();
+        if let Some(system) = name.strip_prefix("@@") {
+            let bare = system
+                .strip_prefix("session.")
+                .or_else(|| system.strip_prefix("local."))
+                .unwrap_or(system);
+            if PRIMARY_VARIABLES.contains(&bare) {
+                self.add(Decision::Primary);
+            }
+        } else if name.starts_with('@') {
+            self.add(Decision::Pin("user variable"));
+        }
+    }
 }
 
 impl Visitor for QueryRules<'_> {
@@ -356,16 +394,129 @@ impl Visitor for QueryRules<'_> {
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         match e {
             Expr::Function(func) => self.function(&func.name),
-            Expr::Identifier(id) => {
-                let v = id.value.to_ascii_lowercase();
-                if v == "@@identity" || v == "@@last_insert_id" {
-                    self.add(Decision::Primary);
-                } else if v.starts_with('@') && !v.starts_with("@@") {
-                    self.add(Decision::Pin("user variable"));
-                }
+            Expr::Identifier(id) => self.variable(&id.value),
+            // `@@session.identity`, or a user variable with a dot in its name.
+            Expr::CompoundIdentifier(ids)
+                if ids.first().is_some_and(|i| i.value.starts_with('@')) =>
+            {
+                let name: Vec<&str> = ids.iter().map(|i| i.value.as_str()).collect();
+                self.variable(&name.join("."));
             }
             _ => {}
         }
         ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlparser::parser::Parser;
+
+    use super::*;
+
+    /// The rules alone, with no function lists, on one parsed statement.
+    fn rule(sql: &str, dialect: Dialect) -> Decision {
+        let none = FunctionRules {
+            primary: HashSet::new(),
+            pin: HashSet::new(),
+            read_only: HashSet::new(),
+        };
+        let stmts = Parser::parse_sql(dialect.parser_dialect(), sql).expect(sql);
+        classify_statement(&stmts[0], dialect, &none)
+    }
+
+    #[test]
+    fn mysql_chained_transaction_ends_open_the_next() {
+        let (my, pg) = (Dialect::MySql, Dialect::Postgres);
+        let rw = Decision::Begin { read_only: false };
+        let cases = [
+            ("COMMIT AND CHAIN", my, rw),
+            ("COMMIT WORK AND CHAIN", my, rw),
+            ("ROLLBACK AND CHAIN", my, rw),
+            ("COMMIT AND NO CHAIN", my, Decision::End),
+            ("ROLLBACK", my, Decision::End),
+            ("ROLLBACK TO SAVEPOINT a", my, Decision::Txn),
+            // PostgreSQL's front end follows the server's transaction status.
+            ("COMMIT AND CHAIN", pg, Decision::End),
+        ];
+        for (sql, dialect, want) in cases {
+            assert_eq!(rule(sql, dialect), want, "{sql} ({dialect:?})");
+        }
+    }
+
+    #[test]
+    fn flush_tables_that_keep_locks_pin() {
+        let my = Dialect::MySql;
+        let cases = [
+            (
+                "FLUSH TABLES WITH READ LOCK",
+                Decision::Pin("FLUSH TABLES WITH READ LOCK"),
+            ),
+            (
+                "FLUSH TABLES sbtest1, sbtest2 WITH READ LOCK",
+                Decision::Pin("FLUSH TABLES WITH READ LOCK"),
+            ),
+            (
+                "FLUSH TABLES sbtest1 FOR EXPORT",
+                Decision::Pin("FLUSH TABLES FOR EXPORT"),
+            ),
+            ("FLUSH TABLES", Decision::Write),
+            ("FLUSH PRIVILEGES", Decision::Write),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(rule(sql, my), want, "{sql}");
+        }
+    }
+
+    #[test]
+    fn mysql_set_scopes_and_accounts() {
+        let (my, pg) = (Dialect::MySql, Dialect::Postgres);
+        let cases = [
+            // MySQL's LOCAL is SESSION; PostgreSQL's lasts for the transaction.
+            ("SET LOCAL wait_timeout = 10", my, Decision::Set),
+            (
+                "SET LOCAL autocommit = 0",
+                my,
+                Decision::Pin("SET autocommit = 0"),
+            ),
+            ("SET LOCAL statement_timeout = '5s'", pg, Decision::Txn),
+            ("SET LOCAL TIME ZONE 'UTC'", pg, Decision::Txn),
+            ("SET LOCAL TIME ZONE 'UTC'", my, Decision::Set),
+            ("SET @@persist.max_connections = 500", my, Decision::Write),
+            (
+                "SET @@PERSIST_ONLY.max_connections = 500",
+                my,
+                Decision::Write,
+            ),
+            ("SET PASSWORD = PASSWORD('secret')", my, Decision::Write),
+            ("SET password = 'secret'", my, Decision::Write),
+            ("SET wait_timeout = 10", my, Decision::Set),
+        ];
+        for (sql, dialect, want) in cases {
+            assert_eq!(rule(sql, dialect), want, "{sql} ({dialect:?})");
+        }
+    }
+
+    #[test]
+    fn session_write_variables_need_the_primary() {
+        let my = Dialect::MySql;
+        let cases = [
+            ("SELECT @@identity", Decision::Primary),
+            ("SELECT @@session.identity", Decision::Primary),
+            ("SELECT @@SESSION.last_insert_id", Decision::Primary),
+            ("SELECT @@local.last_insert_id", Decision::Primary),
+            ("SELECT @@last_gtid", Decision::Primary),
+            (
+                "SELECT id FROM t WHERE id > @@session.last_gtid",
+                Decision::Primary,
+            ),
+            ("SELECT @@session.sql_mode", Decision::Read),
+            ("SELECT @@gtid_current_pos", Decision::Read),
+            ("SELECT @a.b", Decision::Pin("user variable")),
+            ("SELECT t.identity FROM t", Decision::Read),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(rule(sql, my), want, "{sql}");
+        }
     }
 }
