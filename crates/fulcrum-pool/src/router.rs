@@ -1,14 +1,21 @@
 //! Backend selection: a statement's route (primary or replica) goes in, a
 //! backend index comes out. Replica reads are spread over the readers (the
-//! replicas, plus the primary when `reads_on_primary`) by the cluster's
-//! `Balance` policy; readers with weight 0 get no reads; a reader that just
-//! failed to connect is skipped for a short ban, and when no reader is left
-//! reads go to the primary. Atomics only, except the short lock of smooth
-//! weighted round robin. Health checks plug in here.
+//! backends that may serve reads now, plus the primary when
+//! `reads_on_primary`) by the cluster's `Balance` policy; readers with weight
+//! 0 get no reads; when no reader is left reads go to the primary.
+//!
+//! The health loop (`fulcrum-cluster`) publishes what it learns here: which
+//! backend is the primary (none while a failover is under way) and which may
+//! serve reads. Sessions report trouble back with `suspect`, which takes the
+//! backend out of reads at once and wakes the health loop. Picking is atomics
+//! only, except the short lock of smooth weighted round robin; it never waits
+//! on health-check I/O.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::balance::{ewma_update, least_loaded, p2c_choose, smooth_weighted, Balance};
 
@@ -24,21 +31,32 @@ pub enum Route {
     Replica,
 }
 
+const NO_PRIMARY: usize = usize::MAX;
+
 #[derive(Debug)]
 pub struct Router {
-    primary: BackendId,
+    /// The write target, or `NO_PRIMARY`.
+    primary: AtomicUsize,
     backends: usize,
-    readers: Vec<BackendId>,
+    reads_on_primary: bool,
     next: AtomicUsize,
     /// Per backend: banned until this many ms after `epoch` (0 = not banned).
     banned_until: Vec<AtomicU64>,
+    /// Per backend: may serve reads (health: up, not lagging, not fenced).
+    readable: Vec<AtomicBool>,
+    /// Per backend: a session saw it fail; the health loop will look.
+    suspect: Vec<AtomicBool>,
+    /// Wakes the health loop when a backend becomes suspect.
+    suspects_changed: Notify,
+    /// Wakes sessions waiting for a primary.
+    primary_changed: Notify,
     epoch: Instant,
     balance: Balance,
     /// Per backend: read weight.
     weights: Vec<u32>,
     /// Per backend: server connections checked out (shared with its pools).
     loads: Vec<Arc<AtomicUsize>>,
-    /// Smooth weighted round robin state, per reader.
+    /// Smooth weighted round robin state, per backend.
     current: Mutex<Vec<i64>>,
     /// Per backend: latency average of units of work, in microseconds (0: none yet).
     latency_us: Vec<AtomicU64>,
@@ -63,6 +81,8 @@ impl Router {
     }
 
     /// As `new`, with per-backend `weights` (one per backend) and a policy.
+    /// Backends that are neither the primary nor in `replicas` start out
+    /// not readable (the health loop may admit them).
     pub fn with_policy(
         primary: BackendId,
         weights: &[u32],
@@ -72,35 +92,39 @@ impl Router {
     ) -> Router {
         let backends = weights.len();
         assert!(primary < backends, "primary index within the backend list");
-        let mut readers: Vec<BackendId> = replicas
-            .iter()
-            .copied()
-            .filter(|&r| r < backends && r != primary)
-            .collect();
-        if reads_on_primary {
-            readers.push(primary);
-        }
-        readers.retain(|&r| weights[r] > 0);
         Router {
-            primary,
+            primary: AtomicUsize::new(primary),
             backends,
+            reads_on_primary,
             next: AtomicUsize::new(0),
             banned_until: (0..backends).map(|_| AtomicU64::new(0)).collect(),
+            readable: (0..backends)
+                .map(|b| AtomicBool::new(b == primary || replicas.contains(&b)))
+                .collect(),
+            suspect: (0..backends).map(|_| AtomicBool::new(false)).collect(),
+            suspects_changed: Notify::new(),
+            primary_changed: Notify::new(),
             epoch: Instant::now(),
             balance,
             weights: weights.to_vec(),
             loads: (0..backends)
                 .map(|_| Arc::new(AtomicUsize::new(0)))
                 .collect(),
-            current: Mutex::new(vec![0; readers.len()]),
+            current: Mutex::new(vec![0; backends]),
             latency_us: (0..backends).map(|_| AtomicU64::new(0)).collect(),
-            readers,
         }
     }
 
     /// The counter of checked-out connections to `backend`, for its pools.
     pub fn load_counter(&self, backend: BackendId) -> Arc<AtomicUsize> {
         self.loads[backend].clone()
+    }
+
+    /// Server connections to `backend` checked out now.
+    pub fn load(&self, backend: BackendId) -> usize {
+        self.loads
+            .get(backend)
+            .map_or(0, |l| l.load(Ordering::Relaxed))
     }
 
     pub fn balance(&self) -> Balance {
@@ -124,16 +148,97 @@ impl Router {
             .map_or(0, |l| l.load(Ordering::Relaxed))
     }
 
-    pub fn primary(&self) -> BackendId {
-        self.primary
+    /// The write target now; `None` while the cluster has no usable primary
+    /// (it is down, or a failover is under way).
+    pub fn primary(&self) -> Option<BackendId> {
+        match self.primary.load(Ordering::Acquire) {
+            NO_PRIMARY => None,
+            p => Some(p),
+        }
+    }
+
+    /// Whether `backend` is the write target now.
+    pub fn is_primary(&self, backend: BackendId) -> bool {
+        self.primary.load(Ordering::Acquire) == backend
+    }
+
+    /// Sets the write target (the health loop's decision) and wakes the
+    /// sessions waiting for one.
+    pub fn set_primary(&self, primary: Option<BackendId>) {
+        let value = primary.filter(|&p| p < self.backends).unwrap_or(NO_PRIMARY);
+        if self.primary.swap(value, Ordering::AcqRel) != value {
+            self.primary_changed.notify_waiters();
+        }
+    }
+
+    /// Waits up to `timeout` for a primary other than `not` (the one that
+    /// just failed, if any). Returns it, or `None` when time ran out.
+    pub async fn wait_primary(
+        &self,
+        not: Option<BackendId>,
+        timeout: Duration,
+    ) -> Option<BackendId> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.primary_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.primary() {
+                Some(p) if Some(p) != not => return Some(p),
+                _ => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.primary().filter(|&p| Some(p) != not);
+            }
+        }
+    }
+
+    /// Whether `backend` may serve reads now (health loop's view).
+    pub fn set_readable(&self, backend: BackendId, readable: bool) {
+        if let Some(r) = self.readable.get(backend) {
+            r.store(readable, Ordering::Release);
+        }
+    }
+
+    pub fn is_readable(&self, backend: BackendId) -> bool {
+        self.readable
+            .get(backend)
+            .is_some_and(|r| r.load(Ordering::Acquire))
+    }
+
+    /// A session saw `backend` fail (connect error, connection lost): it
+    /// serves no reads until the health loop has looked at it again.
+    pub fn suspect(&self, backend: BackendId) {
+        if let Some(s) = self.suspect.get(backend) {
+            self.set_readable(backend, false);
+            if !s.swap(true, Ordering::AcqRel) {
+                self.suspects_changed.notify_one();
+            }
+        }
+    }
+
+    /// The backends reported suspect since the last call (clears them).
+    pub fn take_suspects(&self) -> Vec<BackendId> {
+        (0..self.backends)
+            .filter(|&b| self.suspect[b].swap(false, Ordering::AcqRel))
+            .collect()
+    }
+
+    /// Resolves when a session reports a suspect backend.
+    pub async fn suspects_reported(&self) {
+        self.suspects_changed.notified().await
     }
 
     pub fn backend_count(&self) -> usize {
         self.backends
     }
 
-    pub fn readers(&self) -> &[BackendId] {
-        &self.readers
+    /// The backends that would take reads now, in configuration order.
+    pub fn readers(&self) -> Vec<BackendId> {
+        let now = self.now_ms();
+        (0..self.backends)
+            .filter(|&b| self.is_reader(b, now))
+            .collect()
     }
 
     fn now_ms(&self) -> u64 {
@@ -144,71 +249,73 @@ impl Router {
         self.banned_until[b].load(Ordering::Relaxed) > now
     }
 
-    /// The backend for `route`.
-    pub fn pick(&self, route: Route) -> BackendId {
+    fn is_reader(&self, b: BackendId, now: u64) -> bool {
+        self.weights[b] > 0
+            && self.readable[b].load(Ordering::Relaxed)
+            && !self.is_banned(b, now)
+            && (self.reads_on_primary || !self.is_primary(b))
+    }
+
+    /// The backend for `route`; `None` when it needs a primary and there is
+    /// none now. Reads with no reader left go to the primary.
+    pub fn pick(&self, route: Route) -> Option<BackendId> {
         match route {
-            Route::Primary => self.primary,
-            Route::Replica => {
-                let n = self.readers.len();
-                if n == 0 {
-                    return self.primary;
-                }
-                let now = self.now_ms();
-                let start = self.next.fetch_add(1, Ordering::Relaxed);
-                let open = |i: usize| !self.is_banned(self.readers[i], now);
-                let chosen = match self.balance {
-                    Balance::RoundRobin => (0..n).map(|i| (start + i) % n).find(|&i| open(i)),
-                    Balance::Random => {
-                        let r = rand::random_range(0..n);
-                        (0..n).map(|i| (r + i) % n).find(|&i| open(i))
-                    }
-                    Balance::LeastConnections => {
-                        let loads: Vec<usize> = (0..n)
-                            .map(|i| {
-                                if open(i) {
-                                    self.loads[self.readers[i]].load(Ordering::Relaxed)
-                                } else {
-                                    usize::MAX
-                                }
-                            })
-                            .collect();
-                        least_loaded(&loads, start % n).filter(|&i| open(i))
-                    }
-                    Balance::P2c => {
-                        let open: Vec<usize> = (0..n).filter(|&i| open(i)).collect();
-                        match open.len() {
-                            0 => None,
-                            1 => Some(open[0]),
-                            m => {
-                                let x = rand::random_range(0..m);
-                                let y = (x + 1 + rand::random_range(0..m - 1)) % m;
-                                let stat = |i: usize| {
-                                    let b = self.readers[open[i]];
-                                    (self.latency_us(b), self.loads[b].load(Ordering::Relaxed))
-                                };
-                                Some(if p2c_choose(stat(x), stat(y)) {
-                                    open[x]
-                                } else {
-                                    open[y]
-                                })
-                            }
+            Route::Primary => self.primary(),
+            Route::Replica => self.pick_reader().or_else(|| self.primary()),
+        }
+    }
+
+    fn pick_reader(&self) -> Option<BackendId> {
+        let n = self.backends;
+        let now = self.now_ms();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let open = |b: usize| self.is_reader(b, now);
+        // The k-th open reader, so the rotation is even whatever is closed.
+        let nth_open = |k: usize| {
+            let m = (0..n).filter(|&b| open(b)).count();
+            (m > 0).then(|| (0..n).filter(|&b| open(b)).nth(k % m))?
+        };
+        match self.balance {
+            Balance::RoundRobin => nth_open(start),
+            Balance::Random => nth_open(rand::random_range(0..n.max(1) * 64)),
+            Balance::LeastConnections => {
+                let loads: Vec<usize> = (0..n)
+                    .map(|b| {
+                        if open(b) {
+                            self.loads[b].load(Ordering::Relaxed)
+                        } else {
+                            usize::MAX
                         }
+                    })
+                    .collect();
+                least_loaded(&loads, start % n).filter(|&b| open(b))
+            }
+            Balance::P2c => {
+                let open: Vec<usize> = (0..n).filter(|&b| open(b)).collect();
+                match open.len() {
+                    0 => None,
+                    1 => Some(open[0]),
+                    m => {
+                        let x = rand::random_range(0..m);
+                        let y = (x + 1 + rand::random_range(0..m - 1)) % m;
+                        let stat = |i: usize| {
+                            let b = open[i];
+                            (self.latency_us(b), self.loads[b].load(Ordering::Relaxed))
+                        };
+                        Some(if p2c_choose(stat(x), stat(y)) {
+                            open[x]
+                        } else {
+                            open[y]
+                        })
                     }
-                    Balance::Weighted => {
-                        let weights: Vec<u32> = (0..n)
-                            .map(|i| {
-                                if open(i) {
-                                    self.weights[self.readers[i]]
-                                } else {
-                                    0
-                                }
-                            })
-                            .collect();
-                        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-                        smooth_weighted(&mut current, &weights)
-                    }
-                };
-                chosen.map_or(self.primary, |i| self.readers[i])
+                }
+            }
+            Balance::Weighted => {
+                let weights: Vec<u32> = (0..n)
+                    .map(|b| if open(b) { self.weights[b] } else { 0 })
+                    .collect();
+                let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                smooth_weighted(&mut current, &weights)
             }
         }
     }
@@ -229,8 +336,8 @@ mod tests {
     #[test]
     fn writes_go_to_the_primary_reads_round_robin() {
         let r = Router::new(0, 3, &[1, 2], false);
-        assert_eq!(r.pick(Route::Primary), 0);
-        let picks: Vec<_> = (0..6).map(|_| r.pick(Route::Replica)).collect();
+        assert_eq!(r.pick(Route::Primary), Some(0));
+        let picks: Vec<_> = (0..6).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert_eq!(picks.iter().filter(|&&b| b == 1).count(), 3);
         assert_eq!(picks.iter().filter(|&&b| b == 2).count(), 3);
         assert!(!picks.contains(&0));
@@ -239,20 +346,20 @@ mod tests {
     #[test]
     fn no_replica_means_reads_on_the_primary() {
         let r = Router::new(0, 1, &[], false);
-        assert_eq!(r.pick(Route::Replica), 0);
+        assert_eq!(r.pick(Route::Replica).unwrap(), 0);
     }
 
     #[test]
     fn reads_on_primary_adds_it_to_the_rotation() {
         let r = Router::new(0, 2, &[1], true);
-        let picks: Vec<_> = (0..4).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..4).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert_eq!(picks.iter().filter(|&&b| b == 0).count(), 2);
     }
 
     #[test]
     fn weighted_policy_follows_the_weights() {
         let r = Router::with_policy(0, &[1, 1, 3], &[1, 2], false, Balance::Weighted);
-        let picks: Vec<_> = (0..400).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..400).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert_eq!(picks.iter().filter(|&&b| b == 1).count(), 100);
         assert_eq!(picks.iter().filter(|&&b| b == 2).count(), 300);
     }
@@ -266,7 +373,10 @@ mod tests {
             Balance::LeastConnections,
         ] {
             let r = Router::with_policy(0, &[1, 0, 1], &[1, 2], false, balance);
-            assert!((0..50).all(|_| r.pick(Route::Replica) == 2), "{balance:?}");
+            assert!(
+                (0..50).all(|_| r.pick(Route::Replica).unwrap() == 2),
+                "{balance:?}"
+            );
         }
     }
 
@@ -274,9 +384,9 @@ mod tests {
     fn least_connections_avoids_the_busy_reader() {
         let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::LeastConnections);
         r.load_counter(1).store(5, Ordering::Relaxed);
-        assert!((0..20).all(|_| r.pick(Route::Replica) == 2));
+        assert!((0..20).all(|_| r.pick(Route::Replica).unwrap() == 2));
         r.load_counter(2).store(5, Ordering::Relaxed);
-        let picks: Vec<_> = (0..20).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..20).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert!(
             picks.contains(&1) && picks.contains(&2),
             "ties rotate: {picks:?}"
@@ -290,7 +400,7 @@ mod tests {
             r.record_latency(1, Duration::from_millis(50));
             r.record_latency(2, Duration::from_micros(500));
         }
-        let picks: Vec<_> = (0..100).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..100).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert!(
             picks.iter().all(|&b| b == 2),
             "the slow reader lost every pair"
@@ -300,7 +410,7 @@ mod tests {
     #[test]
     fn random_policy_uses_every_reader() {
         let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::Random);
-        let picks: Vec<_> = (0..200).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..200).map(|_| r.pick(Route::Replica).unwrap()).collect();
         let ones = picks.iter().filter(|&&b| b == 1).count();
         assert!((50..=150).contains(&ones), "{ones} of 200");
         assert!(!picks.contains(&0));
@@ -310,11 +420,58 @@ mod tests {
     fn banned_readers_are_skipped_until_the_ban_ends() {
         let r = Router::new(0, 3, &[1, 2], false);
         r.ban(1, Duration::from_millis(50));
-        assert!((0..6).all(|_| r.pick(Route::Replica) == 2));
+        assert!((0..6).all(|_| r.pick(Route::Replica).unwrap() == 2));
         r.ban(2, Duration::from_millis(50));
-        assert_eq!(r.pick(Route::Replica), 0, "all readers banned: the primary");
+        assert_eq!(
+            r.pick(Route::Replica),
+            Some(0),
+            "all readers banned: the primary"
+        );
         std::thread::sleep(Duration::from_millis(60));
-        let picks: Vec<_> = (0..4).map(|_| r.pick(Route::Replica)).collect();
+        let picks: Vec<_> = (0..4).map(|_| r.pick(Route::Replica).unwrap()).collect();
         assert!(picks.contains(&1) && picks.contains(&2));
+    }
+
+    #[test]
+    fn unreadable_and_suspect_backends_get_no_reads() {
+        let r = Router::new(0, 3, &[1, 2], false);
+        r.set_readable(1, false);
+        assert!((0..6).all(|_| r.pick(Route::Replica) == Some(2)));
+        r.suspect(2);
+        assert_eq!(r.pick(Route::Replica), Some(0), "no reader: the primary");
+        assert_eq!(r.take_suspects(), vec![2]);
+        assert!(r.take_suspects().is_empty(), "taking clears them");
+    }
+
+    #[test]
+    fn a_new_primary_takes_writes_and_leaves_the_readers() {
+        let r = Router::new(0, 3, &[1, 2], false);
+        r.set_primary(None);
+        r.set_readable(0, false); // the health loop saw it die
+        assert_eq!(r.pick(Route::Primary), None);
+        assert!(
+            r.pick(Route::Replica).is_some(),
+            "reads go on without a primary"
+        );
+        r.set_primary(Some(1));
+        assert_eq!(r.pick(Route::Primary), Some(1));
+        assert!((0..6).all(|_| r.pick(Route::Replica) == Some(2)));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_primary_ends_when_one_is_set() {
+        let r = Arc::new(Router::new(0, 2, &[1], false));
+        r.set_primary(None);
+        let waiter = {
+            let r = r.clone();
+            tokio::spawn(async move { r.wait_primary(Some(0), Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        r.set_primary(Some(1));
+        assert_eq!(waiter.await.unwrap(), Some(1));
+        assert_eq!(
+            r.wait_primary(Some(1), Duration::from_millis(20)).await,
+            None
+        );
     }
 }

@@ -49,6 +49,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             "listening"
         );
         let ctx = fulcrum_postgres::frontend::ClusterContext::new(cluster);
+        ctx.start_health(shutdown.clone());
         tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
             Arc::clone(&ctx),
             listener,

@@ -7,7 +7,9 @@ use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::ServerConn;
-use crate::codec::backend_msg::{parse_error_fields, parse_parameter_status, ErrorFields};
+use crate::codec::backend_msg::{
+    parse_data_row, parse_error_fields, parse_parameter_status, ErrorFields,
+};
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::put_query;
 
@@ -27,9 +29,27 @@ pub enum InternalError {
     },
 }
 
+/// Rows of text values (`None` for NULL).
+pub type Rows = Vec<Vec<Option<String>>>;
+
 impl ServerConn {
     /// Runs `sql` and waits for ReadyForQuery; returns its status byte.
     pub async fn run_internal(&mut self, sql: &str) -> Result<u8, InternalError> {
+        self.query_internal(sql, None).await
+    }
+
+    /// Runs `sql` (one statement, text results) and returns its rows.
+    pub async fn query_rows(&mut self, sql: &str) -> Result<Rows, InternalError> {
+        let mut rows = Vec::new();
+        self.query_internal(sql, Some(&mut rows)).await?;
+        Ok(rows)
+    }
+
+    async fn query_internal(
+        &mut self,
+        sql: &str,
+        mut rows: Option<&mut Rows>,
+    ) -> Result<u8, InternalError> {
         let mut out = BytesMut::with_capacity(sql.len() + 6);
         put_query(&mut out, sql);
         self.stream.write_all(&out).await?;
@@ -52,6 +72,17 @@ impl ServerConn {
                 b'S' => {
                     if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
                         self.reported.insert(n.to_owned(), v.to_owned());
+                    }
+                }
+                b'D' => {
+                    if let Some(rows) = rows.as_deref_mut() {
+                        let cols = parse_data_row(&frame[5..])
+                            .ok_or_else(|| InternalError::Protocol("malformed DataRow".into()))?;
+                        rows.push(
+                            cols.into_iter()
+                                .map(|c| c.map(|v| String::from_utf8_lossy(v).into_owned()))
+                                .collect(),
+                        );
                     }
                 }
                 b'E' if error.is_none() => {

@@ -3,6 +3,8 @@
 
 pub mod conn;
 pub mod connect;
+pub mod conninfo;
+pub mod health;
 pub mod internal;
 pub mod stream;
 

@@ -134,6 +134,26 @@ pub fn parse_parameter_status(body: &[u8]) -> Option<(&str, &str)> {
     Some((name, value))
 }
 
+/// The columns of a DataRow body: each `None` for SQL NULL. `None` when the
+/// body is malformed (lengths past its end).
+pub fn parse_data_row(body: &[u8]) -> Option<Vec<Option<&[u8]>>> {
+    let count = u16::from_be_bytes(body.get(..2)?.try_into().ok()?) as usize;
+    let mut rest = &body[2..];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+        rest = &rest[4..];
+        if len < 0 {
+            out.push(None);
+        } else {
+            let len = len as usize;
+            out.push(Some(rest.get(..len)?));
+            rest = &rest[len..];
+        }
+    }
+    Some(out)
+}
+
 /// The command tag of a CommandComplete body, without its NUL.
 pub fn command_tag(body: &[u8]) -> &[u8] {
     body.strip_suffix(b"\0").unwrap_or(body)
@@ -189,6 +209,21 @@ mod tests {
         out.clear();
         command_complete(&mut out, "SET");
         assert_eq!(command_tag(&out[5..]), b"SET");
+    }
+
+    #[test]
+    fn data_rows_split_into_columns_with_nulls() {
+        let body = [0, 3, 0, 0, 0, 1, b't', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+        assert_eq!(
+            parse_data_row(&body),
+            Some(vec![Some(&b"t"[..]), None, Some(&b""[..])])
+        );
+        assert_eq!(
+            parse_data_row(&[0, 1, 0, 0, 0, 9, b'x']),
+            None,
+            "length past the end"
+        );
+        assert_eq!(parse_data_row(&[0]), None);
     }
 
     #[test]

@@ -5,14 +5,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use fulcrum_cluster::{ClusterView, Monitor, MonitorSettings};
 use fulcrum_config::{BalancePolicy, Cluster, Role};
 use fulcrum_pool::{BackendId, Balance, Pool, Router};
 use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
+use tokio::sync::watch;
 
 use super::cancel::CancelRegistry;
 use super::statements::StatementRegistry;
 use crate::auth::scram::{Verifier, ITERATIONS};
 use crate::backend::conn::SessionParams;
+use crate::backend::health::PgServerOps;
 use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
 
 pub struct UserAuth {
@@ -28,7 +31,9 @@ const WELCOME_CACHE_MAX: usize = 1024;
 
 pub struct ClusterContext {
     pub config: Cluster,
-    pub router: Router,
+    pub router: Arc<Router>,
+    /// The health loop's picture of the cluster.
+    pub view: Arc<ClusterView>,
     pub classifier: Classifier,
     pub backends: Vec<Arc<str>>,
     pub users: HashMap<String, UserAuth>,
@@ -76,7 +81,14 @@ impl ClusterContext {
             })
             .collect();
         Arc::new(ClusterContext {
-            router: Router::with_policy(
+            view: Arc::new(ClusterView::new(
+                &config
+                    .backends
+                    .iter()
+                    .map(|b| b.address.clone())
+                    .collect::<Vec<_>>(),
+            )),
+            router: Arc::new(Router::with_policy(
                 primary,
                 &config.backends.iter().map(|b| b.weight).collect::<Vec<_>>(),
                 &config
@@ -94,7 +106,7 @@ impl ClusterContext {
                     BalancePolicy::Random => Balance::Random,
                     BalancePolicy::P2c => Balance::P2c,
                 },
-            ),
+            )),
             classifier: Classifier::new(
                 Dialect::Postgres,
                 &ClassifierConfig {
@@ -117,6 +129,18 @@ impl ClusterContext {
             unparsed_logged: Mutex::new(HashSet::new()),
             config,
         })
+    }
+
+    /// Starts the cluster's health loop (probes, lag, failover) until
+    /// `shutdown` turns true.
+    pub fn start_health(&self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let settings = MonitorSettings {
+            cluster: self.config.name.clone(),
+            health: self.config.health.clone(),
+            roles: self.config.backends.iter().map(|b| b.role).collect(),
+        };
+        let ops = Arc::new(PgServerOps::new(&self.config));
+        Monitor::new(settings, ops, self.router.clone(), self.view.clone()).spawn(shutdown)
     }
 
     pub fn name(&self) -> &str {

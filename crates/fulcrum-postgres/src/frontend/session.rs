@@ -19,6 +19,9 @@ use fulcrum_sql::{route, Decision, RouteTo, SessionState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod failure;
+mod lost;
+
 use super::cancel::CancelSlot;
 use super::context::ClusterContext;
 use super::error::SessionError;
@@ -93,6 +96,16 @@ pub struct Session {
     /// When the current server connection was attached (unit latency for p2c).
     attached_at: Option<std::time::Instant>,
     cancel: Arc<CancelSlot>,
+    /// The transaction (or batch) lost with its server, answered locally.
+    lost: Option<lost::Lost>,
+    /// The client frames of the unit in flight on a replica, kept until its
+    /// first answer reaches the client, to send again if the replica dies.
+    retry_buf: BytesMut,
+    retry_armed: bool,
+    /// `to_client` length when the unit was attached (replies before it stay).
+    retry_client_mark: usize,
+    /// A retried unit is being sent again (no second retry).
+    retrying: bool,
 }
 
 impl Session {
@@ -105,7 +118,7 @@ impl Session {
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
         Session {
-            backend: ctx.router.pick(Route::Primary),
+            backend: ctx.router.primary().unwrap_or(0),
             ctx,
             client,
             cbuf,
@@ -138,6 +151,11 @@ impl Session {
             last_query_decision: None,
             attached_at: None,
             cancel,
+            lost: None,
+            retry_buf: BytesMut::new(),
+            retry_armed: false,
+            retry_client_mark: 0,
+            retrying: false,
         }
     }
 
@@ -157,7 +175,7 @@ impl Session {
     }
 
     async fn start(&mut self) -> Result<(), SessionError> {
-        let backend = self.ctx.router.pick(Route::Primary);
+        let backend = self.ctx.router.primary().unwrap_or(self.backend);
         let cached = if self.pinned.is_none() {
             self.ctx
                 .cached_welcome(backend, &self.user, &self.database, &self.startup)
@@ -229,25 +247,17 @@ impl Session {
                         self.on_client_input().await?;
                     }
                 }
-                Event::Server(_) => return self.server_lost().await,
+                Event::Server(_) => {
+                    self.server_lost().await?;
+                    if self.server.is_none() {
+                        self.flush_client().await?;
+                    }
+                    if !self.cbuf.is_empty() {
+                        self.on_client_input().await?;
+                    }
+                }
             }
         }
-    }
-
-    /// The server connection died under the client: tell the client as a
-    /// server would, and end the session.
-    async fn server_lost(&mut self) -> Result<(), SessionError> {
-        if let Some(s) = self.server.take() {
-            tracing::warn!(server = %s.cancel.address, "server connection lost during a client's work");
-            s.discard();
-        }
-        self.cancel.set_target(None);
-        let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"; the transaction in progress, if any, was not committed by Fulcrum's knowledge",
-            self.ctx.backends[self.backend],
-            self.ctx.name()
-        );
-        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
     }
 
     // ---- attaching and detaching ------------------------------------------------
@@ -256,15 +266,52 @@ impl Session {
         if self.server.is_some() {
             return Ok(());
         }
-        let backend = self.ctx.router.pick(route);
-        if backend != self.ctx.router.primary() {
-            match self.try_attach_replica(backend).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {} // fall back to the primary below
-                Err(e) => return Err(e),
+        if let Some(backend) = self.ctx.router.pick(route) {
+            if !self.ctx.router.is_primary(backend) {
+                match self.try_attach_replica(backend).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {} // fall back to the primary below
+                    Err(e) => return Err(e),
+                }
             }
         }
-        self.attach_to(self.ctx.router.primary()).await
+        self.attach_primary().await
+    }
+
+    /// Attaches to the primary. With none now (it is down, or a failover is
+    /// under way), or when it cannot be reached, waits up to `pool_timeout`
+    /// for the health loop to name one: the client has sent nothing to any
+    /// server yet, so nothing is lost by waiting.
+    async fn attach_primary(&mut self) -> Result<(), SessionError> {
+        let wait = self.ctx.config.pool_timeout;
+        let mut failed: Option<BackendId> = None;
+        for _ in 0..3 {
+            let primary = match self.ctx.router.primary().filter(|&p| Some(p) != failed) {
+                Some(p) => Some(p),
+                None => self.ctx.router.wait_primary(failed, wait).await,
+            };
+            let Some(primary) = primary else {
+                break;
+            };
+            match self.attach_to(primary).await {
+                Err(SessionError::BackendDown) => {
+                    self.ctx.router.suspect(primary);
+                    failed = Some(primary);
+                }
+                r => return r,
+            }
+        }
+        let msg = format!(
+            "fulcrum: cluster \"{}\" has no primary to take this work (it is down{}); waited {:?}, try again",
+            self.ctx.name(),
+            if self.ctx.config.health.failover == fulcrum_config::Failover::None {
+                ""
+            } else {
+                ", or a failover is under way"
+            },
+            wait
+        );
+        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
     }
 
     /// Attaches to a replica; `Ok(false)` when it cannot be reached (it is
@@ -291,8 +338,8 @@ impl Session {
                 Ok(true)
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
-                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica unreachable; reads go elsewhere for 5s");
-                self.ctx.router.ban(backend, REPLICA_BAN);
+                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica unreachable; reads go elsewhere until the health check admits it again");
+                self.ctx.router.suspect(backend);
                 Ok(false)
             }
             Err(PoolError::Connect(e)) => {
@@ -327,6 +374,10 @@ impl Session {
                 tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
                 let _ = self.client.write_all(&frame).await;
                 return Err(SessionError::Refused(fields.message));
+            }
+            Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot reach the primary");
+                return Err(SessionError::BackendDown);
             }
             Err(PoolError::Connect(e)) => {
                 tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot open server connection");
@@ -388,6 +439,8 @@ impl Session {
             return;
         }
         if let Some(server) = self.server.take() {
+            self.retry_armed = false;
+            self.retry_buf.clear();
             self.cancel.set_target(None);
             if let Some(at) = self.attached_at.take() {
                 self.ctx.router.record_latency(self.backend, at.elapsed());
@@ -432,6 +485,12 @@ impl Session {
                     .await);
                 }
             };
+            if self.lost.is_some()
+                && self.server.is_none()
+                && self.answer_lost(header.tag, header.total)
+            {
+                continue;
+            }
             if header.tag == b'Q'
                 && self.server.is_none()
                 && self.try_defer_transaction_control(header.total)
@@ -446,6 +505,7 @@ impl Session {
                 if self.server.is_none() {
                     let route = self.route_next_unit();
                     self.attach(route).await?;
+                    self.arm_retry();
                     if let Some(d) = self.deferred.take() {
                         // The transaction starts on the chosen server, in
                         // the same write as its first statement.
@@ -459,6 +519,14 @@ impl Session {
                 }
             }
             let frame = self.cbuf.split_to(header.total);
+            if self.retry_armed {
+                if self.retry_buf.len() + frame.len() <= failure::RETRY_MAX {
+                    self.retry_buf.extend_from_slice(&frame);
+                } else {
+                    self.retry_armed = false;
+                    self.retry_buf.clear();
+                }
+            }
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
@@ -626,11 +694,54 @@ impl Session {
     /// On a replica, between units, outside a transaction: a unit that needs
     /// the primary must wait for this connection to be released.
     fn must_wait_for_replica(&self) -> bool {
-        self.backend != self.ctx.router.primary()
+        !self.ctx.router.is_primary(self.backend)
             && !self.unsynced
             && self.status == b'I'
             && self.pinned.is_none()
             && self.next_unit_decision().needs_primary()
+    }
+
+    /// A unit just attached to a replica, outside a transaction, is kept
+    /// until it is answered, to be sent elsewhere if the replica dies.
+    fn arm_retry(&mut self) {
+        self.retry_buf.clear();
+        self.retry_armed = !self.retrying
+            && self.rewrite_statements
+            && self.pinned.is_none()
+            && self.status == b'I'
+            && self.deferred.is_none()
+            && !self.ctx.router.is_primary(self.backend);
+        self.retry_client_mark = self.to_client.len();
+    }
+
+    /// Answers a frame of a client whose transaction died with its server;
+    /// false when the frame is for normal processing.
+    fn answer_lost(&mut self, tag: u8, total: usize) -> bool {
+        let Some(lost) = self.lost.as_mut() else {
+            return false;
+        };
+        let ctx = &self.ctx;
+        let ends =
+            |text: &[u8]| std::str::from_utf8(text).is_ok_and(|t| ctx.classify(t) == Decision::End);
+        match lost.answer(tag, &self.cbuf[5..total], &ends, &mut self.to_client) {
+            lost::Answer::Pass => {
+                self.lost = None;
+                false
+            }
+            lost::Answer::Held => {
+                if tag == b'Q' || tag == b'S' || tag == b'F' {
+                    self.status = b'E';
+                }
+                let _ = self.cbuf.split_to(total);
+                true
+            }
+            lost::Answer::Done => {
+                self.lost = None;
+                self.status = b'I';
+                let _ = self.cbuf.split_to(total);
+                true
+            }
+        }
     }
 
     /// A lone `BEGIN`/`START TRANSACTION`, then `SET TRANSACTION ...`, or the
@@ -928,6 +1039,8 @@ impl Session {
 
     async fn flush_client(&mut self) -> Result<(), SessionError> {
         if !self.to_client.is_empty() {
+            // The answer has started: a lost replica can no longer be hidden.
+            self.retry_armed = false;
             self.client.write_all(&self.to_client).await?;
             self.to_client.clear();
         }

@@ -1,0 +1,23 @@
+//! Cluster health and failover, protocol-neutral: the health loop probes
+//! every backend, tracks its state (up, down, lagging, stale), measures
+//! replication lag, decides which backend is the primary, fences a second
+//! writable node, and promotes a replica when the primary is lost. What it
+//! decides is published to `fulcrum_pool::Router`, which sessions read.
+//!
+//! The server-specific part (how to ask a PostgreSQL or MariaDB server its
+//! role and position, how to promote one and re-point the others) is the
+//! [`ServerOps`] trait, implemented by each protocol crate. Everything here
+//! but `monitor` is pure and unit-tested; this crate knows no wire protocol.
+
+pub mod command;
+pub mod lag;
+pub mod monitor;
+pub mod ops;
+pub mod state;
+pub mod topology;
+pub mod view;
+
+pub use monitor::{Monitor, MonitorSettings};
+pub use ops::{Observation, OpsError, ServerOps};
+pub use state::BackendState;
+pub use view::{BackendStatus, ClusterView};

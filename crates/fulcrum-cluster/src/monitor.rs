@@ -1,0 +1,411 @@
+//! The health loop of one cluster: every `health_interval` (sooner while a
+//! backend is failing, at once when a session reports one suspect) it probes
+//! every backend in parallel, updates their trackers, measures lag, decides
+//! the primary (`topology`), promotes a replica when `failover = "promote"`
+//! and the primary has been down for `failover_timeout`, and publishes the
+//! result to the router and the view. The only module here that does I/O.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fulcrum_config::{Failover, Health, Role};
+use fulcrum_pool::{BackendId, Router};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::command::{self, FailoverEvent};
+use crate::lag::{format_lsn, lag_of, over_limit, Lag};
+use crate::ops::{Observation, OpsError, ServerOps};
+use crate::state::{BackendState, Change, Tracker};
+use crate::topology::{decide, promotion_candidate, NodeView};
+use crate::view::{BackendStatus, ClusterView};
+
+/// How long a promotion may take before it is given up (and retried).
+const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long re-pointing one replica may take.
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long failover_command may run before it is killed.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Probing interval while something is failing, at the fastest.
+const FAST_FLOOR: Duration = Duration::from_millis(50);
+
+/// What the loop needs from the cluster's configuration.
+#[derive(Debug, Clone)]
+pub struct MonitorSettings {
+    pub cluster: String,
+    pub health: Health,
+    /// Each backend's configured role.
+    pub roles: Vec<Role>,
+}
+
+pub struct Monitor<S: ServerOps> {
+    settings: MonitorSettings,
+    ops: Arc<S>,
+    router: Arc<Router>,
+    view: Arc<ClusterView>,
+    trackers: Vec<Tracker>,
+    observed: Vec<Option<Observation>>,
+    errors: Vec<Option<String>>,
+    fenced: Vec<bool>,
+    lagging: Vec<bool>,
+    lags: Vec<Lag>,
+    states: Vec<BackendState>,
+    primary: Option<BackendId>,
+    /// The last primary there was: the one `none` waits for, the one a
+    /// promotion replaces.
+    last_primary: Option<BackendId>,
+    primary_position: Option<u64>,
+    /// Whether "no replica to promote" was logged for this outage.
+    told_no_candidate: bool,
+}
+
+impl<S: ServerOps> Monitor<S> {
+    /// The router's current primary is the starting guess; a configured
+    /// `role = "primary"` is also the one `failover = "none"` waits for.
+    pub fn new(
+        settings: MonitorSettings,
+        ops: Arc<S>,
+        router: Arc<Router>,
+        view: Arc<ClusterView>,
+    ) -> Monitor<S> {
+        let n = settings.roles.len();
+        let primary = router.primary();
+        let last_primary = settings.roles.iter().position(|r| *r == Role::Primary);
+        Monitor {
+            settings,
+            ops,
+            router,
+            view,
+            trackers: vec![Tracker::new(); n],
+            observed: vec![None; n],
+            errors: vec![None; n],
+            fenced: vec![false; n],
+            lagging: vec![false; n],
+            lags: vec![Lag::default(); n],
+            states: vec![BackendState::Up; n],
+            primary,
+            last_primary,
+            primary_position: None,
+            told_no_candidate: false,
+        }
+    }
+
+    /// Runs the loop until `shutdown` turns true.
+    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.run(shutdown))
+    }
+
+    async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let interval = self.settings.health.interval;
+        loop {
+            self.round().await;
+            let failing = self.primary.is_none()
+                || self
+                    .trackers
+                    .iter()
+                    .any(|t| t.failures() > 0 && t.reachable());
+            let wait = if failing {
+                (interval / 5).clamp(FAST_FLOOR.min(interval), interval)
+            } else {
+                interval
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.router.suspects_reported() => {
+                    // Let a burst of reports from many sessions settle into one round.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let suspects = self.router.take_suspects();
+                    tracing::debug!(cluster = %self.settings.cluster, ?suspects, "suspect backends reported; probing now");
+                }
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+
+    /// One probe of every backend, and what follows from it.
+    pub async fn round(&mut self) {
+        let results = self.probe_all().await;
+        let now = Instant::now();
+        let (interval, failures) = (self.settings.health.interval, self.settings.health.failures);
+        for (b, result) in results.into_iter().enumerate() {
+            let address = self.ops.address(b).to_owned();
+            let change = match result {
+                Ok(obs) => {
+                    self.observed[b] = Some(obs);
+                    self.errors[b] = None;
+                    self.trackers[b].on_success(now, interval)
+                }
+                Err(e) => {
+                    let change = self.trackers[b].on_failure(now, failures);
+                    if change.is_none() && self.trackers[b].reachable() {
+                        tracing::info!(cluster = %self.settings.cluster, backend = %address, error = %e, failures = self.trackers[b].failures(), "health probe failed");
+                    }
+                    self.errors[b] = Some(e.to_string());
+                    change
+                }
+            };
+            match change {
+                Some(Change::WentDown) => tracing::warn!(
+                    cluster = %self.settings.cluster, backend = %address,
+                    error = self.errors[b].as_deref().unwrap_or(""),
+                    "backend down: no traffic until it answers again"
+                ),
+                Some(Change::CameBack) => tracing::info!(
+                    cluster = %self.settings.cluster, backend = %address,
+                    "backend up again"
+                ),
+                None => {}
+            }
+        }
+        self.apply_topology();
+        self.measure_lag();
+        self.publish();
+        if self.settings.health.failover == Failover::Promote && self.primary.is_none() {
+            self.maybe_promote(now).await;
+        }
+    }
+
+    async fn probe_all(&self) -> Vec<Result<Observation, OpsError>> {
+        let n = self.settings.roles.len();
+        let timeout = self.settings.health.timeout;
+        let mut set = JoinSet::new();
+        for b in 0..n {
+            let ops = self.ops.clone();
+            set.spawn(async move {
+                let r = match tokio::time::timeout(timeout, ops.probe(b)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(OpsError::Timeout(timeout)),
+                };
+                (b, r)
+            });
+        }
+        let mut out: Vec<Result<Observation, OpsError>> =
+            vec![Err(OpsError::Query("probe task failed".into())); n];
+        while let Some(joined) = set.join_next().await {
+            if let Ok((b, r)) = joined {
+                out[b] = r;
+            }
+        }
+        out
+    }
+
+    fn nodes(&self) -> Vec<NodeView> {
+        (0..self.settings.roles.len())
+            .map(|b| NodeView {
+                reachable: self.trackers[b].reachable(),
+                writable: self.observed[b].map(|o| o.writable),
+                timeline: self.observed[b].map_or(0, |o| o.timeline),
+                configured_primary: self.settings.roles[b] == Role::Primary,
+                fenced: self.fenced[b],
+            })
+            .collect()
+    }
+
+    fn apply_topology(&mut self) {
+        let t = decide(
+            self.primary,
+            self.last_primary,
+            &self.nodes(),
+            self.settings.health.failover,
+        );
+        for (b, &f) in t.fenced.iter().enumerate() {
+            if f && !self.fenced[b] {
+                tracing::error!(
+                    cluster = %self.settings.cluster, backend = %self.ops.address(b),
+                    "backend fenced (stale): it takes writes but is not the primary; it gets no traffic until it is re-joined as a replica (see docs/failover.md)"
+                );
+            } else if !f && self.fenced[b] {
+                tracing::info!(cluster = %self.settings.cluster, backend = %self.ops.address(b), "fenced backend is read-only again: serving as a replica");
+            }
+        }
+        self.fenced = t.fenced;
+        if t.primary != self.primary {
+            match t.primary {
+                Some(p) => {
+                    tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(p), "primary is now {}", self.ops.address(p))
+                }
+                None => {
+                    tracing::warn!(cluster = %self.settings.cluster, "no primary: writes wait for one (failover = {:?})", self.settings.health.failover)
+                }
+            }
+            self.primary = t.primary;
+        }
+        if let Some(p) = self.primary {
+            if self.last_primary != Some(p) {
+                self.told_no_candidate = false;
+            }
+            self.last_primary = Some(p);
+        }
+    }
+
+    fn measure_lag(&mut self) {
+        if let Some(p) = self.primary {
+            if let (true, Some(o)) = (self.trackers[p].failures() == 0, self.observed[p]) {
+                self.primary_position = Some(o.position);
+            }
+        }
+        for b in 0..self.lags.len() {
+            let replica = self.observed[b].filter(|o| !o.writable && Some(b) != self.primary);
+            self.lags[b] = match (replica, self.primary_position) {
+                (Some(o), Some(pp)) if self.trackers[b].reachable() => {
+                    lag_of(pp, o.position, o.replay_age)
+                }
+                _ => Lag::default(),
+            };
+            let was = self.lagging[b];
+            let now = match self.settings.health.max_lag {
+                Some(max) if replica.is_some() => over_limit(self.lags[b], max, was),
+                _ => false,
+            };
+            if now != was {
+                let lag = self.lags[b];
+                if now {
+                    tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(b), lag_bytes = lag.bytes, lag_ms = lag.time.as_millis() as u64, "replica over max_lag: no reads until it catches up");
+                } else {
+                    tracing::info!(cluster = %self.settings.cluster, backend = %self.ops.address(b), lag_bytes = lag.bytes, lag_ms = lag.time.as_millis() as u64, "replica caught up: serving reads again");
+                }
+            }
+            self.lagging[b] = now;
+        }
+    }
+
+    fn publish(&mut self) {
+        let n = self.settings.roles.len();
+        let mut statuses = Vec::with_capacity(n);
+        for b in 0..n {
+            let state = if !self.trackers[b].reachable() {
+                BackendState::Down
+            } else if self.fenced[b] {
+                BackendState::Stale
+            } else if self.lagging[b] && Some(b) != self.primary {
+                BackendState::Lagging
+            } else {
+                BackendState::Up
+            };
+            if state != self.states[b] {
+                tracing::info!(cluster = %self.settings.cluster, backend = %self.ops.address(b), from = %self.states[b], to = %state, "backend state changed");
+                self.states[b] = state;
+            }
+            let is_replica = match self.observed[b] {
+                Some(o) => !o.writable,
+                None => self.settings.roles[b] != Role::Primary,
+            };
+            let readable = state == BackendState::Up && (is_replica || Some(b) == self.primary);
+            self.router.set_readable(b, readable);
+            statuses.push(BackendStatus {
+                address: self.ops.address(b).to_owned(),
+                state,
+                primary: Some(b) == self.primary,
+                writable: self.observed[b].map(|o| o.writable),
+                lag_bytes: self.lags[b].bytes,
+                lag_time: self.lags[b].time,
+                last_error: self.errors[b].clone(),
+            });
+        }
+        self.router.set_primary(self.primary);
+        self.view.publish(statuses);
+    }
+
+    /// `failover = "promote"`: once the last primary has been down for
+    /// `failover_timeout`, promote the most advanced replica and re-point the
+    /// others at it.
+    async fn maybe_promote(&mut self, now: Instant) {
+        let Some(old) = self.last_primary else {
+            return; // never had a primary: nothing to replace
+        };
+        let timeout = self.settings.health.failover_timeout;
+        if self.trackers[old].down_for(now).is_none_or(|d| d < timeout) {
+            return;
+        }
+        let nodes = self.nodes();
+        let positions: Vec<Option<u64>> = self
+            .observed
+            .iter()
+            .map(|o| o.map(|o| o.received.max(o.position)))
+            .collect();
+        let Some(new) = promotion_candidate(&nodes, &positions) else {
+            if !self.told_no_candidate {
+                tracing::error!(cluster = %self.settings.cluster, "primary down for {timeout:?} and no reachable replica to promote");
+                self.told_no_candidate = true;
+            }
+            return;
+        };
+        let position = positions[new].unwrap_or(0);
+        tracing::warn!(
+            cluster = %self.settings.cluster, old = %self.ops.address(old), new = %self.ops.address(new),
+            position = %format_lsn(position),
+            "primary down for {timeout:?}: promoting the most advanced replica"
+        );
+        let started = Instant::now();
+        match tokio::time::timeout(PROMOTE_TIMEOUT, self.ops.promote(new)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(new), error = %e, "promotion failed; will try again");
+                return;
+            }
+            Err(_) => {
+                tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(new), "promotion did not finish in {PROMOTE_TIMEOUT:?}; will try again");
+                return;
+            }
+        }
+        self.view.count_failover();
+        if let Some(o) = self.observed[new].as_mut() {
+            o.writable = true;
+        }
+        self.primary = Some(new);
+        self.last_primary = Some(new);
+        self.primary_position = None;
+        self.router.set_primary(Some(new));
+        self.publish();
+        tracing::warn!(
+            cluster = %self.settings.cluster, old = %self.ops.address(old), new = %self.ops.address(new),
+            took_ms = started.elapsed().as_millis() as u64,
+            "failover: promoted {}; writes go there now", self.ops.address(new)
+        );
+        for r in 0..nodes.len() {
+            if r == new || r == old || !nodes[r].reachable || nodes[r].writable != Some(false) {
+                continue;
+            }
+            match tokio::time::timeout(FOLLOW_TIMEOUT, self.ops.follow(r, new)).await {
+                Ok(Ok(())) => {
+                    tracing::info!(cluster = %self.settings.cluster, replica = %self.ops.address(r), primary = %self.ops.address(new), "replica re-pointed at the new primary")
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(cluster = %self.settings.cluster, replica = %self.ops.address(r), error = %e, "could not re-point replica at the new primary")
+                }
+                Err(_) => {
+                    tracing::error!(cluster = %self.settings.cluster, replica = %self.ops.address(r), "re-pointing replica timed out")
+                }
+            }
+        }
+        if let Some(template) = &self.settings.health.failover_command {
+            let cmd = command::expand(
+                template,
+                &FailoverEvent {
+                    cluster: &self.settings.cluster,
+                    old_id: old,
+                    old_address: self.ops.address(old),
+                    new_id: new,
+                    new_address: self.ops.address(new),
+                },
+            );
+            let cluster = self.settings.cluster.clone();
+            tokio::spawn(async move {
+                match command::run(&cmd, COMMAND_TIMEOUT).await {
+                    Ok(0) => {
+                        tracing::info!(cluster = %cluster, command = %cmd, "failover_command succeeded")
+                    }
+                    Ok(code) => {
+                        tracing::error!(cluster = %cluster, command = %cmd, code, "failover_command failed")
+                    }
+                    Err(e) => {
+                        tracing::error!(cluster = %cluster, command = %cmd, error = %e, "failover_command failed")
+                    }
+                }
+            });
+        }
+    }
+}

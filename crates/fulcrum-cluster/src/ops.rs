@@ -1,0 +1,57 @@
+//! What the health loop needs from a database server, implemented once per
+//! protocol (PostgreSQL in `fulcrum-postgres`, MariaDB in `fulcrum-mysql`):
+//! probe a backend's role and position, promote a replica, re-point a
+//! replica at a new primary. Implementations keep their own connections.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fulcrum_pool::BackendId;
+use thiserror::Error;
+
+/// One probe's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observation {
+    /// Takes writes (PostgreSQL: not in recovery; MariaDB: not read_only).
+    pub writable: bool,
+    /// Timeline (PostgreSQL) of a writable node; 0 when unknown.
+    pub timeline: u64,
+    /// A primary's current write position; a replica's replayed position.
+    pub position: u64,
+    /// A replica's received position (at least `position`); a primary's own.
+    pub received: u64,
+    /// A replica: how old the last change it replayed is.
+    pub replay_age: Option<Duration>,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum OpsError {
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("query failed: {0}")]
+    Query(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+/// Server-specific operations of the health loop.
+pub trait ServerOps: Send + Sync + 'static {
+    /// The backend's address as configured (for logs and failover_command).
+    fn address(&self, backend: BackendId) -> &str;
+
+    /// Asks `backend` its role and position.
+    fn probe(
+        &self,
+        backend: BackendId,
+    ) -> impl Future<Output = Result<Observation, OpsError>> + Send;
+
+    /// Makes the replica `backend` a primary; returns once it takes writes.
+    fn promote(&self, backend: BackendId) -> impl Future<Output = Result<(), OpsError>> + Send;
+
+    /// Re-points the replica `replica` at `primary`.
+    fn follow(
+        &self,
+        replica: BackendId,
+        primary: BackendId,
+    ) -> impl Future<Output = Result<(), OpsError>> + Send;
+}

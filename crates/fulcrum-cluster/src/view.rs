@@ -1,0 +1,69 @@
+//! The health loop's latest picture of a cluster, for logs, tests, the admin
+//! console and metrics: per backend its state, whether it is the primary, its
+//! lag and its last error, plus the failovers done. Written by the loop,
+//! read by anyone; a short lock, never taken on the data path.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::state::BackendState;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendStatus {
+    pub address: String,
+    pub state: BackendState,
+    pub primary: bool,
+    /// Whether its last probe said it takes writes (None: never answered).
+    pub writable: Option<bool>,
+    pub lag_bytes: u64,
+    pub lag_time: Duration,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct ClusterView {
+    backends: Mutex<Vec<BackendStatus>>,
+    failovers: Mutex<u64>,
+}
+
+impl ClusterView {
+    pub fn new(addresses: &[String]) -> ClusterView {
+        ClusterView {
+            backends: Mutex::new(
+                addresses
+                    .iter()
+                    .map(|a| BackendStatus {
+                        address: a.clone(),
+                        state: BackendState::Up,
+                        primary: false,
+                        writable: None,
+                        lag_bytes: 0,
+                        lag_time: Duration::ZERO,
+                        last_error: None,
+                    })
+                    .collect(),
+            ),
+            failovers: Mutex::new(0),
+        }
+    }
+
+    pub fn backends(&self) -> Vec<BackendStatus> {
+        self.backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn publish(&self, backends: Vec<BackendStatus>) {
+        *self.backends.lock().unwrap_or_else(|e| e.into_inner()) = backends;
+    }
+
+    /// Promotions done by this process.
+    pub fn failovers(&self) -> u64 {
+        *self.failovers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn count_failover(&self) {
+        *self.failovers.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+}
