@@ -200,14 +200,20 @@ impl<S: ServerOps> Monitor<S> {
                 timeline: self.observed[b].map_or(0, |o| o.timeline),
                 configured_primary: self.settings.roles[b] == Role::Primary,
                 fenced: self.fenced[b],
+                fresh: self.trackers[b].reachable() && self.trackers[b].failures() == 0,
             })
             .collect()
     }
 
     fn apply_topology(&mut self) {
+        let last_timeline = self
+            .last_primary
+            .and_then(|p| self.observed[p])
+            .map_or(0, |o| o.timeline);
         let t = decide(
             self.primary,
             self.last_primary,
+            last_timeline,
             &self.nodes(),
             self.settings.health.failover,
         );

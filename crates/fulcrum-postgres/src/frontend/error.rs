@@ -9,8 +9,8 @@ pub enum SessionError {
     #[error("client closed the connection")]
     ClientGone,
     /// The backend could not be reached (nothing was sent to the client yet).
-    #[error("backend unreachable")]
-    BackendDown,
+    #[error("{0}")]
+    BackendDown(String),
     /// Fulcrum refused the client and told it why (a FATAL was sent).
     #[error("{0}")]
     Refused(String),

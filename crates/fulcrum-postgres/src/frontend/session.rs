@@ -33,7 +33,9 @@ use super::unit_route::unit_decision;
 use crate::backend::conn::{Prepared, SessionParams};
 use crate::backend::internal::InternalError;
 use crate::backend::{ConnectError, ServerConn};
-use crate::codec::backend_msg::{self, command_tag, parse_parameter_status, sqlstate};
+use crate::codec::backend_msg::{
+    self, command_tag, parse_error_fields, parse_parameter_status, sqlstate,
+};
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{
     bind_msg, parse_msg, put_bind, put_query, put_target, query_text, target_msg,
@@ -106,6 +108,8 @@ pub struct Session {
     retry_client_mark: usize,
     /// A retried unit is being sent again (no second retry).
     retrying: bool,
+    /// The backend a retried unit must not go back to.
+    retry_avoid: Option<BackendId>,
 }
 
 impl Session {
@@ -156,6 +160,7 @@ impl Session {
             retry_armed: false,
             retry_client_mark: 0,
             retrying: false,
+            retry_avoid: None,
         }
     }
 
@@ -267,7 +272,7 @@ impl Session {
             return Ok(());
         }
         if let Some(backend) = self.ctx.router.pick(route) {
-            if !self.ctx.router.is_primary(backend) {
+            if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
                 match self.try_attach_replica(backend).await {
                     Ok(true) => return Ok(()),
                     Ok(false) => {} // fall back to the primary below
@@ -284,25 +289,33 @@ impl Session {
     /// server yet, so nothing is lost by waiting.
     async fn attach_primary(&mut self) -> Result<(), SessionError> {
         let wait = self.ctx.config.pool_timeout;
-        let mut failed: Option<BackendId> = None;
-        for _ in 0..3 {
-            let primary = match self.ctx.router.primary().filter(|&p| Some(p) != failed) {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut why = String::from("no primary is known");
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let primary = match self.ctx.router.primary() {
                 Some(p) => Some(p),
-                None => self.ctx.router.wait_primary(failed, wait).await,
+                None => self.ctx.router.wait_primary(None, left).await,
             };
             let Some(primary) = primary else {
                 break;
             };
             match self.attach_to(primary).await {
-                Err(SessionError::BackendDown) => {
+                Err(SessionError::BackendDown(e)) => {
                     self.ctx.router.suspect(primary);
-                    failed = Some(primary);
+                    why = e;
                 }
                 r => return r,
             }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Until the health loop has looked, the same primary may still be named.
+            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
         }
         let msg = format!(
-            "fulcrum: cluster \"{}\" has no primary to take this work (it is down{}); waited {:?}, try again",
+            "fulcrum: {why}; cluster \"{}\" has no primary to take this work (it is down{}); waited {:?}, try again",
             self.ctx.name(),
             if self.ctx.config.health.failover == fulcrum_config::Failover::None {
                 ""
@@ -369,6 +382,20 @@ impl Session {
             .await;
         let mut server = match checkout {
             Ok(s) => s,
+            Err(PoolError::Connect(ConnectError::Server { fields, .. }))
+                if fields.code.starts_with("57P") && self.rewrite_statements =>
+            {
+                // Shutting down, starting up or in recovery: as good as down
+                // for this unit, which may wait for the primary to come back.
+                tracing::warn!(code = %fields.code, cluster = self.ctx.name(), "primary refused new connections: {}", fields.message);
+                return Err(SessionError::BackendDown(format!(
+                    "{} (primary of cluster \"{}\") refused the connection: {} ({})",
+                    self.ctx.backends[backend],
+                    self.ctx.name(),
+                    fields.message,
+                    fields.code
+                )));
+            }
             Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
                 // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
                 tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
@@ -377,7 +404,11 @@ impl Session {
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
                 tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot reach the primary");
-                return Err(SessionError::BackendDown);
+                return Err(SessionError::BackendDown(format!(
+                    "cannot open a connection to {} (primary of cluster \"{}\"): {e}",
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                )));
             }
             Err(PoolError::Connect(e)) => {
                 tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot open server connection");
@@ -1079,6 +1110,15 @@ impl Session {
                     buf.reserve(header.total - buf.len());
                 }
                 break;
+            }
+            if header.tag == b'E' && self.rewrite_statements && self.pinned.is_none() {
+                let fields = parse_error_fields(&buf[5..header.total]);
+                if fields.severity == "FATAL" || fields.severity == "PANIC" {
+                    // The server is closing this connection (shutdown, crash,
+                    // pg_terminate_backend): the client's session is not over.
+                    tracing::info!(code = %fields.code, "server ended the connection: {}", fields.message);
+                    return self.server_lost().await;
+                }
             }
             let frame = buf.split_to(header.total);
             tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");

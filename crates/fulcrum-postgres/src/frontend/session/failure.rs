@@ -70,8 +70,10 @@ impl Session {
         self.cbuf = again;
         self.retry_buf = BytesMut::new();
         self.retrying = true;
+        self.retry_avoid = Some(self.backend);
         let r = Box::pin(self.on_client_input()).await;
         self.retrying = false;
+        self.retry_avoid = None;
         r
     }
 
@@ -117,6 +119,7 @@ impl Session {
                 in_txn,
                 errored: unsynced,
                 ending: false,
+                untold: (owed == 0 && !unsynced).then_some(msg),
             });
         }
     }

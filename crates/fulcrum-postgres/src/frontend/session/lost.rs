@@ -22,7 +22,7 @@ pub enum Answer {
     Pass,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lost {
     /// The client is in a transaction block (status `E` until it ends it).
     pub in_txn: bool,
@@ -30,6 +30,10 @@ pub struct Lost {
     pub errored: bool,
     /// The current batch ends the transaction (ROLLBACK, COMMIT, ...).
     pub ending: bool,
+    /// The 08006 message not delivered yet (the connection died while the
+    /// client was idle in its transaction): the next failed batch gets it
+    /// instead of 25P02.
+    pub untold: Option<String>,
 }
 
 impl Lost {
@@ -52,12 +56,7 @@ impl Lost {
                     backend_msg::ready_for_query(out, b'I');
                     Answer::Done
                 } else {
-                    backend_msg::error_response(
-                        out,
-                        "ERROR",
-                        sqlstate::IN_FAILED_TRANSACTION,
-                        ABORTED,
-                    );
+                    self.error(out);
                     backend_msg::ready_for_query(out, b'E');
                     Answer::Held
                 }
@@ -107,10 +106,21 @@ impl Lost {
     /// One error per batch, as a server skipping to Sync sends.
     fn fail(&mut self, out: &mut BytesMut) {
         if !self.errored {
-            backend_msg::error_response(out, "ERROR", sqlstate::IN_FAILED_TRANSACTION, ABORTED);
+            self.error(out);
             self.errored = true;
         }
         self.ending = false;
+    }
+
+    fn error(&mut self, out: &mut BytesMut) {
+        match self.untold.take() {
+            Some(msg) => {
+                backend_msg::error_response(out, "ERROR", sqlstate::CONNECTION_FAILURE, &msg)
+            }
+            None => {
+                backend_msg::error_response(out, "ERROR", sqlstate::IN_FAILED_TRANSACTION, ABORTED)
+            }
+        }
     }
 }
 
@@ -151,6 +161,7 @@ mod tests {
             in_txn: true,
             errored: false,
             ending: false,
+            untold: None,
         };
         let mut out = BytesMut::new();
         assert_eq!(
@@ -169,11 +180,34 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_while_idle_in_a_transaction_is_told_first() {
+        let mut lost = Lost {
+            in_txn: true,
+            errored: false,
+            ending: false,
+            untold: Some("lost the server".into()),
+        };
+        let mut out = BytesMut::new();
+        lost.answer(b'Q', b"SELECT 1\0", &ends, &mut out);
+        assert!(
+            out.windows(5).any(|w| w == b"08006"),
+            "first: connection failure"
+        );
+        out.clear();
+        lost.answer(b'Q', b"SELECT 1\0", &ends, &mut out);
+        assert!(
+            out.windows(5).any(|w| w == b"25P02"),
+            "then: aborted transaction"
+        );
+    }
+
+    #[test]
     fn an_extended_rollback_ends_it() {
         let mut lost = Lost {
             in_txn: true,
             errored: false,
             ending: false,
+            untold: None,
         };
         let mut out = BytesMut::new();
         for (tag, body) in [
@@ -193,6 +227,7 @@ mod tests {
             in_txn: true,
             errored: false,
             ending: false,
+            untold: None,
         };
         let mut out = BytesMut::new();
         lost.answer(b'P', &parse("INSERT INTO t VALUES (1)"), &ends, &mut out);
@@ -209,6 +244,7 @@ mod tests {
             in_txn: false,
             errored: true,
             ending: false,
+            untold: None,
         };
         let mut out = BytesMut::new();
         assert_eq!(lost.answer(b'E', &[0; 5], &ends, &mut out), Answer::Held);
