@@ -72,13 +72,16 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> 
     start.elapsed()
 }
 
+/// Reads per server port, and the errors seen.
+type ReadTally = (HashMap<u16, u64>, Vec<String>);
+
 /// `clients` connections reading `SELECT inet_server_port()` in a loop until
 /// `stop`; returns per-port counts and the errors seen.
 fn read_load(
     cfg: &PgProxyConfig,
     clients: usize,
     stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(HashMap<u16, u64>, Vec<String>)>> {
+) -> Vec<tokio::task::JoinHandle<ReadTally>> {
     (0..clients)
         .map(|_| {
             let cfg = cfg.clone();

@@ -371,8 +371,8 @@ impl<S: ServerOps> Monitor<S> {
             took_ms = started.elapsed().as_millis() as u64,
             "failover: promoted {}; writes go there now", self.ops.address(new)
         );
-        for r in 0..nodes.len() {
-            if r == new || r == old || !nodes[r].reachable || nodes[r].writable != Some(false) {
+        for (r, node) in nodes.iter().enumerate() {
+            if r == new || r == old || !node.reachable || node.writable != Some(false) {
                 continue;
             }
             match tokio::time::timeout(FOLLOW_TIMEOUT, self.ops.follow(r, new)).await {
