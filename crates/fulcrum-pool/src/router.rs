@@ -37,6 +37,8 @@ const NO_PRIMARY: usize = usize::MAX;
 pub struct Router {
     /// The write target, or `NO_PRIMARY`.
     primary: AtomicUsize,
+    /// The last write target there was (for error messages while there is none).
+    last_primary: AtomicUsize,
     backends: usize,
     reads_on_primary: bool,
     next: AtomicUsize,
@@ -94,6 +96,7 @@ impl Router {
         assert!(primary < backends, "primary index within the backend list");
         Router {
             primary: AtomicUsize::new(primary),
+            last_primary: AtomicUsize::new(primary),
             backends,
             reads_on_primary,
             next: AtomicUsize::new(0),
@@ -157,6 +160,12 @@ impl Router {
         }
     }
 
+    /// The last backend that was the write target (the configured primary
+    /// until the health loop decides otherwise).
+    pub fn last_primary(&self) -> BackendId {
+        self.last_primary.load(Ordering::Acquire)
+    }
+
     /// Whether `backend` is the write target now.
     pub fn is_primary(&self, backend: BackendId) -> bool {
         self.primary.load(Ordering::Acquire) == backend
@@ -166,6 +175,9 @@ impl Router {
     /// sessions waiting for one.
     pub fn set_primary(&self, primary: Option<BackendId>) {
         let value = primary.filter(|&p| p < self.backends).unwrap_or(NO_PRIMARY);
+        if value != NO_PRIMARY {
+            self.last_primary.store(value, Ordering::Release);
+        }
         if self.primary.swap(value, Ordering::AcqRel) != value {
             self.primary_changed.notify_waiters();
         }

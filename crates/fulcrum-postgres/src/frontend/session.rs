@@ -290,7 +290,10 @@ impl Session {
     async fn attach_primary(&mut self) -> Result<(), SessionError> {
         let wait = self.ctx.config.pool_timeout;
         let deadline = tokio::time::Instant::now() + wait;
-        let mut why = String::from("no primary is known");
+        let mut why = format!(
+            "the primary {} is down",
+            self.ctx.backends[self.ctx.router.last_primary()]
+        );
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let primary = match self.ctx.router.primary() {
