@@ -1114,9 +1114,15 @@ impl Session {
                 }
                 break;
             }
-            if header.tag == b'E' && self.rewrite_statements && self.pinned.is_none() {
+            if matches!(header.tag, b'E' | b'N') && self.rewrite_statements && self.pinned.is_none()
+            {
                 let fields = parse_error_fields(&buf[5..header.total]);
-                if fields.severity == "FATAL" || fields.severity == "PANIC" {
+                // An immediate shutdown warns (a notice, 57P01/57P02) before
+                // closing; a terminated backend or a crash sends FATAL.
+                let closing = fields.severity == "FATAL"
+                    || fields.severity == "PANIC"
+                    || (header.tag == b'N' && fields.code.starts_with("57P"));
+                if closing {
                     // The server is closing this connection (shutdown, crash,
                     // pg_terminate_backend): the client's session is not over.
                     tracing::info!(code = %fields.code, "server ended the connection: {}", fields.message);
