@@ -247,6 +247,11 @@ impl Session {
                 }
                 Event::Server(Ok(n)) if n > 0 => {
                     self.on_server_input().await?;
+                    if self.server.is_none() {
+                        // The server closed (a FATAL or shutdown notice): what
+                        // Fulcrum answered in its place goes out now.
+                        self.flush_client().await?;
+                    }
                     // Work held back while a replica finished goes now.
                     if !self.cbuf.is_empty() {
                         self.on_client_input().await?;
