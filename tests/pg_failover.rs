@@ -30,8 +30,10 @@ fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
     }
     cfg = cfg
         .extra("health_user = \"postgres\"")
-        .extra("health_password = \"\"")
-        .extra("pool_timeout = \"10s\"");
+        .extra("health_password = \"\"");
+    if !extra.iter().any(|e| e.starts_with("pool_timeout")) {
+        cfg = cfg.extra("pool_timeout = \"10s\"");
+    }
     for e in extra {
         cfg = cfg.extra(e);
     }
@@ -278,12 +280,26 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
         .sql_db(APP_DB, "CREATE TABLE acked (id bigint PRIMARY KEY)")
         .unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    // replica1 stops streaming: when the primary dies it is behind, so the
+    // right choice is replica2 (a tie would have gone to replica1).
+    let behind = &c.replicas()[0];
+    behind
+        .sql("ALTER SYSTEM SET primary_conninfo = ''")
+        .unwrap();
+    behind.sql("SELECT pg_reload_conf()").unwrap();
+    let marker = std::env::temp_dir().join(format!("fulcrum-failover-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let command = format!(
+        "failover_command = \"echo '%d %h:%p %m %H:%r %c' > {}\"",
+        marker.display()
+    );
     let cfg = config(
         &c,
         &[
             "health_interval = \"500ms\"",
             "failover = \"promote\"",
             "failover_timeout = \"2s\"",
+            &command,
         ],
     );
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
@@ -353,10 +369,25 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
         "received positions at the kill: {positions:?}; promoted replica{}",
         idx + 1
     );
+    assert!(
+        positions[0] < positions[1],
+        "replica1 was really behind: {positions:?}"
+    );
+    assert_eq!(idx, 1, "the most advanced replica (replica2) was promoted");
+
+    // failover_command ran with the placeholders filled in.
+    wait_until("failover_command's output", Duration::from_secs(10), || {
+        std::fs::read_to_string(&marker).is_ok_and(|t| !t.is_empty())
+    });
+    let told = std::fs::read_to_string(&marker).unwrap();
+    let _ = std::fs::remove_file(&marker);
     assert_eq!(
-        positions[idx],
-        *positions.iter().max().unwrap(),
-        "the most advanced replica was promoted"
+        told.trim(),
+        format!(
+            "0 127.0.0.1:{} 2 127.0.0.1:{} main",
+            c.primary().port(),
+            new_primary.port()
+        )
     );
 
     let acked = acked.lock().unwrap().clone();
@@ -394,7 +425,7 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
     assert!(present.contains(&-3) && !present.contains(&-1) && !present.contains(&-2));
 
     // The other replica follows the new primary.
-    let other = &c.replicas()[1 - idx];
+    let other = behind;
     let want = scalar(new_primary, "SELECT count(*) FROM acked");
     wait_until(
         "the other replica to follow the new primary",
@@ -453,5 +484,69 @@ async fn follow_finds_a_replica_promoted_by_someone_else() {
     eprintln!(
         "follow: writes on the promoted replica {:?} after promotion",
         start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
+    let _serial = serial().await;
+    let c = PgCluster::builder().replicas(1).start().expect("cluster");
+    c.primary()
+        .sql_db(APP_DB, "CREATE TABLE waits (n int)")
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let cfg = config(
+        &c,
+        &[
+            "health_interval = \"300ms\"",
+            "failover = \"none\"",
+            "pool_timeout = \"1s\"",
+        ],
+    );
+    let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    let client = connect(&cfg).await.unwrap();
+    client
+        .simple_query("INSERT INTO waits VALUES (1)")
+        .await
+        .unwrap();
+    c.primary().stop_immediate().unwrap();
+    p.wait_for_log("backend down", Duration::from_secs(5))
+        .unwrap();
+    // Reads go on from the replica; writes have nowhere to go.
+    for _ in 0..10 {
+        assert_eq!(
+            port_of(&client, "SELECT inet_server_port()").await.unwrap(),
+            c.replicas()[0].port()
+        );
+    }
+    let writer = connect(&cfg).await.unwrap();
+    let err = writer
+        .simple_query("INSERT INTO waits VALUES (2)")
+        .await
+        .unwrap_err();
+    assert!(format!("{err:?}").contains("08006"), "{err:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        c.replicas()[0].is_in_recovery().unwrap(),
+        "none never promotes"
+    );
+    // The same primary comes back and takes writes again.
+    c.primary().start().unwrap();
+    let back = Instant::now();
+    loop {
+        if let Ok(w) = connect(&cfg).await {
+            if w.simple_query("INSERT INTO waits VALUES (3)").await.is_ok() {
+                break;
+            }
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(15),
+            "writes never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "none: writes back {:?} after the primary restarted",
+        back.elapsed()
     );
 }
