@@ -1,11 +1,11 @@
-//! The real PostgreSQL clients, `psql` and `pgbench`, pointed at any TCP
-//! address (a test node or Fulcrum itself), with the password passed through
-//! `PGPASSWORD`. Includes the parser for pgbench's summary.
+//! The real PostgreSQL clients, `psql` and `pgbench`, and the real MariaDB
+//! client, `mariadb`, pointed at any TCP address (a test node or Fulcrum
+//! itself). Includes the parser for pgbench's summary.
 
 use std::process::{Command, Output};
 
 use crate::error::{Result, TestkitError};
-use crate::process::{self, client_command};
+use crate::process::{self, client_command, maria_command};
 
 /// What a pgbench run reports (PostgreSQL 15 format; see [`PgbenchResult::parse`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -152,6 +152,33 @@ pub fn run_psql(
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Runs `sql` with the real MariaDB client over TCP against `host_port`, as
+/// `mariadb -h HOST -P PORT -u USER -pPASSWORD DB --batch --skip-column-names
+/// -e SQL` (plus `--no-defaults`, so no option file applies); returns stdout,
+/// trimmed (tab between columns). A server error fails with its
+/// `ERROR NNNN (SQLSTATE)` line, e.g. `ERROR 1290` for a write on a
+/// read-only replica.
+pub fn run_mariadb(
+    host_port: &str,
+    user: &str,
+    password: &str,
+    db: &str,
+    sql: &str,
+) -> Result<String> {
+    let (host, port) = split_host_port(host_port)?;
+    let mut cmd = maria_command("mariadb");
+    cmd.args(["--protocol=TCP", "-h", host, "-P", port, "-u", user])
+        .arg(format!("-p{password}"))
+        .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+        .args([db, "-e", sql]);
+    let out = process::run(
+        &mut cmd,
+        None,
+        &format!("mariadb via {host_port} as {user}"),
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn client(password: Option<&str>, name: &str) -> Command {
     let mut cmd = client_command(name);
     // A wedged proxy should fail a test, not hang it.
@@ -164,13 +191,18 @@ fn client(password: Option<&str>, name: &str) -> Command {
 
 /// `-h HOST -p PORT -U USER` (the database is passed differently by psql and pgbench).
 fn connect_args(mut cmd: Command, host_port: &str, user: &str) -> Result<Command> {
+    let (host, port) = split_host_port(host_port)?;
+    cmd.args(["-h", host, "-p", port, "-U", user]);
+    Ok(cmd)
+}
+
+/// `("127.0.0.1", "5433")` from `127.0.0.1:5433` (brackets around IPv6 removed).
+fn split_host_port(host_port: &str) -> Result<(&str, &str)> {
     let (host, port) = host_port
         .rsplit_once(':')
         .filter(|(_, p)| p.parse::<u16>().is_ok())
         .ok_or_else(|| TestkitError::Invalid(format!("{host_port:?} is not HOST:PORT")))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    cmd.args(["-h", host, "-p", port, "-U", user]);
-    Ok(cmd)
+    Ok((host.trim_start_matches('[').trim_end_matches(']'), port))
 }
 
 #[cfg(test)]

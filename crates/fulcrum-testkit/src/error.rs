@@ -28,7 +28,7 @@ pub enum TestkitError {
         stderr_tail: String,
     },
 
-    /// A PostgreSQL server did not come up.
+    /// A database server (PostgreSQL or MariaDB) did not come up.
     #[error("{node} (port {port}) did not start: {reason}\n--- {} (tail) ---\n{log_tail}", log.display())]
     NodeStart {
         node: String,

@@ -1,6 +1,8 @@
 //! Fulcrum's test harness: starts real PostgreSQL 15 clusters (a primary and
-//! streaming replicas) in temp dirs on free loopback ports, runs the Fulcrum
-//! daemon as a child process, and drives the real `psql` and `pgbench`.
+//! streaming replicas) and real MariaDB clusters (a primary and GTID
+//! replicas, read-only) in temp dirs on free loopback ports, runs the Fulcrum
+//! daemon as a child process, and drives the real `psql`, `pgbench` and
+//! `mariadb` clients.
 //!
 //! It owns processes and temp dirs, and never touches the machine's own
 //! database services (no fixed ports, no system data directories). It knows
@@ -14,6 +16,9 @@
 mod clients;
 mod error;
 mod fulcrum_process;
+mod maria_cluster;
+mod maria_conf;
+mod maria_node;
 mod pg_cluster;
 mod pg_conf;
 mod pg_node;
@@ -23,16 +28,19 @@ mod reaper;
 mod roles;
 mod scratch;
 
-pub use clients::{pgbench, pgbench_init, run_pgbench, run_psql, PgbenchResult};
+pub use clients::{pgbench, pgbench_init, run_mariadb, run_pgbench, run_psql, PgbenchResult};
 pub use error::{Result, TestkitError};
 pub use fulcrum_process::{
     fulcrum_bin, listen_addrs, FulcrumProcess, Signal, FULCRUM_BIN_ENV, START_TIMEOUT,
 };
+pub use maria_cluster::{MariaCluster, MariaClusterBuilder};
+pub use maria_node::MariaNode;
 pub use pg_cluster::{PgCluster, PgClusterBuilder, KEEP_ENV, VERBOSE_ENV};
 pub use pg_node::PgNode;
 pub use ports::{free_port, wait_for_tcp, RESERVED_PORTS};
-pub use process::{find_pg_bin, is_root, pg_bin};
+pub use process::{find_maria_bin, find_pg_bin, is_root, maria_bin, pg_bin};
 pub use roles::{
-    APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER, SUPERUSER,
+    APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
+    MARIA_REPL_PASSWORD, MARIA_REPL_USER, MARIA_SUPERUSER, SUPERUSER,
 };
 pub use scratch::TMPDIR_ENV;

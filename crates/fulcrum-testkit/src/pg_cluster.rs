@@ -145,15 +145,16 @@ impl PgClusterBuilder {
     }
 }
 
-/// Start-up phase timings, printed when `FULCRUM_TESTKIT_VERBOSE=1`.
-struct Phases {
+/// Start-up phase timings, printed when `FULCRUM_TESTKIT_VERBOSE=1` (also
+/// used by `maria_cluster.rs`).
+pub(crate) struct Phases {
     last: Instant,
     start: Instant,
     lines: Vec<String>,
 }
 
 impl Phases {
-    fn new() -> Phases {
+    pub(crate) fn new() -> Phases {
         let now = Instant::now();
         Phases {
             last: now,
@@ -162,14 +163,14 @@ impl Phases {
         }
     }
 
-    fn done(&mut self, phase: &str) {
+    pub(crate) fn done(&mut self, phase: &str) {
         let now = Instant::now();
         self.lines
             .push(format!("{phase} {:?}", now.duration_since(self.last)));
         self.last = now;
     }
 
-    fn report(&self, dir: &Path) {
+    pub(crate) fn report(&self, dir: &Path) {
         if std::env::var(VERBOSE_ENV).is_ok_and(|v| v == "1") {
             eprintln!(
                 "fulcrum-testkit: cluster {} up in {:?}: {}",

@@ -1,7 +1,9 @@
 //! Finding and running external programs: the PostgreSQL binaries (run as the
 //! `postgres` user through `runuser` when we are root, because PostgreSQL
-//! refuses to run as root), plus a runner that turns a failed exit into a
-//! [`TestkitError::CommandFailed`] naming the command, its target and stderr.
+//! refuses to run as root), the MariaDB binaries (run as whoever we are, with
+//! `--no-defaults` so the machine's `/etc/mysql` never applies), plus a runner
+//! that turns a failed exit into a [`TestkitError::CommandFailed`] naming the
+//! command, its target and stderr.
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -26,6 +28,23 @@ const PG_ENV_VARS: &[&str] = &[
     "PGDATA",
     "PGTARGETSESSIONATTRS",
 ];
+
+/// Client variables that would silently redirect the MariaDB client (it reads
+/// them even with `--no-defaults`).
+const MARIA_ENV_VARS: &[&str] = &[
+    "MYSQL_HOST",
+    "MYSQL_TCP_PORT",
+    "MYSQL_UNIX_PORT",
+    "MYSQL_PWD",
+    "MYSQL_HISTFILE",
+    "MYSQL_PS1",
+    "MYSQL_TEST_LOGIN_FILE",
+    "MARIADB_HOST",
+];
+
+/// Where MariaDB binaries live on Debian (`mariadbd` is in sbin, which is not
+/// on every user's `$PATH`), searched before `$PATH`.
+const MARIA_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"];
 
 /// Where a PostgreSQL client or server binary lives.
 ///
@@ -76,6 +95,32 @@ pub fn find_pg_bin(name: &str) -> Result<PathBuf> {
         name: name.to_string(),
         searched: searched.join(", "),
         hint: "install PostgreSQL 15 (Debian: apt-get install postgresql-15)".to_string(),
+    })
+}
+
+/// Where a MariaDB binary (`mariadbd`, `mariadb-install-db`, `mariadb`, ...)
+/// lives: `/usr/sbin`, `/usr/bin`, `/usr/local/{sbin,bin}`, then `$PATH`.
+/// Falls back to the bare name so the eventual spawn error names the program.
+pub fn maria_bin(name: &str) -> PathBuf {
+    find_maria_bin(name).unwrap_or_else(|_| PathBuf::from(name))
+}
+
+/// Like [`maria_bin`], but an error listing where it looked when nothing is found.
+pub fn find_maria_bin(name: &str) -> Result<PathBuf> {
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let dirs = MARIA_DIRS.iter().map(PathBuf::from).chain(path_dirs);
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(TestkitError::BinaryNotFound {
+        name: name.to_string(),
+        searched: format!("{}, $PATH", MARIA_DIRS.join(", ")),
+        hint: "install MariaDB (Debian: apt-get install mariadb-server mariadb-client)".to_string(),
     })
 }
 
@@ -136,6 +181,20 @@ pub(crate) fn server_command(name: &str, cwd: &Path) -> Command {
 pub(crate) fn client_command(name: &str) -> Command {
     let mut cmd = Command::new(pg_bin(name));
     scrub_env(&mut cmd);
+    cmd
+}
+
+/// A command for a MariaDB binary (server, installer or client), run as the
+/// current user, with `--no-defaults` as its first argument (every MariaDB
+/// program requires it first): neither `/etc/mysql/my.cnf`, which points at
+/// the machine's own server, nor `~/.my.cnf` may apply.
+pub(crate) fn maria_command(name: &str) -> Command {
+    let mut cmd = Command::new(maria_bin(name));
+    cmd.arg("--no-defaults");
+    for var in MARIA_ENV_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("LC_MESSAGES", "C");
     cmd
 }
 
@@ -217,6 +276,27 @@ mod tests {
             let path = pg_bin(name);
             assert!(path.is_file(), "{name} -> {}", path.display());
         }
+    }
+
+    #[test]
+    fn maria_bin_finds_the_mariadb_tools() {
+        for name in ["mariadbd", "mariadb-install-db", "mariadb"] {
+            let path = maria_bin(name);
+            assert!(path.is_file(), "{name} -> {}", path.display());
+        }
+        let err = find_maria_bin("no-such-maria-tool")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/usr/sbin") && err.contains("$PATH"), "{err}");
+    }
+
+    #[test]
+    fn maria_commands_ignore_option_files() {
+        let cmd = maria_command("mariadb");
+        assert_eq!(
+            cmd.get_args().next().and_then(|a| a.to_str()),
+            Some("--no-defaults")
+        );
     }
 
     #[test]

@@ -19,22 +19,28 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 use crate::error::{Result, TestkitError};
 
-/// Stops every postmaster under `$REAPER_DIR` and removes the directory
-/// (unless `$REAPER_KEEP` = keep). A pid from `postmaster.pid` is signalled
-/// only if that process's cwd is the data directory (the postmaster chdirs
-/// there), so a stale pid file never makes us SIGQUIT an unrelated process.
+/// Stops every server under `$REAPER_DIR` and removes the directory (unless
+/// `$REAPER_KEEP` = keep). Each node's data directory holds its pid file:
+/// `postmaster.pid` (PostgreSQL, sent SIGQUIT: immediate shutdown, children
+/// included) or `mariadbd.pid` (MariaDB, sent SIGKILL: one process, and the
+/// data is thrown away). A pid is signalled only if that process's cwd is the
+/// data directory (both servers chdir there), so a stale pid file never makes
+/// us signal an unrelated process.
 const CLUSTER_SCRIPT: &str = r#"
 trap '' HUP INT TERM
 read _ignored
 dir="$REAPER_DIR"
-for pidfile in "$dir"/*/postmaster.pid; do
+for pidfile in "$dir"/*/postmaster.pid "$dir"/*/mariadbd.pid; do
   [ -f "$pidfile" ] || continue
-  datadir="${pidfile%/postmaster.pid}"
+  datadir="${pidfile%/*}"
   pid=$(head -n 1 "$pidfile")
   case "$pid" in ''|*[!0-9]*) continue ;; esac
   cwd=$(readlink "/proc/$pid/cwd"); cwd=${cwd% (deleted)}
   if [ "$cwd" = "$datadir" ]; then
-    kill -QUIT "$pid" 2>/dev/null
+    case "$pidfile" in
+      */postmaster.pid) kill -QUIT "$pid" 2>/dev/null ;;
+      *) kill -KILL "$pid" 2>/dev/null ;;
+    esac
   fi
 done
 [ "$REAPER_KEEP" = keep ] && exit 0
@@ -46,7 +52,7 @@ rm -rf "$dir"
 i=0
 while [ $i -lt 100 ] && [ -d "$dir" ]; do
   alive=""
-  for pidfile in "$dir"/*/postmaster.pid; do
+  for pidfile in "$dir"/*/postmaster.pid "$dir"/*/mariadbd.pid; do
     [ -f "$pidfile" ] || continue
     pid=$(head -n 1 "$pidfile")
     case "$pid" in ''|*[!0-9]*) continue ;; esac
@@ -81,7 +87,7 @@ pub(crate) struct Reaper {
 }
 
 impl Reaper {
-    /// Reaper for a PostgreSQL cluster directory.
+    /// Reaper for a PostgreSQL or MariaDB cluster directory.
     pub(crate) fn for_cluster(dir: &Path, keep: bool) -> Result<Reaper> {
         Self::spawn(CLUSTER_SCRIPT, dir, None, keep)
     }

@@ -1,6 +1,7 @@
 //! Creates the per-cluster and per-daemon temporary directories. Paths stay
-//! short because PostgreSQL's unix socket (`<dir>/.s.PGSQL.<port>`) must fit
-//! in 107 bytes. When we are root the directory is handed to `postgres`.
+//! short because a unix socket path (PostgreSQL's `<dir>/.s.PGSQL.<port>`,
+//! MariaDB's `<dir>/<node>.sock`) must fit in 107 bytes. When we are root a
+//! PostgreSQL cluster's directory is handed to `postgres`.
 //!
 //! They go to `/dev/shm` (tmpfs) when it exists: on this project's machines
 //! copying a fresh cluster there is ~10x faster than on the ext4 root
@@ -9,7 +10,8 @@
 //!
 //! Directories are named `fulcrum-<kind>-<pid>-<n>`, so the first creation in
 //! a process also sweeps away those whose process is gone and in which no
-//! postmaster runs: what a run killed together with its reapers left behind.
+//! server runs (no live pid in a node's `postmaster.pid` or `mariadbd.pid`):
+//! what a run killed together with its reapers left behind.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -68,8 +70,8 @@ pub(crate) fn create(kind: &str, for_postgres: bool) -> Result<PathBuf> {
     }
 }
 
-/// Removes `fulcrum-{pg,proc}-<pid>-<n>` directories under `parent` whose
-/// process no longer exists and that hold no live postmaster. Best effort.
+/// Removes `fulcrum-{pg,maria,proc}-<pid>-<n>` directories under `parent`
+/// whose process no longer exists and that hold no live server. Best effort.
 fn sweep_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -84,13 +86,17 @@ fn sweep_stale(parent: &Path) {
             continue;
         }
         let dir = entry.path();
-        let postmaster_alive = std::fs::read_dir(&dir)
+        let server_alive = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|node| std::fs::read_to_string(node.path().join("postmaster.pid")).ok())
+            .flat_map(|node| {
+                ["postmaster.pid", "mariadbd.pid"]
+                    .map(|file| std::fs::read_to_string(node.path().join(file)).ok())
+            })
+            .flatten()
             .any(|pidfile| pidfile.lines().next().is_some_and(alive));
-        if !postmaster_alive {
+        if !server_alive {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
@@ -100,6 +106,7 @@ fn sweep_stale(parent: &Path) {
 fn owner_pid(name: &str) -> Option<u32> {
     let rest = name
         .strip_prefix("fulcrum-pg-")
+        .or_else(|| name.strip_prefix("fulcrum-maria-"))
         .or_else(|| name.strip_prefix("fulcrum-proc-"))?;
     let (pid, n) = rest.split_once('-')?;
     n.parse::<u32>().ok()?;
@@ -143,6 +150,7 @@ mod tests {
     fn only_harness_directories_have_an_owner() {
         assert_eq!(owner_pid("fulcrum-pg-1234-0"), Some(1234));
         assert_eq!(owner_pid("fulcrum-proc-77-12"), Some(77));
+        assert_eq!(owner_pid("fulcrum-maria-4321-3"), Some(4321));
         assert_eq!(owner_pid("fulcrum-pg-1234"), None);
         assert_eq!(owner_pid("fulcrum-pg-x-0"), None);
         assert_eq!(owner_pid("fulcrum-other-1-0"), None);

@@ -1,14 +1,14 @@
 //! The servers of a cluster that is never dropped (a `static`, or a process
-//! that aborts) must still die with the test process. The test re-runs this
-//! binary as a child that starts a static cluster and aborts; the parent then
-//! watches the cluster's port and directory disappear.
+//! that aborts) must still die with the test process. Each test re-runs this
+//! binary as a child that starts a static cluster (PostgreSQL or MariaDB) and
+//! aborts; the parent then watches the cluster's ports and directory disappear.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_testkit::PgCluster;
+use fulcrum_testkit::{MariaCluster, PgCluster};
 
 const CHILD_ENV: &str = "FULCRUM_TESTKIT_REAPER_CHILD";
 
@@ -17,6 +17,13 @@ static CLUSTER: LazyLock<PgCluster> = LazyLock::new(|| {
         .replicas(1)
         .start()
         .expect("static test cluster")
+});
+
+static MARIA_CLUSTER: LazyLock<MariaCluster> = LazyLock::new(|| {
+    MariaCluster::builder()
+        .replicas(1)
+        .start()
+        .expect("static MariaDB test cluster")
 });
 
 /// Runs only inside the child process.
@@ -28,11 +35,23 @@ fn child_starts_a_static_cluster_and_aborts() {
     let cluster = &*CLUSTER;
     cluster.primary().sql("CREATE TABLE t (x int)").unwrap();
     let ports: Vec<String> = cluster.nodes().map(|n| n.port().to_string()).collect();
-    println!(
-        "CLUSTER dir={} ports={}",
-        cluster.dir().display(),
-        ports.join(",")
-    );
+    announce_and_abort(cluster.dir(), &ports);
+}
+
+/// Runs only inside the child process.
+#[test]
+fn child_starts_a_static_maria_cluster_and_aborts() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let cluster = &*MARIA_CLUSTER;
+    cluster.primary().sql("CREATE TABLE t (x int)").unwrap();
+    let ports: Vec<String> = cluster.nodes().map(|n| n.port().to_string()).collect();
+    announce_and_abort(cluster.dir(), &ports);
+}
+
+fn announce_and_abort(dir: &std::path::Path, ports: &[String]) -> ! {
+    println!("CLUSTER dir={} ports={}", dir.display(), ports.join(","));
     // No unwinding, no destructors, no atexit: like a crash.
     std::process::abort();
 }
@@ -42,12 +61,22 @@ fn servers_of_an_aborted_test_process_are_stopped_and_their_dir_removed() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
+    check_child_cleaned_up("child_starts_a_static_cluster_and_aborts");
+}
+
+#[test]
+fn mariadb_servers_of_an_aborted_test_process_are_stopped_and_their_dir_removed() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    check_child_cleaned_up("child_starts_a_static_maria_cluster_and_aborts");
+}
+
+/// Runs the child test `child`, which prints its cluster and aborts; then
+/// waits until the cluster's ports are closed and its directory is gone.
+fn check_child_cleaned_up(child: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_starts_a_static_cluster_and_aborts",
-            "--exact",
-            "--nocapture",
-        ])
+        .args([child, "--exact", "--nocapture"])
         .env(CHILD_ENV, "1")
         .output()
         .unwrap();
