@@ -197,6 +197,9 @@ impl MariaCluster {
     fn install_primary(&self) -> Result<()> {
         let mut cmd = maria_command("mariadb-install-db");
         cmd.arg(format!("--datadir={}", self.primary.data_dir().display()))
+            // Not /tmp: two clusters bootstrapping at once collide there on
+            // the names of their temporary tables.
+            .arg(format!("--tmpdir={}", self.dir.display()))
             .args([
                 // root@localhost with an (empty) password, not unix_socket
                 // auth tied to the OS user.

@@ -80,6 +80,11 @@ pub(crate) fn node_options(node: &NodeIdentity<'_>) -> Vec<(String, String)> {
         ("socket".to_string(), path(node.socket)),
         ("pid-file".to_string(), path(node.pid_file)),
         ("log-error".to_string(), path(node.log_file)),
+        // Temporary files beside the node, never in a shared /tmp.
+        (
+            "tmpdir".to_string(),
+            path(node.data_dir.parent().unwrap_or(node.data_dir)),
+        ),
         ("server-id".to_string(), node.server_id.to_string()),
         (
             "read-only".to_string(),

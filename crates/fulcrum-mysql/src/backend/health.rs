@@ -1,0 +1,261 @@
+//! The health loop's MariaDB operations (`fulcrum_cluster::ServerOps`), over
+//! mysql_async connections kept per backend (re-opened after any error):
+//! role from `@@read_only`; positions from GTIDs (`@@gtid_binlog_pos` on a
+//! primary, `@@gtid_slave_pos` replayed and `Gtid_IO_Pos` received on a
+//! replica); lag in time from `Seconds_Behind_Master`. Promotion for GTID
+//! replication: `STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0`;
+//! re-pointing: `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos`.
+//!
+//! The probe login needs `REPLICATION CLIENT` (SHOW SLAVE STATUS); promotion
+//! needs `SUPER` (or READ_ONLY ADMIN and REPLICATION SLAVE ADMIN).
+
+use std::time::Duration;
+
+use fulcrum_cluster::{Observation, OpsError, ServerOps};
+use fulcrum_config::Cluster;
+use fulcrum_pool::BackendId;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Row};
+use tokio::sync::Mutex;
+
+use super::gtid::gtid_position;
+
+pub struct MariaServerOps {
+    addresses: Vec<String>,
+    user: String,
+    password: String,
+    database: String,
+    connect_timeout: Duration,
+    conns: Vec<Mutex<Option<Conn>>>,
+}
+
+/// What one probe read, before it becomes an observation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeAnswer {
+    pub read_only: bool,
+    pub binlog_pos: String,
+    pub slave_pos: String,
+    /// From SHOW SLAVE STATUS, when the server replicates.
+    pub io_pos: Option<String>,
+    pub seconds_behind: Option<u64>,
+}
+
+/// The observation a probe answer gives.
+pub fn observe(a: &ProbeAnswer) -> Result<Observation, OpsError> {
+    let bad = |what: &str, v: &str| OpsError::Query(format!("unexpected {what}: {v:?}"));
+    if !a.read_only {
+        let position =
+            gtid_position(&a.binlog_pos).ok_or_else(|| bad("@@gtid_binlog_pos", &a.binlog_pos))?;
+        return Ok(Observation {
+            writable: true,
+            timeline: 0,
+            position,
+            received: position,
+            replay_age: None,
+        });
+    }
+    let replayed =
+        gtid_position(&a.slave_pos).ok_or_else(|| bad("@@gtid_slave_pos", &a.slave_pos))?;
+    let received = match &a.io_pos {
+        Some(io) => gtid_position(io).ok_or_else(|| bad("Gtid_IO_Pos", io))?,
+        None => replayed,
+    };
+    Ok(Observation {
+        writable: false,
+        timeline: 0,
+        position: replayed,
+        received: received.max(replayed),
+        replay_age: a.seconds_behind.map(Duration::from_secs),
+    })
+}
+
+/// `CHANGE MASTER TO` pointing a replica at `address` (`host:port`), keeping
+/// its user and password.
+pub fn change_master_sql(address: &str) -> String {
+    let (host, port) = match address.rsplit_once(':') {
+        Some((h, p)) => (h.trim_start_matches('[').trim_end_matches(']'), p),
+        None => (address, "3306"),
+    };
+    let port: u16 = port.parse().unwrap_or(3306);
+    format!(
+        "CHANGE MASTER TO MASTER_HOST = '{}', MASTER_PORT = {port}, MASTER_USE_GTID = slave_pos",
+        host.replace('\\', "\\\\").replace('\'', "\\'")
+    )
+}
+
+impl MariaServerOps {
+    pub fn new(config: &Cluster) -> MariaServerOps {
+        MariaServerOps {
+            addresses: config.backends.iter().map(|b| b.address.clone()).collect(),
+            user: config.health.user.clone(),
+            password: config.health.password.clone(),
+            database: config.health.database.clone(),
+            connect_timeout: config.health.timeout.min(config.connect_timeout),
+            conns: config.backends.iter().map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    fn opts(&self, backend: BackendId) -> OptsBuilder {
+        let address = &self.addresses[backend];
+        let (host, port) = address.rsplit_once(':').unwrap_or((address, "3306"));
+        let builder = OptsBuilder::default()
+            .user(Some(self.user.clone()))
+            .pass(Some(self.password.clone()))
+            .db_name(Some(self.database.clone()))
+            .prefer_socket(false);
+        if host.starts_with('/') {
+            builder.socket(Some(format!("{host}/mysqld.sock")))
+        } else {
+            builder
+                .ip_or_hostname(
+                    host.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
+                )
+                .tcp_port(port.parse().unwrap_or(3306))
+        }
+    }
+
+    /// Runs `f` on `backend`'s kept connection, opening one if needed; any
+    /// failure drops the connection.
+    async fn with_conn<T>(
+        &self,
+        backend: BackendId,
+        f: impl AsyncFnOnce(&mut Conn) -> Result<T, mysql_async::Error>,
+    ) -> Result<T, OpsError> {
+        let mut slot = self.conns[backend].lock().await;
+        if slot.is_none() {
+            let conn = tokio::time::timeout(self.connect_timeout, Conn::new(self.opts(backend)))
+                .await
+                .map_err(|_| OpsError::Timeout(self.connect_timeout))?
+                .map_err(|e| OpsError::Connect(e.to_string()))?;
+            *slot = Some(conn);
+        }
+        let conn = slot.as_mut().expect("just opened");
+        match f(conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                *slot = None;
+                Err(OpsError::Query(e.to_string()))
+            }
+        }
+    }
+
+    async fn run(&self, backend: BackendId, statements: &[String]) -> Result<(), OpsError> {
+        self.with_conn(backend, async |c: &mut Conn| {
+            for s in statements {
+                c.query_drop(s.as_str()).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+fn text(row: &Row, column: &str) -> Option<String> {
+    row.get::<Option<String>, _>(column).flatten()
+}
+
+impl ServerOps for MariaServerOps {
+    fn address(&self, backend: BackendId) -> &str {
+        &self.addresses[backend]
+    }
+
+    async fn probe(&self, backend: BackendId) -> Result<Observation, OpsError> {
+        let answer = self
+            .with_conn(backend, async |c: &mut Conn| {
+                let row: Option<(i64, String, String)> = c
+                    .query_first("SELECT @@read_only, @@gtid_binlog_pos, @@gtid_slave_pos")
+                    .await?;
+                let (read_only, binlog_pos, slave_pos) = row.unwrap_or_default();
+                let status: Option<Row> = c.query_first("SHOW SLAVE STATUS").await?;
+                let (io_pos, seconds_behind) = match &status {
+                    Some(s) => (
+                        text(s, "Gtid_IO_Pos"),
+                        text(s, "Seconds_Behind_Master").and_then(|v| v.parse().ok()),
+                    ),
+                    None => (None, None),
+                };
+                Ok(ProbeAnswer {
+                    read_only: read_only != 0,
+                    binlog_pos,
+                    slave_pos,
+                    io_pos,
+                    seconds_behind,
+                })
+            })
+            .await?;
+        observe(&answer)
+    }
+
+    async fn promote(&self, backend: BackendId) -> Result<(), OpsError> {
+        self.run(
+            backend,
+            &[
+                "STOP SLAVE".into(),
+                "RESET SLAVE ALL".into(),
+                "SET GLOBAL read_only = 0".into(),
+            ],
+        )
+        .await
+    }
+
+    async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {
+        self.run(
+            replica,
+            &[
+                "STOP SLAVE".into(),
+                change_master_sql(&self.addresses[primary]),
+                "START SLAVE".into(),
+            ],
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writable_server_is_a_primary_at_its_binlog_position() {
+        let o = observe(&ProbeAnswer {
+            read_only: false,
+            binlog_pos: "0-1-120".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(o.writable);
+        assert_eq!((o.position, o.received), (120, 120));
+    }
+
+    #[test]
+    fn a_replica_reports_applied_received_and_seconds_behind() {
+        let o = observe(&ProbeAnswer {
+            read_only: true,
+            binlog_pos: "0-1-100".into(),
+            slave_pos: "0-1-100".into(),
+            io_pos: Some("0-1-130".into()),
+            seconds_behind: Some(4),
+        })
+        .unwrap();
+        assert!(!o.writable);
+        assert_eq!((o.position, o.received), (100, 130));
+        assert_eq!(o.replay_age, Some(Duration::from_secs(4)));
+        assert!(observe(&ProbeAnswer {
+            read_only: true,
+            slave_pos: "garbage".into(),
+            ..Default::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn change_master_keeps_credentials_and_uses_gtid() {
+        assert_eq!(
+            change_master_sql("127.0.0.1:40123"),
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = 40123, MASTER_USE_GTID = slave_pos"
+        );
+        assert!(change_master_sql("db'x:3306").contains("'db\\'x'"));
+    }
+}
