@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod backend;
 pub mod codec;
+pub mod frontend;
 
 pub use mysql_common;
 pub use mysql_common::constants::{CapabilityFlags, StatusFlags};

@@ -16,19 +16,12 @@ pub enum DaemonError {
         address: std::net::SocketAddr,
         source: std::io::Error,
     },
-    #[error("cluster \"{cluster}\": protocol \"mysql\" is not supported by this build yet")]
-    Unsupported { cluster: String },
 }
 
 /// Binds every cluster's listener, then serves until `shutdown` turns true.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), DaemonError> {
     let mut listeners = Vec::new();
     for cluster in &config.clusters {
-        if cluster.protocol != Protocol::Postgres {
-            return Err(DaemonError::Unsupported {
-                cluster: cluster.name.clone(),
-            });
-        }
         let listener =
             TcpListener::bind(cluster.listen)
                 .await
@@ -48,13 +41,26 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             pool_mode = ?cluster.pool_mode,
             "listening"
         );
-        let ctx = fulcrum_postgres::frontend::ClusterContext::new(cluster);
-        ctx.start_health(shutdown.clone());
-        tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
-            Arc::clone(&ctx),
-            listener,
-            shutdown.clone(),
-        )));
+        match cluster.protocol {
+            Protocol::Postgres => {
+                let ctx = fulcrum_postgres::frontend::ClusterContext::new(cluster);
+                ctx.start_health(shutdown.clone());
+                tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
+                    Arc::clone(&ctx),
+                    listener,
+                    shutdown.clone(),
+                )));
+            }
+            Protocol::Mysql => {
+                let ctx = fulcrum_mysql::frontend::MyClusterContext::new(cluster);
+                ctx.start_health(shutdown.clone());
+                tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
+                    Arc::clone(&ctx),
+                    listener,
+                    shutdown.clone(),
+                )));
+            }
+        }
     }
     for t in tasks {
         let _ = t.await;

@@ -1,0 +1,126 @@
+//! One authenticated server connection and what Fulcrum tracks on it: the
+//! capabilities and character set it was opened with, its current schema,
+//! the session statements replayed on it, and a buffer of bytes read.
+//! Reading whole messages and running Fulcrum's own commands live here too.
+
+use bytes::BytesMut;
+use mysql_common::constants::CapabilityFlags as C;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::codec::command::{build_command, Command};
+use crate::codec::err::parse_err;
+use crate::codec::packet::{scan_message, write_packet, HEADER_LEN, MAX_PAYLOAD};
+use crate::codec::response::{classify, ResponseKind};
+
+/// Largest server message read whole by Fulcrum's own commands.
+const INTERNAL_MAX: usize = 64 * 1024 * 1024;
+
+pub struct ServerConn {
+    pub stream: TcpStream,
+    pub read_buf: BytesMut,
+    pub address: String,
+    /// Flags in force on this connection.
+    pub caps: C,
+    pub charset: u8,
+    /// The server's thread id (for KILL QUERY).
+    pub connection_id: u32,
+    /// Current default schema, as far as Fulcrum set it.
+    pub schema: Option<String>,
+    /// Session statements (SET ...) replayed on this connection, in order.
+    pub applied: Vec<String>,
+}
+
+#[derive(Debug, Error)]
+pub enum InternalError {
+    #[error("server connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server closed the connection")]
+    Closed,
+    #[error("server sent a malformed message: {0}")]
+    Protocol(String),
+    /// The server answered with ERR; `payload` is it, to pass on.
+    #[error("server error {code}: {message}")]
+    Server {
+        code: u16,
+        message: String,
+        payload: Vec<u8>,
+    },
+}
+
+impl fulcrum_pool::Poolable for ServerConn {
+    /// An idle connection must have nothing to read: EOF means the server
+    /// closed it, data means it sent something unasked (an error at shutdown).
+    fn is_usable(&mut self) -> bool {
+        if !self.read_buf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+impl ServerConn {
+    /// Reads one whole message (all its packets); returns its span length
+    /// in `read_buf`, headers included.
+    pub async fn read_message(&mut self, max: usize) -> Result<usize, InternalError> {
+        loop {
+            match scan_message(&self.read_buf, max) {
+                Ok(Some(span)) => return Ok(span.total),
+                Ok(None) => {
+                    if self.stream.read_buf(&mut self.read_buf).await? == 0 {
+                        return Err(InternalError::Closed);
+                    }
+                }
+                Err(e) => return Err(InternalError::Protocol(e.to_string())),
+            }
+        }
+    }
+
+    /// Sends a command whose answer is one OK or ERR (COM_INIT_DB, a SET,
+    /// COM_RESET_CONNECTION) and reads that answer.
+    pub async fn run_simple(&mut self, cmd: Command, body: &[u8]) -> Result<(), InternalError> {
+        let mut out = BytesMut::with_capacity(body.len() + 8);
+        write_packet(&mut out, 0, &build_command(cmd, body));
+        self.stream.write_all(&out).await?;
+        let total = self.read_message(INTERNAL_MAX).await?;
+        let msg = self.read_buf.split_to(total);
+        let payload = &msg[HEADER_LEN..HEADER_LEN + (total - HEADER_LEN).min(MAX_PAYLOAD)];
+        match classify(payload).map_err(|e| InternalError::Protocol(e.to_string()))? {
+            ResponseKind::Ok => Ok(()),
+            ResponseKind::Err => {
+                let err = parse_err(payload).map_err(|e| InternalError::Protocol(e.to_string()))?;
+                Err(InternalError::Server {
+                    code: err.code,
+                    message: String::from_utf8_lossy(err.message).into_owned(),
+                    payload: payload.to_vec(),
+                })
+            }
+            other => Err(InternalError::Protocol(format!(
+                "expected OK or ERR, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Switches the default schema with COM_INIT_DB.
+    pub async fn use_schema(&mut self, schema: &str) -> Result<(), InternalError> {
+        self.run_simple(Command::InitDb, schema.as_bytes()).await?;
+        self.schema = Some(schema.to_owned());
+        Ok(())
+    }
+
+    /// Brings the session statements to `desired`: COM_RESET_CONNECTION if
+    /// anything was applied before, then each statement.
+    pub async fn sync_session(&mut self, desired: &[String]) -> Result<(), InternalError> {
+        if !self.applied.is_empty() {
+            self.run_simple(Command::ResetConnection, &[]).await?;
+            self.applied.clear();
+        }
+        for stmt in desired {
+            self.run_simple(Command::Query, stmt.as_bytes()).await?;
+            self.applied.push(stmt.clone());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! Opening a server connection: TCP connect, the server's handshake, Fulcrum's
+//! HandshakeResponse41 as the client's user with the configured password
+//! (mysql_native_password, or caching_sha2_password's fast path, following an
+//! AuthSwitchRequest if the server asks for another plugin), up to the OK.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use mysql_common::constants::CapabilityFlags as C;
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::conn::{InternalError, ServerConn};
+use crate::auth::{caching_sha2, native};
+use crate::codec::auth_packets::{classify_auth_reply, parse_auth_switch, AuthReply};
+use crate::codec::capabilities::for_server;
+use crate::codec::err::parse_err;
+use crate::codec::handshake::{
+    build_handshake_response, parse_server_handshake, HandshakeResponse,
+};
+use crate::codec::packet::{write_packet, HEADER_LEN};
+
+/// Where and as whom to connect, and the wire format the pool needs.
+#[derive(Debug, Clone)]
+pub struct ServerTarget {
+    pub address: String,
+    pub user: String,
+    pub password: String,
+    /// `DEPRECATE_EOF` / `SESSION_TRACK` as the clients of this pool have them.
+    pub wire_format: C,
+    pub charset: u8,
+}
+
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    #[error("cannot connect to {address}: {source}")]
+    Io {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("timed out after {timeout:?} connecting to {address}")]
+    Timeout { address: String, timeout: Duration },
+    /// The server refused with ERR; `payload` is it, to pass on.
+    #[error("{address} refused the connection: {message} ({code})")]
+    Server {
+        address: String,
+        code: u16,
+        message: String,
+        payload: Vec<u8>,
+    },
+    #[error("protocol error from {address}: {reason}")]
+    Protocol { address: String, reason: String },
+}
+
+impl ConnectError {
+    /// True when the backend itself is unreachable (not a refusal of this login).
+    pub fn is_backend_down(&self) -> bool {
+        matches!(self, ConnectError::Io { .. } | ConnectError::Timeout { .. })
+    }
+}
+
+/// Opens and authenticates a connection within `timeout`.
+pub async fn connect(target: &ServerTarget, timeout: Duration) -> Result<ServerConn, ConnectError> {
+    match tokio::time::timeout(timeout, connect_inner(target)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnectError::Timeout {
+            address: target.address.clone(),
+            timeout,
+        }),
+    }
+}
+
+async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError> {
+    let address = target.address.clone();
+    let protocol = |reason: String| ConnectError::Protocol {
+        address: address.clone(),
+        reason,
+    };
+    let stream = TcpStream::connect(target.address.as_str())
+        .await
+        .map_err(|source| ConnectError::Io {
+            address: address.clone(),
+            source,
+        })?;
+    let _ = stream.set_nodelay(true);
+    let mut conn = ServerConn {
+        stream,
+        read_buf: BytesMut::with_capacity(16 * 1024),
+        address: target.address.clone(),
+        caps: C::empty(),
+        charset: target.charset,
+        connection_id: 0,
+        schema: None,
+        applied: Vec::new(),
+    };
+    let io = |e: InternalError| match e {
+        InternalError::Io(source) => ConnectError::Io {
+            address: address.clone(),
+            source,
+        },
+        other => ConnectError::Protocol {
+            address: address.clone(),
+            reason: other.to_string(),
+        },
+    };
+    let total = conn.read_message(1 << 20).await.map_err(io)?;
+    let msg = conn.read_buf.split_to(total);
+    let payload = &msg[HEADER_LEN..];
+    if payload.first() == Some(&0xFF) {
+        return Err(server_refusal(&address, payload));
+    }
+    let hs = parse_server_handshake(payload).map_err(|e| protocol(e.to_string()))?;
+    conn.connection_id = hs.connection_id;
+    // Fulcrum's flags: what the pool's clients use for the wire format, no
+    // LOCAL INFILE (refused by the server unless enabled), no schema at login.
+    let mut caps = for_server(hs.capabilities) - C::CLIENT_LOCAL_FILES - C::CLIENT_CONNECT_WITH_DB;
+    caps.set(
+        C::CLIENT_DEPRECATE_EOF,
+        target.wire_format.contains(C::CLIENT_DEPRECATE_EOF)
+            && hs.capabilities.contains(C::CLIENT_DEPRECATE_EOF),
+    );
+    caps.set(
+        C::CLIENT_SESSION_TRACK,
+        target.wire_format.contains(C::CLIENT_SESSION_TRACK)
+            && hs.capabilities.contains(C::CLIENT_SESSION_TRACK),
+    );
+    if caps & crate::codec::capabilities::WIRE_FORMAT != target.wire_format {
+        return Err(protocol(format!(
+            "server does not support the client's wire format {:?}",
+            target.wire_format
+        )));
+    }
+    conn.caps = caps;
+    let plugin = hs.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
+    let (plugin, response) = auth_response(plugin, &target.password, &hs.scramble);
+    let reply = build_handshake_response(&HandshakeResponse {
+        capabilities: caps,
+        max_packet: 1 << 30,
+        charset: target.charset,
+        username: target.user.clone(),
+        auth_response: response,
+        database: None,
+        auth_plugin: Some(plugin.to_owned()),
+        connect_attrs: None,
+        mariadb_capabilities: 0,
+    });
+    let mut out = BytesMut::new();
+    write_packet(&mut out, hs_seq_after(&msg), &reply);
+    conn.stream
+        .write_all(&out)
+        .await
+        .map_err(|source| ConnectError::Io {
+            address: address.clone(),
+            source,
+        })?;
+    loop {
+        let total = conn.read_message(1 << 20).await.map_err(io)?;
+        let msg = conn.read_buf.split_to(total);
+        let seq = msg[3].wrapping_add(1);
+        let payload = &msg[HEADER_LEN..];
+        match classify_auth_reply(payload).map_err(|e| protocol(e.to_string()))? {
+            AuthReply::Ok => return Ok(conn),
+            AuthReply::Err => return Err(server_refusal(&address, payload)),
+            AuthReply::Switch => {
+                let switch = parse_auth_switch(payload).map_err(|e| protocol(e.to_string()))?;
+                let mut scramble = [0u8; 20];
+                let n = switch.data.len().min(20);
+                scramble[..n].copy_from_slice(&switch.data[..n]);
+                let (_, response) = auth_response(&switch.plugin, &target.password, &scramble);
+                let mut out = BytesMut::new();
+                write_packet(&mut out, seq, &response);
+                conn.stream
+                    .write_all(&out)
+                    .await
+                    .map_err(|source| ConnectError::Io {
+                        address: address.clone(),
+                        source,
+                    })?;
+            }
+            AuthReply::MoreData => {
+                // caching_sha2_password: 0x03 = fast auth done, an OK follows.
+                // 0x04 = full authentication, which needs TLS or RSA.
+                if payload.get(1) == Some(&caching_sha2::PERFORM_FULL_AUTHENTICATION) {
+                    return Err(protocol(
+                        "the server wants caching_sha2_password full authentication (TLS or RSA); give the user a mysql_native_password login or warm the server's cache".into(),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The sequence id after the server's handshake packet.
+fn hs_seq_after(msg: &[u8]) -> u8 {
+    msg.get(3).copied().unwrap_or(0).wrapping_add(1)
+}
+
+/// The plugin and scrambled password for `plugin` (native for anything unknown).
+fn auth_response(plugin: &str, password: &str, scramble: &[u8; 20]) -> (&'static str, Vec<u8>) {
+    if password.is_empty() {
+        return (native::PLUGIN, Vec::new());
+    }
+    if plugin == caching_sha2::PLUGIN {
+        (
+            caching_sha2::PLUGIN,
+            caching_sha2::client_response(password.as_bytes(), scramble),
+        )
+    } else {
+        (
+            native::PLUGIN,
+            native::client_response(password.as_bytes(), scramble),
+        )
+    }
+}
+
+fn server_refusal(address: &str, payload: &[u8]) -> ConnectError {
+    match parse_err(payload) {
+        Ok(err) => ConnectError::Server {
+            address: address.to_owned(),
+            code: err.code,
+            message: String::from_utf8_lossy(err.message).into_owned(),
+            payload: payload.to_vec(),
+        },
+        Err(e) => ConnectError::Protocol {
+            address: address.to_owned(),
+            reason: e.to_string(),
+        },
+    }
+}

@@ -1,0 +1,159 @@
+//! Everything the MySQL sessions of one cluster share: its config, the
+//! router and health view, the classifier (MySQL dialect), the server
+//! connection pools keyed by (backend, user, wire format, character set), the
+//! users' passwords and the connection ids handed to clients.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fulcrum_cluster::{ClusterView, Monitor, MonitorSettings};
+use fulcrum_config::{BalancePolicy, Cluster, Role};
+use fulcrum_pool::{BackendId, Balance, Pool, Router};
+use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
+use mysql_common::constants::CapabilityFlags as C;
+use tokio::sync::watch;
+
+use crate::backend::health::MariaServerOps;
+use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
+
+/// Which server connections can serve a client: the same backend and user,
+/// the same result-set format, the same character set.
+type PoolKey = (BackendId, Arc<str>, u32, u8);
+
+pub struct MyClusterContext {
+    pub config: Cluster,
+    pub router: Arc<Router>,
+    pub view: Arc<ClusterView>,
+    pub classifier: Classifier,
+    pub passwords: HashMap<String, String>,
+    pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
+    next_connection_id: AtomicU32,
+}
+
+impl MyClusterContext {
+    pub fn new(config: Cluster) -> Arc<MyClusterContext> {
+        let primary = config
+            .backends
+            .iter()
+            .position(|b| b.role == Role::Primary)
+            .or_else(|| config.backends.iter().position(|b| b.role == Role::Auto))
+            .unwrap_or(0);
+        let replicas: Vec<BackendId> = config
+            .backends
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| *i != primary && b.role != Role::Primary)
+            .map(|(i, _)| i)
+            .collect();
+        let weights: Vec<u32> = config.backends.iter().map(|b| b.weight).collect();
+        let balance = match config.balance {
+            BalancePolicy::RoundRobin => Balance::RoundRobin,
+            BalancePolicy::Weighted => Balance::Weighted,
+            BalancePolicy::LeastConnections => Balance::LeastConnections,
+            BalancePolicy::Random => Balance::Random,
+            BalancePolicy::P2c => Balance::P2c,
+        };
+        Arc::new(MyClusterContext {
+            router: Arc::new(Router::with_policy(
+                primary,
+                &weights,
+                &replicas,
+                config.reads_on_primary,
+                balance,
+            )),
+            view: Arc::new(ClusterView::new(
+                &config
+                    .backends
+                    .iter()
+                    .map(|b| b.address.clone())
+                    .collect::<Vec<_>>(),
+            )),
+            classifier: Classifier::new(
+                Dialect::MySql,
+                &ClassifierConfig {
+                    cache_size: config.classifier_cache_size as usize,
+                    write_functions: config.write_functions.clone(),
+                    read_only_functions: config.read_only_functions.clone(),
+                },
+            ),
+            passwords: config
+                .users
+                .iter()
+                .map(|u| (u.name.clone(), u.password.clone()))
+                .collect(),
+            pools: Mutex::new(HashMap::new()),
+            next_connection_id: AtomicU32::new(1),
+            config,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Starts the cluster's health loop until `shutdown` turns true.
+    pub fn start_health(&self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let settings = MonitorSettings {
+            cluster: self.config.name.clone(),
+            health: self.config.health.clone(),
+            roles: self.config.backends.iter().map(|b| b.role).collect(),
+        };
+        let ops = Arc::new(MariaServerOps::new(&self.config));
+        Monitor::new(settings, ops, self.router.clone(), self.view.clone()).spawn(shutdown)
+    }
+
+    /// A connection id for a new client (what `CONNECTION_ID()`-aware tools and
+    /// `KILL QUERY` see).
+    pub fn connection_id(&self) -> u32 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn classify(&self, sql: &str) -> Decision {
+        self.classifier.classify(sql)
+    }
+
+    pub fn address(&self, backend: BackendId) -> &str {
+        &self.config.backends[backend].address
+    }
+
+    /// The pool for a client of `user` with `wire_format` and `charset`.
+    pub fn pool(
+        &self,
+        backend: BackendId,
+        user: &Arc<str>,
+        wire_format: C,
+        charset: u8,
+    ) -> Pool<ServerConn> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .entry((backend, user.clone(), wire_format.bits(), charset))
+            .or_insert_with(|| {
+                Pool::with_load(
+                    self.config.pool_size,
+                    self.config.pool_timeout,
+                    self.config.server_idle_timeout,
+                    self.router.load_counter(backend),
+                )
+            })
+            .clone()
+    }
+
+    /// Opens a new server connection for a pool.
+    pub async fn open(
+        &self,
+        backend: BackendId,
+        user: &str,
+        wire_format: C,
+        charset: u8,
+    ) -> Result<ServerConn, ConnectError> {
+        let target = ServerTarget {
+            address: self.address(backend).to_owned(),
+            user: user.to_owned(),
+            password: self.passwords.get(user).cloned().unwrap_or_default(),
+            wire_format,
+            charset,
+        };
+        connect(&target, self.config.connect_timeout).await
+    }
+}

@@ -1,0 +1,18 @@
+//! How a MySQL client session ends, when it does not end with COM_QUIT.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("client connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("client closed the connection")]
+    ClientGone,
+    /// The command failed and the client was told (an ERR was sent); the
+    /// session goes on.
+    #[error("command failed; session goes on")]
+    Recoverable,
+    /// Fulcrum refused the client and told it why (an ERR was sent).
+    #[error("{0}")]
+    Refused(String),
+}

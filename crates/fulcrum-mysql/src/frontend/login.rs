@@ -1,0 +1,152 @@
+//! A client's login: Fulcrum's Initial Handshake (mysql_native_password
+//! offered, a fresh scramble), the client's HandshakeResponse41, and the
+//! password check against `[[cluster.user]]`: mysql_native_password, or
+//! caching_sha2_password's fast path (Fulcrum knows the password, so it can
+//! check the scramble and answer "fast auth success"); any other plugin is
+//! switched to mysql_native_password. Unknown users and wrong passwords get
+//! the same ERR 1045. TLS is not offered yet.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::context::MyClusterContext;
+use super::error::SessionError;
+use super::wire::{read_client_message, send_error};
+use crate::auth::{caching_sha2, native};
+use crate::codec::auth_packets::build_auth_switch_scramble;
+use crate::codec::capabilities::{missing_required, negotiate, offered};
+use crate::codec::err::codes;
+use crate::codec::handshake::{
+    build_initial_handshake, make_scramble, parse_client_hello, ClientHello, InitialHandshake,
+};
+use crate::codec::packet::{write_packet, HEADER_LEN};
+use fulcrum_config::ClientAuth;
+
+/// The version clients see. The `5.5.5-` prefix is what MariaDB itself
+/// sends so that old MySQL clients parse the version; drivers look for
+/// "MariaDB" in it to enable MariaDB features.
+pub const SERVER_VERSION: &str = "5.5.5-10.11.0-MariaDB-fulcrum";
+/// utf8mb4_general_ci.
+pub const DEFAULT_CHARSET: u8 = 45;
+
+/// A logged-in client.
+pub struct Login {
+    pub user: Arc<str>,
+    pub schema: Option<String>,
+    /// Flags in force with this client.
+    pub caps: C,
+    pub charset: u8,
+    pub connection_id: u32,
+    /// Sequence id for the packet that completes the login (OK or ERR).
+    pub next_seq: u8,
+}
+
+pub async fn login(
+    ctx: &MyClusterContext,
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<Login, SessionError> {
+    let connection_id = ctx.connection_id();
+    let scramble = make_scramble(rand::random());
+    let ours = offered(false) - C::CLIENT_LOCAL_FILES;
+    let hs = build_initial_handshake(&InitialHandshake {
+        server_version: SERVER_VERSION,
+        connection_id,
+        scramble,
+        capabilities: ours,
+        charset: DEFAULT_CHARSET,
+        status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+        auth_plugin: native::PLUGIN,
+    });
+    let mut out = BytesMut::with_capacity(128);
+    write_packet(&mut out, 0, &hs);
+    client.write_all(&out).await?;
+
+    let max = 1 << 20;
+    let span = read_client_message(client, buf, max).await?;
+    let msg = buf.split_to(span.total);
+    let seq = span.last_seq.wrapping_add(1);
+    let refuse = |reason: String| SessionError::Refused(reason);
+    let hello = match parse_client_hello(&msg[HEADER_LEN..]) {
+        Ok(ClientHello::Response(r)) => r,
+        Ok(ClientHello::SslRequest { .. }) => {
+            let m = "fulcrum: TLS is not supported on this listener";
+            send_error(client, seq, codes::HANDSHAKE, m).await;
+            return Err(refuse(m.into()));
+        }
+        Err(e) => {
+            let m = format!("fulcrum: bad handshake: {e}");
+            send_error(client, seq, codes::HANDSHAKE, &m).await;
+            return Err(refuse(m));
+        }
+    };
+    let missing = missing_required(hello.capabilities);
+    if !missing.is_empty() {
+        let m = format!("fulcrum: client lacks required capabilities {missing:?}");
+        send_error(client, seq, codes::NOT_SUPPORTED_AUTH_MODE, &m).await;
+        return Err(refuse(m));
+    }
+    let caps = negotiate(hello.capabilities, ours);
+    let password = ctx.passwords.get(&hello.username);
+    let trust = ctx.config.client_auth == ClientAuth::Trust && password.is_some();
+    // Unknown users are checked against a password nobody has: same answer.
+    let expected = password.map_or("\u{1}fulcrum-no-such-user", |p| p.as_str());
+    let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
+    let mut seq = seq;
+    let ok = if trust {
+        true
+    } else if plugin == native::PLUGIN {
+        native::verify(expected.as_bytes(), &scramble, &hello.auth_response)
+            || (expected.is_empty() && hello.auth_response.is_empty())
+    } else if plugin == caching_sha2::PLUGIN {
+        let good = caching_sha2::verify(expected.as_bytes(), &scramble, &hello.auth_response);
+        if good {
+            let mut out = BytesMut::new();
+            seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
+            client.write_all(&out).await?;
+        }
+        good
+    } else {
+        // Another plugin (e.g. client_ed25519): ask for mysql_native_password.
+        let mut out = BytesMut::new();
+        write_packet(
+            &mut out,
+            seq,
+            &build_auth_switch_scramble(native::PLUGIN, &scramble),
+        );
+        client.write_all(&out).await?;
+        let span = read_client_message(client, buf, max).await?;
+        let msg = buf.split_to(span.total);
+        seq = span.last_seq.wrapping_add(1);
+        native::verify(expected.as_bytes(), &scramble, &msg[HEADER_LEN..])
+    };
+    if !ok || password.is_none() {
+        let m = format!(
+            "Access denied for user '{}'@'{}' (using password: {})",
+            hello.username,
+            client
+                .peer_addr()
+                .map(|a| a.ip().to_string())
+                .unwrap_or_default(),
+            if hello.auth_response.is_empty() {
+                "NO"
+            } else {
+                "YES"
+            }
+        );
+        send_error(client, seq, codes::ACCESS_DENIED, &m).await;
+        return Err(refuse(m));
+    }
+    Ok(Login {
+        user: hello.username.as_str().into(),
+        schema: hello.database.filter(|d| !d.is_empty()),
+        caps,
+        charset: hello.charset,
+        connection_id,
+        next_seq: seq,
+    })
+}

@@ -1,0 +1,85 @@
+//! One MySQL cluster's listener: accepts clients up to
+//! `max_client_connections`, runs each session on its own task, and stops
+//! accepting on shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
+
+use super::context::MyClusterContext;
+use super::error::SessionError;
+use super::login::login;
+use super::session::Session;
+use super::wire::send_error;
+use crate::codec::err::codes;
+
+/// A client must finish its login within this time.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Accepts clients on `listener` until `shutdown` turns true.
+pub async fn serve(
+    ctx: Arc<MyClusterContext>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limit = Arc::new(Semaphore::new(ctx.config.max_client_connections as usize));
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let permit = limit.clone().try_acquire_owned();
+        let span = tracing::debug_span!("client", cluster = %ctx.config.name, peer = %peer);
+        tokio::spawn(
+            async move {
+                let Ok(_permit) = permit else {
+                    let mut stream = stream;
+                    let msg = format!(
+                        "fulcrum: too many client connections (max_client_connections = {})",
+                        ctx.config.max_client_connections
+                    );
+                    send_error(&mut stream, 0, codes::CON_COUNT, &msg).await;
+                    return;
+                };
+                let cluster = ctx.config.name.clone();
+                match handle(ctx, stream).await {
+                    Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
+                    Err(SessionError::Refused(reason)) => {
+                        tracing::info!(%peer, %cluster, %reason, "client refused")
+                    }
+                    Err(e) => tracing::debug!(error = %e, "client session ended"),
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+async fn handle(ctx: Arc<MyClusterContext>, mut stream: TcpStream) -> Result<(), SessionError> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
+    {
+        Ok(r) => r?,
+        Err(_) => {
+            send_error(&mut stream, 2, codes::HANDSHAKE, "fulcrum: login timed out").await;
+            return Err(SessionError::Refused("login timed out".into()));
+        }
+    };
+    let seq = login.next_seq;
+    tracing::debug!(user = %login.user, schema = ?login.schema, "client logged in");
+    Session::new(ctx, stream, buf, login).run(seq).await
+}

@@ -1,0 +1,618 @@
+//! One MySQL client's session after login: read a command, pick a server
+//! (transaction pooling: a server connection only while the client is in a
+//! transaction, pinned, or right after an insert whose id it may ask for),
+//! forward the command's packets unchanged, and forward the answer's packets
+//! unchanged up to its end (`reply.rs`), which says whether the client is
+//! now in a transaction (server status flags, never guessed from text).
+//!
+//! Session state, the same principle as for PostgreSQL: `SET` statements are
+//! replayed on every server connection the client uses (COM_RESET_CONNECTION
+//! and the client's statements when the connection's differ); the default
+//! schema (COM_INIT_DB, `USE`) is set where it differs; state that cannot be
+//! replayed (user variables, temporary tables, GET_LOCK, LOCK TABLES,
+//! prepared statements, ...) pins the client to its connection.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use fulcrum_config::DefaultRoute;
+use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
+use fulcrum_sql::{route, Decision, RouteTo, SessionState};
+use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::context::MyClusterContext;
+use super::error::SessionError;
+use super::login::Login;
+use super::reply::{Reply, Shape};
+use super::wire::{put_err, put_error, put_ok, read_client_message};
+use crate::backend::conn::InternalError;
+use crate::backend::ServerConn;
+use crate::codec::capabilities::WIRE_FORMAT;
+use crate::codec::command::{command, init_db_schema, query_text, Command};
+use crate::codec::err::codes;
+use crate::codec::packet::{scan_message, write_packet, HEADER_LEN, MAX_PAYLOAD};
+use crate::codec::response::build_eof;
+
+/// Answer bytes buffered before they are written to the client.
+const FLUSH_AT: usize = 64 * 1024;
+/// Most replayed SET statements kept; past that the client is pinned.
+const MAX_SETS: usize = 64;
+
+pub struct Session {
+    ctx: Arc<MyClusterContext>,
+    client: TcpStream,
+    cbuf: BytesMut,
+    out: BytesMut,
+    user: Arc<str>,
+    caps: C,
+    wire_format: C,
+    charset: u8,
+    schema: Option<String>,
+    /// The client's SET statements, replayed in order.
+    desired: Vec<String>,
+    server: Option<Checkout<ServerConn>>,
+    backend: BackendId,
+    pinned: Option<&'static str>,
+    /// Keep the connection for the next command (LAST_INSERT_ID()).
+    keep_for_next: bool,
+    /// Status flags of the last answer (in a transaction, autocommit).
+    status: StatusFlags,
+}
+
+/// What a command needs besides forwarding.
+#[derive(Default)]
+struct Effects {
+    set: Option<String>,
+    schema: Option<String>,
+}
+
+impl Session {
+    pub fn new(
+        ctx: Arc<MyClusterContext>,
+        client: TcpStream,
+        cbuf: BytesMut,
+        login: Login,
+    ) -> Session {
+        Session {
+            backend: ctx.router.primary().unwrap_or(0),
+            ctx,
+            client,
+            cbuf,
+            out: BytesMut::with_capacity(16 * 1024),
+            user: login.user,
+            wire_format: login.caps & WIRE_FORMAT,
+            caps: login.caps,
+            charset: login.charset,
+            schema: login.schema,
+            desired: Vec::new(),
+            server: None,
+            pinned: None,
+            keep_for_next: false,
+            status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+        }
+    }
+
+    /// Completes the login (the schema asked for is checked on a server),
+    /// then serves commands until the client quits.
+    pub async fn run(mut self, login_seq: u8) -> Result<(), SessionError> {
+        if let Some(schema) = self.schema.clone() {
+            if let Err(e) = self.check_schema(&schema, login_seq).await {
+                let _ = self.flush().await;
+                return Err(e);
+            }
+        }
+        put_ok(&mut self.out, login_seq, self.caps, self.status);
+        self.flush().await?;
+        let r = self.serve().await;
+        self.cleanup().await;
+        match r {
+            Err(SessionError::ClientGone) => Ok(()),
+            r => r,
+        }
+    }
+
+    async fn check_schema(&mut self, schema: &str, seq: u8) -> Result<(), SessionError> {
+        self.attach(Route::Primary, seq).await?;
+        let server = self.server.as_mut().expect("attached");
+        match server.use_schema(schema).await {
+            Ok(()) => {
+                self.maybe_detach();
+                Ok(())
+            }
+            Err(InternalError::Server {
+                payload, message, ..
+            }) => {
+                write_packet(&mut self.out, seq, &payload);
+                Err(SessionError::Refused(message))
+            }
+            Err(e) => Err(self.lost(seq, &e.to_string()).await),
+        }
+    }
+
+    async fn serve(&mut self) -> Result<(), SessionError> {
+        loop {
+            match self.one_command().await {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(SessionError::Recoverable) => {}
+                Err(e) => return Err(e),
+            }
+            self.flush().await?;
+        }
+    }
+
+    /// Reads and handles one command; false on COM_QUIT.
+    async fn one_command(&mut self) -> Result<bool, SessionError> {
+        let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
+        {
+            let span = read_client_message(&mut self.client, &mut self.cbuf, max).await?;
+            let msg = self.cbuf.split_to(span.total);
+            let seq = span.last_seq.wrapping_add(1);
+            let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
+            let cmd = match command(first) {
+                Ok(c) => c,
+                Err(_) => {
+                    put_error(
+                        &mut self.out,
+                        seq,
+                        codes::UNKNOWN_COM,
+                        "fulcrum: empty command",
+                    );
+                    return Ok(true);
+                }
+            };
+            match cmd {
+                Command::Quit => return Ok(false),
+                Command::Ping => put_ok(&mut self.out, seq, self.caps, self.status),
+                Command::SetOption => {
+                    // Server connections always allow multi-statements.
+                    if self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
+                        put_ok(&mut self.out, seq, self.caps, self.status);
+                    } else {
+                        write_packet(&mut self.out, seq, &build_eof(0, self.status));
+                    }
+                }
+                Command::ResetConnection => self.reset_connection(seq).await?,
+                Command::InitDb => {
+                    let schema =
+                        init_db_schema(first).map(|s| String::from_utf8_lossy(s).into_owned());
+                    let effects = Effects {
+                        schema,
+                        ..Default::default()
+                    };
+                    self.forward(&msg, seq, Shape::Results, Route::Primary, effects)
+                        .await?;
+                }
+                Command::Query => {
+                    let text = query_text(first)
+                        .and_then(|t| std::str::from_utf8(t).ok())
+                        .unwrap_or("");
+                    let (route, effects) = self.route_query(text);
+                    self.forward(&msg, seq, Shape::Results, route, effects)
+                        .await?;
+                }
+                Command::StmtPrepare => {
+                    // Statements live on one server connection: the client
+                    // stays there (mapping ids across connections is not done yet).
+                    self.pin("prepared statements");
+                    self.forward(
+                        &msg,
+                        seq,
+                        Shape::Prepare,
+                        Route::Primary,
+                        Effects::default(),
+                    )
+                    .await?;
+                }
+                Command::StmtExecute
+                | Command::StmtReset
+                | Command::StmtFetch
+                | Command::StmtBulkExecute => {
+                    if self.server.is_none() {
+                        put_error(
+                            &mut self.out,
+                            seq,
+                            codes::UNKNOWN_STMT_HANDLER,
+                            "fulcrum: unknown prepared statement handler",
+                        );
+                    } else {
+                        self.forward(
+                            &msg,
+                            seq,
+                            Shape::Results,
+                            Route::Primary,
+                            Effects::default(),
+                        )
+                        .await?;
+                    }
+                }
+                Command::StmtClose | Command::StmtSendLongData => {
+                    // No answer is sent for these.
+                    if let Some(server) = self.server.as_mut() {
+                        if server.stream.write_all(&msg).await.is_err() {
+                            return Err(self.lost(seq, "writing to the server failed").await);
+                        }
+                    }
+                }
+                Command::FieldList => {
+                    self.forward(
+                        &msg,
+                        seq,
+                        Shape::FieldList,
+                        Route::Primary,
+                        Effects::default(),
+                    )
+                    .await?
+                }
+                Command::Statistics => {
+                    self.forward(
+                        &msg,
+                        seq,
+                        Shape::OnePacket,
+                        Route::Primary,
+                        Effects::default(),
+                    )
+                    .await?
+                }
+                Command::ChangeUser | Command::ProcessKill | Command::Unknown(_) => {
+                    let what = match cmd {
+                        Command::ChangeUser => "COM_CHANGE_USER is not supported through Fulcrum yet; reconnect as the other user",
+                        Command::ProcessKill => "COM_PROCESS_KILL is not supported through Fulcrum yet",
+                        _ => "unknown command",
+                    };
+                    put_error(
+                        &mut self.out,
+                        seq,
+                        codes::NOT_SUPPORTED_YET,
+                        &format!("fulcrum: {what}"),
+                    );
+                }
+            }
+            Ok(true)
+        }
+    }
+
+    /// Where a COM_QUERY goes, and what it changes in the session.
+    fn route_query(&mut self, text: &str) -> (Route, Effects) {
+        let mut effects = Effects::default();
+        let mut decision = self.ctx.classify(text);
+        if decision == Decision::Unknown && self.ctx.config.default_route == DefaultRoute::Replica {
+            decision = Decision::Read;
+        }
+        let first = text
+            .trim_start()
+            .split(|c: char| c.is_whitespace() || c == ';')
+            .next()
+            .unwrap_or("");
+        if first.eq_ignore_ascii_case("use") {
+            let name = text.trim_start()[first.len()..]
+                .trim()
+                .trim_end_matches(';')
+                .trim()
+                .trim_matches('`');
+            effects.schema = Some(name.to_owned());
+        } else if decision == Decision::Set {
+            if self.desired.len() >= MAX_SETS {
+                self.pin("many session settings");
+            } else {
+                effects.set = Some(text.trim().trim_end_matches(';').to_owned());
+            }
+        }
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        let state = SessionState {
+            in_transaction: false,
+            pinned: self.pinned.is_some(),
+        };
+        let route = match route(decision, state) {
+            RouteTo::Replica => Route::Replica,
+            RouteTo::Primary | RouteTo::Same => Route::Primary,
+        };
+        (route, effects)
+    }
+
+    fn pin(&mut self, reason: &'static str) {
+        if self.pinned.is_none() {
+            tracing::debug!(reason, "client pinned to its server connection");
+            self.pinned = Some(reason);
+        }
+    }
+
+    /// COM_RESET_CONNECTION: the client's session state is forgotten; a
+    /// pinned connection is reset on the server too and unpinned.
+    async fn reset_connection(&mut self, seq: u8) -> Result<(), SessionError> {
+        self.desired.clear();
+        self.keep_for_next = false;
+        if let Some(server) = self.server.as_mut() {
+            match server.run_simple(Command::ResetConnection, &[]).await {
+                Ok(()) => server.applied.clear(),
+                Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+            }
+        }
+        self.pinned = None;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        put_ok(&mut self.out, seq, self.caps, self.status);
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// Sends the client's command to its server and its answer back.
+    async fn forward(
+        &mut self,
+        msg: &[u8],
+        seq: u8,
+        shape: Shape,
+        route: Route,
+        effects: Effects,
+    ) -> Result<(), SessionError> {
+        if self.server.is_none() {
+            self.attach(route, seq).await?;
+            if let Err(e) = self.prepare_server(seq).await {
+                self.maybe_detach();
+                return e;
+            }
+        }
+        let keep_was = std::mem::take(&mut self.keep_for_next);
+        let server = self.server.as_mut().expect("attached");
+        if server.stream.write_all(msg).await.is_err() {
+            return Err(self.lost(seq, "writing to the server failed").await);
+        }
+        let mut reply = Reply::new(shape, server.caps);
+        let max = self.ctx.config.max_message_size as usize;
+        while !reply.is_done() {
+            let server: &mut ServerConn = self.server.as_mut().expect("attached");
+            let span = loop {
+                match scan_message(&server.read_buf, max.max(MAX_PAYLOAD)) {
+                    Ok(Some(span)) => break span,
+                    Ok(None) => {
+                        if server.read_buf.capacity() - server.read_buf.len() < 4096 {
+                            server.read_buf.reserve(16 * 1024);
+                        }
+                        match server.stream.read_buf(&mut server.read_buf).await {
+                            Ok(n) if n > 0 => {}
+                            _ => {
+                                return Err(self
+                                    .lost(seq, "the server closed the connection")
+                                    .await)
+                            }
+                        }
+                    }
+                    Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+                }
+            };
+            let frame = server.read_buf.split_to(span.total);
+            let first = &frame[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
+            if let Err(e) = reply.on_message(first) {
+                return Err(self.lost(seq, &e.0).await);
+            }
+            self.out.extend_from_slice(&frame);
+            if self.out.len() >= FLUSH_AT {
+                self.flush().await?;
+            }
+        }
+        if let Some(status) = reply.status {
+            self.status = status;
+        }
+        if !reply.error {
+            let server = self.server.as_mut().expect("attached");
+            if let Some(set) = effects.set {
+                self.desired.push(set);
+                server.applied = self.desired.clone();
+            }
+            if let Some(schema) = effects.schema {
+                server.schema = Some(schema.clone());
+                self.schema = Some(schema);
+            }
+        }
+        // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
+        self.keep_for_next = reply.last_insert_id != 0 && !keep_was;
+        if !reply.holds_connection() {
+            self.maybe_detach();
+        }
+        Ok(())
+    }
+
+    /// Gives the attached server the client's schema and session settings.
+    async fn prepare_server(&mut self, seq: u8) -> Result<(), Result<(), SessionError>> {
+        let server = self.server.as_mut().expect("attached");
+        let (schema, desired) = (self.schema.clone(), self.desired.clone());
+        let result = async {
+            if let Some(schema) = &schema {
+                if server.schema.as_deref() != Some(schema.as_str()) {
+                    server.use_schema(schema).await?;
+                }
+            }
+            if server.applied != desired {
+                server.sync_session(&desired).await?;
+                if let Some(schema) = &schema {
+                    server.use_schema(schema).await?;
+                }
+            }
+            Ok::<(), InternalError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(InternalError::Server { payload, .. }) => {
+                write_packet(&mut self.out, seq, &payload);
+                Err(Ok(()))
+            }
+            Err(e) => Err(Err(self.lost(seq, &e.to_string()).await)),
+        }
+    }
+
+    /// Attaches a server connection for `route`: a replica (the primary if
+    /// none can be had), or the primary, waiting up to `pool_timeout` for
+    /// one during a failover.
+    async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
+        if let Some(b) = self.ctx.router.pick(route) {
+            if !self.ctx.router.is_primary(b) && self.try_attach(b).await {
+                return Ok(());
+            }
+        }
+        let wait = self.ctx.config.pool_timeout;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut why = format!(
+            "the primary {} is down",
+            self.ctx.address(self.ctx.router.last_primary())
+        );
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let primary = match self.ctx.router.primary() {
+                Some(p) => Some(p),
+                None => self.ctx.router.wait_primary(None, left).await,
+            };
+            let Some(primary) = primary else { break };
+            match self.checkout(primary).await {
+                Ok(server) => {
+                    self.backend = primary;
+                    self.server = Some(server);
+                    return Ok(());
+                }
+                Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                    self.ctx.router.suspect(primary);
+                    why = e.to_string();
+                }
+                Err(PoolError::Connect(crate::backend::ConnectError::Server {
+                    payload,
+                    message,
+                    ..
+                })) => {
+                    write_packet(&mut self.out, seq, &payload);
+                    let _ = self.flush().await;
+                    return Err(SessionError::Refused(message));
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "fulcrum: {e} for user '{}' on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                        self.user,
+                        self.ctx.address(primary),
+                        self.ctx.name()
+                    );
+                    put_error(&mut self.out, seq, codes::CON_COUNT, &msg);
+                    let _ = self.flush().await;
+                    return Err(SessionError::Refused(msg));
+                }
+            }
+            if deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .is_zero()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let msg = format!(
+            "fulcrum: {why}; cluster \"{}\" has no primary to take this work; waited {wait:?}, try again",
+            self.ctx.name()
+        );
+        put_error(&mut self.out, seq, codes::SERVER_SHUTDOWN, &msg);
+        let _ = self.flush().await;
+        Err(SessionError::Refused(msg))
+    }
+
+    /// A replica's connection, or false when it cannot be had (the replica
+    /// is then reported suspect and the work goes to the primary).
+    async fn try_attach(&mut self, backend: BackendId) -> bool {
+        match self.checkout(backend).await {
+            Ok(server) => {
+                self.backend = backend;
+                self.server = Some(server);
+                true
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(replica = %self.ctx.address(backend), error = %e, "replica unreachable; using the primary");
+                self.ctx.router.suspect(backend);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn checkout(
+        &self,
+        backend: BackendId,
+    ) -> Result<Checkout<ServerConn>, PoolError<crate::backend::ConnectError>> {
+        let pool = self
+            .ctx
+            .pool(backend, &self.user, self.wire_format, self.charset);
+        let ctx = self.ctx.clone();
+        let (user, wire, charset) = (self.user.clone(), self.wire_format, self.charset);
+        pool.get(|| async move { ctx.open(backend, &user, wire, charset).await })
+            .await
+    }
+
+    /// Returns the server connection to the pool unless the client needs it.
+    fn maybe_detach(&mut self) {
+        if self.pinned.is_some() || self.keep_for_next {
+            return;
+        }
+        if let Some(server) = self.server.take() {
+            if server.read_buf.is_empty() {
+                server.release();
+            } else {
+                server.discard();
+            }
+        }
+    }
+
+    /// The server connection died under the client: ERR for the command in
+    /// flight; a client that was in a transaction or pinned is disconnected
+    /// (its state is gone, and it must not go on as if it were not).
+    async fn lost(&mut self, seq: u8, why: &str) -> SessionError {
+        let backend = self.backend;
+        if let Some(s) = self.server.take() {
+            s.discard();
+        }
+        self.ctx.router.suspect(backend);
+        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let msg = format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {}",
+            self.ctx.address(backend),
+            self.ctx.name(),
+            if in_txn || self.pinned.is_some() {
+                "the transaction or session state was lost: reconnect"
+            } else {
+                "the statement may or may not have completed"
+            }
+        );
+        tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
+        // ER_CONNECTION_KILLED-like: 2013 is client-side, so use 1927 (MariaDB).
+        put_err(&mut self.out, seq, 1927, *b"70100", &msg);
+        let _ = self.flush().await;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.keep_for_next = false;
+        if in_txn || self.pinned.is_some() {
+            SessionError::Refused(msg)
+        } else {
+            SessionError::Recoverable
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), SessionError> {
+        if !self.out.is_empty() {
+            self.client.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// The client is gone: a connection in a transaction or pinned is closed
+    /// (the server rolls back and forgets); otherwise it goes back.
+    async fn cleanup(&mut self) {
+        if let Some(server) = self.server.take() {
+            let dirty = self.pinned.is_some()
+                || self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+                || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            if dirty || !server.read_buf.is_empty() {
+                server.discard();
+            } else {
+                server.release();
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Small helpers the session uses to talk to its client: reading one whole
+//! command, and writing OK/ERR packets with the right sequence id.
+
+use bytes::BytesMut;
+use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::error::SessionError;
+use crate::codec::err::{build_err, build_error, ErrorCode};
+use crate::codec::packet::{scan_message, write_packet, MessageSpan};
+use crate::codec::response::{build_ok, OkPacket};
+
+/// Reads until `buf` holds one whole client message; returns its span.
+/// An oversized or malformed message gets ERR 1153 / 1043.
+pub async fn read_client_message(
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<MessageSpan, SessionError> {
+    loop {
+        match scan_message(buf, max) {
+            Ok(Some(span)) => return Ok(span),
+            Ok(None) => {
+                if buf.capacity() - buf.len() < 4096 {
+                    buf.reserve(16 * 1024);
+                }
+                if client.read_buf(buf).await? == 0 {
+                    return Err(SessionError::ClientGone);
+                }
+            }
+            Err(e) => {
+                let seq = buf.get(3).copied().unwrap_or(0).wrapping_add(1);
+                let (code, msg) = match e {
+                    crate::codec::packet::PacketError::TooLarge { .. } => (
+                        crate::codec::err::codes::NET_PACKET_TOO_LARGE,
+                        format!("fulcrum: {e} (max_message_size)"),
+                    ),
+                    _ => (crate::codec::err::codes::HANDSHAKE, format!("fulcrum: {e}")),
+                };
+                send_error(client, seq, code, &msg).await;
+                return Err(SessionError::Refused(msg));
+            }
+        }
+    }
+}
+
+/// Appends an OK packet.
+pub fn put_ok(out: &mut BytesMut, seq: u8, caps: C, status: StatusFlags) {
+    let ok = build_ok(
+        &OkPacket {
+            affected_rows: 0,
+            last_insert_id: 0,
+            status,
+            warnings: 0,
+            info: b"",
+            session_state: b"",
+        },
+        caps,
+    );
+    write_packet(out, seq, &ok);
+}
+
+/// Appends an ERR packet.
+pub fn put_error(out: &mut BytesMut, seq: u8, code: ErrorCode, message: &str) {
+    write_packet(out, seq, &build_error(code, message));
+}
+
+/// Appends an ERR packet with any code and state.
+pub fn put_err(out: &mut BytesMut, seq: u8, code: u16, state: [u8; 5], message: &str) {
+    write_packet(out, seq, &build_err(code, state, message));
+}
+
+/// Sends an ERR packet now, ignoring write errors (the client may be gone).
+pub async fn send_error(client: &mut TcpStream, seq: u8, code: ErrorCode, message: &str) {
+    let mut out = BytesMut::new();
+    put_error(&mut out, seq, code, message);
+    let _ = client.write_all(&out).await;
+}

@@ -1,0 +1,220 @@
+//! The MySQL front end on a real MariaDB primary with two GTID replicas (the
+//! testkit's; the `app` user has no SUPER, so a write misrouted to a
+//! read-only replica fails with 1290): the `mariadb` command-line client and
+//! mysql_async through Fulcrum, reads spread over the replicas, writes and
+//! transactions on the primary, session state kept, bad logins refused.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fulcrum_testkit::{
+    free_port, run_mariadb, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+
+fn cluster() -> &'static MariaCluster {
+    static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let c = MariaCluster::builder()
+            .replicas(2)
+            .start()
+            .expect("MariaDB cluster");
+        c.primary()
+            .sql("CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+            .expect("table");
+        c.wait_replicas_caught_up(Duration::from_secs(30))
+            .expect("catch up");
+        c
+    })
+}
+
+/// Fulcrum's config for the cluster, listening on `port`.
+fn config(port: u16, extra: &str) -> String {
+    let c = cluster();
+    let mut t = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nclient_auth = \"scram-sha-256\"\n\
+         health_user = \"root\"\nhealth_password = \"\"\nhealth_interval = \"500ms\"\n{extra}\n"
+    );
+    t.push_str(&format!(
+        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
+        c.primary().addr()
+    ));
+    for r in c.replicas() {
+        t.push_str(&format!(
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
+            r.addr()
+        ));
+    }
+    t.push_str(&format!(
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    ));
+    t
+}
+
+fn start(extra: &str) -> (FulcrumProcess, u16) {
+    let port = free_port();
+    let p = FulcrumProcess::start(&config(port, extra)).expect("fulcrum starts");
+    (p, port)
+}
+
+async fn connect(port: u16) -> Conn {
+    let opts = OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB))
+        .prefer_socket(false);
+    Conn::new(opts).await.expect("connect through fulcrum")
+}
+
+async fn port_of(conn: &mut Conn, sql: &str) -> u16 {
+    conn.query_first::<u16, _>(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .expect("a row")
+}
+
+fn replica_ports() -> HashSet<u16> {
+    cluster().replicas().iter().map(|r| r.port()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_to_both_replicas_and_writes_to_the_primary() {
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    let mut seen = HashSet::new();
+    for _ in 0..10 {
+        let p = port_of(&mut conn, "SELECT @@port").await;
+        assert!(replica_ports().contains(&p), "read served by {p}");
+        seen.insert(p);
+    }
+    assert_eq!(seen, replica_ports(), "both replicas serve reads");
+    // A write succeeds (on a replica it would fail with 1290).
+    conn.query_drop("INSERT INTO items (v) VALUES (1)")
+        .await
+        .unwrap();
+    let id: u64 = conn
+        .query_first("SELECT LAST_INSERT_ID()")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        id > 0,
+        "LAST_INSERT_ID() answered on the connection that inserted"
+    );
+    assert_eq!(
+        port_of(&mut conn, "SELECT @@port FOR UPDATE").await,
+        cluster().primary().port()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_stays_on_the_primary_until_it_ends() {
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    let primary = cluster().primary().port();
+    conn.query_drop("BEGIN").await.unwrap();
+    for _ in 0..4 {
+        assert_eq!(port_of(&mut conn, "SELECT @@port").await, primary);
+    }
+    conn.query_drop("INSERT INTO items (v) VALUES (2)")
+        .await
+        .unwrap();
+    conn.query_drop("COMMIT").await.unwrap();
+    assert!(replica_ports().contains(&port_of(&mut conn, "SELECT @@port").await));
+    // A read-only transaction may use a replica.
+    conn.query_drop("START TRANSACTION READ ONLY")
+        .await
+        .unwrap();
+    let p = port_of(&mut conn, "SELECT @@port").await;
+    assert_eq!(
+        port_of(&mut conn, "SELECT @@port").await,
+        p,
+        "one server for the transaction"
+    );
+    conn.query_drop("COMMIT").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_settings_follow_the_client_across_servers() {
+    let (_p, port) = start("");
+    let mut a = connect(port).await;
+    let mut b = connect(port).await;
+    a.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'")
+        .await
+        .unwrap();
+    for _ in 0..6 {
+        let mode: String = a.query_first("SELECT @@sql_mode").await.unwrap().unwrap();
+        assert_eq!(mode, "ANSI_QUOTES", "kept on every server the client uses");
+        let other: String = b.query_first("SELECT @@sql_mode").await.unwrap().unwrap();
+        assert_ne!(other, "ANSI_QUOTES", "never leaks to another client");
+    }
+    // A user variable pins the client to its connection.
+    a.query_drop("SET @mine = 41").await.unwrap();
+    for _ in 0..4 {
+        let v: i64 = a.query_first("SELECT @mine + 1").await.unwrap().unwrap();
+        assert_eq!(v, 42);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_protocol_prepared_statements_work() {
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    let stmt = conn.prep("SELECT ? + 1").await.unwrap();
+    for i in 0..5i64 {
+        let v: i64 = conn.exec_first(&stmt, (i,)).await.unwrap().unwrap();
+        assert_eq!(v, i + 1);
+    }
+    conn.exec_drop("INSERT INTO items (v) VALUES (?)", (7,))
+        .await
+        .unwrap();
+    conn.close(stmt).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mariadb_client_works_and_bad_logins_are_refused() {
+    let (_p, port) = start("");
+    let addr = format!("127.0.0.1:{port}");
+    let out = run_mariadb(
+        &addr,
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+        "SELECT @@port; SELECT 1+1",
+    )
+    .unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        replica_ports().contains(&lines[0].trim().parse().unwrap()),
+        "{out}"
+    );
+    assert_eq!(lines[1].trim(), "2");
+    run_mariadb(
+        &addr,
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+        "INSERT INTO items (v) VALUES (3)",
+    )
+    .unwrap();
+
+    let wrong = run_mariadb(&addr, APP_USER, "nope", APP_DB, "SELECT 1").unwrap_err();
+    assert!(format!("{wrong}").contains("1045"), "{wrong}");
+    let unknown_db =
+        run_mariadb(&addr, APP_USER, APP_PASSWORD, "no_such_db", "SELECT 1").unwrap_err();
+    // The server's own answer is passed on: 1044 for a user with no rights
+    // on it (as here), 1049 for one who has.
+    let text = format!("{unknown_db}");
+    assert!(
+        text.contains("1044") && text.contains("no_such_db"),
+        "{text}"
+    );
+    // Other clients are unharmed.
+    let mut conn = connect(port).await;
+    conn.query_drop("SELECT 1").await.unwrap();
+}
