@@ -3,6 +3,9 @@
 //! the session statements replayed on it, and a buffer of bytes read.
 //! Reading whole messages and running Fulcrum's own commands live here too.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use bytes::BytesMut;
 use mysql_common::constants::CapabilityFlags as C;
 use thiserror::Error;
@@ -30,6 +33,19 @@ pub struct ServerConn {
     pub schema: Option<String>,
     /// Session statements (SET ...) replayed on this connection, in order.
     pub applied: Vec<String>,
+    /// Statements prepared on this connection, by text.
+    pub prepared: HashMap<Arc<str>, ServerStmt>,
+}
+
+/// A statement prepared on one server connection.
+#[derive(Debug, Clone)]
+pub struct ServerStmt {
+    pub id: u32,
+    /// The server's whole answer to the prepare (PREPARE_OK and the
+    /// definitions), replayed to the next client that prepares the same text.
+    pub answer: Vec<u8>,
+    /// The parameter types this statement was last executed with here.
+    pub types: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Error)]

@@ -93,6 +93,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         connection_id: 0,
         schema: None,
         applied: Vec::new(),
+        prepared: std::collections::HashMap::new(),
     };
     let io = |e: InternalError| match e {
         InternalError::Io(source) => ConnectError::Io {

@@ -7,6 +7,7 @@ pub mod login;
 pub mod reply;
 pub mod serve;
 pub mod session;
+pub mod statements;
 pub mod wire;
 
 pub use context::MyClusterContext;

@@ -12,6 +12,9 @@
 //! replayed (user variables, temporary tables, GET_LOCK, LOCK TABLES,
 //! prepared statements, ...) pins the client to its connection.
 
+mod prepared;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -59,6 +62,10 @@ pub struct Session {
     keep_for_next: bool,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
+    /// The client's prepared statements, by the ids Fulcrum gave it.
+    stmts: HashMap<u32, super::statements::ClientStmt>,
+    next_stmt: u32,
+    last_prepared: Option<u32>,
 }
 
 /// What a command needs besides forwarding.
@@ -91,6 +98,9 @@ impl Session {
             pinned: None,
             keep_for_next: false,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
+            stmts: HashMap::new(),
+            next_stmt: 1,
+            last_prepared: None,
         }
     }
 
@@ -193,48 +203,16 @@ impl Session {
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;
                 }
-                Command::StmtPrepare => {
-                    // Statements live on one server connection: the client
-                    // stays there (mapping ids across connections is not done yet).
-                    self.pin("prepared statements");
-                    self.forward(
-                        &msg,
-                        seq,
-                        Shape::Prepare,
-                        Route::Primary,
-                        Effects::default(),
-                    )
-                    .await?;
+                Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
+                Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
+                    let payload = reassembled(&msg, &span);
+                    self.stmt_execute(&payload, seq).await?
                 }
-                Command::StmtExecute
-                | Command::StmtReset
-                | Command::StmtFetch
-                | Command::StmtBulkExecute => {
-                    if self.server.is_none() {
-                        put_error(
-                            &mut self.out,
-                            seq,
-                            codes::UNKNOWN_STMT_HANDLER,
-                            "fulcrum: unknown prepared statement handler",
-                        );
-                    } else {
-                        self.forward(
-                            &msg,
-                            seq,
-                            Shape::Results,
-                            Route::Primary,
-                            Effects::default(),
-                        )
-                        .await?;
-                    }
-                }
-                Command::StmtClose | Command::StmtSendLongData => {
-                    // No answer is sent for these.
-                    if let Some(server) = self.server.as_mut() {
-                        if server.stream.write_all(&msg).await.is_err() {
-                            return Err(self.lost(seq, "writing to the server failed").await);
-                        }
-                    }
+                Command::StmtReset => self.stmt_reset(first, seq).await?,
+                Command::StmtClose => self.stmt_close(first),
+                Command::StmtSendLongData => {
+                    let payload = reassembled(&msg, &span);
+                    self.stmt_long_data(&payload, seq).await?
                 }
                 Command::FieldList => {
                     self.forward(
@@ -348,13 +326,37 @@ impl Session {
         route: Route,
         effects: Effects,
     ) -> Result<(), SessionError> {
-        if self.server.is_none() {
-            self.attach(route, seq).await?;
-            if let Err(e) = self.prepare_server(seq).await {
-                self.maybe_detach();
-                return e;
-            }
+        if !self.ensure_attached(route, seq).await? {
+            return Ok(());
         }
+        self.forward_bytes(msg, seq, shape, effects).await
+    }
+
+    /// Attaches a server for `route` if none is attached, with the client's
+    /// schema and settings; false when that failed and an ERR was queued.
+    async fn ensure_attached(&mut self, route: Route, seq: u8) -> Result<bool, SessionError> {
+        if self.server.is_some() {
+            return Ok(true);
+        }
+        self.attach(route, seq).await?;
+        match self.prepare_server(seq).await {
+            Ok(()) => Ok(true),
+            Err(Ok(())) => {
+                self.maybe_detach();
+                Ok(false)
+            }
+            Err(Err(e)) => Err(e),
+        }
+    }
+
+    /// Writes `msg` to the attached server and streams its answer back.
+    async fn forward_bytes(
+        &mut self,
+        msg: &[u8],
+        seq: u8,
+        shape: Shape,
+        effects: Effects,
+    ) -> Result<(), SessionError> {
         let keep_was = std::mem::take(&mut self.keep_for_next);
         let server = self.server.as_mut().expect("attached");
         if server.stream.write_all(msg).await.is_err() {
@@ -363,28 +365,9 @@ impl Session {
         let mut reply = Reply::new(shape, server.caps);
         let max = self.ctx.config.max_message_size as usize;
         while !reply.is_done() {
-            let server: &mut ServerConn = self.server.as_mut().expect("attached");
-            let span = loop {
-                match scan_message(&server.read_buf, max.max(MAX_PAYLOAD)) {
-                    Ok(Some(span)) => break span,
-                    Ok(None) => {
-                        if server.read_buf.capacity() - server.read_buf.len() < 4096 {
-                            server.read_buf.reserve(16 * 1024);
-                        }
-                        match server.stream.read_buf(&mut server.read_buf).await {
-                            Ok(n) if n > 0 => {}
-                            _ => {
-                                return Err(self
-                                    .lost(seq, "the server closed the connection")
-                                    .await)
-                            }
-                        }
-                    }
-                    Err(e) => return Err(self.lost(seq, &e.to_string()).await),
-                }
-            };
-            let frame = server.read_buf.split_to(span.total);
-            let first = &frame[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
+            let frame = self.next_server_message(seq, max).await?;
+            let first =
+                &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
             if let Err(e) = reply.on_message(first) {
                 return Err(self.lost(seq, &e.0).await);
             }
@@ -413,6 +396,27 @@ impl Session {
             self.maybe_detach();
         }
         Ok(())
+    }
+
+    /// The next whole message from the attached server.
+    async fn next_server_message(&mut self, seq: u8, max: usize) -> Result<BytesMut, SessionError> {
+        let server: &mut ServerConn = self.server.as_mut().expect("attached");
+        let span = loop {
+            match scan_message(&server.read_buf, max.max(MAX_PAYLOAD)) {
+                Ok(Some(span)) => break span,
+                Ok(None) => {
+                    if server.read_buf.capacity() - server.read_buf.len() < 4096 {
+                        server.read_buf.reserve(16 * 1024);
+                    }
+                    match server.stream.read_buf(&mut server.read_buf).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return Err(self.lost(seq, "the server closed the connection").await),
+                    }
+                }
+                Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+            }
+        };
+        Ok(server.read_buf.split_to(span.total))
     }
 
     /// Gives the attached server the client's schema and session settings.
@@ -551,7 +555,10 @@ impl Session {
             return;
         }
         if let Some(server) = self.server.take() {
-            if server.read_buf.is_empty() {
+            // A connection holding more prepared statements than allowed is
+            // closed rather than reused: memory on both sides stays bounded.
+            let max = self.ctx.config.max_prepared_statements as usize;
+            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
                 server.release();
             } else {
                 server.discard();
@@ -614,5 +621,13 @@ impl Session {
                 server.release();
             }
         }
+    }
+}
+
+/// The payload of a whole client message (its packets joined).
+fn reassembled(msg: &[u8], span: &crate::codec::packet::MessageSpan) -> Vec<u8> {
+    match crate::codec::packet::reassemble(msg, usize::MAX) {
+        Ok(Some(m)) => m.payload.into_owned(),
+        _ => msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)].to_vec(),
     }
 }

@@ -1,0 +1,291 @@
+//! Prepared statements across server connections (transaction pooling). A
+//! client's COM_STMT_PREPARE gets a Fulcrum statement id; the statement is
+//! prepared on whichever server connection runs it, once per connection
+//! (the server's answer is kept and replayed to the next client preparing
+//! the same text there); COM_STMT_EXECUTE has its id rewritten, and the
+//! parameter types the client bound are sent again where that connection
+//! has not seen them. COM_STMT_CLOSE only forgets the client's id.
+
+use std::sync::Arc;
+
+use fulcrum_pool::Route;
+use fulcrum_sql::{route, Decision, RouteTo, SessionState};
+
+use super::super::reply::{Reply, Shape};
+use super::super::statements::{execute_flags, execute_types, with_types, ClientStmt};
+use super::super::wire::{put_error, put_ok};
+use super::{Effects, Session};
+use crate::backend::conn::ServerStmt;
+use crate::codec::command::{
+    build_command, parse_prepare_ok, prepare_text, set_prepare_ok_statement_id, set_statement_id,
+    statement_id, Command, LAST_PREPARED,
+};
+use crate::codec::err::codes;
+use crate::codec::packet::{write_packet, HEADER_LEN, MAX_PAYLOAD};
+use crate::frontend::error::SessionError;
+
+/// What preparing on the attached server gave.
+enum Prepared {
+    Ready {
+        id: u32,
+    },
+    /// The server refused; its ERR payload.
+    Refused(Vec<u8>),
+}
+
+impl Session {
+    fn stmt_route(&mut self, decision: Decision) -> Route {
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        let state = SessionState {
+            in_transaction: false,
+            pinned: self.pinned.is_some(),
+        };
+        match route(decision, state) {
+            RouteTo::Replica => Route::Replica,
+            RouteTo::Primary | RouteTo::Same => Route::Primary,
+        }
+    }
+
+    /// COM_STMT_PREPARE.
+    pub(super) async fn stmt_prepare(
+        &mut self,
+        payload: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let sql: Arc<str> = match prepare_text(payload).and_then(|t| std::str::from_utf8(t).ok()) {
+            Some(t) => t.into(),
+            None => {
+                put_error(
+                    &mut self.out,
+                    seq,
+                    codes::UNKNOWN,
+                    "fulcrum: statement text is not UTF-8",
+                );
+                return Ok(());
+            }
+        };
+        let decision = self.ctx.classify(&sql);
+        let route = self.stmt_route(decision);
+        if !self.ensure_attached(route, seq).await? {
+            return Ok(());
+        }
+        match self.ensure_prepared(&sql, seq).await? {
+            Prepared::Refused(err) => {
+                write_packet(&mut self.out, seq, &err);
+            }
+            Prepared::Ready { .. } => {
+                let server = self.server.as_ref().expect("attached");
+                let mut answer = server.prepared[&sql].answer.clone();
+                let num_params =
+                    parse_prepare_ok(&answer[HEADER_LEN..]).map_or(0, |p| p.num_params);
+                let id = self.next_stmt;
+                self.next_stmt = self.next_stmt.wrapping_add(1).max(1);
+                let _ = set_prepare_ok_statement_id(&mut answer[HEADER_LEN..], id);
+                self.out.extend_from_slice(&answer);
+                self.stmts.insert(
+                    id,
+                    ClientStmt {
+                        sql,
+                        num_params,
+                        decision,
+                        types: None,
+                    },
+                );
+                self.last_prepared = Some(id);
+            }
+        }
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// Prepares `sql` on the attached server unless it has it already.
+    async fn ensure_prepared(&mut self, sql: &Arc<str>, seq: u8) -> Result<Prepared, SessionError> {
+        if let Some(s) = self.server.as_ref().expect("attached").prepared.get(sql) {
+            return Ok(Prepared::Ready { id: s.id });
+        }
+        let mut msg = bytes::BytesMut::new();
+        write_packet(
+            &mut msg,
+            0,
+            &build_command(Command::StmtPrepare, sql.as_bytes()),
+        );
+        let server = self.server.as_mut().expect("attached");
+        let caps = server.caps;
+        if tokio::io::AsyncWriteExt::write_all(&mut server.stream, &msg)
+            .await
+            .is_err()
+        {
+            return Err(self.lost(seq, "writing to the server failed").await);
+        }
+        let mut reply = Reply::new(Shape::Prepare, caps);
+        let mut answer = Vec::new();
+        let max = self.ctx.config.max_message_size as usize;
+        while !reply.is_done() {
+            let frame = self.next_server_message(seq, max).await?;
+            let first =
+                &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
+            if let Err(e) = reply.on_message(first) {
+                return Err(self.lost(seq, &e.0).await);
+            }
+            answer.extend_from_slice(&frame);
+        }
+        if reply.error {
+            return Ok(Prepared::Refused(answer[HEADER_LEN..].to_vec()));
+        }
+        let ok = match parse_prepare_ok(&answer[HEADER_LEN..]) {
+            Ok(ok) => ok,
+            Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+        };
+        let server = self.server.as_mut().expect("attached");
+        server.prepared.insert(
+            sql.clone(),
+            ServerStmt {
+                id: ok.statement_id,
+                answer,
+                types: None,
+            },
+        );
+        Ok(Prepared::Ready {
+            id: ok.statement_id,
+        })
+    }
+
+    /// The client's statement for a statement command, by its id.
+    fn client_stmt(&self, payload: &[u8]) -> Option<(u32, ClientStmt)> {
+        let id = statement_id(payload).ok().flatten()?;
+        let id = if id == LAST_PREPARED {
+            self.last_prepared?
+        } else {
+            id
+        };
+        self.stmts.get(&id).map(|s| (id, s.clone()))
+    }
+
+    /// COM_STMT_EXECUTE (and MariaDB's BULK_EXECUTE, FETCH): on the
+    /// connection the client has, or one the statement's route picks.
+    pub(super) async fn stmt_execute(
+        &mut self,
+        payload: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let Some((id, stmt)) = self.client_stmt(payload) else {
+            put_error(
+                &mut self.out,
+                seq,
+                codes::UNKNOWN_STMT_HANDLER,
+                "fulcrum: unknown prepared statement handler",
+            );
+            return Ok(());
+        };
+        if let Some(types) = execute_types(payload, stmt.num_params) {
+            if let Some(s) = self.stmts.get_mut(&id) {
+                s.types = Some(types.to_vec());
+            }
+        }
+        let types = self.stmts.get(&id).and_then(|s| s.types.clone());
+        if payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0 {
+            self.pin("cursor");
+        }
+        let route = self.stmt_route(stmt.decision);
+        if !self.ensure_attached(route, seq).await? {
+            return Ok(());
+        }
+        let server_id = match self.ensure_prepared(&stmt.sql, seq).await? {
+            Prepared::Ready { id } => id,
+            Prepared::Refused(err) => {
+                write_packet(&mut self.out, seq, &err);
+                self.maybe_detach();
+                return Ok(());
+            }
+        };
+        let server = self.server.as_mut().expect("attached");
+        let entry = server.prepared.get_mut(&stmt.sql).expect("just prepared");
+        let mut body = match (&types, execute_types(payload, stmt.num_params)) {
+            (Some(t), None) if entry.types.as_ref() != Some(t) => {
+                with_types(payload, stmt.num_params, t).unwrap_or_else(|| payload.to_vec())
+            }
+            _ => payload.to_vec(),
+        };
+        entry.types = types;
+        let _ = set_statement_id(&mut body, server_id);
+        let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
+        write_packet(&mut msg, 0, &body);
+        self.forward_bytes(&msg, seq, Shape::Results, Effects::default())
+            .await
+    }
+
+    /// COM_STMT_CLOSE: the client's id goes; the server keeps the statement
+    /// for the next client that prepares the same text. No answer.
+    pub(super) fn stmt_close(&mut self, payload: &[u8]) {
+        if let Some((id, _)) = self.client_stmt(payload) {
+            self.stmts.remove(&id);
+        }
+    }
+
+    /// COM_STMT_RESET: on the attached connection if it has the statement,
+    /// else nothing to reset.
+    pub(super) async fn stmt_reset(&mut self, payload: &[u8], seq: u8) -> Result<(), SessionError> {
+        let Some((_, stmt)) = self.client_stmt(payload) else {
+            put_error(
+                &mut self.out,
+                seq,
+                codes::UNKNOWN_STMT_HANDLER,
+                "fulcrum: unknown prepared statement handler",
+            );
+            return Ok(());
+        };
+        let server_id = self
+            .server
+            .as_ref()
+            .and_then(|s| s.prepared.get(&stmt.sql))
+            .map(|s| s.id);
+        match server_id {
+            Some(id) => {
+                let mut body = payload.to_vec();
+                let _ = set_statement_id(&mut body, id);
+                let mut msg = bytes::BytesMut::new();
+                write_packet(&mut msg, 0, &body);
+                self.forward_bytes(&msg, seq, Shape::Results, Effects::default())
+                    .await
+            }
+            None => {
+                put_ok(&mut self.out, seq, self.caps, self.status);
+                Ok(())
+            }
+        }
+    }
+
+    /// COM_STMT_SEND_LONG_DATA: the data lives on one connection until the
+    /// execute, so the client stays there. No answer.
+    pub(super) async fn stmt_long_data(
+        &mut self,
+        payload: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let Some((_, stmt)) = self.client_stmt(payload) else {
+            return Ok(());
+        };
+        self.pin("long data");
+        let route = self.stmt_route(stmt.decision);
+        if !self.ensure_attached(route, seq).await? {
+            return Ok(());
+        }
+        let Prepared::Ready { id } = self.ensure_prepared(&stmt.sql, seq).await? else {
+            return Ok(());
+        };
+        let mut body = payload.to_vec();
+        let _ = set_statement_id(&mut body, id);
+        let mut msg = bytes::BytesMut::new();
+        write_packet(&mut msg, 0, &body);
+        let server = self.server.as_mut().expect("attached");
+        if tokio::io::AsyncWriteExt::write_all(&mut server.stream, &msg)
+            .await
+            .is_err()
+        {
+            return Err(self.lost(seq, "writing to the server failed").await);
+        }
+        Ok(())
+    }
+}
