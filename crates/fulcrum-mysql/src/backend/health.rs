@@ -168,7 +168,14 @@ impl ServerOps for MariaServerOps {
                     .query_first("SELECT @@read_only, @@gtid_binlog_pos, @@gtid_slave_pos")
                     .await?;
                 let (read_only, binlog_pos, slave_pos) = row.unwrap_or_default();
-                let status: Option<Row> = c.query_first("SHOW SLAVE STATUS").await?;
+                // Needs REPLICATION CLIENT (SLAVE MONITOR): without it the
+                // probe still has role and positions, only not the received
+                // position and the lag in seconds.
+                let status: Option<Row> = match c.query_first("SHOW SLAVE STATUS").await {
+                    Ok(s) => s,
+                    Err(mysql_async::Error::Server(e)) if e.code == 1227 => None,
+                    Err(e) => return Err(e),
+                };
                 let (io_pos, seconds_behind) = match &status {
                     Some(s) => (
                         text(s, "Gtid_IO_Pos"),
