@@ -12,6 +12,10 @@ pub enum SessionError {
     /// session goes on.
     #[error("command failed; session goes on")]
     Recoverable,
+    /// A read's replica died before any byte of its answer reached the
+    /// client: send it again elsewhere.
+    #[error("replica lost before answering; retry")]
+    Retry,
     /// Fulcrum refused the client and told it why (an ERR was sent).
     #[error("{0}")]
     Refused(String),

@@ -60,6 +60,11 @@ pub struct Session {
     pinned: Option<&'static str>,
     /// Keep the connection for the next command (LAST_INSERT_ID()).
     keep_for_next: bool,
+    /// The command in flight may be sent again if its server dies before
+    /// answering (a read on a replica, outside a transaction).
+    retryable: bool,
+    /// Bytes of the current command's answer already went to the client.
+    answered: bool,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -97,6 +102,8 @@ impl Session {
             server: None,
             pinned: None,
             keep_for_next: false,
+            retryable: false,
+            answered: false,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             stmts: HashMap::new(),
             next_stmt: 1,
@@ -326,10 +333,49 @@ impl Session {
         route: Route,
         effects: Effects,
     ) -> Result<(), SessionError> {
+        let fresh = self.server.is_none();
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
-        self.forward_bytes(msg, seq, shape, effects).await
+        self.retryable = fresh
+            && route == Route::Replica
+            && self.pinned.is_none()
+            && !self.ctx.router.is_primary(self.backend);
+        self.answered = false;
+        let first = self.backend;
+        let Effects { set, schema } = effects;
+        let again = Effects {
+            set: set.clone(),
+            schema: schema.clone(),
+        };
+        match self
+            .forward_bytes(msg, seq, shape, Effects { set, schema })
+            .await
+        {
+            Err(SessionError::Retry) => {
+                self.retryable = false;
+                tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
+                // The dead replica is suspect now: the router will not pick it.
+                self.attach(route, seq).await?;
+                if self.backend == first {
+                    self.maybe_detach();
+                    self.attach(Route::Primary, seq).await?;
+                }
+                match self.prepare_server(seq).await {
+                    Ok(()) => {}
+                    Err(Ok(())) => {
+                        self.maybe_detach();
+                        return Ok(());
+                    }
+                    Err(Err(e)) => return Err(e),
+                }
+                self.forward_bytes(msg, seq, shape, again).await
+            }
+            r => {
+                self.retryable = false;
+                r
+            }
+        }
     }
 
     /// Attaches a server for `route` if none is attached, with the client's
@@ -588,6 +634,11 @@ impl Session {
             }
         );
         tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
+        if self.retryable && !self.answered {
+            self.retryable = false;
+            self.out.clear();
+            return SessionError::Retry;
+        }
         // ER_CONNECTION_KILLED-like: 2013 is client-side, so use 1927 (MariaDB).
         put_err(&mut self.out, seq, 1927, *b"70100", &msg);
         let _ = self.flush().await;
@@ -602,6 +653,7 @@ impl Session {
 
     async fn flush(&mut self) -> Result<(), SessionError> {
         if !self.out.is_empty() {
+            self.answered = true;
             self.client.write_all(&self.out).await?;
             self.out.clear();
         }

@@ -1,0 +1,240 @@
+//! Failover through Fulcrum on real MariaDB GTID clusters, as for PostgreSQL:
+//! a replica killed under a read load (no client error; re-admitted after a
+//! restart), and the primary killed under a write load with
+//! `failover = "promote"` (semi-synchronous replication, so acknowledged
+//! writes are on a replica): the most advanced replica is promoted, writes
+//! resume (the figure is printed), acknowledged writes are counted on it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn config(c: &MariaCluster, port: u16, extra: &str) -> String {
+    let mut t = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\npool_timeout = \"10s\"\n\
+         health_user = \"root\"\nhealth_password = \"\"\nhealth_interval = \"500ms\"\n{extra}\n"
+    );
+    t.push_str(&format!(
+        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
+        c.primary().addr()
+    ));
+    for r in c.replicas() {
+        t.push_str(&format!(
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
+            r.addr()
+        ));
+    }
+    t.push_str(&format!(
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    ));
+    t
+}
+
+async fn connect(port: u16) -> mysql_async::Result<Conn> {
+    let opts = OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB))
+        .prefer_socket(false);
+    Conn::new(opts).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_killed_under_reads_is_ejected_without_errors_and_readmitted() {
+    let _serial = SERIAL.lock().await;
+    let c = MariaCluster::builder()
+        .replicas(2)
+        .start()
+        .expect("cluster");
+    let port = free_port();
+    let p = FulcrumProcess::start(&config(&c, port, "")).unwrap();
+    let victim = &c.replicas()[0];
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut conn = connect(port).await.expect("connect");
+                let mut counts: HashMap<u16, u64> = HashMap::new();
+                let mut errors = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match conn.query_first::<u16, _>("SELECT @@port").await {
+                        Ok(Some(p)) => *counts.entry(p).or_insert(0) += 1,
+                        Ok(None) => errors.push("no row".to_string()),
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                (counts, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    victim.stop_immediate().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut counts: HashMap<u16, u64> = HashMap::new();
+    let mut errors = Vec::new();
+    for t in tasks {
+        let (c, e) = t.await.unwrap();
+        for (port, n) in c {
+            *counts.entry(port).or_insert(0) += n;
+        }
+        errors.extend(e);
+    }
+    eprintln!(
+        "MariaDB reads during the kill: {counts:?}; {} errors",
+        errors.len()
+    );
+    assert!(errors.is_empty(), "clients saw errors: {errors:?}");
+    assert!(counts.get(&victim.port()).copied().unwrap_or(0) > 0);
+    p.wait_for_log("backend down", Duration::from_secs(5))
+        .unwrap();
+
+    victim.start().unwrap();
+    let mut conn = connect(port).await.unwrap();
+    let back = Instant::now();
+    loop {
+        if conn.query_first::<u16, _>("SELECT @@port").await.unwrap() == Some(victim.port()) {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(15),
+            "never re-admitted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "MariaDB replica re-admitted {:?} after its restart",
+        back.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() {
+    let _serial = SERIAL.lock().await;
+    let c = MariaCluster::builder()
+        .replicas(2)
+        .setting("rpl-semi-sync-master-enabled", "1")
+        .setting("rpl-semi-sync-slave-enabled", "1")
+        .setting("rpl-semi-sync-master-wait-point", "AFTER_SYNC")
+        .start()
+        .expect("cluster");
+    c.primary()
+        .sql("CREATE TABLE acked (id BIGINT PRIMARY KEY)")
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    // replica1 stops replicating: replica2 is the one to promote.
+    let behind = &c.replicas()[0];
+    behind.sql_db("mysql", "STOP SLAVE").unwrap();
+    let port = free_port();
+    let p = FulcrumProcess::start(&config(
+        &c,
+        port,
+        "failover = \"promote\"\nfailover_timeout = \"2s\"",
+    ))
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<(u64, Instant)>::new()));
+    let failed = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let (stop, acked, failed) = (stop.clone(), acked.clone(), failed.clone());
+            tokio::spawn(async move {
+                let mut next = w * 1_000_000;
+                let mut conn: Option<Conn> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    if conn.is_none() {
+                        conn = connect(port).await.ok();
+                        if conn.is_none() {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    }
+                    next += 1;
+                    let sql = format!("INSERT INTO acked VALUES ({next})");
+                    match conn.as_mut().unwrap().query_drop(sql).await {
+                        Ok(()) => acked.lock().unwrap().push((next, Instant::now())),
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            if !matches!(e, mysql_async::Error::Server(_)) {
+                                conn = None;
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.primary().stop_immediate().unwrap();
+    let killed = Instant::now();
+    let before_kill = acked.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    let new_primary = &c.replicas()[1];
+    assert!(
+        !new_primary.read_only().unwrap(),
+        "replica2 (the most advanced) was promoted"
+    );
+    assert!(behind.read_only().unwrap(), "replica1 (behind) was not");
+    p.wait_for_log("failover: promoted", Duration::from_secs(1))
+        .unwrap();
+    let acked = acked.lock().unwrap().clone();
+    let resumed = acked
+        .iter()
+        .filter(|(_, at)| *at > killed)
+        .map(|(_, at)| at.duration_since(killed))
+        .min()
+        .expect("writes resumed");
+    let rows = new_primary.sql("SELECT id FROM acked").unwrap();
+    let present: HashSet<u64> = rows.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let missing: Vec<u64> = acked
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !present.contains(id))
+        .collect();
+    eprintln!(
+        "MariaDB: writes resumed {resumed:?} after the kill; {} acknowledged ({before_kill} before the kill), {} failed, {} missing after failover",
+        acked.len(),
+        failed.load(Ordering::Relaxed),
+        missing.len()
+    );
+    assert!(
+        resumed < Duration::from_secs(5),
+        "writes resumed after {resumed:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged writes lost: {} of {}",
+        missing.len(),
+        acked.len()
+    );
+    // replica1 follows the new primary once restarted replication points there.
+    let want = new_primary.sql("SELECT COUNT(*) FROM acked").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while behind.sql("SELECT COUNT(*) FROM acked").unwrap() != want {
+        assert!(
+            Instant::now() < deadline,
+            "replica1 never caught up with the new primary: {:?}",
+            behind.slave_status()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
