@@ -51,6 +51,13 @@ pub(crate) fn classify_statement(
             });
             if *analyze || analyze_option {
                 classify_statement(statement, dialect, f)
+            } else if dialect == Dialect::MySql
+                && !matches!(statement.as_ref(), Statement::Query(_))
+                && classify_statement(statement, dialect, f).needs_primary()
+            {
+                // MariaDB refuses EXPLAIN of a write on a read-only server
+                // (1290), though it only plans it: the primary.
+                Decision::Primary
             } else {
                 Decision::Read
             }
