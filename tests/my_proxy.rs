@@ -218,3 +218,47 @@ async fn the_mariadb_client_works_and_bad_logins_are_refused() {
     let mut conn = connect(port).await;
     conn.query_drop("SELECT 1").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_query_stops_only_the_named_clients_query() {
+    let (_p, port) = start("");
+    let mut victim = connect(port).await;
+    let mut bystander = connect(port).await;
+    let victim_id = victim.id();
+    let sleeper = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let r = victim.query_drop("SELECT SLEEP(20)").await;
+        (started.elapsed(), r, victim)
+    });
+    let bystander_sleep = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let v: i64 = bystander
+            .query_first("SELECT SLEEP(2)")
+            .await
+            .unwrap()
+            .unwrap();
+        (started.elapsed(), v)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut killer = connect(port).await;
+    killer
+        .query_drop(format!("KILL QUERY {victim_id}"))
+        .await
+        .unwrap();
+    let (took, _result, mut victim) = sleeper.await.unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "the named query was stopped ({took:?})"
+    );
+    let (other_took, v) = bystander_sleep.await.unwrap();
+    assert_eq!(v, 0, "the other client's SLEEP was not interrupted");
+    assert!(other_took >= Duration::from_secs(2));
+    // The killed client's connection still works.
+    let one: i64 = victim.query_first("SELECT 1").await.unwrap().unwrap();
+    assert_eq!(one, 1);
+    let e = killer.query_drop("KILL QUERY 999999").await.unwrap_err();
+    assert!(
+        matches!(&e, mysql_async::Error::Server(s) if s.code == 1094),
+        "{e:?}"
+    );
+}

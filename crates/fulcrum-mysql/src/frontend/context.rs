@@ -29,6 +29,9 @@ pub struct MyClusterContext {
     pub passwords: HashMap<String, String>,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
     next_connection_id: AtomicU32,
+    /// Client connection id -> the server connection serving it now
+    /// (backend, server thread id), for `KILL QUERY <id>`.
+    running: Mutex<HashMap<u32, Option<(BackendId, u32)>>>,
 }
 
 impl MyClusterContext {
@@ -84,6 +87,7 @@ impl MyClusterContext {
                 .collect(),
             pools: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU32::new(1),
+            running: Mutex::new(HashMap::new()),
             config,
         })
     }
@@ -107,6 +111,32 @@ impl MyClusterContext {
     /// `KILL QUERY` see).
     pub fn connection_id(&self) -> u32 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records which server connection serves client `id` now (None: none).
+    pub fn set_running(&self, id: u32, on: Option<(BackendId, u32)>) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, on);
+    }
+
+    /// The client is gone.
+    pub fn forget_client(&self, id: u32) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// What client `id` runs on: `None` for an unknown id, `Some(None)` for a
+    /// client with no server connection now.
+    pub fn running_on(&self, id: u32) -> Option<Option<(BackendId, u32)>> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .copied()
     }
 
     pub fn classify(&self, sql: &str) -> Decision {

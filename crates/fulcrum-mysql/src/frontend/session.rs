@@ -65,6 +65,8 @@ pub struct Session {
     retryable: bool,
     /// Bytes of the current command's answer already went to the client.
     answered: bool,
+    /// The id this client was given (what `KILL QUERY` names).
+    connection_id: u32,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -74,10 +76,12 @@ pub struct Session {
 }
 
 /// What a command needs besides forwarding.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Effects {
     set: Option<String>,
     schema: Option<String>,
+    /// Keep the server connection for the next command.
+    keep_next: bool,
 }
 
 impl Session {
@@ -104,6 +108,7 @@ impl Session {
             keep_for_next: false,
             retryable: false,
             answered: false,
+            connection_id: login.connection_id,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             stmts: HashMap::new(),
             next_stmt: 1,
@@ -122,8 +127,10 @@ impl Session {
         }
         put_ok(&mut self.out, login_seq, self.caps, self.status);
         self.flush().await?;
+        self.ctx.set_running(self.connection_id, None);
         let r = self.serve().await;
         self.cleanup().await;
+        self.ctx.forget_client(self.connection_id);
         match r {
             Err(SessionError::ClientGone) => Ok(()),
             r => r,
@@ -206,6 +213,10 @@ impl Session {
                     let text = query_text(first)
                         .and_then(|t| std::str::from_utf8(t).ok())
                         .unwrap_or("");
+                    if let Some(target) = kill_target(text) {
+                        self.kill(target, seq).await;
+                        return Ok(true);
+                    }
                     let (route, effects) = self.route_query(text);
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;
@@ -288,6 +299,9 @@ impl Session {
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }
+        // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
+        // connection for the next command.
+        effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
         let state = SessionState {
             in_transaction: false,
             pinned: self.pinned.is_some(),
@@ -297,6 +311,51 @@ impl Session {
             RouteTo::Primary | RouteTo::Same => Route::Primary,
         };
         (route, effects)
+    }
+
+    /// `KILL QUERY <id>` (and `KILL [CONNECTION] <id>`, which stops the
+    /// query too but leaves the client connected) where `id` is the
+    /// connection id Fulcrum gave a client: the query running for that client
+    /// is killed on its server, as the killer's user, and nothing else.
+    async fn kill(&mut self, (_query_only, id): (bool, u32), seq: u8) {
+        match self.ctx.running_on(id) {
+            None => put_err(
+                &mut self.out,
+                seq,
+                1094,
+                *b"HY000",
+                &format!("Unknown thread id: {id}"),
+            ),
+            Some(None) => put_ok(&mut self.out, seq, self.caps, self.status),
+            Some(Some((backend, thread))) => {
+                let conn = self
+                    .ctx
+                    .open(backend, &self.user, self.wire_format, self.charset)
+                    .await;
+                let result = match conn {
+                    Ok(mut conn) => conn
+                        .run_simple(Command::Query, format!("KILL QUERY {thread}").as_bytes())
+                        .await
+                        .map_err(|e| match e {
+                            InternalError::Server { payload, .. } => Ok(payload),
+                            other => Err(other.to_string()),
+                        }),
+                    Err(e) => Err(Err(e.to_string())),
+                };
+                match result {
+                    Ok(()) => put_ok(&mut self.out, seq, self.caps, self.status),
+                    Err(Ok(payload)) => {
+                        write_packet(&mut self.out, seq, &payload);
+                    }
+                    Err(Err(e)) => put_error(
+                        &mut self.out,
+                        seq,
+                        codes::UNKNOWN,
+                        &format!("fulcrum: could not kill the query of connection {id}: {e}"),
+                    ),
+                }
+            }
+        }
     }
 
     fn pin(&mut self, reason: &'static str) {
@@ -343,15 +402,8 @@ impl Session {
             && !self.ctx.router.is_primary(self.backend);
         self.answered = false;
         let first = self.backend;
-        let Effects { set, schema } = effects;
-        let again = Effects {
-            set: set.clone(),
-            schema: schema.clone(),
-        };
-        match self
-            .forward_bytes(msg, seq, shape, Effects { set, schema })
-            .await
-        {
+        let again = effects.clone();
+        match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
                 self.retryable = false;
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
@@ -437,7 +489,7 @@ impl Session {
             }
         }
         // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
-        self.keep_for_next = reply.last_insert_id != 0 && !keep_was;
+        self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
         if !reply.holds_connection() {
             self.maybe_detach();
         }
@@ -519,6 +571,8 @@ impl Session {
             match self.checkout(primary).await {
                 Ok(server) => {
                     self.backend = primary;
+                    self.ctx
+                        .set_running(self.connection_id, Some((primary, server.connection_id)));
                     self.server = Some(server);
                     return Ok(());
                 }
@@ -570,6 +624,8 @@ impl Session {
         match self.checkout(backend).await {
             Ok(server) => {
                 self.backend = backend;
+                self.ctx
+                    .set_running(self.connection_id, Some((backend, server.connection_id)));
                 self.server = Some(server);
                 true
             }
@@ -601,6 +657,7 @@ impl Session {
             return;
         }
         if let Some(server) = self.server.take() {
+            self.ctx.set_running(self.connection_id, None);
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
@@ -620,6 +677,7 @@ impl Session {
         if let Some(s) = self.server.take() {
             s.discard();
         }
+        self.ctx.set_running(self.connection_id, None);
         self.ctx.router.suspect(backend);
         let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
             || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
@@ -681,5 +739,55 @@ fn reassembled(msg: &[u8], span: &crate::codec::packet::MessageSpan) -> Vec<u8> 
     match crate::codec::packet::reassemble(msg, usize::MAX) {
         Ok(Some(m)) => m.payload.into_owned(),
         _ => msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)].to_vec(),
+    }
+}
+
+fn contains_ignore_case(text: &str, needle: &str) -> bool {
+    text.len() >= needle.len()
+        && text
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// `KILL [QUERY | CONNECTION] <id>`: (query only?, id).
+pub fn kill_target(text: &str) -> Option<(bool, u32)> {
+    let mut words = text.trim().trim_end_matches(';').split_whitespace();
+    if !words.next()?.eq_ignore_ascii_case("kill") {
+        return None;
+    }
+    let mut w = words.next()?;
+    let mut query = false;
+    if w.eq_ignore_ascii_case("query") {
+        query = true;
+        w = words.next()?;
+    } else if w.eq_ignore_ascii_case("connection") {
+        w = words.next()?;
+    }
+    let id = w.parse().ok()?;
+    words.next().is_none().then_some((query, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_statements_name_their_target() {
+        assert_eq!(kill_target("KILL QUERY 12"), Some((true, 12)));
+        assert_eq!(kill_target("kill 7;"), Some((false, 7)));
+        assert_eq!(kill_target("KILL CONNECTION 3"), Some((false, 3)));
+        assert_eq!(kill_target("KILL QUERY ID 5"), None);
+        assert_eq!(kill_target("SELECT 1"), None);
+        assert_eq!(kill_target("KILL QUERY x"), None);
+    }
+
+    #[test]
+    fn found_rows_needs_are_seen_in_any_case() {
+        assert!(contains_ignore_case(
+            "SELECT SQL_CALC_FOUND_ROWS * FROM t",
+            "sql_calc_found_rows"
+        ));
+        assert!(!contains_ignore_case("SELECT 1", "sql_calc_found_rows"));
     }
 }
