@@ -19,11 +19,15 @@ fn cluster() -> &'static MariaCluster {
     CLUSTER.get_or_init(|| {
         let c = MariaCluster::builder()
             .replicas(2)
+            .setting("max-allowed-packet", "64M")
             .start()
             .expect("MariaDB cluster");
-        c.primary()
-            .sql("CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
-            .expect("table");
+        for table in [
+            "CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+            "CREATE TABLE blobs (id INT PRIMARY KEY, b LONGBLOB)",
+        ] {
+            c.primary().sql(table).expect("table");
+        }
         c.wait_replicas_caught_up(Duration::from_secs(30))
             .expect("catch up");
         c
@@ -261,4 +265,72 @@ async fn kill_query_stops_only_the_named_clients_query() {
         matches!(&e, mysql_async::Error::Server(s) if s.code == 1094),
         "{e:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_user_starts_a_fresh_session_and_checks_the_password() {
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    conn.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'")
+        .await
+        .unwrap();
+    conn.query_drop("SET @mine = 1").await.unwrap();
+    conn.change_user(
+        mysql_async::ChangeUserOpts::default()
+            .with_user(Some(APP_USER.to_owned()))
+            .with_pass(Some(APP_PASSWORD.to_owned()))
+            .with_db_name(Some(APP_DB.to_owned())),
+    )
+    .await
+    .unwrap();
+    let mode: String = conn
+        .query_first("SELECT @@sql_mode")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(mode, "ANSI_QUOTES", "settings of the old session are gone");
+    let v: Option<i64> = conn.query_first("SELECT @mine").await.unwrap().unwrap();
+    assert_eq!(v, None, "user variables of the old session are gone");
+    let wrong = conn
+        .change_user(
+            mysql_async::ChangeUserOpts::default()
+                .with_user(Some(APP_USER.to_owned()))
+                .with_pass(Some("wrong".to_owned())),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&wrong, mysql_async::Error::Server(s) if s.code == 1045),
+        "{wrong:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_over_16_mib_cross_in_several_packets() {
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    let big = vec![b'x'; 17 * 1024 * 1024 + 3];
+    conn.exec_drop("INSERT INTO blobs VALUES (?, ?)", (1, big.clone()))
+        .await
+        .unwrap();
+    let back: Vec<u8> = conn
+        .query_first("/* fulcrum:primary */ SELECT b FROM blobs WHERE id = 1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.len(), big.len());
+    assert!(back == big, "the 17 MiB value came back intact");
+    conn.query_drop("DELETE FROM blobs").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_mode_keeps_every_statement_on_the_primary() {
+    let (_p, port) = start("pool_mode = \"session\"");
+    let mut conn = connect(port).await;
+    for _ in 0..5 {
+        assert_eq!(
+            port_of(&mut conn, "SELECT @@port").await,
+            cluster().primary().port()
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 pub mod auth_packets;
 pub mod capabilities;
+pub mod change_user;
 pub mod command;
 pub mod err;
 pub mod handshake;

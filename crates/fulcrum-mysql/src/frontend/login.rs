@@ -43,6 +43,18 @@ pub struct Login {
     pub connection_id: u32,
     /// Sequence id for the packet that completes the login (OK or ERR).
     pub next_seq: u8,
+    /// The handshake's scramble (COM_CHANGE_USER answers against it).
+    pub scramble: [u8; 20],
+}
+
+/// Whether `response` proves `password` for `plugin` against `scramble`.
+pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: &[u8]) -> bool {
+    if plugin == caching_sha2::PLUGIN {
+        caching_sha2::verify(password.as_bytes(), scramble, response)
+    } else {
+        native::verify(password.as_bytes(), scramble, response)
+            || (password.is_empty() && response.is_empty())
+    }
 }
 
 pub async fn login(
@@ -148,5 +160,6 @@ pub async fn login(
         charset: hello.charset,
         connection_id,
         next_seq: seq,
+        scramble,
     })
 }

@@ -67,6 +67,7 @@ pub struct Session {
     answered: bool,
     /// The id this client was given (what `KILL QUERY` names).
     connection_id: u32,
+    scramble: [u8; 20],
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -109,6 +110,7 @@ impl Session {
             retryable: false,
             answered: false,
             connection_id: login.connection_id,
+            scramble: login.scramble,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             stmts: HashMap::new(),
             next_stmt: 1,
@@ -128,6 +130,9 @@ impl Session {
         put_ok(&mut self.out, login_seq, self.caps, self.status);
         self.flush().await?;
         self.ctx.set_running(self.connection_id, None);
+        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+            self.pin("session pool mode");
+        }
         let r = self.serve().await;
         self.cleanup().await;
         self.ctx.forget_client(self.connection_id);
@@ -252,10 +257,15 @@ impl Session {
                     )
                     .await?
                 }
-                Command::ChangeUser | Command::ProcessKill | Command::Unknown(_) => {
+                Command::ChangeUser => {
+                    let payload = reassembled(&msg, &span);
+                    self.change_user(&payload, seq).await?
+                }
+                Command::ProcessKill | Command::Unknown(_) => {
                     let what = match cmd {
-                        Command::ChangeUser => "COM_CHANGE_USER is not supported through Fulcrum yet; reconnect as the other user",
-                        Command::ProcessKill => "COM_PROCESS_KILL is not supported through Fulcrum yet",
+                        Command::ProcessKill => {
+                            "COM_PROCESS_KILL is not supported through Fulcrum; use KILL QUERY <id>"
+                        }
                         _ => "unknown command",
                     };
                     put_error(
@@ -356,6 +366,70 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// COM_CHANGE_USER: the new user's password is checked against the
+    /// login's scramble; the session then starts afresh as that user (no
+    /// settings, statements or pins; its server connection goes back).
+    async fn change_user(&mut self, payload: &[u8], seq: u8) -> Result<(), SessionError> {
+        let c = match crate::codec::change_user::parse_change_user(payload, self.caps) {
+            Ok(c) => c,
+            Err(e) => {
+                put_error(
+                    &mut self.out,
+                    seq,
+                    codes::HANDSHAKE,
+                    &format!("fulcrum: bad COM_CHANGE_USER: {e}"),
+                );
+                return Ok(());
+            }
+        };
+        let plugin = c
+            .auth_plugin
+            .as_deref()
+            .unwrap_or(crate::auth::native::PLUGIN);
+        let password = self.ctx.passwords.get(&c.user).cloned();
+        let trust = self.ctx.config.client_auth == fulcrum_config::ClientAuth::Trust;
+        let ok = password.as_ref().is_some_and(|p| {
+            trust || super::login::password_ok(plugin, p, &self.scramble, &c.auth_response)
+        });
+        if !ok {
+            let m = format!(
+                "Access denied for user '{}' (using password: {})",
+                c.user,
+                if c.auth_response.is_empty() {
+                    "NO"
+                } else {
+                    "YES"
+                }
+            );
+            put_error(&mut self.out, seq, codes::ACCESS_DENIED, &m);
+            // MySQL closes the connection after a failed change of user.
+            let _ = self.flush().await;
+            return Err(SessionError::Refused(m));
+        }
+        // Forget everything of the old user; a clean connection goes back.
+        self.pinned = None;
+        self.keep_for_next = false;
+        self.cleanup().await;
+        self.desired.clear();
+        self.stmts.clear();
+        self.last_prepared = None;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.user = c.user.as_str().into();
+        if let Some(cs) = c.charset {
+            self.charset = cs;
+        }
+        self.schema = None;
+        if let Some(schema) = c.schema {
+            self.schema = Some(schema.clone());
+            self.check_schema(&schema, seq).await?;
+        }
+        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+            self.pin("session pool mode");
+        }
+        put_ok(&mut self.out, seq, self.caps, self.status);
+        Ok(())
     }
 
     fn pin(&mut self, reason: &'static str) {
