@@ -334,3 +334,56 @@ async fn session_mode_keeps_every_statement_on_the_primary() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_data_local_infile_works_when_allowed() {
+    let (_p, port) = start("allow_local_infile = true");
+    let file = std::env::temp_dir().join(format!("fulcrum-infile-{}.txt", std::process::id()));
+    std::fs::write(
+        &file,
+        (1..=500).map(|i| format!("{i}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let mut conn = connect(port).await;
+    let before: i64 = conn
+        .query_first("/* fulcrum:primary */ SELECT COUNT(*) FROM items")
+        .await
+        .unwrap()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new("mariadb")
+        .args([
+            "--no-defaults",
+            "--protocol=TCP",
+            "-h",
+            "127.0.0.1",
+            "-P",
+            &port.to_string(),
+        ])
+        .args([
+            "-u",
+            APP_USER,
+            &format!("-p{APP_PASSWORD}"),
+            "--local-infile=1",
+            APP_DB,
+            "-e",
+        ])
+        .arg(format!(
+            "LOAD DATA LOCAL INFILE '{}' INTO TABLE items (v)",
+            file.display()
+        ))
+        .output()
+        .expect("mariadb client");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after: i64 = conn
+        .query_first("/* fulcrum:primary */ SELECT COUNT(*) FROM items")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after - before, 500, "every line of the file was loaded");
+}

@@ -125,6 +125,8 @@ pub struct Cluster {
     pub read_only_functions: Vec<String>,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
+    /// MySQL: let clients use `LOAD DATA LOCAL INFILE` through Fulcrum.
+    pub allow_local_infile: bool,
     /// Health checks, lag limit and failover.
     pub health: Health,
     pub backends: Vec<Backend>,

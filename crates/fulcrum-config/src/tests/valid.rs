@@ -94,6 +94,7 @@ fn every_key_is_read_into_the_config() {
         max_message_size = 1048576
         max_lag = "2s"
         failover = "none"
+        allow_local_infile = true
         backend = [{ address = "127.0.0.1:3306", role = "auto" }]
         user = [{ name = "shop", password = "" }]
         "#,
@@ -126,6 +127,7 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec!["log_event".into(), "bump".into()],
                 read_only_functions: vec!["my_pure_fn".into()],
                 classifier_cache_size: 0,
+                allow_local_infile: false,
                 health: Health {
                     interval: Duration::from_millis(500),
                     timeout: Duration::from_millis(250),
@@ -163,6 +165,7 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec![],
                 read_only_functions: vec![],
                 classifier_cache_size: defaults::CLASSIFIER_CACHE_SIZE,
+                allow_local_infile: true,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,
                     timeout: defaults::HEALTH_TIMEOUT,

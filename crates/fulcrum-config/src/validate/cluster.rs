@@ -113,6 +113,7 @@ pub(super) fn cluster(
         0,
         defaults::CLASSIFIER_CACHE_SIZE,
     )?;
+    let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
     let health = health(&t, c, protocol, &users)?;
@@ -135,6 +136,7 @@ pub(super) fn cluster(
         write_functions,
         read_only_functions,
         classifier_cache_size,
+        allow_local_infile,
         health,
         backends,
         users,

@@ -30,6 +30,8 @@ pub struct ServerTarget {
     /// `DEPRECATE_EOF` / `SESSION_TRACK` as the clients of this pool have them.
     pub wire_format: C,
     pub charset: u8,
+    /// Let the server ask for local files (`allow_local_infile`).
+    pub local_infile: bool,
 }
 
 #[derive(Debug, Error)]
@@ -115,7 +117,10 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     conn.connection_id = hs.connection_id;
     // Fulcrum's flags: what the pool's clients use for the wire format, no
     // LOCAL INFILE (refused by the server unless enabled), no schema at login.
-    let mut caps = for_server(hs.capabilities) - C::CLIENT_LOCAL_FILES - C::CLIENT_CONNECT_WITH_DB;
+    let mut caps = for_server(hs.capabilities) - C::CLIENT_CONNECT_WITH_DB;
+    if !target.local_infile {
+        caps -= C::CLIENT_LOCAL_FILES;
+    }
     caps.set(
         C::CLIENT_DEPRECATE_EOF,
         target.wire_format.contains(C::CLIENT_DEPRECATE_EOF)

@@ -183,6 +183,7 @@ impl MyClusterContext {
             password: self.passwords.get(user).cloned().unwrap_or_default(),
             wire_format,
             charset,
+            local_infile: self.config.allow_local_infile,
         };
         connect(&target, self.config.connect_timeout).await
     }

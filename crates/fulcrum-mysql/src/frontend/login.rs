@@ -64,7 +64,10 @@ pub async fn login(
 ) -> Result<Login, SessionError> {
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
-    let ours = offered(false) - C::CLIENT_LOCAL_FILES;
+    let mut ours = offered(false);
+    if !ctx.config.allow_local_infile {
+        ours -= C::CLIENT_LOCAL_FILES;
+    }
     let hs = build_initial_handshake(&InitialHandshake {
         server_version: SERVER_VERSION,
         connection_id,

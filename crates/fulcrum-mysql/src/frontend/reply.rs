@@ -38,6 +38,8 @@ enum State {
         then: After,
     },
     Rows,
+    /// LOAD DATA LOCAL INFILE: the client sends the file; then the server's OK/ERR.
+    AwaitFile,
     Done,
 }
 
@@ -86,6 +88,19 @@ impl Reply {
         self.state == State::Done
     }
 
+    /// The server asked the client for a file (LOAD DATA LOCAL INFILE):
+    /// the client's packets go to the server up to an empty one.
+    pub fn wants_file(&self) -> bool {
+        self.state == State::AwaitFile
+    }
+
+    /// The client sent the file; the server's OK or ERR comes next.
+    pub fn file_sent(&mut self) {
+        if self.state == State::AwaitFile {
+            self.state = State::First;
+        }
+    }
+
     /// Feeds the first packet's payload of the next message of the answer.
     pub fn on_message(&mut self, payload: &[u8]) -> Result<(), BadReply> {
         let bad = |e: String| BadReply(e);
@@ -116,10 +131,9 @@ impl Reply {
                 ResponseKind::Eof => {
                     return Err(bad("EOF where an answer should start".into()));
                 }
+                ResponseKind::LocalInfile if self.shape == Shape::Results => State::AwaitFile,
                 ResponseKind::LocalInfile => {
-                    return Err(bad(
-                        "LOCAL INFILE request (not enabled on server connections)".into(),
-                    ));
+                    return Err(bad("LOCAL INFILE request where none can come".into()));
                 }
                 ResponseKind::ResultSet { columns } => self.definitions(columns, After::Rows),
             },
@@ -139,6 +153,9 @@ impl Reply {
                 }
             }
             State::DefinitionsEof { then } => self.follow(then),
+            State::AwaitFile => {
+                return Err(bad("server message while the client sends a file".into()))
+            }
             State::Rows => {
                 if payload.first() == Some(&0xFF) {
                     self.error = true;
@@ -334,6 +351,20 @@ mod tests {
         let mut r = Reply::new(Shape::FieldList, C::CLIENT_PROTOCOL_41);
         feed(&mut r, &[vec![3, b'd', b'e', b'f']]);
         r.on_message(&build_eof(0, AUTOCOMMIT)).unwrap();
+        assert!(r.is_done());
+    }
+
+    #[test]
+    fn a_local_infile_request_waits_for_the_file_then_an_ok() {
+        let mut r = Reply::new(Shape::Results, C::CLIENT_PROTOCOL_41);
+        r.on_message(b"\xFB/tmp/data.csv").unwrap();
+        assert!(r.wants_file() && !r.is_done());
+        assert!(
+            r.on_message(&ok(AUTOCOMMIT, 0)).is_err(),
+            "not before the file"
+        );
+        r.file_sent();
+        r.on_message(&ok(AUTOCOMMIT, 0)).unwrap();
         assert!(r.is_done());
     }
 

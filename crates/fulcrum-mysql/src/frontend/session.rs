@@ -544,7 +544,11 @@ impl Session {
                 return Err(self.lost(seq, &e.0).await);
             }
             self.out.extend_from_slice(&frame);
-            if self.out.len() >= FLUSH_AT {
+            if reply.wants_file() {
+                self.flush().await?;
+                self.send_file(seq).await?;
+                reply.file_sent();
+            } else if self.out.len() >= FLUSH_AT {
                 self.flush().await?;
             }
         }
@@ -568,6 +572,35 @@ impl Session {
             self.maybe_detach();
         }
         Ok(())
+    }
+
+    /// LOAD DATA LOCAL INFILE: the client's packets go to the server as they
+    /// come, up to the empty packet that ends the file.
+    async fn send_file(&mut self, seq: u8) -> Result<(), SessionError> {
+        loop {
+            let header = loop {
+                match crate::codec::packet::check_packet(&self.cbuf, MAX_PAYLOAD) {
+                    Ok(Some(h)) if self.cbuf.len() >= HEADER_LEN + h.len => break h,
+                    Ok(_) => {
+                        if self.cbuf.capacity() - self.cbuf.len() < 4096 {
+                            self.cbuf.reserve(64 * 1024);
+                        }
+                        if self.client.read_buf(&mut self.cbuf).await? == 0 {
+                            return Err(SessionError::ClientGone);
+                        }
+                    }
+                    Err(e) => return Err(SessionError::Refused(format!("bad file packet: {e}"))),
+                }
+            };
+            let packet = self.cbuf.split_to(HEADER_LEN + header.len);
+            let server = self.server.as_mut().expect("attached");
+            if server.stream.write_all(&packet).await.is_err() {
+                return Err(self.lost(seq, "writing to the server failed").await);
+            }
+            if header.len == 0 {
+                return Ok(());
+            }
+        }
     }
 
     /// The next whole message from the attached server.
