@@ -230,12 +230,10 @@ async fn kill_query_stops_only_the_named_clients_query() {
     let mut bystander = connect(port).await;
     let victim_id = victim.id();
     let sleeper = tokio::spawn(async move {
-        let started = std::time::Instant::now();
         let r = victim.query_drop("SELECT SLEEP(20)").await;
         (started.elapsed(), r, victim)
     });
     let bystander_sleep = tokio::spawn(async move {
-        let started = std::time::Instant::now();
         let v: i64 = bystander
             .query_first("SELECT SLEEP(2)")
             .await
@@ -350,7 +348,6 @@ async fn load_data_local_infile_works_when_allowed() {
         .await
         .unwrap()
         .unwrap();
-    let started = std::time::Instant::now();
     let out = std::process::Command::new("mariadb")
         .args([
             "--no-defaults",
