@@ -230,10 +230,12 @@ async fn kill_query_stops_only_the_named_clients_query() {
     let mut bystander = connect(port).await;
     let victim_id = victim.id();
     let sleeper = tokio::spawn(async move {
+        let started = std::time::Instant::now();
         let r = victim.query_drop("SELECT SLEEP(20)").await;
         (started.elapsed(), r, victim)
     });
     let bystander_sleep = tokio::spawn(async move {
+        let started = std::time::Instant::now();
         let v: i64 = bystander
             .query_first("SELECT SLEEP(2)")
             .await
