@@ -386,3 +386,37 @@ async fn load_data_local_infile_works_when_allowed() {
         .unwrap();
     assert_eq!(after - before, 500, "every line of the file was loaded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_admin_ping_and_status_work() {
+    let (_p, port) = start("");
+    for command in ["ping", "status"] {
+        let out = std::process::Command::new("mariadb-admin")
+            .args([
+                "--no-defaults",
+                "--protocol=TCP",
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &port.to_string(),
+            ])
+            .args(["-u", APP_USER, &format!("-p{APP_PASSWORD}"), command])
+            .output()
+            .expect("mariadb-admin");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = if command == "ping" {
+            "mysqld is alive"
+        } else {
+            "Uptime"
+        };
+        assert!(
+            stdout.contains(want),
+            "{command} (COM_PING / COM_STATISTICS): {stdout}"
+        );
+    }
+}
