@@ -16,6 +16,11 @@ pub enum DaemonError {
         address: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot serve metrics on {address}: {source}")]
+    Metrics {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Binds every cluster's listener, then serves until `shutdown` turns true.
@@ -32,7 +37,19 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 })?;
         listeners.push((cluster.clone(), listener));
     }
+    let metrics = Arc::new(fulcrum_metrics::Metrics::new());
     let mut tasks = Vec::new();
+    if let Some(address) = config.fulcrum.metrics {
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| DaemonError::Metrics { address, source })?;
+        tracing::info!(listen = %address, "serving /metrics");
+        tasks.push(tokio::spawn(fulcrum_metrics::http::serve(
+            listener,
+            metrics.clone(),
+            shutdown.clone(),
+        )));
+    }
     for (cluster, listener) in listeners {
         tracing::info!(
             cluster = %cluster.name,
@@ -43,7 +60,11 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         );
         match cluster.protocol {
             Protocol::Postgres => {
-                let ctx = fulcrum_postgres::frontend::ClusterContext::new(cluster);
+                let ctx = fulcrum_postgres::frontend::ClusterContext::with_metrics(
+                    cluster,
+                    metrics.clone(),
+                );
+                metrics.add_source(ctx.clone());
                 ctx.start_health(shutdown.clone());
                 tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
                     Arc::clone(&ctx),
@@ -52,7 +73,11 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 )));
             }
             Protocol::Mysql => {
-                let ctx = fulcrum_mysql::frontend::MyClusterContext::new(cluster);
+                let ctx = fulcrum_mysql::frontend::MyClusterContext::with_metrics(
+                    cluster,
+                    metrics.clone(),
+                );
+                metrics.add_source(ctx.clone());
                 ctx.start_health(shutdown.clone());
                 tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
                     Arc::clone(&ctx),

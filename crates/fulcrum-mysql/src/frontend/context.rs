@@ -23,6 +23,8 @@ type PoolKey = (BackendId, Arc<str>, u32, u8);
 
 pub struct MyClusterContext {
     pub config: Cluster,
+    /// This cluster's handles on the Prometheus families.
+    pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
     pub router: Arc<Router>,
     pub view: Arc<ClusterView>,
     pub classifier: Classifier,
@@ -35,7 +37,15 @@ pub struct MyClusterContext {
 }
 
 impl MyClusterContext {
+    /// A context whose metrics go nowhere (tests, tools).
     pub fn new(config: Cluster) -> Arc<MyClusterContext> {
+        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()))
+    }
+
+    pub fn with_metrics(
+        config: Cluster,
+        metrics: Arc<fulcrum_metrics::Metrics>,
+    ) -> Arc<MyClusterContext> {
         let primary = config
             .backends
             .iter()
@@ -57,7 +67,13 @@ impl MyClusterContext {
             BalancePolicy::Random => Balance::Random,
             BalancePolicy::P2c => Balance::P2c,
         };
+        let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
+            metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
+                metrics,
+                &config.name,
+                &addresses,
+            )),
             router: Arc::new(Router::with_policy(
                 primary,
                 &weights,
@@ -94,6 +110,39 @@ impl MyClusterContext {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// This cluster's figures for a metrics scrape.
+    pub fn refresh_metrics(&self, metrics: &fulcrum_metrics::Metrics) {
+        let n = self.config.backends.len();
+        let (mut active, mut idle) = (vec![0usize; n], vec![0usize; n]);
+        for ((b, ..), pool) in self.pools.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let s = pool.stats();
+            active[*b] += s.in_use;
+            idle[*b] += s.idle;
+        }
+        let view = self.view.backends();
+        let c = self.classifier.stats();
+        metrics.set_cluster(&fulcrum_metrics::ClusterFigures {
+            cluster: &self.config.name,
+            backends: view
+                .iter()
+                .enumerate()
+                .map(|(b, v)| fulcrum_metrics::BackendFigures {
+                    address: &v.address,
+                    state: v.state.as_str(),
+                    primary: self.router.is_primary(b),
+                    lag_bytes: v.lag_bytes,
+                    lag_time: v.lag_time,
+                    active: active[b],
+                    idle: idle[b],
+                })
+                .collect(),
+            failovers: self.view.failovers(),
+            classifier_hits: c.hits,
+            classifier_misses: c.misses,
+            unparsed: c.unparsed,
+        });
     }
 
     /// Starts the cluster's health loop until `shutdown` turns true.
@@ -186,5 +235,11 @@ impl MyClusterContext {
             local_infile: self.config.allow_local_infile,
         };
         connect(&target, self.config.connect_timeout).await
+    }
+}
+
+impl fulcrum_metrics::Source for MyClusterContext {
+    fn refresh(&self, metrics: &fulcrum_metrics::Metrics) {
+        self.refresh_metrics(metrics);
     }
 }

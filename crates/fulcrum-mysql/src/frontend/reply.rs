@@ -63,6 +63,8 @@ pub struct Reply {
     pub last_insert_id: u64,
     /// The answer was an ERR.
     pub error: bool,
+    /// Its error code.
+    pub error_code: Option<u16>,
 }
 
 /// A malformed answer: the connection cannot be trusted any more.
@@ -81,6 +83,7 @@ impl Reply {
             status: None,
             last_insert_id: 0,
             error: false,
+            error_code: None,
         }
     }
 
@@ -126,6 +129,7 @@ impl Reply {
                 }
                 ResponseKind::Err => {
                     self.error = true;
+                    self.error_code = payload.get(1..3).map(|c| u16::from_le_bytes([c[0], c[1]]));
                     State::Done
                 }
                 ResponseKind::Eof => {

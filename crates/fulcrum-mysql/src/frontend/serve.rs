@@ -81,5 +81,8 @@ async fn handle(ctx: Arc<MyClusterContext>, mut stream: TcpStream) -> Result<(),
     };
     let seq = login.next_seq;
     tracing::debug!(user = %login.user, schema = ?login.schema, "client logged in");
-    Session::new(ctx, stream, buf, login).run(seq).await
+    ctx.metrics.clients.inc();
+    let r = Session::new(ctx.clone(), stream, buf, login).run(seq).await;
+    ctx.metrics.clients.dec();
+    r
 }

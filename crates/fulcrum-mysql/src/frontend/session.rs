@@ -67,6 +67,8 @@ pub struct Session {
     answered: bool,
     /// The id this client was given (what `KILL QUERY` names).
     connection_id: u32,
+    /// When the current server connection was attached (metrics).
+    attached_at: Option<std::time::Instant>,
     scramble: [u8; 20],
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
@@ -110,6 +112,7 @@ impl Session {
             retryable: false,
             answered: false,
             connection_id: login.connection_id,
+            attached_at: None,
             scramble: login.scramble,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             stmts: HashMap::new(),
@@ -178,6 +181,7 @@ impl Session {
         {
             let span = read_client_message(&mut self.client, &mut self.cbuf, max).await?;
             let msg = self.cbuf.split_to(span.total);
+            self.ctx.metrics.bytes_in.inc_by(span.total as u64);
             let seq = span.last_seq.wrapping_add(1);
             let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
             let cmd = match command(first) {
@@ -432,6 +436,15 @@ impl Session {
         Ok(())
     }
 
+    /// The route label of the attached server (metrics).
+    fn route_label(&self) -> fulcrum_metrics::RouteLabel {
+        if self.ctx.router.is_primary(self.backend) {
+            fulcrum_metrics::RouteLabel::Write
+        } else {
+            fulcrum_metrics::RouteLabel::Read
+        }
+    }
+
     fn pin(&mut self, reason: &'static str) {
         if self.pinned.is_none() {
             tracing::debug!(reason, "client pinned to its server connection");
@@ -529,6 +542,11 @@ impl Session {
         shape: Shape,
         effects: Effects,
     ) -> Result<(), SessionError> {
+        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) {
+            self.ctx
+                .metrics
+                .queries(self.backend, self.route_label(), 1);
+        }
         let keep_was = std::mem::take(&mut self.keep_for_next);
         let server = self.server.as_mut().expect("attached");
         if server.stream.write_all(msg).await.is_err() {
@@ -543,6 +561,7 @@ impl Session {
             if let Err(e) = reply.on_message(first) {
                 return Err(self.lost(seq, &e.0).await);
             }
+            self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
             self.out.extend_from_slice(&frame);
             if reply.wants_file() {
                 self.flush().await?;
@@ -554,6 +573,9 @@ impl Session {
         }
         if let Some(status) = reply.status {
             self.status = status;
+        }
+        if let Some(code) = reply.error_code {
+            self.ctx.metrics.error(&code.to_string());
         }
         if !reply.error {
             let server = self.server.as_mut().expect("attached");
@@ -681,6 +703,7 @@ impl Session {
                     self.ctx
                         .set_running(self.connection_id, Some((primary, server.connection_id)));
                     self.server = Some(server);
+                    self.attached_at = Some(std::time::Instant::now());
                     return Ok(());
                 }
                 Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -734,6 +757,7 @@ impl Session {
                 self.ctx
                     .set_running(self.connection_id, Some((backend, server.connection_id)));
                 self.server = Some(server);
+                self.attached_at = Some(std::time::Instant::now());
                 true
             }
             Err(PoolError::Connect(e)) => {
@@ -765,6 +789,13 @@ impl Session {
         }
         if let Some(server) = self.server.take() {
             self.ctx.set_running(self.connection_id, None);
+            if let Some(at) = self.attached_at.take() {
+                let took = at.elapsed();
+                self.ctx.router.record_latency(self.backend, took);
+                self.ctx
+                    .metrics
+                    .unit(self.backend, self.route_label(), took);
+            }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;

@@ -31,6 +31,8 @@ const WELCOME_CACHE_MAX: usize = 1024;
 
 pub struct ClusterContext {
     pub config: Cluster,
+    /// This cluster's handles on the Prometheus families.
+    pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
     pub router: Arc<Router>,
     /// The health loop's picture of the cluster.
     pub view: Arc<ClusterView>,
@@ -61,7 +63,15 @@ fn truncate(s: &str, max: usize) -> &str {
 }
 
 impl ClusterContext {
+    /// A context whose metrics go nowhere (tests, tools).
     pub fn new(config: Cluster) -> Arc<ClusterContext> {
+        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()))
+    }
+
+    pub fn with_metrics(
+        config: Cluster,
+        metrics: Arc<fulcrum_metrics::Metrics>,
+    ) -> Arc<ClusterContext> {
         let primary = config
             .backends
             .iter()
@@ -80,7 +90,13 @@ impl ClusterContext {
                 (u.name.clone(), auth)
             })
             .collect();
+        let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
+            metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
+                metrics,
+                &config.name,
+                &addresses,
+            )),
             view: Arc::new(ClusterView::new(
                 &config
                     .backends
@@ -237,6 +253,38 @@ impl ClusterContext {
         connect(&target, self.config.connect_timeout).await
     }
 
+    /// This cluster's figures for a metrics scrape.
+    pub fn refresh_metrics(&self, metrics: &fulcrum_metrics::Metrics) {
+        let mut active = vec![0usize; self.backends.len()];
+        let mut idle = vec![0usize; self.backends.len()];
+        for (b, _, _, s) in self.pool_stats() {
+            active[b] += s.in_use;
+            idle[b] += s.idle;
+        }
+        let view = self.view.backends();
+        let c = self.classifier.stats();
+        metrics.set_cluster(&fulcrum_metrics::ClusterFigures {
+            cluster: &self.config.name,
+            backends: view
+                .iter()
+                .enumerate()
+                .map(|(b, v)| fulcrum_metrics::BackendFigures {
+                    address: &v.address,
+                    state: v.state.as_str(),
+                    primary: self.router.is_primary(b),
+                    lag_bytes: v.lag_bytes,
+                    lag_time: v.lag_time,
+                    active: active[b],
+                    idle: idle[b],
+                })
+                .collect(),
+            failovers: self.view.failovers(),
+            classifier_hits: c.hits,
+            classifier_misses: c.misses,
+            unparsed: c.unparsed,
+        });
+    }
+
     /// Pool counters for every (backend, user, database), for tests and stats.
     pub fn pool_stats(&self) -> Vec<(BackendId, String, String, fulcrum_pool::PoolStats)> {
         let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
@@ -244,5 +292,11 @@ impl ClusterContext {
             .iter()
             .map(|((b, u, d), p)| (*b, u.to_string(), d.to_string(), p.stats()))
             .collect()
+    }
+}
+
+impl fulcrum_metrics::Source for ClusterContext {
+    fn refresh(&self, metrics: &fulcrum_metrics::Metrics) {
+        self.refresh_metrics(metrics);
     }
 }

@@ -93,8 +93,10 @@ async fn handle(ctx: Arc<ClusterContext>, mut stream: TcpStream) -> Result<(), S
     let Some(login) = login else { return Ok(()) };
     tracing::debug!(user = %login.user, database = %login.database, "client logged in");
     let registration = ctx.cancels.register();
+    ctx.metrics.clients.inc();
     let session = Session::new(ctx.clone(), stream, buf, login, registration.slot.clone());
     let r = session.run().await;
+    ctx.metrics.clients.dec();
     drop(registration);
     r
 }

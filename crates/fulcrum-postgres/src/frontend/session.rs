@@ -240,12 +240,15 @@ impl Session {
             };
             match event {
                 Event::Client(r) => {
-                    if r? == 0 {
+                    let n = r?;
+                    if n == 0 {
                         return Err(SessionError::ClientGone);
                     }
+                    self.ctx.metrics.bytes_in.inc_by(n as u64);
                     self.on_client_input().await?;
                 }
                 Event::Server(Ok(n)) if n > 0 => {
+                    self.ctx.metrics.bytes_out.inc_by(n as u64);
                     self.on_server_input().await?;
                     if self.server.is_none() {
                         // The server closed (a FATAL or shutdown notice): what
@@ -385,9 +388,16 @@ impl Session {
         };
         let ctx = self.ctx.clone();
         let (user, database) = (self.user.clone(), self.database.clone());
+        let waited = std::time::Instant::now();
+        self.ctx.metrics.waiting.inc();
         let checkout = pool
             .get(|| async move { ctx.open(backend, &user, &database).await })
             .await;
+        self.ctx.metrics.waiting.dec();
+        self.ctx
+            .metrics
+            .pool_wait
+            .observe(waited.elapsed().as_secs_f64());
         let mut server = match checkout {
             Ok(s) => s,
             Err(PoolError::Connect(ConnectError::Server { fields, .. }))
@@ -482,7 +492,11 @@ impl Session {
             self.retry_buf.clear();
             self.cancel.set_target(None);
             if let Some(at) = self.attached_at.take() {
-                self.ctx.router.record_latency(self.backend, at.elapsed());
+                let took = at.elapsed();
+                self.ctx.router.record_latency(self.backend, took);
+                self.ctx
+                    .metrics
+                    .unit(self.backend, self.route_label(), took);
             }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
@@ -492,6 +506,15 @@ impl Session {
             } else {
                 server.discard();
             }
+        }
+    }
+
+    /// The route label of the attached server (metrics).
+    fn route_label(&self) -> fulcrum_metrics::RouteLabel {
+        if self.ctx.router.is_primary(self.backend) {
+            fulcrum_metrics::RouteLabel::Write
+        } else {
+            fulcrum_metrics::RouteLabel::Read
         }
     }
 
@@ -608,6 +631,11 @@ impl Session {
         }
         if self.server.is_none() {
             self.attach(Route::Primary).await?;
+        }
+        if matches!(tag, b'Q' | b'E' | b'F') {
+            self.ctx
+                .metrics
+                .queries(self.backend, self.route_label(), 1);
         }
         match tag {
             b'Q' => {
@@ -1118,6 +1146,10 @@ impl Session {
                     buf.reserve(header.total - buf.len());
                 }
                 break;
+            }
+            if header.tag == b'E' && buf.len() >= header.total {
+                let fields = parse_error_fields(&buf[5..header.total]);
+                self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
             }
             if matches!(header.tag, b'E' | b'N') && self.rewrite_statements && self.pinned.is_none()
             {

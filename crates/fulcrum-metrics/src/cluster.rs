@@ -1,0 +1,96 @@
+//! One cluster's handles on the data path: label values bound at start, so
+//! counting a query, its bytes and its duration is a few atomic adds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+
+use crate::families::Metrics;
+
+/// Where a unit of work was routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteLabel {
+    Read = 0,
+    Write = 1,
+}
+
+impl RouteLabel {
+    fn as_str(self) -> &'static str {
+        match self {
+            RouteLabel::Read => "read",
+            RouteLabel::Write => "write",
+        }
+    }
+}
+
+pub struct ClusterMetrics {
+    pub name: String,
+    metrics: Arc<Metrics>,
+    /// Per backend: [read, write].
+    queries: Vec<[IntCounter; 2]>,
+    transactions: Vec<[IntCounter; 2]>,
+    pub clients: IntGauge,
+    pub waiting: IntGauge,
+    pub bytes_in: IntCounter,
+    pub bytes_out: IntCounter,
+    unit_seconds: [Histogram; 2],
+    pub pool_wait: Histogram,
+}
+
+impl ClusterMetrics {
+    pub fn new(metrics: Arc<Metrics>, cluster: &str, backends: &[String]) -> ClusterMetrics {
+        let per_backend = |vec: &prometheus::IntCounterVec| {
+            backends
+                .iter()
+                .map(|b| {
+                    [RouteLabel::Read, RouteLabel::Write]
+                        .map(|r| vec.with_label_values(&[cluster, b, r.as_str()]))
+                })
+                .collect()
+        };
+        ClusterMetrics {
+            name: cluster.to_owned(),
+            queries: per_backend(&metrics.queries),
+            transactions: per_backend(&metrics.transactions),
+            clients: metrics.client_connections.with_label_values(&[cluster]),
+            waiting: metrics.clients_waiting.with_label_values(&[cluster]),
+            bytes_in: metrics.bytes.with_label_values(&[cluster, "in"]),
+            bytes_out: metrics.bytes.with_label_values(&[cluster, "out"]),
+            unit_seconds: [RouteLabel::Read, RouteLabel::Write].map(|r| {
+                metrics
+                    .query_seconds
+                    .with_label_values(&[cluster, r.as_str()])
+            }),
+            pool_wait: metrics.pool_wait_seconds.with_label_values(&[cluster]),
+            metrics,
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// `n` statements forwarded to `backend` on `route`.
+    pub fn queries(&self, backend: usize, route: RouteLabel, n: u64) {
+        if let Some(c) = self.queries.get(backend) {
+            c[route as usize].inc_by(n);
+        }
+    }
+
+    /// A unit of work ended: it held `backend` for `took`.
+    pub fn unit(&self, backend: usize, route: RouteLabel, took: Duration) {
+        if let Some(c) = self.transactions.get(backend) {
+            c[route as usize].inc();
+        }
+        self.unit_seconds[route as usize].observe(took.as_secs_f64());
+    }
+
+    /// An error sent to a client, by SQLSTATE class or MySQL code.
+    pub fn error(&self, code: &str) {
+        self.metrics
+            .errors
+            .with_label_values(&[self.name.as_str(), code])
+            .inc();
+    }
+}

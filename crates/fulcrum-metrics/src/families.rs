@@ -1,0 +1,139 @@
+//! The metric families, all named `fulcrum_*` and described in
+//! docs/metrics.md, registered in one registry per process.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::Source;
+
+/// Query latency buckets, in seconds: 100 µs to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    pub queries: IntCounterVec,
+    pub transactions: IntCounterVec,
+    pub client_connections: IntGaugeVec,
+    pub clients_waiting: IntGaugeVec,
+    pub bytes: IntCounterVec,
+    pub query_seconds: HistogramVec,
+    pub pool_wait_seconds: HistogramVec,
+    pub errors: IntCounterVec,
+    pub server_connections: IntGaugeVec,
+    pub backend_up: IntGaugeVec,
+    pub backend_state: IntGaugeVec,
+    pub backend_primary: IntGaugeVec,
+    pub lag_bytes: IntGaugeVec,
+    pub lag_seconds: GaugeVec,
+    pub failovers: IntCounterVec,
+    pub classifier_hits: IntCounterVec,
+    pub classifier_misses: IntCounterVec,
+    pub unparsed: IntCounterVec,
+    sources: Mutex<Vec<Arc<dyn Source>>>,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+        labels,
+    )
+    .expect("valid histogram");
+    r.register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let cb = &["cluster", "backend"];
+        let lag_seconds = GaugeVec::new(
+            Opts::new(
+                "fulcrum_replication_lag_seconds",
+                "Replica lag behind the primary in time, as the health loop measured it.",
+            ),
+            cb,
+        )
+        .expect("valid gauge");
+        r.register(Box::new(lag_seconds.clone()))
+            .expect("registered once");
+        Metrics {
+            queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
+            transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),
+            client_connections: gauge(&r, "fulcrum_client_connections", "Client connections open now (logged in).", &["cluster"]),
+            clients_waiting: gauge(&r, "fulcrum_clients_waiting", "Clients waiting for a server connection now.", &["cluster"]),
+            bytes: counter(&r, "fulcrum_bytes_total", "Bytes forwarded: in from clients to servers, out from servers to clients.", &["cluster", "direction"]),
+            query_seconds: histogram(&r, "fulcrum_unit_duration_seconds", "Time a unit of work held its server connection, end to end as Fulcrum saw it.", &["cluster", "route"]),
+            pool_wait_seconds: histogram(&r, "fulcrum_pool_wait_seconds", "Time a unit of work waited for a server connection (checkout from the pool, opening one if needed).", &["cluster"]),
+            errors: counter(&r, "fulcrum_errors_total", "Errors sent to clients: SQLSTATE class (PostgreSQL, e.g. 42 or 08) or error code (MySQL, e.g. 1146).", &["cluster", "code"]),
+            server_connections: gauge(&r, "fulcrum_server_connections", "Server connections in the pools now: active (checked out) or idle.", &["cluster", "backend", "state"]),
+            backend_up: gauge(&r, "fulcrum_backend_up", "1 if the backend answers its health probes, else 0.", cb),
+            backend_state: gauge(&r, "fulcrum_backend_state", "1 for the backend's current health state (up, lagging, down, stale), 0 for the others.", &["cluster", "backend", "state"]),
+            backend_primary: gauge(&r, "fulcrum_backend_primary", "1 if the backend is the current write target, else 0.", cb),
+            lag_bytes: gauge(&r, "fulcrum_replication_lag_bytes", "Replica lag behind the primary: WAL bytes (PostgreSQL) or GTID transactions (MariaDB) not yet replayed.", cb),
+            lag_seconds,
+            failovers: counter(&r, "fulcrum_failovers_total", "Promotions done by this process.", &["cluster"]),
+            classifier_hits: counter(&r, "fulcrum_classifier_cache_hits_total", "Statements classified from the fingerprint cache.", &["cluster"]),
+            classifier_misses: counter(&r, "fulcrum_classifier_cache_misses_total", "Statements that had to be parsed.", &["cluster"]),
+            unparsed: counter(&r, "fulcrum_unparsed_statements_total", "Statements the SQL parser could not parse (routed by default_route).", &["cluster"]),
+            registry: r,
+            sources: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds a source of scrape-time figures.
+    pub fn add_source(&self, source: Arc<dyn Source>) {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(source);
+    }
+
+    /// The text exposition of every family, after the sources refreshed.
+    pub fn encode(&self) -> String {
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for s in sources {
+            s.refresh(self);
+        }
+        let mut out = Vec::with_capacity(16 * 1024);
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Sets a counter to at least `value` (scrape-time counters kept
+    /// elsewhere as totals).
+    pub fn catch_up(counter: &prometheus::IntCounter, value: u64) {
+        let now = counter.get();
+        if value > now {
+            counter.inc_by(value - now);
+        }
+    }
+}

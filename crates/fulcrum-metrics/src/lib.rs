@@ -1,0 +1,20 @@
+//! Fulcrum's Prometheus metrics. Owns the metric families (`families.rs`),
+//! the per-cluster handles the data path increments (`cluster.rs`: label
+//! values bound once, so a query costs a few atomic adds), figures taken at
+//! scrape time from pools, health and classifier (`Source`), and the
+//! `/metrics` endpoint (`http.rs`). Knows no wire protocol.
+
+mod cluster;
+mod families;
+pub mod http;
+mod refresh;
+
+pub use cluster::{ClusterMetrics, RouteLabel};
+pub use families::Metrics;
+pub use refresh::{BackendFigures, ClusterFigures};
+
+/// Something that refreshes its scrape-time figures (pool sizes, backend
+/// states, lag, ...) into the families just before they are encoded.
+pub trait Source: Send + Sync {
+    fn refresh(&self, metrics: &Metrics);
+}

@@ -1,0 +1,215 @@
+//! Prometheus metrics against a known workload on both protocols: the
+//! counters move by exactly what the clients did (reads, writes, errors),
+//! client connections are counted, backends are reported with their role and
+//! state, and a live scrape passes `promtool check metrics`.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{
+    free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
+};
+use mysql_async::prelude::Queryable;
+use tokio_postgres::NoTls;
+
+/// One scrape of `/metrics` on `port`.
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// The sum of a family's samples whose labels contain every `filters` pair.
+fn sum(text: &str, family: &str, filters: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+        .filter(|l| {
+            filters
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `promtool check metrics` on a scrape, when promtool is installed (.ci/run
+/// installs it); its findings fail the test.
+fn promtool_check(text: &str) {
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        panic!("promtool is missing: .ci/run installs Debian's prometheus package");
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_counters_match_a_known_workload() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
+    c.primary()
+        .sql_db(APP_DB, "CREATE TABLE m (n int)")
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let metrics_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .replica(&c.replicas()[0].addr())
+        .extra("health_interval = \"200ms\"");
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    tokio::time::sleep(Duration::from_millis(500)).await; // a health round or two
+    let before = scrape(metrics_port);
+    for _ in 0..30 {
+        client.simple_query("SELECT 1").await.unwrap();
+    }
+    for i in 0..20 {
+        client
+            .simple_query(&format!("INSERT INTO m VALUES ({i})"))
+            .await
+            .unwrap();
+    }
+    assert!(client
+        .simple_query("SELECT * FROM no_such_table")
+        .await
+        .is_err());
+    let after = scrape(metrics_port);
+    let delta = |family: &str, filters: &[(&str, &str)]| {
+        sum(&after, family, filters) - sum(&before, family, filters)
+    };
+    assert_eq!(
+        delta("fulcrum_queries_total", &[("route", "read")]),
+        31.0,
+        "30 reads + the failed one"
+    );
+    assert_eq!(delta("fulcrum_queries_total", &[("route", "write")]), 20.0);
+    assert_eq!(
+        delta(
+            "fulcrum_queries_total",
+            &[("backend", &c.replicas()[0].addr()), ("route", "read")]
+        ),
+        31.0,
+        "reads ran on the replica"
+    );
+    assert_eq!(
+        delta("fulcrum_errors_total", &[("code", "42")]),
+        1.0,
+        "42P01 is class 42"
+    );
+    assert_eq!(
+        delta("fulcrum_transactions_total", &[]),
+        51.0,
+        "one unit per statement"
+    );
+    assert_eq!(sum(&after, "fulcrum_client_connections", &[]), 1.0);
+    assert_eq!(
+        sum(
+            &after,
+            "fulcrum_backend_primary",
+            &[("backend", &c.primary().addr())]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sum(&after, "fulcrum_backend_state", &[("state", "up")]),
+        2.0
+    );
+    assert!(delta("fulcrum_bytes_total", &[("direction", "in")]) > 0.0);
+    assert!(sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
+    promtool_check(&after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_counters_match_a_known_workload() {
+    let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(1).start())
+        .expect("cluster");
+    c.primary().sql("CREATE TABLE m (n INT)").unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let toml = format!(
+        "[fulcrum]\nlog = \"info\"\nmetrics = \"127.0.0.1:{metrics_port}\"\n\n[[cluster]]\nname = \"shop\"\n\
+         protocol = \"mysql\"\nlisten = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
+         health_interval = \"200ms\"\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+        c.primary().addr(),
+        c.replicas()[0].addr()
+    );
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB))
+        .prefer_socket(false);
+    let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = scrape(metrics_port);
+    for _ in 0..30 {
+        conn.query_drop("SELECT 1").await.unwrap();
+    }
+    for i in 0..20 {
+        conn.query_drop(format!("INSERT INTO m VALUES ({i})"))
+            .await
+            .unwrap();
+    }
+    assert!(conn
+        .query_drop("SELECT * FROM no_such_table")
+        .await
+        .is_err());
+    let after = scrape(metrics_port);
+    let delta = |family: &str, filters: &[(&str, &str)]| {
+        sum(&after, family, filters) - sum(&before, family, filters)
+    };
+    assert_eq!(delta("fulcrum_queries_total", &[("route", "read")]), 31.0);
+    assert_eq!(delta("fulcrum_queries_total", &[("route", "write")]), 20.0);
+    assert_eq!(delta("fulcrum_errors_total", &[("code", "1146")]), 1.0);
+    assert_eq!(
+        sum(&after, "fulcrum_client_connections", &[("cluster", "shop")]),
+        1.0
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "fulcrum_backend_primary",
+            &[("backend", &c.primary().addr())]
+        ),
+        1.0
+    );
+    promtool_check(&after);
+}
