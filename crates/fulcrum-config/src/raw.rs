@@ -31,6 +31,9 @@ pub(crate) struct RawGlobal {
     pub metrics: Value<String>,
     pub log: Value<String>,
     pub workers: Value<Int>,
+    pub log_format: Value<String>,
+    pub slow_query_threshold: Value<DurationText>,
+    pub shutdown_timeout: Value<DurationText>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -26,6 +26,19 @@ pub struct Global {
     /// Threads that run client sessions: 0 = one per CPU; 1 = a single
     /// event-loop thread (no cross-thread wake-ups, like PgBouncer).
     pub workers: u32,
+    /// `text` or `json` log lines.
+    pub log_format: LogFormat,
+    /// Units of work slower than this are logged (None: off).
+    pub slow_query_threshold: Option<Duration>,
+    /// SIGTERM: how long in-flight transactions may take to finish.
+    pub shutdown_timeout: Duration,
+}
+
+/// The log line format (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +217,8 @@ pub mod defaults {
     use std::time::Duration;
     pub const LOG: &str = "info";
     pub const WORKERS: u32 = 0;
+    pub const LOG_FORMAT: super::LogFormat = super::LogFormat::Text;
+    pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
     pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
     pub const POOL_SIZE: u32 = 20;
     pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;

@@ -63,6 +63,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 let ctx = fulcrum_postgres::frontend::ClusterContext::with_metrics(
                     cluster,
                     metrics.clone(),
+                    config.fulcrum.slow_query_threshold,
                 );
                 metrics.add_source(ctx.clone());
                 ctx.start_health(shutdown.clone());
@@ -70,12 +71,14 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     Arc::clone(&ctx),
                     listener,
                     shutdown.clone(),
+                    config.fulcrum.shutdown_timeout,
                 )));
             }
             Protocol::Mysql => {
                 let ctx = fulcrum_mysql::frontend::MyClusterContext::with_metrics(
                     cluster,
                     metrics.clone(),
+                    config.fulcrum.slow_query_threshold,
                 );
                 metrics.add_source(ctx.clone());
                 ctx.start_health(shutdown.clone());
@@ -83,6 +86,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     Arc::clone(&ctx),
                     listener,
                     shutdown.clone(),
+                    config.fulcrum.shutdown_timeout,
                 )));
             }
         }

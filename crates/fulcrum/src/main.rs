@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(&config.fulcrum.log);
+    init_logging(&config.fulcrum.log, config.fulcrum.log_format);
     let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
         Err(e) => {
@@ -93,18 +93,23 @@ fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
     b.enable_all().build()
 }
 
-fn init_logging(filter: &str) {
+fn init_logging(filter: &str, format: fulcrum_config::LogFormat) {
     let filter = std::env::var("FULCRUM_LOG").unwrap_or_else(|_| filter.to_owned());
     let env_filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        fulcrum_config::LogFormat::Text => builder.init(),
+        // One JSON object per line, with the span fields (client, cluster).
+        fulcrum_config::LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }
 
-/// SIGTERM and SIGINT stop accepting and exit (graceful drain is planned);
-/// SIGHUP is logged (online reload is planned) instead of killing the daemon.
+/// SIGTERM stops accepting and lets clients finish their transactions (up to
+/// `shutdown_timeout`); SIGINT stops at once; SIGHUP is logged (online reload
+/// is planned) instead of killing the daemon.
 async fn watch_signals(tx: watch::Sender<bool>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
@@ -117,8 +122,14 @@ async fn watch_signals(tx: watch::Sender<bool>) {
     };
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
-            _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: no new clients; waiting for transactions in progress to finish");
+                break;
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT: stopping now");
+                std::process::exit(0);
+            }
             _ = hup.recv() => tracing::warn!("SIGHUP: online reload is not implemented yet; restart to apply a changed config"),
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{dedent, MINIMAL};
 use crate::{
     defaults, load, parse, Backend, BalancePolicy, ClientAuth, Cluster, Config, ConfigError,
-    DefaultRoute, Failover, Global, Health, MaxLag, PoolMode, Protocol, Role, User,
+    DefaultRoute, Failover, Global, Health, LogFormat, MaxLag, PoolMode, Protocol, Role, User,
 };
 
 fn parse_ok(text: &str) -> Config {
@@ -38,6 +38,9 @@ fn every_key_is_read_into_the_config() {
         metrics = "[::1]:9930"
         log = "fulcrum=debug,info"
         workers = 2
+        log_format = "json"
+        slow_query_threshold = "250ms"
+        shutdown_timeout = "10s"
 
         [[cluster]]
         name = "main"
@@ -106,6 +109,9 @@ fn every_key_is_read_into_the_config() {
             metrics: Some("[::1]:9930".parse().unwrap()),
             log: "fulcrum=debug,info".into(),
             workers: 2,
+            log_format: LogFormat::Json,
+            slow_query_threshold: Some(Duration::from_millis(250)),
+            shutdown_timeout: Duration::from_secs(10),
         },
         clusters: vec![
             Cluster {
@@ -196,6 +202,9 @@ fn omitted_keys_take_their_documented_defaults() {
             metrics: None,
             log: "info".into(),
             workers: 0,
+            log_format: LogFormat::Text,
+            slow_query_threshold: None,
+            shutdown_timeout: Duration::from_secs(30),
         }
     );
     let c = &config.clusters[0];

@@ -13,7 +13,7 @@ use toml::Spanned;
 use crate::addr::listeners_conflict;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawCluster, RawConfig, RawGlobal, Tables, Value};
-use crate::types::{defaults, Cluster, Config, Global};
+use crate::types::{defaults, Cluster, Config, Global, LogFormat};
 use table::Table;
 
 pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<Config, Problem> {
@@ -58,6 +58,9 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             metrics: None,
             log: defaults::LOG.to_string(),
             workers: defaults::WORKERS,
+            log_format: defaults::LOG_FORMAT,
+            slow_query_threshold: None,
+            shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
         });
     };
     let t = Table::new(lines, "fulcrum", raw.span());
@@ -69,6 +72,25 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
         metrics: addr(&g.metrics, "metrics")?,
         log: t.text(&g.log, "log", Some(defaults::LOG))?,
         workers: t.u32_at_least(&g.workers, "workers", 0, defaults::WORKERS)?,
+        log_format: t.choice(
+            &g.log_format,
+            "log_format",
+            &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+            Some(defaults::LOG_FORMAT),
+        )?,
+        slow_query_threshold: match &g.slow_query_threshold {
+            None => None,
+            Some(_) => Some(t.duration(
+                &g.slow_query_threshold,
+                "slow_query_threshold",
+                std::time::Duration::ZERO,
+            )?),
+        },
+        shutdown_timeout: t.duration(
+            &g.shutdown_timeout,
+            "shutdown_timeout",
+            defaults::SHUTDOWN_TIMEOUT,
+        )?,
     })
 }
 

@@ -25,6 +25,8 @@ pub struct MyClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
+    /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
+    pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
     pub view: Arc<ClusterView>,
     pub classifier: Classifier,
@@ -39,12 +41,13 @@ pub struct MyClusterContext {
 impl MyClusterContext {
     /// A context whose metrics go nowhere (tests, tools).
     pub fn new(config: Cluster) -> Arc<MyClusterContext> {
-        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()))
+        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()), None)
     }
 
     pub fn with_metrics(
         config: Cluster,
         metrics: Arc<fulcrum_metrics::Metrics>,
+        slow_query_threshold: Option<std::time::Duration>,
     ) -> Arc<MyClusterContext> {
         let primary = config
             .backends
@@ -69,6 +72,7 @@ impl MyClusterContext {
         };
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
+            slow_query_threshold,
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,

@@ -21,12 +21,16 @@ use crate::codec::err::codes;
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Accepts clients on `listener` until `shutdown` turns true.
+/// On shutdown, waits up to `drain` for the sessions to end at their next
+/// transaction boundary.
 pub async fn serve(
     ctx: Arc<MyClusterContext>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
 ) {
-    let limit = Arc::new(Semaphore::new(ctx.config.max_client_connections as usize));
+    let max = ctx.config.max_client_connections;
+    let limit = Arc::new(Semaphore::new(max as usize));
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -42,6 +46,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
+        let session_shutdown = shutdown.clone();
         let permit = limit.clone().try_acquire_owned();
         let span = tracing::debug_span!("client", cluster = %ctx.config.name, peer = %peer);
         tokio::spawn(
@@ -56,7 +61,7 @@ pub async fn serve(
                     return;
                 };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream).await {
+                match handle(ctx, stream, session_shutdown).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -67,9 +72,25 @@ pub async fn serve(
             .instrument(span),
         );
     }
+    drop(listener);
+    let drained = tokio::time::timeout(drain, limit.acquire_many(max)).await;
+    match drained {
+        Ok(_) => {
+            tracing::info!(cluster = %ctx.config.name, "drained: every client left at a transaction boundary")
+        }
+        Err(_) => tracing::warn!(
+            cluster = %ctx.config.name,
+            clients = max as usize - limit.available_permits(),
+            "shutdown_timeout reached: closing the clients still in a transaction"
+        ),
+    }
 }
 
-async fn handle(ctx: Arc<MyClusterContext>, mut stream: TcpStream) -> Result<(), SessionError> {
+async fn handle(
+    ctx: Arc<MyClusterContext>,
+    mut stream: TcpStream,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
     {
@@ -82,7 +103,9 @@ async fn handle(ctx: Arc<MyClusterContext>, mut stream: TcpStream) -> Result<(),
     let seq = login.next_seq;
     tracing::debug!(user = %login.user, schema = ?login.schema, "client logged in");
     ctx.metrics.clients.inc();
-    let r = Session::new(ctx.clone(), stream, buf, login).run(seq).await;
+    let r = Session::new(ctx.clone(), stream, buf, login, shutdown)
+        .run(seq)
+        .await;
     ctx.metrics.clients.dec();
     r
 }

@@ -69,6 +69,8 @@ pub struct Session {
     connection_id: u32,
     /// When the current server connection was attached (metrics).
     attached_at: Option<std::time::Instant>,
+    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
+    shutdown: tokio::sync::watch::Receiver<bool>,
     scramble: [u8; 20],
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
@@ -93,6 +95,7 @@ impl Session {
         client: TcpStream,
         cbuf: BytesMut,
         login: Login,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
         Session {
             backend: ctx.router.primary().unwrap_or(0),
@@ -113,6 +116,7 @@ impl Session {
             answered: false,
             connection_id: login.connection_id,
             attached_at: None,
+            shutdown,
             scramble: login.scramble,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             stmts: HashMap::new(),
@@ -179,7 +183,16 @@ impl Session {
     async fn one_command(&mut self) -> Result<bool, SessionError> {
         let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
         {
-            let span = read_client_message(&mut self.client, &mut self.cbuf, max).await?;
+            let span = loop {
+                let draining = *self.shutdown.borrow();
+                if draining && self.at_boundary() {
+                    return Ok(false);
+                }
+                tokio::select! {
+                    r = read_client_message(&mut self.client, &mut self.cbuf, max) => break r?,
+                    _ = self.shutdown.changed(), if !draining => continue,
+                }
+            };
             let msg = self.cbuf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
             let seq = span.last_seq.wrapping_add(1);
@@ -434,6 +447,14 @@ impl Session {
         }
         put_ok(&mut self.out, seq, self.caps, self.status);
         Ok(())
+    }
+
+    /// Between transactions with nothing in flight (a SIGTERM drain may end
+    /// the session here): not in a transaction, no command half-read.
+    fn at_boundary(&self) -> bool {
+        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        !in_txn && self.cbuf.is_empty()
     }
 
     /// The route label of the attached server (metrics).
@@ -795,6 +816,17 @@ impl Session {
                 self.ctx
                     .metrics
                     .unit(self.backend, self.route_label(), took);
+                if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
+                    // No statement text: it would carry the query's parameters.
+                    tracing::info!(
+                        cluster = %self.ctx.name(),
+                        user = %self.user,
+                        schema = ?self.schema,
+                        server = %self.ctx.address(self.backend),
+                        took_ms = took.as_millis() as u64,
+                        "slow unit of work"
+                    );
+                }
             }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.

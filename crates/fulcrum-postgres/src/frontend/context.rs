@@ -33,6 +33,8 @@ pub struct ClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
+    /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
+    pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
     /// The health loop's picture of the cluster.
     pub view: Arc<ClusterView>,
@@ -65,12 +67,13 @@ fn truncate(s: &str, max: usize) -> &str {
 impl ClusterContext {
     /// A context whose metrics go nowhere (tests, tools).
     pub fn new(config: Cluster) -> Arc<ClusterContext> {
-        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()))
+        Self::with_metrics(config, Arc::new(fulcrum_metrics::Metrics::new()), None)
     }
 
     pub fn with_metrics(
         config: Cluster,
         metrics: Arc<fulcrum_metrics::Metrics>,
+        slow_query_threshold: Option<std::time::Duration>,
     ) -> Arc<ClusterContext> {
         let primary = config
             .backends
@@ -92,6 +95,7 @@ impl ClusterContext {
             .collect();
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
+            slow_query_threshold,
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,

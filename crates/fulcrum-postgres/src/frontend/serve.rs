@@ -20,12 +20,16 @@ use crate::codec::backend_msg::{self, sqlstate};
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Accepts clients on `listener` until `shutdown` turns true.
+/// On shutdown, waits up to `drain` for the sessions to end at their next
+/// transaction boundary.
 pub async fn serve(
     ctx: Arc<ClusterContext>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
 ) {
-    let limit = Arc::new(Semaphore::new(ctx.config.max_client_connections as usize));
+    let max = ctx.config.max_client_connections;
+    let limit = Arc::new(Semaphore::new(max as usize));
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -42,6 +46,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
+        let session_shutdown = shutdown.clone();
         let permit = limit.clone().try_acquire_owned();
         // A debug-level span: disabled (and free) at the usual info level,
         // where entering it on every poll of the session costs measurably.
@@ -53,7 +58,7 @@ pub async fn serve(
                     return;
                 };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream).await {
+                match handle(ctx, stream, session_shutdown).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -64,6 +69,22 @@ pub async fn serve(
             .instrument(span),
         );
     }
+    drop(listener);
+    let busy = max as usize - limit.available_permits();
+    if busy > 0 {
+        tracing::info!(cluster = %ctx.config.name, clients = busy, "draining: waiting up to {drain:?} for transactions in progress");
+    }
+    let drained = tokio::time::timeout(drain, limit.acquire_many(max)).await;
+    match drained {
+        Ok(_) => {
+            tracing::info!(cluster = %ctx.config.name, "drained: every client left at a transaction boundary")
+        }
+        Err(_) => tracing::warn!(
+            cluster = %ctx.config.name,
+            clients = max as usize - limit.available_permits(),
+            "shutdown_timeout reached: closing the clients still in a transaction"
+        ),
+    }
 }
 
 async fn refuse(mut stream: TcpStream, max: u32) {
@@ -73,7 +94,11 @@ async fn refuse(mut stream: TcpStream, max: u32) {
     let _ = stream.write_all(&out).await;
 }
 
-async fn handle(ctx: Arc<ClusterContext>, mut stream: TcpStream) -> Result<(), SessionError> {
+async fn handle(
+    ctx: Arc<ClusterContext>,
+    mut stream: TcpStream,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
     {
@@ -94,7 +119,14 @@ async fn handle(ctx: Arc<ClusterContext>, mut stream: TcpStream) -> Result<(), S
     tracing::debug!(user = %login.user, database = %login.database, "client logged in");
     let registration = ctx.cancels.register();
     ctx.metrics.clients.inc();
-    let session = Session::new(ctx.clone(), stream, buf, login, registration.slot.clone());
+    let session = Session::new(
+        ctx.clone(),
+        stream,
+        buf,
+        login,
+        registration.slot.clone(),
+        shutdown,
+    );
     let r = session.run().await;
     ctx.metrics.clients.dec();
     drop(registration);

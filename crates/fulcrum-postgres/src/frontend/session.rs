@@ -110,6 +110,8 @@ pub struct Session {
     retrying: bool,
     /// The backend a retried unit must not go back to.
     retry_avoid: Option<BackendId>,
+    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
+    shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Session {
@@ -119,6 +121,7 @@ impl Session {
         cbuf: BytesMut,
         login: Login,
         cancel: Arc<CancelSlot>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
         Session {
@@ -161,6 +164,7 @@ impl Session {
             retry_client_mark: 0,
             retrying: false,
             retry_avoid: None,
+            shutdown,
         }
     }
 
@@ -220,8 +224,15 @@ impl Session {
         enum Event {
             Client(std::io::Result<usize>),
             Server(std::io::Result<usize>),
+            Shutdown,
         }
         loop {
+            let draining = *self.shutdown.borrow();
+            if draining && self.at_boundary() {
+                let msg =
+                    "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
+                return Err(fatal(&mut self.client, sqlstate::ADMIN_SHUTDOWN, msg).await);
+            }
             if self.cbuf.capacity() - self.cbuf.len() < 1024 {
                 self.cbuf.reserve(8 * 1024);
             }
@@ -234,11 +245,16 @@ impl Session {
                     tokio::select! {
                         r = self.client.read_buf(&mut self.cbuf) => Event::Client(r),
                         r = conn.stream.read_buf(&mut conn.read_buf) => Event::Server(r),
+                        _ = self.shutdown.changed(), if !draining => Event::Shutdown,
                     }
                 }
-                None => Event::Client(self.client.read_buf(&mut self.cbuf).await),
+                None => tokio::select! {
+                    r = self.client.read_buf(&mut self.cbuf) => Event::Client(r),
+                    _ = self.shutdown.changed(), if !draining => Event::Shutdown,
+                },
             };
             match event {
+                Event::Shutdown => continue,
                 Event::Client(r) => {
                     let n = r?;
                     if n == 0 {
@@ -497,6 +513,17 @@ impl Session {
                 self.ctx
                     .metrics
                     .unit(self.backend, self.route_label(), took);
+                if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
+                    // No statement text: it would carry the query's parameters.
+                    tracing::info!(
+                        cluster = %self.ctx.name(),
+                        user = %self.user,
+                        database = %self.database,
+                        server = %self.ctx.backends[self.backend],
+                        took_ms = took.as_millis() as u64,
+                        "slow unit of work"
+                    );
+                }
             }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
@@ -507,6 +534,19 @@ impl Session {
                 server.discard();
             }
         }
+    }
+
+    /// Between transactions with nothing in flight: where a SIGTERM drain
+    /// may end the session without cutting any work.
+    fn at_boundary(&self) -> bool {
+        self.status == b'I'
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.expect.is_empty()
+            && self.server_stream_left == 0
+            && self.deferred.is_none()
+            && self.lost.is_none()
+            && self.cbuf.is_empty()
     }
 
     /// The route label of the attached server (metrics).

@@ -1,0 +1,45 @@
+//! Logs: `log_format = "json"` gives one JSON object per line, a unit of work
+//! over `slow_query_threshold` is logged (without its statement text), and
+//! neither passwords nor query parameters appear in the log.
+
+use std::time::Duration;
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
+use tokio_postgres::NoTls;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_carry_slow_units_and_no_secrets() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        "[fulcrum]\nlog_format = \"json\"\nslow_query_threshold = \"150ms\"\n",
+        1,
+    );
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client.simple_query("SELECT 1").await.unwrap();
+    client
+        .simple_query("SELECT pg_sleep(0.3), 'a-secret-parameter'")
+        .await
+        .unwrap();
+    p.wait_for_log("slow unit of work", Duration::from_secs(5)).unwrap();
+    let log = p.log_contents();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(
+            l.starts_with('{') && l.ends_with('}'),
+            "not a JSON object per line: {l}"
+        );
+    }
+    let slow: Vec<&&str> = lines.iter().filter(|l| l.contains("slow unit of work")).collect();
+    assert_eq!(slow.len(), 1, "only the sleeping statement was slow: {slow:?}");
+    assert!(slow[0].contains("\"took_ms\""), "{}", slow[0]);
+    assert!(!log.contains(APP_PASSWORD), "a password reached the log");
+    assert!(!log.contains("a-secret-parameter"), "a query parameter reached the log");
+}
