@@ -9,6 +9,7 @@
 //! [`ServerOps`] trait, implemented by each protocol crate. Everything here
 //! but `monitor` is pure and unit-tested; this crate knows no wire protocol.
 
+pub mod admin;
 pub mod command;
 pub mod lag;
 pub mod monitor;
@@ -17,6 +18,7 @@ pub mod state;
 pub mod topology;
 pub mod view;
 
+pub use admin::{ClusterAdmin, PoolRow};
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};
 pub use state::BackendState;

@@ -34,6 +34,7 @@ pub(crate) struct RawGlobal {
     pub log_format: Value<String>,
     pub slow_query_threshold: Value<DurationText>,
     pub shutdown_timeout: Value<DurationText>,
+    pub admin_user: Value<Tables<RawAdminUser>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +79,13 @@ pub(crate) struct RawBackend {
     pub address: Value<String>,
     pub role: Value<String>,
     pub weight: Value<Int>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawAdminUser {
+    pub name: Value<String>,
+    pub password: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,6 +214,9 @@ impl TableHeader for RawBackend {
 }
 impl TableHeader for RawUser {
     const HEADER: &'static str = "[[cluster.user]]";
+}
+impl TableHeader for RawAdminUser {
+    const HEADER: &'static str = "[[fulcrum.admin_user]]";
 }
 
 /// An array of tables. Exists to replace serde's "expected a sequence" (what a user who

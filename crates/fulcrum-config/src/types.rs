@@ -32,6 +32,8 @@ pub struct Global {
     pub slow_query_threshold: Option<Duration>,
     /// SIGTERM: how long in-flight transactions may take to finish.
     pub shutdown_timeout: Duration,
+    /// Logins of the admin console (`[[fulcrum.admin_user]]`).
+    pub admin_users: Vec<User>,
 }
 
 /// The log line format (`log_format`).

@@ -48,6 +48,11 @@ pub struct Router {
     readable: Vec<AtomicBool>,
     /// Per backend: a session saw it fail; the health loop will look.
     suspect: Vec<AtomicBool>,
+    /// Per backend: taken out of reads by an operator (admin `DISABLE`).
+    disabled: Vec<AtomicBool>,
+    /// New units of work wait while true (admin `PAUSE`).
+    paused: AtomicBool,
+    resumed: Notify,
     /// Wakes the health loop when a backend becomes suspect.
     suspects_changed: Notify,
     /// Wakes sessions waiting for a primary.
@@ -105,6 +110,9 @@ impl Router {
                 .map(|b| AtomicBool::new(b == primary || replicas.contains(&b)))
                 .collect(),
             suspect: (0..backends).map(|_| AtomicBool::new(false)).collect(),
+            disabled: (0..backends).map(|_| AtomicBool::new(false)).collect(),
+            paused: AtomicBool::new(false),
+            resumed: Notify::new(),
             suspects_changed: Notify::new(),
             primary_changed: Notify::new(),
             epoch: Instant::now(),
@@ -229,6 +237,50 @@ impl Router {
         }
     }
 
+    /// Takes `backend` out of reads (or puts it back) by an operator's word;
+    /// the health loop does not undo it.
+    pub fn set_disabled(&self, backend: BackendId, disabled: bool) {
+        if let Some(d) = self.disabled.get(backend) {
+            d.store(disabled, Ordering::Release);
+        }
+    }
+
+    pub fn is_disabled(&self, backend: BackendId) -> bool {
+        self.disabled
+            .get(backend)
+            .is_some_and(|d| d.load(Ordering::Acquire))
+    }
+
+    /// Holds (or releases) new units of work.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+        if !paused {
+            self.resumed.notify_waiters();
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    /// Waits while the cluster is paused (admin `PAUSE`); free when it is not.
+    pub async fn wait_unpaused(&self) {
+        loop {
+            let resumed = self.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !self.is_paused() {
+                return;
+            }
+            resumed.await;
+        }
+    }
+
+    /// Server connections checked out now, over every backend.
+    pub fn total_load(&self) -> usize {
+        self.loads.iter().map(|l| l.load(Ordering::Relaxed)).sum()
+    }
+
     /// The backends reported suspect since the last call (clears them).
     pub fn take_suspects(&self) -> Vec<BackendId> {
         (0..self.backends)
@@ -264,6 +316,7 @@ impl Router {
     fn is_reader(&self, b: BackendId, now: u64) -> bool {
         self.weights[b] > 0
             && self.readable[b].load(Ordering::Relaxed)
+            && !self.disabled[b].load(Ordering::Relaxed)
             && !self.is_banned(b, now)
             && (self.reads_on_primary || !self.is_primary(b))
     }
@@ -485,5 +538,34 @@ mod tests {
             r.wait_primary(Some(1), Duration::from_millis(20)).await,
             None
         );
+    }
+
+    #[test]
+    fn a_disabled_backend_gets_no_reads_until_enabled() {
+        let r = Router::new(0, 3, &[1, 2], false);
+        r.set_disabled(1, true);
+        assert!((0..6).all(|_| r.pick(Route::Replica) == Some(2)));
+        r.set_readable(1, true); // the health loop does not undo it
+        assert!((0..6).all(|_| r.pick(Route::Replica) == Some(2)));
+        r.set_disabled(1, false);
+        assert!((0..6).any(|_| r.pick(Route::Replica) == Some(1)));
+    }
+
+    #[tokio::test]
+    async fn paused_work_waits_for_resume() {
+        let r = Arc::new(Router::new(0, 1, &[], false));
+        r.wait_unpaused().await; // not paused: free
+        r.set_paused(true);
+        let waiter = {
+            let r = r.clone();
+            tokio::spawn(async move { r.wait_unpaused().await })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "held while paused");
+        r.set_paused(false);
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

@@ -16,6 +16,11 @@ pub enum DaemonError {
         address: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot serve the admin console on {address}: {source}")]
+    Admin {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot serve metrics on {address}: {source}")]
     Metrics {
         address: std::net::SocketAddr,
@@ -23,8 +28,32 @@ pub enum DaemonError {
     },
 }
 
-/// Binds every cluster's listener, then serves until `shutdown` turns true.
-pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), DaemonError> {
+/// Binds every cluster's listener (and the metrics and admin listeners),
+/// then serves until `shutdown` turns true. `set_log` changes the log filter
+/// (the admin console's `SET log`).
+pub async fn run(
+    config: Config,
+    shutdown: watch::Receiver<bool>,
+    set_log: fulcrum_admin::SetLog,
+) -> Result<(), DaemonError> {
+    // Every listener is bound before any cluster's: once a client can
+    // connect, the console and /metrics are there too.
+    let admin_listener = match config.fulcrum.admin {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|source| DaemonError::Admin { address, source })?,
+        ),
+        None => None,
+    };
+    let metrics_listener = match config.fulcrum.metrics {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|source| DaemonError::Metrics { address, source })?,
+        ),
+        None => None,
+    };
     let mut listeners = Vec::new();
     for cluster in &config.clusters {
         let listener =
@@ -39,17 +68,15 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     }
     let metrics = Arc::new(fulcrum_metrics::Metrics::new());
     let mut tasks = Vec::new();
-    if let Some(address) = config.fulcrum.metrics {
-        let listener = TcpListener::bind(address)
-            .await
-            .map_err(|source| DaemonError::Metrics { address, source })?;
-        tracing::info!(listen = %address, "serving /metrics");
+    if let Some(listener) = metrics_listener {
+        tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics");
         tasks.push(tokio::spawn(fulcrum_metrics::http::serve(
             listener,
             metrics.clone(),
             shutdown.clone(),
         )));
     }
+    let mut admin_clusters: Vec<Arc<dyn fulcrum_cluster::ClusterAdmin>> = Vec::new();
     for (cluster, listener) in listeners {
         tracing::info!(
             cluster = %cluster.name,
@@ -66,6 +93,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     config.fulcrum.slow_query_threshold,
                 );
                 metrics.add_source(ctx.clone());
+                admin_clusters.push(ctx.clone());
                 ctx.start_health(shutdown.clone());
                 tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
                     Arc::clone(&ctx),
@@ -81,6 +109,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     config.fulcrum.slow_query_threshold,
                 );
                 metrics.add_source(ctx.clone());
+                admin_clusters.push(ctx.clone());
                 ctx.start_health(shutdown.clone());
                 tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
                     Arc::clone(&ctx),
@@ -90,6 +119,16 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 )));
             }
         }
+    }
+    if let Some(listener) = admin_listener {
+        tracing::info!(listen = ?config.fulcrum.admin, "admin console");
+        let admin = Arc::new(fulcrum_admin::Admin {
+            config: config.clone(),
+            clusters: admin_clusters,
+            metrics: metrics.clone(),
+            set_log,
+        });
+        tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }
     for t in tasks {
         let _ = t.await;

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(&config.fulcrum.log, config.fulcrum.log_format);
+    let set_log = init_logging(&config.fulcrum.log, config.fulcrum.log_format);
     let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
         Err(e) => {
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(watch_signals(tx));
-        match fulcrum::run(config, rx).await {
+        match fulcrum::run(config, rx, set_log).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -93,17 +93,36 @@ fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
     b.enable_all().build()
 }
 
-fn init_logging(filter: &str, format: fulcrum_config::LogFormat) {
+/// Installs the log subscriber; returns what `SET log = '...'` in the
+/// admin console calls to change the filter.
+fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admin::SetLog {
+    use tracing_subscriber::EnvFilter;
     let filter = std::env::var("FULCRUM_LOG").unwrap_or_else(|_| filter.to_owned());
-    let env_filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(env_filter)
-        .with_target(false);
+    let env_filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let parse =
+        |f: &str| EnvFilter::try_new(f).map_err(|e| format!("invalid log filter {f:?}: {e}"));
     match format {
-        fulcrum_config::LogFormat::Text => builder.init(),
+        fulcrum_config::LogFormat::Text => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(env_filter)
+                .with_target(false)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
+        }
         // One JSON object per line, with the span fields (client, cluster).
-        fulcrum_config::LogFormat::Json => builder.json().with_current_span(true).init(),
+        fulcrum_config::LogFormat::Json => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(env_filter)
+                .with_target(false)
+                .json()
+                .with_current_span(true)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            Box::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
+        }
     }
 }
 

@@ -42,6 +42,10 @@ fn every_key_is_read_into_the_config() {
         slow_query_threshold = "250ms"
         shutdown_timeout = "10s"
 
+        [[fulcrum.admin_user]]
+        name = "ops"
+        password = "ops secret"
+
         [[cluster]]
         name = "main"
         protocol = "postgres"
@@ -112,6 +116,7 @@ fn every_key_is_read_into_the_config() {
             log_format: LogFormat::Json,
             slow_query_threshold: Some(Duration::from_millis(250)),
             shutdown_timeout: Duration::from_secs(10),
+            admin_users: vec![user("ops", "ops secret")],
         },
         clusters: vec![
             Cluster {
@@ -205,6 +210,7 @@ fn omitted_keys_take_their_documented_defaults() {
             log_format: LogFormat::Text,
             slow_query_threshold: None,
             shutdown_timeout: Duration::from_secs(30),
+            admin_users: vec![],
         }
     );
     let c = &config.clusters[0];

@@ -61,6 +61,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             log_format: defaults::LOG_FORMAT,
             slow_query_threshold: None,
             shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
+            admin_users: Vec::new(),
         });
     };
     let t = Table::new(lines, "fulcrum", raw.span());
@@ -91,7 +92,30 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             "shutdown_timeout",
             defaults::SHUTDOWN_TIMEOUT,
         )?,
+        admin_users: admin_users(&t, g)?,
     })
+}
+
+/// `[[fulcrum.admin_user]]`: name and non-empty password. Without any, the
+/// console refuses every login (it has no anonymous access).
+fn admin_users(t: &Table, g: &RawGlobal) -> Result<Vec<crate::types::User>, Problem> {
+    let items = g
+        .admin_user
+        .as_ref()
+        .map_or(&[][..], |a| a.get_ref().0.as_slice());
+    let mut out: Vec<crate::types::User> = Vec::new();
+    for (i, raw) in items.iter().enumerate() {
+        let ut = t.child(&format!("admin_user[{i}]"), raw.span());
+        let u = raw.get_ref();
+        let name = ut.text(&u.name, "name", None)?;
+        if out.iter().any(|o| o.name == name) {
+            let v = ut.required(&u.name, "name")?;
+            return Err(ut.error(v, "name", format!("admin user {name:?} is defined twice")));
+        }
+        let password = ut.text(&u.password, "password", None)?;
+        out.push(crate::types::User { name, password });
+    }
+    Ok(out)
 }
 
 fn clusters(

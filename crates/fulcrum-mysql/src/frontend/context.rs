@@ -247,3 +247,38 @@ impl fulcrum_metrics::Source for MyClusterContext {
         self.refresh_metrics(metrics);
     }
 }
+
+impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
+    fn config(&self) -> &Cluster {
+        &self.config
+    }
+    fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+    fn view(&self) -> &Arc<ClusterView> {
+        &self.view
+    }
+    fn pools(&self) -> Vec<fulcrum_cluster::PoolRow> {
+        self.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|((b, user, ..), pool)| {
+                let s = pool.stats();
+                fulcrum_cluster::PoolRow {
+                    backend: self.address(*b).to_owned(),
+                    user: user.to_string(),
+                    database: String::new(),
+                    active: s.in_use,
+                    idle: s.idle,
+                    opened: s.opened,
+                    closed: s.closed,
+                    waits: s.waits,
+                }
+            })
+            .collect()
+    }
+    fn clients(&self) -> i64 {
+        self.metrics.clients.get()
+    }
+}

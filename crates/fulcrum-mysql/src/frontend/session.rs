@@ -544,6 +544,8 @@ impl Session {
         if self.server.is_some() {
             return Ok(true);
         }
+        // Admin PAUSE holds new units of work here.
+        self.ctx.router.wait_unpaused().await;
         self.attach(route, seq).await?;
         match self.prepare_server(seq).await {
             Ok(()) => Ok(true),

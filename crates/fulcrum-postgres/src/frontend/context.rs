@@ -304,3 +304,33 @@ impl fulcrum_metrics::Source for ClusterContext {
         self.refresh_metrics(metrics);
     }
 }
+
+impl fulcrum_cluster::ClusterAdmin for ClusterContext {
+    fn config(&self) -> &Cluster {
+        &self.config
+    }
+    fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+    fn view(&self) -> &Arc<ClusterView> {
+        &self.view
+    }
+    fn pools(&self) -> Vec<fulcrum_cluster::PoolRow> {
+        self.pool_stats()
+            .into_iter()
+            .map(|(b, user, database, s)| fulcrum_cluster::PoolRow {
+                backend: self.backends[b].to_string(),
+                user,
+                database,
+                active: s.in_use,
+                idle: s.idle,
+                opened: s.opened,
+                closed: s.closed,
+                waits: s.waits,
+            })
+            .collect()
+    }
+    fn clients(&self) -> i64 {
+        self.metrics.clients.get()
+    }
+}

@@ -1,0 +1,164 @@
+//! The console's commands, parsed from one simple-query text. Pure.
+
+/// What `SHOW` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    Pools,
+    Servers,
+    Clients,
+    Stats,
+    Clusters,
+    Config,
+    Version,
+    Lists,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Show(Show),
+    /// Hold new units of work (one cluster, or all).
+    Pause(Option<String>),
+    Resume(Option<String>),
+    /// Take a backend (by address, or `cluster/address`) out of reads.
+    Disable(String),
+    Enable(String),
+    Reload,
+    Switchover {
+        cluster: String,
+        backend: String,
+    },
+    SetLog(String),
+}
+
+/// Parses one command; the error says what is wrong, for the client.
+pub fn parse(text: &str) -> Result<Command, String> {
+    let text = text.trim().trim_end_matches(';').trim();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
+    let u: Vec<&str> = upper.iter().map(String::as_str).collect();
+    let one_arg = |what: &str| -> Result<String, String> {
+        match words.get(1..) {
+            Some([arg]) => Ok((*arg).to_owned()),
+            _ => Err(format!(
+                "{what} takes one argument: {what} <backend address>"
+            )),
+        }
+    };
+    match u.as_slice() {
+        ["SHOW", what] => Ok(Command::Show(match *what {
+            "POOLS" => Show::Pools,
+            "SERVERS" => Show::Servers,
+            "CLIENTS" => Show::Clients,
+            "STATS" => Show::Stats,
+            "CLUSTERS" => Show::Clusters,
+            "CONFIG" => Show::Config,
+            "VERSION" => Show::Version,
+            "LISTS" => Show::Lists,
+            other => {
+                return Err(format!(
+                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS"
+                ))
+            }
+        })),
+        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS".into()),
+        ["PAUSE"] => Ok(Command::Pause(None)),
+        ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
+        ["RESUME"] => Ok(Command::Resume(None)),
+        ["RESUME", _] => Ok(Command::Resume(Some(words[1].to_owned()))),
+        ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
+        ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
+        ["RELOAD"] => Ok(Command::Reload),
+        ["SWITCHOVER", _, "TO", _] => Ok(Command::Switchover {
+            cluster: words[1].to_owned(),
+            backend: words[3].to_owned(),
+        }),
+        ["SWITCHOVER", ..] => Err("usage: SWITCHOVER <cluster> TO <backend address>".into()),
+        ["SET", ..] => parse_set(text),
+        [] => Err("empty command".into()),
+        _ => Err(format!(
+            "unknown command {:?}; try SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, SWITCHOVER, SET log = '...'",
+            words[0]
+        )),
+    }
+}
+
+/// `SET log = 'filter'` or `SET log TO 'filter'`.
+fn parse_set(text: &str) -> Result<Command, String> {
+    let rest = text[3..].trim_start();
+    let Some(after) = rest
+        .strip_prefix("log")
+        .or_else(|| rest.strip_prefix("LOG"))
+        .map(str::trim_start)
+    else {
+        return Err("only SET log = '<filter>' can be set here".into());
+    };
+    let value = after
+        .strip_prefix('=')
+        .or_else(|| after.strip_prefix("TO"))
+        .or_else(|| after.strip_prefix("to"))
+        .map(str::trim)
+        .ok_or("usage: SET log = '<filter>', e.g. SET log = 'debug'")?;
+    let value = value.trim_matches('\'').trim_matches('"');
+    if value.is_empty() {
+        return Err("SET log needs a filter such as 'info' or 'fulcrum=debug'".into());
+    }
+    Ok(Command::SetLog(value.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_case_insensitively() {
+        assert_eq!(parse("show pools;"), Ok(Command::Show(Show::Pools)));
+        assert_eq!(parse("SHOW CLUSTERS"), Ok(Command::Show(Show::Clusters)));
+        assert_eq!(parse("pause"), Ok(Command::Pause(None)));
+        assert_eq!(parse("PAUSE main"), Ok(Command::Pause(Some("main".into()))));
+        assert_eq!(
+            parse("resume main"),
+            Ok(Command::Resume(Some("main".into())))
+        );
+        assert_eq!(
+            parse("DISABLE 127.0.0.1:5433"),
+            Ok(Command::Disable("127.0.0.1:5433".into()))
+        );
+        assert_eq!(
+            parse("enable main/127.0.0.1:5433"),
+            Ok(Command::Enable("main/127.0.0.1:5433".into()))
+        );
+        assert_eq!(parse("RELOAD"), Ok(Command::Reload));
+        assert_eq!(
+            parse("SWITCHOVER main TO 127.0.0.1:5433"),
+            Ok(Command::Switchover {
+                cluster: "main".into(),
+                backend: "127.0.0.1:5433".into()
+            })
+        );
+        assert_eq!(
+            parse("SET log = 'debug'"),
+            Ok(Command::SetLog("debug".into()))
+        );
+        assert_eq!(
+            parse("set log to 'fulcrum=debug,info'"),
+            Ok(Command::SetLog("fulcrum=debug,info".into()))
+        );
+    }
+
+    #[test]
+    fn bad_commands_say_what_is_wrong() {
+        assert!(parse("SHOW TABLES").unwrap_err().contains("unknown SHOW"));
+        assert!(parse("SHOW").is_err());
+        assert!(parse("DISABLE").unwrap_err().contains("one argument"));
+        assert!(parse("DISABLE a b").is_err());
+        assert!(parse("SWITCHOVER main").unwrap_err().contains("usage"));
+        assert!(parse("SET work_mem = 1")
+            .unwrap_err()
+            .contains("only SET log"));
+        assert!(parse("SET log = ''").is_err());
+        assert!(parse("DROP TABLE x")
+            .unwrap_err()
+            .contains("unknown command"));
+        assert!(parse("").is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! The admin console: a PostgreSQL-protocol listener (`[fulcrum] admin`), so
+//! psql is the client, authenticated by `[[fulcrum.admin_user]]` (md5), any
+//! database name accepted. PgBouncer's `SHOW` commands with its column names
+//! where the concept is the same, plus operator commands (`PAUSE`,
+//! `RESUME`, `DISABLE`, `ENABLE`, `SET log`). The parser (`command.rs`) and
+//! the row encoding (`rows.rs`) are pure; `session.rs` owns the socket.
+
+pub mod command;
+pub mod rows;
+mod session;
+mod show;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fulcrum_cluster::ClusterAdmin;
+use fulcrum_config::{Config, User};
+use fulcrum_metrics::Metrics;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Changes the log filter (`SET log = '...'`).
+pub type SetLog = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// What the console shows and acts on.
+pub struct Admin {
+    pub config: Config,
+    pub clusters: Vec<Arc<dyn ClusterAdmin>>,
+    pub metrics: Arc<Metrics>,
+    pub set_log: SetLog,
+}
+
+impl Admin {
+    fn users(&self) -> &[User] {
+        &self.config.fulcrum.admin_users
+    }
+
+    fn cluster(&self, name: &str) -> Option<&Arc<dyn ClusterAdmin>> {
+        self.clusters.iter().find(|c| c.config().name == name)
+    }
+}
+
+/// Serves the console on `listener` until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
+    if admin.users().is_empty() {
+        tracing::warn!(
+            "admin console: no [[fulcrum.admin_user]] configured; every login will be refused"
+        );
+    }
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => return,
+        };
+        let Ok((stream, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            if let Err(e) = session::run(stream, &admin).await {
+                tracing::debug!(%peer, error = %e, "admin session ended");
+            }
+        });
+    }
+}

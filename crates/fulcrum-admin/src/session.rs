@@ -1,0 +1,181 @@
+//! One admin connection: startup (SSL/GSS refused with 'N'), md5 login
+//! against `[[fulcrum.admin_user]]`, then simple queries, each one command,
+//! until Terminate. Any error is an ErrorResponse and the session goes on;
+//! only a bad startup or login ends it.
+
+use bytes::BytesMut;
+use fulcrum_postgres::auth::md5;
+use fulcrum_postgres::codec::backend_msg::{self, sqlstate};
+use fulcrum_postgres::codec::frame::check_frame;
+use fulcrum_postgres::codec::frontend_msg::{password_msg, query_text};
+use fulcrum_postgres::codec::startup::{parse_startup, StartupPacket};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::command::parse;
+use crate::Admin;
+
+const MAX_MESSAGE: u64 = 1 << 20;
+
+pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let user = loop {
+        match parse_startup(&buf) {
+            Ok(Some((StartupPacket::Ssl | StartupPacket::GssEnc, used))) => {
+                let _ = buf.split_to(used);
+                stream.write_all(b"N").await?;
+            }
+            Ok(Some((StartupPacket::Cancel { .. }, _))) => return Ok(()),
+            Ok(Some((StartupPacket::Startup { params, .. }, used))) => {
+                let _ = buf.split_to(used);
+                break params
+                    .into_iter()
+                    .find(|(k, _)| k == "user")
+                    .map(|(_, v)| v)
+                    .unwrap_or_default();
+            }
+            Ok(None) => {
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Ok(());
+                }
+            }
+            Err(e) => {
+                return fatal(
+                    &mut stream,
+                    sqlstate::PROTOCOL_VIOLATION,
+                    &format!("fulcrum admin: {e}"),
+                )
+                .await;
+            }
+        }
+    };
+    // md5: the salt, then the client's answer.
+    let salt: [u8; 4] = rand::random();
+    let mut out = BytesMut::new();
+    backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
+    stream.write_all(&out).await?;
+    let frame = read_frame(&mut stream, &mut buf).await?;
+    let Some((tag, body)) = frame else {
+        return Ok(());
+    };
+    let answer = (tag == b'p')
+        .then(|| password_msg(&body))
+        .flatten()
+        .unwrap_or_default();
+    let known = admin.users().iter().find(|u| u.name == user);
+    let ok = known.is_some_and(|u| md5::verify(&u.name, &u.password, salt, answer));
+    if !ok {
+        let msg = format!("password authentication failed for admin user \"{user}\"");
+        return fatal(&mut stream, sqlstate::INVALID_PASSWORD, &msg).await;
+    }
+    let mut out = BytesMut::new();
+    backend_msg::auth_request(&mut out, backend_msg::AUTH_OK, &[]);
+    for (k, v) in [
+        ("server_version", "15.0 (fulcrum admin)"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("DateStyle", "ISO, MDY"),
+        ("integer_datetimes", "on"),
+        ("standard_conforming_strings", "on"),
+    ] {
+        backend_msg::parameter_status(&mut out, k, v);
+    }
+    backend_msg::backend_key_data(&mut out, 0, 0);
+    backend_msg::ready_for_query(&mut out, b'I');
+    stream.write_all(&out).await?;
+    tracing::info!(admin = %user, "admin console login");
+
+    loop {
+        let Some((tag, body)) = read_frame(&mut stream, &mut buf).await? else {
+            return Ok(());
+        };
+        let mut out = BytesMut::new();
+        match tag {
+            b'X' => return Ok(()),
+            b'Q' => {
+                let text = query_text(&body)
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .unwrap_or("");
+                if text.trim().is_empty() {
+                    out.extend_from_slice(&[b'I', 0, 0, 0, 4]); // EmptyQueryResponse
+                } else {
+                    match parse(text) {
+                        Ok(cmd) => {
+                            tracing::info!(admin = %user, command = %text.trim(), "admin command");
+                            if let Err((code, msg)) = admin.execute(cmd, &mut out).await {
+                                backend_msg::error_response(&mut out, "ERROR", code, &msg);
+                            }
+                        }
+                        Err(msg) => backend_msg::error_response(
+                            &mut out,
+                            "ERROR",
+                            "42601",
+                            &format!("fulcrum admin: {msg}"),
+                        ),
+                    }
+                }
+            }
+            other => {
+                let msg = format!(
+                    "fulcrum admin: only simple queries are supported (got message type {:?})",
+                    other as char
+                );
+                backend_msg::error_response(
+                    &mut out,
+                    "ERROR",
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    &msg,
+                );
+                if other != b'S' && other != b'H' {
+                    // Extended protocol: skip to its Sync.
+                    loop {
+                        match read_frame(&mut stream, &mut buf).await? {
+                            Some((b'S', _)) | None => break,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        backend_msg::ready_for_query(&mut out, b'I');
+        stream.write_all(&out).await?;
+    }
+}
+
+/// Reads one frame: (tag, body). `None` when the client closed.
+async fn read_frame(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> std::io::Result<Option<(u8, BytesMut)>> {
+    loop {
+        match check_frame(buf, MAX_MESSAGE) {
+            Ok(Some(h)) if buf.len() >= h.total => {
+                let mut frame = buf.split_to(h.total);
+                let body = frame.split_off(5);
+                return Ok(Some((h.tag, body)));
+            }
+            Ok(_) => {
+                if stream.read_buf(buf).await? == 0 {
+                    return Ok(None);
+                }
+            }
+            Err(e) => {
+                let mut out = BytesMut::new();
+                backend_msg::error_response(
+                    &mut out,
+                    "FATAL",
+                    sqlstate::PROTOCOL_VIOLATION,
+                    &format!("fulcrum admin: {e}"),
+                );
+                let _ = stream.write_all(&out).await;
+                return Ok(None);
+            }
+        }
+    }
+}
+
+async fn fatal(stream: &mut TcpStream, code: &str, msg: &str) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    backend_msg::error_response(&mut out, "FATAL", code, msg);
+    stream.write_all(&out).await
+}

@@ -1,0 +1,405 @@
+//! Running one console command: the `SHOW` tables (PgBouncer's column names
+//! where the concept is the same) and the operator commands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fulcrum_cluster::ClusterAdmin;
+use fulcrum_postgres::codec::backend_msg;
+
+use crate::command::{Command, Show};
+use crate::rows::result;
+use crate::Admin;
+
+/// How long PAUSE waits for transactions in progress to finish.
+const PAUSE_WAIT: Duration = Duration::from_secs(60);
+
+type Failure = (&'static str, String);
+
+impl Admin {
+    pub(crate) async fn execute(&self, cmd: Command, out: &mut BytesMut) -> Result<(), Failure> {
+        match cmd {
+            Command::Show(what) => {
+                self.show(what, out);
+                Ok(())
+            }
+            Command::Pause(target) => {
+                let clusters = self.targets(target.as_deref())?;
+                for c in &clusters {
+                    c.router().set_paused(true);
+                }
+                // Wait for the transactions in progress to finish.
+                let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
+                while clusters.iter().any(|c| c.router().total_load() > 0) {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((
+                            "57014",
+                            "fulcrum admin: paused, but transactions still hold server connections after 60s".into(),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                backend_msg::command_complete(out, "PAUSE");
+                Ok(())
+            }
+            Command::Resume(target) => {
+                for c in self.targets(target.as_deref())? {
+                    c.router().set_paused(false);
+                }
+                backend_msg::command_complete(out, "RESUME");
+                Ok(())
+            }
+            Command::Disable(target) => self.set_disabled(&target, true, out),
+            Command::Enable(target) => self.set_disabled(&target, false, out),
+            Command::Reload => Err((
+                "0A000",
+                "fulcrum admin: RELOAD is not implemented yet; restart the daemon to apply a changed config".into(),
+            )),
+            Command::Switchover { .. } => Err((
+                "0A000",
+                "fulcrum admin: SWITCHOVER is not implemented yet; use failover = \"follow\" with an external promotion".into(),
+            )),
+            Command::SetLog(filter) => {
+                (self.set_log)(&filter).map_err(|e| ("22023", format!("fulcrum admin: {e}")))?;
+                tracing::info!(filter = %filter, "log filter changed");
+                backend_msg::command_complete(out, "SET");
+                Ok(())
+            }
+        }
+    }
+
+    fn targets(&self, name: Option<&str>) -> Result<Vec<Arc<dyn ClusterAdmin>>, Failure> {
+        match name {
+            None => Ok(self.clusters.clone()),
+            Some(n) => self
+                .cluster(n)
+                .map(|c| vec![c.clone()])
+                .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {n:?}"))),
+        }
+    }
+
+    /// A backend named by address, or `cluster/address` when two clusters share it.
+    fn backend(&self, target: &str) -> Result<(Arc<dyn ClusterAdmin>, usize), Failure> {
+        let (cluster, address) = match target.split_once('/') {
+            Some((c, a))
+                if !c.starts_with('[')
+                    && !c.is_empty()
+                    && !a.is_empty()
+                    && !target.starts_with('/') =>
+            {
+                (Some(c), a)
+            }
+            _ => (None, target),
+        };
+        let found: Vec<(Arc<dyn ClusterAdmin>, usize)> = self
+            .clusters
+            .iter()
+            .filter(|c| cluster.is_none_or(|n| c.config().name == n))
+            .flat_map(|c| {
+                c.config()
+                    .backends
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.address == address)
+                    .map(|(i, _)| (c.clone(), i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        match found.len() {
+            1 => Ok(found.into_iter().next().expect("one")),
+            0 => Err((
+                "42704",
+                format!("fulcrum admin: no backend {target:?}; SHOW CLUSTERS lists them"),
+            )),
+            _ => Err((
+                "42725",
+                format!("fulcrum admin: {address:?} is in several clusters; say cluster/address"),
+            )),
+        }
+    }
+
+    pub(crate) fn set_disabled(
+        &self,
+        target: &str,
+        disabled: bool,
+        out: &mut BytesMut,
+    ) -> Result<(), Failure> {
+        let (c, b) = self.backend(target)?;
+        if disabled && c.router().is_primary(b) {
+            return Err((
+                "55000",
+                format!("fulcrum admin: {target} is the primary of cluster {:?}; it cannot be drained (a planned SWITCHOVER would move it)", c.config().name),
+            ));
+        }
+        c.router().set_disabled(b, disabled);
+        tracing::warn!(cluster = %c.config().name, backend = %target, disabled, "backend {} by an operator", if disabled { "disabled" } else { "enabled" });
+        backend_msg::command_complete(out, if disabled { "DISABLE" } else { "ENABLE" });
+        Ok(())
+    }
+
+    fn show(&self, what: Show, out: &mut BytesMut) {
+        match what {
+            Show::Version => result(
+                out,
+                &["version"],
+                &[vec![format!("Fulcrum {}", env!("CARGO_PKG_VERSION"))]],
+            ),
+            Show::Clusters => {
+                let mut rows = Vec::new();
+                for c in &self.clusters {
+                    let cfg = c.config();
+                    for (i, v) in c.view().backends().iter().enumerate() {
+                        let role = if c.router().is_primary(i) {
+                            "primary"
+                        } else if v.writable == Some(true) {
+                            "writable (not the primary)"
+                        } else {
+                            "replica"
+                        };
+                        rows.push(vec![
+                            cfg.name.clone(),
+                            protocol(cfg),
+                            v.address.clone(),
+                            role.into(),
+                            v.state.as_str().into(),
+                            v.lag_bytes.to_string(),
+                            format!("{:.3}", v.lag_time.as_secs_f64()),
+                            cfg.backends[i].weight.to_string(),
+                            c.router().is_disabled(i).to_string(),
+                            c.router().is_paused().to_string(),
+                        ]);
+                    }
+                }
+                result(
+                    out,
+                    &[
+                        "cluster",
+                        "protocol",
+                        "backend",
+                        "role",
+                        "state",
+                        "lag_bytes",
+                        "lag_seconds",
+                        "weight",
+                        "disabled",
+                        "paused",
+                    ],
+                    &rows,
+                );
+            }
+            Show::Pools => {
+                let mut rows = Vec::new();
+                for c in &self.clusters {
+                    for p in c.pools() {
+                        rows.push(vec![
+                            c.config().name.clone(),
+                            p.database,
+                            p.user,
+                            p.backend,
+                            p.active.to_string(),
+                            p.idle.to_string(),
+                            p.opened.to_string(),
+                            p.closed.to_string(),
+                            p.waits.to_string(),
+                            pool_mode(c.config()),
+                        ]);
+                    }
+                }
+                result(
+                    out,
+                    &[
+                        "cluster",
+                        "database",
+                        "user",
+                        "backend",
+                        "sv_active",
+                        "sv_idle",
+                        "sv_opened",
+                        "sv_closed",
+                        "waits",
+                        "pool_mode",
+                    ],
+                    &rows,
+                );
+            }
+            Show::Servers => {
+                let mut rows = Vec::new();
+                for c in &self.clusters {
+                    let pools = c.pools();
+                    for (i, v) in c.view().backends().iter().enumerate() {
+                        let mine = pools.iter().filter(|p| p.backend == v.address);
+                        let (active, idle) =
+                            mine.fold((0, 0), |(a, d), p| (a + p.active, d + p.idle));
+                        rows.push(vec![
+                            c.config().name.clone(),
+                            v.address.clone(),
+                            if c.router().is_primary(i) {
+                                "primary"
+                            } else {
+                                "replica"
+                            }
+                            .into(),
+                            v.state.as_str().into(),
+                            active.to_string(),
+                            idle.to_string(),
+                            v.last_error.clone().unwrap_or_default(),
+                        ]);
+                    }
+                }
+                result(
+                    out,
+                    &[
+                        "cluster",
+                        "backend",
+                        "role",
+                        "state",
+                        "sv_active",
+                        "sv_idle",
+                        "last_error",
+                    ],
+                    &rows,
+                );
+            }
+            Show::Clients => {
+                let rows: Vec<Vec<String>> = self
+                    .clusters
+                    .iter()
+                    .map(|c| {
+                        let name = c.config().name.as_str();
+                        vec![
+                            name.to_owned(),
+                            protocol(c.config()),
+                            c.clients().to_string(),
+                            self.metrics
+                                .clients_waiting
+                                .with_label_values(&[name])
+                                .get()
+                                .to_string(),
+                        ]
+                    })
+                    .collect();
+                result(
+                    out,
+                    &["cluster", "protocol", "cl_active", "cl_waiting"],
+                    &rows,
+                );
+            }
+            Show::Stats => {
+                let m = &self.metrics;
+                let rows: Vec<Vec<String>> = self
+                    .clusters
+                    .iter()
+                    .map(|c| {
+                        let name = c.config().name.as_str();
+                        let (mut queries, mut xacts) = (0, 0);
+                        for b in &c.config().backends {
+                            for r in ["read", "write"] {
+                                queries +=
+                                    m.queries.with_label_values(&[name, &b.address, r]).get();
+                                xacts += m
+                                    .transactions
+                                    .with_label_values(&[name, &b.address, r])
+                                    .get();
+                            }
+                        }
+                        vec![
+                            name.to_owned(),
+                            xacts.to_string(),
+                            queries.to_string(),
+                            m.bytes.with_label_values(&[name, "in"]).get().to_string(),
+                            m.bytes.with_label_values(&[name, "out"]).get().to_string(),
+                        ]
+                    })
+                    .collect();
+                result(
+                    out,
+                    &[
+                        "database",
+                        "total_xact_count",
+                        "total_query_count",
+                        "total_received",
+                        "total_sent",
+                    ],
+                    &rows,
+                );
+            }
+            Show::Config => {
+                let g = &self.config.fulcrum;
+                let opt =
+                    |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
+                let mut rows = vec![
+                    vec!["fulcrum.admin".into(), opt(g.admin)],
+                    vec!["fulcrum.metrics".into(), opt(g.metrics)],
+                    vec!["fulcrum.log".into(), g.log.clone()],
+                    vec!["fulcrum.workers".into(), g.workers.to_string()],
+                    vec![
+                        "fulcrum.shutdown_timeout".into(),
+                        format!("{:?}", g.shutdown_timeout),
+                    ],
+                ];
+                for c in &self.config.clusters {
+                    let k = |key: &str| format!("cluster.{}.{key}", c.name);
+                    rows.extend([
+                        vec![k("protocol"), protocol(c)],
+                        vec![k("listen"), c.listen.to_string()],
+                        vec![k("pool_mode"), pool_mode(c)],
+                        vec![k("pool_size"), c.pool_size.to_string()],
+                        vec![k("balance"), format!("{:?}", c.balance)],
+                        vec![k("failover"), format!("{:?}", c.health.failover)],
+                        vec![k("health_interval"), format!("{:?}", c.health.interval)],
+                        vec![k("max_lag"), format!("{:?}", c.health.max_lag)],
+                        vec![
+                            k("backends"),
+                            c.backends
+                                .iter()
+                                .map(|b| b.address.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ],
+                        vec![
+                            k("users"),
+                            c.users
+                                .iter()
+                                .map(|u| u.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ],
+                    ]);
+                }
+                result(out, &["key", "value"], &rows);
+            }
+            Show::Lists => {
+                let backends: usize = self
+                    .clusters
+                    .iter()
+                    .map(|c| c.config().backends.len())
+                    .sum();
+                let pools: usize = self.clusters.iter().map(|c| c.pools().len()).sum();
+                let clients: i64 = self.clusters.iter().map(|c| c.clients()).sum();
+                let rows = vec![
+                    vec!["clusters".into(), self.clusters.len().to_string()],
+                    vec!["backends".into(), backends.to_string()],
+                    vec!["pools".into(), pools.to_string()],
+                    vec!["clients".into(), clients.to_string()],
+                    vec!["admin_users".into(), self.users().len().to_string()],
+                ];
+                result(out, &["list", "items"], &rows);
+            }
+        }
+    }
+}
+
+fn protocol(c: &fulcrum_config::Cluster) -> String {
+    match c.protocol {
+        fulcrum_config::Protocol::Postgres => "postgres".into(),
+        fulcrum_config::Protocol::Mysql => "mysql".into(),
+    }
+}
+
+fn pool_mode(c: &fulcrum_config::Cluster) -> String {
+    match c.pool_mode {
+        fulcrum_config::PoolMode::Session => "session".into(),
+        fulcrum_config::PoolMode::Transaction => "transaction".into(),
+    }
+}

@@ -1,0 +1,32 @@
+//! What the admin console asks of a cluster, whatever its protocol: its
+//! config, router and health view, and its pools. Implemented by the
+//! PostgreSQL and MySQL cluster contexts; read by `fulcrum-admin`.
+
+use std::sync::Arc;
+
+use fulcrum_config::Cluster;
+use fulcrum_pool::Router;
+
+use crate::view::ClusterView;
+
+/// One pool: server connections of one backend for one (user, database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRow {
+    pub backend: String,
+    pub user: String,
+    pub database: String,
+    pub active: usize,
+    pub idle: usize,
+    pub opened: u64,
+    pub closed: u64,
+    pub waits: u64,
+}
+
+pub trait ClusterAdmin: Send + Sync {
+    fn config(&self) -> &Cluster;
+    fn router(&self) -> &Arc<Router>;
+    fn view(&self) -> &Arc<ClusterView>;
+    fn pools(&self) -> Vec<PoolRow>;
+    /// Clients logged in now.
+    fn clients(&self) -> i64;
+}

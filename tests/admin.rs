@@ -1,0 +1,290 @@
+//! The admin console through tokio-postgres (psql speaks the same protocol):
+//! every SHOW command's shape, DISABLE draining a backend from reads and
+//! ENABLE bringing it back, PAUSE holding new queries until RESUME, SET log,
+//! and clear errors (never a dropped connection) for bad commands.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+const ADMIN: &str = "ops";
+const ADMIN_PASSWORD: &str = "ops-secret";
+
+struct Setup {
+    _cluster: PgCluster,
+    _fulcrum: FulcrumProcess,
+    cfg: PgProxyConfig,
+    admin_port: u16,
+    primary: u16,
+    replica: u16,
+    replica_addr: String,
+}
+
+fn setup() -> Setup {
+    let c = PgCluster::builder().replicas(1).start().expect("cluster");
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .replica(&c.replicas()[0].addr());
+    let toml = cfg
+        .to_toml()
+        .replacen("[fulcrum]\n", &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n"), 1)
+        .replacen(
+            "[[cluster]]",
+            &format!("[[fulcrum.admin_user]]\nname = \"{ADMIN}\"\npassword = \"{ADMIN_PASSWORD}\"\n\n[[cluster]]"),
+            1,
+        );
+    let p = FulcrumProcess::start(&toml).unwrap();
+    Setup {
+        primary: c.primary().port(),
+        replica: c.replicas()[0].port(),
+        replica_addr: c.replicas()[0].addr(),
+        _cluster: c,
+        _fulcrum: p,
+        cfg,
+        admin_port,
+    }
+}
+
+async fn admin(port: u16, password: &str) -> Result<Client, tokio_postgres::Error> {
+    let conn_str = format!(
+        "host=127.0.0.1 port={port} user={ADMIN} password={password} dbname=fulcrum connect_timeout=10"
+    );
+    let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// (columns, rows) of a SHOW.
+async fn show(client: &Client, what: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let msgs = client
+        .simple_query(what)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let mut columns = Vec::new();
+    let mut rows = Vec::new();
+    for m in msgs {
+        match m {
+            SimpleQueryMessage::RowDescription(cols) => {
+                columns = cols.iter().map(|c| c.name().to_owned()).collect()
+            }
+            SimpleQueryMessage::Row(r) => {
+                if columns.is_empty() {
+                    columns = r.columns().iter().map(|c| c.name().to_owned()).collect();
+                }
+                rows.push(
+                    (0..r.len())
+                        .map(|i| r.get(i).unwrap_or("").to_owned())
+                        .collect(),
+                )
+            }
+            _ => {}
+        }
+    }
+    (columns, rows)
+}
+
+async fn port_of(c: &Client) -> u16 {
+    let msgs = c.simple_query("SELECT inet_server_port()").await.unwrap();
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+async fn app(cfg: &PgProxyConfig) -> Client {
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_show_command_has_its_columns() {
+    let s = tokio::task::block_in_place(setup);
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let _client = app(&s.cfg).await;
+    let expect: &[(&str, &[&str])] = &[
+        ("SHOW VERSION", &["version"]),
+        (
+            "SHOW CLUSTERS",
+            &[
+                "cluster",
+                "protocol",
+                "backend",
+                "role",
+                "state",
+                "lag_bytes",
+                "lag_seconds",
+                "weight",
+                "disabled",
+                "paused",
+            ],
+        ),
+        (
+            "SHOW POOLS",
+            &[
+                "cluster",
+                "database",
+                "user",
+                "backend",
+                "sv_active",
+                "sv_idle",
+                "sv_opened",
+                "sv_closed",
+                "waits",
+                "pool_mode",
+            ],
+        ),
+        (
+            "SHOW SERVERS",
+            &[
+                "cluster",
+                "backend",
+                "role",
+                "state",
+                "sv_active",
+                "sv_idle",
+                "last_error",
+            ],
+        ),
+        (
+            "SHOW CLIENTS",
+            &["cluster", "protocol", "cl_active", "cl_waiting"],
+        ),
+        (
+            "SHOW STATS",
+            &[
+                "database",
+                "total_xact_count",
+                "total_query_count",
+                "total_received",
+                "total_sent",
+            ],
+        ),
+        ("SHOW CONFIG", &["key", "value"]),
+        ("SHOW LISTS", &["list", "items"]),
+    ];
+    for (cmd, cols) in expect {
+        let (columns, rows) = show(&a, cmd).await;
+        assert_eq!(
+            columns,
+            cols.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            "{cmd}"
+        );
+        assert!(!rows.is_empty(), "{cmd} has rows");
+    }
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    let roles: HashSet<(String, String)> = clusters
+        .iter()
+        .map(|r| (r[2].clone(), r[3].clone()))
+        .collect();
+    assert!(
+        roles.contains(&(s.replica_addr.clone(), "replica".into())),
+        "{clusters:?}"
+    );
+    assert!(
+        clusters.iter().any(|r| r[3] == "primary" && r[4] == "up"),
+        "{clusters:?}"
+    );
+    let (_, clients) = show(&a, "SHOW CLIENTS").await;
+    assert_eq!(clients[0][2], "1", "one app client connected");
+    let (_, config) = show(&a, "SHOW CONFIG").await;
+    assert!(
+        !config.iter().any(|r| r[1].contains("secret")),
+        "no password in SHOW CONFIG"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_drains_a_backend_and_enable_brings_it_back() {
+    let s = tokio::task::block_in_place(setup);
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let c = app(&s.cfg).await;
+    assert_eq!(port_of(&c).await, s.replica);
+    a.simple_query(&format!("DISABLE {}", s.replica_addr))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            port_of(&c).await,
+            s.primary,
+            "reads leave the disabled replica"
+        );
+    }
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    assert!(clusters
+        .iter()
+        .any(|r| r[2] == s.replica_addr && r[8] == "true"));
+    a.simple_query(&format!("ENABLE {}", s.replica_addr))
+        .await
+        .unwrap();
+    assert_eq!(port_of(&c).await, s.replica);
+    // The primary cannot be drained.
+    let primary_addr = format!("127.0.0.1:{}", s.primary);
+    let e = a
+        .simple_query(&format!("DISABLE {primary_addr}"))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("primary"), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_new_queries_until_resume() {
+    let s = tokio::task::block_in_place(setup);
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let c = app(&s.cfg).await;
+    c.simple_query("SELECT 1").await.unwrap();
+    a.simple_query("PAUSE").await.unwrap();
+    let held = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        c.simple_query("SELECT 1").await.unwrap();
+        started.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!held.is_finished(), "the query waits while paused");
+    a.simple_query("RESUME").await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_commands_get_errors_and_the_session_goes_on() {
+    let s = tokio::task::block_in_place(setup);
+    let wrong = admin(s.admin_port, "nope")
+        .await
+        .err()
+        .map(|e| format!("{e:?}"));
+    assert!(
+        wrong.is_some_and(|e| e.contains("28P01")),
+        "wrong password refused"
+    );
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    for bad in [
+        "SHOW TABLES",
+        "DROP TABLE x",
+        "DISABLE",
+        "DISABLE 10.9.9.9:1",
+        "SWITCHOVER main",
+        "SET work_mem = 1",
+        "PAUSE nosuch",
+    ] {
+        let e = a.simple_query(bad).await.unwrap_err();
+        assert!(e.as_db_error().is_some(), "{bad}: a clear error, got {e:?}");
+    }
+    let e = a.simple_query("SET log = '[['").await.unwrap_err();
+    assert!(format!("{e:?}").contains("invalid log filter"), "{e:?}");
+    a.simple_query("SET log = 'debug'").await.unwrap();
+    a.simple_query("SET log = 'info'").await.unwrap();
+    let (_, v) = show(&a, "SHOW VERSION").await;
+    assert!(v[0][0].starts_with("Fulcrum"), "still answering: {v:?}");
+}
