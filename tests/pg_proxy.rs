@@ -614,3 +614,26 @@ async fn a_connection_over_max_prepared_statements_is_not_reused() {
     let after = one_string(&a, "SELECT pg_backend_pid()").await;
     assert_ne!(after, pid, "the connection holding 5 statements was closed");
 }
+
+#[tokio::test]
+async fn commit_and_chain_after_a_lone_begin_opens_a_new_transaction() {
+    let (_p, cfg) = proxy(primary_only_config());
+    let client = connect(&cfg, APP_USER).await;
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS chained (n int)")
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    client.batch_execute("COMMIT AND CHAIN").await.unwrap();
+    // Still in a transaction: this insert goes away with the ROLLBACK.
+    client
+        .batch_execute("INSERT INTO chained VALUES (1)")
+        .await
+        .unwrap();
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        one_string(&client, "SELECT count(*)::text FROM chained").await,
+        "0",
+        "the chained transaction was rolled back"
+    );
+}

@@ -906,6 +906,19 @@ impl Session {
                 d.sql.push_str(&sql);
                 ("SET", b'T')
             }
+            (Decision::End, Some(_)) if is_chained(&sql) => {
+                // COMMIT/ROLLBACK AND CHAIN of a transaction with no
+                // statement yet: a new one opens at once, just as deferred.
+                let first = sql.split_whitespace().next().unwrap_or("");
+                let tag = if first.eq_ignore_ascii_case("rollback")
+                    || first.eq_ignore_ascii_case("abort")
+                {
+                    "ROLLBACK"
+                } else {
+                    "COMMIT"
+                };
+                (tag, b'T')
+            }
             (Decision::End, Some(_)) => {
                 self.deferred = None;
                 let first = sql
@@ -1388,4 +1401,26 @@ async fn sync_params(
     }
     server.applied = desired.clone();
     Ok(())
+}
+
+/// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (not `AND NO CHAIN`).
+fn is_chained(sql: &str) -> bool {
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(';').to_ascii_lowercase())
+        .collect();
+    words.len() >= 3 && words[words.len() - 2] == "and" && words[words.len() - 1] == "chain"
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::is_chained;
+
+    #[test]
+    fn and_chain_is_told_from_and_no_chain() {
+        assert!(is_chained("COMMIT AND CHAIN"));
+        assert!(is_chained("rollback work and chain;"));
+        assert!(!is_chained("COMMIT AND NO CHAIN"));
+        assert!(!is_chained("COMMIT"));
+    }
 }
