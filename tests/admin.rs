@@ -14,7 +14,7 @@ const ADMIN: &str = "ops";
 const ADMIN_PASSWORD: &str = "ops-secret";
 
 struct Setup {
-    _cluster: PgCluster,
+    cluster: PgCluster,
     _fulcrum: FulcrumProcess,
     cfg: PgProxyConfig,
     admin_port: u16,
@@ -26,9 +26,12 @@ struct Setup {
 fn setup() -> Setup {
     let c = PgCluster::builder().replicas(1).start().expect("cluster");
     let admin_port = free_port();
+    // Promotion (SWITCHOVER) needs a superuser for the health loop.
     let cfg = PgProxyConfig::new(&c.primary().addr())
         .client_auth("md5")
-        .replica(&c.replicas()[0].addr());
+        .replica(&c.replicas()[0].addr())
+        .extra("health_user = \"postgres\"")
+        .extra("health_password = \"\"");
     let toml = cfg
         .to_toml()
         .replacen("[fulcrum]\n", &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n"), 1)
@@ -42,7 +45,7 @@ fn setup() -> Setup {
         primary: c.primary().port(),
         replica: c.replicas()[0].port(),
         replica_addr: c.replicas()[0].addr(),
-        _cluster: c,
+        cluster: c,
         _fulcrum: p,
         cfg,
         admin_port,
@@ -287,4 +290,92 @@ async fn bad_commands_get_errors_and_the_session_goes_on() {
     a.simple_query("SET log = 'info'").await.unwrap();
     let (_, v) = show(&a, "SHOW VERSION").await;
     assert!(v[0][0].starts_with("Fulcrum"), "still answering: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_under_writes_loses_no_transaction() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    let s = tokio::task::block_in_place(setup);
+    s.cluster
+        .primary()
+        .sql_db(APP_DB, "CREATE TABLE switched (id bigint PRIMARY KEY)")
+        .unwrap();
+    s.cluster
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .unwrap();
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let writers: Vec<_> = (0..4i64)
+        .map(|w| {
+            let (cfg, stop, failed, acked) =
+                (s.cfg.clone(), stop.clone(), failed.clone(), acked.clone());
+            tokio::spawn(async move {
+                let c = app(&cfg).await;
+                let mut id = w * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    id += 1;
+                    let r = c
+                        .batch_execute(&format!(
+                            "BEGIN; INSERT INTO switched VALUES ({id}); COMMIT"
+                        ))
+                        .await;
+                    match r {
+                        Ok(()) => acked.lock().unwrap().push(id),
+                        Err(e) => {
+                            eprintln!("failed: {e:?}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (columns, rows) = show(&a, &format!("SWITCHOVER main TO {}", s.replica_addr)).await;
+    assert_eq!(columns, ["cluster", "new_primary", "held_ms"]);
+    let held: u64 = rows[0][2].parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "switchover held new work for {held} ms; {} transactions committed, {} failed",
+        acked.len(),
+        failed.load(Ordering::Relaxed)
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no transaction failed");
+    assert!(held < 2000, "writes held {held} ms");
+    let c = app(&s.cfg).await;
+    let msgs = c
+        .simple_query("/* fulcrum:primary */ SELECT inet_server_port()")
+        .await
+        .unwrap();
+    let port: u16 = msgs
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(port, s.replica, "writes go to the new primary");
+    let new_primary = &s.cluster.replicas()[0];
+    let present = new_primary
+        .sql_db(APP_DB, "SELECT count(*) FROM switched")
+        .unwrap();
+    assert_eq!(
+        present.trim(),
+        acked.len().to_string(),
+        "every committed row is on the new primary"
+    );
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    let old = clusters
+        .iter()
+        .find(|r| r[2] == format!("127.0.0.1:{}", s.primary))
+        .unwrap();
+    assert_eq!(old[4], "stale", "the old primary is fenced: {clusters:?}");
 }

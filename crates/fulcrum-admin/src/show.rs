@@ -56,10 +56,32 @@ impl Admin {
                 "0A000",
                 "fulcrum admin: RELOAD is not implemented yet; restart the daemon to apply a changed config".into(),
             )),
-            Command::Switchover { .. } => Err((
-                "0A000",
-                "fulcrum admin: SWITCHOVER is not implemented yet; use failover = \"follow\" with an external promotion".into(),
-            )),
+            Command::Switchover { cluster, backend } => {
+                let c = self
+                    .cluster(&cluster)
+                    .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {cluster:?}")))?;
+                let target = c
+                    .config()
+                    .backends
+                    .iter()
+                    .position(|b| b.address == backend)
+                    .ok_or_else(|| {
+                        ("42704", format!("fulcrum admin: cluster {cluster:?} has no backend {backend:?}"))
+                    })?;
+                let handle = c
+                    .monitor()
+                    .ok_or(("55000", "fulcrum admin: the health loop is not running".to_string()))?;
+                let held = handle
+                    .switchover(target)
+                    .await
+                    .map_err(|e| ("55000", format!("fulcrum admin: switchover not done: {e}")))?;
+                crate::rows::result(
+                    out,
+                    &["cluster", "new_primary", "held_ms"],
+                    &[vec![cluster, backend, held.as_millis().to_string()]],
+                );
+                Ok(())
+            }
             Command::SetLog(filter) => {
                 (self.set_log)(&filter).map_err(|e| ("22023", format!("fulcrum admin: {e}")))?;
                 tracing::info!(filter = %filter, "log filter changed");

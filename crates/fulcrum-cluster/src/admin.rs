@@ -29,4 +29,6 @@ pub trait ClusterAdmin: Send + Sync {
     fn pools(&self) -> Vec<PoolRow>;
     /// Clients logged in now.
     fn clients(&self) -> i64;
+    /// The health loop, for a planned switchover (None before it started).
+    fn monitor(&self) -> Option<crate::MonitorHandle>;
 }

@@ -15,6 +15,7 @@ pub mod lag;
 pub mod monitor;
 pub mod ops;
 pub mod state;
+pub mod switchover;
 pub mod topology;
 pub mod view;
 
@@ -22,4 +23,5 @@ pub use admin::{ClusterAdmin, PoolRow};
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};
 pub use state::BackendState;
+pub use switchover::MonitorHandle;
 pub use view::{BackendStatus, ClusterView};

@@ -41,22 +41,24 @@ pub struct MonitorSettings {
 }
 
 pub struct Monitor<S: ServerOps> {
-    settings: MonitorSettings,
-    ops: Arc<S>,
-    router: Arc<Router>,
-    view: Arc<ClusterView>,
-    trackers: Vec<Tracker>,
-    observed: Vec<Option<Observation>>,
+    pub(crate) settings: MonitorSettings,
+    pub(crate) ops: Arc<S>,
+    pub(crate) router: Arc<Router>,
+    pub(crate) view: Arc<ClusterView>,
+    pub(crate) trackers: Vec<Tracker>,
+    pub(crate) observed: Vec<Option<Observation>>,
     errors: Vec<Option<String>>,
-    fenced: Vec<bool>,
+    pub(crate) fenced: Vec<bool>,
     lagging: Vec<bool>,
     lags: Vec<Lag>,
     states: Vec<BackendState>,
-    primary: Option<BackendId>,
+    pub(crate) primary: Option<BackendId>,
     /// The last primary there was: the one `none` waits for, the one a
     /// promotion replaces.
-    last_primary: Option<BackendId>,
-    primary_position: Option<u64>,
+    pub(crate) last_primary: Option<BackendId>,
+    pub(crate) primary_position: Option<u64>,
+    requests: tokio::sync::mpsc::Receiver<crate::switchover::Request>,
+    handle: crate::switchover::MonitorHandle,
     /// Whether "no replica to promote" was logged for this outage.
     told_no_candidate: bool,
 }
@@ -71,6 +73,7 @@ impl<S: ServerOps> Monitor<S> {
         view: Arc<ClusterView>,
     ) -> Monitor<S> {
         let n = settings.roles.len();
+        let (tx, requests) = tokio::sync::mpsc::channel(4);
         let primary = router.primary();
         let last_primary = settings.roles.iter().position(|r| *r == Role::Primary);
         Monitor {
@@ -89,7 +92,14 @@ impl<S: ServerOps> Monitor<S> {
             last_primary,
             primary_position: None,
             told_no_candidate: false,
+            requests,
+            handle: crate::switchover::MonitorHandle { tx },
         }
+    }
+
+    /// A handle for requests to this loop (planned switchover).
+    pub fn handle(&self) -> crate::switchover::MonitorHandle {
+        self.handle.clone()
     }
 
     /// Runs the loop until `shutdown` turns true.
@@ -118,6 +128,10 @@ impl<S: ServerOps> Monitor<S> {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     let suspects = self.router.take_suspects();
                     tracing::debug!(cluster = %self.settings.cluster, ?suspects, "suspect backends reported; probing now");
+                }
+                Some(req) = self.requests.recv() => {
+                    let r = self.switchover(req.target).await;
+                    let _ = req.reply.send(r);
                 }
                 _ = shutdown.changed() => {}
             }
@@ -280,7 +294,7 @@ impl<S: ServerOps> Monitor<S> {
         }
     }
 
-    fn publish(&mut self) {
+    pub(crate) fn publish(&mut self) {
         let n = self.settings.roles.len();
         let mut statuses = Vec::with_capacity(n);
         for b in 0..n {
@@ -435,6 +449,7 @@ mod tests {
         answers: Mutex<Vec<Result<Observation, OpsError>>>,
         promoted: Mutex<Vec<BackendId>>,
         followed: Mutex<Vec<(BackendId, BackendId)>>,
+        fenced: Mutex<Vec<BackendId>>,
         addresses: Vec<String>,
     }
 
@@ -456,6 +471,10 @@ mod tests {
         }
         async fn follow(&self, r: BackendId, p: BackendId) -> Result<(), OpsError> {
             self.followed.lock().unwrap().push((r, p));
+            Ok(())
+        }
+        async fn fence(&self, b: BackendId) -> Result<(), OpsError> {
+            self.fenced.lock().unwrap().push(b);
             Ok(())
         }
     }
@@ -640,5 +659,39 @@ mod tests {
         .expect("down within seconds");
         tx.send(true).unwrap();
         let _ = task.await;
+    }
+
+    #[tokio::test]
+    async fn a_switchover_fences_the_old_primary_and_promotes_the_target() {
+        let (mut m, ops, router) = monitor(Failover::Follow, None);
+        script(
+            &ops,
+            vec![primary(100), replica(100, 100, 0), replica(100, 100, 0)],
+        );
+        m.round().await;
+        let held = m.switchover(1).await.unwrap();
+        assert!(held < Duration::from_secs(1));
+        assert_eq!(*ops.fenced.lock().unwrap(), vec![0]);
+        assert_eq!(*ops.promoted.lock().unwrap(), vec![1]);
+        assert_eq!(*ops.followed.lock().unwrap(), vec![(2, 1)]);
+        assert_eq!(router.primary(), Some(1));
+        assert!(!router.is_paused(), "work resumes");
+        // The old primary, still writable, is stale from the next round on.
+        script(&ops, vec![primary(100), primary(120), replica(120, 120, 0)]);
+        m.round().await;
+        assert_eq!(router.primary(), Some(1));
+        assert_eq!(m.view.backends()[0].state, BackendState::Stale);
+        // Refusals leave the cluster as it was.
+        assert!(m
+            .switchover(1)
+            .await
+            .unwrap_err()
+            .contains("already the primary"));
+        assert!(m
+            .switchover(0)
+            .await
+            .unwrap_err()
+            .contains("not a reachable replica"));
+        assert!(!router.is_paused());
     }
 }

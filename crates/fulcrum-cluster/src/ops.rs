@@ -48,6 +48,9 @@ pub trait ServerOps: Send + Sync + 'static {
     /// Makes the replica `backend` a primary; returns once it takes writes.
     fn promote(&self, backend: BackendId) -> impl Future<Output = Result<(), OpsError>> + Send;
 
+    /// Makes the primary `backend` refuse writes (planned switchover).
+    fn fence(&self, backend: BackendId) -> impl Future<Output = Result<(), OpsError>> + Send;
+
     /// Re-points the replica `replica` at `primary`.
     fn follow(
         &self,

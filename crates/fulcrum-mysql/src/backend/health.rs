@@ -207,6 +207,14 @@ impl ServerOps for MariaServerOps {
         .await
     }
 
+    /// Planned switchover is not done for MariaDB yet: a read-only former
+    /// primary would look like a replica that replicates from nobody.
+    async fn fence(&self, _backend: BackendId) -> Result<(), OpsError> {
+        Err(OpsError::Query(
+            "planned switchover is not supported for MySQL clusters yet".into(),
+        ))
+    }
+
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {
         self.run(
             replica,

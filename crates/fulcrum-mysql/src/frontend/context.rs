@@ -25,6 +25,8 @@ pub struct MyClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
+    /// The health loop's handle, once it runs.
+    monitor: std::sync::OnceLock<fulcrum_cluster::MonitorHandle>,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -73,6 +75,7 @@ impl MyClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
             slow_query_threshold,
+            monitor: std::sync::OnceLock::new(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -157,7 +160,9 @@ impl MyClusterContext {
             roles: self.config.backends.iter().map(|b| b.role).collect(),
         };
         let ops = Arc::new(MariaServerOps::new(&self.config));
-        Monitor::new(settings, ops, self.router.clone(), self.view.clone()).spawn(shutdown)
+        let monitor = Monitor::new(settings, ops, self.router.clone(), self.view.clone());
+        let _ = self.monitor.set(monitor.handle());
+        monitor.spawn(shutdown)
     }
 
     /// A connection id for a new client (what `CONNECTION_ID()`-aware tools and
@@ -280,5 +285,8 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
     }
     fn clients(&self) -> i64 {
         self.metrics.clients.get()
+    }
+    fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
+        self.monitor.get().cloned()
     }
 }

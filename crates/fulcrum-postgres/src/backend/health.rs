@@ -137,11 +137,31 @@ impl ServerOps for PgServerOps {
             .and_then(|r| r.first())
             .and_then(|c| c.as_deref())
         {
-            Some("t") => Ok(()),
+            Some("t") => {
+                // A former primary fenced by a switchover, promoted again,
+                // must take writes: drop the fence if it is there.
+                self.query(backend, "ALTER SYSTEM RESET default_transaction_read_only")
+                    .await?;
+                self.query(backend, "SELECT pg_reload_conf()").await?;
+                Ok(())
+            }
             other => Err(OpsError::Query(format!(
                 "pg_promote() returned {other:?}: the server did not finish promotion"
             ))),
         }
+    }
+
+    /// Planned switchover: new transactions on the old primary are read-only
+    /// (`default_transaction_read_only`, kept across restarts until an
+    /// operator resets it when re-joining the node).
+    async fn fence(&self, backend: BackendId) -> Result<(), OpsError> {
+        self.query(
+            backend,
+            "ALTER SYSTEM SET default_transaction_read_only = on",
+        )
+        .await?;
+        self.query(backend, "SELECT pg_reload_conf()").await?;
+        Ok(())
     }
 
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {

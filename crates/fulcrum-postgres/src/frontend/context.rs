@@ -33,6 +33,8 @@ pub struct ClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
+    /// The health loop's handle, once it runs.
+    monitor: std::sync::OnceLock<fulcrum_cluster::MonitorHandle>,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -96,6 +98,7 @@ impl ClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
             slow_query_threshold,
+            monitor: std::sync::OnceLock::new(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -160,7 +163,9 @@ impl ClusterContext {
             roles: self.config.backends.iter().map(|b| b.role).collect(),
         };
         let ops = Arc::new(PgServerOps::new(&self.config));
-        Monitor::new(settings, ops, self.router.clone(), self.view.clone()).spawn(shutdown)
+        let monitor = Monitor::new(settings, ops, self.router.clone(), self.view.clone());
+        let _ = self.monitor.set(monitor.handle());
+        monitor.spawn(shutdown)
     }
 
     pub fn name(&self) -> &str {
@@ -332,5 +337,8 @@ impl fulcrum_cluster::ClusterAdmin for ClusterContext {
     }
     fn clients(&self) -> i64 {
         self.metrics.clients.get()
+    }
+    fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
+        self.monitor.get().cloned()
     }
 }

@@ -1,0 +1,149 @@
+//! Planned switchover (`SWITCHOVER cluster TO backend` in the admin
+//! console), run by the health loop so its picture of the cluster stays the
+//! truth: hold new units of work, let the ones on the primary finish, fence
+//! the primary (read-only), wait until the target has everything it wrote,
+//! promote the target, re-point the other replicas, resume. The old primary
+//! is then `stale` until an operator re-joins it as a replica.
+
+use std::time::{Duration, Instant};
+
+use fulcrum_pool::BackendId;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::lag::format_lsn;
+use crate::monitor::Monitor;
+use crate::ops::ServerOps;
+
+/// How long each step may take before the switchover is given up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request to the health loop.
+pub(crate) struct Request {
+    pub target: BackendId,
+    pub reply: oneshot::Sender<Result<Duration, String>>,
+}
+
+/// Sends requests to a cluster's health loop.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    pub(crate) tx: mpsc::Sender<Request>,
+}
+
+impl MonitorHandle {
+    /// Runs a planned switchover to `target`; returns how long new work was
+    /// held, or why it was not done (the cluster is then as before).
+    pub async fn switchover(&self, target: BackendId) -> Result<Duration, String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request { target, reply })
+            .await
+            .map_err(|_| "the health loop is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the health loop stopped during the switchover".to_string())?
+    }
+}
+
+impl<S: ServerOps> Monitor<S> {
+    pub(crate) async fn switchover(&mut self, target: BackendId) -> Result<Duration, String> {
+        let old = self
+            .primary
+            .ok_or("the cluster has no primary now; nothing to switch over")?;
+        if target == old {
+            return Err(format!(
+                "{} is already the primary",
+                self.ops.address(target)
+            ));
+        }
+        let ok_target = self.trackers.get(target).is_some_and(|t| t.reachable())
+            && self
+                .observed
+                .get(target)
+                .and_then(|o| *o)
+                .is_some_and(|o| !o.writable)
+            && !self.fenced[target];
+        if !ok_target {
+            return Err(format!(
+                "{} is not a reachable replica",
+                self.ops.address(target)
+            ));
+        }
+        let held = Instant::now();
+        self.router.set_paused(true);
+        let result = self.switch(old, target).await;
+        self.router.set_paused(false);
+        let took = held.elapsed();
+        match &result {
+            Ok(()) => tracing::warn!(
+                cluster = %self.settings.cluster, old = %self.ops.address(old), new = %self.ops.address(target),
+                held_ms = took.as_millis() as u64,
+                "switchover done: {} is the primary; {} is fenced until it is re-joined as a replica",
+                self.ops.address(target), self.ops.address(old)
+            ),
+            Err(e) => {
+                tracing::error!(cluster = %self.settings.cluster, error = %e, "switchover abandoned; the cluster is as before")
+            }
+        }
+        result.map(|()| took)
+    }
+
+    async fn switch(&mut self, old: BackendId, target: BackendId) -> Result<(), String> {
+        // The units of work already on the primary finish.
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while self.router.load(old) > 0 {
+            if Instant::now() > deadline {
+                return Err("transactions on the primary did not finish in 10 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.ops
+            .fence(old)
+            .await
+            .map_err(|e| format!("cannot make the primary read-only: {e}"))?;
+        let last = self
+            .ops
+            .probe(old)
+            .await
+            .map_err(|e| format!("cannot read the primary's position: {e}"))?
+            .position;
+        loop {
+            let o = self
+                .ops
+                .probe(target)
+                .await
+                .map_err(|e| format!("cannot read the target's position: {e}"))?;
+            if o.position >= last {
+                break;
+            }
+            if Instant::now() > deadline + STEP_TIMEOUT {
+                return Err(format!(
+                    "the target replayed {} of {} in 20 s",
+                    format_lsn(o.position),
+                    format_lsn(last)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.ops
+            .promote(target)
+            .await
+            .map_err(|e| format!("promotion failed: {e}"))?;
+        self.view.count_failover();
+        if let Some(o) = self.observed[target].as_mut() {
+            o.writable = true;
+        }
+        self.primary = Some(target);
+        self.last_primary = Some(target);
+        self.primary_position = None;
+        self.router.set_primary(Some(target));
+        self.publish();
+        for r in 0..self.settings.roles.len() {
+            let replica = self.observed[r].is_some_and(|o| !o.writable);
+            if r != target && r != old && replica && self.trackers[r].reachable() {
+                if let Err(e) = self.ops.follow(r, target).await {
+                    tracing::error!(cluster = %self.settings.cluster, replica = %self.ops.address(r), error = %e, "could not re-point replica");
+                }
+            }
+        }
+        Ok(())
+    }
+}
