@@ -10,33 +10,54 @@ pub mod rows;
 mod session;
 mod show;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fulcrum_cluster::ClusterAdmin;
 use fulcrum_config::{Config, User};
 use fulcrum_metrics::Metrics;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Changes the log filter (`SET log = '...'`).
 pub type SetLog = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
-/// What the console shows and acts on.
+/// A reload request: the daemon answers with a summary or the config error.
+pub type ReloadRequest = oneshot::Sender<Result<String, String>>;
+
+/// What the console shows and acts on. The config and the cluster list are
+/// the daemon's, updated by a reload.
 pub struct Admin {
-    pub config: Config,
-    pub clusters: Vec<Arc<dyn ClusterAdmin>>,
+    pub config: Arc<Mutex<Config>>,
+    pub clusters: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
     pub metrics: Arc<Metrics>,
     pub set_log: SetLog,
+    pub reload: Option<mpsc::Sender<ReloadRequest>>,
 }
 
 impl Admin {
-    fn users(&self) -> &[User] {
-        &self.config.fulcrum.admin_users
+    fn config(&self) -> Config {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    fn cluster(&self, name: &str) -> Option<&Arc<dyn ClusterAdmin>> {
-        self.clusters.iter().find(|c| c.config().name == name)
+    fn users(&self) -> Vec<User> {
+        self.config().fulcrum.admin_users
+    }
+
+    fn clusters(&self) -> Vec<Arc<dyn ClusterAdmin>> {
+        self.clusters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn cluster(&self, name: &str) -> Option<Arc<dyn ClusterAdmin>> {
+        self.clusters()
+            .into_iter()
+            .find(|c| c.config().name == name)
     }
 }
 

@@ -62,7 +62,8 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
         .then(|| password_msg(&body))
         .flatten()
         .unwrap_or_default();
-    let known = admin.users().iter().find(|u| u.name == user);
+    let users = admin.users();
+    let known = users.iter().find(|u| u.name == user);
     let ok = known.is_some_and(|u| md5::verify(&u.name, &u.password, salt, answer));
     if !ok {
         let msg = format!("password authentication failed for admin user \"{user}\"");

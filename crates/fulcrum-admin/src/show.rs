@@ -52,25 +52,61 @@ impl Admin {
             }
             Command::Disable(target) => self.set_disabled(&target, true, out),
             Command::Enable(target) => self.set_disabled(&target, false, out),
-            Command::Reload => Err((
-                "0A000",
-                "fulcrum admin: RELOAD is not implemented yet; restart the daemon to apply a changed config".into(),
-            )),
+            Command::Reload => {
+                let tx = self.reload.as_ref().ok_or((
+                    "55000",
+                    "fulcrum admin: reload is not available".to_string(),
+                ))?;
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                tx.send(reply).await.map_err(|_| {
+                    (
+                        "55000",
+                        "fulcrum admin: the daemon is shutting down".to_string(),
+                    )
+                })?;
+                let summary = rx
+                    .await
+                    .map_err(|_| {
+                        (
+                            "55000",
+                            "fulcrum admin: the reload did not answer".to_string(),
+                        )
+                    })?
+                    .map_err(|e| {
+                        (
+                            "F0000",
+                            format!(
+                                "fulcrum admin: config not reloaded, the running config stays: {e}"
+                            ),
+                        )
+                    })?;
+                crate::rows::result(out, &["reload"], &[vec![summary]]);
+                Ok(())
+            }
             Command::Switchover { cluster, backend } => {
-                let c = self
-                    .cluster(&cluster)
-                    .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {cluster:?}")))?;
+                let c = self.cluster(&cluster).ok_or_else(|| {
+                    (
+                        "42704",
+                        format!("fulcrum admin: no cluster named {cluster:?}"),
+                    )
+                })?;
                 let target = c
                     .config()
                     .backends
                     .iter()
                     .position(|b| b.address == backend)
                     .ok_or_else(|| {
-                        ("42704", format!("fulcrum admin: cluster {cluster:?} has no backend {backend:?}"))
+                        (
+                            "42704",
+                            format!(
+                                "fulcrum admin: cluster {cluster:?} has no backend {backend:?}"
+                            ),
+                        )
                     })?;
-                let handle = c
-                    .monitor()
-                    .ok_or(("55000", "fulcrum admin: the health loop is not running".to_string()))?;
+                let handle = c.monitor().ok_or((
+                    "55000",
+                    "fulcrum admin: the health loop is not running".to_string(),
+                ))?;
                 let held = handle
                     .switchover(target)
                     .await
@@ -93,10 +129,10 @@ impl Admin {
 
     fn targets(&self, name: Option<&str>) -> Result<Vec<Arc<dyn ClusterAdmin>>, Failure> {
         match name {
-            None => Ok(self.clusters.clone()),
+            None => Ok(self.clusters()),
             Some(n) => self
                 .cluster(n)
-                .map(|c| vec![c.clone()])
+                .map(|c| vec![c])
                 .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {n:?}"))),
         }
     }
@@ -115,7 +151,7 @@ impl Admin {
             _ => (None, target),
         };
         let found: Vec<(Arc<dyn ClusterAdmin>, usize)> = self
-            .clusters
+            .clusters()
             .iter()
             .filter(|c| cluster.is_none_or(|n| c.config().name == n))
             .flat_map(|c| {
@@ -169,7 +205,7 @@ impl Admin {
             ),
             Show::Clusters => {
                 let mut rows = Vec::new();
-                for c in &self.clusters {
+                for c in &self.clusters() {
                     let cfg = c.config();
                     for (i, v) in c.view().backends().iter().enumerate() {
                         let role = if c.router().is_primary(i) {
@@ -212,7 +248,7 @@ impl Admin {
             }
             Show::Pools => {
                 let mut rows = Vec::new();
-                for c in &self.clusters {
+                for c in &self.clusters() {
                     for p in c.pools() {
                         rows.push(vec![
                             c.config().name.clone(),
@@ -247,7 +283,7 @@ impl Admin {
             }
             Show::Servers => {
                 let mut rows = Vec::new();
-                for c in &self.clusters {
+                for c in &self.clusters() {
                     let pools = c.pools();
                     for (i, v) in c.view().backends().iter().enumerate() {
                         let mine = pools.iter().filter(|p| p.backend == v.address);
@@ -285,7 +321,7 @@ impl Admin {
             }
             Show::Clients => {
                 let rows: Vec<Vec<String>> = self
-                    .clusters
+                    .clusters()
                     .iter()
                     .map(|c| {
                         let name = c.config().name.as_str();
@@ -310,7 +346,7 @@ impl Admin {
             Show::Stats => {
                 let m = &self.metrics;
                 let rows: Vec<Vec<String>> = self
-                    .clusters
+                    .clusters()
                     .iter()
                     .map(|c| {
                         let name = c.config().name.as_str();
@@ -347,7 +383,8 @@ impl Admin {
                 );
             }
             Show::Config => {
-                let g = &self.config.fulcrum;
+                let config = self.config();
+                let g = &config.fulcrum;
                 let opt =
                     |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
                 let mut rows = vec![
@@ -360,7 +397,7 @@ impl Admin {
                         format!("{:?}", g.shutdown_timeout),
                     ],
                 ];
-                for c in &self.config.clusters {
+                for c in &config.clusters {
                     let k = |key: &str| format!("cluster.{}.{key}", c.name);
                     rows.extend([
                         vec![k("protocol"), protocol(c)],
@@ -393,14 +430,14 @@ impl Admin {
             }
             Show::Lists => {
                 let backends: usize = self
-                    .clusters
+                    .clusters()
                     .iter()
                     .map(|c| c.config().backends.len())
                     .sum();
-                let pools: usize = self.clusters.iter().map(|c| c.pools().len()).sum();
-                let clients: i64 = self.clusters.iter().map(|c| c.clients()).sum();
+                let pools: usize = self.clusters().iter().map(|c| c.pools().len()).sum();
+                let clients: i64 = self.clusters().iter().map(|c| c.clients()).sum();
                 let rows = vec![
-                    vec!["clusters".into(), self.clusters.len().to_string()],
+                    vec!["clusters".into(), self.clusters().len().to_string()],
                     vec!["backends".into(), backends.to_string()],
                     vec!["pools".into(), pools.to_string()],
                     vec!["clients".into(), clients.to_string()],

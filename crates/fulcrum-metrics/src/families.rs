@@ -36,7 +36,8 @@ pub struct Metrics {
     pub classifier_hits: IntCounterVec,
     pub classifier_misses: IntCounterVec,
     pub unparsed: IntCounterVec,
-    sources: Mutex<Vec<Arc<dyn Source>>>,
+    /// By cluster name: a reload replaces a cluster's source.
+    sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -105,12 +106,12 @@ impl Metrics {
         }
     }
 
-    /// Adds a source of scrape-time figures.
-    pub fn add_source(&self, source: Arc<dyn Source>) {
-        self.sources
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(source);
+    /// Sets the source of scrape-time figures for `cluster` (replacing the
+    /// one it had).
+    pub fn set_source(&self, cluster: &str, source: Arc<dyn Source>) {
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        sources.retain(|(name, _)| name != cluster);
+        sources.push((cluster.to_owned(), source));
     }
 
     /// The text exposition of every family, after the sources refreshed.
@@ -120,7 +121,7 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for s in sources {
+        for (_, s) in sources {
             s.refresh(self);
         }
         let mut out = Vec::with_capacity(16 * 1024);

@@ -1,12 +1,17 @@
 //! The daemon's wiring: from a validated config to running listeners, one per
-//! cluster, until shutdown. Protocol work lives in the protocol crates.
+//! cluster, the metrics endpoint and the admin console, until shutdown; and
+//! reloading the config (SIGHUP or the console's `RELOAD`) without dropping
+//! clients. Protocol work lives in the protocol crates.
 
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use fulcrum_config::{Config, Protocol};
+use fulcrum_cluster::ClusterAdmin;
+use fulcrum_config::{Cluster, Config, Protocol};
+use fulcrum_metrics::Metrics;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -26,6 +31,58 @@ pub enum DaemonError {
         address: std::net::SocketAddr,
         source: std::io::Error,
     },
+}
+
+/// A cluster's current context, as its listener takes it for each new client.
+enum Current {
+    Postgres(watch::Sender<Arc<fulcrum_postgres::frontend::ClusterContext>>),
+    Mysql(watch::Sender<Arc<fulcrum_mysql::frontend::MyClusterContext>>),
+}
+
+/// What a reload works on.
+struct Live {
+    config: Config,
+    clusters: Vec<(Cluster, Current)>,
+    admin_list: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
+    admin_config: Arc<Mutex<Config>>,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A new context for `cluster` with its health loop running; registered
+/// with metrics. Returns it for the admin console and the listener.
+fn context(
+    cluster: Cluster,
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    shutdown: &watch::Receiver<bool>,
+) -> (Arc<dyn ClusterAdmin>, Current) {
+    let name = cluster.name.clone();
+    let slow = config.fulcrum.slow_query_threshold;
+    match cluster.protocol {
+        Protocol::Postgres => {
+            let ctx = fulcrum_postgres::frontend::ClusterContext::with_metrics(
+                cluster,
+                metrics.clone(),
+                slow,
+            );
+            metrics.set_source(&name, ctx.clone());
+            ctx.start_health(shutdown.clone());
+            let (tx, _) = watch::channel(ctx.clone());
+            (ctx, Current::Postgres(tx))
+        }
+        Protocol::Mysql => {
+            let ctx = fulcrum_mysql::frontend::MyClusterContext::with_metrics(
+                cluster,
+                metrics.clone(),
+                slow,
+            );
+            metrics.set_source(&name, ctx.clone());
+            ctx.start_health(shutdown.clone());
+            let (tx, _) = watch::channel(ctx.clone());
+            (ctx, Current::Mysql(tx))
+        }
+    }
 }
 
 /// Binds every cluster's listener (and the metrics and admin listeners),
@@ -66,7 +123,7 @@ pub async fn run(
                 })?;
         listeners.push((cluster.clone(), listener));
     }
-    let metrics = Arc::new(fulcrum_metrics::Metrics::new());
+    let metrics = Arc::new(Metrics::new());
     let mut tasks = Vec::new();
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics");
@@ -76,7 +133,8 @@ pub async fn run(
             shutdown.clone(),
         )));
     }
-    let mut admin_clusters: Vec<Arc<dyn fulcrum_cluster::ClusterAdmin>> = Vec::new();
+    let mut admin_clusters: Vec<Arc<dyn ClusterAdmin>> = Vec::new();
+    let mut live_clusters = Vec::new();
     for (cluster, listener) in listeners {
         tracing::info!(
             cluster = %cluster.name,
@@ -85,53 +143,160 @@ pub async fn run(
             pool_mode = ?cluster.pool_mode,
             "listening"
         );
-        match cluster.protocol {
-            Protocol::Postgres => {
-                let ctx = fulcrum_postgres::frontend::ClusterContext::with_metrics(
-                    cluster,
-                    metrics.clone(),
-                    config.fulcrum.slow_query_threshold,
-                );
-                metrics.add_source(ctx.clone());
-                admin_clusters.push(ctx.clone());
-                ctx.start_health(shutdown.clone());
-                tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
-                    Arc::clone(&ctx),
-                    listener,
-                    shutdown.clone(),
-                    config.fulcrum.shutdown_timeout,
-                )));
-            }
-            Protocol::Mysql => {
-                let ctx = fulcrum_mysql::frontend::MyClusterContext::with_metrics(
-                    cluster,
-                    metrics.clone(),
-                    config.fulcrum.slow_query_threshold,
-                );
-                metrics.add_source(ctx.clone());
-                admin_clusters.push(ctx.clone());
-                ctx.start_health(shutdown.clone());
-                tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
-                    Arc::clone(&ctx),
-                    listener,
-                    shutdown.clone(),
-                    config.fulcrum.shutdown_timeout,
-                )));
-            }
+        let (admin, current) = context(cluster.clone(), &config, &metrics, &shutdown);
+        admin_clusters.push(admin);
+        let drain = config.fulcrum.shutdown_timeout;
+        match &current {
+            Current::Postgres(tx) => tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
+                tx.subscribe(),
+                listener,
+                shutdown.clone(),
+                drain,
+            ))),
+            Current::Mysql(tx) => tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
+                tx.subscribe(),
+                listener,
+                shutdown.clone(),
+                drain,
+            ))),
         }
+        live_clusters.push((cluster, current));
     }
+    let admin_list = Arc::new(Mutex::new(admin_clusters));
+    let admin_config = Arc::new(Mutex::new(config.clone()));
+    let (reload_tx, reload_rx) = mpsc::channel(4);
     if let Some(listener) = admin_listener {
         tracing::info!(listen = ?config.fulcrum.admin, "admin console");
         let admin = Arc::new(fulcrum_admin::Admin {
-            config: config.clone(),
-            clusters: admin_clusters,
+            config: admin_config.clone(),
+            clusters: admin_list.clone(),
             metrics: metrics.clone(),
             set_log,
+            reload: Some(reload_tx.clone()),
         });
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }
+    let live = Live {
+        config,
+        clusters: live_clusters,
+        admin_list,
+        admin_config,
+        metrics,
+        shutdown: shutdown.clone(),
+    };
+    tokio::spawn(reloads(live, reload_rx, reload_tx));
     for t in tasks {
         let _ = t.await;
     }
     Ok(())
+}
+
+/// Serves reload requests (the console's RELOAD) and SIGHUP.
+async fn reloads(
+    mut live: Live,
+    mut requests: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
+    _keep: mpsc::Sender<fulcrum_admin::ReloadRequest>,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut shutdown = live.shutdown.clone();
+    loop {
+        let reply: Option<oneshot::Sender<Result<String, String>>> = tokio::select! {
+            Some(reply) = requests.recv() => Some(reply),
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                tracing::info!("SIGHUP: reloading {}", live.config.source.display());
+                None
+            }
+            _ = shutdown.changed() => return,
+        };
+        let source = live.config.source.clone();
+        let result = reload(&mut live, &source);
+        match &result {
+            Ok(summary) => tracing::info!("config reloaded: {summary}"),
+            Err(e) => tracing::error!("config not reloaded, the running config stays: {e}"),
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// Reads the file again and applies what can change while running: each
+/// cluster whose name, protocol and listen address are unchanged gets a new
+/// context (backends, weights, policies, pool sizes, users, health); new
+/// clients use it, connected ones finish on the old one. The rest needs a
+/// restart and is reported.
+fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
+    let new = fulcrum_config::load(source).map_err(|e| e.to_string())?;
+    let mut applied = Vec::new();
+    let mut skipped = Vec::new();
+    let mut admin_list: Vec<Arc<dyn ClusterAdmin>> = Vec::new();
+    for (old, current) in live.clusters.iter_mut() {
+        let Some(fresh) = new.clusters.iter().find(|c| c.name == old.name) else {
+            skipped.push(format!(
+                "{} (removed from the file: restart to close it)",
+                old.name
+            ));
+            admin_list.extend(current_admin(current));
+            continue;
+        };
+        if fresh.protocol != old.protocol || fresh.listen != old.listen {
+            skipped.push(format!(
+                "{} (protocol or listen changed: restart to apply)",
+                old.name
+            ));
+            admin_list.extend(current_admin(current));
+            continue;
+        }
+        if fresh == old {
+            admin_list.extend(current_admin(current));
+            continue;
+        }
+        let (admin, next) = context(fresh.clone(), &new, &live.metrics, &live.shutdown);
+        match (current, next) {
+            (Current::Postgres(tx), Current::Postgres(n)) => {
+                tx.send_replace(n.borrow().clone());
+            }
+            (Current::Mysql(tx), Current::Mysql(n)) => {
+                tx.send_replace(n.borrow().clone());
+            }
+            _ => unreachable!("same protocol"),
+        }
+        admin_list.push(admin);
+        *old = fresh.clone();
+        applied.push(old.name.clone());
+    }
+    for c in &new.clusters {
+        if !live.clusters.iter().any(|(o, _)| o.name == c.name) {
+            skipped.push(format!(
+                "{} (new cluster: restart to listen on {})",
+                c.name, c.listen
+            ));
+        }
+    }
+    *live.admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_list;
+    let mut admin_config = new.clone();
+    admin_config.clusters = live.clusters.iter().map(|(c, _)| c.clone()).collect();
+    *live.admin_config.lock().unwrap_or_else(|e| e.into_inner()) = admin_config;
+    live.config = new;
+    Ok(format!(
+        "applied to {}; not applied: {}",
+        if applied.is_empty() {
+            "no cluster (nothing changed)".to_string()
+        } else {
+            applied.join(", ")
+        },
+        if skipped.is_empty() {
+            "nothing".to_string()
+        } else {
+            skipped.join("; ")
+        }
+    ))
+}
+
+fn current_admin(current: &Current) -> Option<Arc<dyn ClusterAdmin>> {
+    Some(match current {
+        Current::Postgres(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
+        Current::Mysql(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
+    })
 }

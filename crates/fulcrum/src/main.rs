@@ -127,29 +127,24 @@ fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admi
 }
 
 /// SIGTERM stops accepting and lets clients finish their transactions (up to
-/// `shutdown_timeout`); SIGINT stops at once; SIGHUP is logged (online reload
-/// is planned) instead of killing the daemon.
+/// `shutdown_timeout`); SIGINT stops at once. (SIGHUP reloads the config: the
+/// daemon's own handler, in `fulcrum::run`.)
 async fn watch_signals(tx: watch::Sender<bool>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+    let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    loop {
-        tokio::select! {
-            _ = term.recv() => {
-                tracing::info!("SIGTERM: no new clients; waiting for transactions in progress to finish");
-                break;
-            }
-            _ = int.recv() => {
-                tracing::info!("SIGINT: stopping now");
-                std::process::exit(0);
-            }
-            _ = hup.recv() => tracing::warn!("SIGHUP: online reload is not implemented yet; restart to apply a changed config"),
+    tokio::select! {
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: no new clients; waiting for transactions in progress to finish");
+        }
+        _ = int.recv() => {
+            tracing::info!("SIGINT: stopping now");
+            std::process::exit(0);
         }
     }
     let _ = tx.send(true);

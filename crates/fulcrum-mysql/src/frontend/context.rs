@@ -27,6 +27,9 @@ pub struct MyClusterContext {
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
     /// The health loop's handle, once it runs.
     monitor: std::sync::OnceLock<fulcrum_cluster::MonitorHandle>,
+    /// Stops this context's health loop (when the context goes: a reload
+    /// replaced it and its last client left).
+    health_stop: std::sync::OnceLock<Arc<watch::Sender<bool>>>,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -76,6 +79,7 @@ impl MyClusterContext {
         Arc::new(MyClusterContext {
             slow_query_threshold,
             monitor: std::sync::OnceLock::new(),
+            health_stop: std::sync::OnceLock::new(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -162,7 +166,19 @@ impl MyClusterContext {
         let ops = Arc::new(MariaServerOps::new(&self.config));
         let monitor = Monitor::new(settings, ops, self.router.clone(), self.view.clone());
         let _ = self.monitor.set(monitor.handle());
-        monitor.spawn(shutdown)
+        // The loop stops on shutdown, or when this context is dropped.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let _ = self.health_stop.set(stop_tx.clone());
+        let mut shutdown = shutdown;
+        let forward = Arc::downgrade(&stop_tx);
+        tokio::spawn(async move {
+            let _ = shutdown.changed().await;
+            if let Some(tx) = forward.upgrade() {
+                let _ = tx.send(true);
+            }
+        });
+        monitor.spawn(stop_rx)
     }
 
     /// A connection id for a new client (what `CONNECTION_ID()`-aware tools and
@@ -288,5 +304,13 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
     }
     fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
         self.monitor.get().cloned()
+    }
+}
+
+impl Drop for MyClusterContext {
+    fn drop(&mut self) {
+        if let Some(stop) = self.health_stop.get() {
+            let _ = stop.send(true);
+        }
     }
 }

@@ -22,12 +22,15 @@ const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 /// Accepts clients on `listener` until `shutdown` turns true.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
 /// transaction boundary.
+/// `current` is the cluster's context now: a config reload swaps it, and each
+/// new client takes the one current when it connects.
 pub async fn serve(
-    ctx: Arc<ClusterContext>,
+    current: watch::Receiver<Arc<ClusterContext>>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
+    let ctx = current.borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
     loop {
@@ -45,7 +48,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let ctx = ctx.clone();
+        let ctx = current.borrow().clone();
         let session_shutdown = shutdown.clone();
         let permit = limit.clone().try_acquire_owned();
         // A debug-level span: disabled (and free) at the usual info level,

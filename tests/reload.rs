@@ -1,0 +1,116 @@
+//! Online reload: SIGHUP (and the console's RELOAD) apply a changed config
+//! without dropping connected clients. Adding a replica: new clients read
+//! from it. An invalid file: its `file:line: key: reason` is logged (and
+//! returned by RELOAD) and the running config stays.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, APP_DB, APP_USER};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+async fn connect(cfg: &PgProxyConfig) -> Client {
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+async fn ports(cfg: &PgProxyConfig, reads: usize) -> HashSet<u16> {
+    let c = connect(cfg).await;
+    let mut seen = HashSet::new();
+    for _ in 0..reads {
+        let msgs = c.simple_query("SELECT inet_server_port()").await.unwrap();
+        seen.extend(msgs.iter().filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse::<u16>().unwrap()),
+            _ => None,
+        }));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(2).start()).expect("cluster");
+    let (r1, r2) = (&c.replicas()[0], &c.replicas()[1]);
+    let admin_port = free_port();
+    let admin_lines = format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n");
+    let one = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .replica(&r1.addr());
+    let user = "\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n[[cluster]]";
+    let toml = |cfg: &PgProxyConfig| {
+        cfg.to_toml()
+            .replacen("[fulcrum]\n", &admin_lines, 1)
+            .replacen("[[cluster]]", user, 1)
+    };
+    let p = FulcrumProcess::start(&toml(&one)).unwrap();
+    assert_eq!(ports(&one, 6).await, HashSet::from([r1.port()]));
+    // A client connected before the reload, in a transaction across it.
+    let old = connect(&one).await;
+    old.batch_execute("BEGIN").await.unwrap();
+    old.simple_query("SELECT 1").await.unwrap();
+
+    let mut two = one.clone();
+    two.backends.push((r2.addr(), "replica"));
+    std::fs::write(p.config_path(), toml(&two)).unwrap();
+    p.signal(Signal::Hup).unwrap();
+    p.wait_for_log("config reloaded", Duration::from_secs(10))
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if ports(&two, 10).await == HashSet::from([r1.port(), r2.port()]) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the added replica never got reads"
+        );
+    }
+    // The old client was not dropped: its transaction goes on and commits.
+    old.simple_query("SELECT 2").await.unwrap();
+    old.batch_execute("COMMIT").await.unwrap();
+
+    // An invalid file: the error names file, line and key; nothing changes.
+    let bad = toml(&two).replacen("pool_size = 20", "pool_size = 20\npool_sise = 5", 1);
+    std::fs::write(p.config_path(), &bad).unwrap();
+    p.signal(Signal::Hup).unwrap();
+    p.wait_for_log("config not reloaded", Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        p.log_contents().contains("pool_sise"),
+        "the log names the key"
+    );
+    assert_eq!(ports(&two, 10).await, HashSet::from([r1.port(), r2.port()]));
+
+    // The console's RELOAD returns the same error.
+    let (admin, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
+        NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let e = admin.simple_query("RELOAD").await.unwrap_err();
+    let text = format!("{e:?}");
+    assert!(text.contains("pool_sise") && text.contains(":"), "{text}");
+    // Back to a valid file: RELOAD applies it and says what it did.
+    std::fs::write(p.config_path(), toml(&one)).unwrap();
+    let msgs = admin.simple_query("RELOAD").await.unwrap();
+    let summary = msgs
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap();
+    assert!(summary.contains("applied to main"), "{summary}");
+    assert_eq!(
+        ports(&one, 6).await,
+        HashSet::from([r1.port()]),
+        "replica2 removed again"
+    );
+}
