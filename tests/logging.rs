@@ -27,7 +27,8 @@ async fn json_logs_carry_slow_units_and_no_secrets() {
         .simple_query("SELECT pg_sleep(0.3), 'a-secret-parameter'")
         .await
         .unwrap();
-    p.wait_for_log("slow unit of work", Duration::from_secs(5)).unwrap();
+    p.wait_for_log("slow unit of work", Duration::from_secs(5))
+        .unwrap();
     let log = p.log_contents();
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty());
@@ -37,9 +38,19 @@ async fn json_logs_carry_slow_units_and_no_secrets() {
             "not a JSON object per line: {l}"
         );
     }
-    let slow: Vec<&&str> = lines.iter().filter(|l| l.contains("slow unit of work")).collect();
-    assert_eq!(slow.len(), 1, "only the sleeping statement was slow: {slow:?}");
+    let slow: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("slow unit of work"))
+        .collect();
+    assert_eq!(
+        slow.len(),
+        1,
+        "only the sleeping statement was slow: {slow:?}"
+    );
     assert!(slow[0].contains("\"took_ms\""), "{}", slow[0]);
     assert!(!log.contains(APP_PASSWORD), "a password reached the log");
-    assert!(!log.contains("a-secret-parameter"), "a query parameter reached the log");
+    assert!(
+        !log.contains("a-secret-parameter"),
+        "a query parameter reached the log"
+    );
 }
