@@ -31,7 +31,10 @@ impl Admin {
                 }
                 // Wait for the transactions in progress to finish.
                 let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
-                while clusters.iter().any(|c| c.router().total_load() > 0) {
+                while clusters
+                    .iter()
+                    .any(|c| c.router().total_load() + c.router().admitting() > 0)
+                {
                     if tokio::time::Instant::now() >= deadline {
                         return Err((
                             "57014",

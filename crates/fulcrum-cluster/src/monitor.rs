@@ -473,9 +473,11 @@ mod tests {
             self.followed.lock().unwrap().push((r, p));
             Ok(())
         }
-        async fn fence(&self, b: BackendId) -> Result<(), OpsError> {
+        async fn fence(&self, b: BackendId) -> Result<u64, OpsError> {
             self.fenced.lock().unwrap().push(b);
-            Ok(())
+            Ok(self.answers.lock().unwrap()[b]
+                .as_ref()
+                .map_or(0, |o| o.position))
         }
     }
 

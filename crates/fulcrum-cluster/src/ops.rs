@@ -48,8 +48,12 @@ pub trait ServerOps: Send + Sync + 'static {
     /// Makes the replica `backend` a primary; returns once it takes writes.
     fn promote(&self, backend: BackendId) -> impl Future<Output = Result<(), OpsError>> + Send;
 
-    /// Makes the primary `backend` refuse writes (planned switchover).
-    fn fence(&self, backend: BackendId) -> impl Future<Output = Result<(), OpsError>> + Send;
+    /// Makes the primary `backend` refuse writes (planned switchover) and
+    /// returns the position a replica must replay to hold every write it
+    /// acknowledged, asynchronously committed ones included (PostgreSQL: the
+    /// WAL *insert* position, not the write position, which lags it under
+    /// `synchronous_commit = off`).
+    fn fence(&self, backend: BackendId) -> impl Future<Output = Result<u64, OpsError>> + Send;
 
     /// Re-points the replica `replica` at `primary`.
     fn follow(

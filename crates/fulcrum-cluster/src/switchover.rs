@@ -87,24 +87,21 @@ impl<S: ServerOps> Monitor<S> {
     }
 
     async fn switch(&mut self, old: BackendId, target: BackendId) -> Result<(), String> {
-        // The units of work already on the primary finish.
+        // The units of work already on the primary finish, and none is left
+        // between the pause gate and a server connection (it could still
+        // reach the old primary after the fence below).
         let deadline = Instant::now() + STEP_TIMEOUT;
-        while self.router.load(old) > 0 {
+        while self.router.load(old) > 0 || self.router.admitting() > 0 {
             if Instant::now() > deadline {
                 return Err("transactions on the primary did not finish in 10 s".into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        self.ops
+        let last = self
+            .ops
             .fence(old)
             .await
             .map_err(|e| format!("cannot make the primary read-only: {e}"))?;
-        let last = self
-            .ops
-            .probe(old)
-            .await
-            .map_err(|e| format!("cannot read the primary's position: {e}"))?
-            .position;
         loop {
             let o = self
                 .ops

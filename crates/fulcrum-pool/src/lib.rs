@@ -8,4 +8,4 @@ pub mod router;
 
 pub use balance::Balance;
 pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
-pub use router::{BackendId, Route, Router};
+pub use router::{Admission, BackendId, Route, Router};

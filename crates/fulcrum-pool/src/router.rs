@@ -19,6 +19,17 @@ use tokio::sync::Notify;
 
 use crate::balance::{ewma_update, least_loaded, p2c_choose, smooth_weighted, Balance};
 
+/// A unit of work admitted past the pause gate ([`Router::admit`]); dropping
+/// it says the unit now holds its server connection (or gave up).
+#[derive(Debug)]
+pub struct Admission(Arc<AtomicUsize>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Index of a backend in its cluster's configuration order.
 pub type BackendId = usize;
 
@@ -53,6 +64,9 @@ pub struct Router {
     /// New units of work wait while true (admin `PAUSE`).
     paused: AtomicBool,
     resumed: Notify,
+    /// Units of work past the pause gate that have not checked out their
+    /// server connection yet (see [`Router::admit`]).
+    admitting: Arc<AtomicUsize>,
     /// Wakes the health loop when a backend becomes suspect.
     suspects_changed: Notify,
     /// Wakes sessions waiting for a primary.
@@ -112,6 +126,7 @@ impl Router {
             suspect: (0..backends).map(|_| AtomicBool::new(false)).collect(),
             disabled: (0..backends).map(|_| AtomicBool::new(false)).collect(),
             paused: AtomicBool::new(false),
+            admitting: Arc::new(AtomicUsize::new(0)),
             resumed: Notify::new(),
             suspects_changed: Notify::new(),
             primary_changed: Notify::new(),
@@ -253,7 +268,9 @@ impl Router {
 
     /// Holds (or releases) new units of work.
     pub fn set_paused(&self, paused: bool) {
-        self.paused.store(paused, Ordering::Release);
+        // SeqCst pairs with `admit`: a unit either sees the pause or is
+        // counted in `admitting` before the pauser reads it.
+        self.paused.store(paused, Ordering::SeqCst);
         if !paused {
             self.resumed.notify_waiters();
         }
@@ -274,6 +291,29 @@ impl Router {
             }
             resumed.await;
         }
+    }
+
+    /// Passes the pause gate for one unit of work. The unit is counted
+    /// (in [`Router::admitting`]) from the moment it passes until the returned
+    /// guard is dropped, which the session does once its server connection
+    /// is checked out (and so counted in [`Router::load`]). A pauser that
+    /// sees `admitting() == 0` after setting the pause therefore knows no
+    /// unit is between the gate and a server: the window in which a unit
+    /// could reach the old primary after a SWITCHOVER fenced it is closed.
+    pub async fn admit(&self) -> Admission {
+        loop {
+            self.admitting.fetch_add(1, Ordering::SeqCst);
+            if !self.paused.load(Ordering::SeqCst) {
+                return Admission(self.admitting.clone());
+            }
+            self.admitting.fetch_sub(1, Ordering::SeqCst);
+            self.wait_unpaused().await;
+        }
+    }
+
+    /// Units of work admitted and not yet holding a server connection.
+    pub fn admitting(&self) -> usize {
+        self.admitting.load(Ordering::SeqCst)
     }
 
     /// Server connections checked out now, over every backend.

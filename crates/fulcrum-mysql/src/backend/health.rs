@@ -209,7 +209,7 @@ impl ServerOps for MariaServerOps {
 
     /// Planned switchover is not done for MariaDB yet: a read-only former
     /// primary would look like a replica that replicates from nobody.
-    async fn fence(&self, _backend: BackendId) -> Result<(), OpsError> {
+    async fn fence(&self, _backend: BackendId) -> Result<u64, OpsError> {
         Err(OpsError::Query(
             "planned switchover is not supported for MySQL clusters yet".into(),
         ))

@@ -544,9 +544,11 @@ impl Session {
         if self.server.is_some() {
             return Ok(true);
         }
-        // Admin PAUSE holds new units of work here.
-        self.ctx.router.wait_unpaused().await;
+        // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
+        // admission is counted until the server connection is checked out.
+        let admission = self.ctx.router.admit().await;
         self.attach(route, seq).await?;
+        drop(admission);
         match self.prepare_server(seq).await {
             Ok(()) => Ok(true),
             Err(Ok(())) => {

@@ -154,14 +154,24 @@ impl ServerOps for PgServerOps {
     /// Planned switchover: new transactions on the old primary are read-only
     /// (`default_transaction_read_only`, kept across restarts until an
     /// operator resets it when re-joining the node).
-    async fn fence(&self, backend: BackendId) -> Result<(), OpsError> {
+    async fn fence(&self, backend: BackendId) -> Result<u64, OpsError> {
         self.query(
             backend,
             "ALTER SYSTEM SET default_transaction_read_only = on",
         )
         .await?;
         self.query(backend, "SELECT pg_reload_conf()").await?;
-        Ok(())
+        // The insert position covers commits acknowledged before their WAL
+        // was written (synchronous_commit = off); the walwriter ships them
+        // within wal_writer_delay.
+        let rows = self
+            .query(backend, "SELECT pg_current_wal_insert_lsn()::text")
+            .await?;
+        rows.first()
+            .and_then(|r| r.first())
+            .and_then(|c| c.as_deref())
+            .and_then(fulcrum_cluster::lag::parse_lsn)
+            .ok_or_else(|| OpsError::Query("unexpected pg_current_wal_insert_lsn answer".into()))
     }
 
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {

@@ -295,8 +295,9 @@ impl Session {
         if self.server.is_some() {
             return Ok(());
         }
-        // Admin PAUSE holds new units of work here.
-        self.ctx.router.wait_unpaused().await;
+        // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
+        // admission is counted until the server connection is checked out.
+        let _admission = self.ctx.router.admit().await;
         if let Some(backend) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
                 match self.try_attach_replica(backend).await {
