@@ -69,6 +69,9 @@ pub(crate) struct RawCluster {
     pub failover: Value<String>,
     pub failover_timeout: Value<DurationText>,
     pub failover_command: Value<String>,
+    pub consistency: Value<String>,
+    pub causal_timeout: Value<DurationText>,
+    pub causal_wait: Value<String>,
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
 }

@@ -90,6 +90,55 @@ pub enum Failover {
     Promote,
 }
 
+/// What a read may miss (`consistency`; see docs/consistency.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consistency {
+    /// Any replica within `max_lag`.
+    Eventual,
+    /// Never older than the client's own last committed write.
+    Session,
+    /// Sees every write committed anywhere before the read started.
+    Strong,
+}
+
+impl Consistency {
+    /// The names accepted in the config, in hints and in `SET fulcrum.consistency`.
+    pub const NAMES: &'static [(&'static str, Consistency)] = &[
+        ("eventual", Consistency::Eventual),
+        ("session", Consistency::Session),
+        ("strong", Consistency::Strong),
+    ];
+
+    /// Parses a name, ASCII case-insensitively.
+    pub fn from_name(name: &str) -> Option<Consistency> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, c)| c)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Consistency::Eventual => "eventual",
+            Consistency::Session => "session",
+            Consistency::Strong => "strong",
+        }
+    }
+}
+
+/// What a causal read does when the replica it was given is behind
+/// (`causal_wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CausalWait {
+    /// Wait on the replica only while the primary has no free connection;
+    /// otherwise read on the primary at once (whichever answers first).
+    Auto,
+    /// Wait on the replica up to `causal_timeout`, then use the primary.
+    Always,
+    /// Use the primary at once.
+    Never,
+}
+
 /// How far behind the primary a replica may be and still serve reads (`max_lag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxLag {
@@ -144,6 +193,12 @@ pub struct Cluster {
     pub allow_local_infile: bool,
     /// Health checks, lag limit and failover.
     pub health: Health,
+    /// Read consistency (`consistency`).
+    pub consistency: Consistency,
+    /// Longest a causal read waits for a replica (`causal_timeout`).
+    pub causal_timeout: Duration,
+    /// Wait on a behind replica or use the primary (`causal_wait`).
+    pub causal_wait: CausalWait,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
 }
@@ -241,4 +296,7 @@ pub mod defaults {
     pub const HEALTH_DATABASE_MYSQL: &str = "mysql";
     pub const FAILOVER: super::Failover = super::Failover::Follow;
     pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(3);
+    pub const CONSISTENCY: super::Consistency = super::Consistency::Session;
+    pub const CAUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const CAUSAL_WAIT: super::CausalWait = super::CausalWait::Auto;
 }

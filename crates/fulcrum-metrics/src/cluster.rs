@@ -36,6 +36,19 @@ pub struct ClusterMetrics {
     pub bytes_out: IntCounter,
     unit_seconds: [Histogram; 2],
     pub pool_wait: Histogram,
+    /// Causal reads by outcome: [replica, waited, primary].
+    causal: [IntCounter; 3],
+}
+
+/// Where a read with a position to respect ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CausalOutcome {
+    /// A replica already past the position.
+    Replica = 0,
+    /// A replica, after waiting for it.
+    Waited = 1,
+    /// The primary.
+    Primary = 2,
 }
 
 impl ClusterMetrics {
@@ -63,6 +76,8 @@ impl ClusterMetrics {
                     .with_label_values(&[cluster, r.as_str()])
             }),
             pool_wait: metrics.pool_wait_seconds.with_label_values(&[cluster]),
+            causal: ["replica", "waited", "primary"]
+                .map(|o| metrics.causal_reads.with_label_values(&[cluster, o])),
             metrics,
         }
     }
@@ -84,6 +99,11 @@ impl ClusterMetrics {
             c[route as usize].inc();
         }
         self.unit_seconds[route as usize].observe(took.as_secs_f64());
+    }
+
+    /// A read with a position to respect ran as `outcome` says.
+    pub fn causal(&self, outcome: CausalOutcome) {
+        self.causal[outcome as usize].inc();
     }
 
     /// An error sent to a client, by SQLSTATE class or MySQL code.

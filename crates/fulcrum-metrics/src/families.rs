@@ -36,6 +36,7 @@ pub struct Metrics {
     pub classifier_hits: IntCounterVec,
     pub classifier_misses: IntCounterVec,
     pub unparsed: IntCounterVec,
+    pub causal_reads: IntCounterVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -101,6 +102,7 @@ impl Metrics {
             classifier_hits: counter(&r, "fulcrum_classifier_cache_hits_total", "Statements classified from the fingerprint cache.", &["cluster"]),
             classifier_misses: counter(&r, "fulcrum_classifier_cache_misses_total", "Statements that had to be parsed.", &["cluster"]),
             unparsed: counter(&r, "fulcrum_unparsed_statements_total", "Statements the SQL parser could not parse (routed by default_route).", &["cluster"]),
+            causal_reads: counter(&r, "fulcrum_causal_reads_total", "Reads that had a position to respect (consistency session or strong), by where they ran: replica (already past it), waited (a replica after waiting), primary (fallback).", &["cluster", "outcome"]),
             registry: r,
             sources: Mutex::new(Vec::new()),
         }

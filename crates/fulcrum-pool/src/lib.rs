@@ -3,9 +3,11 @@
 //! answers "which backend serves this route".
 
 pub mod balance;
+pub mod causal;
 pub mod pool;
 pub mod router;
 
 pub use balance::Balance;
+pub use causal::{when_behind, Causal, Need, WhenBehind};
 pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
 pub use router::{Admission, BackendId, Route, Router};

@@ -184,3 +184,21 @@ fn health_and_failover_keys_are_validated() {
         ),
     ]);
 }
+
+#[test]
+fn consistency_keys_are_validated() {
+    assert_errors(&[
+        (
+            &with_key("consistency = \"causal\""),
+            "fulcrum.toml:5: cluster[0].consistency: unknown value \"causal\", expected one of \"eventual\", \"session\", \"strong\"",
+        ),
+        (
+            &with_key("causal_wait = \"sometimes\""),
+            "fulcrum.toml:5: cluster[0].causal_wait: unknown value \"sometimes\", expected one of \"auto\", \"always\", \"never\"",
+        ),
+        (
+            &with_key("causal_timeout = \"1\""),
+            "fulcrum.toml:5: cluster[0].causal_timeout: invalid duration \"1\": missing unit (us, ms, s, m, h), e.g. \"1s\"",
+        ),
+    ]);
+}

@@ -49,7 +49,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
              `max_prepared_statements`, `reads_on_primary`, `balance`, `default_route`, `write_functions`, \
              `read_only_functions`, `classifier_cache_size`, `allow_local_infile`, `health_interval`, `health_timeout`, \
              `health_failures`, `health_user`, `health_password`, `health_database`, `max_lag`, \
-             `failover`, `failover_timeout`, `failover_command`, `backend`, `user`",
+             `failover`, `failover_timeout`, `failover_command`, `consistency`, `causal_timeout`, `causal_wait`, `backend`, `user`",
         ),
         (
             &unknown_backend_key,

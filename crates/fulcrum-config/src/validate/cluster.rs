@@ -8,8 +8,8 @@ use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawBackend, RawCluster, RawUser, SizeValue, Tables, Value};
 use crate::types::{
-    defaults, Backend, BalancePolicy, ClientAuth, Cluster, DefaultRoute, Failover, Health, MaxLag,
-    PoolMode, Protocol, Role, User,
+    defaults, Backend, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute,
+    Failover, Health, MaxLag, PoolMode, Protocol, Role, User,
 };
 use crate::units::{parse_duration, parse_size};
 
@@ -39,6 +39,11 @@ const FAILOVERS: &[(&str, Failover)] = &[
     ("none", Failover::None),
     ("follow", Failover::Follow),
     ("promote", Failover::Promote),
+];
+const CAUSAL_WAITS: &[(&str, CausalWait)] = &[
+    ("auto", CausalWait::Auto),
+    ("always", CausalWait::Always),
+    ("never", CausalWait::Never),
 ];
 const ROLES: &[(&str, Role)] = &[
     ("primary", Role::Primary),
@@ -117,6 +122,23 @@ pub(super) fn cluster(
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
     let health = health(&t, c, protocol, &users)?;
+    let consistency = t.choice(
+        &c.consistency,
+        "consistency",
+        Consistency::NAMES,
+        Some(defaults::CONSISTENCY),
+    )?;
+    let causal_timeout = t.duration(
+        &c.causal_timeout,
+        "causal_timeout",
+        defaults::CAUSAL_TIMEOUT,
+    )?;
+    let causal_wait = t.choice(
+        &c.causal_wait,
+        "causal_wait",
+        CAUSAL_WAITS,
+        Some(defaults::CAUSAL_WAIT),
+    )?;
     Ok(Cluster {
         name,
         protocol,
@@ -138,6 +160,9 @@ pub(super) fn cluster(
         classifier_cache_size,
         allow_local_infile,
         health,
+        consistency,
+        causal_timeout,
+        causal_wait,
         backends,
         users,
     })

@@ -92,6 +92,25 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
     cstr(out, tag);
 }
 
+/// RowDescription of one text column `name`, then one DataRow with `value`
+/// (the answer to a `SHOW` Fulcrum gives itself).
+pub fn one_text_row(out: &mut BytesMut, name: &str, value: &str) {
+    // Field: name, table oid, column, type oid (25 = text), size, modifier, format.
+    put_header(out, b'T', 2 + name.len() + 1 + 18);
+    out.put_i16(1);
+    cstr(out, name);
+    out.put_i32(0);
+    out.put_i16(0);
+    out.put_i32(25);
+    out.put_i16(-1);
+    out.put_i32(-1);
+    out.put_i16(0);
+    put_header(out, b'D', 2 + 4 + value.len());
+    out.put_i16(1);
+    out.put_i32(value.len() as i32);
+    out.put_slice(value.as_bytes());
+}
+
 /// Fields of an ErrorResponse or NoticeResponse body Fulcrum cares about.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ErrorFields {

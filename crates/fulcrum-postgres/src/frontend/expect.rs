@@ -38,6 +38,10 @@ pub enum Expect {
     /// A simple query Fulcrum sent for itself ahead of the client's work (a
     /// deferred BEGIN): its replies are not shown, except an error.
     SwallowQuery,
+    /// `SELECT pg_current_wal_insert_lsn()` Fulcrum sent after a unit that
+    /// wrote (consistency `session`): nothing of it is shown; its value is
+    /// the client's read position.
+    Position,
     /// The client ended a copy-in (CopyDone or CopyFail); owes no reply. Marks
     /// where Syncs start to count again (see `on_server` for 'G').
     CopyEnd,
@@ -62,6 +66,9 @@ pub struct Effects {
     pub ready: Option<u8>,
     /// Syncs the server will ignore because they arrived during copy-in.
     pub ignored_syncs: usize,
+    /// The answer to an `Expect::Position` ended: the LSN, or `None` when
+    /// the server did not give one (an error).
+    pub position: Option<Option<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +80,8 @@ pub struct Expectations {
     copy_in_open: bool,
     /// Session ops of statements that completed since the last ReadyForQuery.
     batch_ops: Vec<SessionOp>,
+    /// The value read so far for an `Expect::Position`.
+    position: Option<u64>,
 }
 
 impl Expectations {
@@ -82,6 +91,11 @@ impl Expectations {
 
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Only Fulcrum's own position query is owed: the client is owed nothing.
+    pub fn only_position(&self) -> bool {
+        !self.queue.is_empty() && self.queue.iter().all(|e| matches!(e, Expect::Position))
     }
 
     /// True while a Sync from the client owes no reply (extended copy-in running).
@@ -131,6 +145,22 @@ impl Expectations {
     /// Accounts for one server message with tag `tag` (body for 'Z').
     pub fn on_server(&mut self, tag: u8, body: &[u8]) -> (Step, Effects) {
         let mut fx = Effects::default();
+        if matches!(self.queue.front(), Some(Expect::Position)) {
+            match tag {
+                b'D' => {
+                    self.position = backend_msg::parse_data_row(body)
+                        .and_then(|cols| cols.first().copied().flatten())
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(fulcrum_cluster::lag::parse_lsn);
+                }
+                b'Z' => {
+                    self.queue.pop_front();
+                    fx.position = Some(self.position.take());
+                }
+                _ => {}
+            }
+            return (Step::Drop, fx);
+        }
         if matches!(self.queue.front(), Some(Expect::SwallowQuery)) {
             return match tag {
                 b'Z' => {
@@ -258,6 +288,46 @@ mod tests {
         let (_, fx) = q.on_server(b'Z', b"T");
         assert_eq!(fx.ready, Some(b'T'));
         assert!(q.is_empty());
+    }
+
+    /// A DataRow body with one text column.
+    fn row(value: &[u8]) -> Vec<u8> {
+        let mut b = vec![0, 1];
+        b.extend_from_slice(&(value.len() as i32).to_be_bytes());
+        b.extend_from_slice(value);
+        b
+    }
+
+    #[test]
+    fn the_position_query_is_hidden_and_its_lsn_read() {
+        let mut q = Expectations::default();
+        q.push(Expect::Position);
+        assert!(q.only_position());
+        for (tag, body) in [
+            (b'T', &b"..."[..]),
+            (b'D', &row(b"0/3062A10")),
+            (b'C', b"SELECT 1\0"),
+        ] {
+            let (step, fx) = q.on_server(tag, body);
+            assert_eq!((step, fx.position), (Step::Drop, None));
+        }
+        let (step, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(
+            (step, fx.ready),
+            (Step::Drop, None),
+            "no ReadyForQuery for the client"
+        );
+        assert_eq!(fx.position, Some(Some(0x3062A10)));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_failed_position_query_gives_no_position() {
+        let mut q = Expectations::default();
+        q.push(Expect::Position);
+        assert_eq!(q.on_server(b'E', b"SERROR\0").0, Step::Drop, "not shown");
+        let (_, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(fx.position, Some(None));
     }
 
     #[test]

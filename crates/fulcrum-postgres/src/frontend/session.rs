@@ -19,6 +19,7 @@ use fulcrum_sql::{route, Decision, RouteTo, SessionState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod causal;
 mod failure;
 mod lost;
 
@@ -112,6 +113,16 @@ pub struct Session {
     retry_avoid: Option<BackendId>,
     /// Turns true on SIGTERM: the session ends at its next transaction boundary.
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Read consistency of this session (`SET fulcrum.consistency`).
+    consistency: fulcrum_config::Consistency,
+    /// The hint of the unit being routed, if it has one.
+    unit_consistency: Option<fulcrum_config::Consistency>,
+    /// The position the client's reads must not be older than.
+    causal: fulcrum_pool::Causal<u64>,
+    /// The unit being routed may write (anything but a plain read).
+    unit_may_write: bool,
+    /// The attached unit is on the primary and may have written.
+    write_unit: bool,
 }
 
 impl Session {
@@ -124,6 +135,7 @@ impl Session {
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
+        let ctx_consistency = ctx.config.consistency;
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
@@ -165,6 +177,11 @@ impl Session {
             retrying: false,
             retry_avoid: None,
             shutdown,
+            consistency: ctx_consistency,
+            unit_consistency: None,
+            causal: fulcrum_pool::Causal::default(),
+            unit_may_write: true,
+            write_unit: false,
         }
     }
 
@@ -298,6 +315,11 @@ impl Session {
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
         // admission is counted until the server connection is checked out.
         let _admission = self.ctx.router.admit().await;
+        let route = if route == Route::Replica && self.causal_needs_primary() {
+            Route::Primary
+        } else {
+            route
+        };
         if let Some(backend) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
                 match self.try_attach_replica(backend).await {
@@ -307,7 +329,9 @@ impl Session {
                 }
             }
         }
-        self.attach_primary().await
+        self.attach_primary().await?;
+        self.write_unit = self.unit_may_write;
+        Ok(())
     }
 
     /// Attaches to the primary. With none now (it is down, or a failover is
@@ -374,6 +398,20 @@ impl Session {
                     server.discard();
                     return Ok(false);
                 }
+                if route_is_causal(self.read_consistency())
+                    && matches!(
+                        self.causal_check(backend, &mut server).await,
+                        causal::Check::Primary
+                    )
+                {
+                    if server.read_buf.is_empty() {
+                        server.release();
+                    } else {
+                        server.discard();
+                    }
+                    return Ok(false);
+                }
+                self.write_unit = false;
                 self.backend = backend;
                 self.cancel.set_target(Some(server.cancel.clone()));
                 self.server = Some(server);
@@ -596,6 +634,9 @@ impl Session {
             {
                 continue;
             }
+            if header.tag == b'Q' && self.try_answer_setting(header.total) {
+                continue;
+            }
             if header.tag == b'Q'
                 && self.server.is_none()
                 && self.try_defer_transaction_control(header.total)
@@ -621,6 +662,19 @@ impl Session {
                     // The next unit needs the primary: leave it buffered until
                     // the replica's work is done and the connection is back.
                     break;
+                } else if self.must_wait_for_position() {
+                    // A read right after a write: wait for the write's
+                    // position (already asked), then route it to a replica.
+                    break;
+                } else if self.status == b'I'
+                    && !self.unsynced
+                    && self.pending_ready == 0
+                    && !self.write_unit
+                    && self.ctx.router.is_primary(self.backend)
+                {
+                    // A new unit on a primary connection still held (for the
+                    // position query): it may write too.
+                    self.write_unit = !matches!(self.next_unit_decision(), Decision::Read);
                 }
             }
             let frame = self.cbuf.split_to(header.total);
@@ -749,12 +803,16 @@ impl Session {
     /// pooling routes per unit; session mode and pinned clients stay put).
     fn route_next_unit(&mut self) -> Route {
         if self.pinned.is_some() {
+            self.unit_may_write = true;
             return Route::Primary;
         }
         let decision = self.next_unit_decision();
         if self.cbuf.first() == Some(&b'Q') {
             self.last_query_decision = Some(decision);
         }
+        self.note_hint();
+        self.unit_may_write = !matches!(decision, Decision::Read)
+            || self.deferred.as_ref().is_some_and(|d| !d.read_only);
         if let Some(d) = &self.deferred {
             // A deferred transaction: read-only ones may use a replica.
             if d.read_only && !matches!(decision, Decision::Pin(_)) {
@@ -809,6 +867,18 @@ impl Session {
             && self.status == b'I'
             && self.pinned.is_none()
             && self.next_unit_decision().needs_primary()
+    }
+
+    /// Only the position query holds the primary connection, and the next
+    /// unit is a read: it waits for the position rather than riding along
+    /// on the primary.
+    fn must_wait_for_position(&self) -> bool {
+        self.expect.only_position()
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.status == b'I'
+            && self.pinned.is_none()
+            && self.next_unit_decision() == Decision::Read
     }
 
     /// A unit just attached to a replica, outside a transaction, is kept
@@ -1252,11 +1322,22 @@ impl Session {
             self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
                 self.on_ready(status);
+                if status != b'I' && self.ctx.router.is_primary(self.backend) {
+                    // A transaction on the primary: it may write.
+                    self.write_unit = true;
+                }
+                if status == b'I' {
+                    self.after_unit();
+                }
+            }
+            if let Some(lsn) = fx.position {
+                self.on_position(lsn);
             }
         }
         self.expect
             .drain_synthetic(&mut self.to_client, self.status);
         self.flush_client().await?;
+        self.flush_server().await?;
         self.maybe_detach();
         Ok(())
     }
@@ -1402,6 +1483,11 @@ async fn sync_params(
     }
     server.applied = desired.clone();
     Ok(())
+}
+
+/// Reads under `session` and `strong` respect a position.
+fn route_is_causal(c: fulcrum_config::Consistency) -> bool {
+    c != fulcrum_config::Consistency::Eventual
 }
 
 /// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (not `AND NO CHAIN`).

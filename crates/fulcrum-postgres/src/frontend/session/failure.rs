@@ -30,6 +30,15 @@ impl Session {
         }
         self.cancel.set_target(None);
         self.ctx.router.suspect(backend);
+        if self.expect.only_position() && self.pending_ready == 0 {
+            // Only Fulcrum's own position query was in flight: the client
+            // is owed nothing; its reads use the primary until it writes again.
+            self.expect = Expectations::default();
+            self.to_server.clear();
+            self.attached_at = None;
+            self.causal.wrote_unknown();
+            return Ok(());
+        }
         let recoverable =
             self.rewrite_statements && self.pinned.is_none() && self.server_stream_left == 0;
         if recoverable && self.retry_armed && !self.retry_buf.is_empty() {

@@ -1,0 +1,351 @@
+//! Read consistency for a PostgreSQL session (docs/consistency.md).
+//!
+//! - After a unit that may have written ends on the primary (its
+//!   ReadyForQuery 'I' is already on its way to the client), Fulcrum sends
+//!   `SELECT pg_current_wal_insert_lsn()` on the same server connection and
+//!   keeps the answer as the client's read position. The client does not wait
+//!   for it; a statement it sends meanwhile follows on the same connection.
+//! - Before a read runs on a replica that has not been seen past that
+//!   position, the replica is asked `pg_last_wal_replay_lsn()` on the
+//!   connection the read will use. Behind: wait (poll) up to
+//!   `causal_timeout` or read on the primary, as `causal_wait` says.
+//! - `strong` takes the position from the primary when the read starts.
+//! - `/* fulcrum:consistency=... */` in a statement and
+//!   `SET fulcrum.consistency = '...'` choose the mode per read and per session.
+
+use std::time::{Duration, Instant};
+
+use fulcrum_config::{CausalWait, Consistency};
+use fulcrum_metrics::CausalOutcome;
+use fulcrum_pool::{when_behind, BackendId, Checkout, Need, WhenBehind};
+
+use super::Session;
+use crate::backend::ServerConn;
+use crate::codec::backend_msg;
+use crate::codec::frontend_msg::{put_query, query_text};
+use crate::frontend::expect::Expect;
+use crate::frontend::session_sql;
+
+/// Polling interval while a read waits for a replica to replay.
+const POLL: Duration = Duration::from_millis(1);
+/// Hints are looked for in this many bytes at the start of a statement.
+const HINT_WINDOW: usize = 256;
+const HINT: &[u8] = b"fulcrum:consistency=";
+const SETTING: &str = "fulcrum.consistency";
+
+/// What a replica check found.
+pub(super) enum Check {
+    /// The replica may serve the read.
+    Serve,
+    /// It is behind: read on the primary.
+    Primary,
+}
+
+/// The `fulcrum:consistency=NAME` hint in the first bytes of `text`.
+pub(crate) fn hinted(text: &[u8]) -> Option<Consistency> {
+    let window = &text[..text.len().min(HINT_WINDOW)];
+    let at = window.windows(HINT.len()).position(|w| w == HINT)? + HINT.len();
+    let name: Vec<u8> = text[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_alphabetic())
+        .copied()
+        .collect();
+    Consistency::from_name(std::str::from_utf8(&name).ok()?)
+}
+
+/// `SET fulcrum.consistency = 'x'` / `TO x` / `RESET` / `SHOW`, parsed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SettingOp {
+    Set(Option<Consistency>),
+    Reset,
+    Show,
+}
+
+/// Recognises a statement about `fulcrum.consistency`; `Set(None)` is an
+/// unknown mode name.
+pub(crate) fn setting_op(text: &str) -> Option<SettingOp> {
+    let t = text.trim().trim_end_matches(';').trim().replace('=', " = ");
+    let mut words = t.split_whitespace();
+    let verb = words.next()?.to_ascii_lowercase();
+    let mut next = words.next()?.to_ascii_lowercase();
+    if verb == "set" && next == "session" {
+        next = words.next()?.to_ascii_lowercase();
+    }
+    if next != SETTING {
+        return None;
+    }
+    match verb.as_str() {
+        "show" if words.next().is_none() => Some(SettingOp::Show),
+        "reset" if words.next().is_none() => Some(SettingOp::Reset),
+        "set" => {
+            let rest: Vec<&str> = words.collect();
+            let value = match rest.as_slice() {
+                [eq, v] if *eq == "=" || eq.eq_ignore_ascii_case("to") => *v,
+                _ => return None,
+            };
+            let value = value.trim_matches('\'').trim_matches('"');
+            if value.eq_ignore_ascii_case("default") {
+                return Some(SettingOp::Reset);
+            }
+            Some(SettingOp::Set(Consistency::from_name(value)))
+        }
+        _ => None,
+    }
+}
+
+impl Session {
+    /// The consistency the unit being routed reads with.
+    pub(super) fn read_consistency(&self) -> Consistency {
+        self.unit_consistency.unwrap_or(self.consistency)
+    }
+
+    /// Notes the hint of the unit at the front of the client buffer.
+    pub(super) fn note_hint(&mut self) {
+        self.unit_consistency = None;
+        if self.cbuf.len() < 5 {
+            return;
+        }
+        let body = &self.cbuf[5..];
+        let text = match self.cbuf[0] {
+            b'Q' => query_text(body),
+            b'P' => crate::codec::frontend_msg::parse_msg(body).map(|p| p.query),
+            _ => None,
+        };
+        if let Some(text) = text {
+            self.unit_consistency = hinted(text);
+        }
+    }
+
+    /// A unit on the primary that may have written is over (ReadyForQuery
+    /// 'I', nothing else owed): ask the primary's position on the same
+    /// connection, behind the answer the client already has.
+    pub(super) fn after_unit(&mut self) {
+        if !self.write_unit || self.pending_ready > 0 || self.unsynced {
+            return;
+        }
+        self.write_unit = false;
+        if self.consistency != Consistency::Session
+            || self.pinned.is_some()
+            || self.server.is_none()
+        {
+            return;
+        }
+        put_query(&mut self.to_server, "SELECT pg_current_wal_insert_lsn()");
+        self.expect.push(Expect::Position);
+    }
+
+    /// The answer to the position query arrived.
+    pub(super) fn on_position(&mut self, lsn: Option<u64>) {
+        match lsn {
+            Some(p) => self.causal.wrote(p),
+            None => self.causal.wrote_unknown(),
+        }
+    }
+
+    /// Whether the read about to be routed must go to the primary without
+    /// trying a replica (its position could not be learnt).
+    pub(super) fn causal_needs_primary(&self) -> bool {
+        self.read_consistency() == Consistency::Session && self.causal.need() == &Need::Unknown
+    }
+
+    /// May the replica `backend`, on connection `server`, serve the read
+    /// being routed? Checks its replay position, waiting if the policy says
+    /// so; counts the outcome.
+    pub(super) async fn causal_check(
+        &mut self,
+        backend: BackendId,
+        server: &mut Checkout<ServerConn>,
+    ) -> Check {
+        let position = match self.read_consistency() {
+            Consistency::Eventual => return Check::Serve,
+            Consistency::Session => match self.causal.position_for(backend) {
+                Some(p) => *p,
+                None if self.causal.need() == &Need::Unknown => return Check::Primary,
+                None => {
+                    if matches!(self.causal.need(), Need::At(_)) {
+                        self.ctx.metrics.causal(CausalOutcome::Replica);
+                    }
+                    return Check::Serve;
+                }
+            },
+            Consistency::Strong => match self.primary_position().await {
+                Some(p) => p,
+                None => return Check::Primary,
+            },
+        };
+        let started = Instant::now();
+        let mut waited = false;
+        loop {
+            let Some(replayed) = replay_position(server).await else {
+                return Check::Primary;
+            };
+            if replayed >= position {
+                if self.read_consistency() == Consistency::Session {
+                    self.causal.verified(backend);
+                }
+                self.ctx.metrics.causal(if waited {
+                    CausalOutcome::Waited
+                } else {
+                    CausalOutcome::Replica
+                });
+                return Check::Serve;
+            }
+            if !waited {
+                let policy = match self.ctx.config.causal_wait {
+                    CausalWait::Auto => None,
+                    CausalWait::Always => Some(true),
+                    CausalWait::Never => Some(false),
+                };
+                let primary_load = self
+                    .ctx
+                    .router
+                    .primary()
+                    .map_or(0, |p| self.ctx.router.load(p));
+                let choice = when_behind(policy, primary_load, self.ctx.config.pool_size as usize);
+                if choice == WhenBehind::Primary {
+                    break;
+                }
+                waited = true;
+            }
+            if started.elapsed() + POLL > self.ctx.config.causal_timeout {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        self.ctx.metrics.causal(CausalOutcome::Primary);
+        Check::Primary
+    }
+
+    /// `strong`: the primary's WAL insert position now (a connection from
+    /// the client's own pool to the primary, returned at once).
+    async fn primary_position(&self) -> Option<u64> {
+        let primary = self.ctx.router.primary()?;
+        let pool = self.ctx.pool(primary, &self.user, &self.database);
+        let ctx = self.ctx.clone();
+        let (user, database) = (self.user.clone(), self.database.clone());
+        let mut conn = pool
+            .get(|| async move { ctx.open(primary, &user, &database).await })
+            .await
+            .ok()?;
+        let lsn = single_lsn(&mut conn, "SELECT pg_current_wal_insert_lsn()::text").await;
+        match lsn {
+            Some(_) => conn.release(),
+            None => conn.discard(),
+        }
+        lsn
+    }
+
+    /// Answers `SET/RESET/SHOW fulcrum.consistency` itself, when nothing is
+    /// in flight; true when the frame at the front of the buffer (length
+    /// `total`) was one.
+    pub(super) fn try_answer_setting(&mut self, total: usize) -> bool {
+        if self.pending_ready > 0 || !self.expect.is_empty() || self.unsynced {
+            return false;
+        }
+        let Some(text) = query_text(&self.cbuf[5..total]) else {
+            return false;
+        };
+        let first = session_sql::first_word_bytes(text);
+        if !(first.eq_ignore_ascii_case(b"set")
+            || first.eq_ignore_ascii_case(b"reset")
+            || first.eq_ignore_ascii_case(b"show"))
+        {
+            return false;
+        }
+        let Some(op) = std::str::from_utf8(text).ok().and_then(setting_op) else {
+            return false;
+        };
+        let out = &mut self.to_client;
+        match op {
+            SettingOp::Set(Some(c)) => {
+                self.consistency = c;
+                backend_msg::command_complete(out, "SET");
+            }
+            SettingOp::Set(None) => {
+                let names: Vec<&str> = Consistency::NAMES.iter().map(|(n, _)| *n).collect();
+                backend_msg::error_response(
+                    out,
+                    "ERROR",
+                    "22023",
+                    &format!(
+                        "invalid value for parameter \"{SETTING}\"; available values: {}",
+                        names.join(", ")
+                    ),
+                );
+                if self.status == b'T' {
+                    self.status = b'E';
+                }
+            }
+            SettingOp::Reset => {
+                self.consistency = self.ctx.config.consistency;
+                backend_msg::command_complete(out, "RESET");
+            }
+            SettingOp::Show => {
+                backend_msg::one_text_row(out, SETTING, self.consistency.name());
+                backend_msg::command_complete(out, "SHOW");
+            }
+        }
+        backend_msg::ready_for_query(out, self.status);
+        let _ = self.cbuf.split_to(total);
+        true
+    }
+}
+
+/// `pg_last_wal_replay_lsn()` of the replica on `server`.
+async fn replay_position(server: &mut Checkout<ServerConn>) -> Option<u64> {
+    single_lsn(server, "SELECT pg_last_wal_replay_lsn()::text").await
+}
+
+/// Runs a query answering one LSN on `conn`.
+async fn single_lsn(conn: &mut Checkout<ServerConn>, sql: &str) -> Option<u64> {
+    let rows = conn.query_rows(sql).await.ok()?;
+    let text = rows.first()?.first()?.as_deref()?;
+    fulcrum_cluster::lag::parse_lsn(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_are_found_at_the_start() {
+        assert_eq!(
+            hinted(b"/* fulcrum:consistency=eventual */ SELECT 1"),
+            Some(Consistency::Eventual)
+        );
+        assert_eq!(
+            hinted(b"SELECT /* fulcrum:consistency=strong */ 1"),
+            Some(Consistency::Strong)
+        );
+        assert_eq!(hinted(b"/* fulcrum:consistency=bogus */ SELECT 1"), None);
+        assert_eq!(hinted(b"SELECT 'fulcrum:consistency'"), None);
+    }
+
+    #[test]
+    fn setting_statements_parse() {
+        use SettingOp::*;
+        assert_eq!(
+            setting_op("SET fulcrum.consistency = 'eventual'"),
+            Some(Set(Some(Consistency::Eventual)))
+        );
+        assert_eq!(
+            setting_op("set session fulcrum.consistency to strong;"),
+            Some(Set(Some(Consistency::Strong)))
+        );
+        assert_eq!(
+            setting_op("SET fulcrum.consistency='session'"),
+            Some(Set(Some(Consistency::Session)))
+        );
+        assert_eq!(
+            setting_op("SET fulcrum.consistency = 'nope'"),
+            Some(Set(None))
+        );
+        assert_eq!(
+            setting_op("SET fulcrum.consistency TO DEFAULT"),
+            Some(Reset)
+        );
+        assert_eq!(setting_op("RESET fulcrum.consistency"), Some(Reset));
+        assert_eq!(setting_op("SHOW fulcrum.consistency"), Some(Show));
+        assert_eq!(setting_op("SET search_path = 'x'"), None);
+    }
+}
