@@ -8,6 +8,7 @@
 
 mod cache;
 mod classifier;
+pub mod consistency;
 mod decision;
 mod dialect;
 mod fingerprint;

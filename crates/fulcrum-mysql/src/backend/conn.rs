@@ -16,6 +16,7 @@ use crate::codec::command::{build_command, Command};
 use crate::codec::err::parse_err;
 use crate::codec::packet::{scan_message, write_packet, HEADER_LEN, MAX_PAYLOAD};
 use crate::codec::response::{classify, ResponseKind};
+use crate::codec::wire::{read_lenenc_int, read_lenenc_str};
 
 /// Largest server message read whole by Fulcrum's own commands.
 const INTERNAL_MAX: usize = 64 * 1024 * 1024;
@@ -35,7 +36,15 @@ pub struct ServerConn {
     pub applied: Vec<String>,
     /// Statements prepared on this connection, by text.
     pub prepared: HashMap<Arc<str>, ServerStmt>,
+    /// `last_gtid` is tracked on this connection (consistency `session`):
+    /// set again after every COM_RESET_CONNECTION.
+    pub track_gtid: bool,
 }
+
+/// Adds `last_gtid` to MariaDB's tracked variables (its defaults kept), so
+/// the OK of each committed write carries the transaction's GTID.
+pub const TRACK_GTID_SQL: &str = "SET SESSION session_track_system_variables = \
+     'autocommit,character_set_client,character_set_connection,character_set_results,time_zone,last_gtid'";
 
 /// A statement prepared on one server connection.
 #[derive(Debug, Clone)]
@@ -126,12 +135,78 @@ impl ServerConn {
         Ok(())
     }
 
+    /// COM_RESET_CONNECTION, then what Fulcrum itself keeps set on the
+    /// connection (`last_gtid` tracking).
+    pub async fn reset(&mut self) -> Result<(), InternalError> {
+        self.run_simple(Command::ResetConnection, &[]).await?;
+        self.applied.clear();
+        if self.track_gtid {
+            self.run_simple(Command::Query, TRACK_GTID_SQL.as_bytes())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `sql` and returns the first column of its first row (`None` for
+    /// NULL or no row); the whole answer is read.
+    pub async fn query_value(&mut self, sql: &str) -> Result<Option<String>, InternalError> {
+        let proto = |e: String| InternalError::Protocol(e);
+        let mut out = BytesMut::with_capacity(sql.len() + 8);
+        write_packet(&mut out, 0, &build_command(Command::Query, sql.as_bytes()));
+        self.stream.write_all(&out).await?;
+        let mut payload = self.next_payload().await?;
+        let columns = match classify(&payload).map_err(|e| proto(e.to_string()))? {
+            ResponseKind::Ok => return Ok(None),
+            ResponseKind::Err => {
+                let err = parse_err(&payload).map_err(|e| proto(e.to_string()))?;
+                return Err(InternalError::Server {
+                    code: err.code,
+                    message: String::from_utf8_lossy(err.message).into_owned(),
+                    payload: payload.clone(),
+                });
+            }
+            _ => read_lenenc_int(&payload)
+                .map_err(|e| proto(e.to_string()))?
+                .0
+                .unwrap_or(0),
+        };
+        for _ in 0..columns {
+            self.next_payload().await?;
+        }
+        if !self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
+            self.next_payload().await?;
+        }
+        let mut value = None;
+        let mut first = true;
+        loop {
+            payload = self.next_payload().await?;
+            match payload.first() {
+                Some(0xFE) if payload.len() < 0xFF_FFFF => break,
+                Some(0xFF) => return Err(proto("error in the middle of a result set".into())),
+                _ => {}
+            }
+            if std::mem::take(&mut first) {
+                value = read_lenenc_str(&payload)
+                    .map_err(|e| proto(e.to_string()))?
+                    .0
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+            }
+        }
+        Ok(value)
+    }
+
+    /// The first packet's payload of the next server message.
+    async fn next_payload(&mut self) -> Result<Vec<u8>, InternalError> {
+        let total = self.read_message(INTERNAL_MAX).await?;
+        let msg = self.read_buf.split_to(total);
+        Ok(msg[HEADER_LEN..HEADER_LEN + (total - HEADER_LEN).min(MAX_PAYLOAD)].to_vec())
+    }
+
     /// Brings the session statements to `desired`: COM_RESET_CONNECTION if
     /// anything was applied before, then each statement.
     pub async fn sync_session(&mut self, desired: &[String]) -> Result<(), InternalError> {
         if !self.applied.is_empty() {
-            self.run_simple(Command::ResetConnection, &[]).await?;
-            self.applied.clear();
+            self.reset().await?;
         }
         for stmt in desired {
             self.run_simple(Command::Query, stmt.as_bytes()).await?;

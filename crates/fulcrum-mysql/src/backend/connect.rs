@@ -32,6 +32,9 @@ pub struct ServerTarget {
     pub charset: u8,
     /// Let the server ask for local files (`allow_local_infile`).
     pub local_infile: bool,
+    /// Track `last_gtid` (consistency other than `eventual`, and clients
+    /// that take session-state information).
+    pub track_gtid: bool,
 }
 
 #[derive(Debug, Error)]
@@ -96,6 +99,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         schema: None,
         applied: Vec::new(),
         prepared: std::collections::HashMap::new(),
+        track_gtid: false,
     };
     let io = |e: InternalError| match e {
         InternalError::Io(source) => ConnectError::Io {
@@ -166,7 +170,18 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         let seq = msg[3].wrapping_add(1);
         let payload = &msg[HEADER_LEN..];
         match classify_auth_reply(payload).map_err(|e| protocol(e.to_string()))? {
-            AuthReply::Ok => return Ok(conn),
+            AuthReply::Ok => {
+                if target.track_gtid && conn.caps.contains(C::CLIENT_SESSION_TRACK) {
+                    conn.run_simple(
+                        crate::codec::command::Command::Query,
+                        super::conn::TRACK_GTID_SQL.as_bytes(),
+                    )
+                    .await
+                    .map_err(|e| protocol(format!("enabling last_gtid tracking: {e}")))?;
+                    conn.track_gtid = true;
+                }
+                return Ok(conn);
+            }
             AuthReply::Err => return Err(server_refusal(&address, payload)),
             AuthReply::Switch => {
                 let switch = parse_auth_switch(payload).map_err(|e| protocol(e.to_string()))?;

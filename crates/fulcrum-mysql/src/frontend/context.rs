@@ -258,6 +258,7 @@ impl MyClusterContext {
             wire_format,
             charset,
             local_infile: self.config.allow_local_infile,
+            track_gtid: self.config.consistency != fulcrum_config::Consistency::Eventual,
         };
         connect(&target, self.config.connect_timeout).await
     }

@@ -9,7 +9,10 @@
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 
 use crate::codec::command::parse_prepare_ok;
-use crate::codec::response::{classify, is_result_set_end, parse_ok, status_flags, ResponseKind};
+use crate::codec::response::{
+    classify, is_result_set_end, last_gtid, parse_ok, parse_session_state, status_flags,
+    ResponseKind,
+};
 
 /// What the command was, as far as its answer's shape goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +68,9 @@ pub struct Reply {
     pub error: bool,
     /// Its error code.
     pub error_code: Option<u16>,
+    /// The last `last_gtid` an OK reported (session-state tracking): the
+    /// GTID of the transaction this answer committed.
+    pub last_gtid: Option<String>,
 }
 
 /// A malformed answer: the connection cannot be trusted any more.
@@ -84,6 +90,7 @@ impl Reply {
             last_insert_id: 0,
             error: false,
             error_code: None,
+            last_gtid: None,
         }
     }
 
@@ -125,6 +132,13 @@ impl Reply {
                     let ok = parse_ok(payload, self.caps).map_err(|e| bad(e.to_string()))?;
                     self.status = Some(ok.status);
                     self.last_insert_id = ok.last_insert_id;
+                    if !ok.session_state.is_empty() {
+                        if let Ok(changes) = parse_session_state(ok.session_state) {
+                            if let Some(g) = last_gtid(&changes).filter(|g| !g.is_empty()) {
+                                self.last_gtid = Some(String::from_utf8_lossy(g).into_owned());
+                            }
+                        }
+                    }
                     self.after_end(ok.status)
                 }
                 ResponseKind::Err => {

@@ -12,6 +12,7 @@
 //! replayed (user variables, temporary tables, GET_LOCK, LOCK TABLES,
 //! prepared statements, ...) pins the client to its connection.
 
+mod causal;
 mod prepared;
 
 use std::collections::HashMap;
@@ -78,6 +79,14 @@ pub struct Session {
     stmts: HashMap<u32, super::statements::ClientStmt>,
     next_stmt: u32,
     last_prepared: Option<u32>,
+    /// Read consistency of this session (`SET fulcrum.consistency`).
+    consistency: fulcrum_config::Consistency,
+    /// The hint of the statement being routed, if it has one.
+    unit_consistency: Option<fulcrum_config::Consistency>,
+    /// The GTID the client's reads must not be older than.
+    causal: fulcrum_pool::Causal<String>,
+    /// The classified route of the command being forwarded.
+    unit_route: Route,
 }
 
 /// What a command needs besides forwarding.
@@ -97,6 +106,7 @@ impl Session {
         login: Login,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
+        let ctx_consistency = ctx.config.consistency;
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
@@ -122,6 +132,10 @@ impl Session {
             stmts: HashMap::new(),
             next_stmt: 1,
             last_prepared: None,
+            consistency: ctx_consistency,
+            unit_consistency: None,
+            causal: fulcrum_pool::Causal::default(),
+            unit_route: Route::Primary,
         }
     }
 
@@ -239,6 +253,10 @@ impl Session {
                         self.kill(target, seq).await;
                         return Ok(true);
                     }
+                    if self.try_answer_setting(text, seq) {
+                        return Ok(true);
+                    }
+                    self.note_hint(text);
                     let (route, effects) = self.route_query(text);
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;
@@ -479,8 +497,8 @@ impl Session {
         self.desired.clear();
         self.keep_for_next = false;
         if let Some(server) = self.server.as_mut() {
-            match server.run_simple(Command::ResetConnection, &[]).await {
-                Ok(()) => server.applied.clear(),
+            match server.reset().await {
+                Ok(()) => {}
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         }
@@ -541,6 +559,7 @@ impl Session {
     /// Attaches a server for `route` if none is attached, with the client's
     /// schema and settings; false when that failed and an ERR was queued.
     async fn ensure_attached(&mut self, route: Route, seq: u8) -> Result<bool, SessionError> {
+        self.unit_route = route;
         if self.server.is_some() {
             return Ok(true);
         }
@@ -598,6 +617,10 @@ impl Session {
         }
         if let Some(status) = reply.status {
             self.status = status;
+        }
+        if !reply.error || reply.last_gtid.is_some() {
+            self.after_primary_answer(reply.last_gtid.take(), self.unit_route)
+                .await?;
         }
         if let Some(code) = reply.error_code {
             self.ctx.metrics.error(&code.to_string());
@@ -704,6 +727,11 @@ impl Session {
     /// none can be had), or the primary, waiting up to `pool_timeout` for
     /// one during a failover.
     async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
+        let route = if route == Route::Replica && self.causal_needs_primary() {
+            Route::Primary
+        } else {
+            route
+        };
         if let Some(b) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(b) && self.try_attach(b).await {
                 return Ok(());
@@ -777,7 +805,15 @@ impl Session {
     /// is then reported suspect and the work goes to the primary).
     async fn try_attach(&mut self, backend: BackendId) -> bool {
         match self.checkout(backend).await {
-            Ok(server) => {
+            Ok(mut server) => {
+                if !self.causal_ok(backend, &mut server).await {
+                    if server.read_buf.is_empty() {
+                        server.release();
+                    } else {
+                        server.discard();
+                    }
+                    return false;
+                }
                 self.backend = backend;
                 self.ctx
                     .set_running(self.connection_id, Some((backend, server.connection_id)));

@@ -25,13 +25,10 @@ use crate::codec::backend_msg;
 use crate::codec::frontend_msg::{put_query, query_text};
 use crate::frontend::expect::Expect;
 use crate::frontend::session_sql;
+use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
 
 /// Polling interval while a read waits for a replica to replay.
 const POLL: Duration = Duration::from_millis(1);
-/// Hints are looked for in this many bytes at the start of a statement.
-const HINT_WINDOW: usize = 256;
-const HINT: &[u8] = b"fulcrum:consistency=";
-const SETTING: &str = "fulcrum.consistency";
 
 /// What a replica check found.
 pub(super) enum Check {
@@ -39,58 +36,6 @@ pub(super) enum Check {
     Serve,
     /// It is behind: read on the primary.
     Primary,
-}
-
-/// The `fulcrum:consistency=NAME` hint in the first bytes of `text`.
-pub(crate) fn hinted(text: &[u8]) -> Option<Consistency> {
-    let window = &text[..text.len().min(HINT_WINDOW)];
-    let at = window.windows(HINT.len()).position(|w| w == HINT)? + HINT.len();
-    let name: Vec<u8> = text[at..]
-        .iter()
-        .take_while(|b| b.is_ascii_alphabetic())
-        .copied()
-        .collect();
-    Consistency::from_name(std::str::from_utf8(&name).ok()?)
-}
-
-/// `SET fulcrum.consistency = 'x'` / `TO x` / `RESET` / `SHOW`, parsed.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum SettingOp {
-    Set(Option<Consistency>),
-    Reset,
-    Show,
-}
-
-/// Recognises a statement about `fulcrum.consistency`; `Set(None)` is an
-/// unknown mode name.
-pub(crate) fn setting_op(text: &str) -> Option<SettingOp> {
-    let t = text.trim().trim_end_matches(';').trim().replace('=', " = ");
-    let mut words = t.split_whitespace();
-    let verb = words.next()?.to_ascii_lowercase();
-    let mut next = words.next()?.to_ascii_lowercase();
-    if verb == "set" && next == "session" {
-        next = words.next()?.to_ascii_lowercase();
-    }
-    if next != SETTING {
-        return None;
-    }
-    match verb.as_str() {
-        "show" if words.next().is_none() => Some(SettingOp::Show),
-        "reset" if words.next().is_none() => Some(SettingOp::Reset),
-        "set" => {
-            let rest: Vec<&str> = words.collect();
-            let value = match rest.as_slice() {
-                [eq, v] if *eq == "=" || eq.eq_ignore_ascii_case("to") => *v,
-                _ => return None,
-            };
-            let value = value.trim_matches('\'').trim_matches('"');
-            if value.eq_ignore_ascii_case("default") {
-                return Some(SettingOp::Reset);
-            }
-            Some(SettingOp::Set(Consistency::from_name(value)))
-        }
-        _ => None,
-    }
 }
 
 impl Session {
@@ -112,7 +57,7 @@ impl Session {
             _ => None,
         };
         if let Some(text) = text {
-            self.unit_consistency = hinted(text);
+            self.unit_consistency = hinted(text).and_then(Consistency::from_name);
         }
     }
 
@@ -257,11 +202,11 @@ impl Session {
         };
         let out = &mut self.to_client;
         match op {
-            SettingOp::Set(Some(c)) => {
-                self.consistency = c;
+            SettingOp::Set(name) if Consistency::from_name(name).is_some() => {
+                self.consistency = Consistency::from_name(name).unwrap_or(self.consistency);
                 backend_msg::command_complete(out, "SET");
             }
-            SettingOp::Set(None) => {
+            SettingOp::Set(_) => {
                 let names: Vec<&str> = Consistency::NAMES.iter().map(|(n, _)| *n).collect();
                 backend_msg::error_response(
                     out,
@@ -301,51 +246,4 @@ async fn single_lsn(conn: &mut Checkout<ServerConn>, sql: &str) -> Option<u64> {
     let rows = conn.query_rows(sql).await.ok()?;
     let text = rows.first()?.first()?.as_deref()?;
     fulcrum_cluster::lag::parse_lsn(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hints_are_found_at_the_start() {
-        assert_eq!(
-            hinted(b"/* fulcrum:consistency=eventual */ SELECT 1"),
-            Some(Consistency::Eventual)
-        );
-        assert_eq!(
-            hinted(b"SELECT /* fulcrum:consistency=strong */ 1"),
-            Some(Consistency::Strong)
-        );
-        assert_eq!(hinted(b"/* fulcrum:consistency=bogus */ SELECT 1"), None);
-        assert_eq!(hinted(b"SELECT 'fulcrum:consistency'"), None);
-    }
-
-    #[test]
-    fn setting_statements_parse() {
-        use SettingOp::*;
-        assert_eq!(
-            setting_op("SET fulcrum.consistency = 'eventual'"),
-            Some(Set(Some(Consistency::Eventual)))
-        );
-        assert_eq!(
-            setting_op("set session fulcrum.consistency to strong;"),
-            Some(Set(Some(Consistency::Strong)))
-        );
-        assert_eq!(
-            setting_op("SET fulcrum.consistency='session'"),
-            Some(Set(Some(Consistency::Session)))
-        );
-        assert_eq!(
-            setting_op("SET fulcrum.consistency = 'nope'"),
-            Some(Set(None))
-        );
-        assert_eq!(
-            setting_op("SET fulcrum.consistency TO DEFAULT"),
-            Some(Reset)
-        );
-        assert_eq!(setting_op("RESET fulcrum.consistency"), Some(Reset));
-        assert_eq!(setting_op("SHOW fulcrum.consistency"), Some(Show));
-        assert_eq!(setting_op("SET search_path = 'x'"), None);
-    }
 }

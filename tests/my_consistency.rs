@@ -1,0 +1,294 @@
+//! Read-your-writes and causal reads through Fulcrum on a real MariaDB
+//! primary with two GTID replicas that apply events 1 s late on purpose
+//! (`MASTER_DELAY = 1`): write-then-read loops count stale reads per
+//! `consistency` mode (eventual must show them; session and strong must not),
+//! mysql_async inserts N rows with prepared statements then counts them, a
+//! reader that never writes keeps the replicas, a read waits on a replica
+//! with `causal_wait = "always"` (MASTER_GTID_WAIT), strong sees another
+//! client's write, and the hint and `SET/SHOW fulcrum.consistency` work.
+//!
+//! One cluster for the whole binary; each test starts its own Fulcrum.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+
+fn cluster() -> &'static MariaCluster {
+    static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let c = MariaCluster::builder()
+            .replicas(2)
+            .start()
+            .expect("MariaDB cluster");
+        c.primary()
+            .sql_db(
+                APP_DB,
+                "CREATE TABLE rw (client INT, i INT, PRIMARY KEY (client, i)); \
+                 CREATE TABLE rows_n (round INT, n INT)",
+            )
+            .expect("tables");
+        c.wait_replicas_caught_up(Duration::from_secs(30))
+            .expect("catch up");
+        for r in c.replicas() {
+            r.sql("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 1; START SLAVE")
+                .expect("delay the replica");
+        }
+        c
+    })
+}
+
+fn start(extra: &str) -> (FulcrumProcess, u16) {
+    let c = cluster();
+    let port = free_port();
+    let mut t = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nclient_auth = \"scram-sha-256\"\n\
+         health_user = \"root\"\nhealth_password = \"\"\n{extra}\n"
+    );
+    t.push_str(&format!(
+        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
+        c.primary().addr()
+    ));
+    for r in c.replicas() {
+        t.push_str(&format!(
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
+            r.addr()
+        ));
+    }
+    t.push_str(&format!(
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    ));
+    (FulcrumProcess::start(&t).expect("fulcrum starts"), port)
+}
+
+async fn connect(port: u16) -> Conn {
+    let opts = OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB))
+        .prefer_socket(false);
+    Conn::new(opts).await.expect("connect through fulcrum")
+}
+
+/// `clients` connections each insert a row then read it back `iterations`
+/// times; returns (stale reads, reads by server port).
+async fn write_then_read(
+    port: u16,
+    base: i32,
+    clients: i32,
+    iterations: i32,
+) -> (u64, HashMap<u16, u64>) {
+    let tasks: Vec<_> = (0..clients)
+        .map(|k| {
+            tokio::spawn(async move {
+                let mut c = connect(port).await;
+                let id = base + k;
+                let (mut stale, mut ports) = (0u64, HashMap::new());
+                for i in 0..iterations {
+                    c.query_drop(format!("INSERT INTO rw VALUES ({id}, {i})"))
+                        .await
+                        .unwrap();
+                    let (n, p): (i64, u16) = c
+                        .query_first(format!(
+                            "SELECT count(*), @@port FROM rw WHERE client = {id} AND i = {i}"
+                        ))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    if n != 1 {
+                        stale += 1;
+                    }
+                    *ports.entry(p).or_insert(0) += 1;
+                }
+                c.disconnect().await.unwrap();
+                (stale, ports)
+            })
+        })
+        .collect();
+    let mut stale = 0;
+    let mut ports = HashMap::new();
+    for t in tasks {
+        let (s, p) = t.await.unwrap();
+        stale += s;
+        for (k, v) in p {
+            *ports.entry(k).or_insert(0) += v;
+        }
+    }
+    (stale, ports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_and_strong_never_read_stale_eventual_does() {
+    let c = tokio::task::block_in_place(cluster);
+    let mut results = Vec::new();
+    for (n, mode) in ["eventual", "session", "strong"].iter().enumerate() {
+        let (_p, port) = start(&format!("consistency = \"{mode}\""));
+        let (stale, ports) = write_then_read(port, 1000 * (n as i32 + 1), 4, 250).await;
+        eprintln!("consistency={mode}: {stale} stale of 1000 reads; reads by port {ports:?}");
+        results.push((mode, stale, ports));
+    }
+    let (_, eventual_stale, eventual_ports) = &results[0];
+    assert!(
+        *eventual_stale > 0,
+        "eventual reads replicas 1 s behind: some reads must be stale ({eventual_ports:?})"
+    );
+    assert_eq!(eventual_ports.get(&c.primary().port()), None);
+    for (mode, stale, _) in &results[1..] {
+        assert_eq!(*stale, 0, "consistency={mode} never reads stale");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inserted_rows_are_all_counted_every_time() {
+    tokio::task::block_in_place(cluster);
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    for round in 0..20i32 {
+        for n in 0..50i32 {
+            // Binary protocol (COM_STMT_EXECUTE), as connectors use it.
+            conn.exec_drop("INSERT INTO rows_n VALUES (?, ?)", (round, n))
+                .await
+                .unwrap();
+        }
+        let got: i64 = conn
+            .exec_first("SELECT count(*) FROM rows_n WHERE round = ?", (round,))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, 50, "round {round}: all 50 rows counted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_that_never_write_keep_the_replicas() {
+    let c = tokio::task::block_in_place(cluster);
+    let (_p, port) = start("");
+    let mut reader = connect(port).await;
+    let mut ports: HashMap<u16, u64> = HashMap::new();
+    for _ in 0..40 {
+        let p: u16 = reader.query_first("SELECT @@port").await.unwrap().unwrap();
+        *ports.entry(p).or_insert(0) += 1;
+    }
+    eprintln!("never-writing reader under session: reads by port {ports:?}");
+    for r in c.replicas() {
+        assert!(
+            ports.get(&r.port()).copied().unwrap_or(0) >= 10,
+            "replica {} serves its share: {ports:?}",
+            r.port()
+        );
+    }
+    assert_eq!(ports.get(&c.primary().port()), None, "{ports:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_waits_for_a_replica_when_told_to() {
+    let c = tokio::task::block_in_place(cluster);
+    let (_p, port) = start("causal_wait = \"always\"\ncausal_timeout = \"5s\"");
+    let mut conn = connect(port).await;
+    let replicas: Vec<u16> = c.replicas().iter().map(|r| r.port()).collect();
+    for i in 0..2 {
+        conn.query_drop(format!("INSERT INTO rw VALUES (9000, {i})"))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let (n, p): (i64, u16) = conn
+            .query_first(format!(
+                "SELECT count(*), @@port FROM rw WHERE client = 9000 AND i = {i}"
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        let took = started.elapsed();
+        assert_eq!(n, 1, "not stale");
+        assert!(replicas.contains(&p), "served by a replica, got {p}");
+        assert!(
+            took >= Duration::from_millis(300),
+            "the read waited for the replica (MASTER_GTID_WAIT): {took:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strong_sees_another_clients_write() {
+    tokio::task::block_in_place(cluster);
+    let (_p, port) = start("consistency = \"strong\"");
+    let mut writer = connect(port).await;
+    let mut reader = connect(port).await;
+    let mut stale = 0;
+    for i in 0..100 {
+        writer
+            .query_drop(format!("INSERT INTO rw VALUES (20000, {i})"))
+            .await
+            .unwrap();
+        let n: i64 = reader
+            .query_first(format!(
+                "SELECT count(*) FROM rw WHERE client = 20000 AND i = {i}"
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        if n != 1 {
+            stale += 1;
+        }
+    }
+    eprintln!("another client's write, consistency=strong: {stale} stale of 100");
+    assert_eq!(stale, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hint_and_session_setting_choose_the_mode() {
+    tokio::task::block_in_place(cluster);
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    let show = "SHOW fulcrum.consistency";
+    let mode: String = conn.query_first(show).await.unwrap().unwrap();
+    assert_eq!(mode, "session");
+    let mut stale = 0;
+    for i in 0..10 {
+        conn.query_drop(format!("INSERT INTO rw VALUES (30000, {i})"))
+            .await
+            .unwrap();
+        let n: i64 = conn
+            .query_first(format!(
+                "/* fulcrum:consistency=eventual */ SELECT count(*) FROM rw WHERE client = 30000 AND i = {i}"
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        if n != 1 {
+            stale += 1;
+        }
+    }
+    assert!(stale > 0, "the eventual hint reads a lagging replica");
+    conn.query_drop("SET fulcrum.consistency = 'eventual'")
+        .await
+        .unwrap();
+    let mode: String = conn.query_first(show).await.unwrap().unwrap();
+    assert_eq!(mode, "eventual");
+    let err = conn
+        .query_drop("SET fulcrum.consistency = 'sometimes'")
+        .await
+        .unwrap_err();
+    match err {
+        mysql_async::Error::Server(e) => assert_eq!(e.code, 1231, "{e:?}"),
+        other => panic!("expected ERR 1231, got {other:?}"),
+    }
+    conn.query_drop("RESET fulcrum.consistency").await.unwrap();
+    let mode: String = conn.query_first(show).await.unwrap().unwrap();
+    assert_eq!(mode, "session");
+    conn.query_drop("INSERT INTO rw VALUES (30001, 0)")
+        .await
+        .unwrap();
+    let n: i64 = conn
+        .query_first("SELECT count(*) FROM rw WHERE client = 30001")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 1, "session again after RESET");
+}
