@@ -96,32 +96,56 @@ async fn postgres_counters_match_a_known_workload() {
     for _ in 0..30 {
         client.simple_query("SELECT 1").await.unwrap();
     }
+    assert!(client
+        .simple_query("SELECT * FROM no_such_table")
+        .await
+        .is_err());
     for i in 0..20 {
         client
             .simple_query(&format!("INSERT INTO m VALUES ({i})"))
             .await
             .unwrap();
     }
-    assert!(client
-        .simple_query("SELECT * FROM no_such_table")
-        .await
-        .is_err());
-    let after = scrape(metrics_port);
+    // A read after the client's writes (consistency = "session", the
+    // default) is a causal read: on the replica if it has replayed them,
+    // else on the primary; either way counted once.
+    client.simple_query("SELECT count(*) FROM m").await.unwrap();
+    // A unit is counted when its server connection is released, which can
+    // be a moment after the client has its answer: scrape until it is in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut after = scrape(metrics_port);
+    while sum(&after, "fulcrum_transactions_total", &[])
+        - sum(&before, "fulcrum_transactions_total", &[])
+        < 52.0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        after = scrape(metrics_port);
+    }
     let delta = |family: &str, filters: &[(&str, &str)]| {
         sum(&after, family, filters) - sum(&before, family, filters)
     };
+    assert_eq!(delta("fulcrum_causal_reads_total", &[]), 1.0);
+    let on_replica = delta("fulcrum_causal_reads_total", &[("outcome", "replica")]);
+    assert_eq!(
+        on_replica + delta("fulcrum_causal_reads_total", &[("outcome", "primary")]),
+        1.0
+    );
     assert_eq!(
         delta("fulcrum_queries_total", &[("route", "read")]),
-        31.0,
-        "30 reads + the failed one"
+        31.0 + on_replica,
+        "30 reads + the failed one (+ the causal read if a replica took it)"
     );
-    assert_eq!(delta("fulcrum_queries_total", &[("route", "write")]), 20.0);
+    assert_eq!(
+        delta("fulcrum_queries_total", &[("route", "write")]),
+        20.0 + (1.0 - on_replica)
+    );
     assert_eq!(
         delta(
             "fulcrum_queries_total",
             &[("backend", &c.replicas()[0].addr()), ("route", "read")]
         ),
-        31.0,
+        31.0 + on_replica,
         "reads ran on the replica"
     );
     assert_eq!(
@@ -131,7 +155,7 @@ async fn postgres_counters_match_a_known_workload() {
     );
     assert_eq!(
         delta("fulcrum_transactions_total", &[]),
-        51.0,
+        52.0,
         "one unit per statement"
     );
     assert_eq!(sum(&after, "fulcrum_client_connections", &[]), 1.0);

@@ -238,3 +238,157 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `SWITCHOVER shop TO replica1` through the admin console while 4 clients
+/// write: no write fails, new work is held under 2 s, every acknowledged row
+/// is on the new primary, the other replica follows it, and the old primary
+/// (now read-only and replicating from nobody) is `stale`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_under_writes_loses_no_write() {
+    let _serial = SERIAL.lock().await;
+    let c = MariaCluster::builder()
+        .replicas(2)
+        .start()
+        .expect("cluster");
+    c.primary()
+        .sql_db(APP_DB, "CREATE TABLE switched (id BIGINT PRIMARY KEY)")
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let toml = config(&c, port, "").replacen(
+        "[fulcrum]\n",
+        &format!(
+            "[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n"
+        ),
+        1,
+    );
+    // The admin_user table must come after the [fulcrum] keys: move it.
+    let toml = {
+        let (head, rest) = toml.split_once("\n\n[[cluster]]").unwrap();
+        let (fulcrum, admin) = head.split_once("\n\n[[fulcrum.admin_user]]").unwrap();
+        let (admin, keys) = admin.split_once("\n\n").unwrap_or((admin, ""));
+        format!("{fulcrum}\n{keys}\n\n[[fulcrum.admin_user]]{admin}\n\n[[cluster]]{rest}")
+    };
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    let (admin, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let writers: Vec<_> = (0..4i64)
+        .map(|w| {
+            let (stop, failed, acked) = (stop.clone(), failed.clone(), acked.clone());
+            tokio::spawn(async move {
+                let mut conn = connect(port).await.expect("connect");
+                let mut id = w * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    id += 1;
+                    match conn
+                        .query_drop(format!("INSERT INTO switched VALUES ({id})"))
+                        .await
+                    {
+                        Ok(()) => acked.lock().unwrap().push(id),
+                        Err(e) => {
+                            eprintln!("failed: {e}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let target = &c.replicas()[0];
+    let msgs = admin
+        .simple_query(&format!("SWITCHOVER shop TO {}", target.addr()))
+        .await
+        .expect("switchover");
+    let held: u64 = msgs
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(2).map(|v| v.parse().unwrap()),
+            _ => None,
+        })
+        .expect("a row");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "MariaDB switchover held new work for {held} ms; {} writes acknowledged, {} failed",
+        acked.len(),
+        failed.load(Ordering::Relaxed)
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no write failed");
+    assert!(held < 2000, "writes held {held} ms");
+    let on_new: usize = target
+        .sql_db(APP_DB, "SELECT count(*) FROM switched")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        on_new,
+        acked.len(),
+        "every acknowledged write is on the new primary"
+    );
+    // Writes after the switchover landed there (the old primary is read-only).
+    let old_count: usize = c
+        .primary()
+        .sql_db(APP_DB, "SELECT count(*) FROM switched")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        old_count < acked.len(),
+        "later writes went to the new primary"
+    );
+    // The other replica follows the new primary.
+    let other = &c.replicas()[1];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: usize = other
+            .sql_db(APP_DB, "SELECT count(*) FROM switched")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        if n == acked.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica2 has {n} of {} rows",
+            acked.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let msgs = admin.simple_query("SHOW CLUSTERS").await.unwrap();
+        let old_state = msgs.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r)
+                if r.get(2) == Some(c.primary().addr().as_str()) =>
+            {
+                r.get(4).map(str::to_owned)
+            }
+            _ => None,
+        });
+        if old_state.as_deref() == Some("stale") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "old primary is {old_state:?}, not stale"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -212,7 +212,7 @@ impl<S: ServerOps> Monitor<S> {
         (0..self.settings.roles.len())
             .map(|b| NodeView {
                 reachable: self.trackers[b].reachable(),
-                writable: self.observed[b].map(|o| o.writable),
+                writable: self.observed[b].map(|o| o.writable || o.detached),
                 timeline: self.observed[b].map_or(0, |o| o.timeline),
                 configured_primary: self.settings.roles[b] == Role::Primary,
                 fenced: self.fenced[b],
@@ -321,7 +321,7 @@ impl<S: ServerOps> Monitor<S> {
                 address: self.ops.address(b).to_owned(),
                 state,
                 primary: Some(b) == self.primary,
-                writable: self.observed[b].map(|o| o.writable),
+                writable: self.observed[b].map(|o| o.writable || o.detached),
                 lag_bytes: self.lags[b].bytes,
                 lag_time: self.lags[b].time,
                 last_error: self.errors[b].clone(),

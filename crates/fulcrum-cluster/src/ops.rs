@@ -22,6 +22,11 @@ pub struct Observation {
     pub received: u64,
     /// A replica: how old the last change it replayed is.
     pub replay_age: Option<Duration>,
+    /// Read-only but replicating from nobody (MariaDB: no replication
+    /// configured), e.g. a primary fenced by a switchover: it will never
+    /// catch up, so it is treated like a writable node that is not the
+    /// primary (fenced, no traffic) until it is re-joined as a replica.
+    pub detached: bool,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

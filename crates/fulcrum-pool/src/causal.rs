@@ -24,6 +24,8 @@ pub struct Causal<P> {
     need: Need<P>,
     /// Backends (bit per id, ids below 64) seen at or past `need`.
     verified: u64,
+    /// The primary when `verified` was filled.
+    primary: Option<BackendId>,
 }
 
 impl<P> Default for Causal<P> {
@@ -31,6 +33,7 @@ impl<P> Default for Causal<P> {
         Causal {
             need: Need::Nothing,
             verified: 0,
+            primary: None,
         }
     }
 }
@@ -81,6 +84,15 @@ impl<P: Clone> Causal<P> {
     /// cluster: a replica may now follow another primary).
     pub fn forget_replicas(&mut self) {
         self.verified = 0;
+    }
+
+    /// Called before a check with the router's current primary: a change
+    /// since the replicas were seen (a failover) forgets them.
+    pub fn note_primary(&mut self, primary: Option<BackendId>) {
+        if self.primary != primary {
+            self.primary = primary;
+            self.forget_replicas();
+        }
     }
 }
 
@@ -145,6 +157,18 @@ mod tests {
         c.verified(0);
         c.forget_replicas();
         assert!(!c.satisfied_on(0));
+    }
+
+    #[test]
+    fn a_new_primary_forgets_checked_replicas() {
+        let mut c = Causal::<u64>::default();
+        c.note_primary(Some(0));
+        c.wrote(5);
+        c.verified(1);
+        c.note_primary(Some(0));
+        assert!(c.satisfied_on(1), "same primary: still known");
+        c.note_primary(Some(2));
+        assert!(!c.satisfied_on(1), "a failover: asked again");
     }
 
     #[test]

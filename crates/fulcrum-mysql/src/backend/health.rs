@@ -38,6 +38,8 @@ pub struct ProbeAnswer {
     /// From SHOW SLAVE STATUS, when the server replicates.
     pub io_pos: Option<String>,
     pub seconds_behind: Option<u64>,
+    /// SHOW SLAVE STATUS returned a row (`None`: not allowed to look).
+    pub replicates: Option<bool>,
 }
 
 /// The observation a probe answer gives.
@@ -52,6 +54,7 @@ pub fn observe(a: &ProbeAnswer) -> Result<Observation, OpsError> {
             position,
             received: position,
             replay_age: None,
+            detached: false,
         });
     }
     let replayed =
@@ -66,6 +69,7 @@ pub fn observe(a: &ProbeAnswer) -> Result<Observation, OpsError> {
         position: replayed,
         received: received.max(replayed),
         replay_age: a.seconds_behind.map(Duration::from_secs),
+        detached: a.replicates == Some(false),
     })
 }
 
@@ -171,9 +175,13 @@ impl ServerOps for MariaServerOps {
                 // Needs REPLICATION CLIENT (SLAVE MONITOR): without it the
                 // probe still has role and positions, only not the received
                 // position and the lag in seconds.
+                let mut denied = false;
                 let status: Option<Row> = match c.query_first("SHOW SLAVE STATUS").await {
                     Ok(s) => s,
-                    Err(mysql_async::Error::Server(e)) if e.code == 1227 => None,
+                    Err(mysql_async::Error::Server(e)) if e.code == 1227 => {
+                        denied = true;
+                        None
+                    }
                     Err(e) => return Err(e),
                 };
                 let (io_pos, seconds_behind) = match &status {
@@ -183,12 +191,18 @@ impl ServerOps for MariaServerOps {
                     ),
                     None => (None, None),
                 };
+                let replicates = match &status {
+                    Some(_) => Some(true),
+                    None if denied => None,
+                    None => Some(false),
+                };
                 Ok(ProbeAnswer {
                     read_only: read_only != 0,
                     binlog_pos,
                     slave_pos,
                     io_pos,
                     seconds_behind,
+                    replicates,
                 })
             })
             .await?;
@@ -207,12 +221,21 @@ impl ServerOps for MariaServerOps {
         .await
     }
 
-    /// Planned switchover is not done for MariaDB yet: a read-only former
-    /// primary would look like a replica that replicates from nobody.
-    async fn fence(&self, _backend: BackendId) -> Result<u64, OpsError> {
-        Err(OpsError::Query(
-            "planned switchover is not supported for MySQL clusters yet".into(),
-        ))
+    /// `SET GLOBAL read_only = 1` (users without SUPER / READ ONLY ADMIN
+    /// can no longer write), then the binlog position every acknowledged
+    /// write is under. The node then replicates from nobody: the probe marks
+    /// it detached, so it stays fenced until it is re-joined as a replica.
+    async fn fence(&self, backend: BackendId) -> Result<u64, OpsError> {
+        self.run(backend, &["SET GLOBAL read_only = 1".into()])
+            .await?;
+        let pos = self
+            .with_conn(backend, async |c: &mut Conn| {
+                c.query_first::<String, _>("SELECT @@gtid_binlog_pos").await
+            })
+            .await?
+            .unwrap_or_default();
+        gtid_position(&pos)
+            .ok_or_else(|| OpsError::Query(format!("unexpected @@gtid_binlog_pos: {pos:?}")))
     }
 
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {

@@ -100,6 +100,7 @@ pub fn parse_probe_row(row: &[Option<String>]) -> Result<Observation, OpsError> 
             position,
             received: position,
             replay_age: None,
+            detached: false,
         });
     }
     let replayed = lsn(4).unwrap_or(0);
@@ -113,6 +114,7 @@ pub fn parse_probe_row(row: &[Option<String>]) -> Result<Observation, OpsError> 
         position: replayed,
         received,
         replay_age,
+        detached: false,
     })
 }
 

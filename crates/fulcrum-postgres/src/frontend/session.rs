@@ -548,24 +548,7 @@ impl Session {
             self.retry_armed = false;
             self.retry_buf.clear();
             self.cancel.set_target(None);
-            if let Some(at) = self.attached_at.take() {
-                let took = at.elapsed();
-                self.ctx.router.record_latency(self.backend, took);
-                self.ctx
-                    .metrics
-                    .unit(self.backend, self.route_label(), took);
-                if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
-                    // No statement text: it would carry the query's parameters.
-                    tracing::info!(
-                        cluster = %self.ctx.name(),
-                        user = %self.user,
-                        database = %self.database,
-                        server = %self.ctx.backends[self.backend],
-                        took_ms = took.as_millis() as u64,
-                        "slow unit of work"
-                    );
-                }
-            }
+            self.record_unit();
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
@@ -573,6 +556,28 @@ impl Session {
                 server.release();
             } else {
                 server.discard();
+            }
+        }
+    }
+
+    /// A unit of work is over: its latency, metrics and slow log (once).
+    fn record_unit(&mut self) {
+        if let Some(at) = self.attached_at.take() {
+            let took = at.elapsed();
+            self.ctx.router.record_latency(self.backend, took);
+            self.ctx
+                .metrics
+                .unit(self.backend, self.route_label(), took);
+            if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
+                // No statement text: it would carry the query's parameters.
+                tracing::info!(
+                    cluster = %self.ctx.name(),
+                    user = %self.user,
+                    database = %self.database,
+                    server = %self.ctx.backends[self.backend],
+                    took_ms = took.as_millis() as u64,
+                    "slow unit of work"
+                );
             }
         }
     }
@@ -673,8 +678,11 @@ impl Session {
                     && self.ctx.router.is_primary(self.backend)
                 {
                     // A new unit on a primary connection still held (for the
-                    // position query): it may write too.
+                    // position query): it may write too, and counts as a unit.
                     self.write_unit = !matches!(self.next_unit_decision(), Decision::Read);
+                    if self.attached_at.is_none() {
+                        self.attached_at = Some(std::time::Instant::now());
+                    }
                 }
             }
             let frame = self.cbuf.split_to(header.total);

@@ -93,6 +93,7 @@ impl Session {
         backend: BackendId,
         server: &mut Checkout<ServerConn>,
     ) -> bool {
+        self.causal.note_primary(self.ctx.router.primary());
         let gtid = match self.read_consistency() {
             Consistency::Eventual => return true,
             Consistency::Session => match self.causal.position_for(backend) {

@@ -75,6 +75,9 @@ impl Session {
         {
             return;
         }
+        // The client's unit is over now: count it before the connection is
+        // held for Fulcrum's own query.
+        self.record_unit();
         put_query(&mut self.to_server, "SELECT pg_current_wal_insert_lsn()");
         self.expect.push(Expect::Position);
     }
@@ -101,6 +104,7 @@ impl Session {
         backend: BackendId,
         server: &mut Checkout<ServerConn>,
     ) -> Check {
+        self.causal.note_primary(self.ctx.router.primary());
         let position = match self.read_consistency() {
             Consistency::Eventual => return Check::Serve,
             Consistency::Session => match self.causal.position_for(backend) {
