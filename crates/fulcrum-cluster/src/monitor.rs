@@ -488,6 +488,7 @@ mod tests {
             position,
             received: position,
             replay_age: None,
+            detached: false,
         })
     }
 
@@ -498,6 +499,7 @@ mod tests {
             position: replayed,
             received,
             replay_age: Some(Duration::from_millis(age_ms)),
+            detached: false,
         })
     }
 

@@ -275,9 +275,11 @@ mod tests {
             slave_pos: "0-1-100".into(),
             io_pos: Some("0-1-130".into()),
             seconds_behind: Some(4),
+            replicates: Some(true),
         })
         .unwrap();
         assert!(!o.writable);
+        assert!(!o.detached);
         assert_eq!((o.position, o.received), (100, 130));
         assert_eq!(o.replay_age, Some(Duration::from_secs(4)));
         assert!(observe(&ProbeAnswer {
@@ -286,6 +288,23 @@ mod tests {
             ..Default::default()
         })
         .is_err());
+    }
+
+    #[test]
+    fn a_read_only_server_replicating_from_nobody_is_detached() {
+        let answer = |replicates| ProbeAnswer {
+            read_only: true,
+            binlog_pos: "0-1-100".into(),
+            slave_pos: "0-1-90".into(),
+            replicates,
+            ..Default::default()
+        };
+        assert!(observe(&answer(Some(false))).unwrap().detached);
+        assert!(!observe(&answer(Some(true))).unwrap().detached);
+        assert!(
+            !observe(&answer(None)).unwrap().detached,
+            "not allowed to look: assumed a replica"
+        );
     }
 
     #[test]
