@@ -159,7 +159,21 @@ async fn every_show_command_has_its_columns() {
         ),
         (
             "SHOW CLIENTS",
-            &["cluster", "protocol", "cl_active", "cl_waiting"],
+            &[
+                "type",
+                "user",
+                "database",
+                "state",
+                "addr",
+                "port",
+                "connect_time",
+                "request_time",
+                "wait",
+                "wait_us",
+                "cluster",
+                "server",
+                "id",
+            ],
         ),
         (
             "SHOW STATS",
@@ -197,7 +211,31 @@ async fn every_show_command_has_its_columns() {
         "{clusters:?}"
     );
     let (_, clients) = show(&a, "SHOW CLIENTS").await;
-    assert_eq!(clients[0][2], "1", "one app client connected");
+    assert_eq!(clients.len(), 1, "one app client connected: {clients:?}");
+    assert_eq!(
+        (
+            &clients[0][1][..],
+            &clients[0][3][..],
+            &clients[0][4][..],
+            &clients[0][10][..]
+        ),
+        (APP_USER, "idle", "127.0.0.1", "main"),
+        "{clients:?}"
+    );
+    // A client running a query is active, on the server it runs on.
+    let sleeper = app(&s.cfg).await;
+    let running = tokio::spawn(async move { sleeper.simple_query("SELECT pg_sleep(1)").await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, clients) = show(&a, "SHOW CLIENTS").await;
+        if let Some(active) = clients.iter().find(|r| r[3] == "active") {
+            assert_eq!(active[11], s.replica_addr, "the read runs on the replica");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{clients:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.await.unwrap().unwrap();
     let (_, config) = show(&a, "SHOW CONFIG").await;
     assert!(
         !config.iter().any(|r| r[1].contains("secret")),

@@ -207,21 +207,32 @@ async fn mysql_counters_match_a_known_workload() {
     for _ in 0..30 {
         conn.query_drop("SELECT 1").await.unwrap();
     }
+    assert!(conn
+        .query_drop("SELECT * FROM no_such_table")
+        .await
+        .is_err());
     for i in 0..20 {
         conn.query_drop(format!("INSERT INTO m VALUES ({i})"))
             .await
             .unwrap();
     }
-    assert!(conn
-        .query_drop("SELECT * FROM no_such_table")
-        .await
-        .is_err());
+    // A causal read (consistency = "session"): a replica that has the
+    // client's writes, or the primary; counted once either way.
+    conn.query_drop("SELECT count(*) FROM m").await.unwrap();
     let after = scrape(metrics_port);
     let delta = |family: &str, filters: &[(&str, &str)]| {
         sum(&after, family, filters) - sum(&before, family, filters)
     };
-    assert_eq!(delta("fulcrum_queries_total", &[("route", "read")]), 31.0);
-    assert_eq!(delta("fulcrum_queries_total", &[("route", "write")]), 20.0);
+    assert_eq!(delta("fulcrum_causal_reads_total", &[]), 1.0);
+    let on_replica = delta("fulcrum_causal_reads_total", &[("outcome", "replica")]);
+    assert_eq!(
+        delta("fulcrum_queries_total", &[("route", "read")]),
+        31.0 + on_replica
+    );
+    assert_eq!(
+        delta("fulcrum_queries_total", &[("route", "write")]),
+        20.0 + (1.0 - on_replica)
+    );
     assert_eq!(delta("fulcrum_errors_total", &[("code", "1146")]), 1.0);
     assert_eq!(
         sum(&after, "fulcrum_client_connections", &[("cluster", "shop")]),

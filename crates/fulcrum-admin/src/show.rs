@@ -323,26 +323,59 @@ impl Admin {
                 );
             }
             Show::Clients => {
-                let rows: Vec<Vec<String>> = self
-                    .clusters()
+                let clusters = self.clusters();
+                let now = crate::rows::now_ms();
+                let rows: Vec<Vec<String>> = fulcrum_cluster::clients::registry()
+                    .snapshot()
                     .iter()
-                    .map(|c| {
-                        let name = c.config().name.as_str();
+                    .map(|e| {
+                        let state = e.state();
+                        let server = e
+                            .backend()
+                            .and_then(|b| {
+                                let c = clusters.iter().find(|c| *c.config().name == *e.cluster)?;
+                                Some(c.config().backends.get(b)?.address.clone())
+                            })
+                            .unwrap_or_default();
+                        let waited_ms = if state == fulcrum_cluster::clients::ClientState::Waiting {
+                            now.saturating_sub(e.since_ms())
+                        } else {
+                            0
+                        };
                         vec![
-                            name.to_owned(),
-                            protocol(c.config()),
-                            c.clients().to_string(),
-                            self.metrics
-                                .clients_waiting
-                                .with_label_values(&[name])
-                                .get()
-                                .to_string(),
+                            "C".into(),
+                            e.user.to_string(),
+                            e.database.to_string(),
+                            state.as_str().into(),
+                            e.peer.ip().to_string(),
+                            e.peer.port().to_string(),
+                            crate::rows::utc_time(e.connected_ms),
+                            crate::rows::utc_time(e.since_ms()),
+                            (waited_ms / 1000).to_string(),
+                            ((waited_ms % 1000) * 1000).to_string(),
+                            e.cluster.to_string(),
+                            server,
+                            e.id.to_string(),
                         ]
                     })
                     .collect();
                 result(
                     out,
-                    &["cluster", "protocol", "cl_active", "cl_waiting"],
+                    &[
+                        "type",
+                        "user",
+                        "database",
+                        "state",
+                        "addr",
+                        "port",
+                        "connect_time",
+                        "request_time",
+                        "wait",
+                        "wait_us",
+                        "cluster",
+                        "server",
+                        "id",
+                    ],
                     &rows,
                 );
             }

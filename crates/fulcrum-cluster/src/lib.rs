@@ -10,6 +10,7 @@
 //! but `monitor` is pure and unit-tested; this crate knows no wire protocol.
 
 pub mod admin;
+pub mod clients;
 pub mod command;
 pub mod lag;
 pub mod monitor;

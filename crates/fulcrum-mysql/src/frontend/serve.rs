@@ -51,7 +51,13 @@ pub async fn serve(
         let ctx = current.borrow().clone();
         let session_shutdown = shutdown.clone();
         let permit = limit.clone().try_acquire_owned();
-        let span = tracing::debug_span!("client", cluster = %ctx.config.name, peer = %peer);
+        let span = tracing::debug_span!(
+            "client",
+            cluster = %ctx.config.name,
+            peer = %peer,
+            user = tracing::field::Empty,
+            database = tracing::field::Empty
+        );
         tokio::spawn(
             async move {
                 let Ok(_permit) = permit else {
@@ -64,7 +70,7 @@ pub async fn serve(
                     return;
                 };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, session_shutdown).await {
+                match handle(ctx, stream, peer, session_shutdown).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -92,6 +98,7 @@ pub async fn serve(
 async fn handle(
     ctx: Arc<MyClusterContext>,
     mut stream: TcpStream,
+    peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
@@ -104,9 +111,19 @@ async fn handle(
         }
     };
     let seq = login.next_seq;
-    tracing::debug!(user = %login.user, schema = ?login.schema, "client logged in");
+    let schema: std::sync::Arc<str> = login.schema.as_deref().unwrap_or("").into();
+    let span = tracing::Span::current();
+    span.record("user", &*login.user);
+    span.record("database", &*schema);
+    tracing::debug!("client logged in");
+    let client = fulcrum_cluster::clients::registry().register(
+        &ctx.config.name,
+        login.user.clone(),
+        schema,
+        peer,
+    );
     ctx.metrics.clients.inc();
-    let r = Session::new(ctx.clone(), stream, buf, login, shutdown)
+    let r = Session::new(ctx.clone(), stream, buf, login, shutdown, client)
         .run(seq)
         .await;
     ctx.metrics.clients.dec();

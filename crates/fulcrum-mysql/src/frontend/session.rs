@@ -87,6 +87,8 @@ pub struct Session {
     causal: fulcrum_pool::Causal<String>,
     /// The classified route of the command being forwarded.
     unit_route: Route,
+    /// This client's row in `SHOW CLIENTS`.
+    client_entry: fulcrum_cluster::clients::ClientHandle,
 }
 
 /// What a command needs besides forwarding.
@@ -105,6 +107,7 @@ impl Session {
         cbuf: BytesMut,
         login: Login,
         shutdown: tokio::sync::watch::Receiver<bool>,
+        client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
         Session {
@@ -136,6 +139,7 @@ impl Session {
             unit_consistency: None,
             causal: fulcrum_pool::Causal::default(),
             unit_route: Route::Primary,
+            client_entry,
         }
     }
 
@@ -752,6 +756,7 @@ impl Session {
             let Some(primary) = primary else { break };
             match self.checkout(primary).await {
                 Ok(server) => {
+                    self.client_entry.set_active(primary);
                     self.backend = primary;
                     self.ctx
                         .set_running(self.connection_id, Some((primary, server.connection_id)));
@@ -814,6 +819,7 @@ impl Session {
                     }
                     return false;
                 }
+                self.client_entry.set_active(backend);
                 self.backend = backend;
                 self.ctx
                     .set_running(self.connection_id, Some((backend, server.connection_id)));
@@ -850,6 +856,7 @@ impl Session {
         }
         if let Some(server) = self.server.take() {
             self.ctx.set_running(self.connection_id, None);
+            self.client_entry.set_idle();
             if let Some(at) = self.attached_at.take() {
                 let took = at.elapsed();
                 self.ctx.router.record_latency(self.backend, took);

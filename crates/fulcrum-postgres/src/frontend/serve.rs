@@ -53,7 +53,13 @@ pub async fn serve(
         let permit = limit.clone().try_acquire_owned();
         // A debug-level span: disabled (and free) at the usual info level,
         // where entering it on every poll of the session costs measurably.
-        let span = tracing::debug_span!("client", cluster = %ctx.config.name, peer = %peer);
+        let span = tracing::debug_span!(
+            "client",
+            cluster = %ctx.config.name,
+            peer = %peer,
+            user = tracing::field::Empty,
+            database = tracing::field::Empty
+        );
         tokio::spawn(
             async move {
                 let Ok(_permit) = permit else {
@@ -61,7 +67,7 @@ pub async fn serve(
                     return;
                 };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, session_shutdown).await {
+                match handle(ctx, stream, peer, session_shutdown).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -100,6 +106,7 @@ async fn refuse(mut stream: TcpStream, max: u32) {
 async fn handle(
     ctx: Arc<ClusterContext>,
     mut stream: TcpStream,
+    peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
@@ -119,7 +126,16 @@ async fn handle(
         }
     };
     let Some(login) = login else { return Ok(()) };
-    tracing::debug!(user = %login.user, database = %login.database, "client logged in");
+    let span = tracing::Span::current();
+    span.record("user", &*login.user);
+    span.record("database", &*login.database);
+    tracing::debug!("client logged in");
+    let client = fulcrum_cluster::clients::registry().register(
+        &ctx.config.name,
+        login.user.clone(),
+        login.database.clone(),
+        peer,
+    );
     let registration = ctx.cancels.register();
     ctx.metrics.clients.inc();
     let session = Session::new(
@@ -129,6 +145,7 @@ async fn handle(
         login,
         registration.slot.clone(),
         shutdown,
+        client,
     );
     let r = session.run().await;
     ctx.metrics.clients.dec();

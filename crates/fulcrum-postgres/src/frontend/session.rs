@@ -123,6 +123,8 @@ pub struct Session {
     unit_may_write: bool,
     /// The attached unit is on the primary and may have written.
     write_unit: bool,
+    /// This client's row in `SHOW CLIENTS`.
+    client_entry: fulcrum_cluster::clients::ClientHandle,
 }
 
 impl Session {
@@ -133,6 +135,7 @@ impl Session {
         login: Login,
         cancel: Arc<CancelSlot>,
         shutdown: tokio::sync::watch::Receiver<bool>,
+        client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
         let ctx_consistency = ctx.config.consistency;
@@ -182,6 +185,7 @@ impl Session {
             causal: fulcrum_pool::Causal::default(),
             unit_may_write: true,
             write_unit: false,
+            client_entry,
         }
     }
 
@@ -416,6 +420,7 @@ impl Session {
                 self.cancel.set_target(Some(server.cancel.clone()));
                 self.server = Some(server);
                 self.attached_at = Some(std::time::Instant::now());
+                self.client_entry.set_active(backend);
                 Ok(true)
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -447,6 +452,7 @@ impl Session {
         let (user, database) = (self.user.clone(), self.database.clone());
         let waited = std::time::Instant::now();
         self.ctx.metrics.waiting.inc();
+        self.client_entry.set_waiting();
         let checkout = pool
             .get(|| async move { ctx.open(backend, &user, &database).await })
             .await;
@@ -529,6 +535,7 @@ impl Session {
         self.cancel.set_target(Some(server.cancel.clone()));
         self.server = Some(server);
         self.attached_at = Some(std::time::Instant::now());
+        self.client_entry.set_active(backend);
         Ok(())
     }
 
@@ -549,6 +556,7 @@ impl Session {
             self.retry_buf.clear();
             self.cancel.set_target(None);
             self.record_unit();
+            self.client_entry.set_idle();
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;

@@ -1,0 +1,195 @@
+//! Every client connection logged in now, in every cluster, for the admin
+//! console's `SHOW CLIENTS` (one row per client, PgBouncer's columns). One
+//! process-wide registry, so clients still served by a cluster's old context
+//! after a reload are listed too. A session updates its entry with one
+//! atomic store when it attaches or releases a server connection.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What a client is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientState {
+    /// Between units of work, holding no server connection.
+    Idle = 0,
+    /// A unit of work holds a server connection.
+    Active = 1,
+    /// Waiting for a server connection.
+    Waiting = 2,
+}
+
+impl ClientState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientState::Idle => "idle",
+            ClientState::Active => "active",
+            ClientState::Waiting => "waiting",
+        }
+    }
+}
+
+const NO_BACKEND: usize = usize::MAX;
+
+/// One client connection.
+#[derive(Debug)]
+pub struct ClientEntry {
+    pub id: u64,
+    pub cluster: Arc<str>,
+    pub user: Arc<str>,
+    pub database: Arc<str>,
+    pub peer: SocketAddr,
+    /// Milliseconds since the Unix epoch.
+    pub connected_ms: u64,
+    state: AtomicU8,
+    backend: AtomicUsize,
+    /// When the state last changed (ms since the Unix epoch).
+    since_ms: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl ClientEntry {
+    pub fn state(&self) -> ClientState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => ClientState::Active,
+            2 => ClientState::Waiting,
+            _ => ClientState::Idle,
+        }
+    }
+
+    /// The backend the client's unit of work is on, when active.
+    pub fn backend(&self) -> Option<usize> {
+        Some(self.backend.load(Ordering::Relaxed)).filter(|&b| b != NO_BACKEND)
+    }
+
+    /// When the state last changed (ms since the Unix epoch).
+    pub fn since_ms(&self) -> u64 {
+        self.since_ms.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, state: ClientState, backend: usize) {
+        self.backend.store(backend, Ordering::Relaxed);
+        self.state.store(state as u8, Ordering::Relaxed);
+        self.since_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// A unit of work now holds a connection to `backend`.
+    pub fn set_active(&self, backend: usize) {
+        self.set(ClientState::Active, backend);
+    }
+
+    /// The client waits for a server connection.
+    pub fn set_waiting(&self) {
+        self.set(ClientState::Waiting, NO_BACKEND);
+    }
+
+    /// The client holds no server connection.
+    pub fn set_idle(&self) {
+        if self.state.load(Ordering::Relaxed) != ClientState::Idle as u8 {
+            self.set(ClientState::Idle, NO_BACKEND);
+        }
+    }
+}
+
+/// The clients logged in now.
+#[derive(Debug, Default)]
+pub struct ClientRegistry {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Arc<ClientEntry>>>,
+}
+
+/// A registered client; dropping it removes the entry.
+#[derive(Debug)]
+pub struct ClientHandle {
+    entry: Arc<ClientEntry>,
+    registry: &'static ClientRegistry,
+}
+
+impl std::ops::Deref for ClientHandle {
+    type Target = ClientEntry;
+    fn deref(&self) -> &ClientEntry {
+        &self.entry
+    }
+}
+
+impl Drop for ClientHandle {
+    fn drop(&mut self) {
+        let mut map = self.registry.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&self.entry.id);
+    }
+}
+
+/// The process's registry.
+pub fn registry() -> &'static ClientRegistry {
+    static REGISTRY: OnceLock<ClientRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(ClientRegistry::default)
+}
+
+impl ClientRegistry {
+    /// Registers a client that just logged in (idle).
+    pub fn register(
+        &'static self,
+        cluster: &str,
+        user: Arc<str>,
+        database: Arc<str>,
+        peer: SocketAddr,
+    ) -> ClientHandle {
+        let now = now_ms();
+        let entry = Arc::new(ClientEntry {
+            id: self.next.fetch_add(1, Ordering::Relaxed) + 1,
+            cluster: cluster.into(),
+            user,
+            database,
+            peer,
+            connected_ms: now,
+            state: AtomicU8::new(ClientState::Idle as u8),
+            backend: AtomicUsize::new(NO_BACKEND),
+            since_ms: AtomicU64::new(now),
+        });
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(entry.id, entry.clone());
+        ClientHandle {
+            entry,
+            registry: self,
+        }
+    }
+
+    /// Every client, oldest first.
+    pub fn snapshot(&self) -> Vec<Arc<ClientEntry>> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<_> = map.values().cloned().collect();
+        all.sort_by_key(|e| e.id);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_listed_while_connected_with_their_state() {
+        let r: &'static ClientRegistry = Box::leak(Box::default());
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let a = r.register("main", "app".into(), "db".into(), peer);
+        let b = r.register("main", "ro".into(), "db".into(), peer);
+        assert_eq!(r.snapshot().len(), 2);
+        a.set_waiting();
+        assert_eq!(a.state(), ClientState::Waiting);
+        a.set_active(2);
+        assert_eq!((a.state(), a.backend()), (ClientState::Active, Some(2)));
+        a.set_idle();
+        assert_eq!((a.state(), a.backend()), (ClientState::Idle, None));
+        drop(b);
+        let left = r.snapshot();
+        assert_eq!(left.len(), 1);
+        assert_eq!(&*left[0].user, "app");
+    }
+}
