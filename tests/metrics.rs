@@ -162,6 +162,15 @@ async fn postgres_counters_match_a_known_workload() {
     assert_eq!(
         sum(
             &after,
+            "fulcrum_clients",
+            &[("user", APP_USER), ("state", "idle")]
+        ),
+        1.0,
+        "the one client, by user"
+    );
+    assert_eq!(
+        sum(
+            &after,
             "fulcrum_backend_primary",
             &[("backend", &c.primary().addr())]
         ),
@@ -172,6 +181,11 @@ async fn postgres_counters_match_a_known_workload() {
         2.0
     );
     assert!(delta("fulcrum_bytes_total", &[("direction", "in")]) > 0.0);
+    assert_eq!(
+        delta("fulcrum_proxy_seconds_count", &[]),
+        delta("fulcrum_transactions_total", &[]),
+        "the part Fulcrum adds is measured once per unit of work"
+    );
     assert!(sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
     promtool_check(&after);
 }

@@ -36,6 +36,8 @@ pub struct ClusterMetrics {
     pub bytes_out: IntCounter,
     unit_seconds: [Histogram; 2],
     pub pool_wait: Histogram,
+    /// Time Fulcrum adds before the server sees a unit of work.
+    pub proxy: Histogram,
     /// Causal reads by outcome: [replica, waited, primary].
     causal: [IntCounter; 3],
 }
@@ -76,6 +78,7 @@ impl ClusterMetrics {
                     .with_label_values(&[cluster, r.as_str()])
             }),
             pool_wait: metrics.pool_wait_seconds.with_label_values(&[cluster]),
+            proxy: metrics.proxy_seconds.with_label_values(&[cluster]),
             causal: ["replica", "waited", "primary"]
                 .map(|o| metrics.causal_reads.with_label_values(&[cluster, o])),
             metrics,

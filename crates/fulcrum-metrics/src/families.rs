@@ -16,6 +16,11 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// Buckets for the time Fulcrum itself adds, in seconds: 10 µs to 100 ms.
+const OVERHEAD_BUCKETS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1,
+];
+
 pub struct Metrics {
     registry: Registry,
     pub queries: IntCounterVec,
@@ -25,6 +30,7 @@ pub struct Metrics {
     pub bytes: IntCounterVec,
     pub query_seconds: HistogramVec,
     pub pool_wait_seconds: HistogramVec,
+    pub proxy_seconds: HistogramVec,
     pub errors: IntCounterVec,
     pub server_connections: IntGaugeVec,
     pub backend_up: IntGaugeVec,
@@ -37,6 +43,7 @@ pub struct Metrics {
     pub classifier_misses: IntCounterVec,
     pub unparsed: IntCounterVec,
     pub causal_reads: IntCounterVec,
+    pub clients_by_user: IntGaugeVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -54,8 +61,18 @@ fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    histogram_with(r, name, help, labels, LATENCY_BUCKETS)
+}
+
+fn histogram_with(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
     let h = HistogramVec::new(
-        HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
         labels,
     )
     .expect("valid histogram");
@@ -90,6 +107,7 @@ impl Metrics {
             clients_waiting: gauge(&r, "fulcrum_clients_waiting", "Clients waiting for a server connection now.", &["cluster"]),
             bytes: counter(&r, "fulcrum_bytes_total", "Bytes forwarded: in from clients to servers, out from servers to clients.", &["cluster", "direction"]),
             query_seconds: histogram(&r, "fulcrum_unit_duration_seconds", "Time a unit of work held its server connection, end to end as Fulcrum saw it.", &["cluster", "route"]),
+            proxy_seconds: histogram_with(&r, "fulcrum_proxy_seconds", "Time Fulcrum itself spends on a unit of work before the server sees it: from the client's message to its hand-over to the server connection (classification, routing, pool checkout, session sync, consistency checks).", &["cluster"], OVERHEAD_BUCKETS),
             pool_wait_seconds: histogram(&r, "fulcrum_pool_wait_seconds", "Time a unit of work waited for a server connection (checkout from the pool, opening one if needed).", &["cluster"]),
             errors: counter(&r, "fulcrum_errors_total", "Errors sent to clients: SQLSTATE class (PostgreSQL, e.g. 42 or 08) or error code (MySQL, e.g. 1146).", &["cluster", "code"]),
             server_connections: gauge(&r, "fulcrum_server_connections", "Server connections in the pools now: active (checked out) or idle.", &["cluster", "backend", "state"]),
@@ -103,6 +121,7 @@ impl Metrics {
             classifier_misses: counter(&r, "fulcrum_classifier_cache_misses_total", "Statements that had to be parsed.", &["cluster"]),
             unparsed: counter(&r, "fulcrum_unparsed_statements_total", "Statements the SQL parser could not parse (routed by default_route).", &["cluster"]),
             causal_reads: counter(&r, "fulcrum_causal_reads_total", "Reads that had a position to respect (consistency session or strong), by where they ran: replica (already past it), waited (a replica after waiting), primary (fallback).", &["cluster", "outcome"]),
+            clients_by_user: gauge(&r, "fulcrum_clients", "Client connections now, by user and state: active (a unit of work holds a server connection), waiting (for one), idle.", &["cluster", "user", "state"]),
             registry: r,
             sources: Mutex::new(Vec::new()),
         }
@@ -123,6 +142,9 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        // Per-user client gauges are rebuilt from scratch at every scrape:
+        // a user whose clients all left disappears.
+        self.clients_by_user.reset();
         for (_, s) in sources {
             s.refresh(self);
         }

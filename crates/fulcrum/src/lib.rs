@@ -124,6 +124,8 @@ pub async fn run(
         listeners.push((cluster.clone(), listener));
     }
     let metrics = Arc::new(Metrics::new());
+    // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
+    metrics.set_source("\0clients", Arc::new(ClientsByUser));
     let mut tasks = Vec::new();
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics");
@@ -299,4 +301,26 @@ fn current_admin(current: &Current) -> Option<Arc<dyn ClusterAdmin>> {
         Current::Postgres(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
         Current::Mysql(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
     })
+}
+
+/// Fills `fulcrum_clients` from the process-wide client registry when
+/// Prometheus scrapes (nothing on the data path).
+struct ClientsByUser;
+
+impl fulcrum_metrics::Source for ClientsByUser {
+    fn refresh(&self, metrics: &Metrics) {
+        let mut counts: std::collections::HashMap<(Arc<str>, Arc<str>, &'static str), i64> =
+            std::collections::HashMap::new();
+        for c in fulcrum_cluster::clients::registry().snapshot() {
+            *counts
+                .entry((c.cluster.clone(), c.user.clone(), c.state().as_str()))
+                .or_insert(0) += 1;
+        }
+        for ((cluster, user, state), n) in counts {
+            metrics
+                .clients_by_user
+                .with_label_values(&[&*cluster, &*user, state])
+                .set(n);
+        }
+    }
 }

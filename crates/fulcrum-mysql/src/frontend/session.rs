@@ -89,6 +89,8 @@ pub struct Session {
     unit_route: Route,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
+    /// When the command that started the current unit of work arrived.
+    unit_started: Option<std::time::Instant>,
 }
 
 /// What a command needs besides forwarding.
@@ -140,6 +142,7 @@ impl Session {
             causal: fulcrum_pool::Causal::default(),
             unit_route: Route::Primary,
             client_entry,
+            unit_started: None,
         }
     }
 
@@ -564,6 +567,9 @@ impl Session {
     /// schema and settings; false when that failed and an ERR was queued.
     async fn ensure_attached(&mut self, route: Route, seq: u8) -> Result<bool, SessionError> {
         self.unit_route = route;
+        if self.server.is_none() {
+            self.unit_started = Some(std::time::Instant::now());
+        }
         if self.server.is_some() {
             return Ok(true);
         }
@@ -599,6 +605,9 @@ impl Session {
         let server = self.server.as_mut().expect("attached");
         if server.stream.write_all(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
+        }
+        if let Some(t) = self.unit_started.take() {
+            self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
         }
         let mut reply = Reply::new(shape, server.caps);
         let max = self.ctx.config.max_message_size as usize;

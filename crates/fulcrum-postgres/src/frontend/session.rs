@@ -623,6 +623,9 @@ impl Session {
 
     async fn on_client_input(&mut self) -> Result<(), SessionError> {
         let max = self.ctx.config.max_message_size;
+        // When a new unit of work started here: the time to its hand-over
+        // to the server is what Fulcrum adds (`fulcrum_proxy_seconds`).
+        let mut unit_started = None;
         loop {
             let header = match check_frame(&self.cbuf, max) {
                 Ok(Some(h)) if self.cbuf.len() >= h.total => h,
@@ -662,6 +665,7 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
+                    unit_started.get_or_insert_with(std::time::Instant::now);
                     let route = self.route_next_unit();
                     self.attach(route).await?;
                     self.arm_retry();
@@ -691,6 +695,7 @@ impl Session {
                     if self.attached_at.is_none() {
                         self.attached_at = Some(std::time::Instant::now());
                     }
+                    unit_started.get_or_insert_with(std::time::Instant::now);
                 }
             }
             let frame = self.cbuf.split_to(header.total);
@@ -708,6 +713,9 @@ impl Session {
             }
         }
         self.flush_server().await?;
+        if let Some(t) = unit_started {
+            self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
+        }
         if self.server.is_none() {
             // Answers given without a server (synthetic replies) go out now.
             self.flush_client().await?;
