@@ -137,7 +137,10 @@ async fn transactions_writes_and_hints_go_to_the_primary() {
         .await
         .unwrap();
     assert!(!msgs.is_empty());
-    // A read-only transaction may run on a replica.
+    // A read-only transaction may run on a replica (a client that has not
+    // written: this one's writes would make it wait for the replica or use
+    // the primary, consistency = "session").
+    let client = connect(&cfg).await;
     client.batch_execute("BEGIN READ ONLY").await.unwrap();
     let port = port_of(&client, "SELECT inet_server_port()").await;
     assert!(

@@ -835,8 +835,9 @@ impl Session {
             self.last_query_decision = Some(decision);
         }
         self.note_hint();
-        self.unit_may_write = !matches!(decision, Decision::Read)
-            || self.deferred.as_ref().is_some_and(|d| !d.read_only);
+        self.unit_may_write = (!matches!(decision, Decision::Read)
+            || self.deferred.as_ref().is_some_and(|d| !d.read_only))
+            && unit_executes(&self.cbuf, self.ctx.config.max_message_size);
         if let Some(d) = &self.deferred {
             // A deferred transaction: read-only ones may use a replica.
             if d.read_only && !matches!(decision, Decision::Pin(_)) {
@@ -1448,6 +1449,21 @@ impl Session {
         let Some(mut server) = self.server.take() else {
             return;
         };
+        if self.expect.only_position()
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.server_stream_left == 0
+        {
+            // Only Fulcrum's own position query is in flight: its answer is
+            // a moment away; wait for it and keep the connection.
+            let expect = &mut self.expect;
+            let drained =
+                tokio::time::timeout(CLEANUP_TIMEOUT, drain_internal(&mut server, expect)).await;
+            if !matches!(drained, Ok(true)) {
+                server.discard();
+                return;
+            }
+        }
         let busy = self.pending_ready > 0
             || self.unsynced
             || !self.expect.is_empty()
@@ -1486,6 +1502,27 @@ impl Session {
     }
 }
 
+/// Reads `server`'s answers to what Fulcrum sent itself until `expect` is
+/// empty; true when the connection is then clean.
+async fn drain_internal(server: &mut ServerConn, expect: &mut Expectations) -> bool {
+    loop {
+        while let Ok(Some(h)) = check_frame(&server.read_buf, u32::MAX as u64) {
+            if server.read_buf.len() < h.total {
+                break;
+            }
+            let frame = server.read_buf.split_to(h.total);
+            expect.on_server(h.tag, &frame[5..]);
+        }
+        if expect.is_empty() {
+            return server.read_buf.is_empty();
+        }
+        match server.stream.read_buf(&mut server.read_buf).await {
+            Ok(n) if n > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
 /// Brings a server connection's session parameters to what the client set:
 /// `RESET ALL` then the client's statements, in one round trip.
 async fn sync_params(
@@ -1507,6 +1544,26 @@ async fn sync_params(
     }
     server.applied = desired.clone();
     Ok(())
+}
+
+/// Whether the unit at the front of `buf` runs anything (a simple Query,
+/// an Execute or a function call before its Sync): a unit that only
+/// prepares or describes statements writes nothing.
+fn unit_executes(buf: &[u8], max: u64) -> bool {
+    let mut at = 0;
+    while let Ok(Some(h)) = check_frame(&buf[at..], max) {
+        match h.tag {
+            b'Q' | b'E' | b'F' => return true,
+            b'S' => return false,
+            _ => {}
+        }
+        at += h.total;
+        if at >= buf.len() {
+            break;
+        }
+    }
+    // The rest has not arrived yet: it may execute.
+    true
 }
 
 /// Reads under `session` and `strong` respect a position.
@@ -1533,5 +1590,41 @@ mod chain_tests {
         assert!(is_chained("rollback work and chain;"));
         assert!(!is_chained("COMMIT AND NO CHAIN"));
         assert!(!is_chained("COMMIT"));
+    }
+}
+
+#[cfg(test)]
+mod unit_executes_tests {
+    use super::unit_executes;
+
+    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![tag];
+        f.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn a_prepare_only_unit_executes_nothing() {
+        let unit = [
+            frame(b'P', b"s0\0SELECT $1::int\0\0\0"),
+            frame(b'D', b"Ss0\0"),
+            frame(b'S', b""),
+            frame(b'Q', b"INSERT INTO t VALUES (1)\0"),
+        ]
+        .concat();
+        assert!(!unit_executes(&unit, 1 << 20), "stops at the first Sync");
+        let exec = [
+            frame(b'B', b"\0s0\0\0\0\0\0\0\0"),
+            frame(b'E', b"\0\0\0\0\0"),
+            frame(b'S', b""),
+        ]
+        .concat();
+        assert!(unit_executes(&exec, 1 << 20));
+        assert!(unit_executes(&frame(b'Q', b"SELECT 1\0"), 1 << 20));
+        assert!(
+            unit_executes(&frame(b'P', b"s0\0SELECT 1\0\0\0"), 1 << 20),
+            "incomplete: may execute"
+        );
     }
 }

@@ -27,6 +27,14 @@ use crate::frontend::expect::Expect;
 use crate::frontend::session_sql;
 use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
 
+/// The position a read must reach to see what was committed: the WAL
+/// flush position, which every commit acknowledged under
+/// `synchronous_commit` other than `off` is below; with `off` a commit is
+/// acknowledged before its WAL is flushed, so the insert position is taken
+/// (the replica then also waits for the walwriter's next flush).
+const POSITION_SQL: &str = "SELECT (CASE WHEN current_setting('synchronous_commit') = 'off' \
+     THEN pg_current_wal_insert_lsn() ELSE pg_current_wal_flush_lsn() END)::text";
+
 /// Polling interval while a read waits for a replica to replay.
 const POLL: Duration = Duration::from_millis(1);
 
@@ -78,7 +86,7 @@ impl Session {
         // The client's unit is over now: count it before the connection is
         // held for Fulcrum's own query.
         self.record_unit();
-        put_query(&mut self.to_server, "SELECT pg_current_wal_insert_lsn()");
+        put_query(&mut self.to_server, POSITION_SQL);
         self.expect.push(Expect::Position);
     }
 
@@ -176,7 +184,7 @@ impl Session {
             .get(|| async move { ctx.open(primary, &user, &database).await })
             .await
             .ok()?;
-        let lsn = single_lsn(&mut conn, "SELECT pg_current_wal_insert_lsn()::text").await;
+        let lsn = single_lsn(&mut conn, POSITION_SQL).await;
         match lsn {
             Some(_) => conn.release(),
             None => conn.discard(),
