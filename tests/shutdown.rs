@@ -64,7 +64,14 @@ async fn sigterm_lets_transactions_finish_and_loses_no_commit() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // SIGTERM once the load is really running (a loaded machine can take a
+    // while to connect the writers), in the middle of transactions.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while committed.lock().unwrap().len() < 4 {
+        assert!(Instant::now() < deadline, "the writers never committed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     p.signal(Signal::Term).unwrap();
     let term = Instant::now();
     let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(15)))
