@@ -3,6 +3,11 @@
 //! starts itself. Targets alternate round-robin so machine drift hits all
 //! alike; the report is a markdown table on stdout and in `target/bench-load.md`.
 //!
+//! With `--consistency-cost` the targets are instead PostgreSQL direct and
+//! Fulcrum with `consistency = "eventual"` and `"session"` (one daemon, two
+//! listeners), for each `--workload` (TPC-B and `-S` by default); the report
+//! goes to `target/bench-consistency.md`.
+//!
 //! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
 //! bounded in time (every pgbench run has a deadline), cleaned up on exit.
@@ -39,6 +44,16 @@ const INIT_SECONDS_PER_SCALE: u64 = 10;
 const INIT_SECONDS_FIXED: u64 = 60;
 /// Untimed runs per target before the first round: fill caches and pools.
 const WARMUP_SECONDS: u64 = 2;
+/// `--consistency-cost`: pause after each run before reading
+/// `pg_stat_database`, so idle backends have flushed their counters (at most
+/// once a second in PostgreSQL 15).
+const STATS_FLUSH: Duration = Duration::from_millis(1200);
+/// `--workload write-read`: an autocommit write, then a read of the same row.
+const WRITE_READ_SCRIPT: &str = "\\set aid random(1, 100000 * :scale)
+\\set delta random(-5000, 5000)
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+";
 
 const USAGE: &str = "\
 usage: cargo bench --bench load -- [options]
@@ -48,6 +63,15 @@ usage: cargo bench --bench load -- [options]
   --rounds N      rounds; each runs every target once (default 3)
   --scale N       pgbench -i -s (default 10)
   --protocol P    pgbench -M: simple, extended or prepared (default simple)
+  --workers N     Fulcrum's [fulcrum] workers (default 1)
+  --replicas N    streaming replicas, listed as Fulcrum replicas (default 0)
+  --consistency-cost
+                  compare direct, Fulcrum consistency=eventual and
+                  consistency=session instead of direct/Fulcrum/PgBouncer
+  --workload LIST comma-separated: select (pgbench -S), tpcb (pgbench's
+                  default script), write-read (UPDATE then SELECT of one row,
+                  autocommit); default select, or tpcb,select with
+                  --consistency-cost
 Environment: FULCRUM_BIN=path skips building the daemon.";
 
 fn main() -> ExitCode {
@@ -88,6 +112,53 @@ struct Options {
     protocol: String,
     /// Fulcrum's `[fulcrum] workers` (1: one event-loop thread, like PgBouncer).
     workers: u32,
+    /// Streaming replicas started and listed in Fulcrum's config.
+    replicas: usize,
+    /// Direct vs Fulcrum `eventual` vs `session` instead of the proxies.
+    consistency_cost: bool,
+    /// What pgbench runs, one measurement per entry, in order.
+    workloads: Vec<Workload>,
+}
+
+/// A pgbench script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    /// `-S`: the built-in select-only script.
+    Select,
+    /// No script option: the built-in TPC-B-like script (one transaction of
+    /// three updates, a select and an insert).
+    TpcB,
+    /// [`WRITE_READ_SCRIPT`]: two autocommit statements.
+    WriteRead,
+}
+
+impl Workload {
+    fn parse(name: &str) -> Option<Workload> {
+        match name {
+            "select" => Some(Workload::Select),
+            "tpcb" => Some(Workload::TpcB),
+            "write-read" => Some(Workload::WriteRead),
+            _ => None,
+        }
+    }
+
+    /// How the report's heading names it.
+    fn title(self) -> &'static str {
+        match self {
+            Workload::Select => "pgbench -S",
+            Workload::TpcB => "pgbench TPC-B (default script)",
+            Workload::WriteRead => "pgbench -f write-read (UPDATE, then SELECT, autocommit)",
+        }
+    }
+
+    /// pgbench's script options; `script` is where [`WRITE_READ_SCRIPT`] is.
+    fn args(self, script: &Path) -> Vec<String> {
+        match self {
+            Workload::Select => vec!["-S".into()],
+            Workload::TpcB => Vec::new(),
+            Workload::WriteRead => vec!["-f".into(), script.display().to_string()],
+        }
+    }
 }
 
 impl Options {
@@ -100,10 +171,17 @@ impl Options {
             scale: 10,
             protocol: "simple".into(),
             workers: 1,
+            replicas: 0,
+            consistency_cost: false,
+            workloads: Vec::new(),
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--bench" {
+                continue;
+            }
+            if flag == "--consistency-cost" {
+                opts.consistency_cost = true;
                 continue;
             }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -120,6 +198,16 @@ impl Options {
                 "--rounds" => opts.rounds = number(1)? as usize,
                 "--scale" => opts.scale = number(1)? as u32,
                 "--workers" => opts.workers = number(0)? as u32,
+                "--replicas" => opts.replicas = number(0)? as usize,
+                "--workload" => {
+                    opts.workloads = value
+                        .split(',')
+                        .map(|w| {
+                            Workload::parse(w.trim())
+                                .ok_or_else(|| format!("--workload {value}: unknown workload {w}"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
                 "--protocol" if ["simple", "extended", "prepared"].contains(&value.as_str()) => {
                     opts.protocol = value.clone()
                 }
@@ -129,11 +217,24 @@ impl Options {
         }
         // pgbench refuses more threads than clients.
         opts.jobs = opts.jobs.min(opts.clients);
+        if opts.workloads.is_empty() {
+            opts.workloads = if opts.consistency_cost {
+                vec![Workload::TpcB, Workload::Select]
+            } else {
+                vec![Workload::Select]
+            };
+        }
+        if !opts.consistency_cost && opts.workloads != [Workload::Select] {
+            return Err("--workload other than select needs --consistency-cost".into());
+        }
         Ok(opts)
     }
 }
 
 fn run(opts: &Options) -> Result<()> {
+    if opts.consistency_cost {
+        return run_consistency(opts);
+    }
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
     let pgbouncer_found = Path::new(PGBOUNCER).is_file();
@@ -156,25 +257,13 @@ fn run(opts: &Options) -> Result<()> {
         worst.as_secs()
     );
 
-    // Keep the data set in shared buffers: a scale-10 pgbench database is
-    // ~160 MB, five times the harness's 32 MB default, and a select-only run
-    // spilling to the OS cache would mostly measure the server.
-    let shared_buffers = format!("{}MB", 64 + 16 * opts.scale);
-    let cluster = PgCluster::builder()
-        .replicas(0)
-        .setting("shared_buffers", &shared_buffers)
-        .start()?;
+    let cluster = start_cluster(opts, init_timeout)?;
     let primary = cluster.primary();
     let direct = primary.addr();
-    eprintln!("PostgreSQL primary on {direct} (shared_buffers {shared_buffers})");
-
-    eprintln!("pgbench -i -s {} (directly) ...", opts.scale);
-    let init_args = ["-i", "-q", "-s", &opts.scale.to_string()];
-    pgbench_bounded(&direct, &init_args, init_timeout)
-        .map_err(|e| format!("pgbench -i -s {}: {e}", opts.scale))?;
 
     let fulcrum_listen = format!("127.0.0.1:{}", free_port());
-    let fulcrum = FulcrumProcess::start(&fulcrum_config(&fulcrum_listen, &direct, opts.workers))?;
+    let section = cluster_section("bench", &fulcrum_listen, None, &cluster);
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section]))?;
     eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
     let pgbouncer = if pgbouncer_found {
         let p = PgBouncer::start(primary.port())?;
@@ -214,7 +303,14 @@ fn run(opts: &Options) -> Result<()> {
             machine.nproc
         );
     }
-    measure(opts, &mut targets, check_alive)?;
+    measure(
+        opts,
+        Workload::Select,
+        Path::new(""),
+        None,
+        &mut targets,
+        check_alive,
+    )?;
 
     // Stop the servers before reporting, so cleanup cannot be skipped by a
     // failure to write the file.
@@ -230,31 +326,195 @@ fn run(opts: &Options) -> Result<()> {
     Ok(())
 }
 
+/// Starts the PostgreSQL cluster (a primary and `opts.replicas` streaming
+/// replicas) and runs `pgbench -i` on the primary.
+fn start_cluster(opts: &Options, init_timeout: Duration) -> Result<PgCluster> {
+    // Keep the data set in shared buffers: a scale-10 pgbench database is
+    // ~160 MB, five times the harness's 32 MB default, and a select-only run
+    // spilling to the OS cache would mostly measure the server.
+    let shared_buffers = format!("{}MB", 64 + 16 * opts.scale);
+    let cluster = PgCluster::builder()
+        .replicas(opts.replicas)
+        .setting("shared_buffers", &shared_buffers)
+        .start()?;
+    let direct = cluster.primary().addr();
+    eprintln!("PostgreSQL primary on {direct} (shared_buffers {shared_buffers})");
+    for replica in cluster.replicas() {
+        eprintln!("PostgreSQL streaming replica on {}", replica.addr());
+    }
+
+    eprintln!("pgbench -i -s {} (directly) ...", opts.scale);
+    let init_args = ["-i", "-q", "-s", &opts.scale.to_string()];
+    pgbench_bounded(&direct, &init_args, init_timeout)
+        .map_err(|e| format!("pgbench -i -s {}: {e}", opts.scale))?;
+    if opts.replicas > 0 {
+        cluster.wait_replicas_caught_up(init_timeout)?;
+    }
+    Ok(cluster)
+}
+
+/// `--consistency-cost`: direct vs Fulcrum `eventual` vs Fulcrum `session`,
+/// one table per workload.
+fn run_consistency(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    let bin = ensure_fulcrum_built()?;
+    let init_timeout =
+        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let (expected, worst) = time_budget(opts, 3, init_timeout);
+    eprintln!(
+        "consistency cost: {} workloads x 3 targets x {} rounds x {} s after `pgbench -i -s {}`: \
+         about {} s in all; every step has a deadline, so at most {} s",
+        opts.workloads.len(),
+        opts.rounds,
+        opts.seconds,
+        opts.scale,
+        expected.as_secs(),
+        worst.as_secs()
+    );
+
+    let cluster = start_cluster(opts, init_timeout)?;
+    let direct = cluster.primary().addr();
+    let script = std::env::temp_dir().join(format!(
+        "fulcrum-bench-write-read-{}.sql",
+        std::process::id()
+    ));
+    if opts.workloads.contains(&Workload::WriteRead) {
+        std::fs::write(&script, WRITE_READ_SCRIPT)?;
+    }
+
+    // One daemon, two listeners: the clusters differ only in `consistency`,
+    // and only one of them has clients at a time.
+    let eventual_listen = format!("127.0.0.1:{}", free_port());
+    let session_listen = format!("127.0.0.1:{}", free_port());
+    let sections = [
+        cluster_section("eventual", &eventual_listen, Some("eventual"), &cluster),
+        cluster_section("session", &session_listen, Some("session"), &cluster),
+    ];
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
+    eprintln!(
+        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}",
+        bin.display()
+    );
+    let check_alive = || -> Result<()> {
+        match fulcrum.try_wait() {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "fulcrum exited with {status}; log tail:\n{}",
+                tail(&fulcrum.log_contents(), 30)
+            )
+            .into()),
+        }
+    };
+
+    let machine = Machine::collect(&cluster.primary().sql("SHOW server_version")?)?;
+    if machine.busy() {
+        eprintln!(
+            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+            machine.load.unwrap_or_default(),
+            machine.nproc
+        );
+    }
+    let mut results = Vec::new();
+    for &workload in &opts.workloads {
+        eprintln!("== {}", workload.title());
+        let mut targets = vec![
+            Target::new("PostgreSQL direct", direct.clone()),
+            Target::new("Fulcrum eventual", eventual_listen.clone()),
+            Target::new("Fulcrum session", session_listen.clone()),
+        ];
+        let measured = measure(
+            opts,
+            workload,
+            &script,
+            Some(&cluster),
+            &mut targets,
+            check_alive,
+        );
+        if let Err(e) = measured {
+            let _ = std::fs::remove_file(&script);
+            return Err(e);
+        }
+        results.push((workload, targets));
+    }
+    let _ = std::fs::remove_file(&script);
+
+    drop(fulcrum);
+    drop(cluster);
+
+    let report = render_consistency(opts, &machine, &results, started.elapsed());
+    println!("\n{report}");
+    let path = target_dir().join("bench-consistency.md");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// Transactions committed in the app database so far: (primary, all replicas).
+fn xact_commits(cluster: &PgCluster) -> Result<(u64, u64)> {
+    const QUERY: &str =
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+    let count = |text: String| -> Result<u64> {
+        text.trim()
+            .parse()
+            .map_err(|e| format!("xact_commit {text:?}: {e}").into())
+    };
+    let primary = count(cluster.primary().sql(QUERY)?)?;
+    let mut replicas = 0;
+    for replica in cluster.replicas() {
+        replicas += count(replica.sql(QUERY)?)?;
+    }
+    Ok((primary, replicas))
+}
+
 /// One warm-up run per target, then `opts.rounds` rounds of one run per
 /// target, recording each run's TPS and latency in its target.
-/// `check_alive` fails if a proxy died during the last run.
+/// `check_alive` fails if a proxy died during the last run. With `counts`,
+/// also records the server transactions each run committed (after a pause
+/// for the statistics to be flushed).
 fn measure(
     opts: &Options,
+    workload: Workload,
+    script: &Path,
+    counts: Option<&PgCluster>,
     targets: &mut [Target],
     check_alive: impl Fn() -> Result<()>,
 ) -> Result<()> {
     for target in targets.iter() {
         eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
-        bench_run(&target.addr, opts, WARMUP_SECONDS)
+        bench_run(&target.addr, opts, workload, script, WARMUP_SECONDS)
             .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
         check_alive()?;
     }
+    let commits = || -> Result<Option<(u64, u64)>> {
+        let Some(cluster) = counts else {
+            return Ok(None);
+        };
+        std::thread::sleep(STATS_FLUSH);
+        xact_commits(cluster).map(Some)
+    };
+    let mut before = commits()?;
     let n = targets.len();
     for round in 0..opts.rounds {
         // Rotate the starting target so none always runs right after another.
         for i in 0..n {
             let target = &mut targets[(round + i) % n];
-            let result = bench_run(&target.addr, opts, opts.seconds)
+            let result = bench_run(&target.addr, opts, workload, script, opts.seconds)
                 .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
             check_alive()?;
             let latency = result.latency_avg_ms.unwrap_or(f64::NAN);
+            let after = commits()?;
+            let mut per_txn = String::new();
+            if let (Some((p0, r0)), Some((p1, r1))) = (before, after) {
+                let txns = result.transactions as f64;
+                let primary = p1.saturating_sub(p0) as f64 / txns;
+                let replicas = r1.saturating_sub(r0) as f64 / txns;
+                target.primary_xacts.push(primary);
+                target.replica_xacts.push(replicas);
+                per_txn = format!("  server xacts/txn {primary:.2} + {replicas:.2}");
+            }
+            before = after;
             eprintln!(
-                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms",
+                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms{per_txn}",
                 round + 1,
                 opts.rounds,
                 target.name,
@@ -267,9 +527,10 @@ fn measure(
     Ok(())
 }
 
-/// `-S -M <protocol> -c <clients> -j <jobs> -T <seconds>`.
-fn bench_args(opts: &Options, seconds: u64) -> Vec<String> {
-    let mut args = vec!["-S".to_string(), "-M".into(), opts.protocol.clone()];
+/// `<workload> -M <protocol> -c <clients> -j <jobs> -T <seconds>`.
+fn bench_args(opts: &Options, workload: Workload, script: &Path, seconds: u64) -> Vec<String> {
+    let mut args = workload.args(script);
+    args.extend(["-M".to_string(), opts.protocol.clone()]);
     for (flag, value) in [
         ("-c", u64::from(opts.clients)),
         ("-j", u64::from(opts.jobs)),
@@ -289,6 +550,9 @@ fn ensure_fulcrum_built() -> Result<PathBuf> {
         eprintln!("building the daemon: cargo build --release -p fulcrum");
         let status = Command::new(&cargo)
             .args(["build", "--release", "-p", "fulcrum"])
+            // Where this bench was built, so the daemon lands next to it
+            // (`fulcrum_bin()` looks in this profile's directory).
+            .env("CARGO_TARGET_DIR", target_dir())
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdin(Stdio::null())
             .status()
@@ -316,22 +580,59 @@ fn ensure_fulcrum_built() -> Result<PathBuf> {
 /// plus what start-up and `pgbench -i` took on a 2-core machine; worst case:
 /// every deadline expiring (pg_ctl's 60 s, the daemons' 10 s, each run's grace).
 fn time_budget(opts: &Options, targets: u64, init_timeout: Duration) -> (Duration, Duration) {
-    let runs = targets * opts.rounds as u64;
-    let pgbench = targets * WARMUP_SECONDS + runs * opts.seconds;
+    let workloads = opts.workloads.len() as u64;
+    let runs = workloads * targets * opts.rounds as u64;
+    let mut pgbench = workloads * targets * WARMUP_SECONDS + runs * opts.seconds;
+    if opts.consistency_cost {
+        // The pause before each reading of the transaction counters.
+        pgbench += (runs + workloads) * STATS_FLUSH.as_millis().div_ceil(1000) as u64;
+    }
     let expected = pgbench + 5 + u64::from(opts.scale);
     let grace = RUN_GRACE.as_secs();
-    let worst = pgbench + (targets + runs) * grace + init_timeout.as_secs() + 60 + 2 * 10 + 30;
+    let worst = pgbench
+        + (workloads * targets + runs) * grace
+        + init_timeout.as_secs() * (1 + opts.replicas.min(1) as u64)
+        + 60 * (1 + opts.replicas as u64)
+        + 2 * 10
+        + 30;
     (Duration::from_secs(expected), Duration::from_secs(worst))
 }
 
-fn fulcrum_config(listen: &str, primary: &str, workers: u32) -> String {
+/// The daemon's config: `[fulcrum]` and the given `[[cluster]]` sections.
+fn fulcrum_config(workers: u32, clusters: &[String]) -> String {
     format!(
-        "[fulcrum]\nlog = \"info\"\nworkers = {workers}\n\n\
-         [[cluster]]\nname = \"bench\"\nprotocol = \"postgres\"\nlisten = \"{listen}\"\n\
-         pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n\n\
-         [[cluster.backend]]\naddress = \"{primary}\"\nrole = \"primary\"\n\n\
-         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+        "[fulcrum]\nlog = \"info\"\nworkers = {workers}\n\n{}",
+        clusters.join("\n")
     )
+}
+
+/// One `[[cluster]]` listening on `listen`, in front of the primary and every
+/// replica of `pg`; `consistency` is left at its default when `None`.
+fn cluster_section(name: &str, listen: &str, consistency: Option<&str>, pg: &PgCluster) -> String {
+    let mut out = format!(
+        "[[cluster]]\nname = \"{name}\"\nprotocol = \"postgres\"\nlisten = \"{listen}\"\n\
+         pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n"
+    );
+    if let Some(consistency) = consistency {
+        let _ = writeln!(out, "consistency = \"{consistency}\"");
+    }
+    let _ = write!(
+        out,
+        "\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\n",
+        pg.primary().addr()
+    );
+    for replica in pg.replicas() {
+        let _ = write!(
+            out,
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\n",
+            replica.addr()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
+    );
+    out
 }
 
 /// One place pgbench connects to, and what it measured there, per round.
@@ -340,6 +641,10 @@ struct Target {
     addr: String,
     tps: Vec<f64>,
     latency_ms: Vec<f64>,
+    /// `--consistency-cost`: transactions committed in the app database per
+    /// pgbench transaction, on the primary and on the replicas, per round.
+    primary_xacts: Vec<f64>,
+    replica_xacts: Vec<f64>,
 }
 
 impl Target {
@@ -349,14 +654,22 @@ impl Target {
             addr,
             tps: Vec::new(),
             latency_ms: Vec::new(),
+            primary_xacts: Vec::new(),
+            replica_xacts: Vec::new(),
         }
     }
 }
 
-/// `pgbench -S` for `seconds` against `addr`, failing on any failed
+/// The workload for `seconds` against `addr`, failing on any failed
 /// transaction as well as on everything [`pgbench_bounded`] rejects.
-fn bench_run(addr: &str, opts: &Options, seconds: u64) -> Result<PgbenchResult> {
-    let args = bench_args(opts, seconds);
+fn bench_run(
+    addr: &str,
+    opts: &Options,
+    workload: Workload,
+    script: &Path,
+    seconds: u64,
+) -> Result<PgbenchResult> {
+    let args = bench_args(opts, workload, script, seconds);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let timeout = Duration::from_secs(seconds) + RUN_GRACE;
     let (stdout, stderr) = pgbench_bounded(addr, &args, timeout)?;
@@ -694,7 +1007,93 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             rounds.join(" / ")
         );
     }
-    let machine_lines = [
+    out.push('\n');
+    for line in machine_lines(opts, machine, elapsed) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
+}
+
+/// `--consistency-cost`: one table per workload, then the machine.
+fn render_consistency(
+    opts: &Options,
+    machine: &Machine,
+    results: &[(Workload, Vec<Target>)],
+    elapsed: Duration,
+) -> String {
+    let mut out = String::new();
+    let replicas = match opts.replicas {
+        0 => "one primary, no replicas".to_string(),
+        1 => "a primary and 1 streaming replica (listed in both Fulcrum clusters)".to_string(),
+        n => format!("a primary and {n} streaming replicas (listed in both Fulcrum clusters)"),
+    };
+    for (workload, targets) in results {
+        let direct = &targets[0].tps;
+        let eventual = &targets[1].tps;
+        let _ = writeln!(
+            out,
+            "### {}, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, {replicas}\n",
+            workload.title(),
+            opts.clients,
+            opts.jobs,
+            opts.protocol,
+            opts.scale,
+            opts.rounds,
+            opts.seconds
+        );
+        let _ = writeln!(
+            out,
+            "| target | median TPS | ratio to direct | ratio to eventual | avg latency (ms) \
+             | server xacts per pgbench txn (primary + replicas) | TPS per round |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+        for target in targets {
+            let paired = |base: &[f64]| -> f64 {
+                let ratios: Vec<f64> = target.tps.iter().zip(base).map(|(t, b)| t / b).collect();
+                median(&ratios)
+            };
+            let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.2} + {:.2} | {} |",
+                target.name,
+                median(&target.tps),
+                paired(direct),
+                paired(eventual),
+                median(&target.latency_ms),
+                median(&target.primary_xacts),
+                median(&target.replica_xacts),
+                rounds.join(" / ")
+            );
+        }
+        let session: Vec<String> = targets[2]
+            .tps
+            .iter()
+            .zip(eventual)
+            .map(|(s, e)| format!("{:.3}", s / e))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nsession / eventual per round: {}\n",
+            session.join(" / ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Ratios are medians of per-round ratios (each run against the same round's \
+         direct or eventual run); latency and transactions per pgbench transaction are \
+         medians over the rounds."
+    );
+    out.push('\n');
+    for line in machine_lines(opts, machine, elapsed) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
+}
+
+/// What the figures were measured on, one markdown list item each.
+fn machine_lines(opts: &Options, machine: &Machine, elapsed: Duration) -> Vec<String> {
+    let mut lines = vec![
         format!("date: {}", machine.date),
         format!(
             "machine: {} CPUs ({}), shared by pgbench, PostgreSQL and the proxy",
@@ -714,13 +1113,15 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             machine.postgres, machine.pgbench, machine.pgbouncer
         ),
         format!("Fulcrum: {} (workers = {})", machine.commit, opts.workers),
-        format!("whole run: {:.0} s", elapsed.as_secs_f64()),
     ];
-    out.push('\n');
-    for line in machine_lines {
-        let _ = writeln!(out, "- {line}");
+    if opts.replicas > 0 && !opts.consistency_cost {
+        lines.push(format!(
+            "{} streaming replica(s), listed in Fulcrum's config",
+            opts.replicas
+        ));
     }
-    out
+    lines.push(format!("whole run: {:.0} s", elapsed.as_secs_f64()));
+    lines
 }
 
 /// Median (mean of the middle two for an even count); NaN when empty.
