@@ -8,6 +8,12 @@
 //! listeners), for each `--workload` (TPC-B and `-S` by default); the report
 //! goes to `target/bench-consistency.md`.
 //!
+//! With `--mysql-consistency-cost` the same comparison runs on MariaDB: a
+//! primary with `--replicas` GTID replicas (default 1), sysbench
+//! `oltp_read_write` and `oltp_read_only --skip-trx=on` directly on the
+//! primary and through Fulcrum `eventual` and `session`; the report goes to
+//! `target/bench-mysql-consistency.md`.
+//!
 //! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
 //! bounded in time (every pgbench run has a deadline), cleaned up on exit.
@@ -21,13 +27,13 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{
-    free_port, fulcrum_bin, is_root, pg_bin, wait_for_tcp, FulcrumProcess, PgCluster,
-    PgbenchResult, APP_DB, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV,
+    free_port, fulcrum_bin, is_root, pg_bin, wait_for_tcp, FulcrumProcess, MariaCluster, MariaNode,
+    PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV,
 };
 
 type Error = Box<dyn std::error::Error>;
@@ -48,6 +54,11 @@ const WARMUP_SECONDS: u64 = 2;
 /// `pg_stat_database`, so idle backends have flushed their counters (at most
 /// once a second in PostgreSQL 15).
 const STATS_FLUSH: Duration = Duration::from_millis(1200);
+/// `--mysql-consistency-cost`: sysbench's `--tables`.
+const SYSBENCH_TABLES: u32 = 2;
+/// Deadline for `sysbench prepare` and `cleanup`, and for the replicas to
+/// apply the prepared tables.
+const SYSBENCH_PREPARE_TIMEOUT: Duration = Duration::from_secs(120);
 /// `--workload write-read`: an autocommit write, then a read of the same row.
 const WRITE_READ_SCRIPT: &str = "\\set aid random(1, 100000 * :scale)
 \\set delta random(-5000, 5000)
@@ -72,6 +83,12 @@ usage: cargo bench --bench load -- [options]
                   default script), write-read (UPDATE then SELECT of one row,
                   autocommit); default select, or tpcb,select with
                   --consistency-cost
+  --mysql-consistency-cost
+                  the same on MariaDB (a primary and --replicas GTID replicas,
+                  default 1) with sysbench oltp_read_write and oltp_read_only
+                  --skip-trx=on: --clients is --threads, --seconds is --time
+  --table-size N  sysbench --table-size, 2 tables (default 10000)
+  --ps-mode M     sysbench --db-ps-mode: auto or disable (default auto)
 Environment: FULCRUM_BIN=path skips building the daemon.";
 
 fn main() -> ExitCode {
@@ -118,6 +135,12 @@ struct Options {
     consistency_cost: bool,
     /// What pgbench runs, one measurement per entry, in order.
     workloads: Vec<Workload>,
+    /// `--consistency-cost` on MariaDB with sysbench.
+    mysql_consistency_cost: bool,
+    /// sysbench `--table-size` (rows in each of its 2 tables).
+    table_size: u64,
+    /// sysbench `--db-ps-mode`.
+    ps_mode: String,
 }
 
 /// A pgbench script.
@@ -174,7 +197,11 @@ impl Options {
             replicas: 0,
             consistency_cost: false,
             workloads: Vec::new(),
+            mysql_consistency_cost: false,
+            table_size: 10_000,
+            ps_mode: "auto".into(),
         };
+        let mut replicas_given = false;
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--bench" {
@@ -182,6 +209,10 @@ impl Options {
             }
             if flag == "--consistency-cost" {
                 opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--mysql-consistency-cost" {
+                opts.mysql_consistency_cost = true;
                 continue;
             }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -198,7 +229,15 @@ impl Options {
                 "--rounds" => opts.rounds = number(1)? as usize,
                 "--scale" => opts.scale = number(1)? as u32,
                 "--workers" => opts.workers = number(0)? as u32,
-                "--replicas" => opts.replicas = number(0)? as usize,
+                "--replicas" => {
+                    opts.replicas = number(0)? as usize;
+                    replicas_given = true;
+                }
+                "--table-size" => opts.table_size = number(1)?,
+                "--ps-mode" if ["auto", "disable"].contains(&value.as_str()) => {
+                    opts.ps_mode = value.clone()
+                }
+                "--ps-mode" => return Err(format!("--ps-mode {value}: expected auto or disable")),
                 "--workload" => {
                     opts.workloads = value
                         .split(',')
@@ -217,6 +256,22 @@ impl Options {
         }
         // pgbench refuses more threads than clients.
         opts.jobs = opts.jobs.min(opts.clients);
+        if opts.mysql_consistency_cost {
+            if opts.consistency_cost {
+                return Err(
+                    "--consistency-cost and --mysql-consistency-cost are separate runs".into(),
+                );
+            }
+            if !opts.workloads.is_empty() {
+                return Err("--workload is for pgbench; --mysql-consistency-cost runs \
+                            oltp_read_write and oltp_read_only"
+                    .into());
+            }
+            if !replicas_given {
+                opts.replicas = 1;
+            }
+            return Ok(opts);
+        }
         if opts.workloads.is_empty() {
             opts.workloads = if opts.consistency_cost {
                 vec![Workload::TpcB, Workload::Select]
@@ -234,6 +289,9 @@ impl Options {
 fn run(opts: &Options) -> Result<()> {
     if opts.consistency_cost {
         return run_consistency(opts);
+    }
+    if opts.mysql_consistency_cost {
+        return run_mysql_consistency(opts);
     }
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
@@ -295,7 +353,7 @@ fn run(opts: &Options) -> Result<()> {
         Ok(())
     };
 
-    let machine = Machine::collect(&primary.sql("SHOW server_version")?)?;
+    let machine = pg_machine(primary.sql("SHOW server_version").map_err(Into::into))?;
     if machine.busy() {
         eprintln!(
             "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
@@ -406,7 +464,12 @@ fn run_consistency(opts: &Options) -> Result<()> {
         }
     };
 
-    let machine = Machine::collect(&cluster.primary().sql("SHOW server_version")?)?;
+    let machine = pg_machine(
+        cluster
+            .primary()
+            .sql("SHOW server_version")
+            .map_err(Into::into),
+    )?;
     if machine.busy() {
         eprintln!(
             "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
@@ -447,6 +510,426 @@ fn run_consistency(opts: &Options) -> Result<()> {
     std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!("written to {}", path.display());
     Ok(())
+}
+
+/// A sysbench workload of `--mysql-consistency-cost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SysbenchWorkload {
+    /// `oltp_read_write`: BEGIN, 10 point selects, 4 range selects, 2
+    /// UPDATEs, a DELETE and an INSERT, COMMIT. Everything runs on the
+    /// primary (a transaction opened with BEGIN may write).
+    ReadWrite,
+    /// `oltp_read_only --skip-trx=on`: the same 14 selects, autocommit, so
+    /// Fulcrum may send them to a replica.
+    ReadOnly,
+}
+
+impl SysbenchWorkload {
+    const ALL: [SysbenchWorkload; 2] = [SysbenchWorkload::ReadWrite, SysbenchWorkload::ReadOnly];
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            SysbenchWorkload::ReadWrite => &["oltp_read_write"],
+            SysbenchWorkload::ReadOnly => &["oltp_read_only", "--skip-trx=on"],
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            SysbenchWorkload::ReadWrite => "sysbench oltp_read_write",
+            SysbenchWorkload::ReadOnly => "sysbench oltp_read_only --skip-trx=on",
+        }
+    }
+}
+
+/// What a `sysbench ... run` reported.
+#[derive(Debug)]
+struct SysbenchResult {
+    transactions: u64,
+    tps: f64,
+    latency_avg_ms: f64,
+    ignored_errors: u64,
+    reconnects: u64,
+}
+
+impl SysbenchResult {
+    /// Parses sysbench 1.0's summary ("transactions: N (X per sec.)", ...).
+    fn parse(stdout: &str) -> Result<SysbenchResult> {
+        let line = |label: &str| -> Result<&str> {
+            stdout
+                .lines()
+                .map(str::trim_start)
+                .find_map(|l| l.strip_prefix(label))
+                .map(str::trim)
+                .ok_or_else(|| format!("no `{label}` line in sysbench's output").into())
+        };
+        let count = |label: &str| -> Result<u64> {
+            let rest = line(label)?;
+            rest.split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| format!("sysbench `{label} {rest}`: no count").into())
+        };
+        let transactions = line("transactions:")?;
+        let tps = transactions
+            .split_once('(')
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| format!("sysbench `transactions: {transactions}`: no rate"))?;
+        let latency_avg_ms = line("avg:")?
+            .parse()
+            .map_err(|e| format!("sysbench latency avg: {e}"))?;
+        Ok(SysbenchResult {
+            transactions: count("transactions:")?,
+            tps,
+            latency_avg_ms,
+            ignored_errors: count("ignored errors:")?,
+            reconnects: count("reconnects:")?,
+        })
+    }
+}
+
+/// Runs sysbench against `port` as `app` with the bench's tables:
+/// `sysbench --db-driver=mysql ... <args>`; returns its stdout. A non-zero
+/// exit, a FATAL or ALERT line, or a run past `timeout` is an error.
+fn sysbench(opts: &Options, port: u16, args: &[&str], timeout: Duration) -> Result<String> {
+    let mut cmd = Command::new("sysbench");
+    cmd.args([
+        "--db-driver=mysql".to_string(),
+        "--mysql-host=127.0.0.1".to_string(),
+        format!("--mysql-port={port}"),
+        format!("--mysql-user={APP_USER}"),
+        format!("--mysql-password={APP_PASSWORD}"),
+        format!("--mysql-db={APP_DB}"),
+        // Only deadlocks are retried; any other error fails the run.
+        "--mysql-ignore-errors=1213".to_string(),
+        format!("--db-ps-mode={}", opts.ps_mode),
+        format!("--tables={SYSBENCH_TABLES}"),
+        format!("--table-size={}", opts.table_size),
+    ])
+    .args(args)
+    .env("LC_ALL", "C");
+    let (status, stdout, stderr) = run_bounded(cmd, "sysbench", timeout)?;
+    let fatal = stdout
+        .lines()
+        .chain(stderr.lines())
+        .any(|l| l.contains("FATAL") || l.contains("ALERT"));
+    if !status.success() || fatal {
+        return Err(format!(
+            "`sysbench {}` exited with {status}\n--- stdout (tail) ---\n{}\n\
+             --- stderr (head) ---\n{}",
+            args.join(" "),
+            tail(&stdout, 30),
+            stderr.lines().take(20).collect::<Vec<_>>().join("\n")
+        )
+        .into());
+    }
+    Ok(stdout)
+}
+
+/// One timed `sysbench <workload> run` of `seconds` against `port`.
+/// Fails on everything [`sysbench`] rejects, on a reconnect, on no
+/// transactions, and on an ignored error in a workload that does not write
+/// (only writers can deadlock).
+fn sysbench_run(
+    opts: &Options,
+    port: u16,
+    workload: SysbenchWorkload,
+    seconds: u64,
+) -> Result<SysbenchResult> {
+    let mut args: Vec<String> = workload.args().iter().map(|a| a.to_string()).collect();
+    args.extend([
+        format!("--threads={}", opts.clients),
+        format!("--time={seconds}"),
+        "--events=0".to_string(),
+        "run".to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let stdout = sysbench(opts, port, &args, Duration::from_secs(seconds) + RUN_GRACE)?;
+    let result = SysbenchResult::parse(&stdout)?;
+    let unexpected_errors = workload == SysbenchWorkload::ReadOnly && result.ignored_errors > 0;
+    if result.transactions == 0 || result.reconnects > 0 || unexpected_errors {
+        return Err(format!(
+            "sysbench {}: {} transactions, {} ignored errors, {} reconnects\n{}",
+            args.join(" "),
+            result.transactions,
+            result.ignored_errors,
+            result.reconnects,
+            tail(&stdout, 30)
+        )
+        .into());
+    }
+    Ok(result)
+}
+
+/// `SHOW GLOBAL STATUS LIKE 'Com_select'` on `node`.
+fn com_select(node: &MariaNode) -> Result<u64> {
+    let text = node.sql("SHOW GLOBAL STATUS LIKE 'Com_select'")?;
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("Com_select: unexpected answer {text:?}").into())
+}
+
+/// `Com_select` so far: (primary, all replicas).
+fn com_selects(cluster: &MariaCluster) -> Result<(u64, u64)> {
+    let primary = com_select(cluster.primary())?;
+    let mut replicas = 0;
+    for replica in cluster.replicas() {
+        replicas += com_select(replica)?;
+    }
+    Ok((primary, replicas))
+}
+
+/// One `[[cluster]]` for MariaDB listening on `listen`, in front of the
+/// primary and every replica of `maria`, with the given `consistency`.
+fn mysql_cluster_section(
+    name: &str,
+    listen: &str,
+    consistency: &str,
+    maria: &MariaCluster,
+) -> String {
+    let mut out = format!(
+        "[[cluster]]\nname = \"{name}\"\nprotocol = \"mysql\"\nlisten = \"{listen}\"\n\
+         pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\n\
+         health_user = \"root\"\nhealth_password = \"\"\nconsistency = \"{consistency}\"\n"
+    );
+    let _ = write!(
+        out,
+        "\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\n",
+        maria.primary().addr()
+    );
+    for replica in maria.replicas() {
+        let _ = write!(
+            out,
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\n",
+            replica.addr()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
+    );
+    out
+}
+
+/// `--mysql-consistency-cost`: MariaDB direct vs Fulcrum `eventual` vs
+/// Fulcrum `session` with sysbench, one table per workload.
+fn run_mysql_consistency(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    let sysbench_version = first_line("sysbench", &["--version"]);
+    if sysbench_version == "unknown" {
+        return Err("sysbench not found (install: apt-get install sysbench)".into());
+    }
+    let bin = ensure_fulcrum_built()?;
+    let workloads = SysbenchWorkload::ALL.len() as u64;
+    let runs = workloads * 3 * opts.rounds as u64;
+    let expected = workloads * 3 * WARMUP_SECONDS + runs * (opts.seconds + 1) + 20;
+    let worst = expected + (workloads * 3 + runs) * RUN_GRACE.as_secs() + 60 + 120 + 60 + 30;
+    eprintln!(
+        "MariaDB consistency cost: {workloads} workloads x 3 targets x {} rounds x {} s after \
+         `sysbench prepare` ({SYSBENCH_TABLES} tables x {} rows): about {expected} s in all; \
+         every step has a deadline, so at most {worst} s",
+        opts.rounds, opts.seconds, opts.table_size
+    );
+
+    let cluster = MariaCluster::builder().replicas(opts.replicas).start()?;
+    let primary_port = cluster.primary().port();
+    eprintln!("MariaDB primary on {}", cluster.primary().addr());
+    for replica in cluster.replicas() {
+        eprintln!("MariaDB GTID replica on {}", replica.addr());
+    }
+    eprintln!(
+        "sysbench oltp_read_write prepare (directly, {SYSBENCH_TABLES} x {} rows) ...",
+        opts.table_size
+    );
+    sysbench(
+        opts,
+        primary_port,
+        &["oltp_read_write", "prepare"],
+        SYSBENCH_PREPARE_TIMEOUT,
+    )
+    .map_err(|e| format!("sysbench prepare: {e}"))?;
+    cluster.wait_replicas_caught_up(SYSBENCH_PREPARE_TIMEOUT)?;
+
+    let eventual_listen = format!("127.0.0.1:{}", free_port());
+    let session_listen = format!("127.0.0.1:{}", free_port());
+    let sections = [
+        mysql_cluster_section("eventual", &eventual_listen, "eventual", &cluster),
+        mysql_cluster_section("session", &session_listen, "session", &cluster),
+    ];
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
+    eprintln!(
+        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}",
+        bin.display()
+    );
+    let check_alive = || -> Result<()> {
+        match fulcrum.try_wait() {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "fulcrum exited with {status}; log tail:\n{}",
+                tail(&fulcrum.log_contents(), 30)
+            )
+            .into()),
+        }
+    };
+    let port_of = |addr: &str| -> u16 {
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("listen address with a port")
+    };
+
+    let version = cluster.primary().sql("SELECT VERSION()")?;
+    let machine = Machine::collect(format!("MariaDB {}", version.trim()), sysbench_version)?;
+    if machine.busy() {
+        eprintln!(
+            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+            machine.load.unwrap_or_default(),
+            machine.nproc
+        );
+    }
+    let mut results = Vec::new();
+    for workload in SysbenchWorkload::ALL {
+        eprintln!("== {}", workload.title());
+        let mut targets = vec![
+            Target::new("MariaDB direct", cluster.primary().addr()),
+            Target::new("Fulcrum eventual", eventual_listen.clone()),
+            Target::new("Fulcrum session", session_listen.clone()),
+        ];
+        for target in &targets {
+            eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
+            sysbench_run(opts, port_of(&target.addr), workload, WARMUP_SECONDS)
+                .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
+            check_alive()?;
+        }
+        let n = targets.len();
+        for round in 0..opts.rounds {
+            for i in 0..n {
+                let target = &mut targets[(round + i) % n];
+                let (p0, r0) = com_selects(&cluster)?;
+                let result = sysbench_run(opts, port_of(&target.addr), workload, opts.seconds)
+                    .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
+                check_alive()?;
+                let (p1, r1) = com_selects(&cluster)?;
+                let txns = result.transactions as f64;
+                let primary = p1.saturating_sub(p0) as f64 / txns;
+                let replicas = r1.saturating_sub(r0) as f64 / txns;
+                eprintln!(
+                    "round {}/{}: {:<18} {:>8.1} TPS  latency avg {:.3} ms  \
+                     SELECTs/txn {primary:.2} + {replicas:.2}  ignored errors {}",
+                    round + 1,
+                    opts.rounds,
+                    target.name,
+                    result.tps,
+                    result.latency_avg_ms,
+                    result.ignored_errors
+                );
+                target.tps.push(result.tps);
+                target.latency_ms.push(result.latency_avg_ms);
+                target.primary_xacts.push(primary);
+                target.replica_xacts.push(replicas);
+                target.ignored_errors.push(result.ignored_errors);
+            }
+        }
+        results.push((workload, targets));
+    }
+
+    drop(fulcrum);
+    if let Err(e) = sysbench(
+        opts,
+        primary_port,
+        &["oltp_read_write", "cleanup"],
+        SYSBENCH_PREPARE_TIMEOUT,
+    ) {
+        eprintln!("warning: sysbench cleanup: {e}");
+    }
+    drop(cluster);
+
+    let report = render_mysql_consistency(opts, &machine, &results, started.elapsed());
+    println!("\n{report}");
+    let path = target_dir().join("bench-mysql-consistency.md");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// `--mysql-consistency-cost`: one table per sysbench workload, then the machine.
+fn render_mysql_consistency(
+    opts: &Options,
+    machine: &Machine,
+    results: &[(SysbenchWorkload, Vec<Target>)],
+    elapsed: Duration,
+) -> String {
+    let mut out = String::new();
+    let replicas = match opts.replicas {
+        0 => "one primary, no replicas".to_string(),
+        1 => "a primary and 1 GTID replica (listed in both Fulcrum clusters)".to_string(),
+        n => format!("a primary and {n} GTID replicas (listed in both Fulcrum clusters)"),
+    };
+    for (workload, targets) in results {
+        let direct = &targets[0].tps;
+        let eventual = &targets[1].tps;
+        let _ = writeln!(
+            out,
+            "### {}, {} threads, --db-ps-mode={}, {SYSBENCH_TABLES} tables x {} rows, \
+             {} rounds x {} s, {replicas}\n",
+            workload.title(),
+            opts.clients,
+            opts.ps_mode,
+            opts.table_size,
+            opts.rounds,
+            opts.seconds
+        );
+        let _ = writeln!(
+            out,
+            "| target | median TPS | ratio to direct | ratio to eventual | avg latency (ms) \
+             | Com_select per txn (primary + replicas) | ignored errors per run | TPS per round |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|---|");
+        for target in targets {
+            let paired = |base: &[f64]| -> f64 {
+                let ratios: Vec<f64> = target.tps.iter().zip(base).map(|(t, b)| t / b).collect();
+                median(&ratios)
+            };
+            let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+            let errors: Vec<String> = target.ignored_errors.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.2} + {:.2} | {} | {} |",
+                target.name,
+                median(&target.tps),
+                paired(direct),
+                paired(eventual),
+                median(&target.latency_ms),
+                median(&target.primary_xacts),
+                median(&target.replica_xacts),
+                errors.join(" / "),
+                rounds.join(" / ")
+            );
+        }
+        let session: Vec<String> = targets[2]
+            .tps
+            .iter()
+            .zip(eventual)
+            .map(|(s, e)| format!("{:.3}", s / e))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nsession / eventual per round: {}\n",
+            session.join(" / ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Ratios are medians of per-round ratios (each run against the same round's \
+         direct or eventual run); latency and Com_select per sysbench transaction are \
+         medians over the rounds. Ignored errors are the deadlocks sysbench retried \
+         (`--mysql-ignore-errors=1213`); any other error fails the bench."
+    );
+    out.push('\n');
+    for line in machine_lines(opts, machine, elapsed) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
 }
 
 /// Transactions committed in the app database so far: (primary, all replicas).
@@ -643,8 +1126,11 @@ struct Target {
     latency_ms: Vec<f64>,
     /// `--consistency-cost`: transactions committed in the app database per
     /// pgbench transaction, on the primary and on the replicas, per round.
+    /// `--mysql-consistency-cost`: `Com_select` per sysbench transaction.
     primary_xacts: Vec<f64>,
     replica_xacts: Vec<f64>,
+    /// `--mysql-consistency-cost`: sysbench's ignored errors (deadlocks), per round.
+    ignored_errors: Vec<u64>,
 }
 
 impl Target {
@@ -656,6 +1142,7 @@ impl Target {
             latency_ms: Vec::new(),
             primary_xacts: Vec::new(),
             replica_xacts: Vec::new(),
+            ignored_errors: Vec::new(),
         }
     }
 }
@@ -709,27 +1196,8 @@ fn pgbench_bounded(addr: &str, args: &[&str], timeout: Duration) -> Result<(Stri
         .env("LC_MESSAGES", "C")
         .args(["-h", host, "-p", port, "-U", APP_USER])
         .args(args)
-        .arg(APP_DB)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("spawning pgbench: {e}"))?;
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("pgbench still running after {timeout:?}: killed").into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
+        .arg(APP_DB);
+    let (status, stdout, stderr) = run_bounded(cmd, "pgbench", timeout)?;
     let errors = stderr
         .lines()
         .any(|l| l.to_ascii_lowercase().contains("error"));
@@ -742,6 +1210,36 @@ fn pgbench_bounded(addr: &str, args: &[&str], timeout: Duration) -> Result<(Stri
         .into());
     }
     Ok((stdout, stderr))
+}
+
+/// Runs `cmd` (named `what` in errors) with its output captured, killing it
+/// after `timeout`; returns (status, stdout, stderr).
+fn run_bounded(
+    mut cmd: Command,
+    what: &str,
+    timeout: Duration,
+) -> Result<(ExitStatus, String, String)> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("spawning {what}: {e}"))?;
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{what} still running after {timeout:?}: killed").into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok((status, stdout, stderr))
 }
 
 fn outputs(stdout: &str, stderr: &str) -> String {
@@ -918,9 +1416,10 @@ struct Machine {
     date: String,
     nproc: usize,
     cpu: String,
-    postgres: String,
-    pgbench: String,
-    pgbouncer: String,
+    /// The database server and its version.
+    server: String,
+    /// The benchmark client (and pooler) versions.
+    clients: String,
     commit: String,
     /// 1-minute load average before the first run: other work on the machine.
     load: Option<f64>,
@@ -932,24 +1431,8 @@ impl Machine {
         self.load.is_some_and(|l| l > self.nproc as f64 / 2.0)
     }
 
-    fn collect(server_version: &str) -> Result<Machine> {
-        let first_line = |program: &str, args: &[&str]| -> String {
-            Command::new(program)
-                .args(args)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .stderr(Stdio::null())
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .and_then(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .next()
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| "unknown".into())
-        };
-        let pgbench = pg_bin("pgbench");
+    /// `server`: e.g. `PostgreSQL 15.8`; `clients`: the client tools' versions.
+    fn collect(server: String, clients: String) -> Result<Machine> {
         let mut commit = first_line("git", &["rev-parse", "--short", "HEAD"]);
         let dirty = Command::new("git")
             .args(["status", "--porcelain", "--untracked-files=no"])
@@ -972,15 +1455,43 @@ impl Machine {
             date: first_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu,
-            postgres: server_version.to_owned(),
-            pgbench: first_line(&pgbench.to_string_lossy(), &["--version"]),
-            pgbouncer: first_line(PGBOUNCER, &["--version"]),
+            server,
+            clients,
             commit,
             load: std::fs::read_to_string("/proc/loadavg")
                 .ok()
                 .and_then(|s| s.split_whitespace().next()?.parse().ok()),
         })
     }
+}
+
+/// The first line `program args` prints, or `unknown`.
+fn first_line(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// What [`Machine`] records for PostgreSQL: the server and the client tools.
+fn pg_machine(primary_sql: Result<String>) -> Result<Machine> {
+    let version = primary_sql?;
+    let pgbench = first_line(&pg_bin("pgbench").to_string_lossy(), &["--version"]);
+    let pgbouncer = first_line(PGBOUNCER, &["--version"]);
+    Machine::collect(
+        format!("PostgreSQL {}", version.trim()),
+        format!("{pgbench}; {pgbouncer}"),
+    )
 }
 
 /// The markdown report: one row per target, then the per-round figures.
@@ -1096,11 +1607,17 @@ fn machine_lines(opts: &Options, machine: &Machine, elapsed: Duration) -> Vec<St
     let mut lines = vec![
         format!("date: {}", machine.date),
         format!(
-            "machine: {} CPUs ({}), shared by pgbench, PostgreSQL and the proxy",
+            "machine: {} CPUs ({}), shared by the benchmark client, the database servers \
+             and the proxy",
             machine.nproc, machine.cpu
         ),
         format!(
-            "1-minute load average before the first run (includes `pgbench -i`): {}{}",
+            "1-minute load average before the first run (includes `{}`): {}{}",
+            if opts.mysql_consistency_cost {
+                "sysbench prepare"
+            } else {
+                "pgbench -i"
+            },
             machine.load.map_or("unknown".into(), |l| format!("{l:.2}")),
             if machine.busy() {
                 " (BUSY: other work was running; the figures are unreliable)"
@@ -1108,13 +1625,10 @@ fn machine_lines(opts: &Options, machine: &Machine, elapsed: Duration) -> Vec<St
                 ""
             }
         ),
-        format!(
-            "PostgreSQL {}; {}; {}",
-            machine.postgres, machine.pgbench, machine.pgbouncer
-        ),
+        format!("{}; {}", machine.server, machine.clients),
         format!("Fulcrum: {} (workers = {})", machine.commit, opts.workers),
     ];
-    if opts.replicas > 0 && !opts.consistency_cost {
+    if opts.replicas > 0 && !opts.consistency_cost && !opts.mysql_consistency_cost {
         lines.push(format!(
             "{} streaming replica(s), listed in Fulcrum's config",
             opts.replicas
