@@ -3,8 +3,33 @@
 //! daemon process come from `fulcrum-testkit`.
 
 use fulcrum_testkit::{
-    free_port, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
+    free_port, MariaCluster, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
 };
+
+/// A one-cluster MySQL config (cluster `shop`) for Fulcrum in front of `c`,
+/// listening on `port`: the primary and every replica as backends, the
+/// testkit's `app` user, probes as `root`; `extra` holds more `key = value`
+/// lines for the `[[cluster]]` table.
+pub fn maria_toml(c: &MariaCluster, port: u16, extra: &str) -> String {
+    let mut t = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n{extra}\n"
+    );
+    t.push_str(&format!(
+        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
+        c.primary().addr()
+    ));
+    for r in c.replicas() {
+        t.push_str(&format!(
+            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
+            r.addr()
+        ));
+    }
+    t.push_str(&format!(
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
+    ));
+    t
+}
 
 /// A one-cluster PostgreSQL config for Fulcrum, with the testkit's users.
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use fulcrum_suite::maria_toml;
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
@@ -42,27 +43,13 @@ fn cluster() -> &'static MariaCluster {
 }
 
 fn start(extra: &str) -> (FulcrumProcess, u16) {
-    let c = cluster();
     let port = free_port();
-    let mut t = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nclient_auth = \"scram-sha-256\"\n\
-         health_user = \"root\"\nhealth_password = \"\"\n{extra}\n"
+    let toml = maria_toml(
+        cluster(),
+        port,
+        &format!("client_auth = \"scram-sha-256\"\n{extra}"),
     );
-    t.push_str(&format!(
-        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
-        c.primary().addr()
-    ));
-    for r in c.replicas() {
-        t.push_str(&format!(
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
-            r.addr()
-        ));
-    }
-    t.push_str(&format!(
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
-    ));
-    (FulcrumProcess::start(&t).expect("fulcrum starts"), port)
+    (FulcrumProcess::start(&toml).expect("fulcrum starts"), port)
 }
 
 async fn connect(port: u16) -> Conn {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fulcrum_suite::maria_toml;
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
@@ -17,25 +18,11 @@ use mysql_async::{Conn, OptsBuilder};
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn config(c: &MariaCluster, port: u16, extra: &str) -> String {
-    let mut t = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\npool_timeout = \"10s\"\n\
-         health_user = \"root\"\nhealth_password = \"\"\nhealth_interval = \"500ms\"\n{extra}\n"
-    );
-    t.push_str(&format!(
-        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
-        c.primary().addr()
-    ));
-    for r in c.replicas() {
-        t.push_str(&format!(
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
-            r.addr()
-        ));
-    }
-    t.push_str(&format!(
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
-    ));
-    t
+    maria_toml(
+        c,
+        port,
+        &format!("pool_timeout = \"10s\"\nhealth_interval = \"500ms\"\n{extra}"),
+    )
 }
 
 async fn connect(port: u16) -> mysql_async::Result<Conn> {

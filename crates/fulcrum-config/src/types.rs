@@ -139,6 +139,17 @@ pub enum CausalWait {
     Never,
 }
 
+impl CausalWait {
+    /// `Some(true)`: always wait; `Some(false)`: never; `None`: decide per read.
+    pub fn forced(self) -> Option<bool> {
+        match self {
+            CausalWait::Auto => None,
+            CausalWait::Always => Some(true),
+            CausalWait::Never => Some(false),
+        }
+    }
+}
+
 /// How far behind the primary a replica may be and still serve reads (`max_lag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxLag {

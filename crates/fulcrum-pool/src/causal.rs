@@ -118,6 +118,16 @@ pub fn when_behind(policy: Option<bool>, primary_load: usize, pool_size: usize) 
     }
 }
 
+/// [`when_behind`] with the primary's load read from `router`.
+pub fn when_behind_now(
+    policy: Option<bool>,
+    router: &crate::Router,
+    pool_size: usize,
+) -> WhenBehind {
+    let primary_load = router.primary().map_or(0, |p| router.load(p));
+    when_behind(policy, primary_load, pool_size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,6 @@ pub mod pool;
 pub mod router;
 
 pub use balance::Balance;
-pub use causal::{when_behind, Causal, Need, WhenBehind};
+pub use causal::{when_behind, when_behind_now, Causal, Need, WhenBehind};
 pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
 pub use router::{Admission, BackendId, Route, Router};

@@ -11,9 +11,9 @@
 //! - `strong` takes `@@gtid_binlog_pos` from the primary when the read starts.
 //! - The hint and `SET/RESET/SHOW fulcrum.consistency` work as on PostgreSQL.
 
-use fulcrum_config::{CausalWait, Consistency};
+use fulcrum_config::Consistency;
 use fulcrum_metrics::CausalOutcome;
-use fulcrum_pool::{when_behind, BackendId, Checkout, Need, Route, WhenBehind};
+use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, Route, WhenBehind};
 use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
 use mysql_common::constants::CapabilityFlags as C;
 
@@ -116,17 +116,11 @@ impl Session {
             self.reached(backend, CausalOutcome::Replica);
             return true;
         }
-        let policy = match self.ctx.config.causal_wait {
-            CausalWait::Auto => None,
-            CausalWait::Always => Some(true),
-            CausalWait::Never => Some(false),
-        };
-        let primary_load = self
-            .ctx
-            .router
-            .primary()
-            .map_or(0, |p| self.ctx.router.load(p));
-        let choice = when_behind(policy, primary_load, self.ctx.config.pool_size as usize);
+        let choice = when_behind_now(
+            self.ctx.config.causal_wait.forced(),
+            &self.ctx.router,
+            self.ctx.config.pool_size as usize,
+        );
         if choice == WhenBehind::Wait {
             let secs = self.ctx.config.causal_timeout.as_secs_f64();
             if gtid_wait(server, &gtid, secs).await {

@@ -15,9 +15,9 @@
 
 use std::time::{Duration, Instant};
 
-use fulcrum_config::{CausalWait, Consistency};
+use fulcrum_config::Consistency;
 use fulcrum_metrics::CausalOutcome;
-use fulcrum_pool::{when_behind, BackendId, Checkout, Need, WhenBehind};
+use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, WhenBehind};
 
 use super::Session;
 use crate::backend::ServerConn;
@@ -148,17 +148,11 @@ impl Session {
                 return Check::Serve;
             }
             if !waited {
-                let policy = match self.ctx.config.causal_wait {
-                    CausalWait::Auto => None,
-                    CausalWait::Always => Some(true),
-                    CausalWait::Never => Some(false),
-                };
-                let primary_load = self
-                    .ctx
-                    .router
-                    .primary()
-                    .map_or(0, |p| self.ctx.router.load(p));
-                let choice = when_behind(policy, primary_load, self.ctx.config.pool_size as usize);
+                let choice = when_behind_now(
+                    self.ctx.config.causal_wait.forced(),
+                    &self.ctx.router,
+                    self.ctx.config.pool_size as usize,
+                );
                 if choice == WhenBehind::Primary {
                     break;
                 }
