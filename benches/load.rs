@@ -14,6 +14,12 @@
 //! primary and through Fulcrum `eventual` and `session`; the report goes to
 //! `target/bench-mysql-consistency.md`.
 //!
+//! With `--scale-out` the targets are PostgreSQL direct and Fulcrum reading
+//! from 1, 2 and 3 nodes (a primary and 2 streaming replicas, each server in
+//! its own CPU-capped cgroup, `--cpu-quota` CPUs each), `pgbench -S` only;
+//! the report goes to `target/bench-scale-out.md` and the TPS-vs-nodes plot
+//! to `docs/img/scale-out.png`.
+//!
 //! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
 //! bounded in time (every pgbench run has a deadline), cleaned up on exit.
@@ -59,6 +65,12 @@ const SYSBENCH_TABLES: u32 = 2;
 /// Deadline for `sysbench prepare` and `cleanup`, and for the replicas to
 /// apply the prepared tables.
 const SYSBENCH_PREPARE_TIMEOUT: Duration = Duration::from_secs(120);
+/// `--scale-out`: PostgreSQL servers (a primary and its replicas).
+const SCALE_OUT_NODES: usize = 3;
+/// `--scale-out`: the cgroup CPU period (`cpu.cfs_period_us`, `cpu.max`).
+const CPU_PERIOD_US: u64 = 100_000;
+/// `--scale-out`: cgroup names start with this, then `<our pid>-<node>`.
+const CGROUP_PREFIX: &str = "fulcrum-bench-";
 /// `--workload write-read`: an autocommit write, then a read of the same row.
 const WRITE_READ_SCRIPT: &str = "\\set aid random(1, 100000 * :scale)
 \\set delta random(-5000, 5000)
@@ -89,6 +101,12 @@ usage: cargo bench --bench load -- [options]
                   --skip-trx=on: --clients is --threads, --seconds is --time
   --table-size N  sysbench --table-size, 2 tables (default 10000)
   --ps-mode M     sysbench --db-ps-mode: auto or disable (default auto)
+  --scale-out     read scale-out: a primary and 2 streaming replicas, each in
+                  its own CPU-capped cgroup; targets PostgreSQL direct and
+                  Fulcrum reading from 1, 2 and 3 nodes (pgbench -S); writes
+                  docs/img/scale-out.png
+  --cpu-quota F   --scale-out: CPUs per PostgreSQL server (default 0.3; 0
+                  runs uncapped and plots to target/ instead of docs/img/)
 Environment: FULCRUM_BIN=path skips building the daemon.";
 
 fn main() -> ExitCode {
@@ -141,6 +159,10 @@ struct Options {
     table_size: u64,
     /// sysbench `--db-ps-mode`.
     ps_mode: String,
+    /// Direct vs Fulcrum on 1, 2 and 3 CPU-capped nodes.
+    scale_out: bool,
+    /// `--scale-out`: CPUs per PostgreSQL server's cgroup (0: no cgroups).
+    cpu_quota: f64,
 }
 
 /// A pgbench script.
@@ -200,6 +222,8 @@ impl Options {
             mysql_consistency_cost: false,
             table_size: 10_000,
             ps_mode: "auto".into(),
+            scale_out: false,
+            cpu_quota: 0.3,
         };
         let mut replicas_given = false;
         let mut it = args.iter();
@@ -213,6 +237,10 @@ impl Options {
             }
             if flag == "--mysql-consistency-cost" {
                 opts.mysql_consistency_cost = true;
+                continue;
+            }
+            if flag == "--scale-out" {
+                opts.scale_out = true;
                 continue;
             }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -234,6 +262,10 @@ impl Options {
                     replicas_given = true;
                 }
                 "--table-size" => opts.table_size = number(1)?,
+                "--cpu-quota" => match value.parse::<f64>() {
+                    Ok(q) if (0.0..=64.0).contains(&q) => opts.cpu_quota = q,
+                    _ => return Err(format!("--cpu-quota {value}: expected CPUs, e.g. 0.3")),
+                },
                 "--ps-mode" if ["auto", "disable"].contains(&value.as_str()) => {
                     opts.ps_mode = value.clone()
                 }
@@ -256,6 +288,23 @@ impl Options {
         }
         // pgbench refuses more threads than clients.
         opts.jobs = opts.jobs.min(opts.clients);
+        if opts.scale_out {
+            if opts.consistency_cost || opts.mysql_consistency_cost {
+                return Err("--scale-out is a run of its own".into());
+            }
+            if replicas_given && opts.replicas != SCALE_OUT_NODES - 1 {
+                return Err(format!(
+                    "--scale-out always starts {} replicas",
+                    SCALE_OUT_NODES - 1
+                ));
+            }
+            if !opts.workloads.is_empty() && opts.workloads != [Workload::Select] {
+                return Err("--scale-out runs pgbench -S only".into());
+            }
+            opts.replicas = SCALE_OUT_NODES - 1;
+            opts.workloads = vec![Workload::Select];
+            return Ok(opts);
+        }
         if opts.mysql_consistency_cost {
             if opts.consistency_cost {
                 return Err(
@@ -292,6 +341,9 @@ fn run(opts: &Options) -> Result<()> {
     }
     if opts.mysql_consistency_cost {
         return run_mysql_consistency(opts);
+    }
+    if opts.scale_out {
+        return run_scale_out(opts);
     }
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
@@ -509,6 +561,613 @@ fn run_consistency(opts: &Options) -> Result<()> {
     let path = target_dir().join("bench-consistency.md");
     std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
     eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// `--scale-out`: PostgreSQL direct vs Fulcrum reading from 1, 2 and 3
+/// nodes of a primary and 2 streaming replicas, each server in its own
+/// CPU-capped cgroup so that one node is the bottleneck.
+fn run_scale_out(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    // First, before anything starts: without cgroups there is nothing to
+    // measure. Declared before the cluster, so dropped after it.
+    let caps = if opts.cpu_quota > 0.0 {
+        match CpuCaps::create(SCALE_OUT_NODES, opts.cpu_quota) {
+            Ok(caps) => Some(caps),
+            Err(reason) => {
+                println!(
+                    "scale-out benchmark SKIPPED: cannot cap the CPU of each PostgreSQL \
+                     server: {reason} (needs root and a writable cgroup v1 cpu or cgroup v2 \
+                     hierarchy; --cpu-quota 0 runs uncapped)"
+                );
+                return Ok(());
+            }
+        }
+    } else {
+        eprintln!("--cpu-quota 0: the servers run uncapped");
+        None
+    };
+    let bin = ensure_fulcrum_built()?;
+    let init_timeout =
+        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let targets = 1 + SCALE_OUT_NODES as u64;
+    let (expected, worst) = time_budget(opts, targets, init_timeout);
+    eprintln!(
+        "read scale-out: {targets} targets x {} rounds x {} s after `pgbench -i -s {}`: \
+         about {} s in all; every step has a deadline, so at most {} s",
+        opts.rounds,
+        opts.seconds,
+        opts.scale,
+        expected.as_secs(),
+        worst.as_secs()
+    );
+
+    // `pgbench -i` runs uncapped; the caps apply from here on.
+    let cluster = start_cluster(opts, init_timeout)?;
+    let mut node_names = Vec::new();
+    for (i, node) in cluster.nodes().enumerate() {
+        node_names.push(node.name().to_string());
+        if let Some(caps) = &caps {
+            let moved = caps.add_server(i, node.data_dir())?;
+            eprintln!(
+                "{}: postmaster and {} other processes in {} ({} CPU)",
+                node.name(),
+                moved - 1,
+                caps.groups[i].display(),
+                opts.cpu_quota
+            );
+        }
+    }
+
+    const NAMES: [&str; SCALE_OUT_NODES] =
+        ["Fulcrum, 1 node", "Fulcrum, 2 nodes", "Fulcrum, 3 nodes"];
+    let primary = cluster.primary().addr();
+    let replicas: Vec<String> = cluster.replicas().iter().map(|r| r.addr()).collect();
+    let mut targets = vec![Target::new("PostgreSQL direct", primary.clone())];
+    let mut sections = Vec::new();
+    for (nodes, name) in (1..=SCALE_OUT_NODES).zip(NAMES) {
+        let listen = format!("127.0.0.1:{}", free_port());
+        sections.push(scale_out_section(
+            &format!("nodes{nodes}"),
+            &listen,
+            &primary,
+            &replicas[..nodes - 1],
+        ));
+        targets.push(Target::new(name, listen));
+    }
+    // One daemon, three listeners; only one of them has clients at a time.
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
+    eprintln!(
+        "Fulcrum {}: 1, 2 and 3 nodes on {}",
+        bin.display(),
+        targets[1..]
+            .iter()
+            .map(|t| t.addr.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let check_alive = || -> Result<()> {
+        match fulcrum.try_wait() {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "fulcrum exited with {status}; log tail:\n{}",
+                tail(&fulcrum.log_contents(), 30)
+            )
+            .into()),
+        }
+    };
+
+    let machine = pg_machine(
+        cluster
+            .primary()
+            .sql("SHOW server_version")
+            .map_err(Into::into),
+    )?;
+    if machine.busy() {
+        eprintln!(
+            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+            machine.load.unwrap_or_default(),
+            machine.nproc
+        );
+    }
+    let throttling = |caps: &CpuCaps| -> Vec<(u64, u64)> {
+        (0..SCALE_OUT_NODES).map(|i| caps.throttling(i)).collect()
+    };
+    let before = caps.as_ref().map(throttling);
+    measure(
+        opts,
+        Workload::Select,
+        Path::new(""),
+        None,
+        &mut targets,
+        check_alive,
+    )?;
+    // Per node: the share of CPU periods in which the cap held it back.
+    let throttled: Vec<(String, f64)> = match (&caps, before) {
+        (Some(caps), Some(before)) => throttling(caps)
+            .iter()
+            .zip(before)
+            .zip(&node_names)
+            .map(|((&(p1, t1), (p0, t0)), name)| {
+                let periods = p1.saturating_sub(p0).max(1) as f64;
+                (name.clone(), t1.saturating_sub(t0) as f64 / periods)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+
+    drop(fulcrum);
+    drop(cluster);
+    drop(caps);
+
+    let report = render_scale_out(opts, &machine, &targets, &throttled, started.elapsed());
+    println!("\n{report}");
+    let path = target_dir().join("bench-scale-out.md");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    // The uncapped comparison run must not replace the documented plot.
+    let plot = if opts.cpu_quota > 0.0 {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/img/scale-out.png")
+    } else {
+        target_dir().join("scale-out-uncapped.png")
+    };
+    plot_scale_out(&plot, opts, &targets)?;
+    eprintln!("plot written to {}", plot.display());
+    Ok(())
+}
+
+/// `--scale-out`: a `[[cluster]]` on `listen` in front of `primary` and
+/// `replicas`, `consistency = "eventual"`, reads spread over all of them
+/// (with no replica, the primary serves the reads anyway).
+fn scale_out_section(name: &str, listen: &str, primary: &str, replicas: &[String]) -> String {
+    let mut out = format!(
+        "[[cluster]]\nname = \"{name}\"\nprotocol = \"postgres\"\nlisten = \"{listen}\"\n\
+         pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n\
+         consistency = \"eventual\"\nreads_on_primary = true\n"
+    );
+    let _ = write!(
+        out,
+        "\n[[cluster.backend]]\naddress = \"{primary}\"\nrole = \"primary\"\n\n"
+    );
+    for replica in replicas {
+        let _ = write!(
+            out,
+            "[[cluster.backend]]\naddress = \"{replica}\"\nrole = \"replica\"\n\n"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
+    );
+    out
+}
+
+/// `--scale-out`: one cgroup per PostgreSQL server, each limited to a quota
+/// of CPU time. Dropping it moves whatever is still inside back to the root
+/// cgroup and removes the groups, so a failed run leaves nothing behind (a
+/// killed one is cleaned up by the next run: see [`remove_stale_cgroups`]).
+struct CpuCaps {
+    /// The hierarchy's root: `/sys/fs/cgroup/cpu` (v1) or `/sys/fs/cgroup` (v2).
+    root: PathBuf,
+    /// One per server, in [`PgCluster::nodes`] order.
+    groups: Vec<PathBuf>,
+}
+
+impl CpuCaps {
+    /// `count` groups of `quota` CPUs each. `Err` says why CPU cannot be
+    /// capped here (the caller skips the run).
+    fn create(count: usize, quota: f64) -> Result<CpuCaps, String> {
+        let v1_root = Path::new("/sys/fs/cgroup/cpu");
+        let v2_root = Path::new("/sys/fs/cgroup");
+        let v2 = if v1_root.join("cpu.cfs_quota_us").is_file() {
+            false
+        } else if std::fs::read_to_string(v2_root.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+        {
+            true
+        } else {
+            return Err(
+                "no cgroup v1 cpu controller at /sys/fs/cgroup/cpu and no cgroup v2 \
+                        cpu controller at /sys/fs/cgroup"
+                    .into(),
+            );
+        };
+        let root = if v2 { v2_root } else { v1_root };
+        remove_stale_cgroups(root);
+        // From here, an early return drops `caps`, which removes the groups.
+        let mut caps = CpuCaps {
+            root: root.to_path_buf(),
+            groups: Vec::new(),
+        };
+        if v2 {
+            // Child groups have a cpu.max only when the parent delegates cpu.
+            write_cgroup_file(&root.join("cgroup.subtree_control"), "+cpu")?;
+        }
+        let quota_us = ((quota * CPU_PERIOD_US as f64).round() as u64).max(1000);
+        for i in 0..count {
+            let dir = root.join(format!("{CGROUP_PREFIX}{}-{i}", std::process::id()));
+            std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            caps.groups.push(dir.clone());
+            if v2 {
+                write_cgroup_file(&dir.join("cpu.max"), &format!("{quota_us} {CPU_PERIOD_US}"))?;
+            } else {
+                write_cgroup_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                write_cgroup_file(&dir.join("cpu.cfs_quota_us"), &quota_us.to_string())?;
+            }
+        }
+        Ok(caps)
+    }
+
+    /// Moves the server whose data directory is `data_dir` into group
+    /// `index`: its postmaster first (backends forked from then on are born
+    /// inside), then every process already under it. Returns how many moved.
+    fn add_server(&self, index: usize, data_dir: &Path) -> Result<usize> {
+        let pidfile = data_dir.join("postmaster.pid");
+        let text = std::fs::read_to_string(&pidfile)
+            .map_err(|e| format!("reading {}: {e}", pidfile.display()))?;
+        let postmaster: u32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| format!("{}: no pid on its first line", pidfile.display()))?;
+        let procs = self.groups[index].join("cgroup.procs");
+        write_cgroup_file(&procs, &postmaster.to_string())?;
+        let mut moved = 1;
+        for pid in descendants(postmaster) {
+            // A child may have exited meanwhile.
+            if write_cgroup_file(&procs, &pid.to_string()).is_ok() {
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// (`nr_periods`, `nr_throttled`) of group `index` so far, from `cpu.stat`
+    /// (the same names in v1 and v2); zeros if unreadable.
+    fn throttling(&self, index: usize) -> (u64, u64) {
+        let stat = std::fs::read_to_string(self.groups[index].join("cpu.stat")).unwrap_or_default();
+        let field = |name: &str| -> u64 {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (field("nr_periods"), field("nr_throttled"))
+    }
+}
+
+impl Drop for CpuCaps {
+    fn drop(&mut self) {
+        for dir in std::mem::take(&mut self.groups).iter().rev() {
+            release_cgroup(&self.root, dir);
+        }
+    }
+}
+
+/// Writes `value` to a cgroup control file.
+fn write_cgroup_file(path: &Path, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| format!("writing {value} to {}: {e}", path.display()))
+}
+
+/// Moves the processes left in cgroup `dir` back to `root` and removes it.
+fn release_cgroup(root: &Path, dir: &Path) {
+    for _ in 0..100 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let _ = std::fs::write(root.join("cgroup.procs"), pid);
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("warning: could not remove cgroup {}", dir.display());
+}
+
+/// Removes the groups of earlier runs whose process is gone (killed before
+/// it could clean up).
+fn remove_stale_cgroups(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(owner) = name
+            .strip_prefix(CGROUP_PREFIX)
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{owner}")).exists() {
+            eprintln!("removing cgroup {name} left by an earlier run");
+            release_cgroup(root, &entry.path());
+        }
+    }
+}
+
+/// Every process under `ancestor` (children, their children, ...), from the
+/// `PPid:` lines of `/proc/*/status`.
+fn descendants(ancestor: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+            if let Some(ppid) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:")?.trim().parse::<u32>().ok())
+            {
+                parents.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![ancestor];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|&&(_, pp)| pp == parent)
+                .map(|&(p, _)| p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// p50, p95 and p99 (nearest rank, ms) of the per-transaction latencies in
+/// the pgbench logs in `dir` (`client txn latency_us script epoch us`).
+fn latency_percentiles(dir: &Path) -> Result<[f64; 3]> {
+    let mut micros: Vec<u64> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        micros.extend(
+            text.lines()
+                .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()),
+        );
+    }
+    if micros.is_empty() {
+        return Err(format!("no transactions in the pgbench logs in {}", dir.display()).into());
+    }
+    micros.sort_unstable();
+    let rank = |p: f64| -> f64 {
+        let i = ((p * micros.len() as f64).ceil() as usize).clamp(1, micros.len()) - 1;
+        micros[i] as f64 / 1000.0
+    };
+    Ok([rank(0.50), rank(0.95), rank(0.99)])
+}
+
+/// `--scale-out`: the table, the per-node throttling, then the machine.
+fn render_scale_out(
+    opts: &Options,
+    machine: &Machine,
+    targets: &[Target],
+    throttled: &[(String, f64)],
+    elapsed: Duration,
+) -> String {
+    let mut out = String::new();
+    let cap = if opts.cpu_quota > 0.0 {
+        format!("each PostgreSQL server capped at {} CPU", opts.cpu_quota)
+    } else {
+        "servers uncapped".to_string()
+    };
+    let _ = writeln!(
+        out,
+        "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, a primary and \
+         {} streaming replicas, {cap}\n",
+        opts.clients,
+        opts.jobs,
+        opts.protocol,
+        opts.scale,
+        opts.rounds,
+        opts.seconds,
+        SCALE_OUT_NODES - 1
+    );
+    let _ = writeln!(
+        out,
+        "| target | nodes | median TPS | ratio to direct | ratio per node \
+         | ratio to Fulcrum 1 node | latency p50 / p95 / p99 (ms) | avg latency (ms) \
+         | TPS per round |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let direct = &targets[0].tps;
+    let one_node = &targets[1].tps;
+    for (i, target) in targets.iter().enumerate() {
+        let nodes = i.max(1);
+        let ratios: Vec<f64> = target.tps.iter().zip(direct).map(|(t, d)| t / d).collect();
+        let ratio = median(&ratios);
+        let to_one: Vec<f64> = target
+            .tps
+            .iter()
+            .zip(one_node)
+            .map(|(t, o)| t / o)
+            .collect();
+        let pct = |k: usize| -> f64 {
+            let values: Vec<f64> = target.latency_pcts.iter().map(|p| p[k]).collect();
+            median(&values)
+        };
+        let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {nodes} | {:.0} | {ratio:.2}x | {:.2} | {:.2}x | {:.2} / {:.2} / {:.2} \
+             | {:.3} | {} |",
+            target.name,
+            median(&target.tps),
+            ratio / nodes as f64,
+            median(&to_one),
+            pct(0),
+            pct(1),
+            pct(2),
+            median(&target.latency_ms),
+            rounds.join(" / ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nRatios are medians of per-round ratios (each run against the same round's direct \
+         run); \"ratio per node\" is that ratio divided by the nodes serving reads, \"ratio \
+         to Fulcrum 1 node\" the same against the round's Fulcrum run on the primary alone. \
+         Latency \
+         percentiles come from pgbench's per-transaction logs (`--log`, every target alike) \
+         and are medians over the rounds."
+    );
+    if !throttled.is_empty() {
+        let shares: Vec<String> = throttled
+            .iter()
+            .map(|(name, share)| format!("{name} {:.0} %", share * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nCPU periods ({} ms) in which the cap throttled the server, over all runs \
+             (warm-ups included; a node serves only some of the targets): {}",
+            CPU_PERIOD_US / 1000,
+            shares.join(", ")
+        );
+    }
+    out.push('\n');
+    for line in machine_lines(opts, machine, elapsed) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
+}
+
+/// TrueType fonts the plot may use for its text, the first found.
+const PLOT_FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+/// `--scale-out`: a PNG of median TPS against the nodes serving reads:
+/// Fulcrum, PostgreSQL direct as a reference line, and direct x nodes as
+/// the linear ideal.
+fn plot_scale_out(path: &Path, opts: &Options, targets: &[Target]) -> Result<()> {
+    use plotters::prelude::*;
+    let font = PLOT_FONTS
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .ok_or_else(|| format!("no TrueType font for the plot (looked for {PLOT_FONTS:?})"))?;
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font.leak())
+        .map_err(|_| "the plot's font is not a usable TrueType font")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let plot_err =
+        |e: &dyn std::fmt::Display| -> Error { format!("plot {}: {e}", path.display()).into() };
+
+    let direct = median(&targets[0].tps);
+    let fulcrum: Vec<(f64, f64)> = targets[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ((i + 1) as f64, median(&t.tps)))
+        .collect();
+    // As in the table: medians of the per-round ratios to direct.
+    let ratios: Vec<f64> = targets[1..]
+        .iter()
+        .map(|t| {
+            let r: Vec<f64> = t
+                .tps
+                .iter()
+                .zip(&targets[0].tps)
+                .map(|(t, d)| t / d)
+                .collect();
+            median(&r)
+        })
+        .collect();
+    let nodes = fulcrum.len() as f64;
+    let top = fulcrum
+        .iter()
+        .map(|&(_, y)| y)
+        .fold(direct * nodes, f64::max)
+        * 1.12;
+    let cap = if opts.cpu_quota > 0.0 {
+        format!("{} CPU per server", opts.cpu_quota)
+    } else {
+        "servers uncapped".into()
+    };
+
+    let root = BitMapBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "pgbench -S read scale-out ({cap}, {} clients)",
+                opts.clients
+            ),
+            ("sans-serif", 24),
+        )
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.8f64..nodes + 0.5, 0f64..top)
+        .map_err(|e| plot_err(&e))?;
+    chart
+        .configure_mesh()
+        .x_labels(fulcrum.len())
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .disable_x_mesh()
+        .light_line_style(WHITE)
+        .x_desc("PostgreSQL nodes serving reads")
+        .y_desc("TPS (median of rounds)")
+        .label_style(("sans-serif", 16))
+        .draw()
+        .map_err(|e| plot_err(&e))?;
+    let grey = RGBColor(150, 150, 150);
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(1.0, direct), (nodes, direct * nodes)],
+            8,
+            6,
+            grey.stroke_width(2),
+        ))
+        .map_err(|e| plot_err(&e))?
+        .label("target shape: direct x nodes")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], grey.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            [(0.8, direct), (nodes + 0.5, direct)],
+            RED.stroke_width(2),
+        ))
+        .map_err(|e| plot_err(&e))?
+        .label(format!("PostgreSQL direct: {direct:.0} TPS"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(fulcrum.clone(), BLUE.stroke_width(3)))
+        .map_err(|e| plot_err(&e))?
+        .label("Fulcrum (reads_on_primary, eventual)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(3)));
+    chart
+        .draw_series(
+            fulcrum
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y), 5, BLUE.filled())),
+        )
+        .map_err(|e| plot_err(&e))?;
+    chart
+        .draw_series(fulcrum.iter().zip(&ratios).map(|(&(x, y), ratio)| {
+            // Below and right of its point, clear of the line.
+            EmptyElement::at((x, y))
+                + Text::new(
+                    format!("{y:.0} TPS ({ratio:.2}x)"),
+                    (10, 8),
+                    ("sans-serif", 16).into_font().color(&BLACK),
+                )
+        }))
+        .map_err(|e| plot_err(&e))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| plot_err(&e))?;
+    root.present().map_err(|e| plot_err(&e))?;
     Ok(())
 }
 
@@ -964,10 +1623,14 @@ fn measure(
 ) -> Result<()> {
     for target in targets.iter() {
         eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
-        bench_run(&target.addr, opts, workload, script, WARMUP_SECONDS)
+        bench_run(&target.addr, opts, workload, script, WARMUP_SECONDS, None)
             .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
         check_alive()?;
     }
+    // `--scale-out`: per-transaction logs, for latency percentiles.
+    let log_dir = opts
+        .scale_out
+        .then(|| std::env::temp_dir().join(format!("fulcrum-bench-txlog-{}", std::process::id())));
     let commits = || -> Result<Option<(u64, u64)>> {
         let Some(cluster) = counts else {
             return Ok(None);
@@ -981,10 +1644,28 @@ fn measure(
         // Rotate the starting target so none always runs right after another.
         for i in 0..n {
             let target = &mut targets[(round + i) % n];
-            let result = bench_run(&target.addr, opts, workload, script, opts.seconds)
-                .map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
+            let run = bench_run(
+                &target.addr,
+                opts,
+                workload,
+                script,
+                opts.seconds,
+                log_dir.as_deref(),
+            );
+            let percentiles = match (&run, &log_dir) {
+                (Ok(_), Some(dir)) => Some(latency_percentiles(dir)),
+                _ => None,
+            };
+            if let Some(dir) = &log_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            let result =
+                run.map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
             check_alive()?;
             let latency = result.latency_avg_ms.unwrap_or(f64::NAN);
+            if let Some(p) = percentiles {
+                target.latency_pcts.push(p?);
+            }
             let after = commits()?;
             let mut per_txn = String::new();
             if let (Some((p0, r0)), Some((p1, r1))) = (before, after) {
@@ -1131,6 +1812,8 @@ struct Target {
     replica_xacts: Vec<f64>,
     /// `--mysql-consistency-cost`: sysbench's ignored errors (deadlocks), per round.
     ignored_errors: Vec<u64>,
+    /// `--scale-out`: p50, p95 and p99 transaction latency (ms), per round.
+    latency_pcts: Vec<[f64; 3]>,
 }
 
 impl Target {
@@ -1143,20 +1826,29 @@ impl Target {
             primary_xacts: Vec::new(),
             replica_xacts: Vec::new(),
             ignored_errors: Vec::new(),
+            latency_pcts: Vec::new(),
         }
     }
 }
 
 /// The workload for `seconds` against `addr`, failing on any failed
-/// transaction as well as on everything [`pgbench_bounded`] rejects.
+/// transaction as well as on everything [`pgbench_bounded`] rejects. With
+/// `log_dir`, pgbench writes its per-transaction logs there (emptied first).
 fn bench_run(
     addr: &str,
     opts: &Options,
     workload: Workload,
     script: &Path,
     seconds: u64,
+    log_dir: Option<&Path>,
 ) -> Result<PgbenchResult> {
-    let args = bench_args(opts, workload, script, seconds);
+    let mut args = bench_args(opts, workload, script, seconds);
+    if let Some(dir) = log_dir {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        args.push("--log".into());
+        args.push(format!("--log-prefix={}", dir.join("tx").display()));
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let timeout = Duration::from_secs(seconds) + RUN_GRACE;
     let (stdout, stderr) = pgbench_bounded(addr, &args, timeout)?;
@@ -1628,7 +2320,11 @@ fn machine_lines(opts: &Options, machine: &Machine, elapsed: Duration) -> Vec<St
         format!("{}; {}", machine.server, machine.clients),
         format!("Fulcrum: {} (workers = {})", machine.commit, opts.workers),
     ];
-    if opts.replicas > 0 && !opts.consistency_cost && !opts.mysql_consistency_cost {
+    if opts.replicas > 0
+        && !opts.consistency_cost
+        && !opts.mysql_consistency_cost
+        && !opts.scale_out
+    {
         lines.push(format!(
             "{} streaming replica(s), listed in Fulcrum's config",
             opts.replicas
