@@ -117,7 +117,8 @@ impl Session {
             ctx,
             client,
             cbuf,
-            out: BytesMut::with_capacity(16 * 1024),
+            // Allocated at first use and kept (memory per idle client).
+            out: BytesMut::new(),
             user: login.user,
             wire_format: login.caps & WIRE_FORMAT,
             caps: login.caps,

@@ -144,8 +144,10 @@ impl Session {
             ctx,
             client,
             cbuf,
-            to_client: BytesMut::with_capacity(16 * 1024),
-            to_server: BytesMut::with_capacity(4 * 1024),
+            // Allocated at first use and kept: an idle client that has not
+            // run anything holds no output buffers (memory per idle client).
+            to_client: BytesMut::new(),
+            to_server: BytesMut::new(),
             user: login.user,
             database: login.database,
             desired: login.startup.clone(),
