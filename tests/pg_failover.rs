@@ -509,6 +509,10 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
         .simple_query("INSERT INTO waits VALUES (1)")
         .await
         .unwrap();
+    // The replica has the client's write, so its reads may go there under
+    // consistency = "session" (with the write missing on the replica they
+    // would wait for a primary instead: no stale read; docs/consistency.md).
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     c.primary().stop_immediate().unwrap();
     p.wait_for_log("backend down", Duration::from_secs(5))
         .unwrap();
