@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod clients;
 pub mod command;
+pub mod health_loop;
 pub mod lag;
 pub mod monitor;
 pub mod ops;
@@ -21,6 +22,7 @@ pub mod topology;
 pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
+pub use health_loop::HealthLoop;
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};
 pub use state::BackendState;

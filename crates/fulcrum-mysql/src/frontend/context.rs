@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fulcrum_cluster::{ClusterView, Monitor, MonitorSettings};
+use fulcrum_cluster::ClusterView;
 use fulcrum_config::{BalancePolicy, Cluster, Role};
 use fulcrum_pool::{BackendId, Balance, Pool, Router};
 use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
@@ -25,11 +25,8 @@ pub struct MyClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
-    /// The health loop's handle, once it runs.
-    monitor: std::sync::OnceLock<fulcrum_cluster::MonitorHandle>,
-    /// Stops this context's health loop (when the context goes: a reload
-    /// replaced it and its last client left).
-    health_stop: std::sync::OnceLock<Arc<watch::Sender<bool>>>,
+    /// The health loop (probes, lag, failover), once started.
+    health: fulcrum_cluster::HealthLoop,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -78,8 +75,7 @@ impl MyClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
             slow_query_threshold,
-            monitor: std::sync::OnceLock::new(),
-            health_stop: std::sync::OnceLock::new(),
+            health: fulcrum_cluster::HealthLoop::default(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -158,27 +154,13 @@ impl MyClusterContext {
 
     /// Starts the cluster's health loop until `shutdown` turns true.
     pub fn start_health(&self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
-        let settings = MonitorSettings {
-            cluster: self.config.name.clone(),
-            health: self.config.health.clone(),
-            roles: self.config.backends.iter().map(|b| b.role).collect(),
-        };
-        let ops = Arc::new(MariaServerOps::new(&self.config));
-        let monitor = Monitor::new(settings, ops, self.router.clone(), self.view.clone());
-        let _ = self.monitor.set(monitor.handle());
-        // The loop stops on shutdown, or when this context is dropped.
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        let _ = self.health_stop.set(stop_tx.clone());
-        let mut shutdown = shutdown;
-        let forward = Arc::downgrade(&stop_tx);
-        tokio::spawn(async move {
-            let _ = shutdown.changed().await;
-            if let Some(tx) = forward.upgrade() {
-                let _ = tx.send(true);
-            }
-        });
-        monitor.spawn(stop_rx)
+        self.health.start(
+            &self.config,
+            Arc::new(MariaServerOps::new(&self.config)),
+            self.router.clone(),
+            self.view.clone(),
+            shutdown,
+        )
     }
 
     /// A connection id for a new client (what `CONNECTION_ID()`-aware tools and
@@ -304,14 +286,6 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
         self.metrics.clients.get()
     }
     fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
-        self.monitor.get().cloned()
-    }
-}
-
-impl Drop for MyClusterContext {
-    fn drop(&mut self) {
-        if let Some(stop) = self.health_stop.get() {
-            let _ = stop.send(true);
-        }
+        self.health.handle()
     }
 }

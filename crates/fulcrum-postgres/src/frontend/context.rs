@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use fulcrum_cluster::{ClusterView, Monitor, MonitorSettings};
+use fulcrum_cluster::ClusterView;
 use fulcrum_config::{BalancePolicy, Cluster, Role};
 use fulcrum_pool::{BackendId, Balance, Pool, Router};
 use fulcrum_sql::{Classifier, ClassifierConfig, Decision, Dialect};
@@ -33,11 +33,8 @@ pub struct ClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
-    /// The health loop's handle, once it runs.
-    monitor: std::sync::OnceLock<fulcrum_cluster::MonitorHandle>,
-    /// Stops this context's health loop (when the context goes: a reload
-    /// replaced it and its last client left).
-    health_stop: std::sync::OnceLock<Arc<watch::Sender<bool>>>,
+    /// The health loop (probes, lag, failover), once started.
+    health: fulcrum_cluster::HealthLoop,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -101,8 +98,7 @@ impl ClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
             slow_query_threshold,
-            monitor: std::sync::OnceLock::new(),
-            health_stop: std::sync::OnceLock::new(),
+            health: fulcrum_cluster::HealthLoop::default(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -161,27 +157,13 @@ impl ClusterContext {
     /// Starts the cluster's health loop (probes, lag, failover) until
     /// `shutdown` turns true.
     pub fn start_health(&self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
-        let settings = MonitorSettings {
-            cluster: self.config.name.clone(),
-            health: self.config.health.clone(),
-            roles: self.config.backends.iter().map(|b| b.role).collect(),
-        };
-        let ops = Arc::new(PgServerOps::new(&self.config));
-        let monitor = Monitor::new(settings, ops, self.router.clone(), self.view.clone());
-        let _ = self.monitor.set(monitor.handle());
-        // The loop stops on shutdown, or when this context is dropped.
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        let _ = self.health_stop.set(stop_tx.clone());
-        let mut shutdown = shutdown;
-        let forward = Arc::downgrade(&stop_tx);
-        tokio::spawn(async move {
-            let _ = shutdown.changed().await;
-            if let Some(tx) = forward.upgrade() {
-                let _ = tx.send(true);
-            }
-        });
-        monitor.spawn(stop_rx)
+        self.health.start(
+            &self.config,
+            Arc::new(PgServerOps::new(&self.config)),
+            self.router.clone(),
+            self.view.clone(),
+            shutdown,
+        )
     }
 
     pub fn name(&self) -> &str {
@@ -355,14 +337,6 @@ impl fulcrum_cluster::ClusterAdmin for ClusterContext {
         self.metrics.clients.get()
     }
     fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
-        self.monitor.get().cloned()
-    }
-}
-
-impl Drop for ClusterContext {
-    fn drop(&mut self) {
-        if let Some(stop) = self.health_stop.get() {
-            let _ = stop.send(true);
-        }
+        self.health.handle()
     }
 }

@@ -1,0 +1,66 @@
+//! A cluster context's handle on its health loop, the same for every
+//! protocol: starts the loop once, keeps its switchover handle for the admin
+//! console, and stops it on shutdown or when the context is dropped (after a
+//! reload, once its last client has left).
+
+use std::sync::{Arc, OnceLock};
+
+use fulcrum_config::Cluster;
+use fulcrum_pool::Router;
+use tokio::sync::watch;
+
+use crate::monitor::{Monitor, MonitorSettings};
+use crate::ops::ServerOps;
+use crate::switchover::MonitorHandle;
+use crate::view::ClusterView;
+
+#[derive(Default)]
+pub struct HealthLoop {
+    monitor: OnceLock<MonitorHandle>,
+    stop: OnceLock<Arc<watch::Sender<bool>>>,
+}
+
+impl HealthLoop {
+    /// Starts the loop for `config` with `ops`, until `shutdown` turns true
+    /// or this handle is dropped.
+    pub fn start<S: ServerOps>(
+        &self,
+        config: &Cluster,
+        ops: Arc<S>,
+        router: Arc<Router>,
+        view: Arc<ClusterView>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let settings = MonitorSettings {
+            cluster: config.name.clone(),
+            health: config.health.clone(),
+            roles: config.backends.iter().map(|b| b.role).collect(),
+        };
+        let monitor = Monitor::new(settings, ops, router, view);
+        let _ = self.monitor.set(monitor.handle());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let _ = self.stop.set(stop_tx.clone());
+        let forward = Arc::downgrade(&stop_tx);
+        tokio::spawn(async move {
+            let _ = shutdown.changed().await;
+            if let Some(tx) = forward.upgrade() {
+                let _ = tx.send(true);
+            }
+        });
+        monitor.spawn(stop_rx)
+    }
+
+    /// The running loop's handle (for SWITCHOVER), once started.
+    pub fn handle(&self) -> Option<MonitorHandle> {
+        self.monitor.get().cloned()
+    }
+}
+
+impl Drop for HealthLoop {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.get() {
+            let _ = stop.send(true);
+        }
+    }
+}
