@@ -173,6 +173,20 @@ async fn readers_that_never_write_keep_the_replicas() {
     assert_eq!(ports.get(&c.primary().port()), None, "{ports:?}");
 }
 
+/// Sleeps until the wall clock is 20–40 ms past a whole second.
+fn early_in_a_second() {
+    loop {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_millis();
+        if (20..40).contains(&ms) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(u64::from((1020 - ms) % 1000).max(1)));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_waits_for_a_replica_when_told_to() {
     let c = tokio::task::block_in_place(cluster);
@@ -180,6 +194,10 @@ async fn a_read_waits_for_a_replica_when_told_to() {
     let mut conn = connect(port).await;
     let replicas: Vec<u16> = c.replicas().iter().map(|r| r.port()).collect();
     for i in 0..2 {
+        // MASTER_DELAY counts whole seconds from the event's timestamp, so a
+        // write near the end of a second can be applied almost at once.
+        // Writing just after a second begins makes the replica hold it ~1 s.
+        tokio::task::block_in_place(early_in_a_second);
         conn.query_drop(format!("INSERT INTO rw VALUES (9000, {i})"))
             .await
             .unwrap();
