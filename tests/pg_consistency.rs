@@ -316,3 +316,47 @@ async fn hint_and_session_setting_choose_the_mode() {
     let r = row(&client, "SELECT count(*) FROM rw WHERE client = 30001").await;
     assert_eq!(r[0], "1", "session again after RESET");
 }
+
+/// Whether a server connection of the primary still shows `marker` as its
+/// last statement after `wait`.
+fn last_statement_shows(marker: &str, wait: Duration) -> bool {
+    std::thread::sleep(wait);
+    let found = cluster()
+        .primary()
+        .sql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+             AND query LIKE '%{marker}%'"
+        ))
+        .unwrap();
+    found.trim() != "0"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_position_query_follows_writes_only_when_replicas_exist() {
+    // With replicas, session mode asks the primary's position right after a
+    // write, on the same server connection: the INSERT is no longer that
+    // connection's last statement.
+    let (_p, cfg) = start(&[]);
+    let client = connect(&cfg).await;
+    client
+        .simple_query("INSERT INTO rw VALUES (40001, 0) /* pos-marker-a */")
+        .await
+        .unwrap();
+    assert!(
+        !last_statement_shows("pos-marker-a", Duration::from_millis(500)),
+        "the position query ran after the write"
+    );
+    // One backend: every read is on the primary already, so no position
+    // query (a single-node cluster pays nothing for session mode).
+    let single = PgProxyConfig::new(&cluster().primary().addr()).client_auth("md5");
+    let _q = FulcrumProcess::start(&single.to_toml()).unwrap();
+    let client = connect(&single).await;
+    client
+        .simple_query("INSERT INTO rw VALUES (40002, 0) /* pos-marker-b */")
+        .await
+        .unwrap();
+    assert!(
+        last_statement_shows("pos-marker-b", Duration::from_millis(500)),
+        "no position query after a write on a single-node cluster"
+    );
+}

@@ -61,7 +61,10 @@ impl Session {
         let in_txn = self
             .status
             .contains(mysql_common::constants::StatusFlags::SERVER_STATUS_IN_TRANS);
+        // With one backend every read is on the primary already: no GTID
+        // to fetch (a single-node cluster pays nothing).
         if server.track_gtid
+            || self.ctx.router.backend_count() < 2
             || route != Route::Primary
             || in_txn
             || self.consistency != Consistency::Session

@@ -77,9 +77,12 @@ impl Session {
             return;
         }
         self.write_unit = false;
+        // With one backend every read is on the primary already: no
+        // position to keep (a single-node cluster pays nothing).
         if self.consistency != Consistency::Session
             || self.pinned.is_some()
             || self.server.is_none()
+            || self.ctx.router.backend_count() < 2
         {
             return;
         }

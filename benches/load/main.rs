@@ -1,6 +1,8 @@
 //! Load benchmark: `pgbench -S` for a fixed time against PostgreSQL directly,
-//! through Fulcrum and through PgBouncer, on one throwaway primary this bench
-//! starts itself. Targets alternate round-robin so machine drift hits all
+//! through Fulcrum, through PgBouncer and through Pgpool-II (streaming
+//! replication mode, reads load-balanced; `pgpool.rs`), on one throwaway
+//! primary (and `--replicas`) this bench starts itself; a pooler that is not
+//! installed is skipped. Targets alternate round-robin so machine drift hits all
 //! alike; the report is a markdown table on stdout and in `target/bench-load.md`.
 //!
 //! With `--consistency-cost` the targets are instead PostgreSQL direct and
@@ -41,6 +43,12 @@ use fulcrum_testkit::{
     free_port, fulcrum_bin, is_root, pg_bin, wait_for_tcp, FulcrumProcess, MariaCluster, MariaNode,
     PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV,
 };
+
+mod pgpool;
+mod report;
+mod suite;
+mod suite_mysql;
+mod suite_pg;
 
 type Error = Box<dyn std::error::Error>;
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -107,6 +115,16 @@ usage: cargo bench --bench load -- [options]
                   docs/img/scale-out.png
   --cpu-quota F   --scale-out: CPUs per PostgreSQL server (default 0.3; 0
                   runs uncapped and plots to target/ instead of docs/img/)
+  --suite         the whole suite (docs/benchmarks.md, The suite): the
+                  published comparisons (scenarios 1-4) on PostgreSQL and
+                  MariaDB clusters it starts, uncapped and CPU-capped, against
+                  direct, Fulcrum, PgBouncer and Pgpool-II; rewrites the suite
+                  section of docs/benchmarks.md and docs/img/suite-*.png
+                  (--seconds, --rounds, --cpu-quota apply; defaults 8 s, 2
+                  rounds, 0.3 CPU)
+  --only DB       --suite: postgres or mysql only
+  --no-docs       --suite: write target/bench-suite.md and target/suite-img/
+                  only
 Environment: FULCRUM_BIN=path skips building the daemon.";
 
 fn main() -> ExitCode {
@@ -163,6 +181,12 @@ struct Options {
     scale_out: bool,
     /// `--scale-out`: CPUs per PostgreSQL server's cgroup (0: no cgroups).
     cpu_quota: f64,
+    /// `--suite`: scenarios 1-4 on both databases, into docs/benchmarks.md.
+    suite: bool,
+    /// `--suite --only postgres|mysql`: one database only.
+    only: Option<String>,
+    /// `--suite --no-docs`: report into target/ only, leave docs/ alone.
+    no_docs: bool,
 }
 
 /// A pgbench script.
@@ -224,8 +248,12 @@ impl Options {
             ps_mode: "auto".into(),
             scale_out: false,
             cpu_quota: 0.3,
+            suite: false,
+            only: None,
+            no_docs: false,
         };
         let mut replicas_given = false;
+        let (mut seconds_given, mut rounds_given) = (false, false);
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--bench" {
@@ -243,6 +271,14 @@ impl Options {
                 opts.scale_out = true;
                 continue;
             }
+            if flag == "--suite" {
+                opts.suite = true;
+                continue;
+            }
+            if flag == "--no-docs" {
+                opts.no_docs = true;
+                continue;
+            }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
             let number = |min: u64| -> Result<u64, String> {
                 match value.parse::<u64>() {
@@ -251,10 +287,16 @@ impl Options {
                 }
             };
             match flag.as_str() {
-                "--seconds" => opts.seconds = number(1)?,
+                "--seconds" => {
+                    opts.seconds = number(1)?;
+                    seconds_given = true;
+                }
                 "--clients" => opts.clients = number(1)? as u32,
                 "--jobs" => opts.jobs = number(1)? as u32,
-                "--rounds" => opts.rounds = number(1)? as usize,
+                "--rounds" => {
+                    opts.rounds = number(1)? as usize;
+                    rounds_given = true;
+                }
                 "--scale" => opts.scale = number(1)? as u32,
                 "--workers" => opts.workers = number(0)? as u32,
                 "--replicas" => {
@@ -283,11 +325,33 @@ impl Options {
                     opts.protocol = value.clone()
                 }
                 "--protocol" => return Err(format!("--protocol {value}: unknown mode")),
+                "--only" if ["postgres", "mysql"].contains(&value.as_str()) => {
+                    opts.only = Some(value.clone())
+                }
+                "--only" => return Err(format!("--only {value}: expected postgres or mysql")),
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
         // pgbench refuses more threads than clients.
         opts.jobs = opts.jobs.min(opts.clients);
+        if opts.suite {
+            if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {
+                return Err("--suite is a run of its own".into());
+            }
+            if !opts.workloads.is_empty() || replicas_given {
+                return Err("--suite chooses its own workloads and replicas".into());
+            }
+            if !seconds_given {
+                opts.seconds = 8;
+            }
+            if !rounds_given {
+                opts.rounds = 2;
+            }
+            return Ok(opts);
+        }
+        if opts.only.is_some() || opts.no_docs {
+            return Err("--only and --no-docs are for --suite".into());
+        }
         if opts.scale_out {
             if opts.consistency_cost || opts.mysql_consistency_cost {
                 return Err("--scale-out is a run of its own".into());
@@ -336,6 +400,9 @@ impl Options {
 }
 
 fn run(opts: &Options) -> Result<()> {
+    if opts.suite {
+        return suite::run(opts);
+    }
     if opts.consistency_cost {
         return run_consistency(opts);
     }
@@ -353,7 +420,14 @@ fn run(opts: &Options) -> Result<()> {
             "PgBouncer not found at {PGBOUNCER}: skipping it (install: apt-get install pgbouncer)"
         );
     }
-    let targets = if pgbouncer_found { 3 } else { 2 };
+    let pgpool_found = Path::new(pgpool::PGPOOL).is_file();
+    if !pgpool_found {
+        eprintln!(
+            "Pgpool-II not found at {}: skipping it (install: apt-get install pgpool2)",
+            pgpool::PGPOOL
+        );
+    }
+    let targets = 2 + u64::from(pgbouncer_found) + u64::from(pgpool_found);
     let init_timeout =
         Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
     let (expected, worst) = time_budget(opts, targets, init_timeout);
@@ -382,6 +456,17 @@ fn run(opts: &Options) -> Result<()> {
     } else {
         None
     };
+    // In front of the primary and every replica, reads spread over all of
+    // them; a child per pgbench client plus a few.
+    let pgpool = if pgpool_found {
+        let replicas: Vec<String> = cluster.replicas().iter().map(|r| r.addr()).collect();
+        let children = opts.clients + pgpool::SPARE_CHILDREN;
+        let p = pgpool::Pgpool::start(&direct, &replicas, children)?;
+        eprintln!("{} on {}", pgpool::pgpool_version(), p.addr);
+        Some(p)
+    } else {
+        None
+    };
 
     let mut targets = vec![
         Target::new("PostgreSQL direct", direct),
@@ -389,6 +474,9 @@ fn run(opts: &Options) -> Result<()> {
     ];
     if let Some(p) = &pgbouncer {
         targets.push(Target::new("PgBouncer", p.addr.clone()));
+    }
+    if let Some(p) = &pgpool {
+        targets.push(Target::new("Pgpool-II", p.addr.clone()));
     }
 
     let check_alive = || -> Result<()> {
@@ -400,6 +488,9 @@ fn run(opts: &Options) -> Result<()> {
             .into());
         }
         if let Some(p) = &pgbouncer {
+            p.check_alive()?;
+        }
+        if let Some(p) = &pgpool {
             p.check_alive()?;
         }
         Ok(())
@@ -424,6 +515,7 @@ fn run(opts: &Options) -> Result<()> {
 
     // Stop the servers before reporting, so cleanup cannot be skipped by a
     // failure to write the file.
+    drop(pgpool);
     drop(pgbouncer);
     drop(fulcrum);
     drop(cluster);
@@ -810,10 +902,16 @@ impl CpuCaps {
             .next()
             .and_then(|l| l.trim().parse().ok())
             .ok_or_else(|| format!("{}: no pid on its first line", pidfile.display()))?;
+        self.add_process(index, postmaster)
+    }
+
+    /// Moves process `pid` into group `index`, then every process already
+    /// under it (children forked later are born inside). Returns how many moved.
+    fn add_process(&self, index: usize, pid: u32) -> Result<usize> {
         let procs = self.groups[index].join("cgroup.procs");
-        write_cgroup_file(&procs, &postmaster.to_string())?;
+        write_cgroup_file(&procs, &pid.to_string())?;
         let mut moved = 1;
-        for pid in descendants(postmaster) {
+        for pid in descendants(pid) {
             // A child may have exited meanwhile.
             if write_cgroup_file(&procs, &pid.to_string()).is_ok() {
                 moved += 1;
@@ -1968,6 +2066,11 @@ struct PgBouncer {
 
 impl PgBouncer {
     fn start(pg_port: u16) -> Result<PgBouncer> {
+        PgBouncer::start_with(pg_port, 1000)
+    }
+
+    /// As [`PgBouncer::start`], accepting up to `max_clients` clients.
+    fn start_with(pg_port: u16, max_clients: u32) -> Result<PgBouncer> {
         let dir =
             std::env::temp_dir().join(format!("fulcrum-bench-pgbouncer-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1982,7 +2085,7 @@ impl PgBouncer {
                 "[databases]\n{APP_DB} = host=127.0.0.1 port={pg_port} dbname={APP_DB}\n\n\
                  [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = scram-sha-256\nauth_file = {}\npool_mode = transaction\n\
-                 default_pool_size = {POOL_SIZE}\nmax_client_conn = 1000\n\
+                 default_pool_size = {POOL_SIZE}\nmax_client_conn = {max_clients}\n\
                  logfile = {}\npidfile = {}\n",
                 users.display(),
                 dir.join("pgbouncer.log").display(),
@@ -2000,8 +2103,15 @@ impl PgBouncer {
             if !status.success() {
                 return Err(format!("chown -R postgres {} failed", dir.display()).into());
             }
+            // runuser's PAM session resets the soft descriptor limit to
+            // 1,024: raise it again for thousands of clients.
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", PGBOUNCER]);
+            c.args(["-u", "postgres", "--", "sh", "-c"])
+                .arg(format!(
+                    "ulimit -n {} 2>/dev/null; exec \"$0\" \"$@\"",
+                    max_clients + 100
+                ))
+                .arg(PGBOUNCER);
             c
         } else {
             Command::new(PGBOUNCER)
