@@ -123,6 +123,8 @@ usage: cargo bench --bench load -- [options]
                   (--seconds, --rounds, --cpu-quota apply; defaults 8 s, 2
                   rounds, 0.3 CPU)
   --only DB       --suite: postgres or mysql only
+  --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
+                  pg-connections, pg-capped
   --no-docs       --suite: write target/bench-suite.md and target/suite-img/
                   only
 Environment: FULCRUM_BIN=path skips building the daemon.";
@@ -187,6 +189,8 @@ struct Options {
     only: Option<String>,
     /// `--suite --no-docs`: report into target/ only, leave docs/ alone.
     no_docs: bool,
+    /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections, pg-capped).
+    skip: Vec<String>,
 }
 
 /// A pgbench script.
@@ -251,6 +255,7 @@ impl Options {
             suite: false,
             only: None,
             no_docs: false,
+            skip: Vec::new(),
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
@@ -329,6 +334,7 @@ impl Options {
                     opts.only = Some(value.clone())
                 }
                 "--only" => return Err(format!("--only {value}: expected postgres or mysql")),
+                "--skip" => opts.skip = value.split(',').map(|v| v.trim().to_string()).collect(),
                 _ => return Err(format!("unknown option {flag}")),
             }
         }

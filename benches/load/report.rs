@@ -252,7 +252,7 @@ impl Scenario {
             .margin(15)
             .x_label_area_size(40)
             .y_label_area_size(230)
-            .build_cartesian_2d(0f64..top, (0..n).into_segmented())
+            .build_cartesian_2d(0f64..top, (0..n - 1).into_segmented())
             .map_err(|e| plot_err(&e))?;
         let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
         chart

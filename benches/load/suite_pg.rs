@@ -107,14 +107,22 @@ impl Proxies {
 /// Runs every PostgreSQL scenario, adding each result (or failure) to `report`.
 pub fn run(opts: &Options, report: &mut SuiteReport) {
     raise_fd_limit();
-    report.attempt("PostgreSQL, one node, uncapped", |r| uncapped(opts, r));
+    let wanted = |part: &str| !opts.skip.iter().any(|s| s == part);
+    if wanted("pg-uncapped") {
+        report.attempt("PostgreSQL, one node, uncapped", |r| uncapped(opts, r));
+    }
     for (clients, max) in [(600, 500), (2000, 100)] {
+        if !wanted("pg-connections") {
+            break;
+        }
         report.attempt(
             &format!("PostgreSQL, {clients} clients against max_connections {max}"),
             |r| connections(opts, clients, max, r),
         );
     }
-    report.attempt("PostgreSQL, capped nodes", |r| capped(opts, r));
+    if wanted("pg-capped") {
+        report.attempt("PostgreSQL, capped nodes", |r| capped(opts, r));
+    }
 }
 
 /// Scenario 3 and the single-node targets: `SELECT version()` with 1 client,
@@ -697,8 +705,6 @@ fn sysbench_sample(opts: &Options, addr: &str, workload: &[&str], seconds: u64) 
         format!("--time={seconds}"),
         "--events=0".into(),
         "--histogram=on".into(),
-        // Deadlocks between writers are retried, as in the MariaDB runs.
-        "--pgsql-ignore-errors=40P01".into(),
         "run".into(),
     ]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
