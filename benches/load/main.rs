@@ -125,7 +125,7 @@ usage: cargo bench --bench load -- [options]
   --only DB       --suite: postgres or mysql only
   --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
                   pg-connections, pg-capped
-  --no-docs       --suite: write target/bench-suite.md and target/suite-img/
+  --no-docs       --suite: write target/bench-suite-<db>.md and target/suite-img/
                   only
 Environment: FULCRUM_BIN=path skips building the daemon.";
 
