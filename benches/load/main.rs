@@ -122,6 +122,10 @@ usage: cargo bench --bench load -- [options]
                   section of docs/benchmarks.md and docs/img/suite-*.png
                   (--seconds, --rounds, --cpu-quota apply; defaults 8 s, 2
                   rounds, 0.3 CPU)
+  --mysql-cpu-quota F
+                  --suite: CPUs per MariaDB server when capped (default 0.1:
+                  a point select costs MariaDB less than pgbench -S costs
+                  PostgreSQL, so at 0.3 the 2 cores run out before the caps do)
   --only DB       --suite: postgres or mysql only
   --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
                   pg-connections, pg-capped
@@ -189,6 +193,8 @@ struct Options {
     only: Option<String>,
     /// `--suite --no-docs`: report into target/ only, leave docs/ alone.
     no_docs: bool,
+    /// `--suite`: CPUs per MariaDB server in the capped regime.
+    mysql_cpu_quota: f64,
     /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections, pg-capped).
     skip: Vec<String>,
 }
@@ -256,6 +262,7 @@ impl Options {
             only: None,
             no_docs: false,
             skip: Vec::new(),
+            mysql_cpu_quota: 0.1,
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
@@ -312,6 +319,14 @@ impl Options {
                 "--cpu-quota" => match value.parse::<f64>() {
                     Ok(q) if (0.0..=64.0).contains(&q) => opts.cpu_quota = q,
                     _ => return Err(format!("--cpu-quota {value}: expected CPUs, e.g. 0.3")),
+                },
+                "--mysql-cpu-quota" => match value.parse::<f64>() {
+                    Ok(q) if (0.0..=64.0).contains(&q) => opts.mysql_cpu_quota = q,
+                    _ => {
+                        return Err(format!(
+                            "--mysql-cpu-quota {value}: expected CPUs, e.g. 0.1"
+                        ))
+                    }
                 },
                 "--ps-mode" if ["auto", "disable"].contains(&value.as_str()) => {
                     opts.ps_mode = value.clone()

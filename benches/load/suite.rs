@@ -101,6 +101,15 @@ pub fn run(opts: &Options) -> Result<()> {
 /// `--only` refreshes one database and leaves the other's last run in place.
 /// Returns how many scenarios failed.
 fn run_database(opts: &Options, db: &str) -> Result<usize> {
+    let db_opts = Options {
+        cpu_quota: if db == "mysql" {
+            opts.mysql_cpu_quota
+        } else {
+            opts.cpu_quota
+        },
+        ..opts.clone()
+    };
+    let opts = &db_opts;
     let started = Instant::now();
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()

@@ -118,11 +118,9 @@ const S1_WORKLOADS: [S1Workload; 4] = [
 
 /// Runs every MariaDB scenario, adding each result (or failure) to `report`.
 pub fn run(opts: &Options, report: &mut SuiteReport) {
-    if std::env::var_os("MYSUITE_TEMP_SKIP_CAPPED").is_none() {
-        report.attempt("MariaDB, capped: cluster and Fulcrum", |report| {
-            capped(opts, report)
-        });
-    }
+    report.attempt("MariaDB, capped: cluster and Fulcrum", |report| {
+        capped(opts, report)
+    });
     report.attempt("MariaDB, uncapped: server and Fulcrum", |report| {
         uncapped(opts, report)
     });

@@ -85,6 +85,25 @@ fn context(
     }
 }
 
+/// Pending connections a client listener queues before the kernel drops
+/// handshakes (capped by `net.core.somaxconn`). tokio's default is 128: a
+/// burst of 2,000 clients overflowed it, and a MySQL client whose handshake
+/// was dropped waits forever for the server's greeting.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A client listener on `address` with [`LISTEN_BACKLOG`] (and
+/// `SO_REUSEADDR`, as `TcpListener::bind` sets it).
+pub fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Binds every cluster's listener (and the metrics and admin listeners),
 /// then serves until `shutdown` turns true. `set_log` changes the log filter
 /// (the admin console's `SET log`).
@@ -113,14 +132,11 @@ pub async fn run(
     };
     let mut listeners = Vec::new();
     for cluster in &config.clusters {
-        let listener =
-            TcpListener::bind(cluster.listen)
-                .await
-                .map_err(|source| DaemonError::Listen {
-                    cluster: cluster.name.clone(),
-                    address: cluster.listen,
-                    source,
-                })?;
+        let listener = bind_listener(cluster.listen).map_err(|source| DaemonError::Listen {
+            cluster: cluster.name.clone(),
+            address: cluster.listen,
+            source,
+        })?;
         listeners.push((cluster.clone(), listener));
     }
     let metrics = Arc::new(Metrics::new());
@@ -321,6 +337,37 @@ impl fulcrum_metrics::Source for ClientsByUser {
                 .clients_by_user
                 .with_label_values(&[&*cluster, &*user, state])
                 .set(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod listen_tests {
+    use super::{bind_listener, LISTEN_BACKLOG};
+
+    /// The kernel reports a listener's queue length as `ss`'s Send-Q.
+    #[tokio::test]
+    async fn client_listeners_queue_thousands_of_handshakes() {
+        let listener = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let out = std::process::Command::new("ss")
+            .args(["-ltnH", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let send_q: u32 = text
+            .split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no listener line from ss: {text:?}"));
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(send_q, LISTEN_BACKLOG.min(somaxconn));
+        if somaxconn > 128 {
+            assert!(send_q > 128, "more than tokio's default of 128");
         }
     }
 }
