@@ -495,7 +495,7 @@ async fn broken_server_connections_are_replaced() {
 
 #[tokio::test]
 async fn two_thousand_clients_share_twenty_server_connections() {
-    raise_fd_limit();
+    fulcrum_testkit::raise_fd_limit();
     // md5 keeps 2,000 logins cheap for the client side; app_plain is used by
     // no other test, so its server connections are this test's alone.
     let (_p, cfg) = proxy(default_config().pool_size(20).client_auth("md5"));
@@ -541,20 +541,6 @@ async fn two_thousand_clients_share_twenty_server_connections() {
         "at most pool_size server connections: {server_conns}"
     );
     eprintln!("2,000 clients done in {:?}", started.elapsed());
-}
-
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid struct pointer.
-    unsafe {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
 }
 
 #[tokio::test]

@@ -1370,8 +1370,7 @@ impl SysbenchResult {
 /// `sysbench --db-driver=mysql ... <args>`; returns its stdout. A non-zero
 /// exit, a FATAL or ALERT line, or a run past `timeout` is an error.
 fn sysbench(opts: &Options, port: u16, args: &[&str], timeout: Duration) -> Result<String> {
-    let mut cmd = Command::new("sysbench");
-    cmd.args([
+    let connection = [
         "--db-driver=mysql".to_string(),
         "--mysql-host=127.0.0.1".to_string(),
         format!("--mysql-port={port}"),
@@ -1380,12 +1379,28 @@ fn sysbench(opts: &Options, port: u16, args: &[&str], timeout: Duration) -> Resu
         format!("--mysql-db={APP_DB}"),
         // Only deadlocks are retried; any other error fails the run.
         "--mysql-ignore-errors=1213".to_string(),
-        format!("--db-ps-mode={}", opts.ps_mode),
-        format!("--tables={SYSBENCH_TABLES}"),
-        format!("--table-size={}", opts.table_size),
-    ])
-    .args(args)
-    .env("LC_ALL", "C");
+    ];
+    sysbench_with(&connection, opts, args, timeout)
+}
+
+/// Runs sysbench with the driver options in `connection` and the bench's
+/// tables and prepared-statement mode, then `args`; returns its stdout. A
+/// non-zero exit, a FATAL or ALERT line, or a run past `timeout` is an error.
+fn sysbench_with(
+    connection: &[String],
+    opts: &Options,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String> {
+    let mut cmd = Command::new("sysbench");
+    cmd.args(connection)
+        .args([
+            format!("--db-ps-mode={}", opts.ps_mode),
+            format!("--tables={SYSBENCH_TABLES}"),
+            format!("--table-size={}", opts.table_size),
+        ])
+        .args(args)
+        .env("LC_ALL", "C");
     let (status, stdout, stderr) = run_bounded(cmd, "sysbench", timeout)?;
     let fatal = stdout
         .lines()

@@ -471,7 +471,7 @@ fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 2] {
 /// then `my-overhead-*` and `my-connections`.
 fn uncapped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
     // Before anything starts: the daemon and the server inherit it.
-    raise_fd_limit();
+    fulcrum_testkit::raise_fd_limit();
     let cluster = MariaCluster::builder()
         .setting("max-connections", &MAX_CONNECTIONS.to_string())
         // 2,000 clients dropped at the deadline must not get 127.0.0.1
@@ -943,22 +943,6 @@ fn error_kind(e: &mysql_async::Error) -> String {
         mysql_async::Error::Io(_) => "an I/O error".into(),
         mysql_async::Error::Driver(_) => "a driver error".into(),
         _ => "another error".into(),
-    }
-}
-
-/// Raises this process's soft RLIMIT_NOFILE to its hard limit (2,000
-/// clients and the daemon, which inherits it, need the descriptors).
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid struct pointer.
-    unsafe {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
     }
 }
 

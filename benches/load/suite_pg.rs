@@ -106,7 +106,7 @@ impl Proxies {
 
 /// Runs every PostgreSQL scenario, adding each result (or failure) to `report`.
 pub fn run(opts: &Options, report: &mut SuiteReport) {
-    raise_fd_limit();
+    fulcrum_testkit::raise_fd_limit();
     let wanted = |part: &str| !opts.skip.iter().any(|s| s == part);
     if wanted("pg-uncapped") {
         report.attempt("PostgreSQL, one node, uncapped", |r| uncapped(opts, r));
@@ -366,6 +366,10 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         ..opts.clone()
     };
     let cluster = start_cluster(&three, init_timeout(opts))?;
+    report.version(format!(
+        "PostgreSQL {}",
+        cluster.primary().sql("SHOW server_version")?.trim()
+    ));
     prepare_sysbench(opts, &cluster)?;
     cluster.wait_replicas_caught_up(crate::SYSBENCH_PREPARE_TIMEOUT)?;
     for (i, node) in cluster.nodes().enumerate() {
@@ -654,35 +658,15 @@ fn pgbench_completion(addr: &str, args: &[String], attempted: u64) -> Result<Sam
 /// `sysbench --db-driver=pgsql` against `addr` as the app user.
 fn sysbench_pg(opts: &Options, addr: &str, args: &[&str], timeout: Duration) -> Result<String> {
     let (host, port) = addr.rsplit_once(':').ok_or("address without port")?;
-    let mut cmd = std::process::Command::new("sysbench");
-    cmd.args([
+    let connection = [
         "--db-driver=pgsql".to_string(),
         format!("--pgsql-host={host}"),
         format!("--pgsql-port={port}"),
         format!("--pgsql-user={APP_USER}"),
         format!("--pgsql-password={APP_PASSWORD}"),
         format!("--pgsql-db={APP_DB}"),
-        format!("--db-ps-mode={}", opts.ps_mode),
-        format!("--tables={}", crate::SYSBENCH_TABLES),
-        format!("--table-size={}", opts.table_size),
-    ])
-    .args(args)
-    .env("LC_ALL", "C");
-    let (status, stdout, stderr) = run_bounded(cmd, "sysbench", timeout)?;
-    let fatal = stdout
-        .lines()
-        .chain(stderr.lines())
-        .any(|l| l.contains("FATAL") || l.contains("ALERT"));
-    if !status.success() || fatal {
-        return Err(format!(
-            "`sysbench {}` exited with {status}\n{}\n{}",
-            args.join(" "),
-            tail(&stdout, 20),
-            stderr.lines().take(10).collect::<Vec<_>>().join("\n")
-        )
-        .into());
-    }
-    Ok(stdout)
+    ];
+    crate::sysbench_with(&connection, opts, args, timeout)
 }
 
 /// sysbench's tables, created through the primary.
@@ -802,19 +786,4 @@ fn fulcrum_alive(fulcrum: &FulcrumProcess) -> Result<()> {
 
 fn init_timeout(opts: &Options) -> Duration {
     Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale))
-}
-
-/// pgbench with 2,000 clients needs more descriptors than the default 1,024.
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid struct pointer.
-    unsafe {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
 }

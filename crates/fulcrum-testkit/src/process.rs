@@ -130,6 +130,23 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit: thousands of
+/// clients (and the servers and daemons it starts, which inherit the limit)
+/// need more descriptors than the usual 1,024.
+pub fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid struct pointer.
+    unsafe {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 /// uid and gid of the `postgres` account (only needed when running as root).
 pub(crate) fn postgres_ids() -> Result<(u32, u32)> {
     static IDS: OnceLock<Result<(u32, u32), String>> = OnceLock::new();
