@@ -45,6 +45,7 @@ use fulcrum_testkit::{
 };
 
 mod pgpool;
+mod relay;
 mod report;
 mod suite;
 mod suite_mysql;

@@ -34,12 +34,15 @@ use fulcrum_testkit::{
 };
 use mysql_async::prelude::Queryable;
 
+use crate::relay::TcpRelay;
 use crate::report::{self, Goal, Row, Sample, Scenario};
 use crate::suite::SuiteReport;
 use crate::{CpuCaps, Options, Result, SysbenchResult};
 
 /// Capped regime: a primary and 2 replicas.
 const CAPPED_NODES: usize = 3;
+/// `my-scale-out`: the name of the control row (a plain TCP relay).
+const RELAY_TARGET: &str = "TCP relay (socat), 1 node";
 /// `my-scale-out`: sysbench `--threads`.
 const SCALE_OUT_THREADS: u32 = 16;
 /// `my-scale-out`: the least each node count must reach, as a ratio to direct.
@@ -169,7 +172,15 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
     };
 
     report.attempt("MariaDB read scale-out, capped (my-scale-out)", |report| {
-        report.add(bench.scale_out(&scale_listens)?);
+        // The control: the cost of an extra hop alone, with no proxy logic.
+        let relay = match TcpRelay::start(free_port(), &cluster.primary().addr()) {
+            Ok(relay) => Some(relay),
+            Err(e) => {
+                eprintln!("the TCP relay control is left out: {e}");
+                None
+            }
+        };
+        report.add(bench.scale_out(&scale_listens, relay.as_ref().map(|r| r.addr.as_str()))?);
         Ok(())
     });
     for workload in &S1_WORKLOADS {
@@ -240,7 +251,10 @@ struct Capped<'a> {
 impl Capped<'_> {
     /// `my-scale-out`: `oltp_point_select` directly on the primary and
     /// through Fulcrum reading from 1, 2 and 3 nodes (`listens[i]`: i + 1).
-    fn scale_out(&self, listens: &[String]) -> Result<Scenario> {
+    /// The last row is `relay` (a plain TCP relay to the primary) when there
+    /// is one: the control that separates the cost of any extra hop from
+    /// Fulcrum's own.
+    fn scale_out(&self, listens: &[String], relay: Option<&str>) -> Result<Scenario> {
         let opts = self.opts;
         let mut scenario = Scenario::new(
             "my-scale-out",
@@ -258,7 +272,17 @@ impl Capped<'_> {
                  (`workers = {workers}`, transaction pooling, `pool_size = {POOL_SIZE}`) \
                  with a listener per node set: the primary alone, the primary and replica 1, \
                  all three; `reads_on_primary = true`, `consistency = \"eventual\"`, reads \
-                 round robin. {rounds}",
+                 round robin. {control}{rounds}",
+                control = if relay.is_some() {
+                    format!(
+                        "The control `{RELAY_TARGET}`: `socat` copying bytes between sysbench \
+                         and the primary (TCP_NODELAY both sides), one process per connection \
+                         and no parsing, so its loss against direct is what any extra hop \
+                         costs this capped server. "
+                    )
+                } else {
+                    "The TCP relay control was left out: `socat` is not installed. ".to_string()
+                },
                 quota = opts.cpu_quota,
                 tables = crate::SYSBENCH_TABLES,
                 rows = opts.table_size,
@@ -280,6 +304,11 @@ impl Capped<'_> {
             scenario
                 .rows
                 .push(Row::new(name, listen.clone()).with_nodes(nodes));
+        }
+        if let Some(relay) = relay {
+            scenario
+                .rows
+                .push(Row::new(RELAY_TARGET, relay.to_string()).with_nodes(1));
         }
         let counts = self.measure(
             &mut scenario.rows,
@@ -391,19 +420,42 @@ impl Capped<'_> {
                     selects: crate::com_select(node)?,
                     periods,
                     throttled,
+                    cpu_ticks: node.pid().and_then(cpu_ticks).unwrap_or(0),
                 })
             })
             .collect()
     }
 }
 
-/// One node's counters: `Com_select`, and its cgroup's CPU periods and
-/// throttled periods (`cpu.stat`).
+/// One node's counters: `Com_select`, its cgroup's CPU periods and
+/// throttled periods (`cpu.stat`), and the CPU time its `mariadbd` used.
 #[derive(Debug, Clone, Default)]
 struct NodeCounts {
     selects: u64,
     periods: u64,
     throttled: u64,
+    /// User + system time of every thread, in clock ticks.
+    cpu_ticks: u64,
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on
+/// every Linux architecture Debian ships).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// User + system CPU time of process `pid` (all its threads), in clock ticks:
+/// fields 14 and 15 of `/proc/<pid>/stat`, counted after the parenthesised
+/// command name (which may hold spaces).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_ticks(&stat)
+}
+
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
 }
 
 /// What one target's measured runs did on each node.
@@ -423,13 +475,15 @@ impl Counts {
             sum.selects += a.selects.saturating_sub(b.selects);
             sum.periods += a.periods.saturating_sub(b.periods);
             sum.throttled += a.throttled.saturating_sub(b.throttled);
+            sum.cpu_ticks += a.cpu_ticks.saturating_sub(b.cpu_ticks);
         }
     }
 }
 
 /// The notes of a capped scenario: how often the cap throttled each node,
-/// and where the SELECTs ran, per target.
-fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 2] {
+/// the server CPU each transaction cost, and where the SELECTs ran, per
+/// target.
+fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 3] {
     let nodes = names.join(" / ");
     let per_target = |cell: &dyn Fn(&Counts, &NodeCounts) -> String| -> String {
         let targets: Vec<String> = counts
@@ -450,6 +504,15 @@ fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 2] {
     });
     let selects =
         per_target(&|c, n| format!("{:.2}", n.selects as f64 / c.transactions.max(1) as f64));
+    let cpu = counts
+        .iter()
+        .map(|c| {
+            let ticks: u64 = c.nodes.iter().map(|n| n.cpu_ticks).sum();
+            let micros = ticks as f64 / TICKS_PER_SECOND * 1e6 / c.transactions.max(1) as f64;
+            format!("{} {micros:.0}", c.target)
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
     [
         format!(
             "Share of its CPU periods (100 ms, counted while it had work) in which the cap \
@@ -461,6 +524,11 @@ fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 2] {
             "`Com_select` per sysbench transaction on {nodes} (executed prepared SELECTs \
              included; health checks add a little), during each target's measured runs: \
              {selects}."
+        ),
+        format!(
+            "Server CPU per sysbench transaction, in µs (user + system time of the \
+             `mariadbd` processes, all nodes summed), during each target's measured runs: \
+             {cpu}. With the caps binding, throughput is the caps' CPU divided by this."
         ),
     ]
 }
