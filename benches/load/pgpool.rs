@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, is_root, pg_bin, wait_for_tcp, APP_DB, APP_PASSWORD, APP_USER};
 
-use crate::{run_bounded, tail, Result};
+use crate::daemon;
+use crate::process::{run_bounded, tail};
+use crate::Result;
 
 /// Where Debian's `pgpool2` package installs the server.
 pub const PGPOOL: &str = "/usr/sbin/pgpool";
@@ -85,13 +87,7 @@ impl Pgpool {
         let log = std::fs::File::create(dir.join("pgpool.log"))?;
         let mut cmd = if is_root() {
             // Like PostgreSQL and PgBouncer in this bench: not as root.
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&dir)
-                .status()?;
-            if !status.success() {
-                return Err(format!("chown -R postgres {} failed", dir.display()).into());
-            }
+            daemon::chown_to_postgres(&dir)?;
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--", PGPOOL]);
             c
@@ -225,12 +221,7 @@ impl Pgpool {
             ticks = STOP_TIMEOUT.as_millis() / 100,
             dir = self.dir.display()
         );
-        Ok(Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?)
+        daemon::spawn_watchdog(&script)
     }
 
     fn pidfile(&self) -> PathBuf {
@@ -260,10 +251,7 @@ impl Drop for Pgpool {
                     .status();
             }
         }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        daemon::wait_exit(child, STOP_TIMEOUT);
         // Still running (or it never wrote its pid): the group is ours and
         // only ours, children included.
         if matches!(child.try_wait(), Ok(None)) {
@@ -272,13 +260,7 @@ impl Drop for Pgpool {
                 .stderr(Stdio::null())
                 .status();
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        if let Some(mut watchdog) = self.watchdog.take() {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        daemon::reap(child, self.watchdog.take(), &self.dir);
     }
 }
 

@@ -9,11 +9,15 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
+use fulcrum_testkit::pg_bin;
+
+use crate::cpu_caps::CpuCaps;
+use crate::fulcrum::ensure_fulcrum_built;
+use crate::machine::Machine;
+use crate::pgbouncer::PGBOUNCER;
+use crate::process::first_line;
 use crate::report::Scenario;
-use crate::{
-    ensure_fulcrum_built, first_line, pg_bin, target_dir, CpuCaps, Error, Machine, Options, Result,
-    PGBOUNCER,
-};
+use crate::{target_dir, Error, Options, Result};
 
 /// Each database's generated part of docs/benchmarks.md lies between
 /// `<!-- suite:begin:<db>: ... -->` and `<!-- suite:end:<db> -->`.

@@ -34,10 +34,16 @@ use fulcrum_testkit::{
 };
 use mysql_async::prelude::Queryable;
 
+use crate::cpu_caps::CpuCaps;
+use crate::fulcrum::fulcrum_config;
+use crate::process::{first_line, tail};
 use crate::relay::TcpRelay;
 use crate::report::{self, Goal, Row, Sample, Scenario};
 use crate::suite::SuiteReport;
-use crate::{CpuCaps, Options, Result, SysbenchResult};
+use crate::sysbench::{
+    com_select, sysbench, SysbenchResult, SYSBENCH_PREPARE_TIMEOUT, SYSBENCH_TABLES,
+};
+use crate::{Options, Result, RUN_GRACE, WARMUP_SECONDS};
 
 /// Capped regime: a primary and 2 replicas.
 const CAPPED_NODES: usize = 3;
@@ -158,7 +164,7 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         })
         .collect();
     sections.push(cluster_section("s1", &s1_listen, None, &addrs[..2]));
-    let fulcrum = FulcrumProcess::start(&crate::fulcrum_config(opts.workers, &sections))?;
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
     eprintln!(
         "Fulcrum: 1, 2, 3 nodes (eventual) on {}; 2 nodes (session) on {s1_listen}",
         scale_listens.join(", ")
@@ -205,17 +211,16 @@ fn record_version(cluster: &MariaCluster, report: &mut SuiteReport) -> Result<()
 fn prepare_tables(opts: &Options, cluster: &MariaCluster) -> Result<()> {
     eprintln!(
         "sysbench oltp_common prepare ({} tables x {} rows) on the primary ...",
-        crate::SYSBENCH_TABLES,
-        opts.table_size
+        SYSBENCH_TABLES, opts.table_size
     );
-    crate::sysbench(
+    sysbench(
         opts,
         cluster.primary().port(),
         &["oltp_common", "prepare"],
-        crate::SYSBENCH_PREPARE_TIMEOUT,
+        SYSBENCH_PREPARE_TIMEOUT,
     )
     .map_err(|e| format!("sysbench prepare: {e}"))?;
-    cluster.wait_replicas_caught_up(crate::SYSBENCH_PREPARE_TIMEOUT)?;
+    cluster.wait_replicas_caught_up(SYSBENCH_PREPARE_TIMEOUT)?;
     Ok(())
 }
 
@@ -284,7 +289,7 @@ impl Capped<'_> {
                     "The TCP relay control was left out: `socat` is not installed. ".to_string()
                 },
                 quota = opts.cpu_quota,
-                tables = crate::SYSBENCH_TABLES,
+                tables = SYSBENCH_TABLES,
                 rows = opts.table_size,
                 ps = opts.ps_mode,
                 workers = opts.workers,
@@ -352,7 +357,7 @@ impl Capped<'_> {
                  Autocommit reads may go to either node; transactions (BEGIN ... COMMIT) and \
                  writes go to the primary. {rounds}",
                 workload.label,
-                tables = crate::SYSBENCH_TABLES,
+                tables = SYSBENCH_TABLES,
                 rows = opts.table_size,
                 ps = opts.ps_mode,
                 quota = opts.cpu_quota,
@@ -417,7 +422,7 @@ impl Capped<'_> {
             .map(|(i, node)| {
                 let (periods, throttled) = self.caps.throttling(i);
                 Ok(NodeCounts {
-                    selects: crate::com_select(node)?,
+                    selects: com_select(node)?,
                     periods,
                     throttled,
                     cpu_ticks: node.pid().and_then(cpu_ticks).unwrap_or(0),
@@ -549,7 +554,7 @@ fn uncapped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
     record_version(&cluster, report)?;
     let listen = listen_addr();
     let section = cluster_section("single", &listen, None, &[cluster.primary().addr()]);
-    let fulcrum = FulcrumProcess::start(&crate::fulcrum_config(opts.workers, &[section]))?;
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section]))?;
     eprintln!(
         "MariaDB on {} (max_connections = {MAX_CONNECTIONS}), Fulcrum on {listen}",
         cluster.primary().addr()
@@ -926,7 +931,7 @@ fn listen_backlog(addr: &str) -> String {
     let Ok(port) = port_of(addr) else {
         return "unknown".into();
     };
-    let line = crate::first_line("ss", &["-ltnH", &format!("sport = :{port}")]);
+    let line = first_line("ss", &["-ltnH", &format!("sport = :{port}")]);
     line.split_whitespace()
         .nth(2)
         .filter(|n| n.parse::<u64>().is_ok())
@@ -1019,7 +1024,7 @@ fn error_kind(e: &mysql_async::Error) -> String {
 /// One timed sysbench run of `workload` (a built-in test and its options,
 /// or a script's path) at `threads` against `addr`, with `--histogram=on`:
 /// `WARMUP_SECONDS` for a warm-up, `opts.seconds` otherwise. Fails on
-/// everything [`crate::sysbench`] rejects, on no transactions, on a
+/// everything [`sysbench`] rejects, on no transactions, on a
 /// reconnect, on an ignored error (a deadlock) in a workload that does not
 /// write, and on a missing histogram. Returns the sample and the number
 /// of transactions (events).
@@ -1031,7 +1036,7 @@ fn sysbench_sample(
     warm_up: bool,
 ) -> Result<(Sample, u64)> {
     let seconds = if warm_up {
-        crate::WARMUP_SECONDS
+        WARMUP_SECONDS
     } else {
         opts.seconds
     };
@@ -1044,8 +1049,8 @@ fn sysbench_sample(
         "run".to_string(),
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let timeout = Duration::from_secs(seconds) + crate::RUN_GRACE;
-    let stdout = crate::sysbench(opts, port_of(addr)?, &args, timeout)?;
+    let timeout = Duration::from_secs(seconds) + RUN_GRACE;
+    let stdout = sysbench(opts, port_of(addr)?, &args, timeout)?;
     let result = SysbenchResult::parse(&stdout)?;
     let writes = workload[0].starts_with("oltp_") && workload[0].contains("write");
     if result.transactions == 0 || result.reconnects > 0 || (!writes && result.ignored_errors > 0) {
@@ -1055,7 +1060,7 @@ fn sysbench_sample(
             result.transactions,
             result.ignored_errors,
             result.reconnects,
-            crate::tail(&stdout, 30)
+            tail(&stdout, 30)
         )
         .into());
     }
@@ -1105,9 +1110,7 @@ fn cluster_section(
 fn rounds_text(opts: &Options) -> String {
     format!(
         "A {} s warm-up run per target, then {} rounds x {} s, targets alternating.",
-        crate::WARMUP_SECONDS,
-        opts.rounds,
-        opts.seconds
+        WARMUP_SECONDS, opts.rounds, opts.seconds
     )
 }
 
@@ -1129,7 +1132,7 @@ fn fulcrum_alive(fulcrum: &FulcrumProcess) -> Result<()> {
         None => Ok(()),
         Some(status) => Err(format!(
             "fulcrum exited with {status}; log tail:\n{}",
-            crate::tail(&fulcrum.log_contents(), 30)
+            tail(&fulcrum.log_contents(), 30)
         )
         .into()),
     }

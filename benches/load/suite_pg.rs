@@ -13,13 +13,16 @@ use fulcrum_testkit::{
     free_port, pg_bin, FulcrumProcess, PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER,
 };
 
+use crate::fulcrum::{cluster_section, fulcrum_config, scale_out_section};
+use crate::pgbench::{latency_percentiles, pgbench_bounded, start_cluster};
+use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::pgpool::{Pgpool, PGPOOL};
+use crate::process::{run_bounded, tail};
 use crate::report::{alternate, Goal, Row, Sample, Scenario};
 use crate::suite::{caps, SuiteReport};
+use crate::sysbench::{sysbench_with, SysbenchResult, SYSBENCH_PREPARE_TIMEOUT};
 use crate::{
-    cluster_section, fulcrum_config, latency_percentiles, pgbench_bounded, run_bounded,
-    scale_out_section, start_cluster, tail, Options, PgBouncer, Result, INIT_SECONDS_FIXED,
-    INIT_SECONDS_PER_SCALE, PGBOUNCER, RUN_GRACE, WARMUP_SECONDS,
+    Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE, RUN_GRACE, WARMUP_SECONDS,
 };
 
 const DIRECT: &str = "PostgreSQL direct";
@@ -371,7 +374,7 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         cluster.primary().sql("SHOW server_version")?.trim()
     ));
     prepare_sysbench(opts, &cluster)?;
-    cluster.wait_replicas_caught_up(crate::SYSBENCH_PREPARE_TIMEOUT)?;
+    cluster.wait_replicas_caught_up(SYSBENCH_PREPARE_TIMEOUT)?;
     for (i, node) in cluster.nodes().enumerate() {
         caps.add_server(i, node.data_dir())?;
     }
@@ -666,7 +669,7 @@ fn sysbench_pg(opts: &Options, addr: &str, args: &[&str], timeout: Duration) -> 
         format!("--pgsql-password={APP_PASSWORD}"),
         format!("--pgsql-db={APP_DB}"),
     ];
-    crate::sysbench_with(&connection, opts, args, timeout)
+    sysbench_with(&connection, opts, args, timeout)
 }
 
 /// sysbench's tables, created through the primary.
@@ -676,7 +679,7 @@ fn prepare_sysbench(opts: &Options, cluster: &PgCluster) -> Result<()> {
         opts,
         &cluster.primary().addr(),
         &["oltp_common", "prepare"],
-        crate::SYSBENCH_PREPARE_TIMEOUT,
+        SYSBENCH_PREPARE_TIMEOUT,
     )?;
     Ok(())
 }
@@ -693,7 +696,7 @@ fn sysbench_sample(opts: &Options, addr: &str, workload: &[&str], seconds: u64) 
     ]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let stdout = sysbench_pg(opts, addr, &refs, Duration::from_secs(seconds) + RUN_GRACE)?;
-    let result = crate::SysbenchResult::parse(&stdout)?;
+    let result = SysbenchResult::parse(&stdout)?;
     if result.transactions == 0 || result.reconnects > 0 {
         return Err(format!(
             "sysbench: {} transactions, {} reconnects\n{}",

@@ -1,0 +1,174 @@
+//! The older modes' measurement: a [`Target`] and what was measured there
+//! per round, [`measure`] running the warm-ups and round-robin rounds of
+//! pgbench against the targets, and the [`time_budget`] announced before.
+
+use std::path::Path;
+use std::time::Duration;
+
+use fulcrum_testkit::PgCluster;
+
+use crate::pgbench::{bench_run, latency_percentiles, Workload};
+use crate::{Options, Result, RUN_GRACE, WARMUP_SECONDS};
+
+/// `--consistency-cost`: pause after each run before reading
+/// `pg_stat_database`, so idle backends have flushed their counters (at most
+/// once a second in PostgreSQL 15).
+const STATS_FLUSH: Duration = Duration::from_millis(1200);
+
+/// One place pgbench connects to, and what it measured there, per round.
+pub(crate) struct Target {
+    pub(crate) name: &'static str,
+    pub(crate) addr: String,
+    pub(crate) tps: Vec<f64>,
+    pub(crate) latency_ms: Vec<f64>,
+    /// `--consistency-cost`: transactions committed in the app database per
+    /// pgbench transaction, on the primary and on the replicas, per round.
+    /// `--mysql-consistency-cost`: `Com_select` per sysbench transaction.
+    pub(crate) primary_xacts: Vec<f64>,
+    pub(crate) replica_xacts: Vec<f64>,
+    /// `--mysql-consistency-cost`: sysbench's ignored errors (deadlocks), per round.
+    pub(crate) ignored_errors: Vec<u64>,
+    /// `--scale-out`: p50, p95 and p99 transaction latency (ms), per round.
+    pub(crate) latency_pcts: Vec<[f64; 3]>,
+}
+
+impl Target {
+    pub(crate) fn new(name: &'static str, addr: String) -> Target {
+        Target {
+            name,
+            addr,
+            tps: Vec::new(),
+            latency_ms: Vec::new(),
+            primary_xacts: Vec::new(),
+            replica_xacts: Vec::new(),
+            ignored_errors: Vec::new(),
+            latency_pcts: Vec::new(),
+        }
+    }
+}
+
+/// One warm-up run per target, then `opts.rounds` rounds of one run per
+/// target, recording each run's TPS and latency in its target.
+/// `check_alive` fails if a proxy died during the last run. With `counts`,
+/// also records the server transactions each run committed (after a pause
+/// for the statistics to be flushed).
+pub(crate) fn measure(
+    opts: &Options,
+    workload: Workload,
+    script: &Path,
+    counts: Option<&PgCluster>,
+    targets: &mut [Target],
+    check_alive: impl Fn() -> Result<()>,
+) -> Result<()> {
+    for target in targets.iter() {
+        eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);
+        bench_run(&target.addr, opts, workload, script, WARMUP_SECONDS, None)
+            .map_err(|e| format!("warm-up against {}: {e}", target.name))?;
+        check_alive()?;
+    }
+    // `--scale-out`: per-transaction logs, for latency percentiles.
+    let log_dir = opts
+        .scale_out
+        .then(|| std::env::temp_dir().join(format!("fulcrum-bench-txlog-{}", std::process::id())));
+    let commits = || -> Result<Option<(u64, u64)>> {
+        let Some(cluster) = counts else {
+            return Ok(None);
+        };
+        std::thread::sleep(STATS_FLUSH);
+        xact_commits(cluster).map(Some)
+    };
+    let mut before = commits()?;
+    let n = targets.len();
+    for round in 0..opts.rounds {
+        // Rotate the starting target so none always runs right after another.
+        for i in 0..n {
+            let target = &mut targets[(round + i) % n];
+            let run = bench_run(
+                &target.addr,
+                opts,
+                workload,
+                script,
+                opts.seconds,
+                log_dir.as_deref(),
+            );
+            let percentiles = match (&run, &log_dir) {
+                (Ok(_), Some(dir)) => Some(latency_percentiles(dir)),
+                _ => None,
+            };
+            if let Some(dir) = &log_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            let result =
+                run.map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
+            check_alive()?;
+            let latency = result.latency_avg_ms.unwrap_or(f64::NAN);
+            if let Some(p) = percentiles {
+                target.latency_pcts.push(p?);
+            }
+            let after = commits()?;
+            let mut per_txn = String::new();
+            if let (Some((p0, r0)), Some((p1, r1))) = (before, after) {
+                let txns = result.transactions as f64;
+                let primary = p1.saturating_sub(p0) as f64 / txns;
+                let replicas = r1.saturating_sub(r0) as f64 / txns;
+                target.primary_xacts.push(primary);
+                target.replica_xacts.push(replicas);
+                per_txn = format!("  server xacts/txn {primary:.2} + {replicas:.2}");
+            }
+            before = after;
+            eprintln!(
+                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms{per_txn}",
+                round + 1,
+                opts.rounds,
+                target.name,
+                result.tps,
+            );
+            target.tps.push(result.tps);
+            target.latency_ms.push(latency);
+        }
+    }
+    Ok(())
+}
+
+/// Transactions committed in the app database so far: (primary, all replicas).
+fn xact_commits(cluster: &PgCluster) -> Result<(u64, u64)> {
+    const QUERY: &str =
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+    let count = |text: String| -> Result<u64> {
+        text.trim()
+            .parse()
+            .map_err(|e| format!("xact_commit {text:?}: {e}").into())
+    };
+    let primary = count(cluster.primary().sql(QUERY)?)?;
+    let mut replicas = 0;
+    for replica in cluster.replicas() {
+        replicas += count(replica.sql(QUERY)?)?;
+    }
+    Ok((primary, replicas))
+}
+
+/// (expected, worst-case) wall time from here on. Expected: the pgbench runs
+/// plus what start-up and `pgbench -i` took on a 2-core machine; worst case:
+/// every deadline expiring (pg_ctl's 60 s, the daemons' 10 s, each run's grace).
+pub(crate) fn time_budget(
+    opts: &Options,
+    targets: u64,
+    init_timeout: Duration,
+) -> (Duration, Duration) {
+    let workloads = opts.workloads.len() as u64;
+    let runs = workloads * targets * opts.rounds as u64;
+    let mut pgbench = workloads * targets * WARMUP_SECONDS + runs * opts.seconds;
+    if opts.consistency_cost {
+        // The pause before each reading of the transaction counters.
+        pgbench += (runs + workloads) * STATS_FLUSH.as_millis().div_ceil(1000) as u64;
+    }
+    let expected = pgbench + 5 + u64::from(opts.scale);
+    let grace = RUN_GRACE.as_secs();
+    let worst = pgbench
+        + (workloads * targets + runs) * grace
+        + init_timeout.as_secs() * (1 + opts.replicas.min(1) as u64)
+        + 60 * (1 + opts.replicas as u64)
+        + 2 * 10
+        + 30;
+    (Duration::from_secs(expected), Duration::from_secs(worst))
+}

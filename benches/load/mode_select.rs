@@ -1,0 +1,169 @@
+//! The default mode: `pgbench -S` against PostgreSQL directly, through
+//! Fulcrum, through PgBouncer and through Pgpool-II (those installed), and
+//! its report, `target/bench-load.md`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use fulcrum_testkit::{free_port, FulcrumProcess};
+
+use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_config};
+use crate::machine::{machine_lines, pg_machine, Machine};
+use crate::measure::{measure, time_budget, Target};
+use crate::pgbench::{start_cluster, Workload};
+use crate::pgbouncer::{PgBouncer, PGBOUNCER};
+use crate::process::tail;
+use crate::{
+    median, pgpool, target_dir, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE,
+};
+
+/// The default mode: `pgbench -S` directly, through Fulcrum, PgBouncer and
+/// Pgpool-II (those installed), one table.
+pub(crate) fn run_select(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    let bin = ensure_fulcrum_built()?;
+    let pgbouncer_found = Path::new(PGBOUNCER).is_file();
+    if !pgbouncer_found {
+        eprintln!(
+            "PgBouncer not found at {PGBOUNCER}: skipping it (install: apt-get install pgbouncer)"
+        );
+    }
+    let pgpool_found = Path::new(pgpool::PGPOOL).is_file();
+    if !pgpool_found {
+        eprintln!(
+            "Pgpool-II not found at {}: skipping it (install: apt-get install pgpool2)",
+            pgpool::PGPOOL
+        );
+    }
+    let targets = 2 + u64::from(pgbouncer_found) + u64::from(pgpool_found);
+    let init_timeout =
+        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let (expected, worst) = time_budget(opts, targets, init_timeout);
+    eprintln!(
+        "load benchmark: {targets} targets x {} rounds x {} s after `pgbench -i -s {}`: \
+         about {} s in all; every step has a deadline, so at most {} s",
+        opts.rounds,
+        opts.seconds,
+        opts.scale,
+        expected.as_secs(),
+        worst.as_secs()
+    );
+
+    let cluster = start_cluster(opts, init_timeout)?;
+    let primary = cluster.primary();
+    let direct = primary.addr();
+
+    let fulcrum_listen = format!("127.0.0.1:{}", free_port());
+    let section = cluster_section("bench", &fulcrum_listen, None, &cluster);
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section]))?;
+    eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
+    let pgbouncer = if pgbouncer_found {
+        let p = PgBouncer::start(primary.port())?;
+        eprintln!("PgBouncer on {}", p.addr);
+        Some(p)
+    } else {
+        None
+    };
+    // In front of the primary and every replica, reads spread over all of
+    // them; a child per pgbench client plus a few.
+    let pgpool = if pgpool_found {
+        let replicas: Vec<String> = cluster.replicas().iter().map(|r| r.addr()).collect();
+        let children = opts.clients + pgpool::SPARE_CHILDREN;
+        let p = pgpool::Pgpool::start(&direct, &replicas, children)?;
+        eprintln!("{} on {}", pgpool::pgpool_version(), p.addr);
+        Some(p)
+    } else {
+        None
+    };
+
+    let mut targets = vec![
+        Target::new("PostgreSQL direct", direct),
+        Target::new("Fulcrum", fulcrum_listen),
+    ];
+    if let Some(p) = &pgbouncer {
+        targets.push(Target::new("PgBouncer", p.addr.clone()));
+    }
+    if let Some(p) = &pgpool {
+        targets.push(Target::new("Pgpool-II", p.addr.clone()));
+    }
+
+    let check_alive = || -> Result<()> {
+        if let Some(status) = fulcrum.try_wait() {
+            return Err(format!(
+                "fulcrum exited with {status}; log tail:\n{}",
+                tail(&fulcrum.log_contents(), 30)
+            )
+            .into());
+        }
+        if let Some(p) = &pgbouncer {
+            p.check_alive()?;
+        }
+        if let Some(p) = &pgpool {
+            p.check_alive()?;
+        }
+        Ok(())
+    };
+
+    let machine = pg_machine(primary.sql("SHOW server_version").map_err(Into::into))?;
+    if machine.busy() {
+        eprintln!(
+            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+            machine.load.unwrap_or_default(),
+            machine.nproc
+        );
+    }
+    measure(
+        opts,
+        Workload::Select,
+        Path::new(""),
+        None,
+        &mut targets,
+        check_alive,
+    )?;
+
+    // Stop the servers before reporting, so cleanup cannot be skipped by a
+    // failure to write the file.
+    drop(pgpool);
+    drop(pgbouncer);
+    drop(fulcrum);
+    drop(cluster);
+
+    let report = render(opts, &machine, &targets, started.elapsed());
+    println!("\n{report}");
+    let path = target_dir().join("bench-load.md");
+    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// The markdown report: one row per target, then the per-round figures.
+fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Duration) -> String {
+    let mut out = String::new();
+    let direct = &targets[0].tps;
+    let _ = writeln!(
+        out,
+        "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s\n",
+        opts.clients, opts.jobs, opts.protocol, opts.scale, opts.rounds, opts.seconds
+    );
+    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | TPS per round |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    for target in targets {
+        let ratios: Vec<f64> = target.tps.iter().zip(direct).map(|(t, d)| t / d).collect();
+        let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.2}x | {:.3} | {} |",
+            target.name,
+            median(&target.tps),
+            median(&ratios),
+            median(&target.latency_ms),
+            rounds.join(" / ")
+        );
+    }
+    out.push('\n');
+    for line in machine_lines(opts, machine, elapsed) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out
+}

@@ -1,0 +1,270 @@
+//! Command-line options: [`USAGE`], and [`Options`] parsed from the bench's
+//! arguments with each mode's defaults and the combinations it refuses.
+
+use crate::mode_scale_out::SCALE_OUT_NODES;
+use crate::pgbench::Workload;
+
+pub(crate) const USAGE: &str = "\
+usage: cargo bench --bench load -- [options]
+  --seconds N     length of each pgbench run (default 10)
+  --clients N     pgbench -c (default 16)
+  --jobs N        pgbench -j (default 2)
+  --rounds N      rounds; each runs every target once (default 3)
+  --scale N       pgbench -i -s (default 10)
+  --protocol P    pgbench -M: simple, extended or prepared (default simple)
+  --workers N     Fulcrum's [fulcrum] workers (default 1)
+  --replicas N    streaming replicas, listed as Fulcrum replicas (default 0)
+  --consistency-cost
+                  compare direct, Fulcrum consistency=eventual and
+                  consistency=session instead of direct/Fulcrum/PgBouncer
+  --workload LIST comma-separated: select (pgbench -S), tpcb (pgbench's
+                  default script), write-read (UPDATE then SELECT of one row,
+                  autocommit); default select, or tpcb,select with
+                  --consistency-cost
+  --mysql-consistency-cost
+                  the same on MariaDB (a primary and --replicas GTID replicas,
+                  default 1) with sysbench oltp_read_write and oltp_read_only
+                  --skip-trx=on: --clients is --threads, --seconds is --time
+  --table-size N  sysbench --table-size, 2 tables (default 10000)
+  --ps-mode M     sysbench --db-ps-mode: auto or disable (default auto)
+  --scale-out     read scale-out: a primary and 2 streaming replicas, each in
+                  its own CPU-capped cgroup; targets PostgreSQL direct and
+                  Fulcrum reading from 1, 2 and 3 nodes (pgbench -S); writes
+                  docs/img/scale-out.png
+  --cpu-quota F   --scale-out: CPUs per PostgreSQL server (default 0.3; 0
+                  runs uncapped and plots to target/ instead of docs/img/)
+  --suite         the whole suite (docs/benchmarks.md, The suite): the
+                  published comparisons (scenarios 1-4) on PostgreSQL and
+                  MariaDB clusters it starts, uncapped and CPU-capped, against
+                  direct, Fulcrum, PgBouncer and Pgpool-II; rewrites the suite
+                  section of docs/benchmarks.md and docs/img/suite-*.png
+                  (--seconds, --rounds, --cpu-quota apply; defaults 8 s, 2
+                  rounds, 0.3 CPU)
+  --mysql-cpu-quota F
+                  --suite: CPUs per MariaDB server when capped (default 0.1:
+                  a point select costs MariaDB less than pgbench -S costs
+                  PostgreSQL, so at 0.3 the 2 cores run out before the caps do)
+  --only DB       --suite: postgres or mysql only
+  --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
+                  pg-connections, pg-capped
+  --no-docs       --suite: write target/bench-suite-<db>.md and target/suite-img/
+                  only
+Environment: FULCRUM_BIN=path skips building the daemon.";
+
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) seconds: u64,
+    pub(crate) clients: u32,
+    pub(crate) jobs: u32,
+    pub(crate) rounds: usize,
+    pub(crate) scale: u32,
+    pub(crate) protocol: String,
+    /// Fulcrum's `[fulcrum] workers` (1: one event-loop thread, like PgBouncer).
+    pub(crate) workers: u32,
+    /// Streaming replicas started and listed in Fulcrum's config.
+    pub(crate) replicas: usize,
+    /// Direct vs Fulcrum `eventual` vs `session` instead of the proxies.
+    pub(crate) consistency_cost: bool,
+    /// What pgbench runs, one measurement per entry, in order.
+    pub(crate) workloads: Vec<Workload>,
+    /// `--consistency-cost` on MariaDB with sysbench.
+    pub(crate) mysql_consistency_cost: bool,
+    /// sysbench `--table-size` (rows in each of its 2 tables).
+    pub(crate) table_size: u64,
+    /// sysbench `--db-ps-mode`.
+    pub(crate) ps_mode: String,
+    /// Direct vs Fulcrum on 1, 2 and 3 CPU-capped nodes.
+    pub(crate) scale_out: bool,
+    /// `--scale-out`: CPUs per PostgreSQL server's cgroup (0: no cgroups).
+    pub(crate) cpu_quota: f64,
+    /// `--suite`: scenarios 1-4 on both databases, into docs/benchmarks.md.
+    pub(crate) suite: bool,
+    /// `--suite --only postgres|mysql`: one database only.
+    pub(crate) only: Option<String>,
+    /// `--suite --no-docs`: report into target/ only, leave docs/ alone.
+    pub(crate) no_docs: bool,
+    /// `--suite`: CPUs per MariaDB server in the capped regime.
+    pub(crate) mysql_cpu_quota: f64,
+    /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections, pg-capped).
+    pub(crate) skip: Vec<String>,
+}
+
+impl Options {
+    pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
+        let mut opts = Options {
+            seconds: 10,
+            clients: 16,
+            jobs: 2,
+            rounds: 3,
+            scale: 10,
+            protocol: "simple".into(),
+            workers: 1,
+            replicas: 0,
+            consistency_cost: false,
+            workloads: Vec::new(),
+            mysql_consistency_cost: false,
+            table_size: 10_000,
+            ps_mode: "auto".into(),
+            scale_out: false,
+            cpu_quota: 0.3,
+            suite: false,
+            only: None,
+            no_docs: false,
+            skip: Vec::new(),
+            mysql_cpu_quota: 0.1,
+        };
+        let mut replicas_given = false;
+        let (mut seconds_given, mut rounds_given) = (false, false);
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if flag == "--bench" {
+                continue;
+            }
+            if flag == "--consistency-cost" {
+                opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--mysql-consistency-cost" {
+                opts.mysql_consistency_cost = true;
+                continue;
+            }
+            if flag == "--scale-out" {
+                opts.scale_out = true;
+                continue;
+            }
+            if flag == "--suite" {
+                opts.suite = true;
+                continue;
+            }
+            if flag == "--no-docs" {
+                opts.no_docs = true;
+                continue;
+            }
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = |min: u64| -> Result<u64, String> {
+                match value.parse::<u64>() {
+                    Ok(n) if n >= min => Ok(n),
+                    _ => Err(format!("{flag} {value}: expected a whole number >= {min}")),
+                }
+            };
+            match flag.as_str() {
+                "--seconds" => {
+                    opts.seconds = number(1)?;
+                    seconds_given = true;
+                }
+                "--clients" => opts.clients = number(1)? as u32,
+                "--jobs" => opts.jobs = number(1)? as u32,
+                "--rounds" => {
+                    opts.rounds = number(1)? as usize;
+                    rounds_given = true;
+                }
+                "--scale" => opts.scale = number(1)? as u32,
+                "--workers" => opts.workers = number(0)? as u32,
+                "--replicas" => {
+                    opts.replicas = number(0)? as usize;
+                    replicas_given = true;
+                }
+                "--table-size" => opts.table_size = number(1)?,
+                "--cpu-quota" => match value.parse::<f64>() {
+                    Ok(q) if (0.0..=64.0).contains(&q) => opts.cpu_quota = q,
+                    _ => return Err(format!("--cpu-quota {value}: expected CPUs, e.g. 0.3")),
+                },
+                "--mysql-cpu-quota" => match value.parse::<f64>() {
+                    Ok(q) if (0.0..=64.0).contains(&q) => opts.mysql_cpu_quota = q,
+                    _ => {
+                        return Err(format!(
+                            "--mysql-cpu-quota {value}: expected CPUs, e.g. 0.1"
+                        ))
+                    }
+                },
+                "--ps-mode" if ["auto", "disable"].contains(&value.as_str()) => {
+                    opts.ps_mode = value.clone()
+                }
+                "--ps-mode" => return Err(format!("--ps-mode {value}: expected auto or disable")),
+                "--workload" => {
+                    opts.workloads = value
+                        .split(',')
+                        .map(|w| {
+                            Workload::parse(w.trim())
+                                .ok_or_else(|| format!("--workload {value}: unknown workload {w}"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--protocol" if ["simple", "extended", "prepared"].contains(&value.as_str()) => {
+                    opts.protocol = value.clone()
+                }
+                "--protocol" => return Err(format!("--protocol {value}: unknown mode")),
+                "--only" if ["postgres", "mysql"].contains(&value.as_str()) => {
+                    opts.only = Some(value.clone())
+                }
+                "--only" => return Err(format!("--only {value}: expected postgres or mysql")),
+                "--skip" => opts.skip = value.split(',').map(|v| v.trim().to_string()).collect(),
+                _ => return Err(format!("unknown option {flag}")),
+            }
+        }
+        // pgbench refuses more threads than clients.
+        opts.jobs = opts.jobs.min(opts.clients);
+        if opts.suite {
+            if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {
+                return Err("--suite is a run of its own".into());
+            }
+            if !opts.workloads.is_empty() || replicas_given {
+                return Err("--suite chooses its own workloads and replicas".into());
+            }
+            if !seconds_given {
+                opts.seconds = 8;
+            }
+            if !rounds_given {
+                opts.rounds = 2;
+            }
+            return Ok(opts);
+        }
+        if opts.only.is_some() || opts.no_docs {
+            return Err("--only and --no-docs are for --suite".into());
+        }
+        if opts.scale_out {
+            if opts.consistency_cost || opts.mysql_consistency_cost {
+                return Err("--scale-out is a run of its own".into());
+            }
+            if replicas_given && opts.replicas != SCALE_OUT_NODES - 1 {
+                return Err(format!(
+                    "--scale-out always starts {} replicas",
+                    SCALE_OUT_NODES - 1
+                ));
+            }
+            if !opts.workloads.is_empty() && opts.workloads != [Workload::Select] {
+                return Err("--scale-out runs pgbench -S only".into());
+            }
+            opts.replicas = SCALE_OUT_NODES - 1;
+            opts.workloads = vec![Workload::Select];
+            return Ok(opts);
+        }
+        if opts.mysql_consistency_cost {
+            if opts.consistency_cost {
+                return Err(
+                    "--consistency-cost and --mysql-consistency-cost are separate runs".into(),
+                );
+            }
+            if !opts.workloads.is_empty() {
+                return Err("--workload is for pgbench; --mysql-consistency-cost runs \
+                            oltp_read_write and oltp_read_only"
+                    .into());
+            }
+            if !replicas_given {
+                opts.replicas = 1;
+            }
+            return Ok(opts);
+        }
+        if opts.workloads.is_empty() {
+            opts.workloads = if opts.consistency_cost {
+                vec![Workload::TpcB, Workload::Select]
+            } else {
+                vec![Workload::Select]
+            };
+        }
+        if !opts.consistency_cost && opts.workloads != [Workload::Select] {
+            return Err("--workload other than select needs --consistency-cost".into());
+        }
+        Ok(opts)
+    }
+}
