@@ -129,9 +129,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
             machine.nproc
         );
     }
-    let throttling = |caps: &CpuCaps| -> Vec<(u64, u64)> {
-        (0..SCALE_OUT_NODES).map(|i| caps.throttling(i)).collect()
-    };
+    let throttling = |caps: &CpuCaps| caps.throttling_all(SCALE_OUT_NODES);
     let before = caps.as_ref().map(throttling);
     measure(
         opts,
@@ -147,10 +145,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
             .iter()
             .zip(before)
             .zip(&node_names)
-            .map(|((&(p1, t1), (p0, t0)), name)| {
-                let periods = p1.saturating_sub(p0).max(1) as f64;
-                (name.clone(), t1.saturating_sub(t0) as f64 / periods)
-            })
+            .map(|((after, before), name)| (name.clone(), after.since(before).share()))
             .collect(),
         _ => Vec::new(),
     };

@@ -13,6 +13,7 @@ use fulcrum_testkit::{
     free_port, pg_bin, FulcrumProcess, PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER,
 };
 
+use crate::cpu_caps::Throttling;
 use crate::fulcrum::{cluster_section, fulcrum_config, scale_out_section};
 use crate::pgbench::{latency_percentiles, pgbench_bounded, start_cluster};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
@@ -410,7 +411,7 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         }
         Ok(())
     };
-    let throttling = || -> Vec<(u64, u64)> { (0..3).map(|i| caps.throttling(i)).collect() };
+    let throttling = || caps.throttling_all(3);
     let cap = format!("each server capped at {} CPU", opts.cpu_quota);
 
     // Scenario 2: read scale-out.
@@ -546,18 +547,13 @@ fn capped(opts: &Options, report: &mut SuiteReport) -> Result<()> {
 }
 
 /// The share of CPU periods in which each node's cap held it back.
-fn throttle_note(before: &[(u64, u64)], after: &[(u64, u64)], cluster: &PgCluster) -> String {
+fn throttle_note(before: &[Throttling], after: &[Throttling], cluster: &PgCluster) -> String {
     let shares: Vec<String> = before
         .iter()
         .zip(after)
         .zip(cluster.nodes())
-        .map(|((&(p0, t0), &(p1, t1)), node)| {
-            let periods = p1.saturating_sub(p0).max(1) as f64;
-            format!(
-                "{} {:.0} %",
-                node.name(),
-                100.0 * t1.saturating_sub(t0) as f64 / periods
-            )
+        .map(|((&before, after), node)| {
+            format!("{} {}", node.name(), after.since(before).percent())
         })
         .collect();
     format!(
