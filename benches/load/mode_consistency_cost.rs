@@ -1,5 +1,5 @@
 //! `--consistency-cost`: PostgreSQL direct vs Fulcrum `consistency =
-//! "eventual"` vs `"session"` (one daemon, two listeners) for each
+//! "eventual"` vs `"session"` vs `"strong"` (one daemon, three listeners) for each
 //! `--workload`, with the server transactions each pgbench transaction cost;
 //! the report goes to `target/bench-consistency.md`.
 
@@ -15,16 +15,16 @@ use crate::pgbench::{start_cluster, Workload, WRITE_READ_SCRIPT};
 use crate::process::tail;
 use crate::{median, target_dir, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE};
 
-/// `--consistency-cost`: direct vs Fulcrum `eventual` vs Fulcrum `session`,
-/// one table per workload.
+/// `--consistency-cost`: direct vs Fulcrum `eventual`, `session` and
+/// `strong`, one table per workload.
 pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
     let init_timeout =
         Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
-    let (expected, worst) = time_budget(opts, 3, init_timeout);
+    let (expected, worst) = time_budget(opts, 4, init_timeout);
     eprintln!(
-        "consistency cost: {} workloads x 3 targets x {} rounds x {} s after `pgbench -i -s {}`: \
+        "consistency cost: {} workloads x 4 targets x {} rounds x {} s after `pgbench -i -s {}`: \
          about {} s in all; every step has a deadline, so at most {} s",
         opts.workloads.len(),
         opts.rounds,
@@ -44,17 +44,20 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
         std::fs::write(&script, WRITE_READ_SCRIPT)?;
     }
 
-    // One daemon, two listeners: the clusters differ only in `consistency`,
-    // and only one of them has clients at a time.
+    // One daemon, three listeners: the clusters differ only in
+    // `consistency`, and only one of them has clients at a time.
     let eventual_listen = format!("127.0.0.1:{}", free_port());
     let session_listen = format!("127.0.0.1:{}", free_port());
+    let strong_listen = format!("127.0.0.1:{}", free_port());
     let sections = [
         cluster_section("eventual", &eventual_listen, Some("eventual"), &cluster),
         cluster_section("session", &session_listen, Some("session"), &cluster),
+        cluster_section("strong", &strong_listen, Some("strong"), &cluster),
     ];
     let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
     eprintln!(
-        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}",
+        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on \
+         {session_listen}, \"strong\" on {strong_listen}",
         bin.display()
     );
     let check_alive = || -> Result<()> {
@@ -88,6 +91,7 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
             Target::new("PostgreSQL direct", direct.clone()),
             Target::new("Fulcrum eventual", eventual_listen.clone()),
             Target::new("Fulcrum session", session_listen.clone()),
+            Target::new("Fulcrum strong", strong_listen.clone()),
         ];
         let measured = measure(
             opts,

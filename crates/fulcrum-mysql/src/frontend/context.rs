@@ -38,6 +38,9 @@ pub struct MyClusterContext {
     /// Client connection id -> the server connection serving it now
     /// (backend, server thread id), for `KILL QUERY <id>`.
     running: Mutex<HashMap<u32, Option<(BackendId, u32)>>>,
+    /// `consistency = "strong"`: the primary's `@@gtid_binlog_pos`, one
+    /// fetch shared by the reads that ask at the same time.
+    pub primary_position: fulcrum_pool::Coalesced<String>,
 }
 
 impl MyClusterContext {
@@ -74,6 +77,7 @@ impl MyClusterContext {
         };
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
+            primary_position: fulcrum_pool::Coalesced::new(),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(

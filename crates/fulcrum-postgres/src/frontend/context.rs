@@ -54,6 +54,9 @@ pub struct ClusterContext {
     welcome: Mutex<HashMap<WelcomeKey, Arc<BTreeMap<String, String>>>>,
     /// Fingerprints of unparsable statements already logged.
     unparsed_logged: Mutex<HashSet<u64>>,
+    /// `consistency = "strong"`: the primary's WAL position, one fetch shared
+    /// by the reads that ask at the same time.
+    pub primary_position: fulcrum_pool::Coalesced<u64>,
 }
 
 /// Distinct unparsable statements logged at most.
@@ -97,6 +100,7 @@ impl ClusterContext {
             .collect();
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
+            primary_position: fulcrum_pool::Coalesced::new(),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(

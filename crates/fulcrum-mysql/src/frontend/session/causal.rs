@@ -142,8 +142,18 @@ impl Session {
         self.ctx.metrics.causal(outcome);
     }
 
-    /// `strong`: the primary's `@@gtid_binlog_pos` now.
+    /// `strong`: the primary's `@@gtid_binlog_pos` as of now, fetched once
+    /// for all the reads asking at the same time (a fetch that started
+    /// before this read asked is never used: `Coalesced`).
     async fn primary_position(&self) -> Option<String> {
+        self.ctx
+            .primary_position
+            .get(self.fetch_primary_position())
+            .await
+    }
+
+    /// One fetch of `@@gtid_binlog_pos` on a connection to the primary.
+    async fn fetch_primary_position(&self) -> Option<String> {
         let primary = self.ctx.router.primary()?;
         let mut conn = self.checkout(primary).await.ok()?;
         match conn.query_value("SELECT @@gtid_binlog_pos").await {

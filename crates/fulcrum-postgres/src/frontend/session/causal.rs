@@ -170,9 +170,19 @@ impl Session {
         Check::Primary
     }
 
-    /// `strong`: the primary's WAL insert position now (a connection from
-    /// the client's own pool to the primary, returned at once).
+    /// `strong`: the primary's WAL insert position as of now, fetched once
+    /// for all the reads asking at the same time (a fetch that started
+    /// before this read asked is never used: `Coalesced`).
     async fn primary_position(&self) -> Option<u64> {
+        self.ctx
+            .primary_position
+            .get(self.fetch_primary_position())
+            .await
+    }
+
+    /// One fetch of the primary's position, on a connection from the
+    /// client's own pool to the primary, returned at once.
+    async fn fetch_primary_position(&self) -> Option<u64> {
         let primary = self.ctx.router.primary()?;
         let pool = self.ctx.pool(primary, &self.user, &self.database);
         let ctx = self.ctx.clone();
