@@ -1,7 +1,8 @@
 //! The admin console through tokio-postgres (psql speaks the same protocol):
 //! every SHOW command's shape, DISABLE draining a backend from reads and
 //! ENABLE bringing it back, PAUSE holding new queries until RESUME, SET log,
-//! and clear errors (never a dropped connection) for bad commands.
+//! clear errors (never a dropped connection) for bad commands, and logins
+//! by SCRAM-SHA-256 (default) or md5 (`admin_auth`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -32,15 +33,7 @@ fn setup() -> Setup {
         .replica(&c.replicas()[0].addr())
         .extra("health_user = \"postgres\"")
         .extra("health_password = \"\"");
-    let toml = cfg
-        .to_toml()
-        .replacen("[fulcrum]\n", &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n"), 1)
-        .replacen(
-            "[[cluster]]",
-            &format!("[[fulcrum.admin_user]]\nname = \"{ADMIN}\"\npassword = \"{ADMIN_PASSWORD}\"\n\n[[cluster]]"),
-            1,
-        );
-    let p = FulcrumProcess::start(&toml).unwrap();
+    let p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
     Setup {
         primary: c.primary().port(),
         replica: c.replicas()[0].port(),
@@ -50,6 +43,48 @@ fn setup() -> Setup {
         cfg,
         admin_port,
     }
+}
+
+/// `cfg`'s daemon with the console on `admin_port`, the `ops` login, and
+/// `global` (more `[fulcrum]` keys).
+fn console_toml(cfg: &PgProxyConfig, admin_port: u16, global: &str) -> String {
+    cfg.to_toml()
+        .replacen(
+            "[fulcrum]\n",
+            &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n{global}"),
+            1,
+        )
+        .replacen(
+            "[[cluster]]",
+            &format!("[[fulcrum.admin_user]]\nname = \"{ADMIN}\"\npassword = \"{ADMIN_PASSWORD}\"\n\n[[cluster]]"),
+            1,
+        )
+}
+
+/// The console's first answer to a startup packet for `user`: the
+/// authentication request code (10 SASL, 5 md5) and the rest of its body
+/// (the SASL mechanisms, or the md5 salt).
+async fn auth_request(port: u16, user: &str) -> (i32, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut body = 196_608i32.to_be_bytes().to_vec();
+    for part in ["user", user, "database", "fulcrum", ""] {
+        body.extend_from_slice(part.as_bytes());
+        body.push(0);
+    }
+    let mut msg = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    msg.extend_from_slice(&body);
+    stream.write_all(&msg).await.unwrap();
+    let mut header = [0u8; 5];
+    stream.read_exact(&mut header).await.unwrap();
+    assert_eq!(header[0], b'R', "an authentication request");
+    let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
+    let mut rest = vec![0u8; len - 4];
+    stream.read_exact(&mut rest).await.unwrap();
+    let code = i32::from_be_bytes(rest[..4].try_into().unwrap());
+    (code, rest[4..].to_vec())
 }
 
 async fn admin(port: u16, password: &str) -> Result<Client, tokio_postgres::Error> {
@@ -241,6 +276,12 @@ async fn every_show_command_has_its_columns() {
         !config.iter().any(|r| r[1].contains("secret")),
         "no password in SHOW CONFIG"
     );
+    assert!(
+        config
+            .iter()
+            .any(|r| r[0] == "fulcrum.admin_auth" && r[1] == "scram-sha-256"),
+        "{config:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,6 +342,16 @@ async fn pause_holds_new_queries_until_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_commands_get_errors_and_the_session_goes_on() {
     let s = tokio::task::block_in_place(setup);
+    // Logins: SCRAM-SHA-256 by default, for known and unknown users alike.
+    for user in [ADMIN, "nobody"] {
+        let (code, mechanisms) = auth_request(s.admin_port, user).await;
+        assert_eq!(code, 10, "SASL for {user}");
+        assert!(
+            mechanisms.starts_with(b"SCRAM-SHA-256\0"),
+            "{:?}",
+            String::from_utf8_lossy(&mechanisms)
+        );
+    }
     let wrong = admin(s.admin_port, "nope")
         .await
         .err()
@@ -309,6 +360,25 @@ async fn bad_commands_get_errors_and_the_session_goes_on() {
         wrong.is_some_and(|e| e.contains("28P01")),
         "wrong password refused"
     );
+    // `admin_auth = "md5"` for older clients: md5 is asked, and works.
+    // A second daemon: its own client listener, its own console.
+    let md5_port = free_port();
+    let mut md5_cfg = s.cfg.clone();
+    md5_cfg.listen = format!("127.0.0.1:{}", free_port());
+    let md5_daemon =
+        FulcrumProcess::start(&console_toml(&md5_cfg, md5_port, "admin_auth = \"md5\"\n")).unwrap();
+    assert_eq!(auth_request(md5_port, ADMIN).await.0, 5, "md5 asked");
+    let via_md5 = admin(md5_port, ADMIN_PASSWORD).await.unwrap();
+    assert!(!show(&via_md5, "SHOW VERSION").await.1.is_empty());
+    let wrong = admin(md5_port, "nope")
+        .await
+        .err()
+        .map(|e| format!("{e:?}"));
+    assert!(
+        wrong.is_some_and(|e| e.contains("28P01")),
+        "md5: wrong password refused"
+    );
+    drop(md5_daemon);
     let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
     for bad in [
         "SHOW TABLES",

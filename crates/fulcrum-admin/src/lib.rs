@@ -1,5 +1,6 @@
 //! The admin console: a PostgreSQL-protocol listener (`[fulcrum] admin`), so
-//! psql is the client, authenticated by `[[fulcrum.admin_user]]` (md5), any
+//! psql is the client, authenticated by `[[fulcrum.admin_user]]` (SCRAM-SHA-256
+//! or md5, `admin_auth`), any
 //! database name accepted. PgBouncer's `SHOW` commands with its column names
 //! where the concept is the same, plus operator commands (`PAUSE`,
 //! `RESUME`, `DISABLE`, `ENABLE`, `SET log`). The parser (`command.rs`) and

@@ -1,14 +1,17 @@
-//! One admin connection: startup (SSL/GSS refused with 'N'), md5 login
-//! against `[[fulcrum.admin_user]]`, then simple queries, each one command,
+//! One admin connection: startup (SSL/GSS refused with 'N'), a SCRAM-SHA-256
+//! or md5 login (`admin_auth`) against `[[fulcrum.admin_user]]`, then simple
+//! queries, each one command,
 //! until Terminate. Any error is an ErrorResponse and the session goes on;
 //! only a bad startup or login ends it.
 
 use bytes::BytesMut;
-use fulcrum_postgres::auth::md5;
+use fulcrum_postgres::auth::scram::{Verifier, ITERATIONS};
 use fulcrum_postgres::codec::backend_msg::{self, sqlstate};
 use fulcrum_postgres::codec::frame::check_frame;
-use fulcrum_postgres::codec::frontend_msg::{password_msg, query_text};
+use fulcrum_postgres::codec::frontend_msg::query_text;
 use fulcrum_postgres::codec::startup::{parse_startup, StartupPacket};
+use fulcrum_postgres::frontend::error::SessionError;
+use fulcrum_postgres::frontend::login::password_exchange;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -49,23 +52,32 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
             }
         }
     };
-    // md5: the salt, then the client's answer.
-    let salt: [u8; 4] = rand::random();
-    let mut out = BytesMut::new();
-    backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
-    stream.write_all(&out).await?;
-    let frame = read_frame(&mut stream, &mut buf).await?;
-    let Some((tag, body)) = frame else {
-        return Ok(());
-    };
-    let answer = (tag == b'p')
-        .then(|| password_msg(&body))
-        .flatten()
-        .unwrap_or_default();
+    // The password, by `[fulcrum] admin_auth` (SCRAM-SHA-256 or md5); an
+    // unknown user goes through the same exchange and fails at its end.
     let users = admin.users();
     let known = users.iter().find(|u| u.name == user);
-    let ok = known.is_some_and(|u| md5::verify(&u.name, &u.password, salt, answer));
+    let salt = user_salt(&user);
+    let verifier = known.map(|u| Verifier::new(&u.password, &salt, ITERATIONS));
+    let method = admin.config().fulcrum.admin_auth;
+    let ok = match password_exchange(
+        &mut stream,
+        &mut buf,
+        method,
+        &user,
+        known
+            .zip(verifier.as_ref())
+            .map(|(u, v)| (u.password.as_str(), v)),
+        || unmatchable(&salt),
+    )
+    .await
+    {
+        Ok(ok) => ok,
+        // The client broke the exchange (it was told) or went away.
+        Err(SessionError::Io(e)) => return Err(e),
+        Err(_) => return Ok(()),
+    };
     if !ok {
+        tracing::info!(admin = %user, "admin console login refused");
         let msg = format!("password authentication failed for admin user \"{user}\"");
         return fatal(&mut stream, sqlstate::INVALID_PASSWORD, &msg).await;
     }
@@ -179,4 +191,32 @@ async fn fatal(stream: &mut TcpStream, code: &str, msg: &str) -> std::io::Result
     let mut out = BytesMut::new();
     backend_msg::error_response(&mut out, "FATAL", code, msg);
     stream.write_all(&out).await
+}
+
+/// The SCRAM salt of admin user `name`: the same for every login of this
+/// process, whether or not the user exists, so the salt tells nothing; a
+/// hash of the name under a key drawn once per process.
+fn user_salt(name: &str) -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+    let mut salt = [0u8; 16];
+    for (half, chunk) in salt.chunks_mut(8).enumerate() {
+        let mut h = key.build_hasher();
+        h.write_usize(half);
+        h.write(name.as_bytes());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    salt
+}
+
+/// A verifier with `salt` that no password matches (an unknown user's).
+fn unmatchable(salt: &[u8]) -> Verifier {
+    Verifier {
+        salt: salt.to_vec(),
+        iterations: ITERATIONS,
+        stored_key: rand::random(),
+        server_key: rand::random(),
+    }
 }

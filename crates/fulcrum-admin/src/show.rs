@@ -432,6 +432,14 @@ impl Admin {
                         "fulcrum.shutdown_timeout".into(),
                         format!("{:?}", g.shutdown_timeout),
                     ],
+                    vec![
+                        "fulcrum.admin_auth".into(),
+                        match g.admin_auth {
+                            fulcrum_config::ClientAuth::Md5 => "md5",
+                            _ => "scram-sha-256",
+                        }
+                        .into(),
+                    ],
                 ];
                 for c in &config.clusters {
                     let k = |key: &str| format!("cluster.{}.{key}", c.name);

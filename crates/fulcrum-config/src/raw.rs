@@ -35,6 +35,7 @@ pub(crate) struct RawGlobal {
     pub slow_query_threshold: Value<DurationText>,
     pub shutdown_timeout: Value<DurationText>,
     pub admin_user: Value<Tables<RawAdminUser>>,
+    pub admin_auth: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -34,6 +34,9 @@ pub struct Global {
     pub shutdown_timeout: Duration,
     /// Logins of the admin console (`[[fulcrum.admin_user]]`).
     pub admin_users: Vec<User>,
+    /// How console logins prove their password: SCRAM-SHA-256 or md5
+    /// (never `Trust`).
+    pub admin_auth: ClientAuth,
 }
 
 /// The log line format (`log_format`).
@@ -290,6 +293,7 @@ pub mod defaults {
     pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
     pub const POOL_SIZE: u32 = 20;
     pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
+    pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);

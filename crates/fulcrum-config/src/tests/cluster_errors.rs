@@ -44,6 +44,11 @@ fn global_keys_are_validated() {
             &format!("[fulcrum]\nlog = \"\"\n{MINIMAL}"),
             "fulcrum.toml:2: fulcrum.log: must not be empty",
         ),
+        (
+            &format!("[fulcrum]\nadmin_auth = \"trust\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.admin_auth: unknown value \"trust\", expected one of \
+             \"scram-sha-256\", \"md5\"",
+        ),
     ]);
 }
 

@@ -41,6 +41,7 @@ fn every_key_is_read_into_the_config() {
         log_format = "json"
         slow_query_threshold = "250ms"
         shutdown_timeout = "10s"
+        admin_auth = "md5"
 
         [[fulcrum.admin_user]]
         name = "ops"
@@ -117,6 +118,7 @@ fn every_key_is_read_into_the_config() {
             slow_query_threshold: Some(Duration::from_millis(250)),
             shutdown_timeout: Duration::from_secs(10),
             admin_users: vec![user("ops", "ops secret")],
+            admin_auth: ClientAuth::Md5,
         },
         clusters: vec![
             Cluster {
@@ -217,6 +219,7 @@ fn omitted_keys_take_their_documented_defaults() {
             slow_query_threshold: None,
             shutdown_timeout: Duration::from_secs(30),
             admin_users: vec![],
+            admin_auth: ClientAuth::ScramSha256,
         }
     );
     let c = &config.clusters[0];

@@ -13,7 +13,7 @@ use toml::Spanned;
 use crate::addr::listeners_conflict;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawCluster, RawConfig, RawGlobal, Tables, Value};
-use crate::types::{defaults, Cluster, Config, Global, LogFormat};
+use crate::types::{defaults, ClientAuth, Cluster, Config, Global, LogFormat};
 use table::Table;
 
 pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<Config, Problem> {
@@ -62,6 +62,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             slow_query_threshold: None,
             shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
             admin_users: Vec::new(),
+            admin_auth: defaults::ADMIN_AUTH,
         });
     };
     let t = Table::new(lines, "fulcrum", raw.span());
@@ -93,6 +94,16 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             defaults::SHUTDOWN_TIMEOUT,
         )?,
         admin_users: admin_users(&t, g)?,
+        // No "trust": the console can stop traffic and promote servers.
+        admin_auth: t.choice(
+            &g.admin_auth,
+            "admin_auth",
+            &[
+                ("scram-sha-256", ClientAuth::ScramSha256),
+                ("md5", ClientAuth::Md5),
+            ],
+            Some(defaults::ADMIN_AUTH),
+        )?,
     })
 }
 

@@ -169,9 +169,40 @@ async fn authenticate(
     buf: &mut BytesMut,
     user: &str,
 ) -> Result<(), SessionError> {
-    let known = ctx.users.get(user);
+    let known = ctx
+        .users
+        .get(user)
+        .map(|u| (u.password.as_str(), &u.verifier));
+    let method = ctx.config.client_auth;
+    let ok = password_exchange(stream, buf, method, user, known, || {
+        mock_verifier(ctx, user)
+    })
+    .await?;
+    if !ok {
+        tracing::info!(user, "client authentication failed");
+        return Err(fatal(stream, sqlstate::INVALID_PASSWORD, &auth_failed(user)).await);
+    }
+    Ok(())
+}
+
+/// The password part of a login (after the startup packet, before
+/// AuthenticationOk): asks for the password by `method` and checks the
+/// answer against `known` (the user's password and SCRAM verifier; `None`
+/// for an unknown user, who then goes through the same exchange against
+/// `unknown()`, a verifier no password matches, and fails only at the end).
+/// `Ok(false)`: wrong password or unknown user (the caller answers 28P01);
+/// `Err`: the client broke the protocol (already answered) or went away.
+/// Shared by client logins and the admin console.
+pub async fn password_exchange(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    method: ClientAuth,
+    user: &str,
+    known: Option<(&str, &scram::Verifier)>,
+    unknown: impl FnOnce() -> scram::Verifier,
+) -> Result<bool, SessionError> {
     let mut out = BytesMut::new();
-    let ok = match ctx.config.client_auth {
+    let ok = match method {
         ClientAuth::Trust => known.is_some(),
         ClientAuth::Md5 => {
             let salt: [u8; 4] = rand::random();
@@ -179,12 +210,12 @@ async fn authenticate(
             stream.write_all(&out).await?;
             let body = read_auth_message(stream, buf).await?;
             let response = password_msg(&body).unwrap_or_default();
-            known.is_some_and(|u| md5::verify(user, &u.password, salt, response))
+            known.is_some_and(|(password, _)| md5::verify(user, password, salt, response))
         }
         ClientAuth::ScramSha256 => {
             let verifier = match known {
-                Some(u) => u.verifier.clone(),
-                None => mock_verifier(ctx, user),
+                Some((_, v)) => v.clone(),
+                None => unknown(),
             };
             backend_msg::auth_sasl(&mut out, scram::MECHANISM);
             stream.write_all(&out).await?;
@@ -240,11 +271,7 @@ async fn authenticate(
             }
         }
     };
-    if !ok {
-        tracing::info!(user, "client authentication failed");
-        return Err(fatal(stream, sqlstate::INVALID_PASSWORD, &auth_failed(user)).await);
-    }
-    Ok(())
+    Ok(ok)
 }
 
 /// A verifier no password matches, stable per user name, so an unknown user
