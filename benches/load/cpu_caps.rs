@@ -7,19 +7,20 @@ use std::time::Duration;
 
 use crate::Result;
 
-/// `--scale-out`: the cgroup CPU period (`cpu.cfs_period_us`, `cpu.max`).
+/// The cgroup CPU period (`cpu.cfs_period_us`, `cpu.max`).
 pub(crate) const CPU_PERIOD_US: u64 = 100_000;
-/// `--scale-out`: cgroup names start with this, then `<our pid>-<node>`.
+/// Cgroup names start with this, then `<our pid>-<node>`.
 const CGROUP_PREFIX: &str = "fulcrum-bench-";
 
-/// `--scale-out`: one cgroup per PostgreSQL server, each limited to a quota
-/// of CPU time. Dropping it moves whatever is still inside back to the root
+/// One cgroup per database server (PostgreSQL in `--scale-out` and the
+/// suite, MariaDB in the suite), each limited to a quota of CPU time. Dropping it moves whatever is still inside back to the root
 /// cgroup and removes the groups, so a failed run leaves nothing behind (a
 /// killed one is cleaned up by the next run: see [`remove_stale_cgroups`]).
 pub(crate) struct CpuCaps {
     /// The hierarchy's root: `/sys/fs/cgroup/cpu` (v1) or `/sys/fs/cgroup` (v2).
     root: PathBuf,
-    /// One per server, in [`PgCluster::nodes`](fulcrum_testkit::PgCluster::nodes) order.
+    /// One per server, in the cluster's node order
+    /// ([`PgCluster::nodes`](fulcrum_testkit::PgCluster::nodes), `MariaCluster::nodes`).
     pub(crate) groups: Vec<PathBuf>,
 }
 
