@@ -188,6 +188,44 @@ async fn postgres_counters_match_a_known_workload() {
     );
     assert!(sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
     promtool_check(&after);
+    assert_eq!(
+        delta("fulcrum_position_queries_total", &[]),
+        0.0,
+        "no position query without strong reads"
+    );
+
+    // `consistency = "strong"` (SET per session): 8 clients x 25 reads at
+    // once, each one counted as a causal read; reads asking at the same time
+    // share the primary's position query, so there are fewer of those.
+    let before = after;
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let conn_str = cfg.conn_string(APP_USER, APP_DB);
+        clients.push(tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client
+                .simple_query("SET fulcrum.consistency = 'strong'")
+                .await
+                .unwrap();
+            for _ in 0..25 {
+                client.simple_query("SELECT 1").await.unwrap();
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let after = scrape(metrics_port);
+    let delta = |family: &str| sum(&after, family, &[]) - sum(&before, family, &[]);
+    let strong_reads = delta("fulcrum_causal_reads_total");
+    let position_queries = delta("fulcrum_position_queries_total");
+    assert_eq!(strong_reads, 200.0, "every strong read had a position");
+    assert!(
+        (1.0..strong_reads).contains(&position_queries),
+        "{position_queries} position queries for {strong_reads} concurrent strong reads"
+    );
+    eprintln!("{position_queries} position queries for {strong_reads} concurrent strong reads");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,8 @@ pub struct ClusterMetrics {
     pub proxy: Histogram,
     /// Causal reads by outcome: [replica, waited, primary].
     causal: [IntCounter; 3],
+    /// `strong`: queries asking the primary for its position.
+    pub position_queries: IntCounter,
 }
 
 /// Where a read with a position to respect ran.
@@ -81,6 +83,7 @@ impl ClusterMetrics {
             proxy: metrics.proxy_seconds.with_label_values(&[cluster]),
             causal: ["replica", "waited", "primary"]
                 .map(|o| metrics.causal_reads.with_label_values(&[cluster, o])),
+            position_queries: metrics.position_queries.with_label_values(&[cluster]),
             metrics,
         }
     }

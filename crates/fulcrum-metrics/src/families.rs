@@ -43,6 +43,7 @@ pub struct Metrics {
     pub classifier_misses: IntCounterVec,
     pub unparsed: IntCounterVec,
     pub causal_reads: IntCounterVec,
+    pub position_queries: IntCounterVec,
     pub clients_by_user: IntGaugeVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
@@ -121,6 +122,7 @@ impl Metrics {
             classifier_misses: counter(&r, "fulcrum_classifier_cache_misses_total", "Statements that had to be parsed.", &["cluster"]),
             unparsed: counter(&r, "fulcrum_unparsed_statements_total", "Statements the SQL parser could not parse (routed by default_route).", &["cluster"]),
             causal_reads: counter(&r, "fulcrum_causal_reads_total", "Reads that had a position to respect (consistency session or strong), by where they ran: replica (already past it), waited (a replica after waiting), primary (fallback).", &["cluster", "outcome"]),
+            position_queries: counter(&r, "fulcrum_position_queries_total", "Queries sent to the primary for its current position (consistency strong); reads asking at the same time share one.", &["cluster"]),
             clients_by_user: gauge(&r, "fulcrum_clients", "Client connections now, by user and state: active (a unit of work holds a server connection), waiting (for one), idle.", &["cluster", "user", "state"]),
             registry: r,
             sources: Mutex::new(Vec::new()),

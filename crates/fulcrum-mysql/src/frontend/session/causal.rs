@@ -155,6 +155,7 @@ impl Session {
     /// One fetch of `@@gtid_binlog_pos` on a connection to the primary.
     async fn fetch_primary_position(&self) -> Option<String> {
         let primary = self.ctx.router.primary()?;
+        self.ctx.metrics.position_queries.inc();
         let mut conn = self.checkout(primary).await.ok()?;
         match conn.query_value("SELECT @@gtid_binlog_pos").await {
             Ok(v) => {

@@ -184,6 +184,7 @@ impl Session {
     /// client's own pool to the primary, returned at once.
     async fn fetch_primary_position(&self) -> Option<u64> {
         let primary = self.ctx.router.primary()?;
+        self.ctx.metrics.position_queries.inc();
         let pool = self.ctx.pool(primary, &self.user, &self.database);
         let ctx = self.ctx.clone();
         let (user, database) = (self.user.clone(), self.database.clone());
