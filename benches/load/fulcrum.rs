@@ -1,13 +1,16 @@
-//! The daemon under test: building it ([`ensure_fulcrum_built`]) and its
-//! config, `[fulcrum]` with the `[[cluster]]` sections in front of the
-//! PostgreSQL servers.
+//! The daemon under test: building it ([`ensure_fulcrum_built`]), its
+//! config (`[fulcrum]` with the `[[cluster]]` sections in front of the
+//! PostgreSQL servers), and checking it is still running ([`fulcrum_alive`]).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use fulcrum_testkit::{fulcrum_bin, PgCluster, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV};
+use fulcrum_testkit::{
+    fulcrum_bin, FulcrumProcess, PgCluster, APP_PASSWORD, APP_USER, FULCRUM_BIN_ENV,
+};
 
+use crate::process::tail;
 use crate::{target_dir, Result, POOL_SIZE};
 
 /// Builds the release daemon, which `cargo bench` does not (the root package
@@ -115,4 +118,17 @@ pub(crate) fn scale_out_section(
         "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
     );
     out
+}
+
+/// Fails with the log's tail when the daemon has exited (checked between
+/// runs, so a crash is reported as one, not as a failed load run).
+pub(crate) fn fulcrum_alive(fulcrum: &FulcrumProcess) -> Result<()> {
+    match fulcrum.try_wait() {
+        None => Ok(()),
+        Some(status) => Err(format!(
+            "fulcrum exited with {status}; log tail:\n{}",
+            tail(&fulcrum.log_contents(), 30)
+        )
+        .into()),
+    }
 }

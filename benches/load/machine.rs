@@ -30,6 +30,17 @@ impl Machine {
         self.load.is_some_and(|l| l > self.nproc as f64 / 2.0)
     }
 
+    /// Says on stderr when other work is running, before the first run.
+    pub(crate) fn warn_if_busy(&self) {
+        if self.busy() {
+            eprintln!(
+                "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
+                self.load.unwrap_or_default(),
+                self.nproc
+            );
+        }
+    }
+
     /// `server`: e.g. `PostgreSQL 15.8`; `clients`: the client tools' versions.
     pub(crate) fn collect(server: String, clients: String) -> Result<Machine> {
         let mut commit = first_line("git", &["rev-parse", "--short", "HEAD"]);

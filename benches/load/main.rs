@@ -148,3 +148,12 @@ fn target_dir() -> PathBuf {
         .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
+
+/// Prints a mode's report and writes it to `target/<file>`.
+fn publish_report(report: &str, file: &str) -> Result<()> {
+    println!("\n{report}");
+    let path = target_dir().join(file);
+    std::fs::write(&path, report).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}

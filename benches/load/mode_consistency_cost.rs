@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, FulcrumProcess};
 
-use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_config};
+use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
 use crate::pgbench::{start_cluster, Workload, WRITE_READ_SCRIPT};
-use crate::process::tail;
-use crate::{median, target_dir, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE};
+use crate::{median, publish_report, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE};
 
 /// `--consistency-cost`: direct vs Fulcrum `eventual`, `session` and
 /// `strong`, one table per workload.
@@ -60,16 +59,7 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
          {session_listen}, \"strong\" on {strong_listen}",
         bin.display()
     );
-    let check_alive = || -> Result<()> {
-        match fulcrum.try_wait() {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "fulcrum exited with {status}; log tail:\n{}",
-                tail(&fulcrum.log_contents(), 30)
-            )
-            .into()),
-        }
-    };
+    let check_alive = || fulcrum_alive(&fulcrum);
 
     let machine = pg_machine(
         cluster
@@ -77,13 +67,7 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
             .sql("SHOW server_version")
             .map_err(Into::into),
     )?;
-    if machine.busy() {
-        eprintln!(
-            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
-            machine.load.unwrap_or_default(),
-            machine.nproc
-        );
-    }
+    machine.warn_if_busy();
     let mut results = Vec::new();
     for &workload in &opts.workloads {
         eprintln!("== {}", workload.title());
@@ -113,10 +97,7 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     drop(cluster);
 
     let report = render_consistency(opts, &machine, &results, started.elapsed());
-    println!("\n{report}");
-    let path = target_dir().join("bench-consistency.md");
-    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    eprintln!("written to {}", path.display());
+    publish_report(&report, "bench-consistency.md")?;
     Ok(())
 }
 

@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
 
-use crate::fulcrum::{ensure_fulcrum_built, fulcrum_config};
+use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, Machine};
 use crate::measure::Target;
-use crate::process::{first_line, tail};
+use crate::process::first_line;
 use crate::sysbench::{
     com_selects, sysbench, sysbench_run, SysbenchWorkload, SYSBENCH_PREPARE_TIMEOUT,
     SYSBENCH_TABLES,
 };
-use crate::{median, target_dir, Options, Result, POOL_SIZE, RUN_GRACE, WARMUP_SECONDS};
+use crate::{median, publish_report, Options, Result, POOL_SIZE, RUN_GRACE, WARMUP_SECONDS};
 
 /// One `[[cluster]]` for MariaDB listening on `listen`, in front of the
 /// primary and every replica of `maria`, with the given `consistency`.
@@ -100,16 +100,7 @@ pub(crate) fn run_mysql_consistency(opts: &Options) -> Result<()> {
         "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}",
         bin.display()
     );
-    let check_alive = || -> Result<()> {
-        match fulcrum.try_wait() {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "fulcrum exited with {status}; log tail:\n{}",
-                tail(&fulcrum.log_contents(), 30)
-            )
-            .into()),
-        }
-    };
+    let check_alive = || fulcrum_alive(&fulcrum);
     let port_of = |addr: &str| -> u16 {
         addr.rsplit_once(':')
             .and_then(|(_, p)| p.parse().ok())
@@ -118,13 +109,7 @@ pub(crate) fn run_mysql_consistency(opts: &Options) -> Result<()> {
 
     let version = cluster.primary().sql("SELECT VERSION()")?;
     let machine = Machine::collect(format!("MariaDB {}", version.trim()), sysbench_version)?;
-    if machine.busy() {
-        eprintln!(
-            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
-            machine.load.unwrap_or_default(),
-            machine.nproc
-        );
-    }
+    machine.warn_if_busy();
     let mut results = Vec::new();
     for workload in SysbenchWorkload::ALL {
         eprintln!("== {}", workload.title());
@@ -183,10 +168,7 @@ pub(crate) fn run_mysql_consistency(opts: &Options) -> Result<()> {
     drop(cluster);
 
     let report = render_mysql_consistency(opts, &machine, &results, started.elapsed());
-    println!("\n{report}");
-    let path = target_dir().join("bench-mysql-consistency.md");
-    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    eprintln!("written to {}", path.display());
+    publish_report(&report, "bench-mysql-consistency.md")?;
     Ok(())
 }
 

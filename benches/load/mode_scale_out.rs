@@ -10,14 +10,13 @@ use std::time::{Duration, Instant};
 use fulcrum_testkit::{free_port, FulcrumProcess};
 
 use crate::cpu_caps::{CpuCaps, CPU_PERIOD_US};
-use crate::fulcrum::{ensure_fulcrum_built, fulcrum_config, scale_out_section};
+use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config, scale_out_section};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
 use crate::pgbench::{start_cluster, Workload};
-use crate::process::tail;
 use crate::{
-    median, target_dir, Error, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE,
-    PLOT_FONTS,
+    median, publish_report, target_dir, Error, Options, Result, INIT_SECONDS_FIXED,
+    INIT_SECONDS_PER_SCALE, PLOT_FONTS,
 };
 
 /// `--scale-out`: PostgreSQL servers (a primary and its replicas).
@@ -105,16 +104,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let check_alive = || -> Result<()> {
-        match fulcrum.try_wait() {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "fulcrum exited with {status}; log tail:\n{}",
-                tail(&fulcrum.log_contents(), 30)
-            )
-            .into()),
-        }
-    };
+    let check_alive = || fulcrum_alive(&fulcrum);
 
     let machine = pg_machine(
         cluster
@@ -122,13 +112,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
             .sql("SHOW server_version")
             .map_err(Into::into),
     )?;
-    if machine.busy() {
-        eprintln!(
-            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
-            machine.load.unwrap_or_default(),
-            machine.nproc
-        );
-    }
+    machine.warn_if_busy();
     let throttling = |caps: &CpuCaps| caps.throttling_all(SCALE_OUT_NODES);
     let before = caps.as_ref().map(throttling);
     measure(
@@ -155,10 +139,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
     drop(caps);
 
     let report = render_scale_out(opts, &machine, &targets, &throttled, started.elapsed());
-    println!("\n{report}");
-    let path = target_dir().join("bench-scale-out.md");
-    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    eprintln!("written to {}", path.display());
+    publish_report(&report, "bench-scale-out.md")?;
     // The uncapped comparison run must not replace the documented plot.
     let plot = if opts.cpu_quota > 0.0 {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/img/scale-out.png")

@@ -8,14 +8,13 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, FulcrumProcess};
 
-use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_config};
+use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
 use crate::pgbench::{start_cluster, Workload};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
-use crate::process::tail;
 use crate::{
-    median, pgpool, target_dir, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE,
+    median, pgpool, publish_report, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE,
 };
 
 /// The default mode: `pgbench -S` directly, through Fulcrum, PgBouncer and
@@ -89,13 +88,7 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
     }
 
     let check_alive = || -> Result<()> {
-        if let Some(status) = fulcrum.try_wait() {
-            return Err(format!(
-                "fulcrum exited with {status}; log tail:\n{}",
-                tail(&fulcrum.log_contents(), 30)
-            )
-            .into());
-        }
+        fulcrum_alive(&fulcrum)?;
         if let Some(p) = &pgbouncer {
             p.check_alive()?;
         }
@@ -106,13 +99,7 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
     };
 
     let machine = pg_machine(primary.sql("SHOW server_version").map_err(Into::into))?;
-    if machine.busy() {
-        eprintln!(
-            "warning: load average {:.2} on {} CPUs: other work is running; expect noisy figures",
-            machine.load.unwrap_or_default(),
-            machine.nproc
-        );
-    }
+    machine.warn_if_busy();
     measure(
         opts,
         Workload::Select,
@@ -130,10 +117,7 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
     drop(cluster);
 
     let report = render(opts, &machine, &targets, started.elapsed());
-    println!("\n{report}");
-    let path = target_dir().join("bench-load.md");
-    std::fs::write(&path, &report).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    eprintln!("written to {}", path.display());
+    publish_report(&report, "bench-load.md")?;
     Ok(())
 }
 

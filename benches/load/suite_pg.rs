@@ -14,7 +14,7 @@ use fulcrum_testkit::{
 };
 
 use crate::cpu_caps::Throttling;
-use crate::fulcrum::{cluster_section, fulcrum_config, scale_out_section};
+use crate::fulcrum::{cluster_section, fulcrum_alive, fulcrum_config, scale_out_section};
 use crate::pgbench::{latency_percentiles, pgbench_bounded, start_cluster};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::pgpool::{Pgpool, PGPOOL};
@@ -770,17 +770,6 @@ fn rss_kb(pid: u32) -> Result<u64> {
                 .ok()
         })
         .ok_or_else(|| format!("no VmRSS for pid {pid}").into())
-}
-
-fn fulcrum_alive(fulcrum: &FulcrumProcess) -> Result<()> {
-    match fulcrum.try_wait() {
-        None => Ok(()),
-        Some(status) => Err(format!(
-            "fulcrum exited with {status}; log tail:\n{}",
-            tail(&fulcrum.log_contents(), 30)
-        )
-        .into()),
-    }
 }
 
 fn init_timeout(opts: &Options) -> Duration {

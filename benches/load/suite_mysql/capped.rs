@@ -7,10 +7,10 @@ use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, MariaNode};
 
 use super::counts::{counts_notes, cpu_ticks, Counts, NodeCounts};
 use super::{
-    cluster_section, fulcrum_alive, listen_addr, record_version, rounds_text, sysbench_sample,
-    POOL_SIZE,
+    cluster_section, listen_addr, record_version, rounds_text, sysbench_sample, POOL_SIZE,
 };
 use crate::cpu_caps::CpuCaps;
+use crate::fulcrum::fulcrum_alive;
 use crate::fulcrum::fulcrum_config;
 use crate::relay::TcpRelay;
 use crate::report::{self, Goal, Row, Scenario};

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use fulcrum_testkit::{FulcrumProcess, MariaNode, APP_DB, APP_PASSWORD, APP_USER};
 use mysql_async::prelude::Queryable;
 
-use super::{fulcrum_alive, port_of, MAX_CONNECTIONS, POOL_SIZE};
+use super::{port_of, MAX_CONNECTIONS, POOL_SIZE};
+use crate::fulcrum::fulcrum_alive;
 use crate::process::first_line;
 use crate::report::{Goal, Row, Sample, Scenario};
 use crate::Result;

@@ -219,18 +219,6 @@ fn port_of(addr: &str) -> Result<u16> {
         .ok_or_else(|| format!("{addr}: no port").into())
 }
 
-/// Fails with the log's tail when the daemon has exited.
-fn fulcrum_alive(fulcrum: &FulcrumProcess) -> Result<()> {
-    match fulcrum.try_wait() {
-        None => Ok(()),
-        Some(status) => Err(format!(
-            "fulcrum exited with {status}; log tail:\n{}",
-            tail(&fulcrum.log_contents(), 30)
-        )
-        .into()),
-    }
-}
-
 /// A file in the temp dir, removed on drop.
 struct TempFile(PathBuf);
 

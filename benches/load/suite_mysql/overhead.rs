@@ -4,7 +4,8 @@
 
 use fulcrum_testkit::{FulcrumProcess, MariaNode};
 
-use super::{fulcrum_alive, rounds_text, sysbench_sample, TempFile, POOL_SIZE};
+use super::{rounds_text, sysbench_sample, TempFile, POOL_SIZE};
+use crate::fulcrum::fulcrum_alive;
 use crate::report::{self, Goal, Row, Scenario};
 use crate::{Options, Result};
 
