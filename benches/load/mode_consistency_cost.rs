@@ -111,8 +111,8 @@ fn render_consistency(
     let mut out = String::new();
     let replicas = match opts.replicas {
         0 => "one primary, no replicas".to_string(),
-        1 => "a primary and 1 streaming replica (listed in both Fulcrum clusters)".to_string(),
-        n => format!("a primary and {n} streaming replicas (listed in both Fulcrum clusters)"),
+        1 => "a primary and 1 streaming replica (listed in every Fulcrum cluster)".to_string(),
+        n => format!("a primary and {n} streaming replicas (listed in every Fulcrum cluster)"),
     };
     for (workload, targets) in results {
         let direct = &targets[0].tps;
