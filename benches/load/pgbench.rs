@@ -136,17 +136,15 @@ pub(crate) fn bench_run(
     Ok(result)
 }
 
-/// Runs pgbench as `app` against `addr` (`127.0.0.1:PORT`), killing it after
-/// `timeout`; returns (stdout, stderr). A non-zero exit (aborted clients) or
-/// an error line on stderr is an error.
-pub(crate) fn pgbench_bounded(
+/// pgbench as `app` against `addr` (`127.0.0.1:PORT`) with `args`, on the
+/// app database, with the libpq variables that would redirect or alter the
+/// connection removed.
+pub(crate) fn pgbench_command<S: AsRef<std::ffi::OsStr>>(
     addr: &str,
-    args: &[&str],
-    timeout: Duration,
-) -> Result<(String, String)> {
+    args: &[S],
+) -> Result<Command> {
     let (host, port) = addr.rsplit_once(':').ok_or("address without port")?;
     let mut cmd = Command::new(pg_bin("pgbench"));
-    // libpq variables that would redirect or alter the connection.
     for var in [
         "PGHOST",
         "PGHOSTADDR",
@@ -164,6 +162,18 @@ pub(crate) fn pgbench_bounded(
         .args(["-h", host, "-p", port, "-U", APP_USER])
         .args(args)
         .arg(APP_DB);
+    Ok(cmd)
+}
+
+/// Runs pgbench as `app` against `addr` (`127.0.0.1:PORT`), killing it after
+/// `timeout`; returns (stdout, stderr). A non-zero exit (aborted clients) or
+/// an error line on stderr is an error.
+pub(crate) fn pgbench_bounded(
+    addr: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<(String, String)> {
+    let cmd = pgbench_command(addr, args)?;
     let (status, stdout, stderr) = run_bounded(cmd, "pgbench", timeout)?;
     let errors = stderr
         .lines()

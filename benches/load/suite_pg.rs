@@ -10,12 +10,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{
-    free_port, pg_bin, FulcrumProcess, PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER,
+    free_port, FulcrumProcess, PgCluster, PgbenchResult, APP_DB, APP_PASSWORD, APP_USER,
 };
 
 use crate::cpu_caps::Throttling;
 use crate::fulcrum::{cluster_section, fulcrum_alive, fulcrum_config, scale_out_section};
-use crate::pgbench::{latency_percentiles, pgbench_bounded, start_cluster};
+use crate::pgbench::{latency_percentiles, pgbench_bounded, pgbench_command, start_cluster};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::pgpool::{Pgpool, PGPOOL};
 use crate::process::{run_bounded, tail};
@@ -607,24 +607,7 @@ fn pgbench_sample(addr: &str, args: &[String], seconds: u64, log: bool) -> Resul
 /// One pgbench run of `-t` transactions per client that may abort clients:
 /// how many of `attempted` completed (`actually processed: X/Y`).
 fn pgbench_completion(addr: &str, args: &[String], attempted: u64) -> Result<Sample> {
-    let (host, port) = addr.rsplit_once(':').ok_or("address without port")?;
-    let mut cmd = std::process::Command::new(pg_bin("pgbench"));
-    for var in [
-        "PGHOST",
-        "PGHOSTADDR",
-        "PGPORT",
-        "PGDATABASE",
-        "PGUSER",
-        "PGOPTIONS",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("PGPASSWORD", APP_PASSWORD)
-        .env("PGCONNECT_TIMEOUT", "10")
-        .env("LC_MESSAGES", "C")
-        .args(["-h", host, "-p", port, "-U", APP_USER])
-        .args(args)
-        .arg(APP_DB);
+    let cmd = pgbench_command(addr, args)?;
     let started = Instant::now();
     let (_status, stdout, stderr) = run_bounded(cmd, "pgbench", COMPLETION_DEADLINE)?;
     let elapsed = started.elapsed().as_secs_f64();

@@ -58,6 +58,32 @@ pub(crate) struct SysbenchResult {
 }
 
 impl SysbenchResult {
+    /// Fails, with the command and the tail of its output, unless the run
+    /// did some work, never reconnected, and had no ignored errors (unless
+    /// `errors_allowed`: deadlocks retried by write workloads).
+    pub(crate) fn ensure_clean(
+        &self,
+        args: &[&str],
+        stdout: &str,
+        errors_allowed: bool,
+    ) -> Result<()> {
+        if self.transactions == 0
+            || self.reconnects > 0
+            || (!errors_allowed && self.ignored_errors > 0)
+        {
+            return Err(format!(
+                "sysbench {}: {} transactions, {} ignored errors, {} reconnects\n{}",
+                args.join(" "),
+                self.transactions,
+                self.ignored_errors,
+                self.reconnects,
+                tail(stdout, 30)
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// Parses sysbench 1.0's summary ("transactions: N (X per sec.)", ...).
     pub(crate) fn parse(stdout: &str) -> Result<SysbenchResult> {
         let line = |label: &str| -> Result<&str> {
@@ -171,18 +197,7 @@ pub(crate) fn sysbench_run(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let stdout = sysbench(opts, port, &args, Duration::from_secs(seconds) + RUN_GRACE)?;
     let result = SysbenchResult::parse(&stdout)?;
-    let unexpected_errors = workload == SysbenchWorkload::ReadOnly && result.ignored_errors > 0;
-    if result.transactions == 0 || result.reconnects > 0 || unexpected_errors {
-        return Err(format!(
-            "sysbench {}: {} transactions, {} ignored errors, {} reconnects\n{}",
-            args.join(" "),
-            result.transactions,
-            result.ignored_errors,
-            result.reconnects,
-            tail(&stdout, 30)
-        )
-        .into());
-    }
+    result.ensure_clean(&args, &stdout, workload != SysbenchWorkload::ReadOnly)?;
     Ok(result)
 }
 

@@ -40,7 +40,6 @@ use std::time::Duration;
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
 
 use crate::fulcrum::fulcrum_config;
-use crate::process::tail;
 use crate::report::{self, Sample};
 use crate::suite::SuiteReport;
 use crate::sysbench::{sysbench, SysbenchResult};
@@ -146,17 +145,7 @@ fn sysbench_sample(
     let stdout = sysbench(opts, port_of(addr)?, &args, timeout)?;
     let result = SysbenchResult::parse(&stdout)?;
     let writes = workload[0].starts_with("oltp_") && workload[0].contains("write");
-    if result.transactions == 0 || result.reconnects > 0 || (!writes && result.ignored_errors > 0) {
-        return Err(format!(
-            "sysbench {}: {} transactions, {} ignored errors, {} reconnects\n{}",
-            args.join(" "),
-            result.transactions,
-            result.ignored_errors,
-            result.reconnects,
-            tail(&stdout, 30)
-        )
-        .into());
-    }
+    result.ensure_clean(&args, &stdout, writes)?;
     let latency = report::sysbench_percentiles(&stdout)
         .ok_or_else(|| format!("sysbench {}: no latency histogram", args.join(" ")))?;
     let sample = Sample {
