@@ -71,9 +71,6 @@ const POOL_SIZE: u32 = 20;
 /// A pgbench run may overrun its `-T` by this much (connecting, draining)
 /// before it is killed and the bench fails.
 const RUN_GRACE: Duration = Duration::from_secs(30);
-/// Deadline for `pgbench -i`, per unit of scale (100,000 accounts) and fixed.
-const INIT_SECONDS_PER_SCALE: u64 = 10;
-const INIT_SECONDS_FIXED: u64 = 60;
 /// Untimed runs per target before the first round: fill caches and pools.
 const WARMUP_SECONDS: u64 = 2;
 /// TrueType fonts the plot may use for its text, the first found.

@@ -11,16 +11,15 @@ use fulcrum_testkit::{free_port, FulcrumProcess};
 use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
-use crate::pgbench::{start_cluster, Workload, WRITE_READ_SCRIPT};
-use crate::{median, publish_report, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE};
+use crate::pgbench::{init_timeout, start_cluster, Workload, WRITE_READ_SCRIPT};
+use crate::{median, publish_report, Options, Result};
 
 /// `--consistency-cost`: direct vs Fulcrum `eventual`, `session` and
 /// `strong`, one table per workload.
 pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
-    let init_timeout =
-        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let init_timeout = init_timeout(opts);
     let (expected, worst) = time_budget(opts, 4, init_timeout);
     eprintln!(
         "consistency cost: {} workloads x 4 targets x {} rounds x {} s after `pgbench -i -s {}`: \

@@ -13,11 +13,8 @@ use crate::cpu_caps::{CpuCaps, CPU_PERIOD_US};
 use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config, scale_out_section};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
-use crate::pgbench::{start_cluster, Workload};
-use crate::{
-    median, publish_report, target_dir, Error, Options, Result, INIT_SECONDS_FIXED,
-    INIT_SECONDS_PER_SCALE, PLOT_FONTS,
-};
+use crate::pgbench::{init_timeout, start_cluster, Workload};
+use crate::{median, publish_report, target_dir, Error, Options, Result, PLOT_FONTS};
 
 /// `--scale-out`: PostgreSQL servers (a primary and its replicas).
 pub(crate) const SCALE_OUT_NODES: usize = 3;
@@ -46,8 +43,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
         None
     };
     let bin = ensure_fulcrum_built()?;
-    let init_timeout =
-        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let init_timeout = init_timeout(opts);
     let targets = 1 + SCALE_OUT_NODES as u64;
     let (expected, worst) = time_budget(opts, targets, init_timeout);
     eprintln!(

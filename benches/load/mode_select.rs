@@ -11,11 +11,9 @@ use fulcrum_testkit::{free_port, FulcrumProcess};
 use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
-use crate::pgbench::{start_cluster, Workload};
+use crate::pgbench::{init_timeout, start_cluster, Workload};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
-use crate::{
-    median, pgpool, publish_report, Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE,
-};
+use crate::{median, pgpool, publish_report, Options, Result};
 
 /// The default mode: `pgbench -S` directly, through Fulcrum, PgBouncer and
 /// Pgpool-II (those installed), one table.
@@ -36,8 +34,7 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
         );
     }
     let targets = 2 + u64::from(pgbouncer_found) + u64::from(pgpool_found);
-    let init_timeout =
-        Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale));
+    let init_timeout = init_timeout(opts);
     let (expected, worst) = time_budget(opts, targets, init_timeout);
     eprintln!(
         "load benchmark: {targets} targets x {} rounds x {} s after `pgbench -i -s {}`: \

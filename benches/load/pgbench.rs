@@ -60,6 +60,16 @@ impl Workload {
     }
 }
 
+/// Deadline for `pgbench -i`, per unit of scale (100,000 accounts) and fixed.
+const INIT_SECONDS_PER_SCALE: u64 = 10;
+const INIT_SECONDS_FIXED: u64 = 60;
+
+/// The deadline of `pgbench -i -s <scale>`: fixed time plus time per unit of
+/// scale.
+pub(crate) fn init_timeout(opts: &Options) -> Duration {
+    Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale))
+}
+
 /// Starts the PostgreSQL cluster (a primary and `opts.replicas` streaming
 /// replicas) and runs `pgbench -i` on the primary.
 pub(crate) fn start_cluster(opts: &Options, init_timeout: Duration) -> Result<PgCluster> {

@@ -15,16 +15,16 @@ use fulcrum_testkit::{
 
 use crate::cpu_caps::Throttling;
 use crate::fulcrum::{cluster_section, fulcrum_alive, fulcrum_config, scale_out_section};
-use crate::pgbench::{latency_percentiles, pgbench_bounded, pgbench_command, start_cluster};
+use crate::pgbench::{
+    init_timeout, latency_percentiles, pgbench_bounded, pgbench_command, start_cluster,
+};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::pgpool::{Pgpool, PGPOOL};
 use crate::process::{run_bounded, tail};
 use crate::report::{alternate, Goal, Row, Sample, Scenario};
 use crate::suite::{caps, SuiteReport};
 use crate::sysbench::{sysbench_with, SysbenchResult, SYSBENCH_PREPARE_TIMEOUT};
-use crate::{
-    Options, Result, INIT_SECONDS_FIXED, INIT_SECONDS_PER_SCALE, RUN_GRACE, WARMUP_SECONDS,
-};
+use crate::{Options, Result, RUN_GRACE, WARMUP_SECONDS};
 
 const DIRECT: &str = "PostgreSQL direct";
 const FULCRUM: &str = "Fulcrum";
@@ -753,8 +753,4 @@ fn rss_kb(pid: u32) -> Result<u64> {
                 .ok()
         })
         .ok_or_else(|| format!("no VmRSS for pid {pid}").into())
-}
-
-fn init_timeout(opts: &Options) -> Duration {
-    Duration::from_secs(INIT_SECONDS_FIXED + INIT_SECONDS_PER_SCALE * u64::from(opts.scale))
 }
