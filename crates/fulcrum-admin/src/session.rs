@@ -5,7 +5,7 @@
 //! only a bad startup or login ends it.
 
 use bytes::BytesMut;
-use fulcrum_postgres::auth::scram::{Verifier, ITERATIONS};
+use fulcrum_postgres::auth::scram::{stable_salt, Verifier, ITERATIONS};
 use fulcrum_postgres::codec::backend_msg::{self, sqlstate};
 use fulcrum_postgres::codec::frame::check_frame;
 use fulcrum_postgres::codec::frontend_msg::query_text;
@@ -54,20 +54,20 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     };
     // The password, by `[fulcrum] admin_auth` (SCRAM-SHA-256 or md5); an
     // unknown user goes through the same exchange and fails at its end.
-    let users = admin.users();
-    let known = users.iter().find(|u| u.name == user);
-    let salt = user_salt(&user);
-    let verifier = known.map(|u| Verifier::new(&u.password, &salt, ITERATIONS));
-    let method = admin.config().fulcrum.admin_auth;
+    let config = admin.config();
+    let known = config.fulcrum.admin_users.iter().find(|u| u.name == user);
+    let secret = process_secret();
+    let verifier =
+        known.map(|u| Verifier::new(&u.password, &stable_salt(secret, &user), ITERATIONS));
     let ok = match password_exchange(
         &mut stream,
         &mut buf,
-        method,
+        config.fulcrum.admin_auth,
         &user,
         known
             .zip(verifier.as_ref())
             .map(|(u, v)| (u.password.as_str(), v)),
-        || unmatchable(&salt),
+        || Verifier::unmatchable(secret, &user),
     )
     .await
     {
@@ -193,30 +193,10 @@ async fn fatal(stream: &mut TcpStream, code: &str, msg: &str) -> std::io::Result
     stream.write_all(&out).await
 }
 
-/// The SCRAM salt of admin user `name`: the same for every login of this
-/// process, whether or not the user exists, so the salt tells nothing; a
-/// hash of the name under a key drawn once per process.
-fn user_salt(name: &str) -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
-    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
-        std::sync::OnceLock::new();
-    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
-    let mut salt = [0u8; 16];
-    for (half, chunk) in salt.chunks_mut(8).enumerate() {
-        let mut h = key.build_hasher();
-        h.write_usize(half);
-        h.write(name.as_bytes());
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    salt
-}
-
-/// A verifier with `salt` that no password matches (an unknown user's).
-fn unmatchable(salt: &[u8]) -> Verifier {
-    Verifier {
-        salt: salt.to_vec(),
-        iterations: ITERATIONS,
-        stored_key: rand::random(),
-        server_key: rand::random(),
-    }
+/// A key drawn once per process, from which every console user's SCRAM
+/// salt derives ([`stable_salt`]): the same for each login of this process,
+/// whether or not the user exists, so the salt tells nothing.
+fn process_secret() -> &'static [u8; 16] {
+    static SECRET: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    SECRET.get_or_init(rand::random)
 }

@@ -69,6 +69,30 @@ impl Verifier {
             server_key: hmac(&salted, b"Server Key"),
         }
     }
+
+    /// A verifier no password matches, for a login name that does not
+    /// exist: its salt is [`stable_salt`], so repeated attempts see the same
+    /// salt, as they would for a real user.
+    pub fn unmatchable(secret: &[u8], user: &str) -> Verifier {
+        Verifier {
+            salt: stable_salt(secret, user).to_vec(),
+            iterations: ITERATIONS,
+            stored_key: rand::random(),
+            server_key: rand::random(),
+        }
+    }
+}
+
+/// A salt for `user` that stays the same for one `secret` (a process's
+/// random key) and tells nothing about whether the user exists.
+pub fn stable_salt(secret: &[u8], user: &str) -> [u8; 16] {
+    let digest = Sha256::new()
+        .chain_update(secret)
+        .chain_update(user.as_bytes())
+        .finalize();
+    let mut salt = [0u8; 16];
+    salt.copy_from_slice(&digest[..16]);
+    salt
 }
 
 /// One SCRAM exchange, server side.
@@ -191,6 +215,27 @@ mod tests {
             s.server_final(CLIENT_FINAL.as_bytes()).unwrap(),
             SERVER_FINAL
         );
+    }
+
+    #[test]
+    fn unknown_users_get_a_stable_salt_and_match_no_password() {
+        let secret = [7u8; 16];
+        let v = Verifier::unmatchable(&secret, "nobody");
+        assert_eq!(v.salt, stable_salt(&secret, "nobody"));
+        assert_eq!(
+            stable_salt(&secret, "nobody"),
+            stable_salt(&secret, "nobody")
+        );
+        assert_ne!(
+            stable_salt(&secret, "nobody"),
+            stable_salt(&secret, "other")
+        );
+        assert_ne!(
+            stable_salt(&secret, "nobody"),
+            stable_salt(&[8u8; 16], "nobody")
+        );
+        let real = Verifier::new("pencil", &v.salt, ITERATIONS);
+        assert_ne!(v.stored_key, real.stored_key, "not the key of any password");
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use base64::Engine;
 use bytes::BytesMut;
 use fulcrum_config::ClientAuth;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -277,14 +276,5 @@ pub async fn password_exchange(
 /// A verifier no password matches, stable per user name, so an unknown user
 /// sees the same salt every time, as a known one does.
 fn mock_verifier(ctx: &ClusterContext, user: &str) -> scram::Verifier {
-    let digest = Sha256::new()
-        .chain_update(ctx.mock_secret)
-        .chain_update(user.as_bytes())
-        .finalize();
-    scram::Verifier {
-        salt: digest[..16].to_vec(),
-        iterations: scram::ITERATIONS,
-        stored_key: rand::random(),
-        server_key: rand::random(),
-    }
+    scram::Verifier::unmatchable(&ctx.mock_secret, user)
 }
