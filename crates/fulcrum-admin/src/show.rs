@@ -432,14 +432,7 @@ impl Admin {
                         "fulcrum.shutdown_timeout".into(),
                         format!("{:?}", g.shutdown_timeout),
                     ],
-                    vec![
-                        "fulcrum.admin_auth".into(),
-                        match g.admin_auth {
-                            fulcrum_config::ClientAuth::Md5 => "md5",
-                            _ => "scram-sha-256",
-                        }
-                        .into(),
-                    ],
+                    vec!["fulcrum.admin_auth".into(), g.admin_auth.name().into()],
                 ];
                 for c in &config.clusters {
                     let k = |key: &str| format!("cluster.{}.{key}", c.name);

@@ -65,6 +65,17 @@ pub enum ClientAuth {
     Trust,
 }
 
+impl ClientAuth {
+    /// The name written in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientAuth::ScramSha256 => "scram-sha-256",
+            ClientAuth::Md5 => "md5",
+            ClientAuth::Trust => "trust",
+        }
+    }
+}
+
 /// Read-balancing policy (`balance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BalancePolicy {

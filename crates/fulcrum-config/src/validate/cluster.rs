@@ -387,11 +387,7 @@ fn users(
         let password = ut.required(&u.password, "password")?;
         // An empty password with password authentication would let anyone in as this user.
         if password.get_ref().is_empty() && auth != ClientAuth::Trust {
-            let auth_name = CLIENT_AUTHS
-                .iter()
-                .find(|(_, a)| *a == auth)
-                .map_or("", |(n, _)| n);
-            let reason = format!("must not be empty when client_auth is {auth_name:?}");
+            let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }
         out.push(User {
