@@ -1,6 +1,7 @@
 //! Shared helpers for Fulcrum's end-to-end tests (`tests/`) and benchmarks
-//! (`benches/`): the config text they run Fulcrum with. The clusters and the
-//! daemon process come from `fulcrum-testkit`.
+//! (`benches/`): the config text they run Fulcrum with, and the PostgreSQL
+//! startup packet raw-protocol tests send. The clusters and the daemon
+//! process come from `fulcrum-testkit`.
 
 use fulcrum_testkit::{
     free_port, MariaCluster, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
@@ -115,4 +116,23 @@ impl PgProxyConfig {
         }
         t
     }
+}
+
+/// The PostgreSQL protocol 3.0 version code of a startup packet.
+pub const PROTOCOL_3_0: i32 = 196_608;
+
+/// A startup packet: length, `code` (a protocol version or a special
+/// request code), then `params` as NUL-terminated name/value pairs.
+pub fn startup_message(code: i32, params: &[(&str, &str)]) -> Vec<u8> {
+    let mut body = code.to_be_bytes().to_vec();
+    for (name, value) in params {
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    packet.extend_from_slice(&body);
+    packet
 }

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{startup_message, PgProxyConfig, PROTOCOL_3_0};
 use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -69,13 +69,7 @@ async fn auth_request(port: u16, user: &str) -> (i32, Vec<u8>) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    let mut body = 196_608i32.to_be_bytes().to_vec();
-    for part in ["user", user, "database", "fulcrum", ""] {
-        body.extend_from_slice(part.as_bytes());
-        body.push(0);
-    }
-    let mut msg = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    msg.extend_from_slice(&body);
+    let msg = startup_message(PROTOCOL_3_0, &[("user", user), ("database", "fulcrum")]);
     stream.write_all(&msg).await.unwrap();
     let mut header = [0u8; 5];
     stream.read_exact(&mut header).await.unwrap();

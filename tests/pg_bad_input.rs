@@ -13,6 +13,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
+use fulcrum_suite::{startup_message, PROTOCOL_3_0};
 use fulcrum_testkit::{
     free_port, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER, START_TIMEOUT,
 };
@@ -23,7 +24,6 @@ use tokio_postgres::{Client, NoTls};
 /// Longest any single network step may take before the test fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
-const PROTOCOL_3_0: i32 = 196_608;
 const SSL_REQUEST: i32 = 80_877_103;
 const GSSENC_REQUEST: i32 = 80_877_104;
 const CANCEL_REQUEST: i32 = 80_877_102;
@@ -154,20 +154,6 @@ async fn assert_unharmed(fulcrum: &FulcrumProcess, bystander: &Client) {
 }
 
 // ---- raw protocol ------------------------------------------------------------------
-
-fn startup_message(code: i32, params: &[(&str, &str)]) -> Vec<u8> {
-    let mut body = code.to_be_bytes().to_vec();
-    for (name, value) in params {
-        body.extend_from_slice(name.as_bytes());
-        body.push(0);
-        body.extend_from_slice(value.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    packet.extend_from_slice(&body);
-    packet
-}
 
 fn app_startup() -> Vec<u8> {
     startup_message(PROTOCOL_3_0, &[("user", APP_USER), ("database", APP_DB)])
