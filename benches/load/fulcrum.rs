@@ -70,22 +70,8 @@ pub(crate) fn cluster_section(
     if let Some(consistency) = consistency {
         let _ = writeln!(out, "consistency = \"{consistency}\"");
     }
-    let _ = write!(
-        out,
-        "\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\n",
-        pg.primary().addr()
-    );
-    for replica in pg.replicas() {
-        let _ = write!(
-            out,
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\n",
-            replica.addr()
-        );
-    }
-    let _ = writeln!(
-        out,
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
-    );
+    let replicas: Vec<String> = pg.replicas().iter().map(|r| r.addr()).collect();
+    push_backends_and_user(&mut out, &pg.primary().addr(), &replicas);
     out
 }
 
@@ -103,21 +89,25 @@ pub(crate) fn scale_out_section(
          pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\nclient_auth = \"scram-sha-256\"\n\
          consistency = \"eventual\"\nreads_on_primary = true\n"
     );
-    let _ = write!(
-        out,
-        "\n[[cluster.backend]]\naddress = \"{primary}\"\nrole = \"primary\"\n\n"
-    );
-    for replica in replicas {
+    push_backends_and_user(&mut out, primary, replicas);
+    out
+}
+
+/// The end of every `[[cluster]]` section here: `primary` and `replicas` as
+/// backends with those roles, then the testkit's `app` user.
+pub(crate) fn push_backends_and_user(out: &mut String, primary: &str, replicas: &[String]) {
+    let roles = std::iter::once((primary, "primary"))
+        .chain(replicas.iter().map(|r| (r.as_str(), "replica")));
+    for (address, role) in roles {
         let _ = write!(
             out,
-            "[[cluster.backend]]\naddress = \"{replica}\"\nrole = \"replica\"\n\n"
+            "\n[[cluster.backend]]\naddress = \"{address}\"\nrole = \"{role}\"\n"
         );
     }
     let _ = writeln!(
         out,
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
+        "\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
     );
-    out
 }
 
 /// Fails with the log's tail when the daemon has exited (checked between

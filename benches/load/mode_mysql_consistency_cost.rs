@@ -6,9 +6,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
 
-use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
+use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config, push_backends_and_user};
 use crate::machine::{machine_lines, Machine};
 use crate::measure::Target;
 use crate::process::first_line;
@@ -31,22 +31,8 @@ fn mysql_cluster_section(
          pool_mode = \"transaction\"\npool_size = {POOL_SIZE}\n\
          health_user = \"root\"\nhealth_password = \"\"\nconsistency = \"{consistency}\"\n"
     );
-    let _ = write!(
-        out,
-        "\n[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\n",
-        maria.primary().addr()
-    );
-    for replica in maria.replicas() {
-        let _ = write!(
-            out,
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\n",
-            replica.addr()
-        );
-    }
-    let _ = writeln!(
-        out,
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
-    );
+    let replicas: Vec<String> = maria.replicas().iter().map(|r| r.addr()).collect();
+    push_backends_and_user(&mut out, &maria.primary().addr(), &replicas);
     out
 }
 

@@ -37,9 +37,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
 
-use crate::fulcrum::fulcrum_config;
+use crate::fulcrum::{fulcrum_config, push_backends_and_user};
 use crate::report::{self, Sample};
 use crate::suite::SuiteReport;
 use crate::sysbench::{sysbench, SysbenchResult};
@@ -174,17 +174,7 @@ fn cluster_section(
     if let Some(consistency) = consistency {
         let _ = writeln!(out, "consistency = \"{consistency}\"");
     }
-    for (i, address) in backends.iter().enumerate() {
-        let role = if i == 0 { "primary" } else { "replica" };
-        let _ = write!(
-            out,
-            "\n[[cluster.backend]]\naddress = \"{address}\"\nrole = \"{role}\"\n"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\""
-    );
+    push_backends_and_user(&mut out, &backends[0], &backends[1..]);
     out
 }
 
