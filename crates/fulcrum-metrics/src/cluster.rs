@@ -55,7 +55,25 @@ pub enum CausalOutcome {
     Primary = 2,
 }
 
+/// One connected client, counted in `fulcrum_client_connections` from
+/// `ClusterMetrics::client_connected` until dropped: on every way a session
+/// ends, a panic of its task included.
+#[must_use = "the client is counted while this is held"]
+pub struct ClientCount(IntGauge);
+
+impl Drop for ClientCount {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 impl ClusterMetrics {
+    /// Counts a client in until the returned guard is dropped.
+    pub fn client_connected(&self) -> ClientCount {
+        self.clients.inc();
+        ClientCount(self.clients.clone())
+    }
+
     pub fn new(metrics: Arc<Metrics>, cluster: &str, backends: &[String]) -> ClusterMetrics {
         let per_backend = |vec: &prometheus::IntCounterVec| {
             backends
@@ -118,5 +136,27 @@ impl ClusterMetrics {
             .errors
             .with_label_values(&[self.name.as_str(), code])
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod client_count_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_session_still_leaves_the_count() {
+        let m = ClusterMetrics::new(Arc::new(Metrics::new()), "c", &["a:1".into()]);
+        let held = m.client_connected();
+        let gauge = m.clients.clone();
+        let task = tokio::spawn(async move {
+            let _count = held;
+            panic!("a session bug");
+        });
+        assert!(task.await.is_err(), "the task panicked");
+        assert_eq!(gauge.get(), 0);
+        let other = m.client_connected();
+        assert_eq!(m.clients.get(), 1);
+        drop(other);
+        assert_eq!(m.clients.get(), 0);
     }
 }

@@ -9,7 +9,7 @@ mod families;
 pub mod http;
 mod refresh;
 
-pub use cluster::{CausalOutcome, ClusterMetrics, RouteLabel};
+pub use cluster::{CausalOutcome, ClientCount, ClusterMetrics, RouteLabel};
 pub use families::Metrics;
 pub use refresh::{BackendFigures, ClusterFigures};
 

@@ -10,6 +10,9 @@ use super::frame::put_header;
 pub mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const CONNECTION_FAILURE: &str = "08006";
+    /// transaction_resolution_unknown: a COMMIT (or an autocommit write)
+    /// was in flight when its server connection died; it may have committed.
+    pub const TRANSACTION_RESOLUTION_UNKNOWN: &str = "08007";
     pub const INVALID_PASSWORD: &str = "28P01";
     pub const INVALID_AUTHORIZATION: &str = "28000";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";

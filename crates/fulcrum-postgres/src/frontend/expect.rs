@@ -20,10 +20,12 @@ pub enum Expect {
     Parse(Option<Arc<str>>),
     /// ParseComplete for a Parse Fulcrum injected: not shown to the client.
     SwallowParse(Arc<str>),
-    Bind,
+    /// BindComplete (the shared server-side statement it binds, if mapped).
+    Bind(Option<Arc<str>>),
     Close,
-    /// ends at RowDescription or NoData (ParameterDescription first for statements).
-    Describe,
+    /// ends at RowDescription or NoData (ParameterDescription first for
+    /// statements); the shared server-side statement it describes, if mapped.
+    Describe(Option<Arc<str>>),
     /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended.
     Execute(Vec<SessionOp>),
     /// ends at ReadyForQuery.
@@ -69,6 +71,10 @@ pub struct Effects {
     /// The answer to an `Expect::Position` ended: the LSN, or `None` when
     /// the server did not give one (an error).
     pub position: Option<Option<u64>>,
+    /// An error answered the Bind or Describe of this shared server-side
+    /// statement (the session decides from the SQLSTATE whether the
+    /// statement went stale, e.g. after a type it uses was recreated).
+    pub failed_statement: Option<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -186,7 +192,7 @@ impl Expectations {
                 _ => Step::Forward,
             },
             b'2' | b'3' => {
-                if matches!(self.queue.front(), Some(Expect::Bind | Expect::Close)) {
+                if matches!(self.queue.front(), Some(Expect::Bind(_) | Expect::Close)) {
                     self.queue.pop_front();
                 }
                 Step::Forward
@@ -217,7 +223,7 @@ impl Expectations {
                 Step::Forward
             }
             b'T' | b'n' => {
-                if matches!(self.queue.front(), Some(Expect::Describe)) {
+                if matches!(self.queue.front(), Some(Expect::Describe(_))) {
                     self.queue.pop_front();
                 }
                 Step::Forward
@@ -231,6 +237,11 @@ impl Expectations {
                 Step::Forward
             }
             b'E' => {
+                if let Some(Expect::Bind(Some(name)) | Expect::Describe(Some(name))) =
+                    self.queue.front()
+                {
+                    fx.failed_statement = Some(name.clone());
+                }
                 match self.queue.front() {
                     Some(Expect::Query(_)) => self.query_failed = true,
                     None => {}
@@ -334,7 +345,7 @@ mod tests {
     fn syncs_sent_during_extended_copy_in_owe_no_reply() {
         // Client: Bind, Execute, Sync, CopyData, CopyDone, Sync (tokio-postgres' copy_in).
         let mut q = Expectations::default();
-        q.push(Expect::Bind);
+        q.push(Expect::Bind(None));
         q.push(Expect::Execute(vec![]));
         q.push(Expect::Sync);
         q.on_server(b'2', b"");
@@ -353,7 +364,7 @@ mod tests {
     #[test]
     fn copy_end_pipelined_before_copy_in_response_keeps_the_later_sync() {
         let mut q = Expectations::default();
-        q.push(Expect::Bind);
+        q.push(Expect::Bind(None));
         q.push(Expect::Execute(vec![]));
         q.push(Expect::Sync);
         q.client_copy_end();
@@ -382,7 +393,7 @@ mod tests {
         // Client: Parse(s1) [already prepared -> synthetic], Bind(s1) [server lacks it -> injected], Execute, Sync.
         q.push(synthetic_parse_complete());
         q.push(Expect::SwallowParse(name.clone()));
-        q.push(Expect::Bind);
+        q.push(Expect::Bind(None));
         q.push(Expect::Execute(vec![]));
         q.push(Expect::Sync);
         let mut out = BytesMut::new();
@@ -403,7 +414,7 @@ mod tests {
     fn error_skips_to_sync_and_drops_synthetics() {
         let mut q = Expectations::default();
         q.push(Expect::Parse(None));
-        q.push(Expect::Bind);
+        q.push(Expect::Bind(None));
         q.push(synthetic_parse_complete());
         q.push(Expect::Execute(vec![]));
         q.push(Expect::Sync);

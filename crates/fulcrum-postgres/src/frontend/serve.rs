@@ -137,7 +137,7 @@ async fn handle(
         peer,
     );
     let registration = ctx.cancels.register();
-    ctx.metrics.clients.inc();
+    let _counted = ctx.metrics.client_connected();
     let session = Session::new(
         ctx.clone(),
         stream,
@@ -148,7 +148,6 @@ async fn handle(
         client,
     );
     let r = session.run().await;
-    ctx.metrics.clients.dec();
     drop(registration);
     r
 }

@@ -125,6 +125,13 @@ pub struct Session {
     write_unit: bool,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
+    /// DDL ran in the open transaction (the schema generation moves again
+    /// when it ends).
+    ddl_in_txn: bool,
+    /// A statement that may commit (COMMIT, END, COMMIT PREPARED) was sent
+    /// and not yet answered with ReadyForQuery: if the server dies now, the
+    /// outcome is unknown (SQLSTATE 08007).
+    pub(super) commit_in_flight: bool,
 }
 
 impl Session {
@@ -188,6 +195,8 @@ impl Session {
             unit_may_write: true,
             write_unit: false,
             client_entry,
+            ddl_in_txn: false,
+            commit_in_flight: false,
         }
     }
 
@@ -623,19 +632,47 @@ impl Session {
 
     // ---- client to server ---------------------------------------------------------
 
+    /// Handles what the client sent, then settles: answers Fulcrum owes
+    /// itself go out, and a connection with nothing in flight goes back. A
+    /// unit held behind work that has just finished is taken up at once, so
+    /// no unit waits for a server answer that is not coming.
     async fn on_client_input(&mut self) -> Result<(), SessionError> {
+        loop {
+            let held = self.take_client_frames().await?;
+            self.settle().await?;
+            if !(held && self.server.is_none()) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// After a batch of client frames: sends what is queued for the server,
+    /// emits the synthetic replies now at the front of the reply queue,
+    /// writes to the client, and detaches when nothing is in flight.
+    async fn settle(&mut self) -> Result<(), SessionError> {
+        self.flush_server().await?;
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        self.flush_client().await?;
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// Takes the complete client frames in the buffer. Returns true when it
+    /// stopped at a unit it holds (waiting for the attached connection).
+    async fn take_client_frames(&mut self) -> Result<bool, SessionError> {
         let max = self.ctx.config.max_message_size;
         // When a new unit of work started here: the time to its hand-over
         // to the server is what Fulcrum adds (`fulcrum_proxy_seconds`).
         let mut unit_started = None;
-        loop {
+        let held = loop {
             let header = match check_frame(&self.cbuf, max) {
                 Ok(Some(h)) if self.cbuf.len() >= h.total => h,
                 Ok(Some(h)) => {
                     self.cbuf.reserve(h.total - self.cbuf.len());
-                    break;
+                    break false;
                 }
-                Ok(None) => break,
+                Ok(None) => break false,
                 Err(e) => {
                     self.flush_server().await?;
                     return Err(fatal(
@@ -653,6 +690,14 @@ impl Session {
                 continue;
             }
             if header.tag == b'Q' && self.try_answer_setting(header.total) {
+                continue;
+            }
+            if header.tag == b'Q'
+                && self.server.is_none()
+                && self.try_answer_local_deallocate(header.total)
+            {
+                // A mapped statement's DEALLOCATE needs no server.
+                let _ = self.cbuf.split_to(header.total);
                 continue;
             }
             if header.tag == b'Q'
@@ -680,11 +725,11 @@ impl Session {
                 } else if self.must_wait_for_replica() {
                     // The next unit needs the primary: leave it buffered until
                     // the replica's work is done and the connection is back.
-                    break;
+                    break true;
                 } else if self.must_wait_for_position() {
                     // A read right after a write: wait for the write's
                     // position (already asked), then route it to a replica.
-                    break;
+                    break true;
                 } else if self.status == b'I'
                     && !self.unsynced
                     && self.pending_ready == 0
@@ -713,16 +758,11 @@ impl Session {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
             }
-        }
-        self.flush_server().await?;
+        };
         if let Some(t) = unit_started {
             self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
         }
-        if self.server.is_none() {
-            // Answers given without a server (synthetic replies) go out now.
-            self.flush_client().await?;
-        }
-        Ok(())
+        Ok(held)
     }
 
     /// Handles one client frame. Returns false on Terminate.
@@ -766,6 +806,9 @@ impl Session {
                     Some(text) if self.may_change_session(text) => session_sql::scan(text),
                     _ => Vec::new(),
                 };
+                if query_text(&frame[5..]).is_some_and(may_commit) {
+                    self.commit_in_flight = true;
+                }
                 let mut replay = Vec::with_capacity(ops.len());
                 for op in ops {
                     match op {
@@ -993,11 +1036,11 @@ impl Session {
                 d.read_only = true;
                 ("SET", b'T')
             }
-            (Decision::Txn, Some(d))
-                if sql.len() > 15 && sql[..15].eq_ignore_ascii_case("set transaction") =>
-            {
-                // Standbys refuse SERIALIZABLE: such a transaction needs the primary.
-                if sql.to_ascii_lowercase().contains("serializable") {
+            (Decision::Txn, Some(d)) if starts_with_ci(&sql, "set transaction") => {
+                // Standbys refuse SERIALIZABLE, and READ WRITE undoes a READ
+                // ONLY: such a transaction needs the primary.
+                let lower = sql.to_ascii_lowercase();
+                if lower.contains("serializable") || lower.contains("read write") {
                     d.read_only = false;
                 }
                 d.sql.push_str("; ");
@@ -1045,13 +1088,9 @@ impl Session {
         if !self.rewrite_statements {
             return false;
         }
-        let Some(text) = query_text(body) else {
+        let Some(ops) = deallocate_ops(body) else {
             return false;
         };
-        if !session_sql::first_word_bytes(text).eq_ignore_ascii_case(b"deallocate") {
-            return false;
-        }
-        let ops = session_sql::scan(text);
         let [SessionOp::Deallocate(target)] = ops.as_slice() else {
             return false;
         };
@@ -1078,8 +1117,21 @@ impl Session {
         true
     }
 
+    /// `try_answer_deallocate` for the Query at the front of the client
+    /// buffer (`total` bytes), before any server is attached.
+    fn try_answer_local_deallocate(&mut self, total: usize) -> bool {
+        if !self.rewrite_statements || deallocate_ops(&self.cbuf[5..total]).is_none() {
+            return false;
+        }
+        let body = self.cbuf[5..total].to_vec();
+        self.try_answer_deallocate(&body)
+    }
+
     fn on_parse(&mut self, frame: BytesMut) {
         self.unsynced = true;
+        if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
+            self.commit_in_flight = true;
+        }
         let decision = parse_msg(&frame[5..])
             .and_then(|p| std::str::from_utf8(p.query).ok())
             .map_or(Decision::Write, |q| self.ctx.classify(q));
@@ -1157,10 +1209,26 @@ impl Session {
         self.portal_ops.get(portal).cloned().unwrap_or_default()
     }
 
+    /// The shared statement `server_name` went stale on the servers: the
+    /// client's statements using it move to a fresh server-side name, so
+    /// their next use prepares them again (on this and every connection).
+    fn renew_statement(&mut self, server_name: &str) {
+        for stmt in self.statements.values_mut() {
+            if &*stmt.server_name == server_name {
+                *stmt = self.ctx.statements.renew(stmt);
+            }
+        }
+    }
+
     /// Makes sure the attached server has the client's statement `name`,
     /// injecting its Parse when not; returns the server-side name.
     fn ensure_prepared(&mut self, name: &[u8]) -> Option<Arc<str>> {
-        let stmt = self.statements.get(name)?.clone();
+        let mut stmt = self.statements.get(name)?.clone();
+        if stmt.generation != self.ctx.statements.generation() {
+            // DDL ran since it was named: prepare it afresh under a new name.
+            stmt = self.ctx.statements.current(&stmt);
+            self.statements.insert(name.to_vec(), stmt.clone());
+        }
         let server = self.server.as_mut().expect("attached");
         if !server.prepared.contains_key(&stmt.server_name) {
             server
@@ -1197,13 +1265,13 @@ impl Session {
                         server_name.as_bytes(),
                         b.rest,
                     );
-                    self.expect.push(Expect::Bind);
+                    self.expect.push(Expect::Bind(Some(server_name)));
                     return;
                 }
             }
         }
         self.to_server.extend_from_slice(&frame);
-        self.expect.push(Expect::Bind);
+        self.expect.push(Expect::Bind(None));
     }
 
     fn on_describe_or_close(&mut self, tag: u8, frame: BytesMut) {
@@ -1224,13 +1292,13 @@ impl Session {
                     self.expect.push(Expect::Synthetic(reply.freeze()));
                 } else if let Some(server_name) = self.ensure_prepared(&name) {
                     put_target(&mut self.to_server, b'D', b'S', server_name.as_bytes());
-                    self.expect.push(Expect::Describe);
+                    self.expect.push(Expect::Describe(Some(server_name)));
                 }
             }
             _ => {
                 self.to_server.extend_from_slice(&frame);
                 self.expect.push(if tag == b'D' {
-                    Expect::Describe
+                    Expect::Describe(None)
                 } else {
                     Expect::Close
                 });
@@ -1300,9 +1368,11 @@ impl Session {
                 }
                 break;
             }
+            let mut error_code = None;
             if header.tag == b'E' && buf.len() >= header.total {
                 let fields = parse_error_fields(&buf[5..header.total]);
                 self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
+                error_code = Some(fields.code.to_owned());
             }
             if matches!(header.tag, b'E' | b'N') && self.rewrite_statements && self.pinned.is_none()
             {
@@ -1319,8 +1389,11 @@ impl Session {
                     return self.server_lost().await;
                 }
             }
-            let frame = buf.split_to(header.total);
+            let mut frame = buf.split_to(header.total);
             tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
+            if header.tag == b'A' {
+                own_notification_pid(&mut frame, server.cancel.process_id, self.cancel.process_id);
+            }
             self.expect
                 .drain_synthetic(&mut self.to_client, self.status);
             let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
@@ -1333,6 +1406,12 @@ impl Session {
                 b'C' => match command_tag(&frame[5..]) {
                     b"COMMIT" => self.txn_committed = Some(true),
                     b"ROLLBACK" => self.txn_committed = Some(false),
+                    tag if is_ddl_tag(tag) => {
+                        // Statements prepared before may now be stale; again
+                        // at the end of the transaction, when others see it.
+                        self.ctx.statements.schema_changed();
+                        self.ddl_in_txn = true;
+                    }
                     _ => {}
                 },
                 _ => {}
@@ -1343,11 +1422,20 @@ impl Session {
             if fx.skipped_to_sync {
                 server.drop_pending_statements();
             }
+            if let (Some(name), Some(code)) = (&fx.failed_statement, &error_code) {
+                if statement_went_stale(code) {
+                    server.prepared.remove(name);
+                    self.renew_statement(name);
+                }
+            }
             if step == Step::Forward {
                 self.to_client.extend_from_slice(&frame);
             }
             self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
+                if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
+                    self.ctx.statements.schema_changed();
+                }
                 self.on_ready(status);
                 if status != b'I' && self.ctx.router.is_primary(self.backend) {
                     // A transaction on the primary: it may write.
@@ -1374,6 +1462,9 @@ impl Session {
         let was = self.status;
         self.status = status;
         self.pending_ready = self.pending_ready.saturating_sub(1);
+        if self.pending_ready == 0 {
+            self.commit_in_flight = false;
+        }
         // Replay the unit's statements in order: a SET inside a block that
         // this same unit rolls back must not be kept.
         let mut in_txn = was != b'I';
@@ -1533,6 +1624,13 @@ async fn sync_params(
 ) -> Result<(), InternalError> {
     let mut sql = String::new();
     if !server.applied.is_empty() {
+        // RESET ALL leaves the role and the session user as they are.
+        if server.applied.contains_key("session_authorization") {
+            sql.push_str("RESET SESSION AUTHORIZATION;");
+        }
+        if server.applied.contains_key("role") {
+            sql.push_str("RESET ROLE;");
+        }
         sql.push_str("RESET ALL");
     }
     for stmt in desired.values() {
@@ -1568,6 +1666,52 @@ fn unit_executes(buf: &[u8], max: u64) -> bool {
     true
 }
 
+/// Whether a statement text may commit a transaction: it mentions COMMIT
+/// (COMMIT, COMMIT PREPARED, `...; COMMIT`) or starts with END. A false
+/// positive only makes a lost connection's error say "may have committed".
+fn may_commit(text: &[u8]) -> bool {
+    session_sql::first_word_bytes(text).eq_ignore_ascii_case(b"end")
+        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
+}
+
+/// Whether `text` starts with `prefix`, ignoring ASCII case (never slices
+/// inside a multi-byte character).
+fn starts_with_ci(text: &str, prefix: &str) -> bool {
+    text.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// A NotificationResponse from the client's own server connection carries
+/// that backend's pid; the client knows Fulcrum's (BackendKeyData), so it
+/// is given that one (clients skip their own notifications by pid).
+fn own_notification_pid(frame: &mut [u8], server_pid: i32, client_pid: i32) {
+    if frame.len() >= 9 && frame[5..9] == server_pid.to_be_bytes() {
+        frame[5..9].copy_from_slice(&client_pid.to_be_bytes());
+    }
+}
+
+/// A CommandComplete tag of DDL (`CREATE TYPE`, `DROP TABLE`, `ALTER ...`).
+fn is_ddl_tag(tag: &[u8]) -> bool {
+    tag.starts_with(b"CREATE ") || tag.starts_with(b"DROP ") || tag.starts_with(b"ALTER ")
+}
+
+/// Errors after which a shared server-side statement is not used again:
+/// its cached plan cannot change result type (0A000), a type or object it
+/// was prepared with is gone (XX000 "cache lookup failed", 42704), or the
+/// server does not have it (26000).
+fn statement_went_stale(code: &str) -> bool {
+    matches!(code, "0A000" | "XX000" | "42704" | "26000")
+}
+
+/// The session ops of a simple Query whose first word is DEALLOCATE.
+fn deallocate_ops(body: &[u8]) -> Option<Vec<SessionOp>> {
+    let text = query_text(body)?;
+    session_sql::first_word_bytes(text)
+        .eq_ignore_ascii_case(b"deallocate")
+        .then(|| session_sql::scan(text))
+}
+
 /// Reads under `session` and `strong` respect a position.
 fn route_is_causal(c: fulcrum_config::Consistency) -> bool {
     c != fulcrum_config::Consistency::Eventual
@@ -1583,8 +1727,46 @@ fn is_chained(sql: &str) -> bool {
 }
 
 #[cfg(test)]
-mod chain_tests {
-    use super::is_chained;
+mod text_tests {
+    use super::{is_chained, may_commit, own_notification_pid, starts_with_ci};
+
+    #[test]
+    fn prefixes_never_slice_inside_a_character() {
+        assert!(starts_with_ci(
+            "SET TRANSACTION READ WRITE",
+            "set transaction"
+        ));
+        assert!(!starts_with_ci("SET TRANSACTIO", "set transaction"));
+        // 14 ASCII bytes, then a 2-byte character across byte 15.
+        assert!(!starts_with_ci("SET TRANSACTIOé", "set transaction"));
+        assert!(!starts_with_ci("ééééééééé", "set transaction"));
+    }
+
+    #[test]
+    fn statements_that_may_commit_are_seen() {
+        assert!(may_commit(b"COMMIT"));
+        assert!(may_commit(b"end"));
+        assert!(may_commit(b"INSERT INTO t VALUES (1); commit"));
+        assert!(may_commit(b"COMMIT PREPARED 'x'"));
+        assert!(!may_commit(b"ROLLBACK"));
+        assert!(!may_commit(b"SELECT 1"));
+        assert!(!may_commit(b"ending"), "END is a whole word");
+    }
+
+    #[test]
+    fn own_notifications_carry_the_pid_the_client_knows() {
+        // NotificationResponse: 'A', length, pid, channel, payload.
+        let mut frame = b"A\0\0\0\x0f\0\0\x01\x02ch\0p\0".to_vec();
+        own_notification_pid(&mut frame, 0x0102, 77);
+        assert_eq!(&frame[5..9], &77i32.to_be_bytes());
+        let mut other = b"A\0\0\0\x0f\0\0\x09\x09ch\0p\0".to_vec();
+        own_notification_pid(&mut other, 0x0102, 77);
+        assert_eq!(
+            &other[5..9],
+            &0x0909i32.to_be_bytes(),
+            "another backend's pid stays"
+        );
+    }
 
     #[test]
     fn and_chain_is_told_from_and_no_chain() {

@@ -89,16 +89,31 @@ impl Session {
     /// Errors the work in flight and keeps the client.
     fn fail_unit(&mut self) {
         let in_txn = self.status != b'I';
+        // A COMMIT, or a write outside a transaction, may have committed
+        // before the connection died: only the server knows (08007).
+        let unknown = self.commit_in_flight || (!in_txn && self.write_unit);
+        let (code, outcome) = if unknown {
+            (
+                sqlstate::TRANSACTION_RESOLUTION_UNKNOWN,
+                "the transaction may or may not have committed: check before retrying it",
+            )
+        } else if in_txn {
+            (
+                sqlstate::CONNECTION_FAILURE,
+                "the transaction was not committed: roll back and retry it",
+            )
+        } else {
+            (
+                sqlstate::CONNECTION_FAILURE,
+                "the read was not answered: retry it",
+            )
+        };
         let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"; {}",
+            "fulcrum: lost the connection to server {} of cluster \"{}\"; {outcome}",
             self.ctx.backends[self.backend],
             self.ctx.name(),
-            if in_txn {
-                "the transaction was not committed: roll back and retry it"
-            } else {
-                "the statement may or may not have completed"
-            }
         );
+        self.commit_in_flight = false;
         let owed = self.pending_ready;
         let unsynced = self.unsynced;
         self.forget_unit();
@@ -106,21 +121,11 @@ impl Session {
         self.txn_committed = None;
         let status = if in_txn { b'E' } else { b'I' };
         for _ in 0..owed {
-            backend_msg::error_response(
-                &mut self.to_client,
-                "ERROR",
-                sqlstate::CONNECTION_FAILURE,
-                &msg,
-            );
+            backend_msg::error_response(&mut self.to_client, "ERROR", code, &msg);
             backend_msg::ready_for_query(&mut self.to_client, status);
         }
         if owed == 0 && unsynced {
-            backend_msg::error_response(
-                &mut self.to_client,
-                "ERROR",
-                sqlstate::CONNECTION_FAILURE,
-                &msg,
-            );
+            backend_msg::error_response(&mut self.to_client, "ERROR", code, &msg);
         }
         self.status = status;
         if in_txn || unsynced {

@@ -1,0 +1,259 @@
+//! The life of a PostgreSQL client between units of work, through a real
+//! Fulcrum in front of a real primary with two streaming replicas (one
+//! cluster for this binary): local answers that need no server, state a
+//! pooled server connection must not carry to the next client, transaction
+//! modes that decide the server, and what a client is told when its server
+//! dies under a COMMIT. Every wait is bounded: a hang fails the test.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::PgProxyConfig;
+use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+/// Longest any single client call may take before the test calls it a hang.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A role the app user may take at login (`options=-c role=...`).
+const STARTUP_ROLE: &str = "fulcrum_startup_role";
+
+fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let c = PgCluster::builder()
+            .replicas(2)
+            .start()
+            .expect("start PostgreSQL cluster");
+        c.primary()
+            .sql_script(
+                APP_DB,
+                &format!(
+                    "CREATE ROLE {STARTUP_ROLE};
+                     GRANT {STARTUP_ROLE} TO {APP_USER};
+                     CREATE TABLE ses_rows (id int);
+                     GRANT ALL ON ses_rows TO PUBLIC;
+                     -- A COMMIT that takes long: a deferred trigger sleeps at commit.
+                     CREATE TABLE slow_commit (id int);
+                     GRANT ALL ON slow_commit TO PUBLIC;
+                     CREATE FUNCTION slow_commit_fn() RETURNS trigger LANGUAGE plpgsql AS
+                       $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$;
+                     CREATE CONSTRAINT TRIGGER slow_commit_trg AFTER INSERT ON slow_commit
+                       DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit_fn();"
+                ),
+            )
+            .expect("set up");
+        c.wait_replicas_caught_up(Duration::from_secs(30))
+            .expect("replicas caught up");
+        c
+    })
+}
+
+fn with_replicas(pool_size: u32) -> PgProxyConfig {
+    let c = cluster();
+    let mut cfg = PgProxyConfig::new(&c.primary().addr()).pool_size(pool_size);
+    for r in c.replicas() {
+        cfg = cfg.replica(&r.addr());
+    }
+    cfg
+}
+
+fn start(cfg: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig) {
+    (
+        FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum"),
+        cfg,
+    )
+}
+
+async fn connect_with(cfg: &PgProxyConfig, options: Option<&str>) -> Client {
+    let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut c = tokio_postgres::Config::new();
+    c.host("127.0.0.1")
+        .port(port)
+        .user(APP_USER)
+        .password(APP_PASSWORD)
+        .dbname(APP_DB)
+        .connect_timeout(CALL_TIMEOUT);
+    if let Some(o) = options {
+        c.options(o);
+    }
+    let (client, conn) = c.connect(NoTls).await.expect("connect through fulcrum");
+    tokio::spawn(conn);
+    client
+}
+
+/// The first column of the first row of `sql`, within `CALL_TIMEOUT`.
+async fn one(client: &Client, sql: &str) -> String {
+    let msgs = tokio::time::timeout(CALL_TIMEOUT, client.simple_query(sql))
+        .await
+        .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_owned()),
+            _ => None,
+        })
+        .expect("one row")
+}
+
+async fn exec(client: &Client, sql: &str) -> Result<(), tokio_postgres::Error> {
+    tokio::time::timeout(CALL_TIMEOUT, client.batch_execute(sql))
+        .await
+        .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
+}
+
+#[tokio::test]
+async fn deallocate_of_a_mapped_statement_is_answered_without_a_server() {
+    let (_p, cfg) = start(with_replicas(1));
+    let client = connect_with(&cfg, None).await;
+    for round in 0..3 {
+        let stmt = client.prepare("SELECT 41 + 1").await.unwrap();
+        assert_eq!(
+            client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
+            42
+        );
+        // tokio-postgres names its statements s0, s1, ...; the client is
+        // between transactions, so no server connection is attached.
+        exec(&client, &format!("DEALLOCATE s{round}"))
+            .await
+            .unwrap_or_else(|e| panic!("DEALLOCATE s{round}: {e}"));
+        assert_eq!(one(&client, "SELECT 'after'").await, "after");
+    }
+    // Inside a transaction (attached), and DEALLOCATE ALL, alike.
+    let stmt = client.prepare("SELECT 7").await.unwrap();
+    exec(&client, "BEGIN").await.unwrap();
+    assert_eq!(
+        client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
+        7
+    );
+    exec(&client, "DEALLOCATE s3").await.unwrap();
+    exec(&client, "COMMIT").await.unwrap();
+    exec(&client, "DEALLOCATE ALL").await.unwrap();
+    // A name the client never prepared is the server's business: its error.
+    let err = exec(&client, "DEALLOCATE nope").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("26000"));
+    assert_eq!(one(&client, "SELECT 'still here'").await, "still here");
+}
+
+#[tokio::test]
+async fn a_startup_role_does_not_leak_to_the_next_client() {
+    // One server connection: every client below is served by the same
+    // server session, one after the other.
+    let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()).pool_size(1));
+    let plain = connect_with(&cfg, None).await;
+    assert_eq!(one(&plain, "SELECT current_user").await, APP_USER);
+    let with_role = connect_with(&cfg, Some(&format!("-c role={STARTUP_ROLE}"))).await;
+    assert_eq!(one(&with_role, "SELECT current_user").await, STARTUP_ROLE);
+    drop(with_role);
+    for _ in 0..3 {
+        assert_eq!(one(&plain, "SELECT current_user").await, APP_USER);
+        let later = connect_with(&cfg, None).await;
+        assert_eq!(one(&later, "SELECT current_user").await, APP_USER);
+    }
+}
+
+#[tokio::test]
+async fn set_transaction_read_write_sends_the_transaction_to_the_primary() {
+    let (_p, cfg) = start(with_replicas(4));
+    let client = connect_with(&cfg, None).await;
+    // Each statement on its own: Fulcrum answers BEGIN and SET TRANSACTION
+    // itself and lets the transaction's first statement pick the server.
+    exec(&client, "BEGIN READ ONLY").await.unwrap();
+    exec(&client, "SET TRANSACTION READ WRITE").await.unwrap();
+    exec(&client, "INSERT INTO ses_rows VALUES (1)")
+        .await
+        .expect("READ WRITE undid READ ONLY: the insert runs on the primary");
+    assert_eq!(one(&client, "SELECT pg_is_in_recovery()").await, "f");
+    exec(&client, "COMMIT").await.unwrap();
+    // A read-only transaction still goes to a replica.
+    exec(&client, "BEGIN READ ONLY").await.unwrap();
+    assert_eq!(one(&client, "SELECT pg_is_in_recovery()").await, "t");
+    exec(&client, "COMMIT").await.unwrap();
+    // And a write in a read-only transaction fails as it does directly.
+    exec(&client, "BEGIN READ ONLY").await.unwrap();
+    let err = exec(&client, "INSERT INTO ses_rows VALUES (2)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("25006"));
+    exec(&client, "ROLLBACK").await.unwrap();
+}
+
+/// Terminates, on the primary, the backend running a statement that starts
+/// with `prefix`, once it is seen running (within `CALL_TIMEOUT`).
+async fn terminate_running(prefix: &str) {
+    let started = Instant::now();
+    let sql = format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE state = 'active' AND query LIKE '{prefix}%' AND pid <> pg_backend_pid()"
+    );
+    loop {
+        let out = cluster().primary().sql(&sql).expect("terminate");
+        if out.contains('t') {
+            return;
+        }
+        assert!(
+            started.elapsed() < CALL_TIMEOUT,
+            "no running statement like {prefix}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
+    let (_p, cfg) = start(with_replicas(4));
+    let client = connect_with(&cfg, None).await;
+    exec(&client, "BEGIN").await.unwrap();
+    exec(&client, "INSERT INTO slow_commit VALUES (1)")
+        .await
+        .unwrap();
+    let commit = tokio::spawn(async move {
+        let r = exec(&client, "COMMIT").await;
+        (client, r)
+    });
+    terminate_running("COMMIT").await;
+    let (client, r) = commit.await.unwrap();
+    let err = r.expect_err("the COMMIT's server died");
+    assert_eq!(
+        err.code().map(|c| c.code()),
+        Some("08007"),
+        "transaction_resolution_unknown: {err}"
+    );
+    // The client is told it is in a failed transaction until it ends it,
+    // then goes on on a new server connection.
+    exec(&client, "ROLLBACK").await.unwrap();
+    assert_eq!(one(&client, "SELECT 'next'").await, "next");
+
+    // An autocommit write in flight: the same.
+    let writer = connect_with(&cfg, None).await;
+    let write = tokio::spawn(async move {
+        let r = exec(&writer, "INSERT INTO slow_commit VALUES (2)").await;
+        (writer, r)
+    });
+    terminate_running("INSERT INTO slow_commit").await;
+    let (writer, r) = write.await.unwrap();
+    assert_eq!(
+        r.expect_err("the write's server died")
+            .code()
+            .map(|c| c.code()),
+        Some("08007")
+    );
+    assert_eq!(one(&writer, "SELECT 'next'").await, "next");
+
+    // A transaction that dies before its COMMIT was sent was not committed.
+    let txn = connect_with(&cfg, None).await;
+    exec(&txn, "BEGIN").await.unwrap();
+    let pid = one(&txn, "SELECT pg_backend_pid()").await;
+    let sleeper = tokio::spawn(async move {
+        let r = exec(&txn, "SELECT pg_sleep(60)").await;
+        (txn, r)
+    });
+    terminate_running("SELECT pg_sleep(60)").await;
+    let (txn, r) = sleeper.await.unwrap();
+    assert_eq!(
+        r.expect_err("the server died").code().map(|c| c.code()),
+        Some("08006"),
+        "pid {pid}"
+    );
+    exec(&txn, "ROLLBACK").await.unwrap();
+}
