@@ -165,10 +165,12 @@ async fn set_transaction_read_write_sends_the_transaction_to_the_primary() {
         .expect("READ WRITE undid READ ONLY: the insert runs on the primary");
     assert_eq!(one(&client, "SELECT pg_is_in_recovery()").await, "f");
     exec(&client, "COMMIT").await.unwrap();
-    // A read-only transaction still goes to a replica.
-    exec(&client, "BEGIN READ ONLY").await.unwrap();
-    assert_eq!(one(&client, "SELECT pg_is_in_recovery()").await, "t");
-    exec(&client, "COMMIT").await.unwrap();
+    // A read-only transaction still goes to a replica (from a client that
+    // has not written: this one's reads wait for its insert to replicate).
+    let reader = connect_with(&cfg, None).await;
+    exec(&reader, "BEGIN READ ONLY").await.unwrap();
+    assert_eq!(one(&reader, "SELECT pg_is_in_recovery()").await, "t");
+    exec(&reader, "COMMIT").await.unwrap();
     // And a write in a read-only transaction fails as it does directly.
     exec(&client, "BEGIN READ ONLY").await.unwrap();
     let err = exec(&client, "INSERT INTO ses_rows VALUES (2)")

@@ -1,0 +1,317 @@
+//! Attaching a server connection for a unit of work (a replica, else the
+//! primary, waiting for one during a failover), and giving it back when
+//! the unit is over.
+
+use super::*;
+
+impl Session {
+    pub(super) async fn attach(&mut self, route: Route) -> Result<(), SessionError> {
+        if self.server.is_some() {
+            return Ok(());
+        }
+        // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
+        // admission is counted until the server connection is checked out.
+        let _admission = self.ctx.router.admit().await;
+        let route = if route == Route::Replica && self.causal_needs_primary() {
+            Route::Primary
+        } else {
+            route
+        };
+        if let Some(backend) = self.ctx.router.pick(route) {
+            if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
+                match self.try_attach_replica(backend).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {} // fall back to the primary below
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.attach_primary().await?;
+        self.write_unit = self.unit_may_write;
+        Ok(())
+    }
+
+    /// Attaches to the primary. With none now (it is down, or a failover is
+    /// under way), or when it cannot be reached, waits up to `pool_timeout`
+    /// for the health loop to name one: the client has sent nothing to any
+    /// server yet, so nothing is lost by waiting.
+    pub(super) async fn attach_primary(&mut self) -> Result<(), SessionError> {
+        let wait = self.ctx.config.pool_timeout;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut why = format!(
+            "the primary {} is down",
+            self.ctx.backends[self.ctx.router.last_primary()]
+        );
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let primary = match self.ctx.router.primary() {
+                Some(p) => Some(p),
+                None => self.ctx.router.wait_primary(None, left).await,
+            };
+            let Some(primary) = primary else {
+                break;
+            };
+            match self.attach_to(primary).await {
+                Err(SessionError::BackendDown(e)) => {
+                    self.ctx.router.suspect(primary);
+                    why = e;
+                }
+                r => return r,
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Until the health loop has looked, the same primary may still be named.
+            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+        }
+        let msg = format!(
+            "fulcrum: {why}; cluster \"{}\" has no primary to take this work (it is down{}); waited {:?}, try again",
+            self.ctx.name(),
+            if self.ctx.config.health.failover == fulcrum_config::Failover::None {
+                ""
+            } else {
+                ", or a failover is under way"
+            },
+            wait
+        );
+        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
+    }
+
+    /// Attaches to a replica; `Ok(false)` when it cannot be reached (it is
+    /// then skipped for a while and the read goes to the primary).
+    pub(super) async fn try_attach_replica(
+        &mut self,
+        backend: BackendId,
+    ) -> Result<bool, SessionError> {
+        let pool = self.ctx.pool(backend, &self.user, &self.database);
+        let ctx = self.ctx.clone();
+        let (user, database) = (self.user.clone(), self.database.clone());
+        match pool
+            .get(|| async move { ctx.open(backend, &user, &database).await })
+            .await
+        {
+            Ok(mut server) => {
+                if server.applied != self.desired
+                    && sync_params(&mut server, &self.desired).await.is_err()
+                {
+                    server.discard();
+                    return Ok(false);
+                }
+                if route_is_causal(self.read_consistency())
+                    && matches!(
+                        self.causal_check(backend, &mut server).await,
+                        causal::Check::Primary
+                    )
+                {
+                    if server.read_buf.is_empty() {
+                        server.release();
+                    } else {
+                        server.discard();
+                    }
+                    return Ok(false);
+                }
+                self.write_unit = false;
+                self.backend = backend;
+                self.cancel.set_target(Some(server.cancel.clone()));
+                self.server = Some(server);
+                self.attached_at = Some(std::time::Instant::now());
+                self.client_entry.set_active(backend);
+                Ok(true)
+            }
+            Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica unreachable; reads go elsewhere until the health check admits it again");
+                self.ctx.router.suspect(backend);
+                Ok(false)
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica refused the connection; using the primary");
+                self.ctx.router.ban(backend, REPLICA_BAN);
+                Ok(false)
+            }
+            Err(PoolError::Timeout(..)) | Err(PoolError::Closed) => Ok(false),
+        }
+    }
+
+    pub(super) async fn attach_to(&mut self, backend: BackendId) -> Result<(), SessionError> {
+        self.backend = backend;
+        // The pool handle is kept per backend: no map lookup per transaction.
+        let pool = match &self.pool {
+            Some((b, p)) if *b == backend => p.clone(),
+            _ => {
+                let p = self.ctx.pool(backend, &self.user, &self.database);
+                self.pool = Some((backend, p.clone()));
+                p
+            }
+        };
+        let ctx = self.ctx.clone();
+        let (user, database) = (self.user.clone(), self.database.clone());
+        let waited = std::time::Instant::now();
+        self.ctx.metrics.waiting.inc();
+        self.client_entry.set_waiting();
+        let checkout = pool
+            .get(|| async move { ctx.open(backend, &user, &database).await })
+            .await;
+        self.ctx.metrics.waiting.dec();
+        self.ctx
+            .metrics
+            .pool_wait
+            .observe(waited.elapsed().as_secs_f64());
+        let mut server = match checkout {
+            Ok(s) => s,
+            Err(PoolError::Connect(ConnectError::Server { fields, .. }))
+                if fields.code.starts_with("57P") && self.rewrite_statements =>
+            {
+                // Shutting down, starting up or in recovery: as good as down
+                // for this unit, which may wait for the primary to come back.
+                tracing::warn!(code = %fields.code, cluster = self.ctx.name(), "primary refused new connections: {}", fields.message);
+                return Err(SessionError::BackendDown(format!(
+                    "{} (primary of cluster \"{}\") refused the connection: {} ({})",
+                    self.ctx.backends[backend],
+                    self.ctx.name(),
+                    fields.message,
+                    fields.code
+                )));
+            }
+            Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
+                // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
+                tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
+                let _ = self.client.write_all(&frame).await;
+                return Err(SessionError::Refused(fields.message));
+            }
+            Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot reach the primary");
+                return Err(SessionError::BackendDown(format!(
+                    "cannot open a connection to {} (primary of cluster \"{}\"): {e}",
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                )));
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(error = %e, cluster = self.ctx.name(), "cannot open server connection");
+                let msg = format!(
+                    "fulcrum: cannot open a connection to {} (primary of cluster \"{}\"): {}; the server may be down, try again when it is back",
+                    self.ctx.backends[backend],
+                    self.ctx.name(),
+                    e
+                );
+                let code = if e.is_backend_down() {
+                    sqlstate::CONNECTION_FAILURE
+                } else {
+                    sqlstate::CANNOT_CONNECT_NOW
+                };
+                return Err(fatal(&mut self.client, code, &msg).await);
+            }
+            Err(e @ PoolError::Timeout(..)) | Err(e @ PoolError::Closed) => {
+                let msg = format!(
+                    "fulcrum: {e} for user \"{}\" database \"{}\" on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                    self.user,
+                    self.database,
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                );
+                return Err(fatal(&mut self.client, sqlstate::TOO_MANY_CONNECTIONS, &msg).await);
+            }
+        };
+        if server.applied != self.desired {
+            if let Err(e) = sync_params(&mut server, &self.desired).await {
+                return Err(match e {
+                    InternalError::Server { frame, fields } => {
+                        let _ = self.client.write_all(&frame).await;
+                        SessionError::Refused(fields.message)
+                    }
+                    other => {
+                        server.discard();
+                        let msg = format!("fulcrum: server connection failed while restoring session settings: {other}");
+                        fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await
+                    }
+                });
+            }
+        }
+        self.cancel.set_target(Some(server.cancel.clone()));
+        self.server = Some(server);
+        self.attached_at = Some(std::time::Instant::now());
+        self.client_entry.set_active(backend);
+        Ok(())
+    }
+
+    /// Returns the server connection to the pool when the client is between
+    /// transactions and nothing is in flight.
+    pub(super) fn maybe_detach(&mut self) {
+        if self.pinned.is_some()
+            || self.status != b'I'
+            || self.pending_ready > 0
+            || self.unsynced
+            || !self.expect.is_empty()
+            || self.server_stream_left > 0
+        {
+            return;
+        }
+        if let Some(server) = self.server.take() {
+            self.retry_armed = false;
+            self.retry_buf.clear();
+            self.cancel.set_target(None);
+            self.record_unit();
+            self.client_entry.set_idle();
+            // A connection holding more prepared statements than allowed is
+            // closed rather than reused: memory on both sides stays bounded.
+            let max = self.ctx.config.max_prepared_statements as usize;
+            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
+                server.release();
+            } else {
+                server.discard();
+            }
+        }
+    }
+
+    /// A unit of work is over: its latency, metrics and slow log (once).
+    pub(super) fn record_unit(&mut self) {
+        if let Some(at) = self.attached_at.take() {
+            let took = at.elapsed();
+            self.ctx.router.record_latency(self.backend, took);
+            self.ctx
+                .metrics
+                .unit(self.backend, self.route_label(), took);
+            if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
+                // No statement text: it would carry the query's parameters.
+                tracing::info!(
+                    cluster = %self.ctx.name(),
+                    user = %self.user,
+                    database = %self.database,
+                    server = %self.ctx.backends[self.backend],
+                    took_ms = took.as_millis() as u64,
+                    "slow unit of work"
+                );
+            }
+        }
+    }
+
+    /// Between transactions with nothing in flight: where a SIGTERM drain
+    /// may end the session without cutting any work.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.status == b'I'
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.expect.is_empty()
+            && self.server_stream_left == 0
+            && self.deferred.is_none()
+            && self.lost.is_none()
+            && self.cbuf.is_empty()
+    }
+
+    /// The route label of the attached server (metrics).
+    pub(super) fn route_label(&self) -> fulcrum_metrics::RouteLabel {
+        if self.ctx.router.is_primary(self.backend) {
+            fulcrum_metrics::RouteLabel::Write
+        } else {
+            fulcrum_metrics::RouteLabel::Read
+        }
+    }
+
+    pub(super) fn pin(&mut self, reason: &'static str) {
+        if self.pinned.is_none() {
+            tracing::debug!(reason, "client pinned to its server connection");
+            self.pinned = Some(reason);
+        }
+    }
+}

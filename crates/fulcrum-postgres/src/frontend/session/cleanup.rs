@@ -1,0 +1,115 @@
+//! The end of a session: the server connection goes back clean (rolled
+//! back, reset) or is closed, and the helpers that clean it.
+
+use super::*;
+
+impl Session {
+    /// The client is gone: give the server connection back clean, or close it.
+    pub(super) async fn cleanup(&mut self) {
+        self.cancel.set_target(None);
+        let Some(mut server) = self.server.take() else {
+            return;
+        };
+        if self.expect.only_position()
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.server_stream_left == 0
+        {
+            // Only Fulcrum's own position query is in flight: its answer is
+            // a moment away; wait for it and keep the connection.
+            let expect = &mut self.expect;
+            let drained =
+                tokio::time::timeout(CLEANUP_TIMEOUT, drain_internal(&mut server, expect)).await;
+            if !matches!(drained, Ok(true)) {
+                server.discard();
+                return;
+            }
+        }
+        let busy = self.pending_ready > 0
+            || self.unsynced
+            || !self.expect.is_empty()
+            || self.server_stream_left > 0;
+        if busy || !server.read_buf.is_empty() {
+            // Mid-query: stop the work and close; the server rolls back.
+            let key = server.cancel.clone();
+            server.discard();
+            let timeout = self.ctx.config.connect_timeout;
+            tokio::spawn(async move {
+                let _ = crate::backend::connect::send_cancel(&key, timeout).await;
+            });
+            return;
+        }
+        let reset_session = self.pinned.is_some();
+        let in_txn = self.status != b'I';
+        if !in_txn && !reset_session {
+            server.release();
+            return;
+        }
+        let clean = async {
+            if in_txn {
+                server.run_internal("ROLLBACK").await?;
+            }
+            if reset_session {
+                server.run_internal("DISCARD ALL").await?;
+                server.applied.clear();
+                server.prepared.clear();
+            }
+            Ok::<(), InternalError>(())
+        };
+        match tokio::time::timeout(CLEANUP_TIMEOUT, clean).await {
+            Ok(Ok(())) => server.release(),
+            _ => server.discard(),
+        }
+    }
+}
+
+/// Reads `server`'s answers to what Fulcrum sent itself until `expect` is
+/// empty; true when the connection is then clean.
+pub(super) async fn drain_internal(server: &mut ServerConn, expect: &mut Expectations) -> bool {
+    loop {
+        while let Ok(Some(h)) = check_frame(&server.read_buf, u32::MAX as u64) {
+            if server.read_buf.len() < h.total {
+                break;
+            }
+            let frame = server.read_buf.split_to(h.total);
+            expect.on_server(h.tag, &frame[5..]);
+        }
+        if expect.is_empty() {
+            return server.read_buf.is_empty();
+        }
+        match server.stream.read_buf(&mut server.read_buf).await {
+            Ok(n) if n > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Brings a server connection's session parameters to what the client set:
+/// `RESET ALL` then the client's statements, in one round trip.
+pub(super) async fn sync_params(
+    server: &mut ServerConn,
+    desired: &SessionParams,
+) -> Result<(), InternalError> {
+    let mut sql = String::new();
+    if !server.applied.is_empty() {
+        // RESET ALL leaves the role and the session user as they are.
+        if server.applied.contains_key("session_authorization") {
+            sql.push_str("RESET SESSION AUTHORIZATION;");
+        }
+        if server.applied.contains_key("role") {
+            sql.push_str("RESET ROLE;");
+        }
+        sql.push_str("RESET ALL");
+    }
+    for stmt in desired.values() {
+        if !sql.is_empty() {
+            sql.push(';');
+        }
+        sql.push_str(stmt);
+    }
+    if !sql.is_empty() {
+        server.run_internal(&sql).await?;
+    }
+    server.applied = desired.clone();
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Client to server: taking the client's frames, routing each new unit
+//! once, holding a unit behind work in flight, and settling after every
+//! batch so no answer Fulcrum owes is left behind.
+
+use super::*;
+
+impl Session {
+    /// Handles what the client sent, then settles: answers Fulcrum owes
+    /// itself go out, and a connection with nothing in flight goes back. A
+    /// unit held behind work that has just finished is taken up at once, so
+    /// no unit waits for a server answer that is not coming.
+    pub(super) async fn on_client_input(&mut self) -> Result<(), SessionError> {
+        loop {
+            let held = self.take_client_frames().await?;
+            self.settle().await?;
+            if !(held && self.server.is_none()) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// After a batch of client frames: sends what is queued for the server,
+    /// emits the synthetic replies now at the front of the reply queue,
+    /// writes to the client, and detaches when nothing is in flight.
+    pub(super) async fn settle(&mut self) -> Result<(), SessionError> {
+        self.flush_server().await?;
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        self.flush_client().await?;
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// Takes the complete client frames in the buffer. Returns true when it
+    /// stopped at a unit it holds (waiting for the attached connection).
+    pub(super) async fn take_client_frames(&mut self) -> Result<bool, SessionError> {
+        let max = self.ctx.config.max_message_size;
+        // When a new unit of work started here: the time to its hand-over
+        // to the server is what Fulcrum adds (`fulcrum_proxy_seconds`).
+        let mut unit_started = None;
+        let held = loop {
+            let header = match check_frame(&self.cbuf, max) {
+                Ok(Some(h)) if self.cbuf.len() >= h.total => h,
+                Ok(Some(h)) => {
+                    self.cbuf.reserve(h.total - self.cbuf.len());
+                    break false;
+                }
+                Ok(None) => break false,
+                Err(e) => {
+                    self.flush_server().await?;
+                    return Err(fatal(
+                        &mut self.client,
+                        sqlstate::PROTOCOL_VIOLATION,
+                        &format!("fulcrum: {e}"),
+                    )
+                    .await);
+                }
+            };
+            if self.lost.is_some()
+                && self.server.is_none()
+                && self.answer_lost(header.tag, header.total)
+            {
+                continue;
+            }
+            if header.tag == b'Q' && self.try_answer_setting(header.total) {
+                continue;
+            }
+            if header.tag == b'Q'
+                && self.server.is_none()
+                && self.try_answer_local_deallocate(header.total)
+            {
+                // A mapped statement's DEALLOCATE needs no server.
+                let _ = self.cbuf.split_to(header.total);
+                continue;
+            }
+            if header.tag == b'Q'
+                && self.server.is_none()
+                && self.try_defer_transaction_control(header.total)
+            {
+                let _ = self.cbuf.split_to(header.total);
+                continue;
+            }
+            if matches!(
+                header.tag,
+                b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
+            ) {
+                if self.server.is_none() {
+                    unit_started.get_or_insert_with(std::time::Instant::now);
+                    let route = self.route_next_unit();
+                    self.attach(route).await?;
+                    self.arm_retry();
+                    if let Some(d) = self.deferred.take() {
+                        // The transaction starts on the chosen server, in
+                        // the same write as its first statement.
+                        put_query(&mut self.to_server, &d.sql);
+                        self.expect.push(Expect::SwallowQuery);
+                    }
+                } else if self.must_wait_for_replica() {
+                    // The next unit needs the primary: leave it buffered until
+                    // the replica's work is done and the connection is back.
+                    break true;
+                } else if self.must_wait_for_position() {
+                    // A read right after a write: wait for the write's
+                    // position (already asked), then route it to a replica.
+                    break true;
+                } else if self.status == b'I'
+                    && !self.unsynced
+                    && self.pending_ready == 0
+                    && !self.write_unit
+                    && self.ctx.router.is_primary(self.backend)
+                {
+                    // A new unit on a primary connection still held (for the
+                    // position query): it may write too, and counts as a unit.
+                    self.write_unit = !matches!(self.next_unit_decision(), Decision::Read);
+                    if self.attached_at.is_none() {
+                        self.attached_at = Some(std::time::Instant::now());
+                    }
+                    unit_started.get_or_insert_with(std::time::Instant::now);
+                }
+            }
+            let frame = self.cbuf.split_to(header.total);
+            if self.retry_armed {
+                if self.retry_buf.len() + frame.len() <= failure::RETRY_MAX {
+                    self.retry_buf.extend_from_slice(&frame);
+                } else {
+                    self.retry_armed = false;
+                    self.retry_buf.clear();
+                }
+            }
+            if !self.on_client_frame(header.tag, frame).await? {
+                self.flush_server().await?;
+                return Err(SessionError::ClientGone);
+            }
+        };
+        if let Some(t) = unit_started {
+            self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
+        }
+        Ok(held)
+    }
+
+    /// Handles one client frame. Returns false on Terminate.
+    pub(super) async fn on_client_frame(
+        &mut self,
+        tag: u8,
+        frame: BytesMut,
+    ) -> Result<bool, SessionError> {
+        tracing::trace!(tag = %(tag as char), len = frame.len(), "client message");
+        match tag {
+            b'X' => return Ok(false),
+            b'd' | b'c' | b'f' => {
+                // Copy data outside a copy is ignored by servers too.
+                if self.server.is_some() {
+                    self.to_server.extend_from_slice(&frame);
+                    if tag != b'd' {
+                        self.expect.client_copy_end();
+                    }
+                }
+                return Ok(true);
+            }
+            b'Q' => {
+                if self.try_answer_deallocate(&frame[5..]) {
+                    return Ok(true);
+                }
+            }
+            b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F' => {}
+            other => {
+                let msg = format!("fulcrum: invalid frontend message type {}", other);
+                self.flush_server().await?;
+                return Err(fatal(&mut self.client, sqlstate::PROTOCOL_VIOLATION, &msg).await);
+            }
+        }
+        if self.server.is_none() {
+            self.attach(Route::Primary).await?;
+        }
+        if matches!(tag, b'Q' | b'E' | b'F') {
+            self.ctx
+                .metrics
+                .queries(self.backend, self.route_label(), 1);
+        }
+        match tag {
+            b'Q' => {
+                let ops = match query_text(&frame[5..]) {
+                    Some(text) if self.may_change_session(text) => session_sql::scan(text),
+                    _ => Vec::new(),
+                };
+                if query_text(&frame[5..]).is_some_and(may_commit) {
+                    self.commit_in_flight = true;
+                }
+                let mut replay = Vec::with_capacity(ops.len());
+                for op in ops {
+                    match op {
+                        SessionOp::Pin(reason) => self.pin(reason),
+                        SessionOp::Deallocate(None) => self.statements.clear(),
+                        SessionOp::Deallocate(Some(_)) => {}
+                        op => replay.push(op),
+                    }
+                }
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Query(replay));
+                self.pending_ready += 1;
+            }
+            b'F' => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Query(Vec::new()));
+                self.pending_ready += 1;
+            }
+            b'S' => {
+                self.to_server.extend_from_slice(&frame);
+                if !self.expect.sync_is_ignored() {
+                    self.expect.push(Expect::Sync);
+                    self.pending_ready += 1;
+                    self.unsynced = false;
+                }
+            }
+            b'H' => {
+                self.to_server.extend_from_slice(&frame);
+                self.unsynced = true;
+            }
+            b'P' => self.on_parse(frame),
+            b'B' => self.on_bind(frame),
+            b'D' | b'C' => self.on_describe_or_close(tag, frame),
+            b'E' => {
+                let ops = self.execute_ops(&frame[5..]);
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(Expect::Execute(ops));
+                self.unsynced = true;
+            }
+            _ => unreachable!("filtered above"),
+        }
+        Ok(true)
+    }
+
+    /// The decision for the unit at the front of the client buffer.
+    pub(super) fn next_unit_decision(&self) -> Decision {
+        let d = unit_decision(
+            &self.cbuf,
+            self.ctx.config.max_message_size,
+            &|sql| self.ctx.classify(sql),
+            &self.statements,
+            self.unnamed_decision,
+        );
+        if d == Decision::Unknown && self.ctx.config.default_route == DefaultRoute::Replica {
+            return Decision::Read;
+        }
+        d
+    }
+
+    /// Primary or replica for the next unit of work (only transaction
+    /// pooling routes per unit; session mode and pinned clients stay put).
+    pub(super) fn route_next_unit(&mut self) -> Route {
+        if self.pinned.is_some() {
+            self.unit_may_write = true;
+            return Route::Primary;
+        }
+        let decision = self.next_unit_decision();
+        if self.cbuf.first() == Some(&b'Q') {
+            self.last_query_decision = Some(decision);
+        }
+        self.note_hint();
+        self.unit_may_write = (!matches!(decision, Decision::Read)
+            || self.deferred.as_ref().is_some_and(|d| !d.read_only))
+            && unit_executes(&self.cbuf, self.ctx.config.max_message_size);
+        if let Some(d) = &self.deferred {
+            // A deferred transaction: read-only ones may use a replica.
+            if d.read_only && !matches!(decision, Decision::Pin(_)) {
+                return Route::Replica;
+            }
+            if let Decision::Pin(reason) = decision {
+                self.pin(reason);
+            }
+            return Route::Primary;
+        }
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        let state = SessionState {
+            in_transaction: false,
+            pinned: self.pinned.is_some(),
+        };
+        match route(decision, state) {
+            RouteTo::Replica => Route::Replica,
+            RouteTo::Primary | RouteTo::Same => Route::Primary,
+        }
+    }
+
+    /// Whether a simple query needs the session-state scan: a single plain
+    /// read or write (by the classifier, usually a cache hit) does not.
+    pub(super) fn may_change_session(&mut self, text: &[u8]) -> bool {
+        let single = match text.iter().position(|&b| b == b';') {
+            None => true,
+            Some(p) => text[p + 1..].iter().all(u8::is_ascii_whitespace),
+        };
+        if !single {
+            return true;
+        }
+        let decision = match self.last_query_decision.take() {
+            Some(d) => d,
+            None => match std::str::from_utf8(text) {
+                Ok(t) => self.ctx.classify(t),
+                Err(_) => return true,
+            },
+        };
+        !matches!(
+            decision,
+            Decision::Read | Decision::Write | Decision::Primary
+        )
+    }
+
+    /// On a replica, between units, outside a transaction: a unit that needs
+    /// the primary must wait for this connection to be released.
+    pub(super) fn must_wait_for_replica(&self) -> bool {
+        !self.ctx.router.is_primary(self.backend)
+            && !self.unsynced
+            && self.status == b'I'
+            && self.pinned.is_none()
+            && self.next_unit_decision().needs_primary()
+    }
+
+    /// Only the position query holds the primary connection, and the next
+    /// unit is a read: it waits for the position rather than riding along
+    /// on the primary.
+    pub(super) fn must_wait_for_position(&self) -> bool {
+        self.expect.only_position()
+            && self.pending_ready == 0
+            && !self.unsynced
+            && self.status == b'I'
+            && self.pinned.is_none()
+            && self.next_unit_decision() == Decision::Read
+    }
+
+    /// A unit just attached to a replica, outside a transaction, is kept
+    /// until it is answered, to be sent elsewhere if the replica dies.
+    pub(super) fn arm_retry(&mut self) {
+        self.retry_buf.clear();
+        self.retry_armed = !self.retrying
+            && self.rewrite_statements
+            && self.pinned.is_none()
+            && self.status == b'I'
+            && self.deferred.is_none()
+            && !self.ctx.router.is_primary(self.backend);
+        self.retry_client_mark = self.to_client.len();
+    }
+}

@@ -1,0 +1,186 @@
+//! The extended protocol under transaction pooling: client statement names
+//! mapped to shared server-side statements (prepared where missing,
+//! renewed when stale), and the session ops of prepared SETs.
+
+use super::*;
+
+impl Session {
+    pub(super) fn on_parse(&mut self, frame: BytesMut) {
+        self.unsynced = true;
+        if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
+            self.commit_in_flight = true;
+        }
+        let decision = parse_msg(&frame[5..])
+            .and_then(|p| std::str::from_utf8(p.query).ok())
+            .map_or(Decision::Write, |q| self.ctx.classify(q));
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        if decision == Decision::Set || !self.stmt_ops.is_empty() {
+            self.track_statement_ops(&frame, decision);
+        }
+        let parsed = if self.rewrite_statements {
+            parse_msg(&frame[5..])
+        } else {
+            None
+        };
+        if parsed.as_ref().is_none_or(|p| p.name.is_empty()) {
+            self.unnamed_decision = decision;
+        }
+        let Some(p) = parsed.filter(|p| !p.name.is_empty()) else {
+            self.to_server.extend_from_slice(&frame);
+            self.expect.push(Expect::Parse(None));
+            return;
+        };
+        let stmt = self
+            .ctx
+            .statements
+            .statement(p.definition, p.query, decision);
+        let name = p.name.to_vec();
+        let server = self.server.as_mut().expect("attached");
+        if server.prepared.contains_key(&stmt.server_name) {
+            let mut reply = BytesMut::with_capacity(5);
+            backend_msg::parse_complete(&mut reply);
+            self.expect.push(Expect::Synthetic(reply.freeze()));
+        } else {
+            server
+                .prepared
+                .insert(stmt.server_name.clone(), Prepared::Pending);
+            self.to_server.extend_from_slice(&stmt.parse);
+            self.expect
+                .push(Expect::Parse(Some(stmt.server_name.clone())));
+        }
+        self.statements.insert(name, stmt);
+    }
+
+    /// Remembers the session ops of a prepared SET (or forgets a name reused).
+    pub(super) fn track_statement_ops(&mut self, frame: &[u8], decision: Decision) {
+        let Some(p) = parse_msg(&frame[5..]) else {
+            return;
+        };
+        let mut ops = Vec::new();
+        if decision == Decision::Set {
+            for op in session_sql::scan(p.query) {
+                match op {
+                    SessionOp::Pin(reason) => self.pin(reason),
+                    SessionOp::Set { .. }
+                    | SessionOp::Reset { .. }
+                    | SessionOp::ResetAll
+                    | SessionOp::DiscardAll => ops.push(op),
+                    _ => {}
+                }
+            }
+        }
+        if ops.is_empty() {
+            self.stmt_ops.remove(p.name);
+        } else {
+            self.stmt_ops.insert(p.name.to_vec(), ops);
+        }
+    }
+
+    /// The ops an Execute of `portal` will apply when it completes.
+    pub(super) fn execute_ops(&self, body: &[u8]) -> Vec<SessionOp> {
+        if self.portal_ops.is_empty() {
+            return Vec::new();
+        }
+        let portal = body.split(|&b| b == 0).next().unwrap_or_default();
+        self.portal_ops.get(portal).cloned().unwrap_or_default()
+    }
+
+    /// The shared statement `server_name` went stale on the servers: the
+    /// client's statements using it move to a fresh server-side name, so
+    /// their next use prepares them again (on this and every connection).
+    pub(super) fn renew_statement(&mut self, server_name: &str) {
+        for stmt in self.statements.values_mut() {
+            if &*stmt.server_name == server_name {
+                *stmt = self.ctx.statements.renew(stmt);
+            }
+        }
+    }
+
+    /// Makes sure the attached server has the client's statement `name`,
+    /// injecting its Parse when not; returns the server-side name.
+    pub(super) fn ensure_prepared(&mut self, name: &[u8]) -> Option<Arc<str>> {
+        let mut stmt = self.statements.get(name)?.clone();
+        if stmt.generation != self.ctx.statements.generation() {
+            // DDL ran since it was named: prepare it afresh under a new name.
+            stmt = self.ctx.statements.current(&stmt);
+            self.statements.insert(name.to_vec(), stmt.clone());
+        }
+        let server = self.server.as_mut().expect("attached");
+        if !server.prepared.contains_key(&stmt.server_name) {
+            server
+                .prepared
+                .insert(stmt.server_name.clone(), Prepared::Pending);
+            self.to_server.extend_from_slice(&stmt.parse);
+            self.expect
+                .push(Expect::SwallowParse(stmt.server_name.clone()));
+        }
+        Some(stmt.server_name.clone())
+    }
+
+    pub(super) fn on_bind(&mut self, frame: BytesMut) {
+        self.unsynced = true;
+        if !self.stmt_ops.is_empty() || !self.portal_ops.is_empty() {
+            if let Some(b) = bind_msg(&frame[5..]) {
+                match self.stmt_ops.get(b.statement) {
+                    Some(ops) => {
+                        let ops = ops.clone();
+                        self.portal_ops.insert(b.portal.to_vec(), ops);
+                    }
+                    None => {
+                        self.portal_ops.remove(b.portal);
+                    }
+                }
+            }
+        }
+        if self.rewrite_statements {
+            if let Some(b) = bind_msg(&frame[5..]).filter(|b| !b.statement.is_empty()) {
+                if let Some(server_name) = self.ensure_prepared(b.statement) {
+                    put_bind(
+                        &mut self.to_server,
+                        b.portal,
+                        server_name.as_bytes(),
+                        b.rest,
+                    );
+                    self.expect.push(Expect::Bind(Some(server_name)));
+                    return;
+                }
+            }
+        }
+        self.to_server.extend_from_slice(&frame);
+        self.expect.push(Expect::Bind(None));
+    }
+
+    pub(super) fn on_describe_or_close(&mut self, tag: u8, frame: BytesMut) {
+        self.unsynced = true;
+        let target = if self.rewrite_statements {
+            target_msg(&frame[5..])
+        } else {
+            None
+        };
+        match target {
+            Some((b'S', name)) if !name.is_empty() && self.statements.contains_key(name) => {
+                let name = name.to_vec();
+                if tag == b'C' {
+                    // The shared server-side statement stays; the client's name goes.
+                    self.statements.remove(&name);
+                    let mut reply = BytesMut::with_capacity(5);
+                    backend_msg::close_complete(&mut reply);
+                    self.expect.push(Expect::Synthetic(reply.freeze()));
+                } else if let Some(server_name) = self.ensure_prepared(&name) {
+                    put_target(&mut self.to_server, b'D', b'S', server_name.as_bytes());
+                    self.expect.push(Expect::Describe(Some(server_name)));
+                }
+            }
+            _ => {
+                self.to_server.extend_from_slice(&frame);
+                self.expect.push(if tag == b'D' {
+                    Expect::Describe(None)
+                } else {
+                    Expect::Close
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Answers Fulcrum gives without a server: the deferred transaction
+//! control of `fulcrum_session::txn`, the DEALLOCATE of a mapped
+//! statement, and a transaction lost with its server.
+
+use super::*;
+
+impl Session {
+    /// Answers a frame of a client whose transaction died with its server;
+    /// false when the frame is for normal processing.
+    pub(super) fn answer_lost(&mut self, tag: u8, total: usize) -> bool {
+        let Some(lost) = self.lost.as_mut() else {
+            return false;
+        };
+        let ctx = &self.ctx;
+        let ends =
+            |text: &[u8]| std::str::from_utf8(text).is_ok_and(|t| ctx.classify(t) == Decision::End);
+        match lost.answer(tag, &self.cbuf[5..total], &ends, &mut self.to_client) {
+            lost::Answer::Pass => {
+                self.lost = None;
+                false
+            }
+            lost::Answer::Held => {
+                if tag == b'Q' || tag == b'S' || tag == b'F' {
+                    self.status = b'E';
+                }
+                let _ = self.cbuf.split_to(total);
+                true
+            }
+            lost::Answer::Done => {
+                self.lost = None;
+                self.status = b'I';
+                let _ = self.cbuf.split_to(total);
+                true
+            }
+        }
+    }
+
+    /// A lone `BEGIN`/`START TRANSACTION`, then `SET TRANSACTION ...`, or the
+    /// `COMMIT`/`ROLLBACK` of a transaction with no statement yet, is answered
+    /// by Fulcrum without a server: the first real statement picks the server
+    /// (a replica for a read-only transaction) and the BEGIN travels with it.
+    pub(super) fn try_defer_transaction_control(&mut self, total: usize) -> bool {
+        if !self.rewrite_statements || self.pinned.is_some() {
+            return false;
+        }
+        let Some(text) = query_text(&self.cbuf[5..total]) else {
+            return false;
+        };
+        // Cheap test first: only transaction control can be deferred.
+        let first = session_sql::first_word_bytes(text);
+        let candidate = if self.deferred.is_some() {
+            ["set", "commit", "end", "rollback", "abort"]
+                .iter()
+                .any(|w| first.eq_ignore_ascii_case(w.as_bytes()))
+        } else {
+            first.eq_ignore_ascii_case(b"begin") || first.eq_ignore_ascii_case(b"start")
+        };
+        if !candidate {
+            return false;
+        }
+        let Ok(text) = std::str::from_utf8(text) else {
+            return false;
+        };
+        if session_sql::split_statements(text).len() != 1 {
+            return false;
+        }
+        let decision = self.ctx.classify(text);
+        let sql = text.trim().trim_end_matches(';').trim().to_owned();
+        let (tag, status) = match (decision, self.deferred.as_mut()) {
+            (Decision::Begin { read_only }, None) if self.status == b'I' => {
+                self.deferred = Some(DeferredBegin { sql, read_only });
+                ("BEGIN", b'T')
+            }
+            (Decision::TxnReadOnly, Some(d)) => {
+                d.sql.push_str("; ");
+                d.sql.push_str(&sql);
+                d.read_only = true;
+                ("SET", b'T')
+            }
+            (Decision::Txn, Some(d)) if starts_with_ci(&sql, "set transaction") => {
+                // Standbys refuse SERIALIZABLE, and READ WRITE undoes a READ
+                // ONLY: such a transaction needs the primary.
+                let lower = sql.to_ascii_lowercase();
+                if lower.contains("serializable") || lower.contains("read write") {
+                    d.read_only = false;
+                }
+                d.sql.push_str("; ");
+                d.sql.push_str(&sql);
+                ("SET", b'T')
+            }
+            (Decision::End, Some(_)) if is_chained(&sql) => {
+                // COMMIT/ROLLBACK AND CHAIN of a transaction with no
+                // statement yet: a new one opens at once, just as deferred.
+                let first = sql.split_whitespace().next().unwrap_or("");
+                let tag = if first.eq_ignore_ascii_case("rollback")
+                    || first.eq_ignore_ascii_case("abort")
+                {
+                    "ROLLBACK"
+                } else {
+                    "COMMIT"
+                };
+                (tag, b'T')
+            }
+            (Decision::End, Some(_)) => {
+                self.deferred = None;
+                let first = sql
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                let tag = if first == "commit" || first == "end" {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                };
+                (tag, b'I')
+            }
+            _ => return false,
+        };
+        backend_msg::command_complete(&mut self.to_client, tag);
+        backend_msg::ready_for_query(&mut self.to_client, status);
+        self.status = status;
+        true
+    }
+
+    /// `DEALLOCATE name` of a statement Fulcrum mapped is answered here: the
+    /// shared server-side statement stays for other clients.
+    pub(super) fn try_answer_deallocate(&mut self, body: &[u8]) -> bool {
+        if !self.rewrite_statements {
+            return false;
+        }
+        let Some(ops) = deallocate_ops(body) else {
+            return false;
+        };
+        let [SessionOp::Deallocate(target)] = ops.as_slice() else {
+            return false;
+        };
+        let tag = match target {
+            Some(name) => {
+                if self.statements.remove(name.as_bytes()).is_none() {
+                    return false;
+                }
+                "DEALLOCATE"
+            }
+            None => {
+                if self.pinned.is_some() {
+                    return false; // SQL-level statements may exist on the server too.
+                }
+                self.statements.clear();
+                "DEALLOCATE ALL"
+            }
+        };
+        self.expect.push(Expect::SyntheticQuery(tag));
+        if self.server.is_none() {
+            self.expect
+                .drain_synthetic(&mut self.to_client, self.status);
+        }
+        true
+    }
+
+    /// `try_answer_deallocate` for the Query at the front of the client
+    /// buffer (`total` bytes), before any server is attached.
+    pub(super) fn try_answer_local_deallocate(&mut self, total: usize) -> bool {
+        if !self.rewrite_statements || deallocate_ops(&self.cbuf[5..total]).is_none() {
+            return false;
+        }
+        let body = self.cbuf[5..total].to_vec();
+        self.try_answer_deallocate(&body)
+    }
+}

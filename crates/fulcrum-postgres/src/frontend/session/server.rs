@@ -1,0 +1,232 @@
+//! Server to client: forwarding the server's frames through the reply
+//! queue, settling session state at ReadyForQuery, and the two flushes.
+
+use super::*;
+
+impl Session {
+    pub(super) async fn flush_server(&mut self) -> Result<(), SessionError> {
+        if self.to_server.is_empty() {
+            return Ok(());
+        }
+        let Some(server) = self.server.as_mut() else {
+            self.to_server.clear();
+            return Ok(());
+        };
+        if server.stream.write_all(&self.to_server).await.is_err() {
+            self.to_server.clear();
+            return self.server_lost().await;
+        }
+        self.to_server.clear();
+        // Synthetic replies queued ahead of anything the server owes go out now.
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        Ok(())
+    }
+
+    pub(super) async fn flush_client(&mut self) -> Result<(), SessionError> {
+        if !self.to_client.is_empty() {
+            // The answer has started: a lost replica can no longer be hidden.
+            self.retry_armed = false;
+            self.client.write_all(&self.to_client).await?;
+            self.to_client.clear();
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_server_input(&mut self) -> Result<(), SessionError> {
+        loop {
+            let server = self.server.as_mut().expect("attached");
+            let buf = &mut server.read_buf;
+            if self.server_stream_left > 0 {
+                let take = self.server_stream_left.min(buf.len());
+                self.to_client.extend_from_slice(&buf.split_to(take));
+                self.server_stream_left -= take;
+                if buf.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            let header = match check_frame(buf, u32::MAX as u64) {
+                Ok(Some(h)) => h,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed message from server");
+                    return self.server_lost().await;
+                }
+            };
+            if buf.len() < header.total {
+                if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
+                    self.server_stream_left = header.total - buf.len();
+                    self.to_client.extend_from_slice(buf);
+                    buf.clear();
+                } else {
+                    buf.reserve(header.total - buf.len());
+                }
+                break;
+            }
+            let mut error_code = None;
+            if header.tag == b'E' && buf.len() >= header.total {
+                let fields = parse_error_fields(&buf[5..header.total]);
+                self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
+                error_code = Some(fields.code.to_owned());
+            }
+            if matches!(header.tag, b'E' | b'N') && self.rewrite_statements && self.pinned.is_none()
+            {
+                let fields = parse_error_fields(&buf[5..header.total]);
+                // An immediate shutdown warns (a notice, 57P01/57P02) before
+                // closing; a terminated backend or a crash sends FATAL.
+                let closing = fields.severity == "FATAL"
+                    || fields.severity == "PANIC"
+                    || (header.tag == b'N' && fields.code.starts_with("57P"));
+                if closing {
+                    // The server is closing this connection (shutdown, crash,
+                    // pg_terminate_backend): the client's session is not over.
+                    tracing::info!(code = %fields.code, "server ended the connection: {}", fields.message);
+                    return self.server_lost().await;
+                }
+            }
+            let mut frame = buf.split_to(header.total);
+            tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
+            if header.tag == b'A' {
+                own_notification_pid(&mut frame, server.cancel.process_id, self.cancel.process_id);
+            }
+            self.expect
+                .drain_synthetic(&mut self.to_client, self.status);
+            let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
+            match header.tag {
+                b'S' => {
+                    if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
+                        server.reported.insert(n.to_owned(), v.to_owned());
+                    }
+                }
+                b'C' => match command_tag(&frame[5..]) {
+                    b"COMMIT" => self.txn_committed = Some(true),
+                    b"ROLLBACK" => self.txn_committed = Some(false),
+                    tag if is_ddl_tag(tag) => {
+                        // Statements prepared before may now be stale; again
+                        // at the end of the transaction, when others see it.
+                        self.ctx.statements.schema_changed();
+                        self.ddl_in_txn = true;
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+            if let Some(name) = fx.prepared {
+                server.prepared.insert(name, Prepared::Ready);
+            }
+            if fx.skipped_to_sync {
+                server.drop_pending_statements();
+            }
+            if let (Some(name), Some(code)) = (&fx.failed_statement, &error_code) {
+                if statement_went_stale(code) {
+                    server.prepared.remove(name);
+                    self.renew_statement(name);
+                }
+            }
+            if step == Step::Forward {
+                self.to_client.extend_from_slice(&frame);
+            }
+            self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
+            if let Some(status) = fx.ready {
+                if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
+                    self.ctx.statements.schema_changed();
+                }
+                self.on_ready(status);
+                if status != b'I' && self.ctx.router.is_primary(self.backend) {
+                    // A transaction on the primary: it may write.
+                    self.write_unit = true;
+                }
+                if status == b'I' {
+                    self.after_unit();
+                }
+            }
+            if let Some(lsn) = fx.position {
+                self.on_position(lsn);
+            }
+        }
+        self.expect
+            .drain_synthetic(&mut self.to_client, self.status);
+        self.flush_client().await?;
+        self.flush_server().await?;
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// ReadyForQuery: a unit of work ended; settle its session-state changes.
+    pub(super) fn on_ready(&mut self, status: u8) {
+        let was = self.status;
+        self.status = status;
+        self.pending_ready = self.pending_ready.saturating_sub(1);
+        if self.pending_ready == 0 {
+            self.commit_in_flight = false;
+        }
+        // Replay the unit's statements in order: a SET inside a block that
+        // this same unit rolls back must not be kept.
+        let mut in_txn = was != b'I';
+        let mut failed = was == b'E';
+        let mut now = Vec::new();
+        for op in self.expect.take_batch_ops() {
+            match op {
+                SessionOp::Begin => in_txn = true,
+                SessionOp::Commit | SessionOp::Rollback => {
+                    let committed = matches!(op, SessionOp::Commit) && !failed;
+                    let done = std::mem::take(&mut self.txn_ops);
+                    if committed {
+                        now.extend(done);
+                    }
+                    in_txn = false;
+                    failed = false;
+                }
+                op if in_txn => self.txn_ops.push(op),
+                op => now.push(op),
+            }
+        }
+        match status {
+            b'I' => {
+                if self.txn_committed == Some(true) {
+                    now.extend(std::mem::take(&mut self.txn_ops));
+                }
+                self.txn_ops.clear();
+                self.txn_committed = None;
+            }
+            b'E' => {}
+            _ => {}
+        }
+        self.apply_ops(now);
+    }
+
+    pub(super) fn apply_ops(&mut self, ops: Vec<SessionOp>) {
+        for op in ops {
+            let server = self.server.as_mut().expect("attached");
+            match op {
+                SessionOp::Set { key, stmt } => {
+                    server.applied.insert(key.clone(), stmt.clone());
+                    self.desired.insert(key, stmt);
+                }
+                SessionOp::Reset { key } => {
+                    server.applied.remove(&key);
+                    match self.startup.get(&key) {
+                        Some(s) => self.desired.insert(key, s.clone()),
+                        None => self.desired.remove(&key),
+                    };
+                }
+                SessionOp::ResetAll => {
+                    server.applied.clear();
+                    self.desired = self.startup.clone();
+                }
+                SessionOp::DiscardAll => {
+                    server.applied.clear();
+                    server.prepared.clear();
+                    self.desired = self.startup.clone();
+                    self.statements.clear();
+                }
+                SessionOp::Deallocate(_)
+                | SessionOp::Pin(_)
+                | SessionOp::Begin
+                | SessionOp::Commit
+                | SessionOp::Rollback => {}
+            }
+        }
+    }
+}

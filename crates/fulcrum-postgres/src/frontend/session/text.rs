@@ -1,0 +1,172 @@
+//! Small pure helpers over statement text and frames that the session
+//! reads: whether a unit executes, may commit, is DDL, whether an error
+//! makes a shared statement stale, and the notification pid rewrite.
+
+use super::*;
+
+/// Whether the unit at the front of `buf` runs anything (a simple Query,
+/// an Execute or a function call before its Sync): a unit that only
+/// prepares or describes statements writes nothing.
+pub(super) fn unit_executes(buf: &[u8], max: u64) -> bool {
+    let mut at = 0;
+    while let Ok(Some(h)) = check_frame(&buf[at..], max) {
+        match h.tag {
+            b'Q' | b'E' | b'F' => return true,
+            b'S' => return false,
+            _ => {}
+        }
+        at += h.total;
+        if at >= buf.len() {
+            break;
+        }
+    }
+    // The rest has not arrived yet: it may execute.
+    true
+}
+
+/// Whether a statement text may commit a transaction: it mentions COMMIT
+/// (COMMIT, COMMIT PREPARED, `...; COMMIT`) or starts with END. A false
+/// positive only makes a lost connection's error say "may have committed".
+pub(super) fn may_commit(text: &[u8]) -> bool {
+    session_sql::first_word_bytes(text).eq_ignore_ascii_case(b"end")
+        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
+}
+
+/// Whether `text` starts with `prefix`, ignoring ASCII case (never slices
+/// inside a multi-byte character).
+pub(super) fn starts_with_ci(text: &str, prefix: &str) -> bool {
+    text.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// A NotificationResponse from the client's own server connection carries
+/// that backend's pid; the client knows Fulcrum's (BackendKeyData), so it
+/// is given that one (clients skip their own notifications by pid).
+pub(super) fn own_notification_pid(frame: &mut [u8], server_pid: i32, client_pid: i32) {
+    if frame.len() >= 9 && frame[5..9] == server_pid.to_be_bytes() {
+        frame[5..9].copy_from_slice(&client_pid.to_be_bytes());
+    }
+}
+
+/// A CommandComplete tag of DDL (`CREATE TYPE`, `DROP TABLE`, `ALTER ...`).
+pub(super) fn is_ddl_tag(tag: &[u8]) -> bool {
+    tag.starts_with(b"CREATE ") || tag.starts_with(b"DROP ") || tag.starts_with(b"ALTER ")
+}
+
+/// Errors after which a shared server-side statement is not used again:
+/// its cached plan cannot change result type (0A000), a type or object it
+/// was prepared with is gone (XX000 "cache lookup failed", 42704), or the
+/// server does not have it (26000).
+pub(super) fn statement_went_stale(code: &str) -> bool {
+    matches!(code, "0A000" | "XX000" | "42704" | "26000")
+}
+
+/// The session ops of a simple Query whose first word is DEALLOCATE.
+pub(super) fn deallocate_ops(body: &[u8]) -> Option<Vec<SessionOp>> {
+    let text = query_text(body)?;
+    session_sql::first_word_bytes(text)
+        .eq_ignore_ascii_case(b"deallocate")
+        .then(|| session_sql::scan(text))
+}
+
+/// Reads under `session` and `strong` respect a position.
+pub(super) fn route_is_causal(c: fulcrum_config::Consistency) -> bool {
+    c != fulcrum_config::Consistency::Eventual
+}
+
+/// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (not `AND NO CHAIN`).
+pub(super) fn is_chained(sql: &str) -> bool {
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(';').to_ascii_lowercase())
+        .collect();
+    words.len() >= 3 && words[words.len() - 2] == "and" && words[words.len() - 1] == "chain"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_chained, may_commit, own_notification_pid, starts_with_ci};
+
+    #[test]
+    fn prefixes_never_slice_inside_a_character() {
+        assert!(starts_with_ci(
+            "SET TRANSACTION READ WRITE",
+            "set transaction"
+        ));
+        assert!(!starts_with_ci("SET TRANSACTIO", "set transaction"));
+        // 14 ASCII bytes, then a 2-byte character across byte 15.
+        assert!(!starts_with_ci("SET TRANSACTIOé", "set transaction"));
+        assert!(!starts_with_ci("ééééééééé", "set transaction"));
+    }
+
+    #[test]
+    fn statements_that_may_commit_are_seen() {
+        assert!(may_commit(b"COMMIT"));
+        assert!(may_commit(b"end"));
+        assert!(may_commit(b"INSERT INTO t VALUES (1); commit"));
+        assert!(may_commit(b"COMMIT PREPARED 'x'"));
+        assert!(!may_commit(b"ROLLBACK"));
+        assert!(!may_commit(b"SELECT 1"));
+        assert!(!may_commit(b"ending"), "END is a whole word");
+    }
+
+    #[test]
+    fn own_notifications_carry_the_pid_the_client_knows() {
+        // NotificationResponse: 'A', length, pid, channel, payload.
+        let mut frame = b"A\0\0\0\x0f\0\0\x01\x02ch\0p\0".to_vec();
+        own_notification_pid(&mut frame, 0x0102, 77);
+        assert_eq!(&frame[5..9], &77i32.to_be_bytes());
+        let mut other = b"A\0\0\0\x0f\0\0\x09\x09ch\0p\0".to_vec();
+        own_notification_pid(&mut other, 0x0102, 77);
+        assert_eq!(
+            &other[5..9],
+            &0x0909i32.to_be_bytes(),
+            "another backend's pid stays"
+        );
+    }
+
+    #[test]
+    fn and_chain_is_told_from_and_no_chain() {
+        assert!(is_chained("COMMIT AND CHAIN"));
+        assert!(is_chained("rollback work and chain;"));
+        assert!(!is_chained("COMMIT AND NO CHAIN"));
+        assert!(!is_chained("COMMIT"));
+    }
+}
+
+#[cfg(test)]
+mod unit_executes_tests {
+    use super::unit_executes;
+
+    fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![tag];
+        f.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn a_prepare_only_unit_executes_nothing() {
+        let unit = [
+            frame(b'P', b"s0\0SELECT $1::int\0\0\0"),
+            frame(b'D', b"Ss0\0"),
+            frame(b'S', b""),
+            frame(b'Q', b"INSERT INTO t VALUES (1)\0"),
+        ]
+        .concat();
+        assert!(!unit_executes(&unit, 1 << 20), "stops at the first Sync");
+        let exec = [
+            frame(b'B', b"\0s0\0\0\0\0\0\0\0"),
+            frame(b'E', b"\0\0\0\0\0"),
+            frame(b'S', b""),
+        ]
+        .concat();
+        assert!(unit_executes(&exec, 1 << 20));
+        assert!(unit_executes(&frame(b'Q', b"SELECT 1\0"), 1 << 20));
+        assert!(
+            unit_executes(&frame(b'P', b"s0\0SELECT 1\0\0\0"), 1 << 20),
+            "incomplete: may execute"
+        );
+    }
+}
