@@ -1,0 +1,25 @@
+//! Fulcrum's session engine, shared by the PostgreSQL and MySQL front ends.
+//!
+//! It owns, for one client, what does not depend on a wire protocol:
+//! - `route`: the one routing decision of a unit of work (classification,
+//!   transaction state, pin, consistency, `default_route`) and the one
+//!   `Route` type it yields (`fulcrum_pool::Route`, which the router serves);
+//! - `state`: the client's life between units as an explicit `Phase`, and
+//!   `Engine::step`, the one transition function: which events attach and
+//!   detach a server connection, pin, hold a unit, retry a replica read,
+//!   answer a lost transaction (08006 / 08007), clean a connection, drain.
+//! - `txn`: transaction control Fulcrum answers itself (a lone `BEGIN`,
+//!   `SET TRANSACTION`, the `COMMIT` of an empty transaction).
+//!
+//! It never knows sockets, buffers, wire formats, or how statements are
+//! parsed: the front ends read their protocol, classify with `fulcrum-sql`,
+//! feed events in and perform the actions that come out. Pure and
+//! synchronous, so every rule is a unit test without a server.
+
+pub mod route;
+pub mod state;
+pub mod txn;
+
+pub use fulcrum_pool::Route;
+pub use route::{decide, Facts, Routing, Target, Txn};
+pub use state::{Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Status};

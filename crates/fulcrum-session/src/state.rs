@@ -1,0 +1,430 @@
+//! The life of a client between units of work, as one explicit state and
+//! one transition function. The front ends feed it events (a unit placed by
+//! `route::decide`, the server's transaction status, a lost server, the
+//! client gone, a drain) and perform the actions it returns: attach,
+//! detach, retry elsewhere, answer an error, close, clean a connection.
+//! Pure: it knows no socket, no wire format and no SQL text.
+//!
+//! Every state that waits names what ends the wait: `Busy` and
+//! `InTransaction` end with the server's answer or its loss; `Deferred` and
+//! `Lost` are answered by Fulcrum itself; `Idle` waits for the client only.
+
+use fulcrum_pool::Route;
+use fulcrum_sql::PinReason;
+
+use crate::route::{Routing, Target};
+
+/// Where the client is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No server connection, between units.
+    Idle,
+    /// `BEGIN` answered by Fulcrum; its first statement picks the server.
+    Deferred { read_only: bool },
+    /// A unit in flight outside a transaction, on a connection of `route`.
+    Busy { route: Route },
+    /// The client's unit is answered; only Fulcrum's own query (the commit
+    /// position, for read-your-writes) is still owed on the primary.
+    Settling,
+    /// In a transaction on the attached connection (`failed`: aborted).
+    InTransaction { failed: bool },
+    /// Holds its server connection for the rest of the session.
+    Pinned(PinReason),
+    /// Its transaction (or batch) died with its server: Fulcrum answers it
+    /// as a failed transaction until the client ends it.
+    Lost { in_txn: bool },
+}
+
+/// The transaction status a server reported with its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Idle,
+    InTransaction,
+    Failed,
+}
+
+/// What the server connection still owes after an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owed {
+    Nothing,
+    /// More of the client's pipelined work.
+    Client,
+    /// Only Fulcrum's own query.
+    OwnQuery,
+}
+
+/// What was in flight when a server connection died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Loss {
+    /// A read on a replica outside a transaction whose answer has not
+    /// started: it can be sent elsewhere.
+    pub retryable: bool,
+    /// A COMMIT, or a write outside a transaction, was in flight: it may
+    /// have committed.
+    pub commit_in_flight: bool,
+    /// An extended-protocol batch is open (not synced): the client is
+    /// answered as a failed batch up to its Sync.
+    pub batch_open: bool,
+    /// Part of a server message already went to the client: no clean answer
+    /// can follow.
+    pub mid_message: bool,
+}
+
+/// How a unit whose server died is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A read not answered (08006): retrying is safe.
+    NotAnswered,
+    /// The transaction was rolled back by the server's death (08006).
+    NotCommitted,
+    /// It may have committed (08007, transaction resolution unknown).
+    Unknown,
+}
+
+impl Outcome {
+    /// The SQLSTATE PostgreSQL clients expect for it (MySQL carries it too).
+    pub fn sqlstate(self) -> &'static str {
+        match self {
+            Outcome::Unknown => "08007",
+            Outcome::NotAnswered | Outcome::NotCommitted => "08006",
+        }
+    }
+
+    /// What the client is told to do.
+    pub fn advice(self) -> &'static str {
+        match self {
+            Outcome::NotAnswered => "the read was not answered: retry it",
+            Outcome::NotCommitted => "the transaction was not committed: roll back and retry it",
+            Outcome::Unknown => {
+                "the transaction may or may not have committed: check before retrying it"
+            }
+        }
+    }
+}
+
+/// Why a client session is ended by Fulcrum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its server died and its state (pinned, session pooling, a message
+    /// half sent) cannot be rebuilt elsewhere.
+    StateLost,
+    /// A drain reached the client at a transaction boundary.
+    Drained,
+}
+
+/// Something that happened to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A unit arrived and `route::decide` placed it.
+    Unit(Routing),
+    /// Fulcrum answered `BEGIN` (or `SET TRANSACTION`) itself.
+    Deferred { read_only: bool },
+    /// Session state that cannot be replayed was set (LISTEN, a temporary
+    /// table, SQL PREPARE, ...): the client keeps its connection.
+    Pin(PinReason),
+    /// The deferred transaction ended before any statement ran.
+    DeferredEnded,
+    /// The server answered: its transaction status, and whether the
+    /// connection still owes anything (pipelined work, Fulcrum's own query).
+    Ready { status: Status, owed: Owed },
+    /// The server connection died.
+    ServerLost(Loss),
+    /// The client ended its lost transaction.
+    LostEnded,
+    /// The client's session state was reset (COM_RESET_CONNECTION, DISCARD
+    /// ALL): a pin whose state is gone is lifted.
+    Reset,
+    /// SIGTERM: end the session at its next transaction boundary.
+    Drain,
+    /// The client went away.
+    ClientGone,
+}
+
+/// What the front end must do. At most two per event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Check out a server connection of this route for the unit.
+    Attach(Route),
+    /// The next unit needs another connection: keep it buffered until the
+    /// attached one has answered and gone back (no new wait: the server
+    /// owes an answer).
+    Hold,
+    /// Return the server connection to the pool.
+    Detach,
+    /// Send the unit again to another backend (not the dead one).
+    Retry,
+    /// Answer the work in flight with this outcome; the client stays.
+    Fail(Outcome),
+    /// End the session.
+    Close(Ending),
+    /// Before the connection goes back: roll back its transaction and/or
+    /// reset its session (pinned state); a connection in the middle of a
+    /// unit is closed instead (the server rolls back).
+    Clean { rollback: bool, reset: bool },
+}
+
+/// A small list of actions, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Actions([Option<Action>; 2]);
+
+impl Actions {
+    fn none() -> Actions {
+        Actions::default()
+    }
+
+    fn one(a: Action) -> Actions {
+        Actions([Some(a), None])
+    }
+
+    fn two(a: Action, b: Action) -> Actions {
+        Actions([Some(a), Some(b)])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        self.0.iter().flatten().copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0[0].is_none()
+    }
+
+    pub fn contains(&self, a: Action) -> bool {
+        self.iter().any(|x| x == a)
+    }
+}
+
+/// One client's engine: its phase, whether a drain is pending, and (for a
+/// pinned client, which keeps its connection) whether that connection is
+/// between transactions with nothing owed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Engine {
+    phase: Phase,
+    draining: bool,
+    quiet: bool,
+}
+
+impl Engine {
+    /// A new client: idle (transaction pooling), or pinned for life
+    /// (session pooling attaches at login).
+    pub fn new(pinned: Option<PinReason>) -> Engine {
+        Engine {
+            phase: pinned.map_or(Phase::Idle, Phase::Pinned),
+            draining: false,
+            quiet: true,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The pin reason, if the client is pinned.
+    pub fn pinned(&self) -> Option<PinReason> {
+        match self.phase {
+            Phase::Pinned(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// A transaction Fulcrum answered BEGIN for, not yet on a server.
+    pub fn deferred(&self) -> Option<bool> {
+        match self.phase {
+            Phase::Deferred { read_only } => Some(read_only),
+            _ => None,
+        }
+    }
+
+    pub fn is_lost(&self) -> bool {
+        matches!(self.phase, Phase::Lost { .. })
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Between transactions with no server work: where a drain may end the
+    /// session (the front end adds: nothing of the client's buffered).
+    pub fn at_boundary(&self) -> bool {
+        match self.phase {
+            Phase::Idle => true,
+            Phase::Pinned(_) => self.quiet,
+            _ => false,
+        }
+    }
+
+    /// Applies `event`; returns what to do, in order.
+    pub fn step(&mut self, event: Event) -> Actions {
+        use Phase::*;
+        match event {
+            Event::Unit(_) => self.quiet = false,
+            Event::Ready { status, owed } => {
+                self.quiet = status == Status::Idle && owed == Owed::Nothing
+            }
+            _ => {}
+        }
+        let (next, actions) = match (self.phase, event) {
+            (_, Event::Drain) => {
+                self.draining = true;
+                let close = self.at_boundary();
+                (
+                    self.phase,
+                    if close {
+                        Actions::one(Action::Close(Ending::Drained))
+                    } else {
+                        Actions::none()
+                    },
+                )
+            }
+            // A unit from a client without a server connection.
+            (Idle | Deferred { .. }, Event::Unit(r)) => {
+                let route = match r.target {
+                    Target::Go(route) => route,
+                    Target::Stay => Route::Primary,
+                };
+                let next = match r.pin {
+                    Some(reason) => Pinned(reason),
+                    None => Busy { route },
+                };
+                (next, Actions::one(Action::Attach(route)))
+            }
+            (Idle | Deferred { .. }, Event::Deferred { read_only }) => {
+                (Deferred { read_only }, Actions::none())
+            }
+            (Deferred { .. }, Event::DeferredEnded) => (Idle, self.boundary(Actions::none())),
+            // A unit pipelined behind one in flight outside a transaction.
+            // Only the position is owed: a read waits for it (then goes to
+            // a replica that has it); anything else rides along.
+            (Settling, Event::Unit(r)) => match (r.target, r.pin) {
+                (Target::Go(Route::Replica), _) => (self.phase, Actions::one(Action::Hold)),
+                (_, Some(reason)) => (Pinned(reason), Actions::none()),
+                _ => (
+                    Busy {
+                        route: Route::Primary,
+                    },
+                    Actions::none(),
+                ),
+            },
+            (Busy { route }, Event::Unit(r)) => match (r.target, r.pin) {
+                (_, Some(reason)) if route == Route::Primary => (Pinned(reason), Actions::none()),
+                (Target::Go(Route::Primary), _) if route == Route::Replica => {
+                    (self.phase, Actions::one(Action::Hold))
+                }
+                (_, Some(_)) => (self.phase, Actions::one(Action::Hold)),
+                _ => (self.phase, Actions::none()),
+            },
+            (InTransaction { .. }, Event::Unit(r)) => match r.pin {
+                Some(reason) => (Pinned(reason), Actions::none()),
+                None => (self.phase, Actions::none()),
+            },
+            (Pinned(_), Event::Unit(_)) => (self.phase, Actions::none()),
+            (Busy { .. } | Settling | InTransaction { .. }, Event::Pin(reason)) => {
+                (Pinned(reason), Actions::none())
+            }
+            // The server's answers.
+            (Busy { .. } | InTransaction { .. } | Settling, Event::Ready { status, owed }) => {
+                match (status, owed) {
+                    (Status::InTransaction, _) => {
+                        (InTransaction { failed: false }, Actions::none())
+                    }
+                    (Status::Failed, _) => (InTransaction { failed: true }, Actions::none()),
+                    (Status::Idle, Owed::Client) => (self.phase, Actions::none()),
+                    (Status::Idle, Owed::OwnQuery) => (Settling, Actions::none()),
+                    (Status::Idle, Owed::Nothing) => {
+                        (Idle, self.boundary(Actions::one(Action::Detach)))
+                    }
+                }
+            }
+            (Pinned(_), Event::Ready { .. }) => {
+                let boundary = if self.quiet {
+                    self.boundary(Actions::none())
+                } else {
+                    Actions::none()
+                };
+                (self.phase, boundary)
+            }
+            (Pinned(_), Event::Reset) => (Idle, self.boundary(Actions::one(Action::Detach))),
+            // A server lost under the client.
+            (Busy { .. }, Event::ServerLost(l)) => {
+                if l.mid_message {
+                    (Idle, Actions::one(Action::Close(Ending::StateLost)))
+                } else if l.retryable {
+                    (Idle, Actions::one(Action::Retry))
+                } else {
+                    let outcome = if l.commit_in_flight {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::NotAnswered
+                    };
+                    let next = if l.batch_open {
+                        Lost { in_txn: false }
+                    } else {
+                        Idle
+                    };
+                    (next, Actions::one(Action::Fail(outcome)))
+                }
+            }
+            (InTransaction { .. }, Event::ServerLost(l)) => {
+                if l.mid_message {
+                    (Idle, Actions::one(Action::Close(Ending::StateLost)))
+                } else {
+                    let outcome = if l.commit_in_flight {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::NotCommitted
+                    };
+                    (Lost { in_txn: true }, Actions::one(Action::Fail(outcome)))
+                }
+            }
+            // Only Fulcrum's own query was in flight: the client is owed
+            // nothing (its reads use the primary until it writes again).
+            (Settling, Event::ServerLost(_)) => (Idle, self.boundary(Actions::none())),
+            (Pinned(_), Event::ServerLost(_)) => {
+                (Idle, Actions::one(Action::Close(Ending::StateLost)))
+            }
+            (Lost { .. }, Event::LostEnded) => (Idle, self.boundary(Actions::none())),
+            // The client left: what its server connection needs first.
+            (Busy { .. } | Settling, Event::ClientGone) => (
+                Idle,
+                Actions::one(Action::Clean {
+                    rollback: false,
+                    reset: false,
+                }),
+            ),
+            (InTransaction { .. }, Event::ClientGone) => (
+                Idle,
+                Actions::one(Action::Clean {
+                    rollback: true,
+                    reset: false,
+                }),
+            ),
+            (Pinned(_), Event::ClientGone) => (
+                Idle,
+                Actions::one(Action::Clean {
+                    rollback: true,
+                    reset: true,
+                }),
+            ),
+            (Idle | Deferred { .. } | Lost { .. }, Event::ClientGone) => (Idle, Actions::none()),
+            // Anything else changes nothing (e.g. a Ready for Fulcrum's own
+            // query after the client's unit was already settled).
+            (phase, _) => (phase, Actions::none()),
+        };
+        self.phase = next;
+        actions
+    }
+
+    /// Back at a boundary: a pending drain ends the session now.
+    fn boundary(&self, actions: Actions) -> Actions {
+        if !self.draining {
+            return actions;
+        }
+        match actions.0[0] {
+            Some(first) => Actions::two(first, Action::Close(Ending::Drained)),
+            None => Actions::one(Action::Close(Ending::Drained)),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "state/tests.rs"]
+mod tests;

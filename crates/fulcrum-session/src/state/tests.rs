@@ -1,0 +1,514 @@
+//! The transition table, row by row, and the properties the front ends rely
+//! on: every waiting state has an event that ends it, and a drain ends the
+//! session exactly at a boundary.
+
+use super::*;
+use crate::route::{decide, Facts, Txn};
+use fulcrum_config::Consistency;
+use fulcrum_sql::Decision;
+
+const PRIMARY: Route = Route::Primary;
+const REPLICA: Route = Route::Replica;
+
+fn unit(decision: Decision) -> Event {
+    Event::Unit(decide(&Facts::idle(decision)))
+}
+
+fn unit_in(decision: Decision, txn: Txn) -> Event {
+    let mut f = Facts::idle(decision);
+    f.txn = txn;
+    Event::Unit(decide(&f))
+}
+
+fn ready(status: Status, owed: Owed) -> Event {
+    Event::Ready { status, owed }
+}
+
+fn lost(change: impl FnOnce(&mut Loss)) -> Event {
+    let mut l = Loss::default();
+    change(&mut l);
+    Event::ServerLost(l)
+}
+
+fn engine(phase: Phase) -> Engine {
+    Engine {
+        phase,
+        draining: false,
+        quiet: true,
+    }
+}
+
+type Row = (&'static str, Phase, Event, Phase, Vec<Action>);
+
+fn rows() -> Vec<Row> {
+    use Action::*;
+    use Phase::*;
+    let busy_r = Busy { route: REPLICA };
+    let busy_p = Busy { route: PRIMARY };
+    let in_txn = InTransaction { failed: false };
+    let pin = Decision::Pin("LISTEN");
+    vec![
+        (
+            "idle read attaches a replica",
+            Idle,
+            unit(Decision::Read),
+            busy_r,
+            vec![Attach(REPLICA)],
+        ),
+        (
+            "idle write attaches the primary",
+            Idle,
+            unit(Decision::Write),
+            busy_p,
+            vec![Attach(PRIMARY)],
+        ),
+        (
+            "idle pin attaches and pins",
+            Idle,
+            unit(pin),
+            Pinned("LISTEN"),
+            vec![Attach(PRIMARY)],
+        ),
+        (
+            "begin answered locally",
+            Idle,
+            Event::Deferred { read_only: false },
+            Deferred { read_only: false },
+            vec![],
+        ),
+        (
+            "set transaction read only",
+            Deferred { read_only: false },
+            Event::Deferred { read_only: true },
+            Deferred { read_only: true },
+            vec![],
+        ),
+        (
+            "deferred ro read goes to a replica",
+            Deferred { read_only: true },
+            unit_in(Decision::Read, Txn::Deferred { read_only: true }),
+            busy_r,
+            vec![Attach(REPLICA)],
+        ),
+        (
+            "deferred rw read goes to the primary",
+            Deferred { read_only: false },
+            unit_in(Decision::Read, Txn::Deferred { read_only: false }),
+            busy_p,
+            vec![Attach(PRIMARY)],
+        ),
+        (
+            "deferred commit",
+            Deferred { read_only: true },
+            Event::DeferredEnded,
+            Idle,
+            vec![],
+        ),
+        (
+            "server opens the transaction",
+            busy_p,
+            ready(Status::InTransaction, Owed::Nothing),
+            in_txn,
+            vec![],
+        ),
+        (
+            "server reports it failed",
+            in_txn,
+            ready(Status::Failed, Owed::Nothing),
+            InTransaction { failed: true },
+            vec![],
+        ),
+        (
+            "transaction ends",
+            in_txn,
+            ready(Status::Idle, Owed::Nothing),
+            Idle,
+            vec![Detach],
+        ),
+        (
+            "unit ends",
+            busy_r,
+            ready(Status::Idle, Owed::Nothing),
+            Idle,
+            vec![Detach],
+        ),
+        (
+            "pipelined work still owed",
+            busy_r,
+            ready(Status::Idle, Owed::Client),
+            busy_r,
+            vec![],
+        ),
+        (
+            "position still owed",
+            busy_p,
+            ready(Status::Idle, Owed::OwnQuery),
+            Settling,
+            vec![],
+        ),
+        (
+            "position arrives",
+            Settling,
+            ready(Status::Idle, Owed::Nothing),
+            Idle,
+            vec![Detach],
+        ),
+        (
+            "read waits for the position",
+            Settling,
+            unit(Decision::Read),
+            Settling,
+            vec![Hold],
+        ),
+        (
+            "write rides along",
+            Settling,
+            unit(Decision::Write),
+            busy_p,
+            vec![],
+        ),
+        (
+            "pin rides along",
+            Settling,
+            unit(pin),
+            Pinned("LISTEN"),
+            vec![],
+        ),
+        (
+            "write behind a replica read is held",
+            busy_r,
+            unit(Decision::Write),
+            busy_r,
+            vec![Hold],
+        ),
+        (
+            "pin behind a replica read is held",
+            busy_r,
+            unit(pin),
+            busy_r,
+            vec![Hold],
+        ),
+        (
+            "read behind a replica read follows",
+            busy_r,
+            unit(Decision::Read),
+            busy_r,
+            vec![],
+        ),
+        (
+            "read behind a primary unit follows",
+            busy_p,
+            unit(Decision::Read),
+            busy_p,
+            vec![],
+        ),
+        (
+            "pin behind a primary unit pins",
+            busy_p,
+            unit(pin),
+            Pinned("LISTEN"),
+            vec![],
+        ),
+        (
+            "pin in a transaction pins",
+            in_txn,
+            unit(pin),
+            Pinned("LISTEN"),
+            vec![],
+        ),
+        (
+            "anything in a transaction stays",
+            in_txn,
+            unit(Decision::Write),
+            in_txn,
+            vec![],
+        ),
+        (
+            "pinned stays pinned",
+            Pinned("x"),
+            ready(Status::Idle, Owed::Nothing),
+            Pinned("x"),
+            vec![],
+        ),
+        (
+            "a LISTEN pins a unit in flight",
+            busy_r,
+            Event::Pin("LISTEN"),
+            Pinned("LISTEN"),
+            vec![],
+        ),
+        (
+            "a temp table pins a transaction",
+            in_txn,
+            Event::Pin("temp"),
+            Pinned("temp"),
+            vec![],
+        ),
+        (
+            "a second pin keeps the first reason",
+            Pinned("x"),
+            Event::Pin("y"),
+            Pinned("x"),
+            vec![],
+        ),
+        (
+            "reset lifts a pin",
+            Pinned("x"),
+            Event::Reset,
+            Idle,
+            vec![Detach],
+        ),
+        (
+            "replica read lost before its answer",
+            busy_r,
+            lost(|l| l.retryable = true),
+            Idle,
+            vec![Retry],
+        ),
+        (
+            "read lost",
+            busy_p,
+            lost(|_| {}),
+            Idle,
+            vec![Fail(Outcome::NotAnswered)],
+        ),
+        (
+            "autocommit write lost",
+            busy_p,
+            lost(|l| l.commit_in_flight = true),
+            Idle,
+            vec![Fail(Outcome::Unknown)],
+        ),
+        (
+            "unsynced batch lost",
+            busy_p,
+            lost(|l| l.batch_open = true),
+            Lost { in_txn: false },
+            vec![Fail(Outcome::NotAnswered)],
+        ),
+        (
+            "transaction lost",
+            in_txn,
+            lost(|_| {}),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::NotCommitted)],
+        ),
+        (
+            "commit lost",
+            in_txn,
+            lost(|l| l.commit_in_flight = true),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::Unknown)],
+        ),
+        (
+            "a retry is never attempted in a transaction",
+            in_txn,
+            lost(|l| l.retryable = true),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::NotCommitted)],
+        ),
+        (
+            "half a message sent",
+            busy_r,
+            lost(|l| {
+                l.mid_message = true;
+                l.retryable = true;
+            }),
+            Idle,
+            vec![Close(Ending::StateLost)],
+        ),
+        (
+            "pinned state lost",
+            Pinned("x"),
+            lost(|_| {}),
+            Idle,
+            vec![Close(Ending::StateLost)],
+        ),
+        ("own query lost", Settling, lost(|_| {}), Idle, vec![]),
+        (
+            "lost transaction ended",
+            Lost { in_txn: true },
+            Event::LostEnded,
+            Idle,
+            vec![],
+        ),
+        (
+            "client gone mid-unit",
+            busy_r,
+            Event::ClientGone,
+            Idle,
+            vec![Clean {
+                rollback: false,
+                reset: false,
+            }],
+        ),
+        (
+            "client gone in a transaction",
+            in_txn,
+            Event::ClientGone,
+            Idle,
+            vec![Clean {
+                rollback: true,
+                reset: false,
+            }],
+        ),
+        (
+            "client gone pinned",
+            Pinned("x"),
+            Event::ClientGone,
+            Idle,
+            vec![Clean {
+                rollback: true,
+                reset: true,
+            }],
+        ),
+        ("client gone idle", Idle, Event::ClientGone, Idle, vec![]),
+        (
+            "client gone deferred",
+            Deferred { read_only: true },
+            Event::ClientGone,
+            Idle,
+            vec![],
+        ),
+        (
+            "drain when idle",
+            Idle,
+            Event::Drain,
+            Idle,
+            vec![Close(Ending::Drained)],
+        ),
+        (
+            "drain in a transaction waits",
+            in_txn,
+            Event::Drain,
+            in_txn,
+            vec![],
+        ),
+        (
+            "drain while deferred waits",
+            Deferred { read_only: false },
+            Event::Drain,
+            Deferred { read_only: false },
+            vec![],
+        ),
+    ]
+}
+
+#[test]
+fn every_row_of_the_transition_table() {
+    let mut failures = Vec::new();
+    for (name, from, event, to, want) in rows() {
+        let mut e = engine(from);
+        let got: Vec<Action> = e.step(event).iter().collect();
+        if e.phase() != to || got != want {
+            failures.push(format!(
+                "{name}: {from:?} --{event:?}--> {:?} {got:?}, want {to:?} {want:?}",
+                e.phase()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn a_drain_closes_at_the_next_boundary() {
+    let mut e = engine(Phase::InTransaction { failed: false });
+    assert!(e.step(Event::Drain).is_empty());
+    assert!(e.draining());
+    let a = e.step(ready(Status::Idle, Owed::Nothing));
+    assert_eq!(
+        a.iter().collect::<Vec<_>>(),
+        vec![Action::Detach, Action::Close(Ending::Drained)]
+    );
+    let mut e = engine(Phase::Deferred { read_only: false });
+    e.step(Event::Drain);
+    assert!(e
+        .step(Event::DeferredEnded)
+        .contains(Action::Close(Ending::Drained)));
+    let mut e = engine(Phase::Lost { in_txn: true });
+    e.step(Event::Drain);
+    assert!(e
+        .step(Event::LostEnded)
+        .contains(Action::Close(Ending::Drained)));
+}
+
+/// Every phase other than `Idle` (which waits for the client alone) has
+/// an event from the server, Fulcrum or the client that leads back to
+/// `Idle`: no phase waits for something that cannot come.
+#[test]
+fn every_wait_has_an_end() {
+    let phases = [
+        Phase::Deferred { read_only: true },
+        Phase::Busy { route: PRIMARY },
+        Phase::Busy { route: REPLICA },
+        Phase::Settling,
+        Phase::InTransaction { failed: false },
+        Phase::InTransaction { failed: true },
+        Phase::Pinned("x"),
+        Phase::Lost { in_txn: true },
+        Phase::Lost { in_txn: false },
+    ];
+    let endings = [
+        ready(Status::Idle, Owed::Nothing),
+        Event::DeferredEnded,
+        Event::LostEnded,
+        Event::Reset,
+        lost(|_| {}),
+        Event::ClientGone,
+    ];
+    for phase in phases {
+        let ends = endings.iter().any(|ev| {
+            let mut e = engine(phase);
+            e.step(*ev);
+            e.phase() == Phase::Idle
+        });
+        assert!(ends, "{phase:?} has no way back to Idle");
+        // And a held unit is only ever held behind a server that owes an
+        // answer: Hold never comes from a phase without a connection.
+        for d in [Decision::Read, Decision::Write, Decision::Pin("p")] {
+            let mut e = engine(phase);
+            let held = e.step(unit(d)).contains(Action::Hold);
+            assert!(
+                !held || matches!(phase, Phase::Busy { .. } | Phase::Settling),
+                "{phase:?} holds a unit without a server owing anything"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_pinned_client_drains_when_its_connection_is_quiet() {
+    let mut e = Engine::new(Some("session pool mode"));
+    assert!(e.at_boundary());
+    e.step(unit(Decision::Read));
+    assert!(!e.at_boundary(), "a unit in flight");
+    assert!(e.step(Event::Drain).is_empty());
+    let a = e.step(ready(Status::InTransaction, Owed::Nothing));
+    assert!(a.is_empty(), "in a transaction: not yet");
+    let a = e.step(ready(Status::Idle, Owed::Nothing));
+    assert_eq!(
+        a.iter().collect::<Vec<_>>(),
+        vec![Action::Close(Ending::Drained)]
+    );
+}
+
+#[test]
+fn session_pooling_starts_pinned_and_reads_stay() {
+    let mut e = Engine::new(Some("session pool mode"));
+    assert_eq!(e.pinned(), Some("session pool mode"));
+    let mut f = Facts::idle(Decision::Read);
+    f.pinned = true;
+    f.attached = true;
+    f.session = Consistency::Eventual;
+    assert!(e.step(Event::Unit(decide(&f))).is_empty());
+    assert_eq!(e.phase(), Phase::Pinned("session pool mode"));
+    assert_eq!(Engine::new(None).phase(), Phase::Idle);
+}
+
+#[test]
+fn outcomes_carry_their_sqlstate() {
+    assert_eq!(Outcome::Unknown.sqlstate(), "08007");
+    assert_eq!(Outcome::NotCommitted.sqlstate(), "08006");
+    assert_eq!(Outcome::NotAnswered.sqlstate(), "08006");
+    assert!(Outcome::Unknown.advice().contains("may or may not"));
+}
