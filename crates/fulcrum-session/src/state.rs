@@ -10,9 +10,10 @@
 //! `Lost` are answered by Fulcrum itself; `Idle` waits for the client only.
 
 use fulcrum_pool::Route;
-use fulcrum_sql::PinReason;
+use fulcrum_sql::{Decision, PinReason};
 
 use crate::route::{Routing, Target};
+use crate::txn::{self, Deferral, DeferredTxn};
 
 /// Where the client is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +123,10 @@ pub enum Event {
     /// Session state that cannot be replayed was set (LISTEN, a temporary
     /// table, SQL PREPARE, ...): the client keeps its connection.
     Pin(PinReason),
+    /// The unit's connection was checked out, from a backend of this route
+    /// (a `Replica` route may be served by the primary: `reads_on_primary`,
+    /// or no replica available).
+    Attached(Route),
     /// The deferred transaction ended before any statement ran.
     DeferredEnded,
     /// The server answered: its transaction status, and whether the
@@ -196,11 +201,14 @@ impl Actions {
 /// One client's engine: its phase, whether a drain is pending, and (for a
 /// pinned client, which keeps its connection) whether that connection is
 /// between transactions with nothing owed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engine {
     phase: Phase,
     draining: bool,
     quiet: bool,
+    /// In `Deferred`: the statements to send ahead of the transaction's
+    /// first real one (`BEGIN ...; SET TRANSACTION ...`).
+    begin: String,
 }
 
 impl Engine {
@@ -211,7 +219,46 @@ impl Engine {
             phase: pinned.map_or(Phase::Idle, Phase::Pinned),
             draining: false,
             quiet: true,
+            begin: String::new(),
         }
+    }
+
+    /// Fulcrum's answer to a lone transaction-control statement (`sql`,
+    /// classified `decision`) from a client with no server connection;
+    /// `None` when it must go to a server. Moves the phase to `Deferred`,
+    /// keeps it there (the mode may change), or back to `Idle`.
+    pub fn defer(&mut self, decision: Decision, sql: &str) -> Option<Deferral> {
+        let mut current = match self.phase {
+            Phase::Idle => None,
+            Phase::Deferred { read_only } => Some(DeferredTxn {
+                sql: std::mem::take(&mut self.begin),
+                read_only,
+            }),
+            _ => return None,
+        };
+        let answer = txn::defer(decision, sql, current.as_mut());
+        match (&answer, current) {
+            (Some(Deferral::Opened(d)), _) => {
+                self.begin = d.sql.clone();
+                self.phase = Phase::Deferred {
+                    read_only: d.read_only,
+                };
+            }
+            (Some(Deferral::Ended(_)), _) => self.phase = Phase::Idle,
+            (_, Some(d)) => {
+                self.begin = d.sql;
+                self.phase = Phase::Deferred {
+                    read_only: d.read_only,
+                };
+            }
+            (_, None) => {}
+        }
+        answer
+    }
+
+    /// The deferred `BEGIN ...` to send ahead of the unit just attached.
+    pub fn take_begin(&mut self) -> Option<String> {
+        (!self.begin.is_empty()).then(|| std::mem::take(&mut self.begin))
     }
 
     pub fn phase(&self) -> Phase {
@@ -290,7 +337,10 @@ impl Engine {
             (Idle | Deferred { .. }, Event::Deferred { read_only }) => {
                 (Deferred { read_only }, Actions::none())
             }
-            (Deferred { .. }, Event::DeferredEnded) => (Idle, self.boundary(Actions::none())),
+            (Deferred { .. }, Event::DeferredEnded) => {
+                self.begin.clear();
+                (Idle, self.boundary(Actions::none()))
+            }
             // A unit pipelined behind one in flight outside a transaction.
             // Only the position is owed: a read waits for it (then goes to
             // a replica that has it); anything else rides along.
@@ -317,7 +367,8 @@ impl Engine {
                 None => (self.phase, Actions::none()),
             },
             (Pinned(_), Event::Unit(_)) => (self.phase, Actions::none()),
-            (Busy { .. } | Settling | InTransaction { .. }, Event::Pin(reason)) => {
+            (Busy { .. }, Event::Attached(route)) => (Busy { route }, Actions::none()),
+            (Idle | Busy { .. } | Settling | InTransaction { .. }, Event::Pin(reason)) => {
                 (Pinned(reason), Actions::none())
             }
             // The server's answers.
@@ -404,7 +455,10 @@ impl Engine {
                     reset: true,
                 }),
             ),
-            (Idle | Deferred { .. } | Lost { .. }, Event::ClientGone) => (Idle, Actions::none()),
+            (Idle | Deferred { .. } | Lost { .. }, Event::ClientGone) => {
+                self.begin.clear();
+                (Idle, Actions::none())
+            }
             // Anything else changes nothing (e.g. a Ready for Fulcrum's own
             // query after the client's unit was already settled).
             (phase, _) => (phase, Actions::none()),

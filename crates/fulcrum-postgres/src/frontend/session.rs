@@ -13,9 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use fulcrum_config::{DefaultRoute, PoolMode};
+use fulcrum_config::PoolMode;
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
-use fulcrum_sql::{route, Decision, RouteTo, SessionState};
+use fulcrum_session::txn::{self, Deferral};
+use fulcrum_session::{
+    decide, Action, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
+};
+use fulcrum_sql::Decision;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -58,12 +62,6 @@ const REPLICA_BAN: Duration = Duration::from_secs(5);
 /// How long cleaning a server connection for reuse may take before it is closed instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A transaction opened by the client but not yet by any server.
-struct DeferredBegin {
-    sql: String,
-    read_only: bool,
-}
-
 pub struct Session {
     ctx: Arc<ClusterContext>,
     client: TcpStream,
@@ -91,7 +89,9 @@ pub struct Session {
     status: u8,
     /// Bytes of a large server frame still to pass through unread.
     server_stream_left: usize,
-    pinned: Option<&'static str>,
+    /// The client's state between units (idle, deferred transaction, busy,
+    /// in a transaction, pinned, lost): `fulcrum_session::Engine`.
+    engine: Engine,
     rewrite_statements: bool,
     /// Routing decision of the client's last unnamed Parse.
     unnamed_decision: Decision,
@@ -100,9 +100,6 @@ pub struct Session {
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
     stmt_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
     portal_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
-    /// A BEGIN (and SET TRANSACTION) answered by Fulcrum and not sent yet:
-    /// the transaction's server is chosen by its first real statement.
-    deferred: Option<DeferredBegin>,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     last_query_decision: Option<Decision>,
     /// When the current server connection was attached (unit latency for p2c).
@@ -178,16 +175,15 @@ impl Session {
             unsynced: false,
             status: b'I',
             server_stream_left: 0,
-            pinned: if transaction_mode {
+            engine: Engine::new(if transaction_mode {
                 None
             } else {
                 Some("session pool mode")
-            },
+            }),
             rewrite_statements: transaction_mode,
             unnamed_decision: Decision::Write,
             stmt_ops: HashMap::new(),
             portal_ops: HashMap::new(),
-            deferred: None,
             last_query_decision: None,
             attached_at: None,
             cancel,
@@ -226,7 +222,7 @@ impl Session {
 
     async fn start(&mut self) -> Result<(), SessionError> {
         let backend = self.ctx.router.primary().unwrap_or(self.backend);
-        let cached = if self.pinned.is_none() {
+        let cached = if self.engine.pinned().is_none() {
             self.ctx
                 .cached_welcome(backend, &self.user, &self.database, &self.startup)
         } else {
@@ -257,7 +253,10 @@ impl Session {
         backend_msg::backend_key_data(&mut out, self.cancel.process_id, self.cancel.secret_key);
         backend_msg::ready_for_query(&mut out, b'I');
         self.client.write_all(&out).await?;
-        self.maybe_detach();
+        if self.engine.pinned().is_none() {
+            // The login's probe connection goes back (transaction pooling).
+            self.detach();
+        }
         Ok(())
     }
 
@@ -295,7 +294,11 @@ impl Session {
                 },
             };
             match event {
-                Event::Shutdown => continue,
+                Event::Shutdown => {
+                    // The session ends at its next boundary (checked above).
+                    self.engine.step(fulcrum_session::Event::Drain);
+                    continue;
+                }
                 Event::Client(r) => {
                     let n = r?;
                     if n == 0 {

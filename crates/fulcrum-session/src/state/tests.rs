@@ -35,6 +35,7 @@ fn engine(phase: Phase) -> Engine {
         phase,
         draining: false,
         quiet: true,
+        begin: String::new(),
     }
 }
 
@@ -511,4 +512,47 @@ fn outcomes_carry_their_sqlstate() {
     assert_eq!(Outcome::NotCommitted.sqlstate(), "08006");
     assert_eq!(Outcome::NotAnswered.sqlstate(), "08006");
     assert!(Outcome::Unknown.advice().contains("may or may not"));
+}
+
+#[test]
+fn deferred_transaction_control_lives_in_the_engine() {
+    let mut e = Engine::new(None);
+    let begin = e.defer(Decision::Begin { read_only: false }, "BEGIN");
+    assert!(matches!(begin, Some(crate::txn::Deferral::Opened(_))));
+    assert_eq!(e.deferred(), Some(false));
+    e.defer(Decision::TxnReadOnly, "SET TRANSACTION READ ONLY");
+    assert_eq!(e.deferred(), Some(true));
+    assert_eq!(
+        e.defer(Decision::Read, "SELECT 1"),
+        None,
+        "a statement goes to a server"
+    );
+    assert_eq!(
+        e.deferred(),
+        Some(true),
+        "and the transaction stays deferred"
+    );
+    let mut f = Facts::idle(Decision::Read);
+    f.txn = Txn::Deferred { read_only: true };
+    assert_eq!(
+        e.step(Event::Unit(decide(&f))).iter().collect::<Vec<_>>(),
+        vec![Action::Attach(REPLICA)]
+    );
+    assert_eq!(
+        e.take_begin().as_deref(),
+        Some("BEGIN; SET TRANSACTION READ ONLY")
+    );
+    assert_eq!(e.take_begin(), None, "sent once");
+    // COMMIT of an empty transaction ends it without a server.
+    let mut e = Engine::new(None);
+    e.defer(Decision::Begin { read_only: false }, "BEGIN");
+    assert_eq!(
+        e.defer(Decision::End, "COMMIT"),
+        Some(crate::txn::Deferral::Ended("COMMIT"))
+    );
+    assert_eq!(e.phase(), Phase::Idle);
+    assert_eq!(e.take_begin(), None);
+    // Nothing is deferred for a client holding a connection.
+    let mut e = Engine::new(Some("session pool mode"));
+    assert_eq!(e.defer(Decision::Begin { read_only: false }, "BEGIN"), None);
 }

@@ -12,11 +12,6 @@ impl Session {
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
         // admission is counted until the server connection is checked out.
         let _admission = self.ctx.router.admit().await;
-        let route = if route == Route::Replica && self.causal_needs_primary() {
-            Route::Primary
-        } else {
-            route
-        };
         if let Some(backend) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
                 match self.try_attach_replica(backend).await {
@@ -235,18 +230,49 @@ impl Session {
         Ok(())
     }
 
-    /// Returns the server connection to the pool when the client is between
-    /// transactions and nothing is in flight.
+    /// Tells the engine where the attached connection stands after the
+    /// latest answer, and gives the connection back when it says so (the
+    /// client is between transactions, unpinned, and nothing is owed).
     pub(super) fn maybe_detach(&mut self) {
-        if self.pinned.is_some()
-            || self.status != b'I'
-            || self.pending_ready > 0
-            || self.unsynced
-            || !self.expect.is_empty()
-            || self.server_stream_left > 0
-        {
+        if self.server.is_none() {
             return;
         }
+        let status = match self.status {
+            b'I' => Status::Idle,
+            b'E' => Status::Failed,
+            _ => Status::InTransaction,
+        };
+        let owed = self.owed();
+        if self
+            .engine
+            .step(Event::Ready { status, owed })
+            .contains(Action::Detach)
+        {
+            self.detach();
+        }
+    }
+
+    /// What the attached connection still owes.
+    pub(super) fn owed(&self) -> Owed {
+        if self.pending_ready == 0
+            && !self.unsynced
+            && self.server_stream_left == 0
+            && self.expect.is_empty()
+        {
+            Owed::Nothing
+        } else if self.pending_ready == 0
+            && !self.unsynced
+            && self.server_stream_left == 0
+            && self.expect.only_position()
+        {
+            Owed::OwnQuery
+        } else {
+            Owed::Client
+        }
+    }
+
+    /// Returns the server connection to the pool.
+    pub(super) fn detach(&mut self) {
         if let Some(server) = self.server.take() {
             self.retry_armed = false;
             self.retry_buf.clear();
@@ -289,12 +315,9 @@ impl Session {
     /// Between transactions with nothing in flight: where a SIGTERM drain
     /// may end the session without cutting any work.
     pub(super) fn at_boundary(&self) -> bool {
-        self.status == b'I'
-            && self.pending_ready == 0
-            && !self.unsynced
-            && self.expect.is_empty()
-            && self.server_stream_left == 0
-            && self.deferred.is_none()
+        self.engine.at_boundary()
+            && self.status == b'I'
+            && self.owed() == Owed::Nothing
             && self.lost.is_none()
             && self.cbuf.is_empty()
     }
@@ -308,10 +331,11 @@ impl Session {
         }
     }
 
+    /// State that cannot be replayed was set: the client keeps its connection.
     pub(super) fn pin(&mut self, reason: &'static str) {
-        if self.pinned.is_none() {
+        if self.engine.pinned().is_none() {
             tracing::debug!(reason, "client pinned to its server connection");
-            self.pinned = Some(reason);
+            self.engine.step(Event::Pin(reason));
         }
     }
 }

@@ -80,7 +80,7 @@ impl Session {
         // With one backend every read is on the primary already: no
         // position to keep (a single-node cluster pays nothing).
         if self.consistency != Consistency::Session
-            || self.pinned.is_some()
+            || self.engine.pinned().is_some()
             || self.server.is_none()
             || self.ctx.router.backend_count() < 2
         {
@@ -99,12 +99,6 @@ impl Session {
             Some(p) => self.causal.wrote(p),
             None => self.causal.wrote_unknown(),
         }
-    }
-
-    /// Whether the read about to be routed must go to the primary without
-    /// trying a replica (its position could not be learnt).
-    pub(super) fn causal_needs_primary(&self) -> bool {
-        self.read_consistency() == Consistency::Session && self.causal.need() == &Need::Unknown
     }
 
     /// May the replica `backend`, on connection `server`, serve the read

@@ -39,7 +39,7 @@ impl Session {
             });
             return;
         }
-        let reset_session = self.pinned.is_some();
+        let reset_session = self.engine.pinned().is_some();
         let in_txn = self.status != b'I';
         if !in_txn && !reset_session {
             server.release();

@@ -86,36 +86,32 @@ impl Session {
             ) {
                 if self.server.is_none() {
                     unit_started.get_or_insert_with(std::time::Instant::now);
-                    let route = self.route_next_unit();
-                    self.attach(route).await?;
-                    self.arm_retry();
-                    if let Some(d) = self.deferred.take() {
-                        // The transaction starts on the chosen server, in
-                        // the same write as its first statement.
-                        put_query(&mut self.to_server, &d.sql);
-                        self.expect.push(Expect::SwallowQuery);
+                    let routing = self.route_unit();
+                    self.attach_unit(routing).await?;
+                } else if self.at_unit_start() {
+                    // A new unit behind work still on the connection.
+                    let routing = self.route_unit();
+                    let was = self.engine.phase();
+                    if self
+                        .engine
+                        .step(Event::Unit(routing))
+                        .contains(Action::Hold)
+                    {
+                        // It needs another connection (a write behind a
+                        // replica read), or is a read waiting for the
+                        // position of the write before it: it stays
+                        // buffered until this connection has answered.
+                        break true;
                     }
-                } else if self.must_wait_for_replica() {
-                    // The next unit needs the primary: leave it buffered until
-                    // the replica's work is done and the connection is back.
-                    break true;
-                } else if self.must_wait_for_position() {
-                    // A read right after a write: wait for the write's
-                    // position (already asked), then route it to a replica.
-                    break true;
-                } else if self.status == b'I'
-                    && !self.unsynced
-                    && self.pending_ready == 0
-                    && !self.write_unit
-                    && self.ctx.router.is_primary(self.backend)
-                {
-                    // A new unit on a primary connection still held (for the
-                    // position query): it may write too, and counts as a unit.
-                    self.write_unit = !matches!(self.next_unit_decision(), Decision::Read);
-                    if self.attached_at.is_none() {
-                        self.attached_at = Some(std::time::Instant::now());
+                    if was == Phase::Settling {
+                        // It rides along on the primary connection held for
+                        // the position query, and counts as a unit.
+                        self.write_unit = routing.may_write;
+                        if self.attached_at.is_none() {
+                            self.attached_at = Some(std::time::Instant::now());
+                        }
+                        unit_started.get_or_insert_with(std::time::Instant::now);
                     }
-                    unit_started.get_or_insert_with(std::time::Instant::now);
                 }
             }
             let frame = self.cbuf.split_to(header.total);
@@ -170,7 +166,8 @@ impl Session {
             }
         }
         if self.server.is_none() {
-            self.attach(Route::Primary).await?;
+            let routing = self.route_unit();
+            self.attach_unit(routing).await?;
         }
         if matches!(tag, b'Q' | b'E' | b'F') {
             self.ctx
@@ -230,57 +227,78 @@ impl Session {
         Ok(true)
     }
 
-    /// The decision for the unit at the front of the client buffer.
+    /// The classification of the unit at the front of the client buffer.
     pub(super) fn next_unit_decision(&self) -> Decision {
-        let d = unit_decision(
+        unit_decision(
             &self.cbuf,
             self.ctx.config.max_message_size,
             &|sql| self.ctx.classify(sql),
             &self.statements,
             self.unnamed_decision,
-        );
-        if d == Decision::Unknown && self.ctx.config.default_route == DefaultRoute::Replica {
-            return Decision::Read;
-        }
-        d
+        )
     }
 
-    /// Primary or replica for the next unit of work (only transaction
-    /// pooling routes per unit; session mode and pinned clients stay put).
-    pub(super) fn route_next_unit(&mut self) -> Route {
-        if self.pinned.is_some() {
-            self.unit_may_write = true;
-            return Route::Primary;
-        }
+    /// The one routing decision for the unit at the front of the client
+    /// buffer (`fulcrum_session::decide`).
+    pub(super) fn route_unit(&mut self) -> Routing {
         let decision = self.next_unit_decision();
         if self.cbuf.first() == Some(&b'Q') {
             self.last_query_decision = Some(decision);
         }
         self.note_hint();
-        self.unit_may_write = (!matches!(decision, Decision::Read)
-            || self.deferred.as_ref().is_some_and(|d| !d.read_only))
-            && unit_executes(&self.cbuf, self.ctx.config.max_message_size);
-        if let Some(d) = &self.deferred {
-            // A deferred transaction: read-only ones may use a replica.
-            if d.read_only && !matches!(decision, Decision::Pin(_)) {
-                return Route::Replica;
-            }
-            if let Decision::Pin(reason) = decision {
-                self.pin(reason);
-            }
-            return Route::Primary;
-        }
-        if let Decision::Pin(reason) = decision {
-            self.pin(reason);
-        }
-        let state = SessionState {
-            in_transaction: false,
-            pinned: self.pinned.is_some(),
+        let txn = match (self.engine.deferred(), self.status) {
+            (Some(read_only), _) => RouteTxn::Deferred { read_only },
+            (None, b'I') => RouteTxn::None,
+            _ => RouteTxn::Open,
         };
-        match route(decision, state) {
-            RouteTo::Replica => Route::Replica,
-            RouteTo::Primary | RouteTo::Same => Route::Primary,
+        let routing = decide(&Facts {
+            decision,
+            complete: true, // an unfinished unit is classified a write
+            executes: unit_executes(&self.cbuf, self.ctx.config.max_message_size),
+            txn,
+            pinned: self.engine.pinned().is_some(),
+            attached: self.server.is_some(),
+            hint: self.unit_consistency,
+            session: self.consistency,
+            position_unknown: self.causal.need() == &fulcrum_pool::Need::Unknown,
+            default_route: self.ctx.config.default_route,
+        });
+        if let Some(reason) = routing.pin {
+            tracing::debug!(reason, "client pinned to its server connection");
         }
+        self.unit_may_write = routing.may_write;
+        routing
+    }
+
+    /// Attaches a server connection for a unit from a client that has none,
+    /// the deferred BEGIN (if any) going ahead of the unit in the same write.
+    pub(super) async fn attach_unit(&mut self, routing: Routing) -> Result<(), SessionError> {
+        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
+            Some(Action::Attach(route)) => route,
+            _ => Route::Primary,
+        };
+        let begin = self.engine.take_begin();
+        self.attach(route).await?;
+        let actual = if self.ctx.router.is_primary(self.backend) {
+            Route::Primary
+        } else {
+            Route::Replica
+        };
+        self.engine.step(Event::Attached(actual));
+        self.arm_retry(begin.is_some());
+        if let Some(sql) = begin {
+            // The transaction starts on the chosen server, in the same
+            // write as its first statement.
+            put_query(&mut self.to_server, sql.as_str());
+            self.expect.push(Expect::SwallowQuery);
+        }
+        Ok(())
+    }
+
+    /// The next client frame starts a unit on an attached connection,
+    /// outside a transaction, of an unpinned client.
+    fn at_unit_start(&self) -> bool {
+        self.status == b'I' && !self.unsynced && self.engine.pinned().is_none()
     }
 
     /// Whether a simple query needs the session-state scan: a single plain
@@ -306,37 +324,15 @@ impl Session {
         )
     }
 
-    /// On a replica, between units, outside a transaction: a unit that needs
-    /// the primary must wait for this connection to be released.
-    pub(super) fn must_wait_for_replica(&self) -> bool {
-        !self.ctx.router.is_primary(self.backend)
-            && !self.unsynced
-            && self.status == b'I'
-            && self.pinned.is_none()
-            && self.next_unit_decision().needs_primary()
-    }
-
-    /// Only the position query holds the primary connection, and the next
-    /// unit is a read: it waits for the position rather than riding along
-    /// on the primary.
-    pub(super) fn must_wait_for_position(&self) -> bool {
-        self.expect.only_position()
-            && self.pending_ready == 0
-            && !self.unsynced
-            && self.status == b'I'
-            && self.pinned.is_none()
-            && self.next_unit_decision() == Decision::Read
-    }
-
     /// A unit just attached to a replica, outside a transaction, is kept
     /// until it is answered, to be sent elsewhere if the replica dies.
-    pub(super) fn arm_retry(&mut self) {
+    pub(super) fn arm_retry(&mut self, with_begin: bool) {
         self.retry_buf.clear();
         self.retry_armed = !self.retrying
             && self.rewrite_statements
-            && self.pinned.is_none()
+            && self.engine.pinned().is_none()
             && self.status == b'I'
-            && self.deferred.is_none()
+            && !with_begin
             && !self.ctx.router.is_primary(self.backend);
         self.retry_client_mark = self.to_client.len();
     }

@@ -10,6 +10,8 @@
 
 use bytes::BytesMut;
 
+use fulcrum_session::{Action, Event, Loss, Outcome, Owed, Phase, Status};
+
 use super::lost::Lost;
 use super::Session;
 use crate::codec::backend_msg::{self, sqlstate};
@@ -21,7 +23,8 @@ use crate::frontend::login::fatal;
 pub(super) const RETRY_MAX: usize = 1024 * 1024;
 
 impl Session {
-    /// The server connection died under the client.
+    /// The server connection died under the client: the engine decides
+    /// (retry, answer and keep the client, or close), this performs it.
     pub(super) async fn server_lost(&mut self) -> Result<(), SessionError> {
         let backend = self.backend;
         if let Some(s) = self.server.take() {
@@ -30,30 +33,48 @@ impl Session {
         }
         self.cancel.set_target(None);
         self.ctx.router.suspect(backend);
-        if self.expect.only_position() && self.pending_ready == 0 {
-            // Only Fulcrum's own position query was in flight: the client
-            // is owed nothing; its reads use the primary until it writes again.
-            self.expect = Expectations::default();
-            self.to_server.clear();
-            self.attached_at = None;
-            self.causal.wrote_unknown();
-            return Ok(());
+        if self.status == b'I' && self.owed() == Owed::OwnQuery {
+            // The client's unit was answered in this same read.
+            self.engine.step(Event::Ready {
+                status: Status::Idle,
+                owed: Owed::OwnQuery,
+            });
         }
-        let recoverable =
-            self.rewrite_statements && self.pinned.is_none() && self.server_stream_left == 0;
-        if recoverable && self.retry_armed && !self.retry_buf.is_empty() {
-            return self.retry_unit().await;
+        let was = self.engine.phase();
+        let loss = Loss {
+            retryable: self.retry_armed && !self.retry_buf.is_empty(),
+            commit_in_flight: self.commit_in_flight || (self.status == b'I' && self.write_unit),
+            batch_open: self.unsynced,
+            // A large frame half forwarded cannot be followed by a clean
+            // answer (a pinned client's state is lost too: the engine knows).
+            mid_message: self.server_stream_left > 0,
+        };
+        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
+        match action {
+            None if was == Phase::Settling => {
+                // Only Fulcrum's own position query was in flight: the
+                // client is owed nothing; its reads use the primary until
+                // it writes again.
+                self.expect = Expectations::default();
+                self.to_server.clear();
+                self.attached_at = None;
+                self.causal.wrote_unknown();
+                Ok(())
+            }
+            Some(Action::Retry) => self.retry_unit().await,
+            Some(Action::Fail(outcome)) => {
+                self.fail_unit(outcome);
+                Ok(())
+            }
+            _ => {
+                let msg = format!(
+                    "fulcrum: lost the connection to server {} of cluster \"{}\"; the session's state (transaction, prepared statements, settings) was on it: reconnect",
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                );
+                Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
+            }
         }
-        if recoverable {
-            self.fail_unit();
-            return Ok(());
-        }
-        let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"; the transaction in progress, if any, was not committed by Fulcrum's knowledge",
-            self.ctx.backends[backend],
-            self.ctx.name()
-        );
-        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
     }
 
     /// Forgets everything owed by the dead connection.
@@ -63,7 +84,6 @@ impl Session {
         self.unsynced = false;
         self.server_stream_left = 0;
         self.to_server.clear();
-        self.deferred = None;
         self.attached_at = None;
         self.retry_armed = false;
     }
@@ -87,31 +107,14 @@ impl Session {
     }
 
     /// Errors the work in flight and keeps the client.
-    fn fail_unit(&mut self) {
+    fn fail_unit(&mut self, outcome: Outcome) {
         let in_txn = self.status != b'I';
-        // A COMMIT, or a write outside a transaction, may have committed
-        // before the connection died: only the server knows (08007).
-        let unknown = self.commit_in_flight || (!in_txn && self.write_unit);
-        let (code, outcome) = if unknown {
-            (
-                sqlstate::TRANSACTION_RESOLUTION_UNKNOWN,
-                "the transaction may or may not have committed: check before retrying it",
-            )
-        } else if in_txn {
-            (
-                sqlstate::CONNECTION_FAILURE,
-                "the transaction was not committed: roll back and retry it",
-            )
-        } else {
-            (
-                sqlstate::CONNECTION_FAILURE,
-                "the read was not answered: retry it",
-            )
-        };
+        let code = outcome.sqlstate();
         let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"; {outcome}",
+            "fulcrum: lost the connection to server {} of cluster \"{}\"; {}",
             self.ctx.backends[self.backend],
             self.ctx.name(),
+            outcome.advice()
         );
         self.commit_in_flight = false;
         let owed = self.pending_ready;
@@ -128,7 +131,7 @@ impl Session {
             backend_msg::error_response(&mut self.to_client, "ERROR", code, &msg);
         }
         self.status = status;
-        if in_txn || unsynced {
+        if self.engine.is_lost() {
             self.lost = Some(Lost {
                 in_txn,
                 errored: unsynced,

@@ -17,6 +17,7 @@ impl Session {
         match lost.answer(tag, &self.cbuf[5..total], &ends, &mut self.to_client) {
             lost::Answer::Pass => {
                 self.lost = None;
+                self.engine.step(Event::LostEnded);
                 false
             }
             lost::Answer::Held => {
@@ -28,6 +29,7 @@ impl Session {
             }
             lost::Answer::Done => {
                 self.lost = None;
+                self.engine.step(Event::LostEnded);
                 self.status = b'I';
                 let _ = self.cbuf.split_to(total);
                 true
@@ -40,7 +42,7 @@ impl Session {
     /// by Fulcrum without a server: the first real statement picks the server
     /// (a replica for a read-only transaction) and the BEGIN travels with it.
     pub(super) fn try_defer_transaction_control(&mut self, total: usize) -> bool {
-        if !self.rewrite_statements || self.pinned.is_some() {
+        if !self.rewrite_statements || self.engine.pinned().is_some() || self.status == b'E' {
             return false;
         }
         let Some(text) = query_text(&self.cbuf[5..total]) else {
@@ -48,14 +50,7 @@ impl Session {
         };
         // Cheap test first: only transaction control can be deferred.
         let first = session_sql::first_word_bytes(text);
-        let candidate = if self.deferred.is_some() {
-            ["set", "commit", "end", "rollback", "abort"]
-                .iter()
-                .any(|w| first.eq_ignore_ascii_case(w.as_bytes()))
-        } else {
-            first.eq_ignore_ascii_case(b"begin") || first.eq_ignore_ascii_case(b"start")
-        };
-        if !candidate {
+        if !txn::candidate(first, self.engine.deferred().is_some()) {
             return false;
         }
         let Ok(text) = std::str::from_utf8(text) else {
@@ -65,57 +60,12 @@ impl Session {
             return false;
         }
         let decision = self.ctx.classify(text);
-        let sql = text.trim().trim_end_matches(';').trim().to_owned();
-        let (tag, status) = match (decision, self.deferred.as_mut()) {
-            (Decision::Begin { read_only }, None) if self.status == b'I' => {
-                self.deferred = Some(DeferredBegin { sql, read_only });
-                ("BEGIN", b'T')
-            }
-            (Decision::TxnReadOnly, Some(d)) => {
-                d.sql.push_str("; ");
-                d.sql.push_str(&sql);
-                d.read_only = true;
-                ("SET", b'T')
-            }
-            (Decision::Txn, Some(d)) if starts_with_ci(&sql, "set transaction") => {
-                // Standbys refuse SERIALIZABLE, and READ WRITE undoes a READ
-                // ONLY: such a transaction needs the primary.
-                let lower = sql.to_ascii_lowercase();
-                if lower.contains("serializable") || lower.contains("read write") {
-                    d.read_only = false;
-                }
-                d.sql.push_str("; ");
-                d.sql.push_str(&sql);
-                ("SET", b'T')
-            }
-            (Decision::End, Some(_)) if is_chained(&sql) => {
-                // COMMIT/ROLLBACK AND CHAIN of a transaction with no
-                // statement yet: a new one opens at once, just as deferred.
-                let first = sql.split_whitespace().next().unwrap_or("");
-                let tag = if first.eq_ignore_ascii_case("rollback")
-                    || first.eq_ignore_ascii_case("abort")
-                {
-                    "ROLLBACK"
-                } else {
-                    "COMMIT"
-                };
-                (tag, b'T')
-            }
-            (Decision::End, Some(_)) => {
-                self.deferred = None;
-                let first = sql
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or("")
-                    .to_ascii_lowercase();
-                let tag = if first == "commit" || first == "end" {
-                    "COMMIT"
-                } else {
-                    "ROLLBACK"
-                };
-                (tag, b'I')
-            }
-            _ => return false,
+        let (tag, status) = match self.engine.defer(decision, text) {
+            Some(Deferral::Opened(_)) => ("BEGIN", b'T'),
+            Some(Deferral::Changed) => ("SET", b'T'),
+            Some(Deferral::Chained(tag)) => (tag, b'T'),
+            Some(Deferral::Ended(tag)) => (tag, b'I'),
+            None => return false,
         };
         backend_msg::command_complete(&mut self.to_client, tag);
         backend_msg::ready_for_query(&mut self.to_client, status);
@@ -143,7 +93,7 @@ impl Session {
                 "DEALLOCATE"
             }
             None => {
-                if self.pinned.is_some() {
+                if self.engine.pinned().is_some() {
                     return false; // SQL-level statements may exist on the server too.
                 }
                 self.statements.clear();

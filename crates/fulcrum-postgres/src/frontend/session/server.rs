@@ -70,7 +70,9 @@ impl Session {
                 self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
                 error_code = Some(fields.code.to_owned());
             }
-            if matches!(header.tag, b'E' | b'N') && self.rewrite_statements && self.pinned.is_none()
+            if matches!(header.tag, b'E' | b'N')
+                && self.rewrite_statements
+                && self.engine.pinned().is_none()
             {
                 let fields = parse_error_fields(&buf[5..header.total]);
                 // An immediate shutdown warns (a notice, 57P01/57P02) before

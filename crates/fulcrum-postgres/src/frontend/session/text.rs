@@ -32,14 +32,6 @@ pub(super) fn may_commit(text: &[u8]) -> bool {
         || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
 }
 
-/// Whether `text` starts with `prefix`, ignoring ASCII case (never slices
-/// inside a multi-byte character).
-pub(super) fn starts_with_ci(text: &str, prefix: &str) -> bool {
-    text.as_bytes()
-        .get(..prefix.len())
-        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
-}
-
 /// A NotificationResponse from the client's own server connection carries
 /// that backend's pid; the client knows Fulcrum's (BackendKeyData), so it
 /// is given that one (clients skip their own notifications by pid).
@@ -75,30 +67,9 @@ pub(super) fn route_is_causal(c: fulcrum_config::Consistency) -> bool {
     c != fulcrum_config::Consistency::Eventual
 }
 
-/// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (not `AND NO CHAIN`).
-pub(super) fn is_chained(sql: &str) -> bool {
-    let words: Vec<String> = sql
-        .split_whitespace()
-        .map(|w| w.trim_end_matches(';').to_ascii_lowercase())
-        .collect();
-    words.len() >= 3 && words[words.len() - 2] == "and" && words[words.len() - 1] == "chain"
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{is_chained, may_commit, own_notification_pid, starts_with_ci};
-
-    #[test]
-    fn prefixes_never_slice_inside_a_character() {
-        assert!(starts_with_ci(
-            "SET TRANSACTION READ WRITE",
-            "set transaction"
-        ));
-        assert!(!starts_with_ci("SET TRANSACTIO", "set transaction"));
-        // 14 ASCII bytes, then a 2-byte character across byte 15.
-        assert!(!starts_with_ci("SET TRANSACTIOé", "set transaction"));
-        assert!(!starts_with_ci("ééééééééé", "set transaction"));
-    }
+    use super::{may_commit, own_notification_pid};
 
     #[test]
     fn statements_that_may_commit_are_seen() {
@@ -124,14 +95,6 @@ mod tests {
             &0x0909i32.to_be_bytes(),
             "another backend's pid stays"
         );
-    }
-
-    #[test]
-    fn and_chain_is_told_from_and_no_chain() {
-        assert!(is_chained("COMMIT AND CHAIN"));
-        assert!(is_chained("rollback work and chain;"));
-        assert!(!is_chained("COMMIT AND NO CHAIN"));
-        assert!(!is_chained("COMMIT"));
     }
 }
 
