@@ -259,3 +259,136 @@ async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
     );
     exec(&txn, "ROLLBACK").await.unwrap();
 }
+
+/// Resident memory of a process, in kB.
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test]
+async fn a_server_message_over_max_message_size_closes_that_connection() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(2)
+        .extra("max_message_size = \"1MB\"");
+    let (_p, cfg) = start(cfg);
+    let client = connect_with(&cfg, None).await;
+    // A 2 MB notice is buffered whole by no one: the connection is closed.
+    let err = exec(
+        &client,
+        "DO $$ BEGIN RAISE NOTICE '%', repeat('x', 2000000); END $$",
+    )
+    .await
+    .expect_err("the notice is over the limit");
+    // A DO block on the primary may have written before the notice: 08007.
+    assert_eq!(err.code().map(|c| c.code()), Some("08007"), "{err}");
+    let text = err
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_default();
+    assert!(text.contains("max_message_size"), "{text}");
+    // The client goes on, and rows over the limit still stream through.
+    assert_eq!(one(&client, "SELECT 'after'").await, "after");
+    assert_eq!(
+        one(&client, "SELECT length(repeat('y', 3000000))").await,
+        "3000000"
+    );
+    let big = one(&client, "SELECT repeat('z', 3000000)").await;
+    assert_eq!(big.len(), 3_000_000);
+}
+
+/// A simple Query message.
+fn query_message(sql: &str) -> Vec<u8> {
+    let mut m = vec![b'Q'];
+    m.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
+    m.extend_from_slice(sql.as_bytes());
+    m.push(0);
+    m
+}
+
+/// Reads server messages from `s` until `n` ReadyForQuery have arrived;
+/// returns the first DataRow's first column, if any.
+fn read_until_ready(s: &mut std::net::TcpStream, n: usize) -> Option<String> {
+    use std::io::Read;
+    let (mut seen, mut first_value) = (0, None);
+    let mut header = [0u8; 5];
+    while seen < n {
+        s.read_exact(&mut header).expect("server message");
+        let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize - 4;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).expect("server message body");
+        match header[0] {
+            b'Z' => seen += 1,
+            b'D' if first_value.is_none() => {
+                let vlen = i32::from_be_bytes(body[2..6].try_into().unwrap()) as usize;
+                first_value = Some(String::from_utf8_lossy(&body[6..6 + vlen]).into_owned());
+            }
+            b'E' => panic!("error: {}", String::from_utf8_lossy(&body)),
+            _ => {}
+        }
+    }
+    first_value
+}
+
+#[tokio::test]
+async fn a_held_client_is_not_read_without_bound() {
+    use std::io::Write;
+    // While a write waits behind the client's read on a replica, Fulcrum
+    // reads no more than max_message_size plus one read of what the client
+    // pipelines after it: the client's own socket pushes back.
+    let cfg = with_replicas(4)
+        .client_auth("trust")
+        .extra("max_message_size = \"64kB\"");
+    let (p, cfg) = start(cfg);
+    let mut s = std::net::TcpStream::connect(&cfg.listen).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(&fulcrum_suite::startup_message(
+        fulcrum_suite::PROTOCOL_3_0,
+        &[("user", APP_USER), ("database", APP_DB)],
+    ))
+    .unwrap();
+    read_until_ready(&mut s, 1);
+    const FILLERS: usize = 40_000;
+    let filler = query_message(&format!("SELECT '{}'", "f".repeat(1000)));
+    let mut writer = s.try_clone().unwrap();
+    let before = rss_kb(p.pid());
+    let sender = std::thread::spawn(move || {
+        writer
+            .write_all(&query_message(
+                "SELECT pg_is_in_recovery()::text || pg_sleep(2)::text",
+            ))
+            .unwrap();
+        writer
+            .write_all(&query_message("INSERT INTO ses_rows VALUES (3)"))
+            .unwrap();
+        // 40 MB pipelined behind them; this blocks while Fulcrum does not read.
+        let batch = filler.repeat(100);
+        for _ in 0..FILLERS / 100 {
+            writer.write_all(&batch).unwrap();
+        }
+    });
+    let mut peak = 0;
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        peak = peak.max(rss_kb(p.pid()));
+    }
+    let on_replica = read_until_ready(&mut s, 1);
+    assert_eq!(
+        on_replica.as_deref(),
+        Some("true"),
+        "the read ran on a replica"
+    );
+    read_until_ready(&mut s, 1 + FILLERS);
+    sender.join().expect("every query sent");
+    // Held, Fulcrum buffers at most 64 kB plus a read of the 40 MB.
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew < 16 * 1024,
+        "Fulcrum grew by {grew} kB while the client was held"
+    );
+}

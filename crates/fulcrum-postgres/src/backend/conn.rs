@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::stream::ServerStream;
-use bytes::BytesMut;
+use fulcrum_net::Connection;
 
 /// The server's process id and secret, for CancelRequest.
 #[derive(Debug, Clone)]
@@ -28,8 +28,8 @@ pub enum Prepared {
 }
 
 pub struct ServerConn {
-    pub stream: ServerStream,
-    pub read_buf: BytesMut,
+    /// The socket and what was read from it (frames at the front).
+    pub io: Connection<ServerStream>,
     pub cancel: CancelKey,
     /// Latest value of each parameter the server reported (ParameterStatus).
     pub reported: BTreeMap<String, String>,
@@ -51,10 +51,10 @@ impl fulcrum_pool::Poolable for ServerConn {
     /// An idle connection must have nothing to read: EOF means the server
     /// closed it, data means it sent something unasked (e.g. a FATAL at shutdown).
     fn is_usable(&mut self) -> bool {
-        if !self.read_buf.is_empty() {
+        if !self.io.read_buf.is_empty() {
             return false;
         }
         let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        matches!(self.io.stream().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }

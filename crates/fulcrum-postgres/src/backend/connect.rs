@@ -15,6 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::{CancelKey, ServerConn};
 use super::stream::ServerStream;
+use fulcrum_net::Connection;
+
+/// Server connections read in larger chunks: results stream through them.
+const SERVER_READ_CHUNK: usize = 16 * 1024;
 use crate::codec::backend_msg::{parse_error_fields, ErrorFields};
 use crate::codec::frame::check_frame;
 
@@ -185,8 +189,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 let cancel =
                     key.ok_or_else(|| protocol("no BackendKeyData before ReadyForQuery"))?;
                 return Ok(ServerConn {
-                    stream,
-                    read_buf: buf,
+                    io: Connection::with_read_buf(stream, buf).with_chunk(SERVER_READ_CHUNK),
                     cancel,
                     reported,
                     applied: BTreeMap::new(),

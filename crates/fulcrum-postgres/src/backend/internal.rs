@@ -4,7 +4,6 @@
 
 use bytes::BytesMut;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::ServerConn;
 use crate::codec::backend_msg::{
@@ -52,22 +51,22 @@ impl ServerConn {
     ) -> Result<u8, InternalError> {
         let mut out = BytesMut::with_capacity(sql.len() + 6);
         put_query(&mut out, sql);
-        self.stream.write_all(&out).await?;
+        self.io.send(&out).await?;
         let mut error = None;
         loop {
             let h = loop {
-                match check_frame(&self.read_buf, u32::MAX as u64)
+                match check_frame(&self.io.read_buf, u32::MAX as u64)
                     .map_err(|e| InternalError::Protocol(e.to_string()))?
                 {
-                    Some(h) if self.read_buf.len() >= h.total => break h,
+                    Some(h) if self.io.read_buf.len() >= h.total => break h,
                     _ => {
-                        if self.stream.read_buf(&mut self.read_buf).await? == 0 {
+                        if self.io.read_more().await? == 0 {
                             return Err(InternalError::Closed);
                         }
                     }
                 }
             };
-            let frame = self.read_buf.split_to(h.total);
+            let frame = self.io.read_buf.split_to(h.total);
             match h.tag {
                 b'S' => {
                     if let Some((n, v)) = parse_parameter_status(&frame[5..]) {

@@ -140,8 +140,7 @@ async fn handle(
     let _counted = ctx.metrics.client_connected();
     let session = Session::new(
         ctx.clone(),
-        stream,
-        buf,
+        fulcrum_net::Connection::with_read_buf(stream, buf),
         login,
         registration.slot.clone(),
         shutdown,

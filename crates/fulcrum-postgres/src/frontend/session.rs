@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use fulcrum_config::PoolMode;
+use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
 use fulcrum_session::txn::{self, Deferral};
 use fulcrum_session::{
     decide, Action, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
 };
 use fulcrum_sql::Decision;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod attach;
@@ -57,6 +57,8 @@ use text::*;
 
 /// Server frames of these types larger than this are streamed through, not buffered whole.
 const STREAM_THRESHOLD: usize = 64 * 1024;
+/// Bytes waiting for one side above which the other side is not read.
+const FORWARD_WINDOW: usize = 256 * 1024;
 /// How long a replica that could not be reached is left out of reads.
 const REPLICA_BAN: Duration = Duration::from_secs(5);
 /// How long cleaning a server connection for reuse may take before it is closed instead.
@@ -64,9 +66,9 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Session {
     ctx: Arc<ClusterContext>,
-    client: TcpStream,
-    cbuf: BytesMut,
-    to_client: BytesMut,
+    /// The client's socket, what it sent and not yet handled (`read_buf`)
+    /// and the answers queued for it (`write_buf`).
+    client: Connection<TcpStream>,
     to_server: BytesMut,
     user: Arc<str>,
     database: Arc<str>,
@@ -111,7 +113,7 @@ pub struct Session {
     /// first answer reaches the client, to send again if the replica dies.
     retry_buf: BytesMut,
     retry_armed: bool,
-    /// `to_client` length when the unit was attached (replies before it stay).
+    /// `client.write_buf` length when the unit was attached (replies before it stay).
     retry_client_mark: usize,
     /// A retried unit is being sent again (no second retry).
     retrying: bool,
@@ -131,6 +133,12 @@ pub struct Session {
     write_unit: bool,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
+    /// Why the server connection is being given up, when Fulcrum gives it
+    /// up itself (told to the client with the error).
+    lost_because: Option<String>,
+    /// The unit at the front of the client buffer is held until the
+    /// attached connection has answered (back-pressure applies).
+    held: bool,
     /// DDL ran in the open transaction (the schema generation moves again
     /// when it ends).
     ddl_in_txn: bool,
@@ -143,8 +151,7 @@ pub struct Session {
 impl Session {
     pub fn new(
         ctx: Arc<ClusterContext>,
-        client: TcpStream,
-        cbuf: BytesMut,
+        client: Connection<TcpStream>,
         login: Login,
         cancel: Arc<CancelSlot>,
         shutdown: tokio::sync::watch::Receiver<bool>,
@@ -156,10 +163,6 @@ impl Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
             client,
-            cbuf,
-            // Allocated at first use and kept: an idle client that has not
-            // run anything holds no output buffers (memory per idle client).
-            to_client: BytesMut::new(),
             to_server: BytesMut::new(),
             user: login.user,
             database: login.database,
@@ -200,6 +203,8 @@ impl Session {
             unit_may_write: true,
             write_unit: false,
             client_entry,
+            lost_because: None,
+            held: false,
             ddl_in_txn: false,
             commit_in_flight: false,
         }
@@ -252,7 +257,7 @@ impl Session {
         }
         backend_msg::backend_key_data(&mut out, self.cancel.process_id, self.cancel.secret_key);
         backend_msg::ready_for_query(&mut out, b'I');
-        self.client.write_all(&out).await?;
+        self.client.send(&out).await?;
         if self.engine.pinned().is_none() {
             // The login's probe connection goes back (transaction pooling).
             self.detach();
@@ -260,10 +265,15 @@ impl Session {
         Ok(())
     }
 
+    /// The forwarding loop. Reads and writes on both sockets are polled
+    /// together, so Fulcrum never waits to write to one side while the
+    /// other side waits for it to read (a pipelining client against a
+    /// server busy answering). Each side is read only while what waits for
+    /// the other stays under `FORWARD_WINDOW` (and a held client under its
+    /// own limit): the sockets push back instead of Fulcrum buffering.
     async fn forward(&mut self) -> Result<(), SessionError> {
         enum Event {
-            Client(std::io::Result<usize>),
-            Server(std::io::Result<usize>),
+            Io(Io),
             Shutdown,
         }
         loop {
@@ -271,35 +281,51 @@ impl Session {
             if draining && self.at_boundary() {
                 let msg =
                     "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
-                return Err(fatal(&mut self.client, sqlstate::ADMIN_SHUTDOWN, msg).await);
+                return Err(self.fatal_client(sqlstate::ADMIN_SHUTDOWN, msg).await);
             }
-            if self.cbuf.capacity() - self.cbuf.len() < 1024 {
-                self.cbuf.reserve(8 * 1024);
-            }
-            let event = match self.server.as_mut() {
-                Some(server) => {
-                    let conn: &mut ServerConn = server;
-                    if conn.read_buf.capacity() - conn.read_buf.len() < 4096 {
-                        conn.read_buf.reserve(16 * 1024);
-                    }
-                    tokio::select! {
-                        r = self.client.read_buf(&mut self.cbuf) => Event::Client(r),
-                        r = conn.stream.read_buf(&mut conn.read_buf) => Event::Server(r),
-                        _ = self.shutdown.changed(), if !draining => Event::Shutdown,
-                    }
-                }
-                None => tokio::select! {
-                    r = self.client.read_buf(&mut self.cbuf) => Event::Client(r),
-                    _ = self.shutdown.changed(), if !draining => Event::Shutdown,
-                },
+            let read_client = self.to_server.len() < FORWARD_WINDOW
+                && self
+                    .client
+                    .may_read(self.held, self.ctx.config.max_message_size);
+            let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
+            let io = std::future::poll_fn(|cx| {
+                poll_io(
+                    cx,
+                    &mut self.client,
+                    self.server.as_mut(),
+                    &mut self.to_server,
+                    read_client,
+                    read_server,
+                )
+            });
+            let event = tokio::select! {
+                io = io => Event::Io(io),
+                _ = self.shutdown.changed(), if !draining => Event::Shutdown,
             };
             match event {
                 Event::Shutdown => {
                     // The session ends at its next boundary (checked above).
                     self.engine.step(fulcrum_session::Event::Drain);
-                    continue;
                 }
-                Event::Client(r) => {
+                Event::Io(Io::ClientWrote(r)) => {
+                    // The answer has started: a lost replica can no longer be hidden.
+                    self.retry_armed = false;
+                    r?;
+                }
+                Event::Io(Io::ServerWrote(Ok(_))) => {
+                    if self.to_server.is_empty() {
+                        // Synthetic replies queued ahead of anything the
+                        // server owes go out now.
+                        self.expect
+                            .drain_synthetic(&mut self.client.write_buf, self.status);
+                        self.flush_client().await?;
+                    }
+                }
+                Event::Io(Io::ServerWrote(Err(_))) => {
+                    self.to_server.clear();
+                    self.after_server_lost().await?;
+                }
+                Event::Io(Io::ClientRead(r)) => {
                     let n = r?;
                     if n == 0 {
                         return Err(SessionError::ClientGone);
@@ -307,7 +333,7 @@ impl Session {
                     self.ctx.metrics.bytes_in.inc_by(n as u64);
                     self.on_client_input().await?;
                 }
-                Event::Server(Ok(n)) if n > 0 => {
+                Event::Io(Io::ServerRead(Ok(n))) if n > 0 => {
                     self.ctx.metrics.bytes_out.inc_by(n as u64);
                     self.on_server_input().await?;
                     if self.server.is_none() {
@@ -316,20 +342,75 @@ impl Session {
                         self.flush_client().await?;
                     }
                     // Work held back while a replica finished goes now.
-                    if !self.cbuf.is_empty() {
+                    if !self.client.read_buf.is_empty() {
                         self.on_client_input().await?;
                     }
                 }
-                Event::Server(_) => {
-                    self.server_lost().await?;
-                    if self.server.is_none() {
-                        self.flush_client().await?;
-                    }
-                    if !self.cbuf.is_empty() {
-                        self.on_client_input().await?;
-                    }
-                }
+                Event::Io(Io::ServerRead(_)) => self.after_server_lost().await?,
             }
         }
     }
+
+    /// The attached server is gone: answer in its place and take up what
+    /// the client sent meanwhile.
+    async fn after_server_lost(&mut self) -> Result<(), SessionError> {
+        self.server_lost().await?;
+        if self.server.is_none() {
+            self.flush_client().await?;
+        }
+        if !self.client.read_buf.is_empty() {
+            self.on_client_input().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is queued for the client, then ends the session with a
+    /// FATAL error.
+    pub(super) async fn fatal_client(&mut self, code: &str, msg: &str) -> SessionError {
+        let _ = self.client.flush().await;
+        fatal(self.client.stream_mut(), code, msg).await
+    }
+}
+
+/// One step of I/O on the client and its server, whichever is ready first:
+/// writes before reads, so what is owed drains before more is taken.
+enum Io {
+    ClientRead(std::io::Result<usize>),
+    ServerRead(std::io::Result<usize>),
+    ClientWrote(std::io::Result<usize>),
+    ServerWrote(std::io::Result<usize>),
+}
+
+fn poll_io(
+    cx: &mut std::task::Context<'_>,
+    client: &mut Connection<TcpStream>,
+    server: Option<&mut Checkout<ServerConn>>,
+    to_server: &mut BytesMut,
+    read_client: bool,
+    read_server: bool,
+) -> std::task::Poll<Io> {
+    use std::task::Poll::Ready;
+    if let Some(server) = server {
+        if !to_server.is_empty() {
+            if let Ready(r) = server.io.poll_write_from(cx, to_server) {
+                return Ready(Io::ServerWrote(r));
+            }
+        }
+        if read_server {
+            if let Ready(r) = server.io.poll_read_more(cx) {
+                return Ready(Io::ServerRead(r));
+            }
+        }
+    }
+    if !client.write_buf.is_empty() {
+        if let Ready(r) = client.poll_write_queued(cx) {
+            return Ready(Io::ClientWrote(r));
+        }
+    }
+    if read_client {
+        if let Ready(r) = client.poll_read_more(cx) {
+            return Ready(Io::ClientRead(r));
+        }
+    }
+    std::task::Poll::Pending
 }

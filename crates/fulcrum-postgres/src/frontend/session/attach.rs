@@ -70,7 +70,7 @@ impl Session {
             },
             wait
         );
-        Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
+        Err(self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await)
     }
 
     /// Attaches to a replica; `Ok(false)` when it cannot be reached (it is
@@ -99,7 +99,7 @@ impl Session {
                         causal::Check::Primary
                     )
                 {
-                    if server.read_buf.is_empty() {
+                    if server.io.read_buf.is_empty() {
                         server.release();
                     } else {
                         server.discard();
@@ -171,7 +171,8 @@ impl Session {
             Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
                 // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
                 tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
-                let _ = self.client.write_all(&frame).await;
+                self.client.queue(&frame);
+                let _ = self.client.flush().await;
                 return Err(SessionError::Refused(fields.message));
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -195,7 +196,7 @@ impl Session {
                 } else {
                     sqlstate::CANNOT_CONNECT_NOW
                 };
-                return Err(fatal(&mut self.client, code, &msg).await);
+                return Err(self.fatal_client(code, &msg).await);
             }
             Err(e @ PoolError::Timeout(..)) | Err(e @ PoolError::Closed) => {
                 let msg = format!(
@@ -205,20 +206,23 @@ impl Session {
                     self.ctx.backends[backend],
                     self.ctx.name()
                 );
-                return Err(fatal(&mut self.client, sqlstate::TOO_MANY_CONNECTIONS, &msg).await);
+                return Err(self
+                    .fatal_client(sqlstate::TOO_MANY_CONNECTIONS, &msg)
+                    .await);
             }
         };
         if server.applied != self.desired {
             if let Err(e) = sync_params(&mut server, &self.desired).await {
                 return Err(match e {
                     InternalError::Server { frame, fields } => {
-                        let _ = self.client.write_all(&frame).await;
+                        self.client.queue(&frame);
+                        let _ = self.client.flush().await;
                         SessionError::Refused(fields.message)
                     }
                     other => {
                         server.discard();
                         let msg = format!("fulcrum: server connection failed while restoring session settings: {other}");
-                        fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await
+                        self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await
                     }
                 });
             }
@@ -282,7 +286,7 @@ impl Session {
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
-            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
+            if server.io.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
                 server.release();
             } else {
                 server.discard();
@@ -319,7 +323,7 @@ impl Session {
             && self.status == b'I'
             && self.owed() == Owed::Nothing
             && self.lost.is_none()
-            && self.cbuf.is_empty()
+            && self.client.read_buf.is_empty()
     }
 
     /// The route label of the attached server (metrics).

@@ -55,11 +55,11 @@ impl Session {
     /// Notes the hint of the unit at the front of the client buffer.
     pub(super) fn note_hint(&mut self) {
         self.unit_consistency = None;
-        if self.cbuf.len() < 5 {
+        if self.client.read_buf.len() < 5 {
             return;
         }
-        let body = &self.cbuf[5..];
-        let text = match self.cbuf[0] {
+        let body = &self.client.read_buf[5..];
+        let text = match self.client.read_buf[0] {
             b'Q' => query_text(body),
             b'P' => crate::codec::frontend_msg::parse_msg(body).map(|p| p.query),
             _ => None,
@@ -201,7 +201,7 @@ impl Session {
         if self.pending_ready > 0 || !self.expect.is_empty() || self.unsynced {
             return false;
         }
-        let Some(text) = query_text(&self.cbuf[5..total]) else {
+        let Some(text) = query_text(&self.client.read_buf[5..total]) else {
             return false;
         };
         let first = session_sql::first_word_bytes(text);
@@ -214,7 +214,7 @@ impl Session {
         let Some(op) = std::str::from_utf8(text).ok().and_then(setting_op) else {
             return false;
         };
-        let out = &mut self.to_client;
+        let out = &mut self.client.write_buf;
         match op {
             SettingOp::Set(name) if Consistency::from_name(name).is_some() => {
                 self.consistency = Consistency::from_name(name).unwrap_or(self.consistency);
@@ -245,7 +245,7 @@ impl Session {
             }
         }
         backend_msg::ready_for_query(out, self.status);
-        let _ = self.cbuf.split_to(total);
+        let _ = self.client.read_buf.split_to(total);
         true
     }
 }

@@ -29,7 +29,7 @@ impl Session {
             || self.unsynced
             || !self.expect.is_empty()
             || self.server_stream_left > 0;
-        if busy || !server.read_buf.is_empty() {
+        if busy || !server.io.read_buf.is_empty() {
             // Mid-query: stop the work and close; the server rolls back.
             let key = server.cancel.clone();
             server.discard();
@@ -67,17 +67,17 @@ impl Session {
 /// empty; true when the connection is then clean.
 pub(super) async fn drain_internal(server: &mut ServerConn, expect: &mut Expectations) -> bool {
     loop {
-        while let Ok(Some(h)) = check_frame(&server.read_buf, u32::MAX as u64) {
-            if server.read_buf.len() < h.total {
+        while let Ok(Some(h)) = check_frame(&server.io.read_buf, u32::MAX as u64) {
+            if server.io.read_buf.len() < h.total {
                 break;
             }
-            let frame = server.read_buf.split_to(h.total);
+            let frame = server.io.read_buf.split_to(h.total);
             expect.on_server(h.tag, &frame[5..]);
         }
         if expect.is_empty() {
-            return server.read_buf.is_empty();
+            return server.io.read_buf.is_empty();
         }
-        match server.stream.read_buf(&mut server.read_buf).await {
+        match server.io.read_more().await {
             Ok(n) if n > 0 => {}
             _ => return false,
         }

@@ -13,6 +13,7 @@ impl Session {
         loop {
             let held = self.take_client_frames().await?;
             self.settle().await?;
+            self.held = held && self.server.is_some();
             if !(held && self.server.is_none()) {
                 return Ok(());
             }
@@ -25,7 +26,7 @@ impl Session {
     pub(super) async fn settle(&mut self) -> Result<(), SessionError> {
         self.flush_server().await?;
         self.expect
-            .drain_synthetic(&mut self.to_client, self.status);
+            .drain_synthetic(&mut self.client.write_buf, self.status);
         self.flush_client().await?;
         self.maybe_detach();
         Ok(())
@@ -39,21 +40,20 @@ impl Session {
         // to the server is what Fulcrum adds (`fulcrum_proxy_seconds`).
         let mut unit_started = None;
         let held = loop {
-            let header = match check_frame(&self.cbuf, max) {
-                Ok(Some(h)) if self.cbuf.len() >= h.total => h,
+            let header = match check_frame(&self.client.read_buf, max) {
+                Ok(Some(h)) if self.client.read_buf.len() >= h.total => h,
                 Ok(Some(h)) => {
-                    self.cbuf.reserve(h.total - self.cbuf.len());
+                    self.client
+                        .read_buf
+                        .reserve(h.total - self.client.read_buf.len());
                     break false;
                 }
                 Ok(None) => break false,
                 Err(e) => {
                     self.flush_server().await?;
-                    return Err(fatal(
-                        &mut self.client,
-                        sqlstate::PROTOCOL_VIOLATION,
-                        &format!("fulcrum: {e}"),
-                    )
-                    .await);
+                    return Err(self
+                        .fatal_client(sqlstate::PROTOCOL_VIOLATION, &format!("fulcrum: {e}"))
+                        .await);
                 }
             };
             if self.lost.is_some()
@@ -70,14 +70,14 @@ impl Session {
                 && self.try_answer_local_deallocate(header.total)
             {
                 // A mapped statement's DEALLOCATE needs no server.
-                let _ = self.cbuf.split_to(header.total);
+                let _ = self.client.read_buf.split_to(header.total);
                 continue;
             }
             if header.tag == b'Q'
                 && self.server.is_none()
                 && self.try_defer_transaction_control(header.total)
             {
-                let _ = self.cbuf.split_to(header.total);
+                let _ = self.client.read_buf.split_to(header.total);
                 continue;
             }
             if matches!(
@@ -114,7 +114,7 @@ impl Session {
                     }
                 }
             }
-            let frame = self.cbuf.split_to(header.total);
+            let frame = self.client.read_buf.split_to(header.total);
             if self.retry_armed {
                 if self.retry_buf.len() + frame.len() <= failure::RETRY_MAX {
                     self.retry_buf.extend_from_slice(&frame);
@@ -162,7 +162,7 @@ impl Session {
             other => {
                 let msg = format!("fulcrum: invalid frontend message type {}", other);
                 self.flush_server().await?;
-                return Err(fatal(&mut self.client, sqlstate::PROTOCOL_VIOLATION, &msg).await);
+                return Err(self.fatal_client(sqlstate::PROTOCOL_VIOLATION, &msg).await);
             }
         }
         if self.server.is_none() {
@@ -230,7 +230,7 @@ impl Session {
     /// The classification of the unit at the front of the client buffer.
     pub(super) fn next_unit_decision(&self) -> Decision {
         unit_decision(
-            &self.cbuf,
+            &self.client.read_buf,
             self.ctx.config.max_message_size,
             &|sql| self.ctx.classify(sql),
             &self.statements,
@@ -242,7 +242,7 @@ impl Session {
     /// buffer (`fulcrum_session::decide`).
     pub(super) fn route_unit(&mut self) -> Routing {
         let decision = self.next_unit_decision();
-        if self.cbuf.first() == Some(&b'Q') {
+        if self.client.read_buf.first() == Some(&b'Q') {
             self.last_query_decision = Some(decision);
         }
         self.note_hint();
@@ -254,7 +254,7 @@ impl Session {
         let routing = decide(&Facts {
             decision,
             complete: true, // an unfinished unit is classified a write
-            executes: unit_executes(&self.cbuf, self.ctx.config.max_message_size),
+            executes: unit_executes(&self.client.read_buf, self.ctx.config.max_message_size),
             txn,
             pinned: self.engine.pinned().is_some(),
             attached: self.server.is_some(),
@@ -334,6 +334,6 @@ impl Session {
             && self.status == b'I'
             && !with_begin
             && !self.ctx.router.is_primary(self.backend);
-        self.retry_client_mark = self.to_client.len();
+        self.retry_client_mark = self.client.write_buf.len();
     }
 }

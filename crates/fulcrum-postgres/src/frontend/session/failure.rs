@@ -17,7 +17,6 @@ use super::Session;
 use crate::codec::backend_msg::{self, sqlstate};
 use crate::frontend::error::SessionError;
 use crate::frontend::expect::Expectations;
-use crate::frontend::login::fatal;
 
 /// Units larger than this are not kept for a retry.
 pub(super) const RETRY_MAX: usize = 1024 * 1024;
@@ -68,11 +67,14 @@ impl Session {
             }
             _ => {
                 let msg = format!(
-                    "fulcrum: lost the connection to server {} of cluster \"{}\"; the session's state (transaction, prepared statements, settings) was on it: reconnect",
+                    "fulcrum: lost the connection to server {} of cluster \"{}\"{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
                     self.ctx.backends[backend],
-                    self.ctx.name()
+                    self.ctx.name(),
+                    self.lost_because
+                        .take()
+                        .map_or(String::new(), |why| format!(" ({why})")),
                 );
-                Err(fatal(&mut self.client, sqlstate::CONNECTION_FAILURE, &msg).await)
+                Err(self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await)
             }
         }
     }
@@ -93,10 +95,11 @@ impl Session {
     async fn retry_unit(&mut self) -> Result<(), SessionError> {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
         self.forget_unit();
-        self.to_client.truncate(self.retry_client_mark);
+        self.lost_because = None;
+        self.client.write_buf.truncate(self.retry_client_mark);
         let mut again = std::mem::take(&mut self.retry_buf);
-        again.extend_from_slice(&self.cbuf);
-        self.cbuf = again;
+        again.extend_from_slice(&self.client.read_buf);
+        self.client.read_buf = again;
         self.retry_buf = BytesMut::new();
         self.retrying = true;
         self.retry_avoid = Some(self.backend);
@@ -111,9 +114,12 @@ impl Session {
         let in_txn = self.status != b'I';
         let code = outcome.sqlstate();
         let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"; {}",
+            "fulcrum: lost the connection to server {} of cluster \"{}\"{}; {}",
             self.ctx.backends[self.backend],
             self.ctx.name(),
+            self.lost_because
+                .take()
+                .map_or(String::new(), |why| format!(" ({why})")),
             outcome.advice()
         );
         self.commit_in_flight = false;
@@ -124,11 +130,11 @@ impl Session {
         self.txn_committed = None;
         let status = if in_txn { b'E' } else { b'I' };
         for _ in 0..owed {
-            backend_msg::error_response(&mut self.to_client, "ERROR", code, &msg);
-            backend_msg::ready_for_query(&mut self.to_client, status);
+            backend_msg::error_response(&mut self.client.write_buf, "ERROR", code, &msg);
+            backend_msg::ready_for_query(&mut self.client.write_buf, status);
         }
         if owed == 0 && unsynced {
-            backend_msg::error_response(&mut self.to_client, "ERROR", code, &msg);
+            backend_msg::error_response(&mut self.client.write_buf, "ERROR", code, &msg);
         }
         self.status = status;
         if self.engine.is_lost() {

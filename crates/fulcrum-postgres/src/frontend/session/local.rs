@@ -14,7 +14,12 @@ impl Session {
         let ctx = &self.ctx;
         let ends =
             |text: &[u8]| std::str::from_utf8(text).is_ok_and(|t| ctx.classify(t) == Decision::End);
-        match lost.answer(tag, &self.cbuf[5..total], &ends, &mut self.to_client) {
+        match lost.answer(
+            tag,
+            &self.client.read_buf[5..total],
+            &ends,
+            &mut self.client.write_buf,
+        ) {
             lost::Answer::Pass => {
                 self.lost = None;
                 self.engine.step(Event::LostEnded);
@@ -24,14 +29,14 @@ impl Session {
                 if tag == b'Q' || tag == b'S' || tag == b'F' {
                     self.status = b'E';
                 }
-                let _ = self.cbuf.split_to(total);
+                let _ = self.client.read_buf.split_to(total);
                 true
             }
             lost::Answer::Done => {
                 self.lost = None;
                 self.engine.step(Event::LostEnded);
                 self.status = b'I';
-                let _ = self.cbuf.split_to(total);
+                let _ = self.client.read_buf.split_to(total);
                 true
             }
         }
@@ -45,7 +50,7 @@ impl Session {
         if !self.rewrite_statements || self.engine.pinned().is_some() || self.status == b'E' {
             return false;
         }
-        let Some(text) = query_text(&self.cbuf[5..total]) else {
+        let Some(text) = query_text(&self.client.read_buf[5..total]) else {
             return false;
         };
         // Cheap test first: only transaction control can be deferred.
@@ -67,8 +72,8 @@ impl Session {
             Some(Deferral::Ended(tag)) => (tag, b'I'),
             None => return false,
         };
-        backend_msg::command_complete(&mut self.to_client, tag);
-        backend_msg::ready_for_query(&mut self.to_client, status);
+        backend_msg::command_complete(&mut self.client.write_buf, tag);
+        backend_msg::ready_for_query(&mut self.client.write_buf, status);
         self.status = status;
         true
     }
@@ -103,7 +108,7 @@ impl Session {
         self.expect.push(Expect::SyntheticQuery(tag));
         if self.server.is_none() {
             self.expect
-                .drain_synthetic(&mut self.to_client, self.status);
+                .drain_synthetic(&mut self.client.write_buf, self.status);
         }
         true
     }
@@ -111,10 +116,10 @@ impl Session {
     /// `try_answer_deallocate` for the Query at the front of the client
     /// buffer (`total` bytes), before any server is attached.
     pub(super) fn try_answer_local_deallocate(&mut self, total: usize) -> bool {
-        if !self.rewrite_statements || deallocate_ops(&self.cbuf[5..total]).is_none() {
+        if !self.rewrite_statements || deallocate_ops(&self.client.read_buf[5..total]).is_none() {
             return false;
         }
-        let body = self.cbuf[5..total].to_vec();
+        let body = self.client.read_buf[5..total].to_vec();
         self.try_answer_deallocate(&body)
     }
 }

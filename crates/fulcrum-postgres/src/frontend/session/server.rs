@@ -4,6 +4,8 @@
 use super::*;
 
 impl Session {
+    /// Writes what is queued for the server as far as it takes it now (the
+    /// loop writes the rest when it can).
     pub(super) async fn flush_server(&mut self) -> Result<(), SessionError> {
         if self.to_server.is_empty() {
             return Ok(());
@@ -12,23 +14,24 @@ impl Session {
             self.to_server.clear();
             return Ok(());
         };
-        if server.stream.write_all(&self.to_server).await.is_err() {
+        if server.io.write_now_from(&mut self.to_server).is_err() {
             self.to_server.clear();
             return self.server_lost().await;
         }
-        self.to_server.clear();
-        // Synthetic replies queued ahead of anything the server owes go out now.
-        self.expect
-            .drain_synthetic(&mut self.to_client, self.status);
+        if self.to_server.is_empty() {
+            // Synthetic replies queued ahead of anything the server owes go out now.
+            self.expect
+                .drain_synthetic(&mut self.client.write_buf, self.status);
+        }
         Ok(())
     }
 
+    /// Writes what is queued for the client as far as it takes it now.
     pub(super) async fn flush_client(&mut self) -> Result<(), SessionError> {
-        if !self.to_client.is_empty() {
+        if !self.client.write_buf.is_empty() {
             // The answer has started: a lost replica can no longer be hidden.
             self.retry_armed = false;
-            self.client.write_all(&self.to_client).await?;
-            self.to_client.clear();
+            self.client.write_now()?;
         }
         Ok(())
     }
@@ -36,10 +39,10 @@ impl Session {
     pub(super) async fn on_server_input(&mut self) -> Result<(), SessionError> {
         loop {
             let server = self.server.as_mut().expect("attached");
-            let buf = &mut server.read_buf;
+            let buf = &mut server.io.read_buf;
             if self.server_stream_left > 0 {
                 let take = self.server_stream_left.min(buf.len());
-                self.to_client.extend_from_slice(&buf.split_to(take));
+                self.client.write_buf.extend_from_slice(&buf.split_to(take));
                 self.server_stream_left -= take;
                 if buf.is_empty() {
                     break;
@@ -51,13 +54,26 @@ impl Session {
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "malformed message from server");
+                    self.lost_because = Some(format!("it sent a malformed message: {e}"));
                     return self.server_lost().await;
                 }
             };
+            let max = self.ctx.config.max_message_size;
+            if header.total as u64 > max && !matches!(header.tag, b'D' | b'd') {
+                // Rows and copy data stream through; any other message is
+                // buffered whole, so it is held to the client's limit.
+                let why = format!(
+                    "its {:?} message of {} bytes is over max_message_size ({max} bytes)",
+                    header.tag as char, header.total
+                );
+                tracing::warn!(server = %server.cancel.address, "closing a server connection: {why}");
+                self.lost_because = Some(why);
+                return self.server_lost().await;
+            }
             if buf.len() < header.total {
                 if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
                     self.server_stream_left = header.total - buf.len();
-                    self.to_client.extend_from_slice(buf);
+                    self.client.write_buf.extend_from_slice(buf);
                     buf.clear();
                 } else {
                     buf.reserve(header.total - buf.len());
@@ -93,7 +109,7 @@ impl Session {
                 own_notification_pid(&mut frame, server.cancel.process_id, self.cancel.process_id);
             }
             self.expect
-                .drain_synthetic(&mut self.to_client, self.status);
+                .drain_synthetic(&mut self.client.write_buf, self.status);
             let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
             match header.tag {
                 b'S' => {
@@ -127,7 +143,7 @@ impl Session {
                 }
             }
             if step == Step::Forward {
-                self.to_client.extend_from_slice(&frame);
+                self.client.write_buf.extend_from_slice(&frame);
             }
             self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
@@ -148,7 +164,7 @@ impl Session {
             }
         }
         self.expect
-            .drain_synthetic(&mut self.to_client, self.status);
+            .drain_synthetic(&mut self.client.write_buf, self.status);
         self.flush_client().await?;
         self.flush_server().await?;
         self.maybe_detach();

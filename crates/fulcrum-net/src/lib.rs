@@ -1,0 +1,301 @@
+//! Fulcrum's connection type: one socket and the two buffers that go with
+//! it, for every side of every protocol (clients and servers of PostgreSQL
+//! and MySQL, and the admin console).
+//!
+//! It owns:
+//! - frame intake: bytes read into `read_buf` in chunks, and the length of
+//!   the whole frame at its front, by a protocol's `Framing` (a pure
+//!   function over the header);
+//! - write coalescing: what is queued in `write_buf` goes out in one write
+//!   per `flush`;
+//! - back-pressure: `may_read` says when a peer whose work is held must not
+//!   be read further, so one client cannot make Fulcrum buffer without end.
+//!
+//! It is generic over the stream (`AsyncRead + AsyncWrite + Unpin`), so a
+//! TLS stream slots in where a `TcpStream` or `UnixStream` is today. It
+//! never knows a wire protocol beyond what its `Framing` says, and nothing
+//! of SQL or routing.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Bytes asked of the socket per read by default (the buffer grows by
+/// this much when less than a quarter of it is free).
+pub const READ_CHUNK: usize = 8 * 1024;
+
+/// How a protocol delimits its frames.
+pub trait Framing {
+    type Error;
+    /// The total length of the frame at the front of `buf` once its header
+    /// is there (`None` until then); an error for a malformed header or a
+    /// declared length over `max`.
+    fn frame_len(buf: &[u8], max: u64) -> Result<Option<usize>, Self::Error>;
+}
+
+/// A socket with its read and write buffers.
+#[derive(Debug)]
+pub struct Connection<S> {
+    stream: S,
+    /// Room made in `read_buf` before a read when it runs low.
+    chunk: usize,
+    /// Bytes read and not yet taken, frames at the front.
+    pub read_buf: BytesMut,
+    /// Bytes queued for the peer, written by `flush`.
+    pub write_buf: BytesMut,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    /// A connection with empty buffers (allocated at first use, so an idle
+    /// connection holds none).
+    pub fn new(stream: S) -> Connection<S> {
+        Connection::with_read_buf(stream, BytesMut::new())
+    }
+
+    /// A connection whose first bytes were already read (e.g. during a
+    /// login done before the session took the socket).
+    pub fn with_read_buf(stream: S, read_buf: BytesMut) -> Connection<S> {
+        Connection {
+            stream,
+            chunk: READ_CHUNK,
+            read_buf,
+            write_buf: BytesMut::new(),
+        }
+    }
+
+    /// Reads in chunks of `chunk` bytes (servers stream large results:
+    /// fewer, larger reads).
+    pub fn with_chunk(mut self, chunk: usize) -> Connection<S> {
+        self.chunk = chunk.max(1024);
+        self
+    }
+
+    /// Reads what the socket has (waiting for at least one byte); 0 at EOF.
+    pub async fn read_more(&mut self) -> io::Result<usize> {
+        if self.read_buf.capacity() - self.read_buf.len() < self.chunk / 4 {
+            self.read_buf.reserve(self.chunk);
+        }
+        self.stream.read_buf(&mut self.read_buf).await
+    }
+
+    /// Polls one read into `read_buf` (for a loop that also watches the
+    /// other side: a read never waits behind a write, nor a write behind a
+    /// read).
+    pub fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf.capacity() - self.read_buf.len() < self.chunk / 4 {
+            self.read_buf.reserve(self.chunk);
+        }
+        let read = self.stream.read_buf(&mut self.read_buf);
+        tokio::pin!(read);
+        read.poll(cx)
+    }
+
+    /// Polls one write of the front of `buf` (this connection's queue or a
+    /// buffer kept elsewhere), removing what was written from it.
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(0)) if !buf.is_empty() => {
+                Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
+            }
+            Poll::Ready(Ok(n)) => {
+                buf.advance(n);
+                Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+
+    /// Polls one write of what is queued in `write_buf`.
+    pub fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let mut queued = std::mem::take(&mut self.write_buf);
+        let r = self.poll_write_from(cx, &mut queued);
+        self.write_buf = queued;
+        r
+    }
+
+    /// Writes as much of `buf` as the socket takes now, without waiting;
+    /// the rest stays in `buf` for the loop to write when it can.
+    pub fn write_now_from(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut written = 0;
+        while !buf.is_empty() {
+            match self.poll_write_from(&mut cx, buf) {
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => break,
+            }
+        }
+        Ok(written)
+    }
+
+    /// Writes as much of `write_buf` as the socket takes now.
+    pub fn write_now(&mut self) -> io::Result<usize> {
+        let mut queued = std::mem::take(&mut self.write_buf);
+        let r = self.write_now_from(&mut queued);
+        self.write_buf = queued;
+        r
+    }
+
+    /// Back-pressure: whether to read from this peer now. While its work is
+    /// `held` (waiting for a replica, a position or a pool slot), it is read
+    /// only until `limit` bytes (the largest message allowed) plus one read
+    /// are buffered; then the socket's own buffers push back on the peer.
+    pub fn may_read(&self, held: bool, limit: u64) -> bool {
+        !held || (self.read_buf.len() as u64) <= limit.saturating_add(self.chunk as u64)
+    }
+
+    /// The length of the complete frame at the front of `read_buf`, if it
+    /// has all arrived; room is reserved for the rest of a partial one.
+    pub fn complete_frame<F: Framing>(&mut self, max: u64) -> Result<Option<usize>, F::Error> {
+        match F::frame_len(&self.read_buf, max)? {
+            Some(total) if self.read_buf.len() >= total => Ok(Some(total)),
+            Some(total) => {
+                self.read_buf.reserve(total - self.read_buf.len());
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Takes `n` bytes from the front of `read_buf`.
+    pub fn take(&mut self, n: usize) -> BytesMut {
+        self.read_buf.split_to(n)
+    }
+
+    /// Queues bytes for the peer (coalesced until `flush`).
+    pub fn queue(&mut self, bytes: &[u8]) {
+        self.write_buf.extend_from_slice(bytes);
+    }
+
+    /// Writes everything queued, in one write when the socket takes it.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        if !self.write_buf.is_empty() {
+            let r = self.stream.write_all(&self.write_buf).await;
+            self.write_buf.clear();
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` now, ahead of nothing queued (the caller flushed or
+    /// means to bypass the queue, e.g. a fatal error).
+    pub async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes).await
+    }
+
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+
+    pub fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    /// The stream and whatever was read but not taken.
+    pub fn into_parts(self) -> (S, BytesMut) {
+        (self.stream, self.read_buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test framing: one length byte, then that many bytes.
+    struct LenByte;
+
+    impl Framing for LenByte {
+        type Error = String;
+        fn frame_len(buf: &[u8], max: u64) -> Result<Option<usize>, String> {
+            match buf.first() {
+                None => Ok(None),
+                Some(&n) if n as u64 > max => Err(format!("{n} over {max}")),
+                Some(&n) => Ok(Some(1 + n as usize)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_are_taken_whole_and_writes_coalesced() {
+        let (a, b) = tokio::io::duplex(1024);
+        let mut near = Connection::new(a);
+        let mut far = Connection::new(b);
+        far.queue(&[3, b'a', b'b']);
+        far.flush().await.unwrap();
+        near.read_more().await.unwrap();
+        assert_eq!(near.complete_frame::<LenByte>(10).unwrap(), None, "partial");
+        far.queue(&[b'c', 1]);
+        far.queue(b"z");
+        assert_eq!(far.write_buf.len(), 3, "queued, not written");
+        far.flush().await.unwrap();
+        assert!(far.write_buf.is_empty());
+        while near.read_buf.len() < 6 {
+            near.read_more().await.unwrap();
+        }
+        assert_eq!(near.complete_frame::<LenByte>(10).unwrap(), Some(4));
+        assert_eq!(&near.take(4)[..], &[3, b'a', b'b', b'c']);
+        assert_eq!(near.complete_frame::<LenByte>(10).unwrap(), Some(2));
+        assert_eq!(&near.take(2)[..], &[1, b'z']);
+        far.queue(&[200]);
+        far.flush().await.unwrap();
+        near.read_more().await.unwrap();
+        assert!(near.complete_frame::<LenByte>(10).is_err(), "over max");
+    }
+
+    #[tokio::test]
+    async fn a_held_peer_is_read_only_up_to_the_limit_plus_one_read() {
+        let (a, _b) = tokio::io::duplex(64);
+        let mut c = Connection::new(a);
+        assert!(c.may_read(false, 0), "nothing held: always read");
+        assert!(c.may_read(true, 100));
+        c.read_buf.extend_from_slice(&vec![0u8; 100 + READ_CHUNK]);
+        assert!(c.may_read(true, 100), "at the limit plus one read");
+        c.read_buf.extend_from_slice(&[0]);
+        assert!(!c.may_read(true, 100), "past it: stop reading");
+        assert!(c.may_read(false, 100), "no longer held: read again");
+    }
+
+    #[tokio::test]
+    async fn writes_now_take_what_the_socket_takes_and_keep_the_rest() {
+        let (a, b) = tokio::io::duplex(100);
+        let mut near = Connection::new(a);
+        let mut far = Connection::new(b);
+        near.queue(&[7u8; 250]);
+        assert_eq!(near.write_now().unwrap(), 100, "the pipe holds 100");
+        assert_eq!(near.write_buf.len(), 150, "the rest is kept, in order");
+        assert_eq!(near.write_now().unwrap(), 0, "nothing more fits now");
+        while far.read_buf.len() < 100 {
+            far.read_more().await.unwrap();
+        }
+        let wrote = std::future::poll_fn(|cx| near.poll_write_queued(cx))
+            .await
+            .unwrap();
+        assert_eq!(wrote, 100);
+        assert_eq!(near.write_buf.len(), 50);
+        let mut other = BytesMut::from(&b"xyz"[..]);
+        far.take(100);
+        while far.read_buf.len() < 100 {
+            far.read_more().await.unwrap();
+        }
+        far.take(100);
+        near.write_now().unwrap();
+        assert_eq!(near.write_now_from(&mut other).unwrap(), 3);
+        assert!(other.is_empty());
+    }
+
+    #[tokio::test]
+    async fn eof_reads_zero() {
+        let (a, b) = tokio::io::duplex(64);
+        drop(b);
+        let mut c = Connection::new(a);
+        assert_eq!(c.read_more().await.unwrap(), 0);
+    }
+}
