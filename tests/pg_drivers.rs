@@ -125,6 +125,29 @@ with psycopg.connect(DSN) as conn:
 }
 
 #[test]
+fn a_large_executemany_with_large_answers_completes() {
+    // psycopg writes the whole batch while it reads; its answers are ten
+    // times larger than its requests. Fulcrum must keep reading the server
+    // while it writes to it, or both wait on each other forever.
+    let script = r#"
+rows = [(i,) for i in range(20000)]
+with psycopg.connect(DSN) as conn:
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.executemany("select %s::int, repeat('x', 2000)", rows, returning=True)
+        n = 0
+        while True:
+            n += len(cur.fetchone()[1])
+            if not cur.nextset():
+                break
+        print(n)
+"#;
+    for impl_ in IMPLS {
+        assert_eq!(psycopg(impl_, script), "40000000\n", "{impl_}");
+    }
+}
+
+#[test]
 fn evicting_a_prepared_statement_is_answered() {
     // prepared_max = 1: the second statement evicts the first. libpq 15 has
     // no protocol Close, so psycopg sends `DEALLOCATE _pg3_0` as a simple

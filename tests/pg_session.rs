@@ -392,3 +392,58 @@ async fn a_held_client_is_not_read_without_bound() {
         "Fulcrum grew by {grew} kB while the client was held"
     );
 }
+
+/// A raw client logged in (trust) and ready.
+fn raw_client(cfg: &PgProxyConfig) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(&cfg.listen).expect("connect");
+    s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
+    s.write_all(&fulcrum_suite::startup_message(
+        fulcrum_suite::PROTOCOL_3_0,
+        &[("user", APP_USER), ("database", APP_DB)],
+    ))
+    .unwrap();
+    read_until_ready(&mut s, 1);
+    s
+}
+
+/// A Parse message for statement `name`, no parameter types.
+fn parse_message(name: &str, sql: &str) -> Vec<u8> {
+    let body = [name.as_bytes(), b"\0", sql.as_bytes(), b"\0\0\0"].concat();
+    let mut m = vec![b'P'];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(&body);
+    m
+}
+
+const SYNC: &[u8] = b"S\0\0\0\x04";
+const FLUSH: &[u8] = b"H\0\0\0\x04";
+
+#[tokio::test]
+async fn an_answer_fulcrum_owes_is_sent_even_when_the_server_owes_nothing() {
+    use std::io::{Read, Write};
+    // One server connection, so the second client meets the statement the
+    // first one prepared on it.
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(1)
+        .client_auth("trust");
+    let (_p, cfg) = start(cfg);
+    let mut a = raw_client(&cfg);
+    a.write_all(&[parse_message("a1", "SELECT 4242"), SYNC.to_vec()].concat())
+        .unwrap();
+    read_until_ready(&mut a, 1);
+    let mut b = raw_client(&cfg);
+    b.write_all(&query_message("BEGIN; SELECT 1")).unwrap();
+    read_until_ready(&mut b, 1);
+    // In its transaction, b prepares the same statement and flushes: the
+    // server has it already, so Fulcrum answers ParseComplete itself; the
+    // server, sent only the Flush, answers nothing.
+    b.write_all(&[parse_message("b1", "SELECT 4242"), FLUSH.to_vec()].concat())
+        .unwrap();
+    let mut reply = [0u8; 5];
+    b.read_exact(&mut reply)
+        .expect("ParseComplete within the timeout, not a wait without end");
+    assert_eq!(reply, *b"1\0\0\0\x04");
+    b.write_all(&[query_message("COMMIT")].concat()).unwrap();
+    read_until_ready(&mut b, 1);
+}
