@@ -6,8 +6,14 @@
 //!
 //! The server-specific part (how to ask a PostgreSQL or MariaDB server its
 //! role and position, how to promote one and re-point the others) is the
-//! [`ServerOps`] trait, implemented by each protocol crate. Everything here
-//! but `monitor` is pure and unit-tested; this crate knows no wire protocol.
+//! [`ServerOps`] trait, implemented by each protocol crate; this crate knows
+//! no wire protocol and no SQL. The decisions (`state`, `lag`, `topology`,
+//! the expansion in `command`) are pure and unit-tested. The I/O is in
+//! `monitor` (the loop and its probes), `switchover` (the planned
+//! switchover it runs), `health_loop` (starting and stopping the loop's
+//! task) and `command` (running `failover_command` through `/bin/sh`).
+//! `clients` and `view` are shared registries the data path and the admin
+//! console read and write with short locks or atomics.
 
 pub mod admin;
 pub mod clients;

@@ -1,0 +1,264 @@
+//! The loop's decisions over scripted servers: a table of what each
+//! backend answers, changed between rounds. (The real servers are in
+//! tests/pg_failover.rs; this pins down the sequencing.)
+
+use std::sync::Mutex;
+
+use fulcrum_config::MaxLag;
+
+use super::*;
+
+#[derive(Default)]
+struct Scripted {
+    answers: Mutex<Vec<Result<Observation, OpsError>>>,
+    promoted: Mutex<Vec<BackendId>>,
+    followed: Mutex<Vec<(BackendId, BackendId)>>,
+    fenced: Mutex<Vec<BackendId>>,
+    addresses: Vec<String>,
+}
+
+impl ServerOps for Scripted {
+    fn address(&self, b: BackendId) -> &str {
+        &self.addresses[b]
+    }
+    async fn probe(&self, b: BackendId) -> Result<Observation, OpsError> {
+        self.answers.lock().unwrap()[b].clone()
+    }
+    async fn promote(&self, b: BackendId) -> Result<(), OpsError> {
+        self.promoted.lock().unwrap().push(b);
+        let mut answers = self.answers.lock().unwrap();
+        if let Ok(o) = answers[b].as_mut() {
+            o.writable = true;
+            o.timeline += 1;
+        }
+        Ok(())
+    }
+    async fn follow(&self, r: BackendId, p: BackendId) -> Result<(), OpsError> {
+        self.followed.lock().unwrap().push((r, p));
+        Ok(())
+    }
+    async fn fence(&self, b: BackendId) -> Result<u64, OpsError> {
+        self.fenced.lock().unwrap().push(b);
+        Ok(self.answers.lock().unwrap()[b]
+            .as_ref()
+            .map_or(0, |o| o.position))
+    }
+}
+
+fn primary(position: u64) -> Result<Observation, OpsError> {
+    Ok(Observation {
+        writable: true,
+        timeline: 1,
+        position,
+        received: position,
+        replay_age: None,
+        detached: false,
+    })
+}
+
+fn replica(replayed: u64, received: u64, age_ms: u64) -> Result<Observation, OpsError> {
+    Ok(Observation {
+        writable: false,
+        timeline: 0,
+        position: replayed,
+        received,
+        replay_age: Some(Duration::from_millis(age_ms)),
+        detached: false,
+    })
+}
+
+fn down() -> Result<Observation, OpsError> {
+    Err(OpsError::Connect("refused".into()))
+}
+
+fn monitor(
+    failover: Failover,
+    max_lag: Option<MaxLag>,
+) -> (Monitor<Scripted>, Arc<Scripted>, Arc<Router>) {
+    let ops = Arc::new(Scripted {
+        addresses: vec!["p:1".into(), "r1:2".into(), "r2:3".into()],
+        ..Default::default()
+    });
+    let router = Arc::new(Router::new(0, 3, &[1, 2], false));
+    let settings = MonitorSettings {
+        cluster: "test".into(),
+        health: Health {
+            interval: Duration::from_millis(10),
+            timeout: Duration::from_secs(1),
+            failures: 2,
+            user: "u".into(),
+            password: String::new(),
+            database: "d".into(),
+            max_lag,
+            failover,
+            failover_timeout: Duration::from_millis(30),
+            failover_command: None,
+        },
+        roles: vec![Role::Primary, Role::Replica, Role::Replica],
+    };
+    let view = Arc::new(ClusterView::new(&ops.addresses));
+    let m = Monitor::new(settings, ops.clone(), router.clone(), view);
+    (m, ops, router)
+}
+
+fn script(ops: &Scripted, answers: Vec<Result<Observation, OpsError>>) {
+    *ops.answers.lock().unwrap() = answers;
+}
+
+#[tokio::test]
+async fn a_lost_primary_is_replaced_by_the_most_advanced_replica() {
+    let (mut m, ops, router) = monitor(Failover::Promote, None);
+    script(
+        &ops,
+        vec![primary(100), replica(90, 95, 5), replica(90, 99, 5)],
+    );
+    m.round().await;
+    assert_eq!(router.primary(), Some(0));
+    script(&ops, vec![down(), replica(90, 95, 5), replica(90, 99, 5)]);
+    m.round().await;
+    assert_eq!(router.primary(), Some(0), "one failure is not down");
+    m.round().await;
+    assert_eq!(router.primary(), None, "down after two: writes wait");
+    assert!(
+        ops.promoted.lock().unwrap().is_empty(),
+        "not before failover_timeout"
+    );
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    m.round().await;
+    assert_eq!(*ops.promoted.lock().unwrap(), vec![2], "received the most");
+    assert_eq!(router.primary(), Some(2));
+    assert_eq!(*ops.followed.lock().unwrap(), vec![(1, 2)]);
+    assert_eq!(m.view.failovers(), 1);
+    // The old primary returns writable: fenced, no traffic.
+    script(&ops, vec![primary(100), replica(99, 99, 0), primary(120)]);
+    m.round().await;
+    assert_eq!(router.primary(), Some(2));
+    assert_eq!(m.view.backends()[0].state, BackendState::Stale);
+    assert!(!router.is_readable(0));
+}
+
+#[tokio::test]
+async fn follow_and_none_never_promote() {
+    for mode in [Failover::Follow, Failover::None] {
+        let (mut m, ops, router) = monitor(mode, None);
+        script(
+            &ops,
+            vec![primary(100), replica(100, 100, 0), replica(100, 100, 0)],
+        );
+        m.round().await;
+        script(
+            &ops,
+            vec![down(), replica(100, 100, 0), replica(100, 100, 0)],
+        );
+        for _ in 0..3 {
+            m.round().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(router.primary(), None, "{mode:?}");
+        assert!(ops.promoted.lock().unwrap().is_empty(), "{mode:?}");
+        assert!(
+            router.is_readable(1) && router.is_readable(2),
+            "reads go on"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replica_over_max_lag_serves_no_reads_until_under_half() {
+    let (mut m, ops, router) = monitor(Failover::Follow, Some(MaxLag::Bytes(100)));
+    script(
+        &ops,
+        vec![
+            primary(1000),
+            replica(850, 1000, 50),
+            replica(1000, 1000, 0),
+        ],
+    );
+    m.round().await;
+    assert!(!router.is_readable(1), "150 bytes behind");
+    assert_eq!(m.view.backends()[1].state, BackendState::Lagging);
+    assert_eq!(m.view.backends()[1].lag_bytes, 150);
+    script(
+        &ops,
+        vec![
+            primary(1000),
+            replica(930, 1000, 50),
+            replica(1000, 1000, 0),
+        ],
+    );
+    m.round().await;
+    assert!(
+        !router.is_readable(1),
+        "70 bytes: still over half the limit"
+    );
+    script(
+        &ops,
+        vec![
+            primary(1000),
+            replica(960, 1000, 50),
+            replica(1000, 1000, 0),
+        ],
+    );
+    m.round().await;
+    assert!(router.is_readable(1), "40 bytes: back");
+}
+
+#[tokio::test]
+async fn a_suspect_report_wakes_the_loop_at_once() {
+    let (m, ops, router) = monitor(Failover::Follow, None);
+    script(&ops, vec![primary(1), replica(1, 1, 0), replica(1, 1, 0)]);
+    let mut slow = m;
+    slow.settings.health.interval = Duration::from_secs(3600);
+    let view = slow.view.clone();
+    let (tx, rx) = watch::channel(false);
+    let task = slow.spawn(rx);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    script(&ops, vec![primary(1), down(), replica(1, 1, 0)]);
+    router.suspect(1);
+    assert!(!router.is_readable(1), "out of reads at once");
+    // Two fast rounds (one woken by the report) take it down, long
+    // before the hour-long interval.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while view.backends()[1].state != BackendState::Down {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("down within seconds");
+    tx.send(true).unwrap();
+    let _ = task.await;
+}
+
+#[tokio::test]
+async fn a_switchover_fences_the_old_primary_and_promotes_the_target() {
+    let (mut m, ops, router) = monitor(Failover::Follow, None);
+    script(
+        &ops,
+        vec![primary(100), replica(100, 100, 0), replica(100, 100, 0)],
+    );
+    m.round().await;
+    let held = m.switchover(1).await.unwrap();
+    assert!(held < Duration::from_secs(1));
+    assert_eq!(*ops.fenced.lock().unwrap(), vec![0]);
+    assert_eq!(*ops.promoted.lock().unwrap(), vec![1]);
+    assert_eq!(*ops.followed.lock().unwrap(), vec![(2, 1)]);
+    assert_eq!(router.primary(), Some(1));
+    assert!(!router.is_paused(), "work resumes");
+    // The old primary, still writable, is stale from the next round on.
+    script(&ops, vec![primary(100), primary(120), replica(120, 120, 0)]);
+    m.round().await;
+    assert_eq!(router.primary(), Some(1));
+    assert_eq!(m.view.backends()[0].state, BackendState::Stale);
+    // Refusals leave the cluster as it was.
+    assert!(m
+        .switchover(1)
+        .await
+        .unwrap_err()
+        .contains("already the primary"));
+    assert!(m
+        .switchover(0)
+        .await
+        .unwrap_err()
+        .contains("not a reachable replica"));
+    assert!(!router.is_paused());
+}
