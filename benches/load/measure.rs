@@ -30,6 +30,12 @@ pub(crate) struct Target {
     pub(crate) ignored_errors: Vec<u64>,
     /// `--scale-out`: p50, p95 and p99 transaction latency (ms), per round.
     pub(crate) latency_pcts: Vec<[f64; 3]>,
+    /// The proxy process whose CPU is measured (none for direct).
+    pub(crate) proxy_pid: Option<u32>,
+    /// The proxy's own CPU time (user + system) per transaction, in µs, per round.
+    pub(crate) cpu_us_per_txn: Vec<f64>,
+    /// The proxy's context switches (voluntary + not, all threads) per transaction, per round.
+    pub(crate) switches_per_txn: Vec<f64>,
 }
 
 impl Target {
@@ -43,8 +49,42 @@ impl Target {
             replica_xacts: Vec::new(),
             ignored_errors: Vec::new(),
             latency_pcts: Vec::new(),
+            proxy_pid: None,
+            cpu_us_per_txn: Vec::new(),
+            switches_per_txn: Vec::new(),
         }
     }
+
+    /// Measures this proxy process's CPU and context switches per transaction.
+    pub(crate) fn proxy(mut self, pid: Option<u32>) -> Target {
+        self.proxy_pid = pid;
+        self
+    }
+}
+
+/// A process's CPU time so far (user + system, µs) and its context switches
+/// (voluntary and involuntary, summed over its threads), from /proc.
+pub(crate) fn process_usage(pid: u32) -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    let hz = 100.0; // USER_HZ on Linux
+    let mut switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                switches += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Some((ticks / hz * 1e6, switches))
 }
 
 /// One warm-up run per target, then `opts.rounds` rounds of one run per
@@ -83,6 +123,7 @@ pub(crate) fn measure(
         // Rotate the starting target so none always runs right after another.
         for i in 0..n {
             let target = &mut targets[(round + i) % n];
+            let usage_before = target.proxy_pid.and_then(process_usage);
             let run = bench_run(
                 &target.addr,
                 opts,
@@ -91,6 +132,7 @@ pub(crate) fn measure(
                 opts.seconds,
                 log_dir.as_deref(),
             );
+            let usage_after = target.proxy_pid.and_then(process_usage);
             let percentiles = match (&run, &log_dir) {
                 (Ok(_), Some(dir)) => Some(latency_percentiles(dir)),
                 _ => None,
@@ -102,6 +144,15 @@ pub(crate) fn measure(
                 run.map_err(|e| format!("round {} against {}: {e}", round + 1, target.name))?;
             check_alive()?;
             let latency = result.latency_avg_ms.unwrap_or(f64::NAN);
+            let mut cpu = String::new();
+            if let (Some((c0, s0)), Some((c1, s1))) = (usage_before, usage_after) {
+                let txns = result.transactions.max(1) as f64;
+                let us = (c1 - c0) / txns;
+                let sw = s1.saturating_sub(s0) as f64 / txns;
+                target.cpu_us_per_txn.push(us);
+                target.switches_per_txn.push(sw);
+                cpu = format!("  proxy CPU {us:.1} us/txn, {sw:.2} switches/txn");
+            }
             if let Some(p) = percentiles {
                 target.latency_pcts.push(p?);
             }
@@ -117,7 +168,7 @@ pub(crate) fn measure(
             }
             before = after;
             eprintln!(
-                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms{per_txn}",
+                "round {}/{}: {:<18} {:>8.0} TPS  latency avg {latency:.3} ms{per_txn}{cpu}",
                 round + 1,
                 opts.rounds,
                 target.name,

@@ -75,10 +75,10 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
 
     let mut targets = vec![
         Target::new("PostgreSQL direct", direct),
-        Target::new("Fulcrum", fulcrum_listen),
+        Target::new("Fulcrum", fulcrum_listen).proxy(Some(fulcrum.pid())),
     ];
     if let Some(p) = &pgbouncer {
-        targets.push(Target::new("PgBouncer", p.addr.clone()));
+        targets.push(Target::new("PgBouncer", p.addr.clone()).proxy(p.pid()));
     }
     if let Some(p) = &pgpool {
         targets.push(Target::new("Pgpool-II", p.addr.clone()));
@@ -127,18 +127,27 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
         "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s\n",
         opts.clients, opts.jobs, opts.protocol, opts.scale, opts.rounds, opts.seconds
     );
-    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | TPS per round |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | proxy CPU per txn (µs, median) | proxy context switches per txn (median) | TPS per round |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
     for target in targets {
         let ratios: Vec<f64> = target.tps.iter().zip(direct).map(|(t, d)| t / d).collect();
         let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
+        let or_dash = |v: &[f64], digits: usize| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.*}", digits, median(v))
+            }
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.2}x | {:.3} | {} |",
+            "| {} | {:.0} | {:.2}x | {:.3} | {} | {} | {} |",
             target.name,
             median(&target.tps),
             median(&ratios),
             median(&target.latency_ms),
+            or_dash(&target.cpu_us_per_txn, 1),
+            or_dash(&target.switches_per_txn, 2),
             rounds.join(" / ")
         );
     }

@@ -119,6 +119,15 @@ impl PgBouncer {
         self.dir.join("pgbouncer.pid")
     }
 
+    /// PgBouncer's own pid (from its pidfile), for its CPU figures.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pidfile())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     pub(crate) fn check_alive(&self) -> Result<()> {
         let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
         match child.try_wait()? {
