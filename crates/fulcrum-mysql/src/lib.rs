@@ -1,5 +1,5 @@
-//! MySQL/MariaDB protocol for Fulcrum: the pure layer of a proxy that forwards
-//! raw packets and decodes only what routing and session state need.
+//! MySQL/MariaDB protocol for Fulcrum: a proxy that forwards raw packets and
+//! decodes only what routing and session state need.
 //!
 //! Owns the codecs (`codec`: packet framing, LENENC types, handshake and
 //! handshake response, OK/ERR/EOF, auth switch and more-data packets, commands
@@ -10,11 +10,14 @@
 //! `@@read_only`, positions from GTIDs, promotion and re-pointing for GTID
 //! replication), which talk to servers through mysql_async, off the data path.
 //!
-//! Never knows sockets, TLS, pools, routing or SQL classification: the session
-//! that owns a connection reads and writes the bytes, picks the sequence ids,
-//! supplies the random scramble, and asks the SQL classifier what a query is.
-//! Protocol constants and the scramble functions are mysql_common's, re-exported
-//! here so callers use the same types.
+//! The front end (`frontend`: login, the session loop, answer tracking,
+//! prepared statements, KILL, COM_CHANGE_USER) owns client sockets and server
+//! connections from `fulcrum_pool` pools; it classifies each query with
+//! `fulcrum_sql` and asks `fulcrum_session::decide` where it goes, and
+//! `fulcrum_pool::Router` which backend serves that route. The codecs and
+//! `auth` stay pure: no sockets, the caller supplies sequence ids and the
+//! random scramble. Protocol constants and the scramble functions are
+//! mysql_common's, re-exported here so callers use the same types.
 
 pub mod auth;
 pub mod backend;

@@ -15,7 +15,6 @@ mod fingerprint;
 mod functions;
 mod hints;
 mod mysql;
-mod route;
 mod rules;
 
 pub use classifier::{Classifier, ClassifierConfig, ClassifierStats};
@@ -23,4 +22,3 @@ pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;
 pub use fingerprint::{block_comment_end, fingerprint};
 pub use hints::Hint;
-pub use route::{route, RouteTo, SessionState};

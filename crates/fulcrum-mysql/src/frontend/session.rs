@@ -14,14 +14,14 @@
 
 mod causal;
 mod prepared;
+mod route;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use fulcrum_config::DefaultRoute;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
-use fulcrum_sql::{route, Decision, RouteTo, SessionState};
+use fulcrum_sql::Decision;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -326,10 +326,7 @@ impl Session {
     /// Where a COM_QUERY goes, and what it changes in the session.
     fn route_query(&mut self, text: &str) -> (Route, Effects) {
         let mut effects = Effects::default();
-        let mut decision = self.ctx.classify(text);
-        if decision == Decision::Unknown && self.ctx.config.default_route == DefaultRoute::Replica {
-            decision = Decision::Read;
-        }
+        let decision = self.ctx.classify(text);
         let first = text
             .trim_start()
             .split(|c: char| c.is_whitespace() || c == ';')
@@ -349,21 +346,10 @@ impl Session {
                 effects.set = Some(text.trim().trim_end_matches(';').to_owned());
             }
         }
-        if let Decision::Pin(reason) = decision {
-            self.pin(reason);
-        }
         // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
         // connection for the next command.
         effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
-        let state = SessionState {
-            in_transaction: false,
-            pinned: self.pinned.is_some(),
-        };
-        let route = match route(decision, state) {
-            RouteTo::Replica => Route::Replica,
-            RouteTo::Primary | RouteTo::Same => Route::Primary,
-        };
-        (route, effects)
+        (self.route_unit(decision), effects)
     }
 
     /// `KILL QUERY <id>` (and `KILL [CONNECTION] <id>`, which stops the
@@ -741,11 +727,6 @@ impl Session {
     /// none can be had), or the primary, waiting up to `pool_timeout` for
     /// one during a failover.
     async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
-        let route = if route == Route::Replica && self.causal_needs_primary() {
-            Route::Primary
-        } else {
-            route
-        };
         if let Some(b) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(b) && self.try_attach(b).await {
                 return Ok(());

@@ -85,11 +85,6 @@ impl Session {
         Ok(())
     }
 
-    /// The read must go to the primary without trying a replica.
-    pub(super) fn causal_needs_primary(&self) -> bool {
-        self.read_consistency() == Consistency::Session && self.causal.need() == &Need::Unknown
-    }
-
     /// May the replica `backend`, on `server`, serve the read being routed?
     pub(super) async fn causal_ok(
         &mut self,

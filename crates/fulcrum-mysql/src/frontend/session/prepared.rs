@@ -8,9 +8,6 @@
 
 use std::sync::Arc;
 
-use fulcrum_pool::Route;
-use fulcrum_sql::{route, Decision, RouteTo, SessionState};
-
 use super::super::reply::{Reply, Shape};
 use super::super::statements::{execute_flags, execute_types, with_types, ClientStmt};
 use super::super::wire::{put_error, put_ok};
@@ -34,20 +31,6 @@ enum Prepared {
 }
 
 impl Session {
-    fn stmt_route(&mut self, decision: Decision) -> Route {
-        if let Decision::Pin(reason) = decision {
-            self.pin(reason);
-        }
-        let state = SessionState {
-            in_transaction: false,
-            pinned: self.pinned.is_some(),
-        };
-        match route(decision, state) {
-            RouteTo::Replica => Route::Replica,
-            RouteTo::Primary | RouteTo::Same => Route::Primary,
-        }
-    }
-
     /// COM_STMT_PREPARE.
     pub(super) async fn stmt_prepare(
         &mut self,
@@ -67,7 +50,7 @@ impl Session {
             }
         };
         let decision = self.ctx.classify(&sql);
-        let route = self.stmt_route(decision);
+        let route = self.route_unit(decision);
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
@@ -188,7 +171,7 @@ impl Session {
         if payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0 {
             self.pin("cursor");
         }
-        let route = self.stmt_route(stmt.decision);
+        let route = self.route_unit(stmt.decision);
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
@@ -268,7 +251,7 @@ impl Session {
             return Ok(());
         };
         self.pin("long data");
-        let route = self.stmt_route(stmt.decision);
+        let route = self.route_unit(stmt.decision);
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
