@@ -1,0 +1,241 @@
+//! Server connections for the session: checking one out for a route (a
+//! replica, else the primary, waiting for one during a failover), giving
+//! it back, what a lost connection means for the client, and the end of
+//! the session.
+
+use super::*;
+
+impl Session {
+    /// Between transactions with nothing in flight (a SIGTERM drain may end
+    /// the session here): not in a transaction, no command half-read.
+    pub(super) fn at_boundary(&self) -> bool {
+        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        !in_txn && self.cbuf.is_empty()
+    }
+
+    /// The route label of the attached server (metrics).
+    pub(super) fn route_label(&self) -> fulcrum_metrics::RouteLabel {
+        if self.ctx.router.is_primary(self.backend) {
+            fulcrum_metrics::RouteLabel::Write
+        } else {
+            fulcrum_metrics::RouteLabel::Read
+        }
+    }
+
+    pub(super) fn pin(&mut self, reason: &'static str) {
+        if self.pinned.is_none() {
+            tracing::debug!(reason, "client pinned to its server connection");
+            self.pinned = Some(reason);
+        }
+    }
+
+    /// Attaches a server connection for `route`: a replica (the primary if
+    /// none can be had), or the primary, waiting up to `pool_timeout` for
+    /// one during a failover.
+    pub(super) async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
+        if let Some(b) = self.ctx.router.pick(route) {
+            if !self.ctx.router.is_primary(b) && self.try_attach(b).await {
+                return Ok(());
+            }
+        }
+        let wait = self.ctx.config.pool_timeout;
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut why = format!(
+            "the primary {} is down",
+            self.ctx.address(self.ctx.router.last_primary())
+        );
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let primary = match self.ctx.router.primary() {
+                Some(p) => Some(p),
+                None => self.ctx.router.wait_primary(None, left).await,
+            };
+            let Some(primary) = primary else { break };
+            match self.checkout(primary).await {
+                Ok(server) => {
+                    self.client_entry.set_active(primary);
+                    self.backend = primary;
+                    self.ctx
+                        .set_running(self.connection_id, Some((primary, server.connection_id)));
+                    self.server = Some(server);
+                    self.attached_at = Some(std::time::Instant::now());
+                    return Ok(());
+                }
+                Err(PoolError::Connect(e)) if e.is_backend_down() => {
+                    self.ctx.router.suspect(primary);
+                    why = e.to_string();
+                }
+                Err(PoolError::Connect(crate::backend::ConnectError::Server {
+                    payload,
+                    message,
+                    ..
+                })) => {
+                    write_packet(&mut self.out, seq, &payload);
+                    let _ = self.flush().await;
+                    return Err(SessionError::Refused(message));
+                }
+                Err(e) => {
+                    let msg = format!(
+                        "fulcrum: {e} for user '{}' on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                        self.user,
+                        self.ctx.address(primary),
+                        self.ctx.name()
+                    );
+                    put_error(&mut self.out, seq, codes::CON_COUNT, &msg);
+                    let _ = self.flush().await;
+                    return Err(SessionError::Refused(msg));
+                }
+            }
+            if deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .is_zero()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let msg = format!(
+            "fulcrum: {why}; cluster \"{}\" has no primary to take this work; waited {wait:?}, try again",
+            self.ctx.name()
+        );
+        put_error(&mut self.out, seq, codes::SERVER_SHUTDOWN, &msg);
+        let _ = self.flush().await;
+        Err(SessionError::Refused(msg))
+    }
+
+    /// A replica's connection, or false when it cannot be had (the replica
+    /// is then reported suspect and the work goes to the primary).
+    pub(super) async fn try_attach(&mut self, backend: BackendId) -> bool {
+        match self.checkout(backend).await {
+            Ok(mut server) => {
+                if !self.causal_ok(backend, &mut server).await {
+                    if server.read_buf.is_empty() {
+                        server.release();
+                    } else {
+                        server.discard();
+                    }
+                    return false;
+                }
+                self.client_entry.set_active(backend);
+                self.backend = backend;
+                self.ctx
+                    .set_running(self.connection_id, Some((backend, server.connection_id)));
+                self.server = Some(server);
+                self.attached_at = Some(std::time::Instant::now());
+                true
+            }
+            Err(PoolError::Connect(e)) => {
+                tracing::warn!(replica = %self.ctx.address(backend), error = %e, "replica unreachable; using the primary");
+                self.ctx.router.suspect(backend);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub(super) async fn checkout(
+        &self,
+        backend: BackendId,
+    ) -> Result<Checkout<ServerConn>, PoolError<crate::backend::ConnectError>> {
+        let pool = self
+            .ctx
+            .pool(backend, &self.user, self.wire_format, self.charset);
+        let ctx = self.ctx.clone();
+        let (user, wire, charset) = (self.user.clone(), self.wire_format, self.charset);
+        pool.get(|| async move { ctx.open(backend, &user, wire, charset).await })
+            .await
+    }
+
+    /// Returns the server connection to the pool unless the client needs it.
+    pub(super) fn maybe_detach(&mut self) {
+        if self.pinned.is_some() || self.keep_for_next {
+            return;
+        }
+        if let Some(server) = self.server.take() {
+            self.ctx.set_running(self.connection_id, None);
+            self.client_entry.set_idle();
+            if let Some(at) = self.attached_at.take() {
+                let took = at.elapsed();
+                self.ctx.router.record_latency(self.backend, took);
+                self.ctx
+                    .metrics
+                    .unit(self.backend, self.route_label(), took);
+                if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
+                    // No statement text: it would carry the query's parameters.
+                    tracing::info!(
+                        cluster = %self.ctx.name(),
+                        user = %self.user,
+                        schema = ?self.schema,
+                        server = %self.ctx.address(self.backend),
+                        took_ms = took.as_millis() as u64,
+                        "slow unit of work"
+                    );
+                }
+            }
+            // A connection holding more prepared statements than allowed is
+            // closed rather than reused: memory on both sides stays bounded.
+            let max = self.ctx.config.max_prepared_statements as usize;
+            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
+                server.release();
+            } else {
+                server.discard();
+            }
+        }
+    }
+
+    /// The server connection died under the client: ERR for the command in
+    /// flight; a client that was in a transaction or pinned is disconnected
+    /// (its state is gone, and it must not go on as if it were not).
+    pub(super) async fn lost(&mut self, seq: u8, why: &str) -> SessionError {
+        let backend = self.backend;
+        if let Some(s) = self.server.take() {
+            s.discard();
+        }
+        self.ctx.set_running(self.connection_id, None);
+        self.ctx.router.suspect(backend);
+        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let msg = format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {}",
+            self.ctx.address(backend),
+            self.ctx.name(),
+            if in_txn || self.pinned.is_some() {
+                "the transaction or session state was lost: reconnect"
+            } else {
+                "the statement may or may not have completed"
+            }
+        );
+        tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
+        if self.retryable && !self.answered {
+            self.retryable = false;
+            self.out.clear();
+            return SessionError::Retry;
+        }
+        // ER_CONNECTION_KILLED-like: 2013 is client-side, so use 1927 (MariaDB).
+        put_err(&mut self.out, seq, 1927, *b"70100", &msg);
+        let _ = self.flush().await;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.keep_for_next = false;
+        if in_txn || self.pinned.is_some() {
+            SessionError::Refused(msg)
+        } else {
+            SessionError::Recoverable
+        }
+    }
+
+    /// The client is gone: a connection in a transaction or pinned is closed
+    /// (the server rolls back and forgets); otherwise it goes back.
+    pub(super) async fn cleanup(&mut self) {
+        if let Some(server) = self.server.take() {
+            let dirty = self.pinned.is_some()
+                || self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+                || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            if dirty || !server.read_buf.is_empty() {
+                server.discard();
+            } else {
+                server.release();
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Commands the session answers with care of its own: `KILL QUERY` of
+//! another client's query (on its server, as the killer's user),
+//! COM_CHANGE_USER (the session starts afresh as the new user) and
+//! COM_RESET_CONNECTION.
+
+use super::*;
+
+impl Session {
+    /// `KILL QUERY <id>` (and `KILL [CONNECTION] <id>`, which stops the
+    /// query too but leaves the client connected) where `id` is the
+    /// connection id Fulcrum gave a client: the query running for that client
+    /// is killed on its server, as the killer's user, and nothing else.
+    pub(super) async fn kill(&mut self, (_query_only, id): (bool, u32), seq: u8) {
+        match self.ctx.running_on(id) {
+            None => put_err(
+                &mut self.out,
+                seq,
+                1094,
+                *b"HY000",
+                &format!("Unknown thread id: {id}"),
+            ),
+            Some(None) => put_ok(&mut self.out, seq, self.caps, self.status),
+            Some(Some((backend, thread))) => {
+                let conn = self
+                    .ctx
+                    .open(backend, &self.user, self.wire_format, self.charset)
+                    .await;
+                let result = match conn {
+                    Ok(mut conn) => conn
+                        .run_simple(Command::Query, format!("KILL QUERY {thread}").as_bytes())
+                        .await
+                        .map_err(|e| match e {
+                            InternalError::Server { payload, .. } => Ok(payload),
+                            other => Err(other.to_string()),
+                        }),
+                    Err(e) => Err(Err(e.to_string())),
+                };
+                match result {
+                    Ok(()) => put_ok(&mut self.out, seq, self.caps, self.status),
+                    Err(Ok(payload)) => {
+                        write_packet(&mut self.out, seq, &payload);
+                    }
+                    Err(Err(e)) => put_error(
+                        &mut self.out,
+                        seq,
+                        codes::UNKNOWN,
+                        &format!("fulcrum: could not kill the query of connection {id}: {e}"),
+                    ),
+                }
+            }
+        }
+    }
+
+    /// COM_CHANGE_USER: the new user's password is checked against the
+    /// login's scramble; the session then starts afresh as that user (no
+    /// settings, statements or pins; its server connection goes back).
+    pub(super) async fn change_user(
+        &mut self,
+        payload: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let c = match crate::codec::change_user::parse_change_user(payload, self.caps) {
+            Ok(c) => c,
+            Err(e) => {
+                put_error(
+                    &mut self.out,
+                    seq,
+                    codes::HANDSHAKE,
+                    &format!("fulcrum: bad COM_CHANGE_USER: {e}"),
+                );
+                return Ok(());
+            }
+        };
+        let plugin = c
+            .auth_plugin
+            .as_deref()
+            .unwrap_or(crate::auth::native::PLUGIN);
+        let password = self.ctx.passwords.get(&c.user).cloned();
+        let trust = self.ctx.config.client_auth == fulcrum_config::ClientAuth::Trust;
+        let ok = password.as_ref().is_some_and(|p| {
+            trust
+                || crate::frontend::login::password_ok(plugin, p, &self.scramble, &c.auth_response)
+        });
+        if !ok {
+            let m = format!(
+                "Access denied for user '{}' (using password: {})",
+                c.user,
+                if c.auth_response.is_empty() {
+                    "NO"
+                } else {
+                    "YES"
+                }
+            );
+            put_error(&mut self.out, seq, codes::ACCESS_DENIED, &m);
+            // MySQL closes the connection after a failed change of user.
+            let _ = self.flush().await;
+            return Err(SessionError::Refused(m));
+        }
+        // Forget everything of the old user; a clean connection goes back.
+        self.pinned = None;
+        self.keep_for_next = false;
+        self.cleanup().await;
+        self.desired.clear();
+        self.stmts.clear();
+        self.last_prepared = None;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.user = c.user.as_str().into();
+        if let Some(cs) = c.charset {
+            self.charset = cs;
+        }
+        self.schema = None;
+        if let Some(schema) = c.schema {
+            self.schema = Some(schema.clone());
+            self.check_schema(&schema, seq).await?;
+        }
+        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+            self.pin("session pool mode");
+        }
+        put_ok(&mut self.out, seq, self.caps, self.status);
+        Ok(())
+    }
+
+    /// COM_RESET_CONNECTION: the client's session state is forgotten; a
+    /// pinned connection is reset on the server too and unpinned.
+    pub(super) async fn reset_connection(&mut self, seq: u8) -> Result<(), SessionError> {
+        self.desired.clear();
+        self.keep_for_next = false;
+        if let Some(server) = self.server.as_mut() {
+            match server.reset().await {
+                Ok(()) => {}
+                Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+            }
+        }
+        self.pinned = None;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        put_ok(&mut self.out, seq, self.caps, self.status);
+        self.maybe_detach();
+        Ok(())
+    }
+}
+
+/// `KILL [QUERY | CONNECTION] <id>`: (query only?, id).
+pub fn kill_target(text: &str) -> Option<(bool, u32)> {
+    let mut words = text.trim().trim_end_matches(';').split_whitespace();
+    if !words.next()?.eq_ignore_ascii_case("kill") {
+        return None;
+    }
+    let mut w = words.next()?;
+    let mut query = false;
+    if w.eq_ignore_ascii_case("query") {
+        query = true;
+        w = words.next()?;
+    } else if w.eq_ignore_ascii_case("connection") {
+        w = words.next()?;
+    }
+    let id = w.parse().ok()?;
+    words.next().is_none().then_some((query, id))
+}

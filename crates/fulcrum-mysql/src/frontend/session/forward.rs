@@ -1,0 +1,245 @@
+//! Forwarding one command: attach a connection with the client's schema
+//! and settings, write the command, stream the answer back to its end
+//! (`reply.rs`), retry a replica read whose server died before answering,
+//! and LOAD DATA LOCAL's file packets.
+
+use super::*;
+
+impl Session {
+    /// Sends the client's command to its server and its answer back.
+    pub(super) async fn forward(
+        &mut self,
+        msg: &[u8],
+        seq: u8,
+        shape: Shape,
+        route: Route,
+        effects: Effects,
+    ) -> Result<(), SessionError> {
+        let fresh = self.server.is_none();
+        if !self.ensure_attached(route, seq).await? {
+            return Ok(());
+        }
+        self.retryable = fresh
+            && route == Route::Replica
+            && self.pinned.is_none()
+            && !self.ctx.router.is_primary(self.backend);
+        self.answered = false;
+        let first = self.backend;
+        let again = effects.clone();
+        match self.forward_bytes(msg, seq, shape, effects).await {
+            Err(SessionError::Retry) => {
+                self.retryable = false;
+                tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
+                // The dead replica is suspect now: the router will not pick it.
+                self.attach(route, seq).await?;
+                if self.backend == first {
+                    self.maybe_detach();
+                    self.attach(Route::Primary, seq).await?;
+                }
+                match self.prepare_server(seq).await {
+                    Ok(()) => {}
+                    Err(Ok(())) => {
+                        self.maybe_detach();
+                        return Ok(());
+                    }
+                    Err(Err(e)) => return Err(e),
+                }
+                self.forward_bytes(msg, seq, shape, again).await
+            }
+            r => {
+                self.retryable = false;
+                r
+            }
+        }
+    }
+
+    /// Attaches a server for `route` if none is attached, with the client's
+    /// schema and settings; false when that failed and an ERR was queued.
+    pub(super) async fn ensure_attached(
+        &mut self,
+        route: Route,
+        seq: u8,
+    ) -> Result<bool, SessionError> {
+        self.unit_route = route;
+        if self.server.is_none() {
+            self.unit_started = Some(std::time::Instant::now());
+        }
+        if self.server.is_some() {
+            return Ok(true);
+        }
+        // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
+        // admission is counted until the server connection is checked out.
+        let admission = self.ctx.router.admit().await;
+        self.attach(route, seq).await?;
+        drop(admission);
+        match self.prepare_server(seq).await {
+            Ok(()) => Ok(true),
+            Err(Ok(())) => {
+                self.maybe_detach();
+                Ok(false)
+            }
+            Err(Err(e)) => Err(e),
+        }
+    }
+
+    /// Writes `msg` to the attached server and streams its answer back.
+    pub(super) async fn forward_bytes(
+        &mut self,
+        msg: &[u8],
+        seq: u8,
+        shape: Shape,
+        effects: Effects,
+    ) -> Result<(), SessionError> {
+        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) {
+            self.ctx
+                .metrics
+                .queries(self.backend, self.route_label(), 1);
+        }
+        let keep_was = std::mem::take(&mut self.keep_for_next);
+        let server = self.server.as_mut().expect("attached");
+        if server.stream.write_all(msg).await.is_err() {
+            return Err(self.lost(seq, "writing to the server failed").await);
+        }
+        if let Some(t) = self.unit_started.take() {
+            self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
+        }
+        let mut reply = Reply::new(shape, server.caps);
+        let max = self.ctx.config.max_message_size as usize;
+        while !reply.is_done() {
+            let frame = self.next_server_message(seq, max).await?;
+            let first =
+                &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
+            if let Err(e) = reply.on_message(first) {
+                return Err(self.lost(seq, &e.0).await);
+            }
+            self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
+            self.out.extend_from_slice(&frame);
+            if reply.wants_file() {
+                self.flush().await?;
+                self.send_file(seq).await?;
+                reply.file_sent();
+            } else if self.out.len() >= FLUSH_AT {
+                self.flush().await?;
+            }
+        }
+        if let Some(status) = reply.status {
+            self.status = status;
+        }
+        if !reply.error || reply.last_gtid.is_some() {
+            self.after_primary_answer(reply.last_gtid.take(), self.unit_route)
+                .await?;
+        }
+        if let Some(code) = reply.error_code {
+            self.ctx.metrics.error(&code.to_string());
+        }
+        if !reply.error {
+            let server = self.server.as_mut().expect("attached");
+            if let Some(set) = effects.set {
+                self.desired.push(set);
+                server.applied = self.desired.clone();
+            }
+            if let Some(schema) = effects.schema {
+                server.schema = Some(schema.clone());
+                self.schema = Some(schema);
+            }
+        }
+        // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
+        self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
+        if !reply.holds_connection() {
+            self.maybe_detach();
+        }
+        Ok(())
+    }
+
+    /// LOAD DATA LOCAL INFILE: the client's packets go to the server as they
+    /// come, up to the empty packet that ends the file.
+    pub(super) async fn send_file(&mut self, seq: u8) -> Result<(), SessionError> {
+        loop {
+            let header = loop {
+                match crate::codec::packet::check_packet(&self.cbuf, MAX_PAYLOAD) {
+                    Ok(Some(h)) if self.cbuf.len() >= HEADER_LEN + h.len => break h,
+                    Ok(_) => {
+                        if self.cbuf.capacity() - self.cbuf.len() < 4096 {
+                            self.cbuf.reserve(64 * 1024);
+                        }
+                        if self.client.read_buf(&mut self.cbuf).await? == 0 {
+                            return Err(SessionError::ClientGone);
+                        }
+                    }
+                    Err(e) => return Err(SessionError::Refused(format!("bad file packet: {e}"))),
+                }
+            };
+            let packet = self.cbuf.split_to(HEADER_LEN + header.len);
+            let server = self.server.as_mut().expect("attached");
+            if server.stream.write_all(&packet).await.is_err() {
+                return Err(self.lost(seq, "writing to the server failed").await);
+            }
+            if header.len == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The next whole message from the attached server.
+    pub(super) async fn next_server_message(
+        &mut self,
+        seq: u8,
+        max: usize,
+    ) -> Result<BytesMut, SessionError> {
+        let server: &mut ServerConn = self.server.as_mut().expect("attached");
+        let span = loop {
+            match scan_message(&server.read_buf, max.max(MAX_PAYLOAD)) {
+                Ok(Some(span)) => break span,
+                Ok(None) => {
+                    if server.read_buf.capacity() - server.read_buf.len() < 4096 {
+                        server.read_buf.reserve(16 * 1024);
+                    }
+                    match server.stream.read_buf(&mut server.read_buf).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return Err(self.lost(seq, "the server closed the connection").await),
+                    }
+                }
+                Err(e) => return Err(self.lost(seq, &e.to_string()).await),
+            }
+        };
+        Ok(server.read_buf.split_to(span.total))
+    }
+
+    /// Gives the attached server the client's schema and session settings.
+    pub(super) async fn prepare_server(&mut self, seq: u8) -> Result<(), Result<(), SessionError>> {
+        let server = self.server.as_mut().expect("attached");
+        let (schema, desired) = (self.schema.clone(), self.desired.clone());
+        let result = async {
+            if let Some(schema) = &schema {
+                if server.schema.as_deref() != Some(schema.as_str()) {
+                    server.use_schema(schema).await?;
+                }
+            }
+            if server.applied != desired {
+                server.sync_session(&desired).await?;
+                if let Some(schema) = &schema {
+                    server.use_schema(schema).await?;
+                }
+            }
+            Ok::<(), InternalError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(InternalError::Server { payload, .. }) => {
+                write_packet(&mut self.out, seq, &payload);
+                Err(Ok(()))
+            }
+            Err(e) => Err(Err(self.lost(seq, &e.to_string()).await)),
+        }
+    }
+
+    pub(super) async fn flush(&mut self) -> Result<(), SessionError> {
+        if !self.out.is_empty() {
+            self.answered = true;
+            self.client.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
