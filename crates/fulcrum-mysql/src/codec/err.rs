@@ -41,6 +41,9 @@ pub mod codes {
         BAD_DB = 1049, b"42000";
         /// ER_SERVER_SHUTDOWN: server shutdown in progress.
         SERVER_SHUTDOWN = 1053, b"08S01";
+        /// ER_PARSE_ERROR: a syntax error (also what a server answers a second
+        /// statement from a client without CLIENT_MULTI_STATEMENTS).
+        PARSE = 1064, b"42000";
         /// ER_UNKNOWN_ERROR.
         UNKNOWN = 1105, b"HY000";
         /// ER_NET_PACKET_TOO_LARGE: packet bigger than max_allowed_packet.

@@ -11,6 +11,7 @@ pub mod err;
 pub mod handshake;
 pub mod packet;
 pub mod response;
+pub mod statements;
 pub mod wire;
 
 #[cfg(test)]

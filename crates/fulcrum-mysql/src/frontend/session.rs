@@ -16,6 +16,7 @@ mod attach;
 mod causal;
 mod commands;
 mod forward;
+mod options;
 mod prepared;
 mod route;
 
@@ -42,7 +43,6 @@ use crate::codec::capabilities::WIRE_FORMAT;
 use crate::codec::command::{command, init_db_schema, query_text, Command};
 use crate::codec::err::codes;
 use crate::codec::packet::{scan_message, write_packet, HEADER_LEN, MAX_PAYLOAD};
-use crate::codec::response::build_eof;
 
 /// Answer bytes buffered before they are written to the client.
 const FLUSH_AT: usize = 64 * 1024;
@@ -56,6 +56,8 @@ pub struct Session {
     out: BytesMut,
     user: Arc<str>,
     caps: C,
+    /// The client allows several statements in one COM_QUERY.
+    multi_statements: bool,
     wire_format: C,
     charset: u8,
     schema: Option<String>,
@@ -126,6 +128,7 @@ impl Session {
             out: BytesMut::new(),
             user: login.user,
             wire_format: login.caps & WIRE_FORMAT,
+            multi_statements: login.caps.contains(C::CLIENT_MULTI_STATEMENTS),
             caps: login.caps,
             charset: login.charset,
             schema: login.schema,
@@ -239,14 +242,7 @@ impl Session {
             match cmd {
                 Command::Quit => return Ok(false),
                 Command::Ping => put_ok(&mut self.out, seq, self.caps, self.status),
-                Command::SetOption => {
-                    // Server connections always allow multi-statements.
-                    if self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
-                        put_ok(&mut self.out, seq, self.caps, self.status);
-                    } else {
-                        write_packet(&mut self.out, seq, &build_eof(0, self.status));
-                    }
-                }
+                Command::SetOption => self.set_option(first, seq),
                 Command::ResetConnection => self.reset_connection(seq).await?,
                 Command::InitDb => {
                     let schema =
@@ -267,6 +263,9 @@ impl Session {
                         return Ok(true);
                     }
                     if self.try_answer_setting(text, seq) {
+                        return Ok(true);
+                    }
+                    if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
                         return Ok(true);
                     }
                     self.note_hint(text);
