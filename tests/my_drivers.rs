@@ -107,3 +107,53 @@ fn multi_statements_are_refused_unless_the_client_allows_them() {
     );
     assert_eq!(through, direct, "through Fulcrum as directly");
 }
+
+async fn connect(port: u16, purpose: &str) -> mysql_async::Conn {
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB))
+        .prefer_socket(false);
+    mysql_async::Conn::new(opts)
+        .await
+        .unwrap_or_else(|e| panic!("connect through fulcrum ({purpose}): {e}"))
+}
+
+#[tokio::test]
+async fn a_multi_statement_setting_is_replayed_whole_on_other_connections() {
+    use mysql_async::prelude::Queryable;
+    let (_cluster, _fulcrum, port) = setup();
+    let mut c = connect(*port, "settings").await;
+    // Two settings in one COM_QUERY: run on the primary, then replayed on
+    // the replica connection each read below uses. Every answer of the
+    // replay must be read, or the next command gets a stale one.
+    c.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'; SET time_zone = '+01:00'")
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let row: (String, String, i64) = c
+            .query_first(format!(
+                "/* fulcrum:consistency=eventual */ SELECT @@session.sql_mode, @@session.time_zone, {i}"
+            ))
+            .await
+            .unwrap()
+            .expect("a row");
+        assert_eq!(row, ("ANSI_QUOTES".into(), "+01:00".into(), i), "read {i}");
+    }
+    // A setting mixed with another statement is not replayed: the client
+    // keeps its connection, and its reads still see the setting.
+    let mut d = connect(*port, "mixed").await;
+    d.query_drop("SET time_zone = '+02:00'; SELECT 1")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let tz: String = d
+            .query_first("SELECT @@session.time_zone")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(tz, "+02:00");
+    }
+}

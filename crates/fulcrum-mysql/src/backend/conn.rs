@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use mysql_common::constants::CapabilityFlags as C;
+use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use crate::codec::command::{build_command, Command};
 use crate::codec::err::parse_err;
 use crate::codec::packet::{scan_message, write_packet, HEADER_LEN, MAX_PAYLOAD};
-use crate::codec::response::{classify, ResponseKind};
+use crate::codec::response::{classify, status_flags, ResponseKind};
 use crate::codec::wire::{read_lenenc_int, read_lenenc_str};
 
 /// Largest server message read whole by Fulcrum's own commands.
@@ -103,28 +103,63 @@ impl ServerConn {
         }
     }
 
-    /// Sends a command whose answer is one OK or ERR (COM_INIT_DB, a SET,
-    /// COM_RESET_CONNECTION) and reads that answer.
+    /// Sends a command answered by OKs or ERR (COM_INIT_DB, a SET or a
+    /// list of SETs, COM_RESET_CONNECTION) and reads its whole answer: while
+    /// an answer says more results follow (SERVER_MORE_RESULTS_EXISTS, one
+    /// per statement of a multi-statement text), the next is read too, so
+    /// nothing is left on the connection. The first ERR is returned (the
+    /// server runs nothing after it); a result set is read and skipped.
     pub async fn run_simple(&mut self, cmd: Command, body: &[u8]) -> Result<(), InternalError> {
         let mut out = BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut out, 0, &build_command(cmd, body));
         self.stream.write_all(&out).await?;
-        let total = self.read_message(INTERNAL_MAX).await?;
-        let msg = self.read_buf.split_to(total);
-        let payload = &msg[HEADER_LEN..HEADER_LEN + (total - HEADER_LEN).min(MAX_PAYLOAD)];
-        match classify(payload).map_err(|e| InternalError::Protocol(e.to_string()))? {
-            ResponseKind::Ok => Ok(()),
-            ResponseKind::Err => {
-                let err = parse_err(payload).map_err(|e| InternalError::Protocol(e.to_string()))?;
-                Err(InternalError::Server {
-                    code: err.code,
-                    message: String::from_utf8_lossy(err.message).into_owned(),
-                    payload: payload.to_vec(),
-                })
+        loop {
+            let payload = self.next_payload().await?;
+            let more =
+                match classify(&payload).map_err(|e| InternalError::Protocol(e.to_string()))? {
+                    ResponseKind::Ok => status_flags(&payload)
+                        .is_some_and(|s| s.contains(StatusFlags::SERVER_MORE_RESULTS_EXISTS)),
+                    ResponseKind::Err => {
+                        let err = parse_err(&payload)
+                            .map_err(|e| InternalError::Protocol(e.to_string()))?;
+                        return Err(InternalError::Server {
+                            code: err.code,
+                            message: String::from_utf8_lossy(err.message).into_owned(),
+                            payload,
+                        });
+                    }
+                    _ => self.skip_result_set(&payload).await?,
+                };
+            if !more {
+                return Ok(());
             }
-            other => Err(InternalError::Protocol(format!(
-                "expected OK or ERR, got {other:?}"
-            ))),
+        }
+    }
+
+    /// Reads the rest of a text result set whose column count is `first`;
+    /// returns whether more results follow it.
+    async fn skip_result_set(&mut self, first: &[u8]) -> Result<bool, InternalError> {
+        let proto = |e: String| InternalError::Protocol(e);
+        let columns = read_lenenc_int(first)
+            .map_err(|e| proto(e.to_string()))?
+            .0
+            .unwrap_or(0);
+        for _ in 0..columns {
+            self.next_payload().await?;
+        }
+        if !self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
+            self.next_payload().await?;
+        }
+        loop {
+            let payload = self.next_payload().await?;
+            match payload.first() {
+                Some(0xFE) if payload.len() < 0xFF_FFFF => {
+                    return Ok(status_flags(&payload)
+                        .is_some_and(|s| s.contains(StatusFlags::SERVER_MORE_RESULTS_EXISTS)))
+                }
+                Some(0xFF) => return Err(proto("error in the middle of a result set".into())),
+                _ => {}
+            }
         }
     }
 

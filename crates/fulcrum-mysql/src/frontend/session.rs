@@ -346,6 +346,12 @@ impl Session {
         } else if decision == Decision::Set {
             if self.desired.len() >= MAX_SETS {
                 self.pin("many session settings");
+            } else if crate::codec::statements::second_statement(text.as_bytes()).is_some()
+                && !self.only_settings(text)
+            {
+                // A setting sent with other statements: replaying the text
+                // would run them again; the client keeps its connection.
+                self.pin("session settings mixed with other statements");
             } else {
                 effects.set = Some(text.trim().trim_end_matches(';').to_owned());
             }

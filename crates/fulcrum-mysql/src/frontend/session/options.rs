@@ -2,8 +2,10 @@
 //! connections are shared: whether the client allows several statements in
 //! one COM_QUERY (CLIENT_MULTI_STATEMENTS at login, then COM_SET_OPTION).
 //! Server connections always allow them, so Fulcrum refuses a second
-//! statement itself, with the error the server gives.
+//! statement itself, with the error the server gives. And whether a
+//! multi-statement text is only settings, so it may be replayed.
 
+use fulcrum_sql::Decision;
 use mysql_common::constants::CapabilityFlags as C;
 
 use super::Session;
@@ -52,5 +54,26 @@ impl Session {
         );
         put_error(&mut self.out, seq, codes::PARSE, &message);
         true
+    }
+
+    /// Whether every statement of `text` is a session setting on its own
+    /// (so the text can be replayed on another connection as it is).
+    pub(super) fn only_settings(&self, text: &str) -> bool {
+        let mut rest = text.as_bytes();
+        loop {
+            let (this, next) = match second_statement(rest) {
+                Some(at) => (&rest[..at], Some(&rest[at..])),
+                None => (rest, None),
+            };
+            let sql = String::from_utf8_lossy(this);
+            let sql = sql.trim().trim_end_matches(';');
+            if !sql.trim().is_empty() && self.ctx.classify(sql) != Decision::Set {
+                return false;
+            }
+            match next {
+                Some(n) => rest = n,
+                None => return true,
+            }
+        }
     }
 }
