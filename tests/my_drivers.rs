@@ -157,3 +157,160 @@ async fn a_multi_statement_setting_is_replayed_whole_on_other_connections() {
         assert_eq!(tz, "+02:00");
     }
 }
+
+/// A raw MySQL client: one packet at a time, for what no driver here sends
+/// (a server-side cursor's COM_STMT_FETCH).
+struct Raw {
+    s: std::net::TcpStream,
+}
+
+impl Raw {
+    /// Logs in as the app user with mysql_native_password.
+    fn login(port: u16) -> Raw {
+        use fulcrum_mysql::codec::handshake::{
+            build_handshake_response, parse_server_handshake, HandshakeResponse,
+        };
+        use fulcrum_mysql::CapabilityFlags as C;
+        let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut raw = Raw { s };
+        let (_, greeting) = raw.read();
+        let hs = parse_server_handshake(&greeting).expect("greeting");
+        let caps = C::CLIENT_PROTOCOL_41
+            | C::CLIENT_SECURE_CONNECTION
+            | C::CLIENT_LONG_PASSWORD
+            | C::CLIENT_TRANSACTIONS;
+        let reply = build_handshake_response(&HandshakeResponse {
+            capabilities: caps,
+            max_packet: 1 << 24,
+            charset: 45,
+            username: APP_USER.into(),
+            auth_response: fulcrum_mysql::auth::native::client_response(
+                APP_PASSWORD.as_bytes(),
+                &hs.scramble,
+            ),
+            database: Some(APP_DB.into()),
+            auth_plugin: Some("mysql_native_password".into()),
+            connect_attrs: None,
+            mariadb_capabilities: 0,
+        });
+        raw.write(1, &reply);
+        let (_, ok) = raw.read();
+        assert_eq!(ok[0], 0x00, "logged in: {ok:?}");
+        raw
+    }
+
+    fn write(&mut self, seq: u8, payload: &[u8]) {
+        use std::io::Write;
+        let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+        p.push(seq);
+        p.extend_from_slice(payload);
+        self.s.write_all(&p).unwrap();
+    }
+
+    fn read(&mut self) -> (u8, Vec<u8>) {
+        use std::io::Read;
+        let mut h = [0u8; 4];
+        self.s.read_exact(&mut h).expect("packet header");
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        let mut p = vec![0u8; len];
+        self.s.read_exact(&mut p).expect("packet payload");
+        (h[3], p)
+    }
+
+    /// A command; returns every packet of its answer up to and including
+    /// the first EOF/OK/ERR after `eofs_before` EOFs.
+    fn command(&mut self, payload: &[u8], eofs_before: usize) -> Vec<Vec<u8>> {
+        self.write(0, payload);
+        let mut packets = Vec::new();
+        let mut eofs = 0;
+        loop {
+            let (_, p) = self.read();
+            let end = p[0] == 0xFF
+                || (p[0] == 0x00 && packets.is_empty() && eofs_before == 0)
+                || (p[0] == 0xFE && p.len() < 9);
+            packets.push(p.clone());
+            if end {
+                if p[0] == 0xFE && eofs < eofs_before {
+                    eofs += 1;
+                    continue;
+                }
+                return packets;
+            }
+        }
+    }
+}
+
+/// The status flags of an EOF packet.
+fn eof_status(p: &[u8]) -> u16 {
+    u16::from_le_bytes([p[3], p[4]])
+}
+
+#[test]
+fn a_server_side_cursor_is_fetched_whole() {
+    let (_cluster, _fulcrum, port) = setup();
+    let mut raw = Raw::login(*port);
+    let q = |sql: &str| [&[0x03u8][..], sql.as_bytes()].concat();
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS drv_cursor (id INT PRIMARY KEY, v VARCHAR(10))",
+        "DELETE FROM drv_cursor",
+        "INSERT INTO drv_cursor VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'),(6,'f'),(7,'g')",
+    ] {
+        let answer = raw.command(&q(sql), 0);
+        assert_eq!(answer.last().unwrap()[0], 0x00, "{sql}: {answer:?}");
+    }
+    // COM_STMT_PREPARE: PREPARE_OK, 2 column definitions, EOF.
+    let prepared = raw.command(
+        &[&[0x16u8][..], b"SELECT id, v FROM drv_cursor ORDER BY id"].concat(),
+        0,
+    );
+    assert_eq!(prepared[0][0], 0x00, "{prepared:?}");
+    let id = [
+        prepared[0][1],
+        prepared[0][2],
+        prepared[0][3],
+        prepared[0][4],
+    ];
+    if prepared.len() == 1 {
+        // The definitions follow the PREPARE_OK.
+        for _ in 0..3 {
+            raw.read();
+        }
+    }
+    // COM_STMT_EXECUTE with CURSOR_TYPE_READ_ONLY: column count, 2
+    // definitions, an EOF saying a cursor exists; no rows yet.
+    let execute = [&[0x17u8][..], &id, &[0x01], &1u32.to_le_bytes()].concat();
+    let opened = raw.command(&execute, 0);
+    let last = opened.last().unwrap();
+    assert_eq!(last[0], 0xFE, "{opened:?}");
+    assert!(
+        eof_status(last) & 0x0040 != 0,
+        "SERVER_STATUS_CURSOR_EXISTS"
+    );
+    // COM_STMT_FETCH 2 rows at a time: binary rows (each begins 0x00) then
+    // an EOF; the last says LAST_ROW_SENT.
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        let fetch = [&[0x1Cu8][..], &id, &2u32.to_le_bytes()].concat();
+        raw.write(0, &fetch);
+        loop {
+            let (_, p) = raw.read();
+            match p[0] {
+                0x00 => ids.push(i32::from_le_bytes([p[2], p[3], p[4], p[5]])),
+                0xFE => {
+                    if eof_status(&p) & 0x0080 != 0 {
+                        assert_eq!(ids, (1..=7).collect::<Vec<_>>());
+                        // The session goes on.
+                        let answer = raw.command(&q("SELECT 42"), 1);
+                        assert_eq!(answer.last().unwrap()[0], 0xFE, "{answer:?}");
+                        return;
+                    }
+                    break;
+                }
+                other => panic!("unexpected packet {other:#x}: {p:?}"),
+            }
+        }
+    }
+    panic!("no LAST_ROW_SENT after 10 fetches: {ids:?}");
+}

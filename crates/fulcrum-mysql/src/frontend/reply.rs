@@ -26,6 +26,10 @@ pub enum Shape {
     FieldList,
     /// COM_STATISTICS: one string packet.
     OnePacket,
+    /// COM_STMT_FETCH: binary rows (each begins with 0x00, which must not
+    /// be read as an OK) up to an EOF, or an ERR; no column count or
+    /// definitions.
+    Fetch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +87,7 @@ impl Reply {
             caps,
             shape,
             state: match shape {
-                Shape::FieldList => State::Rows,
+                Shape::FieldList | Shape::Fetch => State::Rows,
                 _ => State::First,
             },
             status: None,
@@ -170,7 +174,18 @@ impl Reply {
                     State::DefinitionsEof { then }
                 }
             }
-            State::DefinitionsEof { then } => self.follow(then),
+            State::DefinitionsEof { then } => {
+                let status = status_flags(payload);
+                match status {
+                    // COM_STMT_EXECUTE that opened a cursor: the rows come
+                    // later, with COM_STMT_FETCH; the answer ends here.
+                    Some(s) if s.contains(StatusFlags::SERVER_STATUS_CURSOR_EXISTS) => {
+                        self.status = Some(s);
+                        State::Done
+                    }
+                    _ => self.follow(then),
+                }
+            }
             State::AwaitFile => {
                 return Err(bad("server message while the client sends a file".into()))
             }
@@ -182,7 +197,7 @@ impl Reply {
                     let status =
                         status_flags(payload).ok_or_else(|| bad("malformed EOF".into()))?;
                     self.status = Some(status);
-                    if self.shape == Shape::FieldList {
+                    if matches!(self.shape, Shape::FieldList | Shape::Fetch) {
                         State::Done
                     } else {
                         self.after_end(status)
@@ -279,6 +294,53 @@ mod tests {
         assert!(r.is_done());
         assert_eq!(r.last_insert_id, 42);
         assert!(!r.holds_connection());
+    }
+
+    #[test]
+    fn an_execute_that_opens_a_cursor_ends_after_its_definitions() {
+        use crate::codec::response::build_eof;
+        let caps = C::CLIENT_PROTOCOL_41;
+        let mut r = Reply::new(Shape::Results, caps);
+        r.on_message(&[0x01]).unwrap(); // one column
+        r.on_message(b"\x03def").unwrap(); // its definition
+        let cursor =
+            StatusFlags::SERVER_STATUS_CURSOR_EXISTS | StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        r.on_message(&build_eof(0, cursor)).unwrap();
+        assert!(r.is_done(), "no rows follow: they are fetched");
+        let mut plain = Reply::new(Shape::Results, caps);
+        plain.on_message(&[0x01]).unwrap();
+        plain.on_message(b"\x03def").unwrap();
+        plain
+            .on_message(&build_eof(0, StatusFlags::SERVER_STATUS_AUTOCOMMIT))
+            .unwrap();
+        assert!(
+            !plain.is_done(),
+            "rows follow a plain result set's definitions"
+        );
+    }
+
+    #[test]
+    fn a_fetch_answer_is_binary_rows_up_to_an_eof() {
+        use crate::codec::response::build_eof;
+        let caps = C::CLIENT_PROTOCOL_41;
+        let mut r = Reply::new(Shape::Fetch, caps);
+        // Binary rows: a 0x00 header, the NULL bitmap, the values.
+        for row in [
+            &[0x00, 0x00, 0x01, 0x00, 0x00, 0x00][..],
+            &[0x00, 0x00, 0x02, 0, 0, 0],
+        ] {
+            r.on_message(row).unwrap();
+            assert!(!r.is_done(), "a row is not the end");
+        }
+        let last_row_sent =
+            StatusFlags::SERVER_STATUS_LAST_ROW_SENT | StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        r.on_message(&build_eof(0, last_row_sent)).unwrap();
+        assert!(r.is_done());
+        assert_eq!(r.status, Some(last_row_sent));
+        let mut e = Reply::new(Shape::Fetch, caps);
+        e.on_message(&[0xFF, 0x43, 0x04, b'#', b'H', b'Y', b'0', b'0', b'0', b'x'])
+            .unwrap();
+        assert!(e.is_done() && e.error);
     }
 
     #[test]

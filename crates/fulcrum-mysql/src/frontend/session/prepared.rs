@@ -30,6 +30,9 @@ enum Prepared {
     Refused(Vec<u8>),
 }
 
+/// The COM_STMT_FETCH command byte.
+const FETCH: u8 = 0x1C;
+
 impl Session {
     /// COM_STMT_PREPARE.
     pub(super) async fn stmt_prepare(
@@ -185,17 +188,24 @@ impl Session {
         };
         let server = self.server.as_mut().expect("attached");
         let entry = server.prepared.get_mut(&stmt.sql).expect("just prepared");
+        // COM_STMT_FETCH (a cursor's next rows) carries no parameters and
+        // is answered with binary rows only.
+        let fetch = payload.first() == Some(&FETCH);
         let mut body = match (&types, execute_types(payload, stmt.num_params)) {
+            _ if fetch => payload.to_vec(),
             (Some(t), None) if entry.types.as_ref() != Some(t) => {
                 with_types(payload, stmt.num_params, t).unwrap_or_else(|| payload.to_vec())
             }
             _ => payload.to_vec(),
         };
-        entry.types = types;
+        if !fetch {
+            entry.types = types;
+        }
         let _ = set_statement_id(&mut body, server_id);
         let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut msg, 0, &body);
-        self.forward_bytes(&msg, seq, Shape::Results, Effects::default())
+        let shape = if fetch { Shape::Fetch } else { Shape::Results };
+        self.forward_bytes(&msg, seq, shape, Effects::default())
             .await
     }
 
