@@ -379,3 +379,48 @@ async fn switchover_under_writes_loses_no_write() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_flight_when_its_server_dies_may_have_committed() {
+    let _serial = SERIAL.lock().await;
+    // Its own one-node cluster: the test kills its server.
+    let c = MariaCluster::builder()
+        .replicas(0)
+        .start()
+        .expect("MariaDB cluster");
+    c.primary()
+        .sql_db(
+            APP_DB,
+            &format!(
+                "CREATE TABLE slow_write (id INT); GRANT ALL ON {APP_DB}.* TO '{APP_USER}'@'%'"
+            ),
+        )
+        .expect("table");
+    let port = free_port();
+    let _fulcrum = FulcrumProcess::start(&config(&c, port, "")).expect("fulcrum");
+    let mut conn = connect(port).await.expect("connect");
+    let write = tokio::spawn(async move {
+        // An autocommit write that takes a while: the server dies under it.
+        let r = conn
+            .query_drop("INSERT INTO slow_write SELECT 1 FROM DUAL WHERE SLEEP(5) = 0")
+            .await;
+        (conn, r)
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pid = c.primary().pid().expect("mariadbd pid");
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let (_conn, r) = tokio::time::timeout(Duration::from_secs(20), write)
+        .await
+        .expect("an answer, not a wait without end")
+        .unwrap();
+    match r {
+        Err(mysql_async::Error::Server(e)) => {
+            assert_eq!(e.state, "08007", "transaction resolution unknown: {e:?}");
+            assert!(e.message.contains("may or may not have committed"), "{e:?}");
+        }
+        other => panic!("expected 08007 from Fulcrum, got {other:?}"),
+    }
+}

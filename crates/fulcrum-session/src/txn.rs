@@ -91,6 +91,24 @@ impl DeferredTxn {
     }
 }
 
+/// Whether a statement text may commit a transaction if it runs: it
+/// mentions COMMIT anywhere (COMMIT, COMMIT PREPARED, `...; COMMIT`) or
+/// starts with END. A false positive only makes a lost connection's error
+/// say "may have committed" (08007) instead of "not committed".
+pub fn may_commit(text: &[u8]) -> bool {
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let first = &text[start..];
+    let word_end = first
+        .iter()
+        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
+        .unwrap_or(first.len());
+    first[..word_end].eq_ignore_ascii_case(b"end")
+        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
+}
+
 /// Whether `text` starts with `prefix`, ignoring ASCII case (never slices
 /// inside a multi-byte character).
 pub fn starts_with_ci(text: &str, prefix: &str) -> bool {
@@ -202,6 +220,17 @@ mod tests {
         assert!(candidate(b"set", true));
         assert!(!candidate(b"select", true));
         assert!(!candidate(b"begin", true));
+    }
+
+    #[test]
+    fn statements_that_may_commit_are_seen() {
+        assert!(may_commit(b"COMMIT"));
+        assert!(may_commit(b"  end"));
+        assert!(may_commit(b"INSERT INTO t VALUES (1); commit"));
+        assert!(may_commit(b"COMMIT PREPARED 'x'"));
+        assert!(!may_commit(b"ROLLBACK"));
+        assert!(!may_commit(b"SELECT 1"));
+        assert!(!may_commit(b"ending"), "END is a whole word");
     }
 
     #[test]

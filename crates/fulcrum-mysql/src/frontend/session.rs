@@ -58,6 +58,10 @@ pub struct Session {
     caps: C,
     /// The client allows several statements in one COM_QUERY.
     multi_statements: bool,
+    /// The command in flight may commit (a COMMIT, or a text mentioning it).
+    commit_in_flight: bool,
+    /// The command in flight may write (the routing decision's word).
+    unit_may_write: bool,
     wire_format: C,
     charset: u8,
     schema: Option<String>,
@@ -129,6 +133,8 @@ impl Session {
             user: login.user,
             wire_format: login.caps & WIRE_FORMAT,
             multi_statements: login.caps.contains(C::CLIENT_MULTI_STATEMENTS),
+            commit_in_flight: false,
+            unit_may_write: false,
             caps: login.caps,
             charset: login.charset,
             schema: login.schema,
@@ -269,6 +275,7 @@ impl Session {
                         return Ok(true);
                     }
                     self.note_hint(text);
+                    self.commit_in_flight = fulcrum_session::txn::may_commit(text.as_bytes());
                     let (route, effects) = self.route_query(text);
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;

@@ -4,6 +4,7 @@
 //! the session.
 
 use super::*;
+use fulcrum_session::Outcome;
 
 impl Session {
     /// Between transactions with nothing in flight (a SIGTERM drain may end
@@ -196,15 +197,24 @@ impl Session {
         self.ctx.router.suspect(backend);
         let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
             || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        // A COMMIT, or a write outside a transaction, may have committed
+        // before the connection died: only the server knows (08007).
+        let unknown = std::mem::take(&mut self.commit_in_flight)
+            || (!in_txn && self.unit_may_write && self.ctx.router.is_primary(backend));
+        let (state, advice) = if unknown {
+            (*b"08007", Outcome::Unknown.advice())
+        } else if in_txn || self.pinned.is_some() {
+            (
+                *b"70100",
+                "the transaction or session state was lost: reconnect",
+            )
+        } else {
+            (*b"70100", Outcome::NotAnswered.advice())
+        };
         let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {}",
+            "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {advice}",
             self.ctx.address(backend),
             self.ctx.name(),
-            if in_txn || self.pinned.is_some() {
-                "the transaction or session state was lost: reconnect"
-            } else {
-                "the statement may or may not have completed"
-            }
         );
         tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
         if self.retryable && !self.answered {
@@ -212,8 +222,9 @@ impl Session {
             self.out.clear();
             return SessionError::Retry;
         }
-        // ER_CONNECTION_KILLED-like: 2013 is client-side, so use 1927 (MariaDB).
-        put_err(&mut self.out, seq, 1927, *b"70100", &msg);
+        // ER_CONNECTION_KILLED (MariaDB's 1927; 2013 is client-side), with
+        // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
+        put_err(&mut self.out, seq, 1927, state, &msg);
         let _ = self.flush().await;
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
         self.keep_for_next = false;

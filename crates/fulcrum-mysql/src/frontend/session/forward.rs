@@ -122,6 +122,8 @@ impl Session {
                 self.flush().await?;
             }
         }
+        // Answered: whatever it was, its outcome is known.
+        self.commit_in_flight = false;
         if let Some(status) = reply.status {
             self.status = status;
         }

@@ -29,6 +29,7 @@ impl Session {
         if let Some(reason) = routing.pin {
             self.pin(reason);
         }
+        self.unit_may_write = routing.may_write;
         match routing.target {
             Target::Go(route) => route,
             // On the connection it holds: the route is not used.

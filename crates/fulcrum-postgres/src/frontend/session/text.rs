@@ -4,6 +4,8 @@
 
 use super::*;
 
+pub(super) use fulcrum_session::txn::may_commit;
+
 /// Whether the unit at the front of `buf` runs anything (a simple Query,
 /// an Execute or a function call before its Sync): a unit that only
 /// prepares or describes statements writes nothing.
@@ -22,14 +24,6 @@ pub(super) fn unit_executes(buf: &[u8], max: u64) -> bool {
     }
     // The rest has not arrived yet: it may execute.
     true
-}
-
-/// Whether a statement text may commit a transaction: it mentions COMMIT
-/// (COMMIT, COMMIT PREPARED, `...; COMMIT`) or starts with END. A false
-/// positive only makes a lost connection's error say "may have committed".
-pub(super) fn may_commit(text: &[u8]) -> bool {
-    session_sql::first_word_bytes(text).eq_ignore_ascii_case(b"end")
-        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
 }
 
 /// A NotificationResponse from the client's own server connection carries
@@ -69,18 +63,7 @@ pub(super) fn route_is_causal(c: fulcrum_config::Consistency) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{may_commit, own_notification_pid};
-
-    #[test]
-    fn statements_that_may_commit_are_seen() {
-        assert!(may_commit(b"COMMIT"));
-        assert!(may_commit(b"end"));
-        assert!(may_commit(b"INSERT INTO t VALUES (1); commit"));
-        assert!(may_commit(b"COMMIT PREPARED 'x'"));
-        assert!(!may_commit(b"ROLLBACK"));
-        assert!(!may_commit(b"SELECT 1"));
-        assert!(!may_commit(b"ending"), "END is a whole word");
-    }
+    use super::own_notification_pid;
 
     #[test]
     fn own_notifications_carry_the_pid_the_client_knows() {
