@@ -5,9 +5,10 @@
 //! only a bad startup or login ends it.
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use fulcrum_postgres::auth::scram::{stable_salt, Verifier, ITERATIONS};
 use fulcrum_postgres::codec::backend_msg::{self, sqlstate};
-use fulcrum_postgres::codec::frame::check_frame;
+use fulcrum_postgres::codec::frame::PgFrames;
 use fulcrum_postgres::codec::frontend_msg::query_text;
 use fulcrum_postgres::codec::startup::{parse_startup, StartupPacket};
 use fulcrum_postgres::frontend::error::SessionError;
@@ -98,11 +99,12 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     stream.write_all(&out).await?;
     tracing::info!(admin = %user, "admin console login");
 
+    let mut conn = Connection::with_read_buf(stream, buf);
     loop {
-        let Some((tag, body)) = read_frame(&mut stream, &mut buf).await? else {
+        let Some((tag, body)) = read_frame(&mut conn).await? else {
             return Ok(());
         };
-        let mut out = BytesMut::new();
+        let out = &mut conn.write_buf;
         match tag {
             b'X' => return Ok(()),
             b'Q' => {
@@ -115,12 +117,12 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
                     match parse(text) {
                         Ok(cmd) => {
                             tracing::info!(admin = %user, command = %text.trim(), "admin command");
-                            if let Err((code, msg)) = admin.execute(cmd, &mut out).await {
-                                backend_msg::error_response(&mut out, "ERROR", code, &msg);
+                            if let Err((code, msg)) = admin.execute(cmd, out).await {
+                                backend_msg::error_response(out, "ERROR", code, &msg);
                             }
                         }
                         Err(msg) => backend_msg::error_response(
-                            &mut out,
+                            out,
                             "ERROR",
                             "42601",
                             &format!("fulcrum admin: {msg}"),
@@ -133,16 +135,11 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
                     "fulcrum admin: only simple queries are supported (got message type {:?})",
                     other as char
                 );
-                backend_msg::error_response(
-                    &mut out,
-                    "ERROR",
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    &msg,
-                );
+                backend_msg::error_response(out, "ERROR", sqlstate::FEATURE_NOT_SUPPORTED, &msg);
                 if other != b'S' && other != b'H' {
                     // Extended protocol: skip to its Sync.
                     loop {
-                        match read_frame(&mut stream, &mut buf).await? {
+                        match read_frame(&mut conn).await? {
                             Some((b'S', _)) | None => break,
                             _ => {}
                         }
@@ -150,25 +147,22 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
                 }
             }
         }
-        backend_msg::ready_for_query(&mut out, b'I');
-        stream.write_all(&out).await?;
+        backend_msg::ready_for_query(&mut conn.write_buf, b'I');
+        conn.flush().await?;
     }
 }
 
 /// Reads one frame: (tag, body). `None` when the client closed.
-async fn read_frame(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-) -> std::io::Result<Option<(u8, BytesMut)>> {
+async fn read_frame(conn: &mut Connection<TcpStream>) -> std::io::Result<Option<(u8, BytesMut)>> {
     loop {
-        match check_frame(buf, MAX_MESSAGE) {
-            Ok(Some(h)) if buf.len() >= h.total => {
-                let mut frame = buf.split_to(h.total);
+        match conn.complete_frame::<PgFrames>(MAX_MESSAGE) {
+            Ok(Some(total)) => {
+                let mut frame = conn.take(total);
                 let body = frame.split_off(5);
-                return Ok(Some((h.tag, body)));
+                return Ok(Some((frame[0], body)));
             }
-            Ok(_) => {
-                if stream.read_buf(buf).await? == 0 {
+            Ok(None) => {
+                if conn.read_more().await? == 0 {
                     return Ok(None);
                 }
             }
@@ -180,7 +174,7 @@ async fn read_frame(
                     sqlstate::PROTOCOL_VIOLATION,
                     &format!("fulcrum admin: {e}"),
                 );
-                let _ = stream.write_all(&out).await;
+                let _ = conn.send(&out).await;
                 return Ok(None);
             }
         }

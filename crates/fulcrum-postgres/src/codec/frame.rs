@@ -31,6 +31,17 @@ pub enum FrameError {
 ///
 /// Returns `Ok(None)` when fewer than 5 bytes are buffered. Rejects a declared
 /// length below 4 (0, negative as i32, or 1..=3) and one whose body exceeds `max`.
+/// PostgreSQL's framing for `fulcrum_net::Connection`: a tag byte and a
+/// 4-byte length (the startup packet, which has no tag, is read apart).
+pub struct PgFrames;
+
+impl fulcrum_net::Framing for PgFrames {
+    type Error = FrameError;
+    fn frame_len(buf: &[u8], max: u64) -> Result<Option<usize>, FrameError> {
+        Ok(check_frame(buf, max)?.map(|h| h.total))
+    }
+}
+
 pub fn check_frame(buf: &[u8], max: u64) -> Result<Option<FrameHeader>, FrameError> {
     if buf.len() < 5 {
         return Ok(None);

@@ -276,6 +276,12 @@ impl Session {
             Io(Io),
             Shutdown,
         }
+        // One wait for SIGTERM for the whole session, not one per event.
+        let mut signal = self.shutdown.clone();
+        let drain_signal = async move {
+            let _ = signal.wait_for(|draining| *draining).await;
+        };
+        tokio::pin!(drain_signal);
         loop {
             let draining = *self.shutdown.borrow();
             if draining && self.at_boundary() {
@@ -300,7 +306,7 @@ impl Session {
             });
             let event = tokio::select! {
                 io = io => Event::Io(io),
-                _ = self.shutdown.changed(), if !draining => Event::Shutdown,
+                _ = &mut drain_signal, if !draining => Event::Shutdown,
             };
             match event {
                 Event::Shutdown => {
