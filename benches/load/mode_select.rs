@@ -20,11 +20,20 @@ use crate::{median, pgpool, publish_report, Options, Result};
 pub(crate) fn run_select(opts: &Options) -> Result<()> {
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
-    let pgbouncer_found = Path::new(PGBOUNCER).is_file();
+    let mut pgbouncer_found = Path::new(PGBOUNCER).is_file();
     if !pgbouncer_found {
         eprintln!(
             "PgBouncer not found at {PGBOUNCER}: skipping it (install: apt-get install pgbouncer)"
         );
+    } else if opts.protocol == "prepared" && !pgbouncer_has_prepared_statements() {
+        // Protocol-level prepared statements in transaction pooling came
+        // with PgBouncer 1.21 (max_prepared_statements); before, pgbench
+        // -M prepared fails there ("prepared statement P_0 already exists").
+        eprintln!(
+            "{}: no prepared statements in transaction pooling (1.21+): skipping it for -M prepared",
+            crate::process::first_line(PGBOUNCER, &["--version"])
+        );
+        pgbouncer_found = false;
     }
     let pgpool_found = Path::new(pgpool::PGPOOL).is_file();
     if !pgpool_found {
@@ -156,4 +165,18 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
         let _ = writeln!(out, "- {line}");
     }
     out
+}
+
+/// Whether the installed PgBouncer supports protocol-level prepared
+/// statements in transaction pooling (1.21 and later).
+fn pgbouncer_has_prepared_statements() -> bool {
+    let version = crate::process::first_line(PGBOUNCER, &["--version"]);
+    let numbers: Vec<u32> = version
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("")
+        .split('.')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    matches!(numbers.as_slice(), [major, minor, ..] if (*major, *minor) >= (1, 21))
 }
