@@ -5,6 +5,11 @@
 //! unchanged up to its end (`reply.rs`), which says whether the client is
 //! now in a transaction (server status flags, never guessed from text).
 //!
+//! An adapter of `fulcrum_session`: `route_unit` asks `decide` where a
+//! command goes, and the `Engine` holds the client's phase (idle, busy, in a
+//! transaction, pinned): the adapter reports each attach and each answer's
+//! status, and detaches, retries or ends the session as the engine says.
+//!
 //! Session state, the same principle as for PostgreSQL: `SET` statements are
 //! replayed on every server connection the client uses (COM_RESET_CONNECTION
 //! and the client's statements when the connection's differ); the default
@@ -27,6 +32,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
+use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -69,7 +75,9 @@ pub struct Session {
     desired: Vec<String>,
     server: Option<Checkout<ServerConn>>,
     backend: BackendId,
-    pinned: Option<&'static str>,
+    /// The client's state between commands (idle, busy, in a transaction,
+    /// pinned): `fulcrum_session::Engine`.
+    engine: Engine,
     /// Keep the connection for the next command (LAST_INSERT_ID()).
     keep_for_next: bool,
     /// The command in flight may be sent again if its server dies before
@@ -140,7 +148,7 @@ impl Session {
             schema: login.schema,
             desired: Vec::new(),
             server: None,
-            pinned: None,
+            engine: Engine::new(None),
             keep_for_next: false,
             retryable: false,
             answered: false,

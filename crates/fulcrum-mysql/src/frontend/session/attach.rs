@@ -25,9 +25,9 @@ impl Session {
     }
 
     pub(super) fn pin(&mut self, reason: &'static str) {
-        if self.pinned.is_none() {
+        if self.engine.pinned().is_none() {
             tracing::debug!(reason, "client pinned to its server connection");
-            self.pinned = Some(reason);
+            self.engine.step(Event::Pin(reason));
         }
     }
 
@@ -35,6 +35,23 @@ impl Session {
     /// none can be had), or the primary, waiting up to `pool_timeout` for
     /// one during a failover.
     pub(super) async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
+        self.engine.step(Event::Unit(Routing {
+            target: Target::Go(route),
+            pin: None,
+            may_write: self.unit_may_write,
+            consistency: self.consistency,
+        }));
+        self.attach_to(route, seq).await?;
+        let actual = if self.ctx.router.is_primary(self.backend) {
+            Route::Primary
+        } else {
+            Route::Replica
+        };
+        self.engine.step(Event::Attached(actual));
+        Ok(())
+    }
+
+    async fn attach_to(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
         if let Some(b) = self.ctx.router.pick(route) {
             if !self.ctx.router.is_primary(b) && self.try_attach(b).await {
                 return Ok(());
@@ -149,10 +166,35 @@ impl Session {
     }
 
     /// Returns the server connection to the pool unless the client needs it.
+    /// Tells the engine where the connection stands after an answer (in a
+    /// transaction or not; still needed for the next command, after an
+    /// insert whose id may be asked for), and gives it back when the
+    /// engine says so.
     pub(super) fn maybe_detach(&mut self) {
-        if self.pinned.is_some() || self.keep_for_next {
+        if self.server.is_none() {
             return;
         }
+        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let ready = Event::Ready {
+            status: if in_txn {
+                Status::InTransaction
+            } else {
+                Status::Idle
+            },
+            owed: if self.keep_for_next {
+                Owed::Client
+            } else {
+                Owed::Nothing
+            },
+        };
+        if self.engine.step(ready).contains(Action::Detach) {
+            self.detach();
+        }
+    }
+
+    /// Returns the server connection to the pool.
+    pub(super) fn detach(&mut self) {
         if let Some(server) = self.server.take() {
             self.ctx.set_running(self.connection_id, None);
             self.client_entry.set_idle();
@@ -201,15 +243,32 @@ impl Session {
         // before the connection died: only the server knows (08007).
         let unknown = std::mem::take(&mut self.commit_in_flight)
             || (!in_txn && self.unit_may_write && self.ctx.router.is_primary(backend));
-        let (state, advice) = if unknown {
-            (*b"08007", Outcome::Unknown.advice())
-        } else if in_txn || self.pinned.is_some() {
-            (
+        // MySQL can end any answer with an ERR: no "half a message" case.
+        let loss = Loss {
+            retryable: self.retryable && !self.answered,
+            commit_in_flight: unknown,
+            batch_open: false,
+            mid_message: false,
+        };
+        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
+        if action == Some(Action::Retry) {
+            tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
+            self.retryable = false;
+            self.out.clear();
+            return SessionError::Retry;
+        }
+        // A transaction or pinned state lost with its connection ends the
+        // session (the engine is Lost, or says Close); a lone statement
+        // does not.
+        let ends = !matches!(action, Some(Action::Fail(_))) || self.engine.is_lost();
+        let (state, advice) = match action {
+            Some(Action::Fail(Outcome::Unknown)) => (*b"08007", Outcome::Unknown.advice()),
+            _ if ends => (
                 *b"70100",
                 "the transaction or session state was lost: reconnect",
-            )
-        } else {
-            (*b"70100", Outcome::NotAnswered.advice())
+            ),
+            Some(Action::Fail(outcome)) => (*b"70100", outcome.advice()),
+            _ => (*b"70100", Outcome::NotAnswered.advice()),
         };
         let msg = format!(
             "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {advice}",
@@ -217,18 +276,13 @@ impl Session {
             self.ctx.name(),
         );
         tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
-        if self.retryable && !self.answered {
-            self.retryable = false;
-            self.out.clear();
-            return SessionError::Retry;
-        }
         // ER_CONNECTION_KILLED (MariaDB's 1927; 2013 is client-side), with
         // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
         put_err(&mut self.out, seq, 1927, state, &msg);
         let _ = self.flush().await;
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
         self.keep_for_next = false;
-        if in_txn || self.pinned.is_some() {
+        if ends {
             SessionError::Refused(msg)
         } else {
             SessionError::Recoverable
@@ -238,8 +292,9 @@ impl Session {
     /// The client is gone: a connection in a transaction or pinned is closed
     /// (the server rolls back and forgets); otherwise it goes back.
     pub(super) async fn cleanup(&mut self) {
+        self.engine.step(Event::ClientGone);
         if let Some(server) = self.server.take() {
-            let dirty = self.pinned.is_some()
+            let dirty = self.engine.pinned().is_some()
                 || self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
                 || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
             if dirty || !server.read_buf.is_empty() {

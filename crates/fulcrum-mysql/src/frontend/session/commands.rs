@@ -97,9 +97,9 @@ impl Session {
             return Err(SessionError::Refused(m));
         }
         // Forget everything of the old user; a clean connection goes back.
-        self.pinned = None;
         self.keep_for_next = false;
         self.cleanup().await;
+        self.engine = Engine::new(None);
         self.desired.clear();
         self.stmts.clear();
         self.last_prepared = None;
@@ -131,10 +131,14 @@ impl Session {
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         }
-        self.pinned = None;
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
         put_ok(&mut self.out, seq, self.caps, self.status);
-        self.maybe_detach();
+        // The pinned state is gone with the reset: the engine lifts the pin.
+        if self.engine.step(Event::Reset).contains(Action::Detach) {
+            self.detach();
+        } else {
+            self.maybe_detach();
+        }
         Ok(())
     }
 }

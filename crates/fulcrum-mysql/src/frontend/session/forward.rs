@@ -21,7 +21,7 @@ impl Session {
         }
         self.retryable = fresh
             && route == Route::Replica
-            && self.pinned.is_none()
+            && self.engine.pinned().is_none()
             && !self.ctx.router.is_primary(self.backend);
         self.answered = false;
         let first = self.backend;
@@ -147,9 +147,9 @@ impl Session {
         }
         // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
         self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
-        if !reply.holds_connection() {
-            self.maybe_detach();
-        }
+        // In a transaction the engine keeps the connection; it learns the
+        // status from every answer.
+        self.maybe_detach();
         Ok(())
     }
 

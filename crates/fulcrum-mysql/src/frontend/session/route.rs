@@ -19,7 +19,7 @@ impl Session {
             complete: true,
             executes: true,
             txn: if in_txn { Txn::Open } else { Txn::None },
-            pinned: self.pinned.is_some(),
+            pinned: self.engine.pinned().is_some(),
             attached: self.server.is_some(),
             hint: self.unit_consistency,
             session: self.consistency,
