@@ -122,10 +122,9 @@ async fn handle(
         schema,
         peer,
     );
-    ctx.metrics.clients.inc();
-    let r = Session::new(ctx.clone(), stream, buf, login, shutdown, client)
+    // Counted until the session ends, however it ends (a panic included).
+    let _counted = ctx.metrics.client_connected();
+    Session::new(ctx.clone(), stream, buf, login, shutdown, client)
         .run(seq)
-        .await;
-    ctx.metrics.clients.dec();
-    r
+        .await
 }
