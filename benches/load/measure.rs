@@ -73,7 +73,10 @@ pub(crate) fn process_usage(pid: u32) -> Option<(f64, u64)> {
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     let hz = 100.0; // USER_HZ on Linux
     let mut switches = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
         let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
         for line in status.lines() {
             if let Some(v) = line
