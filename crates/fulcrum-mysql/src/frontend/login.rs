@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::context::MyClusterContext;
@@ -59,8 +59,7 @@ pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: 
 
 pub async fn login(
     ctx: &MyClusterContext,
-    client: &mut TcpStream,
-    buf: &mut BytesMut,
+    conn: &mut Connection<TcpStream>,
 ) -> Result<Login, SessionError> {
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
@@ -79,30 +78,30 @@ pub async fn login(
     });
     let mut out = BytesMut::with_capacity(128);
     write_packet(&mut out, 0, &hs);
-    client.write_all(&out).await?;
+    conn.send(&out).await?;
 
     let max = 1 << 20;
-    let span = read_client_message(client, buf, max).await?;
-    let msg = buf.split_to(span.total);
+    let span = read_client_message(conn, max).await?;
+    let msg = conn.take(span.total);
     let seq = span.last_seq.wrapping_add(1);
     let refuse = |reason: String| SessionError::Refused(reason);
     let hello = match parse_client_hello(&msg[HEADER_LEN..]) {
         Ok(ClientHello::Response(r)) => r,
         Ok(ClientHello::SslRequest { .. }) => {
             let m = "fulcrum: TLS is not supported on this listener";
-            send_error(client, seq, codes::HANDSHAKE, m).await;
+            send_error(conn.stream_mut(), seq, codes::HANDSHAKE, m).await;
             return Err(refuse(m.into()));
         }
         Err(e) => {
             let m = format!("fulcrum: bad handshake: {e}");
-            send_error(client, seq, codes::HANDSHAKE, &m).await;
+            send_error(conn.stream_mut(), seq, codes::HANDSHAKE, &m).await;
             return Err(refuse(m));
         }
     };
     let missing = missing_required(hello.capabilities);
     if !missing.is_empty() {
         let m = format!("fulcrum: client lacks required capabilities {missing:?}");
-        send_error(client, seq, codes::NOT_SUPPORTED_AUTH_MODE, &m).await;
+        send_error(conn.stream_mut(), seq, codes::NOT_SUPPORTED_AUTH_MODE, &m).await;
         return Err(refuse(m));
     }
     let caps = negotiate(hello.capabilities, ours);
@@ -122,7 +121,7 @@ pub async fn login(
         if good {
             let mut out = BytesMut::new();
             seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
-            client.write_all(&out).await?;
+            conn.send(&out).await?;
         }
         good
     } else {
@@ -133,9 +132,9 @@ pub async fn login(
             seq,
             &build_auth_switch_scramble(native::PLUGIN, &scramble),
         );
-        client.write_all(&out).await?;
-        let span = read_client_message(client, buf, max).await?;
-        let msg = buf.split_to(span.total);
+        conn.send(&out).await?;
+        let span = read_client_message(conn, max).await?;
+        let msg = conn.take(span.total);
         seq = span.last_seq.wrapping_add(1);
         native::verify(expected.as_bytes(), &scramble, &msg[HEADER_LEN..])
     };
@@ -143,7 +142,7 @@ pub async fn login(
         let m = format!(
             "Access denied for user '{}'@'{}' (using password: {})",
             hello.username,
-            client
+            conn.stream()
                 .peer_addr()
                 .map(|a| a.ip().to_string())
                 .unwrap_or_default(),
@@ -153,7 +152,7 @@ pub async fn login(
                 "YES"
             }
         );
-        send_error(client, seq, codes::ACCESS_DENIED, &m).await;
+        send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
         return Err(refuse(m));
     }
     Ok(Login {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
@@ -97,16 +98,16 @@ pub async fn serve(
 
 async fn handle(
     ctx: Arc<MyClusterContext>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let mut buf = BytesMut::with_capacity(8 * 1024);
-    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
-    {
+    let mut conn = Connection::with_read_buf(stream, BytesMut::with_capacity(8 * 1024));
+    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn)).await {
         Ok(r) => r?,
         Err(_) => {
-            send_error(&mut stream, 2, codes::HANDSHAKE, "fulcrum: login timed out").await;
+            let code = codes::HANDSHAKE;
+            send_error(conn.stream_mut(), 2, code, "fulcrum: login timed out").await;
             return Err(SessionError::Refused("login timed out".into()));
         }
     };
@@ -124,7 +125,7 @@ async fn handle(
     );
     // Counted until the session ends, however it ends (a panic included).
     let _counted = ctx.metrics.client_connected();
-    Session::new(ctx.clone(), stream, buf, login, shutdown, client)
+    Session::new(ctx.clone(), conn, login, shutdown, client)
         .run(seq)
         .await
 }

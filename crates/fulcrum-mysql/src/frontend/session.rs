@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
@@ -57,9 +58,9 @@ const MAX_SETS: usize = 64;
 
 pub struct Session {
     ctx: Arc<MyClusterContext>,
-    client: TcpStream,
-    cbuf: BytesMut,
-    out: BytesMut,
+    /// The client's socket, the command being read (`read_buf`) and the
+    /// answers queued for it (`write_buf`).
+    client: Connection<TcpStream>,
     user: Arc<str>,
     caps: C,
     /// The client allows several statements in one COM_QUERY.
@@ -124,8 +125,7 @@ struct Effects {
 impl Session {
     pub fn new(
         ctx: Arc<MyClusterContext>,
-        client: TcpStream,
-        cbuf: BytesMut,
+        client: Connection<TcpStream>,
         login: Login,
         shutdown: tokio::sync::watch::Receiver<bool>,
         client_entry: fulcrum_cluster::clients::ClientHandle,
@@ -135,9 +135,6 @@ impl Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
             client,
-            cbuf,
-            // Allocated at first use and kept (memory per idle client).
-            out: BytesMut::new(),
             user: login.user,
             wire_format: login.caps & WIRE_FORMAT,
             multi_statements: login.caps.contains(C::CLIENT_MULTI_STATEMENTS),
@@ -178,7 +175,12 @@ impl Session {
                 return Err(e);
             }
         }
-        put_ok(&mut self.out, login_seq, self.caps, self.status);
+        put_ok(
+            &mut self.client.write_buf,
+            login_seq,
+            self.caps,
+            self.status,
+        );
         self.flush().await?;
         self.ctx.set_running(self.connection_id, None);
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
@@ -204,7 +206,7 @@ impl Session {
             Err(InternalError::Server {
                 payload, message, ..
             }) => {
-                write_packet(&mut self.out, seq, &payload);
+                write_packet(&mut self.client.write_buf, seq, &payload);
                 Err(SessionError::Refused(message))
             }
             Err(e) => Err(self.lost(seq, &e.to_string()).await),
@@ -233,11 +235,11 @@ impl Session {
                     return Ok(false);
                 }
                 tokio::select! {
-                    r = read_client_message(&mut self.client, &mut self.cbuf, max) => break r?,
+                    r = read_client_message(&mut self.client, max) => break r?,
                     _ = self.shutdown.changed(), if !draining => continue,
                 }
             };
-            let msg = self.cbuf.split_to(span.total);
+            let msg = self.client.read_buf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
             let seq = span.last_seq.wrapping_add(1);
             let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
@@ -245,7 +247,7 @@ impl Session {
                 Ok(c) => c,
                 Err(_) => {
                     put_error(
-                        &mut self.out,
+                        &mut self.client.write_buf,
                         seq,
                         codes::UNKNOWN_COM,
                         "fulcrum: empty command",
@@ -255,7 +257,7 @@ impl Session {
             };
             match cmd {
                 Command::Quit => return Ok(false),
-                Command::Ping => put_ok(&mut self.out, seq, self.caps, self.status),
+                Command::Ping => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
                 Command::SetOption => self.set_option(first, seq),
                 Command::ResetConnection => self.reset_connection(seq).await?,
                 Command::InitDb => {
@@ -331,7 +333,7 @@ impl Session {
                         _ => "unknown command",
                     };
                     put_error(
-                        &mut self.out,
+                        &mut self.client.write_buf,
                         seq,
                         codes::NOT_SUPPORTED_YET,
                         &format!("fulcrum: {what}"),

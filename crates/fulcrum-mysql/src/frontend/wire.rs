@@ -2,8 +2,9 @@
 //! command, and writing OK/ERR packets with the right sequence id.
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::error::SessionError;
@@ -14,18 +15,15 @@ use crate::codec::response::{build_ok, OkPacket};
 /// Reads until `buf` holds one whole client message; returns its span.
 /// An oversized or malformed message gets ERR 1153 / 1043.
 pub async fn read_client_message(
-    client: &mut TcpStream,
-    buf: &mut BytesMut,
+    client: &mut Connection<TcpStream>,
     max: usize,
 ) -> Result<MessageSpan, SessionError> {
     loop {
+        let buf = &client.read_buf;
         match scan_message(buf, max) {
             Ok(Some(span)) => return Ok(span),
             Ok(None) => {
-                if buf.capacity() - buf.len() < 4096 {
-                    buf.reserve(16 * 1024);
-                }
-                if client.read_buf(buf).await? == 0 {
+                if client.read_more().await? == 0 {
                     return Err(SessionError::ClientGone);
                 }
             }
@@ -38,7 +36,7 @@ pub async fn read_client_message(
                     ),
                     _ => (crate::codec::err::codes::HANDSHAKE, format!("fulcrum: {e}")),
                 };
-                send_error(client, seq, code, &msg).await;
+                send_error(client.stream_mut(), seq, code, &msg).await;
                 return Err(SessionError::Refused(msg));
             }
         }

@@ -12,7 +12,7 @@ impl Session {
     pub(super) fn at_boundary(&self) -> bool {
         let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
             || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-        !in_txn && self.cbuf.is_empty()
+        !in_txn && self.client.read_buf.is_empty()
     }
 
     /// The route label of the attached server (metrics).
@@ -89,7 +89,7 @@ impl Session {
                     message,
                     ..
                 })) => {
-                    write_packet(&mut self.out, seq, &payload);
+                    write_packet(&mut self.client.write_buf, seq, &payload);
                     let _ = self.flush().await;
                     return Err(SessionError::Refused(message));
                 }
@@ -100,7 +100,7 @@ impl Session {
                         self.ctx.address(primary),
                         self.ctx.name()
                     );
-                    put_error(&mut self.out, seq, codes::CON_COUNT, &msg);
+                    put_error(&mut self.client.write_buf, seq, codes::CON_COUNT, &msg);
                     let _ = self.flush().await;
                     return Err(SessionError::Refused(msg));
                 }
@@ -117,7 +117,12 @@ impl Session {
             "fulcrum: {why}; cluster \"{}\" has no primary to take this work; waited {wait:?}, try again",
             self.ctx.name()
         );
-        put_error(&mut self.out, seq, codes::SERVER_SHUTDOWN, &msg);
+        put_error(
+            &mut self.client.write_buf,
+            seq,
+            codes::SERVER_SHUTDOWN,
+            &msg,
+        );
         let _ = self.flush().await;
         Err(SessionError::Refused(msg))
     }
@@ -254,7 +259,7 @@ impl Session {
         if action == Some(Action::Retry) {
             tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
             self.retryable = false;
-            self.out.clear();
+            self.client.write_buf.clear();
             return SessionError::Retry;
         }
         // A transaction or pinned state lost with its connection ends the
@@ -278,7 +283,7 @@ impl Session {
         tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
         // ER_CONNECTION_KILLED (MariaDB's 1927; 2013 is client-side), with
         // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
-        put_err(&mut self.out, seq, 1927, state, &msg);
+        put_err(&mut self.client.write_buf, seq, 1927, state, &msg);
         let _ = self.flush().await;
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
         self.keep_for_next = false;

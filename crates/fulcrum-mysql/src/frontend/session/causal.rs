@@ -180,7 +180,7 @@ impl Session {
             SettingOp::Set(name) => match Consistency::from_name(name) {
                 Some(c) => {
                     self.consistency = c;
-                    put_ok(&mut self.out, seq, self.caps, self.status);
+                    put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
                 }
                 None => {
                     let names: Vec<&str> = Consistency::NAMES.iter().map(|(n, _)| *n).collect();
@@ -188,16 +188,22 @@ impl Session {
                         "Variable '{SETTING}' can't be set to the value of '{name}' (fulcrum: one of {})",
                         names.join(", ")
                     );
-                    put_err(&mut self.out, seq, WRONG_VALUE_FOR_VAR, *b"42000", &msg);
+                    put_err(
+                        &mut self.client.write_buf,
+                        seq,
+                        WRONG_VALUE_FOR_VAR,
+                        *b"42000",
+                        &msg,
+                    );
                 }
             },
             SettingOp::Reset => {
                 self.consistency = self.ctx.config.consistency;
-                put_ok(&mut self.out, seq, self.caps, self.status);
+                put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
             }
             SettingOp::Show => {
                 put_one_row(
-                    &mut self.out,
+                    &mut self.client.write_buf,
                     seq,
                     self.caps,
                     self.status,

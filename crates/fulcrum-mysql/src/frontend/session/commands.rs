@@ -13,13 +13,13 @@ impl Session {
     pub(super) async fn kill(&mut self, (_query_only, id): (bool, u32), seq: u8) {
         match self.ctx.running_on(id) {
             None => put_err(
-                &mut self.out,
+                &mut self.client.write_buf,
                 seq,
                 1094,
                 *b"HY000",
                 &format!("Unknown thread id: {id}"),
             ),
-            Some(None) => put_ok(&mut self.out, seq, self.caps, self.status),
+            Some(None) => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
             Some(Some((backend, thread))) => {
                 let conn = self
                     .ctx
@@ -36,12 +36,12 @@ impl Session {
                     Err(e) => Err(Err(e.to_string())),
                 };
                 match result {
-                    Ok(()) => put_ok(&mut self.out, seq, self.caps, self.status),
+                    Ok(()) => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
                     Err(Ok(payload)) => {
-                        write_packet(&mut self.out, seq, &payload);
+                        write_packet(&mut self.client.write_buf, seq, &payload);
                     }
                     Err(Err(e)) => put_error(
-                        &mut self.out,
+                        &mut self.client.write_buf,
                         seq,
                         codes::UNKNOWN,
                         &format!("fulcrum: could not kill the query of connection {id}: {e}"),
@@ -63,7 +63,7 @@ impl Session {
             Ok(c) => c,
             Err(e) => {
                 put_error(
-                    &mut self.out,
+                    &mut self.client.write_buf,
                     seq,
                     codes::HANDSHAKE,
                     &format!("fulcrum: bad COM_CHANGE_USER: {e}"),
@@ -91,7 +91,7 @@ impl Session {
                     "YES"
                 }
             );
-            put_error(&mut self.out, seq, codes::ACCESS_DENIED, &m);
+            put_error(&mut self.client.write_buf, seq, codes::ACCESS_DENIED, &m);
             // MySQL closes the connection after a failed change of user.
             let _ = self.flush().await;
             return Err(SessionError::Refused(m));
@@ -116,7 +116,7 @@ impl Session {
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
-        put_ok(&mut self.out, seq, self.caps, self.status);
+        put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
         Ok(())
     }
 
@@ -132,7 +132,7 @@ impl Session {
             }
         }
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
-        put_ok(&mut self.out, seq, self.caps, self.status);
+        put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
         // The pinned state is gone with the reset: the engine lifts the pin.
         if self.engine.step(Event::Reset).contains(Action::Detach) {
             self.detach();

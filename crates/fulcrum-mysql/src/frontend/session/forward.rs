@@ -113,12 +113,12 @@ impl Session {
                 return Err(self.lost(seq, &e.0).await);
             }
             self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
-            self.out.extend_from_slice(&frame);
+            self.client.write_buf.extend_from_slice(&frame);
             if reply.wants_file() {
                 self.flush().await?;
                 self.send_file(seq).await?;
                 reply.file_sent();
-            } else if self.out.len() >= FLUSH_AT {
+            } else if self.client.write_buf.len() >= FLUSH_AT {
                 self.flush().await?;
             }
         }
@@ -158,20 +158,20 @@ impl Session {
     pub(super) async fn send_file(&mut self, seq: u8) -> Result<(), SessionError> {
         loop {
             let header = loop {
-                match crate::codec::packet::check_packet(&self.cbuf, MAX_PAYLOAD) {
-                    Ok(Some(h)) if self.cbuf.len() >= HEADER_LEN + h.len => break h,
+                match crate::codec::packet::check_packet(&self.client.read_buf, MAX_PAYLOAD) {
+                    Ok(Some(h)) if self.client.read_buf.len() >= HEADER_LEN + h.len => break h,
                     Ok(_) => {
-                        if self.cbuf.capacity() - self.cbuf.len() < 4096 {
-                            self.cbuf.reserve(64 * 1024);
+                        if self.client.read_buf.capacity() - self.client.read_buf.len() < 4096 {
+                            self.client.read_buf.reserve(64 * 1024);
                         }
-                        if self.client.read_buf(&mut self.cbuf).await? == 0 {
+                        if self.client.read_more().await? == 0 {
                             return Err(SessionError::ClientGone);
                         }
                     }
                     Err(e) => return Err(SessionError::Refused(format!("bad file packet: {e}"))),
                 }
             };
-            let packet = self.cbuf.split_to(HEADER_LEN + header.len);
+            let packet = self.client.read_buf.split_to(HEADER_LEN + header.len);
             let server = self.server.as_mut().expect("attached");
             if server.stream.write_all(&packet).await.is_err() {
                 return Err(self.lost(seq, "writing to the server failed").await);
@@ -229,7 +229,7 @@ impl Session {
         match result {
             Ok(()) => Ok(()),
             Err(InternalError::Server { payload, .. }) => {
-                write_packet(&mut self.out, seq, &payload);
+                write_packet(&mut self.client.write_buf, seq, &payload);
                 Err(Ok(()))
             }
             Err(e) => Err(Err(self.lost(seq, &e.to_string()).await)),
@@ -237,10 +237,9 @@ impl Session {
     }
 
     pub(super) async fn flush(&mut self) -> Result<(), SessionError> {
-        if !self.out.is_empty() {
+        if !self.client.write_buf.is_empty() {
             self.answered = true;
-            self.client.write_all(&self.out).await?;
-            self.out.clear();
+            self.client.flush().await?;
         }
         Ok(())
     }

@@ -28,14 +28,19 @@ impl Session {
             Some(MULTI_STATEMENTS_ON) => self.multi_statements = true,
             Some(MULTI_STATEMENTS_OFF) => self.multi_statements = false,
             _ => {
-                put_error(&mut self.out, seq, codes::UNKNOWN_COM, "Unknown command");
+                put_error(
+                    &mut self.client.write_buf,
+                    seq,
+                    codes::UNKNOWN_COM,
+                    "Unknown command",
+                );
                 return;
             }
         }
         if self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
-            put_ok(&mut self.out, seq, self.caps, self.status);
+            put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
         } else {
-            write_packet(&mut self.out, seq, &build_eof(0, self.status));
+            write_packet(&mut self.client.write_buf, seq, &build_eof(0, self.status));
         }
     }
 
@@ -52,7 +57,7 @@ impl Session {
         let message = format!(
             "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server version for the right syntax to use near '{near}' at line {line}"
         );
-        put_error(&mut self.out, seq, codes::PARSE, &message);
+        put_error(&mut self.client.write_buf, seq, codes::PARSE, &message);
         true
     }
 

@@ -44,7 +44,7 @@ impl Session {
             Some(t) => t.into(),
             None => {
                 put_error(
-                    &mut self.out,
+                    &mut self.client.write_buf,
                     seq,
                     codes::UNKNOWN,
                     "fulcrum: statement text is not UTF-8",
@@ -59,7 +59,7 @@ impl Session {
         }
         match self.ensure_prepared(&sql, seq).await? {
             Prepared::Refused(err) => {
-                write_packet(&mut self.out, seq, &err);
+                write_packet(&mut self.client.write_buf, seq, &err);
             }
             Prepared::Ready { .. } => {
                 let server = self.server.as_ref().expect("attached");
@@ -69,7 +69,7 @@ impl Session {
                 let id = self.next_stmt;
                 self.next_stmt = self.next_stmt.wrapping_add(1).max(1);
                 let _ = set_prepare_ok_statement_id(&mut answer[HEADER_LEN..], id);
-                self.out.extend_from_slice(&answer);
+                self.client.write_buf.extend_from_slice(&answer);
                 self.stmts.insert(
                     id,
                     ClientStmt {
@@ -158,7 +158,7 @@ impl Session {
     ) -> Result<(), SessionError> {
         let Some((id, stmt)) = self.client_stmt(payload) else {
             put_error(
-                &mut self.out,
+                &mut self.client.write_buf,
                 seq,
                 codes::UNKNOWN_STMT_HANDLER,
                 "fulcrum: unknown prepared statement handler",
@@ -181,7 +181,7 @@ impl Session {
         let server_id = match self.ensure_prepared(&stmt.sql, seq).await? {
             Prepared::Ready { id } => id,
             Prepared::Refused(err) => {
-                write_packet(&mut self.out, seq, &err);
+                write_packet(&mut self.client.write_buf, seq, &err);
                 self.maybe_detach();
                 return Ok(());
             }
@@ -222,7 +222,7 @@ impl Session {
     pub(super) async fn stmt_reset(&mut self, payload: &[u8], seq: u8) -> Result<(), SessionError> {
         let Some((_, stmt)) = self.client_stmt(payload) else {
             put_error(
-                &mut self.out,
+                &mut self.client.write_buf,
                 seq,
                 codes::UNKNOWN_STMT_HANDLER,
                 "fulcrum: unknown prepared statement handler",
@@ -244,7 +244,7 @@ impl Session {
                     .await
             }
             None => {
-                put_ok(&mut self.out, seq, self.caps, self.status);
+                put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
                 Ok(())
             }
         }
