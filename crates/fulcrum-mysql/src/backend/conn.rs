@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::codec::command::{build_command, Command};
@@ -22,8 +22,8 @@ use crate::codec::wire::{read_lenenc_int, read_lenenc_str};
 const INTERNAL_MAX: usize = 64 * 1024 * 1024;
 
 pub struct ServerConn {
-    pub stream: TcpStream,
-    pub read_buf: BytesMut,
+    /// The socket and what was read from it (messages at the front).
+    pub io: Connection<TcpStream>,
     pub address: String,
     /// Flags in force on this connection.
     pub caps: C,
@@ -78,11 +78,11 @@ impl fulcrum_pool::Poolable for ServerConn {
     /// An idle connection must have nothing to read: EOF means the server
     /// closed it, data means it sent something unasked (an error at shutdown).
     fn is_usable(&mut self) -> bool {
-        if !self.read_buf.is_empty() {
+        if !self.io.read_buf.is_empty() {
             return false;
         }
         let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        matches!(self.io.stream().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
@@ -91,10 +91,10 @@ impl ServerConn {
     /// in `read_buf`, headers included.
     pub async fn read_message(&mut self, max: usize) -> Result<usize, InternalError> {
         loop {
-            match scan_message(&self.read_buf, max) {
+            match scan_message(&self.io.read_buf, max) {
                 Ok(Some(span)) => return Ok(span.total),
                 Ok(None) => {
-                    if self.stream.read_buf(&mut self.read_buf).await? == 0 {
+                    if self.io.read_more().await? == 0 {
                         return Err(InternalError::Closed);
                     }
                 }
@@ -112,7 +112,7 @@ impl ServerConn {
     pub async fn run_simple(&mut self, cmd: Command, body: &[u8]) -> Result<(), InternalError> {
         let mut out = BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut out, 0, &build_command(cmd, body));
-        self.stream.write_all(&out).await?;
+        self.io.send(&out).await?;
         loop {
             let payload = self.next_payload().await?;
             let more =
@@ -188,7 +188,7 @@ impl ServerConn {
         let proto = |e: String| InternalError::Protocol(e);
         let mut out = BytesMut::with_capacity(sql.len() + 8);
         write_packet(&mut out, 0, &build_command(Command::Query, sql.as_bytes()));
-        self.stream.write_all(&out).await?;
+        self.io.send(&out).await?;
         let mut payload = self.next_payload().await?;
         let columns = match classify(&payload).map_err(|e| proto(e.to_string()))? {
             ResponseKind::Ok => return Ok(None),
@@ -233,7 +233,7 @@ impl ServerConn {
     /// The first packet's payload of the next server message.
     async fn next_payload(&mut self) -> Result<Vec<u8>, InternalError> {
         let total = self.read_message(INTERNAL_MAX).await?;
-        let msg = self.read_buf.split_to(total);
+        let msg = self.io.read_buf.split_to(total);
         Ok(msg[HEADER_LEN..HEADER_LEN + (total - HEADER_LEN).min(MAX_PAYLOAD)].to_vec())
     }
 

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
+use fulcrum_net::Connection;
 use mysql_common::constants::CapabilityFlags as C;
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::conn::{InternalError, ServerConn};
@@ -90,8 +90,8 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         })?;
     let _ = stream.set_nodelay(true);
     let mut conn = ServerConn {
-        stream,
-        read_buf: BytesMut::with_capacity(16 * 1024),
+        io: Connection::with_read_buf(stream, BytesMut::with_capacity(16 * 1024))
+            .with_chunk(16 * 1024),
         address: target.address.clone(),
         caps: C::empty(),
         charset: target.charset,
@@ -112,7 +112,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         },
     };
     let total = conn.read_message(1 << 20).await.map_err(io)?;
-    let msg = conn.read_buf.split_to(total);
+    let msg = conn.io.read_buf.split_to(total);
     let payload = &msg[HEADER_LEN..];
     if payload.first() == Some(&0xFF) {
         return Err(server_refusal(&address, payload));
@@ -157,8 +157,8 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     });
     let mut out = BytesMut::new();
     write_packet(&mut out, hs_seq_after(&msg), &reply);
-    conn.stream
-        .write_all(&out)
+    conn.io
+        .send(&out)
         .await
         .map_err(|source| ConnectError::Io {
             address: address.clone(),
@@ -166,7 +166,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         })?;
     loop {
         let total = conn.read_message(1 << 20).await.map_err(io)?;
-        let msg = conn.read_buf.split_to(total);
+        let msg = conn.io.read_buf.split_to(total);
         let seq = msg[3].wrapping_add(1);
         let payload = &msg[HEADER_LEN..];
         match classify_auth_reply(payload).map_err(|e| protocol(e.to_string()))? {
@@ -191,8 +191,8 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 let (_, response) = auth_response(&switch.plugin, &target.password, &scramble);
                 let mut out = BytesMut::new();
                 write_packet(&mut out, seq, &response);
-                conn.stream
-                    .write_all(&out)
+                conn.io
+                    .send(&out)
                     .await
                     .map_err(|source| ConnectError::Io {
                         address: address.clone(),

@@ -36,7 +36,6 @@ use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::context::MyClusterContext;

@@ -133,7 +133,7 @@ impl Session {
         match self.checkout(backend).await {
             Ok(mut server) => {
                 if !self.causal_ok(backend, &mut server).await {
-                    if server.read_buf.is_empty() {
+                    if server.io.read_buf.is_empty() {
                         server.release();
                     } else {
                         server.discard();
@@ -224,7 +224,7 @@ impl Session {
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
-            if server.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
+            if server.io.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
                 server.release();
             } else {
                 server.discard();
@@ -302,7 +302,7 @@ impl Session {
             let dirty = self.engine.pinned().is_some()
                 || self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
                 || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            if dirty || !server.read_buf.is_empty() {
+            if dirty || !server.io.read_buf.is_empty() {
                 server.discard();
             } else {
                 server.release();

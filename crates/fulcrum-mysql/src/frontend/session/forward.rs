@@ -97,7 +97,7 @@ impl Session {
         }
         let keep_was = std::mem::take(&mut self.keep_for_next);
         let server = self.server.as_mut().expect("attached");
-        if server.stream.write_all(msg).await.is_err() {
+        if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
         }
         if let Some(t) = self.unit_started.take() {
@@ -173,7 +173,7 @@ impl Session {
             };
             let packet = self.client.read_buf.split_to(HEADER_LEN + header.len);
             let server = self.server.as_mut().expect("attached");
-            if server.stream.write_all(&packet).await.is_err() {
+            if server.io.send(&packet).await.is_err() {
                 return Err(self.lost(seq, "writing to the server failed").await);
             }
             if header.len == 0 {
@@ -190,21 +190,16 @@ impl Session {
     ) -> Result<BytesMut, SessionError> {
         let server: &mut ServerConn = self.server.as_mut().expect("attached");
         let span = loop {
-            match scan_message(&server.read_buf, max.max(MAX_PAYLOAD)) {
+            match scan_message(&server.io.read_buf, max.max(MAX_PAYLOAD)) {
                 Ok(Some(span)) => break span,
-                Ok(None) => {
-                    if server.read_buf.capacity() - server.read_buf.len() < 4096 {
-                        server.read_buf.reserve(16 * 1024);
-                    }
-                    match server.stream.read_buf(&mut server.read_buf).await {
-                        Ok(n) if n > 0 => {}
-                        _ => return Err(self.lost(seq, "the server closed the connection").await),
-                    }
-                }
+                Ok(None) => match server.io.read_more().await {
+                    Ok(n) if n > 0 => {}
+                    _ => return Err(self.lost(seq, "the server closed the connection").await),
+                },
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         };
-        Ok(server.read_buf.split_to(span.total))
+        Ok(server.io.read_buf.split_to(span.total))
     }
 
     /// Gives the attached server the client's schema and session settings.

@@ -99,10 +99,7 @@ impl Session {
         );
         let server = self.server.as_mut().expect("attached");
         let caps = server.caps;
-        if tokio::io::AsyncWriteExt::write_all(&mut server.stream, &msg)
-            .await
-            .is_err()
-        {
+        if server.io.send(&msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
         }
         let mut reply = Reply::new(Shape::Prepare, caps);
@@ -273,10 +270,7 @@ impl Session {
         let mut msg = bytes::BytesMut::new();
         write_packet(&mut msg, 0, &body);
         let server = self.server.as_mut().expect("attached");
-        if tokio::io::AsyncWriteExt::write_all(&mut server.stream, &msg)
-            .await
-            .is_err()
-        {
+        if server.io.send(&msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
         }
         Ok(())
