@@ -6,8 +6,8 @@
 //! statement mapping, session-state replay and the answers Fulcrum gives in
 //! PostgreSQL's words).
 //!
-//! It classifies statements through `fulcrum_sql` (and scans session
-//! statements with `frontend::session_sql`), but decides nothing about
+//! It classifies statements through `fulcrum_sql`, which also reports what
+//! each does to the session (`fulcrum_sql::Effects`), but decides nothing about
 //! routing or a client's state: `fulcrum_session::decide` and
 //! `fulcrum_session::Engine` do, and `fulcrum_pool::Router` picks the
 //! backend. Sockets and their buffers are `fulcrum_net::Connection`s.

@@ -1,4 +1,5 @@
-//! The bounded decision cache: fingerprint -> decision, least recently used
+//! The bounded decision cache: fingerprint -> classification (decision and
+//! session effects), least recently used
 //! evicted first. One short lock per lookup.
 
 use std::num::NonZeroUsize;
@@ -6,10 +7,10 @@ use std::sync::Mutex;
 
 use lru::LruCache;
 
-use crate::decision::Decision;
+use crate::classifier::Classified;
 
 pub(crate) struct DecisionCache {
-    inner: Option<Mutex<LruCache<u64, Decision>>>,
+    inner: Option<Mutex<LruCache<u64, Classified>>>,
 }
 
 impl DecisionCache {
@@ -20,15 +21,15 @@ impl DecisionCache {
         }
     }
 
-    pub fn get(&self, key: u64) -> Option<Decision> {
+    pub fn get(&self, key: u64) -> Option<Classified> {
         let m = self.inner.as_ref()?;
         m.lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
-            .copied()
+            .cloned()
     }
 
-    pub fn put(&self, key: u64, d: Decision) {
+    pub fn put(&self, key: u64, d: Classified) {
         if let Some(m) = &self.inner {
             m.lock().unwrap_or_else(|e| e.into_inner()).put(key, d);
         }

@@ -10,11 +10,21 @@ use sqlparser::parser::Parser;
 use crate::cache::DecisionCache;
 use crate::decision::Decision;
 use crate::dialect::Dialect;
+use crate::effects::{self, Effect, Effects};
 use crate::fingerprint::fingerprint;
 use crate::functions::{pin_functions, primary_functions};
 use crate::hints::{hint, Hint};
 use crate::mysql;
 use crate::rules::{classify_statement, FunctionRules};
+use crate::statements::split_statements;
+
+/// A unit's classification: the routing decision of all its statements, and
+/// what each does to the session (PostgreSQL; MySQL replays the unit's text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub decision: Decision,
+    pub effects: Effects,
+}
 
 /// Per-cluster classifier settings.
 #[derive(Debug, Clone, Default)]
@@ -79,25 +89,33 @@ impl Classifier {
 
     /// The decision for `sql` (one or more statements), hints applied.
     pub fn classify(&self, sql: &str) -> Decision {
-        let decision = if cacheable(sql) {
+        self.classify_unit(sql).decision
+    }
+
+    /// The decision for `sql` and its session effects, in one pass: cached
+    /// by fingerprint unless an effect carries the statement's own text.
+    pub fn classify_unit(&self, sql: &str) -> Classified {
+        let mut unit = if cacheable(sql) {
             let key = fingerprint(sql, self.dialect);
             match self.cache.get(key) {
-                Some(d) => {
+                Some(c) => {
                     self.hits.fetch_add(1, Ordering::Relaxed);
-                    d
+                    c
                 }
                 None => {
                     self.misses.fetch_add(1, Ordering::Relaxed);
-                    let d = self.parse(sql);
-                    self.cache.put(key, d);
-                    d
+                    let c = self.parse_unit(sql);
+                    if !c.effects.carry_text() {
+                        self.cache.put(key, c.clone());
+                    }
+                    c
                 }
             }
         } else {
             self.misses.fetch_add(1, Ordering::Relaxed);
-            self.parse(sql)
+            self.parse_unit(sql)
         };
-        match (hint(sql), decision) {
+        unit.decision = match (hint(sql), unit.decision) {
             (Some(Hint::Primary), Decision::Read) => Decision::Primary,
             (Some(Hint::Primary), Decision::Begin { read_only: true }) => {
                 Decision::Begin { read_only: false }
@@ -106,11 +124,16 @@ impl Classifier {
             // write, a transaction or session state never goes to a replica.
             (Some(Hint::Replica), Decision::Primary) if !locks_rows(sql) => Decision::Read,
             (_, d) => d,
-        }
+        };
+        unit
     }
 
     /// Parses and applies the rules, without the cache.
     pub fn parse(&self, sql: &str) -> Decision {
+        self.parse_unit(sql).decision
+    }
+
+    fn parse_unit(&self, sql: &str) -> Classified {
         let text;
         let sql = if self.dialect == Dialect::MySql && sql.contains("/*") {
             text = open_executable_comments(sql);
@@ -120,31 +143,71 @@ impl Classifier {
         };
         if self.dialect == Dialect::MySql {
             if let Some(d) = mysql::quirk(sql) {
-                return d;
+                return d.into();
             }
         }
-        if let Some(d) = self.parse_statements(sql) {
-            return d;
+        if let Some(c) = self.parse_statements(sql) {
+            return c;
         }
         if self.dialect == Dialect::MySql {
             if let Some(d) = self.mysql_form(sql) {
-                return d;
+                return d.into();
             }
         }
         self.unparsed.fetch_add(1, Ordering::Relaxed);
-        unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown)
+        Classified {
+            decision: unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown),
+            effects: self.unparsed_effects(sql),
+        }
     }
 
     /// sqlparser and the rules alone: `None` when sqlparser cannot parse `sql`.
-    fn parse_statements(&self, sql: &str) -> Option<Decision> {
+    fn parse_statements(&self, sql: &str) -> Option<Classified> {
         let stmts = Parser::parse_sql(self.dialect.parser_dialect(), sql).ok()?;
-        Some(
-            stmts
-                .iter()
-                .map(|s| classify_statement(s, self.dialect, &self.rules))
-                .reduce(Decision::combine)
-                .unwrap_or(Decision::Read),
-        )
+        let decisions: Vec<Decision> = stmts
+            .iter()
+            .map(|s| classify_statement(s, self.dialect, &self.rules))
+            .collect();
+        let decision = decisions
+            .iter()
+            .copied()
+            .reduce(Decision::combine)
+            .unwrap_or(Decision::Read);
+        if self.dialect != Dialect::Postgres || decisions.iter().all(|d| is_plain(*d)) {
+            return Some(decision.into());
+        }
+        // Each statement's effect, with the text the client wrote for it
+        // (sqlparser's rendering where the two do not line up).
+        let pieces = split_statements(sql);
+        let mut list = Vec::new();
+        for (i, (stmt, d)) in stmts.iter().zip(&decisions).enumerate() {
+            let shown;
+            let text = match pieces.get(i) {
+                Some(p) if pieces.len() == stmts.len() => *p,
+                _ => {
+                    shown = stmt.to_string();
+                    shown.as_str()
+                }
+            };
+            list.extend(effects::of_statement(stmt, *d, text));
+        }
+        Some(Classified {
+            decision,
+            effects: Effects::new(list),
+        })
+    }
+
+    /// The effects of a PostgreSQL unit sqlparser could not parse, statement
+    /// by statement by their first words.
+    fn unparsed_effects(&self, sql: &str) -> Effects {
+        if self.dialect != Dialect::Postgres {
+            return Effects::default();
+        }
+        let list: Vec<Effect> = split_statements(sql)
+            .into_iter()
+            .filter_map(effects::of_words)
+            .collect();
+        Effects::new(list)
     }
 
     /// MySQL forms sqlparser cannot parse but whose decision follows from a
@@ -160,11 +223,15 @@ impl Classifier {
         if let Some(select) = mysql::do_as_select(sql) {
             return self
                 .parse_statements(&select)
+                .map(|c| c.decision)
                 .filter(|d| matches!(d, Decision::Pin(_)));
         }
         let rest = mysql::without_into_variables(sql)?;
         let pin = Decision::Pin("SELECT ... INTO @variable");
-        Some(self.parse_statements(&rest).map_or(pin, |d| d.combine(pin)))
+        Some(
+            self.parse_statements(&rest)
+                .map_or(pin, |c| c.decision.combine(pin)),
+        )
     }
 
     pub fn stats(&self) -> ClassifierStats {
@@ -230,6 +297,24 @@ fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
         }),
         _ => None,
     }
+}
+
+impl From<Decision> for Classified {
+    fn from(decision: Decision) -> Classified {
+        Classified {
+            decision,
+            effects: Effects::default(),
+        }
+    }
+}
+
+/// Decisions of statements that cannot touch the session (the common case,
+/// whose effects are not looked for).
+fn is_plain(d: Decision) -> bool {
+    matches!(
+        d,
+        Decision::Read | Decision::Write | Decision::Primary | Decision::Unknown
+    )
 }
 
 /// Row-locking clauses, which no hint moves off the primary.

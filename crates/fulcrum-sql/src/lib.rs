@@ -1,6 +1,8 @@
 //! Statement classification: given statement text and a dialect, decide what
 //! it is (read, read that must see the primary, write, transaction control,
-//! session state, or unknown) so the router can pick a backend. Pure: no I/O,
+//! session state, or unknown) so the router can pick a backend, and in the
+//! same pass what each statement does to the session (`Effects`: settings to
+//! replay, pins, DEALLOCATE, transaction control). Pure: no I/O,
 //! no tokio, no sockets. `sqlparser` is the authority; decisions are cached by
 //! a literal-normalised fingerprint, so a repeated statement is parsed once.
 //! When in doubt the answer is the primary: a wrong "read" is a correctness
@@ -11,14 +13,17 @@ mod classifier;
 pub mod consistency;
 mod decision;
 mod dialect;
+mod effects;
 mod fingerprint;
 mod functions;
 mod hints;
 mod mysql;
 mod rules;
+pub mod statements;
 
-pub use classifier::{Classifier, ClassifierConfig, ClassifierStats};
+pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;
+pub use effects::{Effect, Effects};
 pub use fingerprint::{block_comment_end, fingerprint};
 pub use hints::Hint;

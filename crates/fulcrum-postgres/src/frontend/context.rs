@@ -229,8 +229,13 @@ impl ClusterContext {
     /// Classifies `sql`; a statement the parser cannot parse is logged once
     /// (at debug level) per distinct fingerprint.
     pub fn classify(&self, sql: &str) -> Decision {
-        let d = self.classifier.classify(sql);
-        if d == Decision::Unknown {
+        self.classify_unit(sql).decision
+    }
+
+    /// `classify`, with what each statement does to the session.
+    pub fn classify_unit(&self, sql: &str) -> fulcrum_sql::Classified {
+        let unit = self.classifier.classify_unit(sql);
+        if unit.decision == Decision::Unknown {
             let key = fulcrum_sql::fingerprint(sql, Dialect::Postgres);
             let mut seen = self
                 .unparsed_logged
@@ -240,7 +245,7 @@ impl ClusterContext {
                 tracing::debug!(cluster = %self.config.name, statement = %truncate(sql, 200), "statement not parsed; routed by default_route");
             }
         }
-        d
+        unit
     }
 
     /// Opens a new server connection for a pool.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::session_sql::SessionOp;
 use crate::codec::backend_msg;
+use fulcrum_sql::Effect;
 
 #[derive(Debug)]
 pub enum Expect {
@@ -27,11 +27,11 @@ pub enum Expect {
     /// statements); the shared server-side statement it describes, if mapped.
     Describe(Option<Arc<str>>),
     /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended.
-    Execute(Vec<SessionOp>),
+    Execute(Vec<Effect>),
     /// ends at ReadyForQuery.
     Sync,
     /// A simple Query or FunctionCall; ends at ReadyForQuery.
-    Query(Vec<SessionOp>),
+    Query(Vec<Effect>),
     /// A reply Fulcrum gives itself when this point of the stream is reached.
     Synthetic(Bytes),
     /// CommandComplete + ReadyForQuery Fulcrum gives itself for a whole Query
@@ -85,7 +85,7 @@ pub struct Expectations {
     /// Syncs it sends now are ignored by the server.
     copy_in_open: bool,
     /// Session ops of statements that completed since the last ReadyForQuery.
-    batch_ops: Vec<SessionOp>,
+    batch_ops: Vec<Effect>,
     /// The value read so far for an `Expect::Position`.
     position: Option<u64>,
 }
@@ -116,7 +116,7 @@ impl Expectations {
     }
 
     /// Ops that completed in the unit of work just ended by ReadyForQuery.
-    pub fn take_batch_ops(&mut self) -> Vec<SessionOp> {
+    pub fn take_batch_ops(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.batch_ops)
     }
 
@@ -431,7 +431,7 @@ mod tests {
     #[test]
     fn query_ops_apply_only_without_error() {
         let mut q = Expectations::default();
-        let op = SessionOp::ResetAll;
+        let op = Effect::ResetAll;
         q.push(Expect::Query(vec![op.clone()]));
         q.on_server(b'C', b"");
         q.on_server(b'Z', b"I");

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use super::context::ClusterContext;
 use super::error::SessionError;
-use super::session_sql::{parse_options, startup_param_stmt};
+use super::startup_options::{parse_options, startup_param_stmt};
 use crate::auth::{md5, scram};
 use crate::backend::conn::SessionParams;
 use crate::codec::backend_msg::{self, sqlstate};

@@ -8,7 +8,7 @@ pub mod expect;
 pub mod login;
 pub mod serve;
 pub mod session;
-pub mod session_sql;
+pub mod startup_options;
 pub mod statements;
 pub mod unit_route;
 

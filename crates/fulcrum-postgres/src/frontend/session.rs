@@ -20,7 +20,8 @@ use fulcrum_session::txn::{self, Deferral};
 use fulcrum_session::{
     decide, Action, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
 };
-use fulcrum_sql::Decision;
+use fulcrum_sql::statements::{first_word, is_single_statement};
+use fulcrum_sql::{Classified, Decision, Effect, Effects};
 use tokio::net::TcpStream;
 
 mod attach;
@@ -39,7 +40,6 @@ use super::context::ClusterContext;
 use super::error::SessionError;
 use super::expect::{Expect, Expectations, Step};
 use super::login::{fatal, Login};
-use super::session_sql::{self, SessionOp};
 use super::statements::ClientStatement;
 use super::unit_route::unit_decision;
 use crate::backend::conn::{Prepared, SessionParams};
@@ -76,7 +76,7 @@ pub struct Session {
     /// Session parameters as the client has set them.
     desired: SessionParams,
     /// Session ops done inside the open transaction (applied at COMMIT).
-    txn_ops: Vec<SessionOp>,
+    txn_ops: Vec<Effect>,
     txn_committed: Option<bool>,
     statements: HashMap<Vec<u8>, Arc<ClientStatement>>,
     server: Option<Checkout<ServerConn>>,
@@ -100,10 +100,10 @@ pub struct Session {
     /// Session-state statements prepared through the extended protocol
     /// (statement name -> ops) and the portals bound to them, so a SET sent
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
-    stmt_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
-    portal_ops: HashMap<Vec<u8>, Vec<SessionOp>>,
+    stmt_ops: HashMap<Vec<u8>, Vec<Effect>>,
+    portal_ops: HashMap<Vec<u8>, Vec<Effect>>,
     /// The classifier's decision for the Query being routed, reused when it is handled.
-    last_query_decision: Option<Decision>,
+    query_unit: Option<Classified>,
     /// When the current server connection was attached (unit latency for p2c).
     attached_at: Option<std::time::Instant>,
     cancel: Arc<CancelSlot>,
@@ -187,7 +187,7 @@ impl Session {
             unnamed_decision: Decision::Write,
             stmt_ops: HashMap::new(),
             portal_ops: HashMap::new(),
-            last_query_decision: None,
+            query_unit: None,
             attached_at: None,
             cancel,
             lost: None,

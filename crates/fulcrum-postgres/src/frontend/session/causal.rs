@@ -24,7 +24,6 @@ use crate::backend::ServerConn;
 use crate::codec::backend_msg;
 use crate::codec::frontend_msg::{put_query, query_text};
 use crate::frontend::expect::Expect;
-use crate::frontend::session_sql;
 use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
 
 /// The position a read must reach to see what was committed: the WAL
@@ -204,7 +203,7 @@ impl Session {
         let Some(text) = query_text(&self.client.read_buf[5..total]) else {
             return false;
         };
-        let first = session_sql::first_word_bytes(text);
+        let first = fulcrum_sql::statements::first_word(text);
         if !(first.eq_ignore_ascii_case(b"set")
             || first.eq_ignore_ascii_case(b"reset")
             || first.eq_ignore_ascii_case(b"show"))

@@ -40,6 +40,9 @@ impl Session {
         // to the server is what Fulcrum adds (`fulcrum_proxy_seconds`).
         let mut unit_started = None;
         let held = loop {
+            // The classification route_unit makes of this frame, if it is a
+            // Query, serves its session effects too (one pass).
+            self.query_unit = None;
             let header = match check_frame(&self.client.read_buf, max) {
                 Ok(Some(h)) if self.client.read_buf.len() >= h.total => h,
                 Ok(Some(h)) => {
@@ -176,20 +179,17 @@ impl Session {
         }
         match tag {
             b'Q' => {
-                let ops = match query_text(&frame[5..]) {
-                    Some(text) if self.may_change_session(text) => session_sql::scan(text),
-                    _ => Vec::new(),
-                };
+                let effects = self.query_effects(&frame[5..]);
                 if query_text(&frame[5..]).is_some_and(may_commit) {
                     self.commit_in_flight = true;
                 }
-                let mut replay = Vec::with_capacity(ops.len());
-                for op in ops {
-                    match op {
-                        SessionOp::Pin(reason) => self.pin(reason),
-                        SessionOp::Deallocate(None) => self.statements.clear(),
-                        SessionOp::Deallocate(Some(_)) => {}
-                        op => replay.push(op),
+                let mut replay = Vec::new();
+                for effect in effects.iter() {
+                    match effect {
+                        Effect::Pin(reason) => self.pin(reason),
+                        Effect::Deallocate(None) => self.statements.clear(),
+                        Effect::Deallocate(Some(_)) => {}
+                        e => replay.push(e.clone()),
                     }
                 }
                 self.to_server.extend_from_slice(&frame);
@@ -227,24 +227,32 @@ impl Session {
         Ok(true)
     }
 
-    /// The classification of the unit at the front of the client buffer.
-    pub(super) fn next_unit_decision(&self) -> Decision {
-        unit_decision(
+    /// The classification of the unit at the front of the client buffer;
+    /// a Query's whole classification is kept for its session effects.
+    pub(super) fn next_unit_decision(&mut self) -> Decision {
+        let query_unit = std::cell::RefCell::new(None);
+        let decision = unit_decision(
             &self.client.read_buf,
             self.ctx.config.max_message_size,
-            &|sql| self.ctx.classify(sql),
+            &|sql| {
+                let unit = self.ctx.classify_unit(sql);
+                let d = unit.decision;
+                *query_unit.borrow_mut() = Some(unit);
+                d
+            },
             &self.statements,
             self.unnamed_decision,
-        )
+        );
+        if self.client.read_buf.first() == Some(&b'Q') {
+            self.query_unit = query_unit.into_inner();
+        }
+        decision
     }
 
     /// The one routing decision for the unit at the front of the client
     /// buffer (`fulcrum_session::decide`).
     pub(super) fn route_unit(&mut self) -> Routing {
         let decision = self.next_unit_decision();
-        if self.client.read_buf.first() == Some(&b'Q') {
-            self.last_query_decision = Some(decision);
-        }
         self.note_hint();
         let txn = match (self.engine.deferred(), self.status) {
             (Some(read_only), _) => RouteTxn::Deferred { read_only },
@@ -301,27 +309,17 @@ impl Session {
         self.status == b'I' && !self.unsynced && self.engine.pinned().is_none()
     }
 
-    /// Whether a simple query needs the session-state scan: a single plain
-    /// read or write (by the classifier, usually a cache hit) does not.
-    pub(super) fn may_change_session(&mut self, text: &[u8]) -> bool {
-        let single = match text.iter().position(|&b| b == b';') {
-            None => true,
-            Some(p) => text[p + 1..].iter().all(u8::is_ascii_whitespace),
-        };
-        if !single {
-            return true;
+    /// The session effects of a simple query: those of the classification
+    /// route_unit made of it, or (on an attached connection) a classification
+    /// now, which for a plain statement is a cache hit.
+    fn query_effects(&mut self, body: &[u8]) -> Effects {
+        if let Some(unit) = self.query_unit.take() {
+            return unit.effects;
         }
-        let decision = match self.last_query_decision.take() {
-            Some(d) => d,
-            None => match std::str::from_utf8(text) {
-                Ok(t) => self.ctx.classify(t),
-                Err(_) => return true,
-            },
-        };
-        !matches!(
-            decision,
-            Decision::Read | Decision::Write | Decision::Primary
-        )
+        match query_text(body).map(std::str::from_utf8) {
+            Some(Ok(text)) => self.ctx.classify_unit(text).effects,
+            _ => Effects::default(),
+        }
     }
 
     /// A unit just attached to a replica, outside a transaction, is kept

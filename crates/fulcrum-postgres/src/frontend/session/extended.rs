@@ -10,14 +10,17 @@ impl Session {
         if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
             self.commit_in_flight = true;
         }
-        let decision = parse_msg(&frame[5..])
+        let unit = parse_msg(&frame[5..])
             .and_then(|p| std::str::from_utf8(p.query).ok())
-            .map_or(Decision::Write, |q| self.ctx.classify(q));
+            .map_or(Classified::from(Decision::Write), |q| {
+                self.ctx.classify_unit(q)
+            });
+        let decision = unit.decision;
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }
         if decision == Decision::Set || !self.stmt_ops.is_empty() {
-            self.track_statement_ops(&frame, decision);
+            self.track_statement_ops(&frame, &unit);
         }
         let parsed = if self.rewrite_statements {
             parse_msg(&frame[5..])
@@ -54,19 +57,19 @@ impl Session {
     }
 
     /// Remembers the session ops of a prepared SET (or forgets a name reused).
-    pub(super) fn track_statement_ops(&mut self, frame: &[u8], decision: Decision) {
+    pub(super) fn track_statement_ops(&mut self, frame: &[u8], unit: &Classified) {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
         let mut ops = Vec::new();
-        if decision == Decision::Set {
-            for op in session_sql::scan(p.query) {
-                match op {
-                    SessionOp::Pin(reason) => self.pin(reason),
-                    SessionOp::Set { .. }
-                    | SessionOp::Reset { .. }
-                    | SessionOp::ResetAll
-                    | SessionOp::DiscardAll => ops.push(op),
+        if unit.decision == Decision::Set {
+            for effect in unit.effects.iter() {
+                match effect {
+                    Effect::Pin(reason) => self.pin(reason),
+                    Effect::Set { .. }
+                    | Effect::Reset { .. }
+                    | Effect::ResetAll
+                    | Effect::DiscardAll => ops.push(effect.clone()),
                     _ => {}
                 }
             }
@@ -79,7 +82,7 @@ impl Session {
     }
 
     /// The ops an Execute of `portal` will apply when it completes.
-    pub(super) fn execute_ops(&self, body: &[u8]) -> Vec<SessionOp> {
+    pub(super) fn execute_ops(&self, body: &[u8]) -> Vec<Effect> {
         if self.portal_ops.is_empty() {
             return Vec::new();
         }

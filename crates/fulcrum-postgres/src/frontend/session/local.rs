@@ -54,14 +54,14 @@ impl Session {
             return false;
         };
         // Cheap test first: only transaction control can be deferred.
-        let first = session_sql::first_word_bytes(text);
+        let first = first_word(text);
         if !txn::candidate(first, self.engine.deferred().is_some()) {
             return false;
         }
         let Ok(text) = std::str::from_utf8(text) else {
             return false;
         };
-        if session_sql::split_statements(text).len() != 1 {
+        if !is_single_statement(text) {
             return false;
         }
         let decision = self.ctx.classify(text);
@@ -84,10 +84,11 @@ impl Session {
         if !self.rewrite_statements {
             return false;
         }
-        let Some(ops) = deallocate_ops(body) else {
+        let Some(effects) = deallocate_ops(&self.ctx, body) else {
             return false;
         };
-        let [SessionOp::Deallocate(target)] = ops.as_slice() else {
+        let mut effects = effects.iter();
+        let (Some(Effect::Deallocate(target)), None) = (effects.next(), effects.next()) else {
             return false;
         };
         let tag = match target {
@@ -116,7 +117,9 @@ impl Session {
     /// `try_answer_deallocate` for the Query at the front of the client
     /// buffer (`total` bytes), before any server is attached.
     pub(super) fn try_answer_local_deallocate(&mut self, total: usize) -> bool {
-        if !self.rewrite_statements || deallocate_ops(&self.client.read_buf[5..total]).is_none() {
+        if !self.rewrite_statements
+            || deallocate_ops(&self.ctx, &self.client.read_buf[5..total]).is_none()
+        {
             return false;
         }
         let body = self.client.read_buf[5..total].to_vec();

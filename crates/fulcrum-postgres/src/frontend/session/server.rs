@@ -186,9 +186,9 @@ impl Session {
         let mut now = Vec::new();
         for op in self.expect.take_batch_ops() {
             match op {
-                SessionOp::Begin => in_txn = true,
-                SessionOp::Commit | SessionOp::Rollback => {
-                    let committed = matches!(op, SessionOp::Commit) && !failed;
+                Effect::Begin => in_txn = true,
+                Effect::Commit | Effect::Rollback => {
+                    let committed = matches!(op, Effect::Commit) && !failed;
                     let done = std::mem::take(&mut self.txn_ops);
                     if committed {
                         now.extend(done);
@@ -214,36 +214,36 @@ impl Session {
         self.apply_ops(now);
     }
 
-    pub(super) fn apply_ops(&mut self, ops: Vec<SessionOp>) {
+    pub(super) fn apply_ops(&mut self, ops: Vec<Effect>) {
         for op in ops {
             let server = self.server.as_mut().expect("attached");
             match op {
-                SessionOp::Set { key, stmt } => {
+                Effect::Set { key, stmt } => {
                     server.applied.insert(key.clone(), stmt.clone());
                     self.desired.insert(key, stmt);
                 }
-                SessionOp::Reset { key } => {
+                Effect::Reset { key } => {
                     server.applied.remove(&key);
                     match self.startup.get(&key) {
                         Some(s) => self.desired.insert(key, s.clone()),
                         None => self.desired.remove(&key),
                     };
                 }
-                SessionOp::ResetAll => {
+                Effect::ResetAll => {
                     server.applied.clear();
                     self.desired = self.startup.clone();
                 }
-                SessionOp::DiscardAll => {
+                Effect::DiscardAll => {
                     server.applied.clear();
                     server.prepared.clear();
                     self.desired = self.startup.clone();
                     self.statements.clear();
                 }
-                SessionOp::Deallocate(_)
-                | SessionOp::Pin(_)
-                | SessionOp::Begin
-                | SessionOp::Commit
-                | SessionOp::Rollback => {}
+                Effect::Deallocate(_)
+                | Effect::Pin(_)
+                | Effect::Begin
+                | Effect::Commit
+                | Effect::Rollback => {}
             }
         }
     }

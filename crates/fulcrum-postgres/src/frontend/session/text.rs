@@ -48,12 +48,13 @@ pub(super) fn statement_went_stale(code: &str) -> bool {
     matches!(code, "0A000" | "XX000" | "42704" | "26000")
 }
 
-/// The session ops of a simple Query whose first word is DEALLOCATE.
-pub(super) fn deallocate_ops(body: &[u8]) -> Option<Vec<SessionOp>> {
+/// The session effects of a simple Query whose first word is DEALLOCATE.
+pub(super) fn deallocate_ops(ctx: &ClusterContext, body: &[u8]) -> Option<Effects> {
     let text = query_text(body)?;
-    session_sql::first_word_bytes(text)
-        .eq_ignore_ascii_case(b"deallocate")
-        .then(|| session_sql::scan(text))
+    if !first_word(text).eq_ignore_ascii_case(b"deallocate") {
+        return None;
+    }
+    Some(ctx.classify_unit(std::str::from_utf8(text).ok()?).effects)
 }
 
 /// Reads under `session` and `strong` respect a position.

@@ -1,0 +1,203 @@
+//! Statement boundaries and first words: the small lexer the classifier and
+//! the front ends share (quotes, dollar quotes and nested comments skipped),
+//! so no caller keeps a second one. Pure over the text.
+
+/// The first word of a statement (comments and white space skipped), as bytes.
+pub fn first_word(text: &[u8]) -> &[u8] {
+    let mut i = 0;
+    loop {
+        while i < text.len() && text[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if text[i..].starts_with(b"--") {
+            while i < text.len() && text[i] != b'\n' {
+                i += 1;
+            }
+        } else if text[i..].starts_with(b"/*") {
+            match text[i + 2..].windows(2).position(|w| w == b"*/") {
+                Some(p) => i += p + 4,
+                None => return &[],
+            }
+        } else {
+            break;
+        }
+    }
+    let end = text[i..]
+        .iter()
+        .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+        .map_or(text.len(), |p| i + p);
+    &text[i..end]
+}
+
+pub fn skip_space_and_comments(mut t: &str) -> &str {
+    loop {
+        t = t.trim_start();
+        if let Some(rest) = t.strip_prefix("--") {
+            t = rest.find('\n').map_or("", |i| &rest[i + 1..]);
+        } else if t.starts_with("/*") {
+            t = skip_block_comment(t);
+        } else {
+            return t;
+        }
+    }
+}
+
+/// `t` starts with "/*"; returns what follows the matching "*/" (comments nest).
+fn skip_block_comment(t: &str) -> &str {
+    match crate::fingerprint::block_comment_end(t.as_bytes(), 0) {
+        Some(end) => &t[end..],
+        None => "",
+    }
+}
+
+/// Splits on `;` outside quotes, comments and dollar-quoted strings.
+pub fn split_statements(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'\'' => {
+                let escapes = i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e');
+                i += 1;
+                while i < b.len() {
+                    if escapes && b[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == b'\'' {
+                        if i + 1 < b.len() && b[i + 1] == b'\'' {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let rest = skip_block_comment(&text[i..]);
+                i = text.len() - rest.len();
+            }
+            b'$' => {
+                // $tag$ ... $tag$ where tag is empty or an identifier.
+                let tag_end = text[i + 1..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .map(|p| i + 1 + p);
+                match tag_end {
+                    Some(e)
+                        if b[e] == b'$' && !b[i + 1..e].first().is_some_and(u8::is_ascii_digit) =>
+                    {
+                        let tag = &text[i..=e];
+                        match text[e + 1..].find(tag) {
+                            Some(p) => i = e + 1 + p + tag.len(),
+                            None => i = b.len(),
+                        }
+                    }
+                    _ => i += 1,
+                }
+            }
+            b';' => {
+                out.push(&text[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    if start < b.len() {
+        out.push(&text[start..]);
+    }
+    out.into_iter()
+        .filter(|s| !skip_space_and_comments(s).is_empty())
+        .collect()
+}
+
+/// Words of a statement's head, lowercased, comments skipped (enough to decide).
+pub(crate) fn head_words(stmt: &str, n: usize) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut t = stmt;
+    while words.len() < n {
+        t = skip_space_and_comments(t);
+        if t.is_empty() {
+            break;
+        }
+        let c = t.as_bytes()[0];
+        let end = if c == b'"' {
+            t[1..].find('"').map_or(t.len(), |p| p + 2)
+        } else if c.is_ascii_alphanumeric() || c == b'_' {
+            t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$'))
+                .unwrap_or(t.len())
+        } else {
+            1
+        };
+        let w = &t[..end];
+        words.push(if w.starts_with('"') {
+            w.trim_matches('"').to_owned()
+        } else {
+            w.to_ascii_lowercase()
+        });
+        t = &t[end..];
+    }
+    words
+}
+
+/// True when `text` holds exactly one statement (a trailing `;` allowed).
+pub fn is_single_statement(text: &str) -> bool {
+    split_statements(text).len() == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_word_skips_comments() {
+        assert_eq!(first_word(b"  /* x */ -- y\n BEGIN;"), b"BEGIN");
+        assert_eq!(first_word(b"select 1"), b"select");
+        assert_eq!(first_word(b"/* open"), b"");
+        assert_eq!(first_word(b""), b"");
+    }
+
+    #[test]
+    fn statements_split_outside_quotes_comments_and_dollar_quotes() {
+        assert_eq!(
+            split_statements("select 'a'';b'; select E'\\';x'; -- ;\n select 1").len(),
+            3
+        );
+        assert_eq!(split_statements("select /* ; /* ; */ ; */ 1").len(), 1);
+        assert_eq!(split_statements("select $tag$ ; $tag$; select $1").len(), 2);
+        assert_eq!(
+            split_statements("BEGIN; SET a.b = 'x;y'; COMMIT;"),
+            vec!["BEGIN", " SET a.b = 'x;y'", " COMMIT"]
+        );
+        assert!(is_single_statement("select 1;  "));
+        assert!(!is_single_statement("select 1; select 2"));
+        assert!(split_statements(" ; -- nothing\n").is_empty());
+    }
+
+    #[test]
+    fn head_words_fold_unquoted_names_only() {
+        assert_eq!(
+            head_words("SET \"MyApp.Tenant\" = 'x'", 3),
+            vec!["set", "MyApp.Tenant", "="]
+        );
+        assert_eq!(
+            head_words("/* c */ Reset  Work_Mem", 5),
+            vec!["reset", "work_mem"]
+        );
+    }
+}
