@@ -661,6 +661,107 @@ async fn unknown_database_gets_the_servers_3d000() {
     assert_unharmed(&SCRAM, &bystander).await;
 }
 
+/// A statement whose second part opens with a multi-byte character: read
+/// for its session effects, it once panicked the client's task (a byte
+/// slice inside `é`). The server's own syntax error comes back instead.
+#[tokio::test]
+async fn a_statement_opening_with_a_multibyte_character_gets_the_servers_error() {
+    let bystander = bystander(&SCRAM).await;
+    let client = connect(&conn_string(&addr(&SCRAM), APP_USER, APP_PASSWORD, APP_DB))
+        .await
+        .expect("login");
+    for sql in ["SELECT 1; é", "é; SET application_name = 'x'"] {
+        let r = tokio::time::timeout(IO_TIMEOUT, client.batch_execute(sql))
+            .await
+            .unwrap_or_else(|_| panic!("{sql:?} hung"));
+        let e = r.expect_err("a syntax error");
+        assert_eq!(db_error(&e).0, "42601", "{sql:?}: {e:?}");
+        assert_eq!(select_1(&client).await.expect("still usable"), 1);
+    }
+    assert_unharmed(&SCRAM, &bystander).await;
+}
+
+/// Peak resident memory (VmHWM) and resident memory (VmRSS) of a process, in kB.
+fn memory_kb(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// A 50 MB nested query is not handed to the SQL parser (which once took
+/// 1.75 GB for 20 MB): it goes to the primary by `default_route`, the
+/// server answers it, Fulcrum's peak memory grows by less than 100 MB, and
+/// another client is answered all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_50_mb_nested_query_is_not_parsed_and_harms_no_one() {
+    let fulcrum = start_fulcrum(&CLUSTER.primary().addr(), "trust", "");
+    let bystander = bystander(&fulcrum).await;
+    let client = connect(&conn_string(
+        &addr(&fulcrum),
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+    ))
+    .await
+    .expect("login");
+    let depth = 25 * 1024 * 1024;
+    let mut sql = String::with_capacity(2 * depth + 16);
+    sql.push_str("SELECT ");
+    sql.extend(std::iter::repeat_n('(', depth));
+    sql.push('1');
+    sql.extend(std::iter::repeat_n(')', depth));
+    let (_, before) = memory_kb(fulcrum.pid());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let huge = async {
+        let r = tokio::time::timeout(Duration::from_secs(120), client.simple_query(&sql))
+            .await
+            .expect("the 50 MB query got no answer in 120 s");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    };
+    let meanwhile = async {
+        let mut answered = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            // Each answered within IO_TIMEOUT (select_1's bound).
+            assert_eq!(select_1(&bystander).await.expect("bystander"), 1);
+            answered += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        answered
+    };
+    let (r, answered) = tokio::join!(huge, meanwhile);
+    // PostgreSQL refuses that depth itself (stack depth / parser stack): a
+    // clear error from the server, not from Fulcrum's parser.
+    match r {
+        Ok(_) => {}
+        Err(e) => {
+            let code = db_error(&e).0;
+            assert!(
+                matches!(code.as_str(), "54001" | "54000" | "53200" | "42601"),
+                "{e:?}"
+            );
+        }
+    }
+    assert!(
+        answered > 0,
+        "the bystander was answered while the query ran"
+    );
+    let (peak, _) = memory_kb(fulcrum.pid());
+    assert!(
+        peak.saturating_sub(before) < 100 * 1024,
+        "peak RSS grew from {before} kB to {peak} kB"
+    );
+    assert_eq!(select_1(&client).await.expect("the sender still works"), 1);
+    assert_unharmed(&fulcrum, &bystander).await;
+}
+
 /// Stops a backend, so it runs on a cluster of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_down_at_connect_gets_08006_naming_it_and_recovers() {

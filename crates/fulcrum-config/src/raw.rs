@@ -59,6 +59,7 @@ pub(crate) struct RawCluster {
     pub write_functions: Value<Vec<String>>,
     pub read_only_functions: Value<Vec<String>>,
     pub classifier_cache_size: Value<Int>,
+    pub max_classify_bytes: Value<SizeValue>,
     pub allow_local_infile: Value<bool>,
     pub health_interval: Value<DurationText>,
     pub health_timeout: Value<DurationText>,

@@ -214,6 +214,9 @@ pub struct Cluster {
     pub read_only_functions: Vec<String>,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
+    /// Longest statement text the classifier parses; longer ones go where
+    /// `default_route` says.
+    pub max_classify_bytes: u64,
     /// MySQL: let clients use `LOAD DATA LOCAL INFILE` through Fulcrum.
     pub allow_local_infile: bool,
     /// Health checks, lag limit and failover.
@@ -315,6 +318,7 @@ pub mod defaults {
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::RoundRobin;
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
+    pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
     pub const HEALTH_FAILURES: u32 = 2;

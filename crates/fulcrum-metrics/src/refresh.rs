@@ -25,6 +25,8 @@ pub struct ClusterFigures<'a> {
     pub classifier_hits: u64,
     pub classifier_misses: u64,
     pub unparsed: u64,
+    /// Statements over `max_classify_bytes`, not parsed.
+    pub oversized: u64,
 }
 
 const STATES: [&str; 4] = ["up", "lagging", "down", "stale"];
@@ -68,5 +70,6 @@ impl Metrics {
             f.classifier_misses,
         );
         Metrics::catch_up(&self.unparsed.with_label_values(&[c]), f.unparsed);
+        Metrics::catch_up(&self.oversized.with_label_values(&[c]), f.oversized);
     }
 }

@@ -35,6 +35,9 @@ pub struct ClassifierConfig {
     pub write_functions: Vec<String>,
     /// Functions known to be safe on a replica (overrides the built-in lists).
     pub read_only_functions: Vec<String>,
+    /// Longest statement text parsed (0: no limit). A longer one is not
+    /// parsed: it goes where `default_route` says, and is counted.
+    pub max_classify_bytes: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub struct ClassifierStats {
     pub hits: u64,
     pub misses: u64,
     pub unparsed: u64,
+    /// Statements longer than `max_classify_bytes`, not parsed.
+    pub oversized: u64,
     pub cached: usize,
 }
 
@@ -49,6 +54,8 @@ pub struct Classifier {
     dialect: Dialect,
     rules: FunctionRules,
     cache: DecisionCache,
+    max_bytes: usize,
+    oversized: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
     unparsed: AtomicU64,
@@ -77,6 +84,8 @@ impl Classifier {
                 read_only: lower(&config.read_only_functions),
             },
             cache: DecisionCache::new(config.cache_size),
+            max_bytes: config.max_classify_bytes,
+            oversized: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             unparsed: AtomicU64::new(0),
@@ -95,6 +104,12 @@ impl Classifier {
     /// The decision for `sql` and its session effects, in one pass: cached
     /// by fingerprint unless an effect carries the statement's own text.
     pub fn classify_unit(&self, sql: &str) -> Classified {
+        if self.max_bytes > 0 && sql.len() > self.max_bytes {
+            // Not parsed (sqlparser would hold the whole token stream in
+            // memory, on the async worker), not fingerprinted, not cached.
+            self.oversized.fetch_add(1, Ordering::Relaxed);
+            return with_hint(sql, oversized(sql)).into();
+        }
         let mut unit = if cacheable(sql) {
             let key = fingerprint(sql, self.dialect);
             match self.cache.get(key) {
@@ -115,16 +130,7 @@ impl Classifier {
             self.misses.fetch_add(1, Ordering::Relaxed);
             self.parse_unit(sql)
         };
-        unit.decision = match (hint(sql), unit.decision) {
-            (Some(Hint::Primary), Decision::Read) => Decision::Primary,
-            (Some(Hint::Primary), Decision::Begin { read_only: true }) => {
-                Decision::Begin { read_only: false }
-            }
-            // The replica hint lifts only the "read on the primary" rule: a
-            // write, a transaction or session state never goes to a replica.
-            (Some(Hint::Replica), Decision::Primary) if !locks_rows(sql) => Decision::Read,
-            (_, d) => d,
-        };
+        unit.decision = with_hint(sql, unit.decision);
         unit
     }
 
@@ -149,14 +155,19 @@ impl Classifier {
         if let Some(c) = self.parse_statements(sql) {
             return c;
         }
-        if self.dialect == Dialect::MySql {
-            if let Some(d) = self.mysql_form(sql) {
-                return d.into();
-            }
+        // MySQL text sqlparser refused is tokenized once more, and every
+        // MySQL form below reads those tokens.
+        let tokens = match self.dialect {
+            Dialect::MySql => mysql::Tokens::of(sql),
+            Dialect::Postgres => None,
+        };
+        if let Some(d) = tokens.as_ref().and_then(|t| self.mysql_form(t)) {
+            return d.into();
         }
         self.unparsed.fetch_add(1, Ordering::Relaxed);
         Classified {
-            decision: unparsed_session_statement(sql, self.dialect).unwrap_or(Decision::Unknown),
+            decision: unparsed_session_statement(sql, self.dialect, tokens.as_ref())
+                .unwrap_or(Decision::Unknown),
             effects: self.unparsed_effects(sql),
         }
     }
@@ -216,17 +227,17 @@ impl Classifier {
     /// survive), also when the rest does not parse. `DO <expr>` is placed,
     /// like the unparsed session statements, only when `SELECT <expr>` pins
     /// (locks, user variables); otherwise it stays unknown.
-    fn mysql_form(&self, sql: &str) -> Option<Decision> {
-        if let Some(body) = mysql::set_statement_body(sql) {
+    fn mysql_form(&self, tokens: &mysql::Tokens<'_>) -> Option<Decision> {
+        if let Some(body) = mysql::set_statement_body(tokens) {
             return Some(self.parse(body));
         }
-        if let Some(select) = mysql::do_as_select(sql) {
+        if let Some(select) = mysql::do_as_select(tokens) {
             return self
                 .parse_statements(&select)
                 .map(|c| c.decision)
                 .filter(|d| matches!(d, Decision::Pin(_)));
         }
-        let rest = mysql::without_into_variables(sql)?;
+        let rest = mysql::without_into_variables(tokens)?;
         let pin = Decision::Pin("SELECT ... INTO @variable");
         Some(
             self.parse_statements(&rest)
@@ -239,6 +250,7 @@ impl Classifier {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             unparsed: self.unparsed.load(Ordering::Relaxed),
+            oversized: self.oversized.load(Ordering::Relaxed),
             cached: self.cache.len(),
         }
     }
@@ -252,7 +264,11 @@ impl Classifier {
 /// transaction start is still a transaction start. The exceptions are MySQL
 /// `SET`s that change the server or an account (`GLOBAL`/`PERSIST` anywhere
 /// in the list, `SET PASSWORD`, `SET DEFAULT ROLE`): writes.
-fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
+fn unparsed_session_statement(
+    sql: &str,
+    dialect: Dialect,
+    tokens: Option<&mysql::Tokens<'_>>,
+) -> Option<Decision> {
     if sql.trim_end().trim_end_matches(';').contains(';') {
         return None;
     }
@@ -262,7 +278,7 @@ fn unparsed_session_statement(sql: &str, dialect: Dialect) -> Option<Decision> {
     match word(0) {
         "set" => {
             let mysql = dialect == Dialect::MySql;
-            if mysql && mysql::sets_server_scope(sql) {
+            if mysql && mysql::sets_server_scope(tokens) {
                 return Some(Decision::Write);
             }
             // In MySQL LOCAL is a synonym of SESSION.
@@ -315,6 +331,54 @@ fn is_plain(d: Decision) -> bool {
         d,
         Decision::Read | Decision::Write | Decision::Primary | Decision::Unknown
     )
+}
+
+/// `decision` with the statement's hint applied.
+fn with_hint(sql: &str, decision: Decision) -> Decision {
+    match (hint(sql), decision) {
+        (Some(Hint::Primary), Decision::Read | Decision::Unknown) => Decision::Primary,
+        (Some(Hint::Primary), Decision::Begin { read_only: true }) => {
+            Decision::Begin { read_only: false }
+        }
+        // The replica hint lifts only the "read on the primary" rule: a
+        // write, a transaction or session state never goes to a replica.
+        (Some(Hint::Replica), Decision::Primary) if !locks_rows(sql) => Decision::Read,
+        (_, d) => d,
+    }
+}
+
+/// The decision for a statement too long to parse: `Unknown` (placed by
+/// `default_route`), or a pin when its first words say it may change session
+/// state (a SET, PREPARE, LISTEN, temporary table... that could not be
+/// replayed), since guessing wrong there would lose the client's state.
+fn oversized(sql: &str) -> Decision {
+    let head = &sql.as_bytes()[..sql.len().min(256)];
+    let head = match std::str::from_utf8(head) {
+        Ok(h) => h,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    let words = crate::statements::head_words(head, 3);
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let session = matches!(
+        word(0),
+        "set"
+            | "reset"
+            | "discard"
+            | "prepare"
+            | "listen"
+            | "declare"
+            | "deallocate"
+            | "lock"
+            | "use"
+    ) || word(0) == "create"
+        && words
+            .iter()
+            .any(|w| matches!(w.as_str(), "temp" | "temporary"));
+    if session {
+        Decision::Pin("statement longer than max_classify_bytes")
+    } else {
+        Decision::Unknown
+    }
 }
 
 /// Row-locking clauses, which no hint moves off the primary.
@@ -380,6 +444,7 @@ mod tests {
                 cache_size: 100,
                 write_functions: vec!["audit_log".into()],
                 read_only_functions: vec!["currval".into()],
+                ..Default::default()
             },
         )
     }
@@ -426,6 +491,36 @@ mod tests {
     }
 
     #[test]
+    fn statements_over_the_limit_are_not_parsed() {
+        let c = Classifier::new(
+            Dialect::Postgres,
+            &ClassifierConfig {
+                cache_size: 10,
+                max_classify_bytes: 64,
+                ..Default::default()
+            },
+        );
+        let nested = format!("SELECT {}1{}", "(".repeat(100), ")".repeat(100));
+        assert_eq!(c.classify(&nested), Decision::Unknown);
+        let hinted = format!("/* fulcrum:primary */ {nested}");
+        assert_eq!(c.classify(&hinted), Decision::Primary);
+        let set = format!("SET app.blob = '{}'", "x".repeat(100));
+        assert!(matches!(c.classify(&set), Decision::Pin(_)));
+        let temp = format!("CREATE TEMP TABLE t AS SELECT {}", "1,".repeat(50));
+        assert!(matches!(c.classify(&temp), Decision::Pin(_)));
+        assert_eq!(
+            c.classify("SELECT 1"),
+            Decision::Read,
+            "short ones still parse"
+        );
+        let s = c.stats();
+        assert_eq!((s.oversized, s.unparsed, s.cached), (4, 0, 1));
+        // A multi-byte character across the cut is no problem.
+        let wide = format!("SELECT '{}'", "é".repeat(200));
+        assert_eq!(c.classify(&wide), Decision::Unknown);
+    }
+
+    #[test]
     fn set_statements_are_not_cached() {
         let c = Classifier::new(
             Dialect::MySql,
@@ -445,32 +540,51 @@ mod tests {
     fn unparsable_set_forms_are_still_session_statements() {
         let pg = Dialect::Postgres;
         assert_eq!(
-            unparsed_session_statement("SET SCHEMA 'app'", pg),
+            unparsed_session_statement("SET SCHEMA 'app'", pg, None),
             Some(Decision::Set)
         );
         assert_eq!(
-            unparsed_session_statement("SET role TO r", pg),
+            unparsed_session_statement("SET role TO r", pg, None),
             Some(Decision::Pin("SET ROLE"))
         );
         assert_eq!(
-            unparsed_session_statement("SET x = 1; DROP TABLE t", pg),
+            unparsed_session_statement("SET x = 1; DROP TABLE t", pg, None),
             None
         );
-        assert_eq!(unparsed_session_statement("SELEC 1", pg), None);
+        assert_eq!(unparsed_session_statement("SELEC 1", pg, None), None);
         let my = Dialect::MySql;
         assert_eq!(
-            unparsed_session_statement("SET @x := 1", my),
+            unparsed_session_statement(
+                "SET @x := 1",
+                my,
+                mysql::Tokens::of("SET @x := 1").as_ref()
+            ),
             Some(Decision::Pin("user variable"))
         );
         assert_eq!(
-            unparsed_session_statement("PREPARE s FROM 'SELECT 1'", my),
+            unparsed_session_statement(
+                "PREPARE s FROM 'SELECT 1'",
+                my,
+                mysql::Tokens::of("PREPARE s FROM 'SELECT 1'").as_ref()
+            ),
             Some(Decision::Pin("SQL PREPARE"))
         );
         assert_eq!(
-            unparsed_session_statement("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT", my),
+            unparsed_session_statement(
+                "START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT",
+                my,
+                mysql::Tokens::of("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT").as_ref()
+            ),
             Some(Decision::Begin { read_only: true })
         );
-        assert_eq!(unparsed_session_statement("RESET MASTER", my), None);
+        assert_eq!(
+            unparsed_session_statement(
+                "RESET MASTER",
+                my,
+                mysql::Tokens::of("RESET MASTER").as_ref()
+            ),
+            None
+        );
     }
 
     #[test]
@@ -500,11 +614,15 @@ mod tests {
             ("SET STATEMENT max_statement_time = 10", None),
         ];
         for (sql, want) in cases {
-            assert_eq!(unparsed_session_statement(sql, my), want, "{sql}");
+            assert_eq!(
+                unparsed_session_statement(sql, my, mysql::Tokens::of(sql).as_ref()),
+                want,
+                "{sql}"
+            );
         }
         let pg = Dialect::Postgres;
         assert_eq!(
-            unparsed_session_statement("SET LOCAL x TO 1", pg),
+            unparsed_session_statement("SET LOCAL x TO 1", pg, None),
             Some(Decision::Txn)
         );
     }

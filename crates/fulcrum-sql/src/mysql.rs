@@ -14,13 +14,15 @@ use crate::decision::Decision;
 /// GLOBAL TRANSACTION ...` the server's (a write); sqlparser reads both as a
 /// plain `SET TRANSACTION`.
 pub(crate) fn quirk(sql: &str) -> Option<Decision> {
-    let lower = sql.trim_start().to_ascii_lowercase();
-    if lower.contains(';') {
+    let t = sql.trim_start();
+    if t.contains(';') {
         return None;
     }
-    if lower.starts_with("set session transaction") {
+    let starts =
+        |p: &str| t.len() >= p.len() && t.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes());
+    if starts("set session transaction") {
         Some(Decision::Set)
-    } else if lower.starts_with("set global transaction") {
+    } else if starts("set global transaction") {
         Some(Decision::Write)
     } else {
         None
@@ -30,8 +32,8 @@ pub(crate) fn quirk(sql: &str) -> Option<Decision> {
 /// MariaDB's `SET STATEMENT var = value [, ...] FOR <statement>`: the text of
 /// `<statement>` (and whatever follows it). The variables last for that one
 /// statement, so it routes as the statement does.
-pub(crate) fn set_statement_body(sql: &str) -> Option<&str> {
-    let t = tokens(sql)?;
+pub(crate) fn set_statement_body<'a>(tokens: &Tokens<'a>) -> Option<&'a str> {
+    let (sql, t) = (tokens.sql, &tokens.list);
     if !(is_word(t.first()?, "set") && is_word(t.get(1)?, "statement")) {
         return None;
     }
@@ -41,8 +43,8 @@ pub(crate) fn set_statement_body(sql: &str) -> Option<&str> {
 
 /// `DO expr [, expr ...]` evaluates its expressions as `SELECT expr, ...`
 /// does, and discards the result: that SELECT.
-pub(crate) fn do_as_select(sql: &str) -> Option<String> {
-    let t = tokens(sql)?;
+pub(crate) fn do_as_select(tokens: &Tokens<'_>) -> Option<String> {
+    let (sql, t) = (tokens.sql, &tokens.list);
     let first = t.first()?;
     let rest = &sql[offset(sql, first.span.end)..];
     is_word(first, "do").then(|| format!("SELECT {}", rest.trim_start()))
@@ -50,13 +52,13 @@ pub(crate) fn do_as_select(sql: &str) -> Option<String> {
 
 /// A SELECT with `INTO @var [, @var ...]` where sqlparser does not take it
 /// (at the end, MySQL 8's preferred place): the statement without the INTO.
-pub(crate) fn without_into_variables(sql: &str) -> Option<String> {
-    let t = tokens(sql)?;
+pub(crate) fn without_into_variables(tokens: &Tokens<'_>) -> Option<String> {
+    let (sql, t) = (tokens.sql, &tokens.list);
     let first = t.first()?;
     if !(is_word(first, "select") || is_word(first, "with") || first.token == Token::LParen) {
         return None;
     }
-    let into = top_level(&t).find(|&i| is_word(&t[i], "into"))?;
+    let into = top_level(t).find(|&i| is_word(&t[i], "into"))?;
     let mut last = into + 1;
     if !user_variable(t.get(last)?) {
         return None;
@@ -75,7 +77,7 @@ pub(crate) fn without_into_variables(sql: &str) -> Option<String> {
 
 /// An unparsed `SET` whose list assigns in a server-wide scope somewhere:
 /// `GLOBAL`, `PERSIST`, `PERSIST_ONLY`, `@@global.x`, `@@persist.x`, ...
-pub(crate) fn sets_server_scope(sql: &str) -> bool {
+pub(crate) fn sets_server_scope(tokens: Option<&Tokens<'_>>) -> bool {
     const SCOPES: [&str; 6] = [
         "global",
         "persist",
@@ -84,26 +86,36 @@ pub(crate) fn sets_server_scope(sql: &str) -> bool {
         "@@persist",
         "@@persist_only",
     ];
-    let Some(t) = tokens(sql) else {
+    let Some(t) = tokens.map(|t| &t.list) else {
         return false;
     };
     let assignment_start = |i: usize| i == 1 || i > 1 && t[i - 1].token == Token::Comma;
     t.first().is_some_and(|w| is_word(w, "set"))
-        && top_level(&t).any(|i| assignment_start(i) && SCOPES.iter().any(|s| is_word(&t[i], s)))
+        && top_level(t).any(|i| assignment_start(i) && SCOPES.iter().any(|s| is_word(&t[i], s)))
 }
 
-/// The tokens of `sql` without white space and comments (`None` when it does
-/// not even tokenize).
-fn tokens(sql: &str) -> Option<Vec<TokenWithSpan>> {
-    let all = Tokenizer::new(&MySqlDialect {}, sql)
-        .with_unescape(false)
-        .tokenize_with_location()
-        .ok()?;
-    Some(
-        all.into_iter()
-            .filter(|t| !matches!(t.token, Token::Whitespace(_)))
-            .collect(),
-    )
+/// A statement's tokens without white space and comments, made once and
+/// read by every MySQL form below.
+pub(crate) struct Tokens<'a> {
+    sql: &'a str,
+    list: Vec<TokenWithSpan>,
+}
+
+impl<'a> Tokens<'a> {
+    /// `None` when `sql` does not even tokenize.
+    pub(crate) fn of(sql: &'a str) -> Option<Tokens<'a>> {
+        let all = Tokenizer::new(&MySqlDialect {}, sql)
+            .with_unescape(false)
+            .tokenize_with_location()
+            .ok()?;
+        Some(Tokens {
+            sql,
+            list: all
+                .into_iter()
+                .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+                .collect(),
+        })
+    }
 }
 
 /// Indices of the tokens outside parentheses, up to the first `;`.
@@ -206,7 +218,11 @@ mod tests {
             ("SELECT 1 FOR UPDATE", None),
         ];
         for (sql, want) in cases {
-            assert_eq!(set_statement_body(sql), want, "{sql}");
+            assert_eq!(
+                Tokens::of(sql).as_ref().and_then(set_statement_body),
+                want,
+                "{sql}"
+            );
         }
     }
 
@@ -224,7 +240,11 @@ mod tests {
             ("SELECT 1", None),
         ];
         for (sql, want) in cases {
-            assert_eq!(do_as_select(sql).as_deref(), want, "{sql}");
+            assert_eq!(
+                Tokens::of(sql).as_ref().and_then(do_as_select).as_deref(),
+                want,
+                "{sql}"
+            );
         }
     }
 
@@ -251,7 +271,11 @@ mod tests {
             ("INSERT INTO @x VALUES (1)", None),
         ];
         for (sql, want) in cases {
-            assert_eq!(folded(without_into_variables(sql)), folded(want), "{sql}");
+            assert_eq!(
+                folded(Tokens::of(sql).as_ref().and_then(without_into_variables)),
+                folded(want),
+                "{sql}"
+            );
         }
     }
 
@@ -271,7 +295,7 @@ mod tests {
             ("SELECT 1, global", false),
         ];
         for (sql, want) in cases {
-            assert_eq!(sets_server_scope(sql), want, "{sql}");
+            assert_eq!(sets_server_scope(Tokens::of(sql).as_ref()), want, "{sql}");
         }
     }
 

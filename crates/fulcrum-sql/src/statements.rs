@@ -142,7 +142,8 @@ pub(crate) fn head_words(stmt: &str, n: usize) -> Vec<String> {
             t.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$'))
                 .unwrap_or(t.len())
         } else {
-            1
+            // One character, however many bytes it takes.
+            t.chars().next().map_or(1, char::len_utf8)
         };
         let w = &t[..end];
         words.push(if w.starts_with('"') {

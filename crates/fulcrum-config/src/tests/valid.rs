@@ -66,6 +66,7 @@ fn every_key_is_read_into_the_config() {
         write_functions = ["audit.log_event", "bump"]
         read_only_functions = ["my_pure_fn"]
         classifier_cache_size = 0
+        max_classify_bytes = "4kB"
         health_interval = "500ms"
         health_timeout = "250ms"
         health_failures = 3
@@ -140,6 +141,7 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec!["log_event".into(), "bump".into()],
                 read_only_functions: vec!["my_pure_fn".into()],
                 classifier_cache_size: 0,
+                max_classify_bytes: 4096,
                 allow_local_infile: false,
                 health: Health {
                     interval: Duration::from_millis(500),
@@ -181,6 +183,7 @@ fn every_key_is_read_into_the_config() {
                 write_functions: vec![],
                 read_only_functions: vec![],
                 classifier_cache_size: defaults::CLASSIFIER_CACHE_SIZE,
+                max_classify_bytes: defaults::MAX_CLASSIFY_BYTES,
                 allow_local_infile: true,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,

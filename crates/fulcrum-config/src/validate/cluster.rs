@@ -118,6 +118,11 @@ pub(super) fn cluster(
         0,
         defaults::CLASSIFIER_CACHE_SIZE,
     )?;
+    let max_classify_bytes = t.size(
+        &c.max_classify_bytes,
+        "max_classify_bytes",
+        defaults::MAX_CLASSIFY_BYTES,
+    )?;
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
@@ -158,6 +163,7 @@ pub(super) fn cluster(
         write_functions,
         read_only_functions,
         classifier_cache_size,
+        max_classify_bytes,
         allow_local_infile,
         health,
         consistency,

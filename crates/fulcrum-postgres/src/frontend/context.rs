@@ -140,6 +140,8 @@ impl ClusterContext {
                     cache_size: config.classifier_cache_size as usize,
                     write_functions: config.write_functions.clone(),
                     read_only_functions: config.read_only_functions.clone(),
+                    max_classify_bytes: usize::try_from(config.max_classify_bytes)
+                        .unwrap_or(usize::MAX),
                 },
             ),
             backends: config
@@ -298,6 +300,7 @@ impl ClusterContext {
             classifier_hits: c.hits,
             classifier_misses: c.misses,
             unparsed: c.unparsed,
+            oversized: c.oversized,
         });
     }
 

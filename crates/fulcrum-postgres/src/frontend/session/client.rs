@@ -149,7 +149,7 @@ impl Session {
             b'd' | b'c' | b'f' => {
                 // Copy data outside a copy is ignored by servers too.
                 if self.server.is_some() {
-                    self.to_server.extend_from_slice(&frame);
+                    self.queue_to_server(frame);
                     if tag != b'd' {
                         self.expect.client_copy_end();
                     }
@@ -192,17 +192,17 @@ impl Session {
                         e => replay.push(e.clone()),
                     }
                 }
-                self.to_server.extend_from_slice(&frame);
+                self.queue_to_server(frame);
                 self.expect.push(Expect::Query(replay));
                 self.pending_ready += 1;
             }
             b'F' => {
-                self.to_server.extend_from_slice(&frame);
+                self.queue_to_server(frame);
                 self.expect.push(Expect::Query(Vec::new()));
                 self.pending_ready += 1;
             }
             b'S' => {
-                self.to_server.extend_from_slice(&frame);
+                self.queue_to_server(frame);
                 if !self.expect.sync_is_ignored() {
                     self.expect.push(Expect::Sync);
                     self.pending_ready += 1;
@@ -210,7 +210,7 @@ impl Session {
                 }
             }
             b'H' => {
-                self.to_server.extend_from_slice(&frame);
+                self.queue_to_server(frame);
                 self.unsynced = true;
             }
             b'P' => self.on_parse(frame),
@@ -218,7 +218,7 @@ impl Session {
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
-                self.to_server.extend_from_slice(&frame);
+                self.queue_to_server(frame);
                 self.expect.push(Expect::Execute(ops));
                 self.unsynced = true;
             }
@@ -319,6 +319,16 @@ impl Session {
         match query_text(body).map(std::str::from_utf8) {
             Some(Ok(text)) => self.ctx.classify_unit(text).effects,
             _ => Effects::default(),
+        }
+    }
+
+    /// Queues a client frame for the server. A large one with nothing ahead
+    /// of it is moved, not copied, so a big statement is held once.
+    fn queue_to_server(&mut self, frame: BytesMut) {
+        if self.to_server.is_empty() && frame.len() >= 64 * 1024 {
+            self.to_server = frame;
+        } else {
+            self.to_server.extend_from_slice(&frame);
         }
     }
 
