@@ -447,3 +447,73 @@ async fn an_answer_fulcrum_owes_is_sent_even_when_the_server_owes_nothing() {
     b.write_all(&[query_message("COMMIT")].concat()).unwrap();
     read_until_ready(&mut b, 1);
 }
+
+/// `fulcrum_prepared_statements` from one scrape of `/metrics` on `port`
+/// (0 before the first refresh shows it).
+fn prepared_statements_gauge(port: u16) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .find(|l| l.starts_with("fulcrum_prepared_statements{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// 100,000 distinct named statements prepared by clients that then leave
+/// do not stay in Fulcrum: the cluster-wide statement registry (one shared
+/// entry per definition) comes back to its size before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_of_clients_that_left_are_dropped_from_the_registry() {
+    const CLIENTS: usize = 4;
+    const EACH: usize = 25_000;
+    let metrics_port = fulcrum_testkit::free_port();
+    let cfg = PgProxyConfig::new(&cluster().primary().addr()).pool_size(4);
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).expect("start fulcrum");
+    let before = prepared_statements_gauge(metrics_port);
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(connect_with(&cfg, None).await);
+    }
+    let prepared = futures_util::future::try_join_all(clients.iter().enumerate().map(
+        |(c, client)| async move {
+            let texts: Vec<String> = (0..EACH)
+                .map(|i| format!("SELECT {} + 0", c * EACH + i))
+                .collect();
+            futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await
+        },
+    ));
+    let statements = tokio::time::timeout(Duration::from_secs(180), prepared)
+        .await
+        .expect("100k prepares took over 180 s")
+        .expect("prepare");
+    let held = prepared_statements_gauge(metrics_port);
+    assert!(
+        held >= before + (CLIENTS * EACH) as u64,
+        "{held} held, {before} before"
+    );
+    // The clients leave without closing their statements.
+    drop(clients);
+    drop(statements);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = prepared_statements_gauge(metrics_port);
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} statements still registered after the clients left ({before} before)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -27,6 +27,8 @@ pub struct ClusterFigures<'a> {
     pub unparsed: u64,
     /// Statements over `max_classify_bytes`, not parsed.
     pub oversized: u64,
+    /// Prepared statements clients hold (PostgreSQL's shared registry).
+    pub prepared_statements: Option<usize>,
 }
 
 const STATES: [&str; 4] = ["up", "lagging", "down", "stale"];
@@ -71,5 +73,10 @@ impl Metrics {
         );
         Metrics::catch_up(&self.unparsed.with_label_values(&[c]), f.unparsed);
         Metrics::catch_up(&self.oversized.with_label_values(&[c]), f.oversized);
+        if let Some(n) = f.prepared_statements {
+            self.prepared_statements
+                .with_label_values(&[c])
+                .set(n as i64);
+        }
     }
 }

@@ -156,6 +156,7 @@ impl MyClusterContext {
             classifier_misses: c.misses,
             unparsed: c.unparsed,
             oversized: c.oversized,
+            prepared_statements: None,
         });
     }
 

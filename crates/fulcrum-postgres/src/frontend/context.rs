@@ -301,6 +301,7 @@ impl ClusterContext {
             classifier_misses: c.misses,
             unparsed: c.unparsed,
             oversized: c.oversized,
+            prepared_statements: Some(self.statements.len()),
         });
     }
 

@@ -2,10 +2,13 @@
 //! named statement is prepared on the server under a name derived from its
 //! definition (query text and parameter types), shared by every client that
 //! prepares the same definition, so a server connection prepares it once.
+//! The registry holds its statements weakly: one no client holds any more
+//! is dropped, so it grows with what connected clients hold, not with
+//! everything ever prepared.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::{Bytes, BytesMut};
 
@@ -32,8 +35,8 @@ impl ClientStatement {
     }
 }
 
-/// Definitions seen by this cluster, each with its server-side name.
-/// Grows with the number of distinct statement definitions (not with clients).
+/// Definitions held by this cluster's clients, each with its server-side
+/// name (one shared `ClientStatement` per definition and generation).
 ///
 /// A prepared statement can go stale on a server: a type or table it was
 /// prepared with is dropped and created again, and PostgreSQL then answers
@@ -45,13 +48,29 @@ impl ClientStatement {
 /// error renews that one statement (`renew`).
 #[derive(Debug, Default)]
 pub struct StatementRegistry {
-    names: Mutex<HashMap<Bytes, (Arc<str>, u64)>>,
+    names: Mutex<Names>,
     next: AtomicU64,
     generation: AtomicU64,
 }
 
+/// The registry's map, and the size at which it is next swept of
+/// statements no client holds (amortised: twice the live size).
+#[derive(Debug, Default)]
+struct Names {
+    map: HashMap<Bytes, Weak<ClientStatement>>,
+    sweep_at: usize,
+}
+
+impl Names {
+    fn sweep(&mut self) {
+        self.map.retain(|_, s| s.strong_count() > 0);
+        self.sweep_at = (2 * self.map.len()).max(1024);
+    }
+}
+
 impl StatementRegistry {
-    /// The client statement for a Parse `definition` (bytes after its name).
+    /// The client statement for a Parse `definition` (bytes after its name):
+    /// the one other clients hold for it, or a new one.
     pub fn statement(
         &self,
         definition: &[u8],
@@ -59,27 +78,30 @@ impl StatementRegistry {
         decision: Decision,
     ) -> Arc<ClientStatement> {
         let generation = self.generation();
-        let server_name = {
-            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-            match names.get(definition) {
-                Some((n, g)) if *g == generation => n.clone(),
-                _ => {
-                    let id = self.next.fetch_add(1, Ordering::Relaxed);
-                    let n: Arc<str> = format!("fulcrum_{id}").into();
-                    names.insert(Bytes::copy_from_slice(definition), (n.clone(), generation));
-                    n
-                }
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = names.map.get(definition).and_then(Weak::upgrade) {
+            if held.generation == generation {
+                return held;
             }
-        };
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let server_name: Arc<str> = format!("fulcrum_{id}").into();
         let mut parse = BytesMut::with_capacity(definition.len() + server_name.len() + 6);
         put_parse(&mut parse, server_name.as_bytes(), definition);
-        Arc::new(ClientStatement {
+        let stmt = Arc::new(ClientStatement {
             server_name,
             parse: parse.freeze(),
             query: Bytes::copy_from_slice(query),
             decision,
             generation,
-        })
+        });
+        names
+            .map
+            .insert(Bytes::copy_from_slice(definition), Arc::downgrade(&stmt));
+        if names.map.len() >= names.sweep_at {
+            names.sweep();
+        }
+        stmt
     }
 
     /// The current schema generation.
@@ -109,18 +131,19 @@ impl StatementRegistry {
         let definition = stmt.definition();
         {
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-            if names
-                .get(definition)
-                .is_some_and(|(n, _)| *n == stmt.server_name)
-            {
-                names.remove(definition);
+            let current = names.map.get(definition).and_then(Weak::upgrade);
+            if current.is_none_or(|c| c.server_name == stmt.server_name) {
+                names.map.remove(definition);
             }
         }
         self.statement(definition, &stmt.query, stmt.decision)
     }
 
+    /// Statements some client holds (swept first).
     pub fn len(&self) -> usize {
-        self.names.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.sweep();
+        names.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -139,6 +162,7 @@ mod tests {
         let b = r.statement(b"SELECT 1\0\0\0", b"SELECT 1", Decision::Read);
         let c = r.statement(b"SELECT 2\0\0\0", b"SELECT 2", Decision::Read);
         assert_eq!(a.server_name, b.server_name);
+        assert!(Arc::ptr_eq(&a, &b), "one shared statement");
         assert_ne!(a.server_name, c.server_name);
         assert_eq!(r.len(), 2);
         assert_eq!(&a.parse[5..], b"fulcrum_0\0SELECT 1\0\0\0");
@@ -175,6 +199,33 @@ mod tests {
         let other = r.statement(b"SELECT 1\0\0\0", b"SELECT 1", Decision::Read);
         assert_eq!(other.server_name, now.server_name);
         assert!(Arc::ptr_eq(&r.current(&now), &now));
+    }
+
+    #[test]
+    fn statements_no_client_holds_are_dropped() {
+        let r = StatementRegistry::default();
+        let kept = r.statement(b"SELECT 0\0\0\0", b"SELECT 0", Decision::Read);
+        let mut held = Vec::new();
+        for i in 0..10_000 {
+            let q = format!("SELECT {i} + 1");
+            let def = format!("{q}\0\0\0");
+            held.push(r.statement(def.as_bytes(), q.as_bytes(), Decision::Read));
+        }
+        assert_eq!(r.len(), 10_001);
+        drop(held);
+        assert_eq!(r.len(), 1, "only the statement still held is left");
+        // Sweeps also run as it grows: without len(), the map stays bounded.
+        for i in 0..10_000 {
+            let q = format!("SELECT {i} + 2");
+            let def = format!("{q}\0\0\0");
+            drop(r.statement(def.as_bytes(), q.as_bytes(), Decision::Read));
+        }
+        assert!(r.names.lock().unwrap().map.len() <= 2048);
+        assert_eq!(
+            r.statement(b"SELECT 0\0\0\0", b"SELECT 0", Decision::Read)
+                .server_name,
+            kept.server_name
+        );
     }
 
     #[test]
