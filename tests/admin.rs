@@ -333,6 +333,37 @@ async fn pause_holds_new_queries_until_resume() {
     assert!(waited >= Duration::from_millis(400), "{waited:?}");
 }
 
+/// Logins to databases that do not exist get the server's 3D000 and leave
+/// no pool behind (a client could otherwise grow the pool map one made-up
+/// name at a time); the real database's pool stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_databases_leave_no_pools() {
+    let s = tokio::task::block_in_place(setup);
+    let app = tokio_postgres::connect(&s.cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .expect("login to the real database");
+    tokio::spawn(app.1);
+    app.0.simple_query("SELECT 1").await.unwrap();
+    for i in 0..50 {
+        let db = format!("made_up_{i}");
+        let e = tokio_postgres::connect(&s.cfg.conn_string(APP_USER, &db), NoTls)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("login to {db} succeeded"));
+        let code = e.as_db_error().map(|d| d.code().code().to_owned());
+        assert_eq!(code.as_deref(), Some("3D000"), "{e:?}");
+    }
+    let console = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let (columns, rows) = show(&console, "SHOW POOLS").await;
+    let db = columns.iter().position(|c| c == "database").unwrap();
+    let databases: HashSet<&str> = rows.iter().map(|r| r[db].as_str()).collect();
+    assert!(databases.contains(APP_DB), "{rows:?}");
+    assert!(
+        !databases.iter().any(|d| d.starts_with("made_up_")),
+        "pools left for unknown databases: {databases:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_commands_get_errors_and_the_session_goes_on() {
     let s = tokio::task::block_in_place(setup);

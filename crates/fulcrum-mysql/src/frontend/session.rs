@@ -187,7 +187,6 @@ impl Session {
         }
         let r = self.serve().await;
         self.cleanup().await;
-        self.ctx.forget_client(self.connection_id);
         match r {
             Err(SessionError::ClientGone) => Ok(()),
             r => r,
@@ -393,6 +392,15 @@ fn contains_ignore_case(text: &str, needle: &str) -> bool {
             .as_bytes()
             .windows(needle.len())
             .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+impl Drop for Session {
+    /// The client's entry for `KILL` goes with the session on every path
+    /// (a refused schema at login, an error, a panic): a stale entry would
+    /// point a later `KILL <id>` at a server connection another client uses.
+    fn drop(&mut self) {
+        self.ctx.forget_client(self.connection_id);
+    }
 }
 
 #[cfg(test)]

@@ -197,6 +197,20 @@ impl ClusterContext {
             .clone()
     }
 
+    /// Removes the pool for (backend, user, database) when it holds no
+    /// connection, after a server refused a login there: a database name a
+    /// client made up (3D000) must not leave an entry per name tried.
+    pub fn forget_pool_if_empty(&self, backend: BackendId, user: &Arc<str>, database: &Arc<str>) {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (backend, user.clone(), database.clone());
+        if pools.get(&key).is_some_and(|p| {
+            let s = p.stats();
+            s.idle == 0 && s.in_use == 0
+        }) {
+            pools.remove(&key);
+        }
+    }
+
     pub fn cached_welcome(
         &self,
         backend: BackendId,

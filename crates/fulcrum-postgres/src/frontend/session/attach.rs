@@ -121,6 +121,8 @@ impl Session {
             }
             Err(PoolError::Connect(e)) => {
                 tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica refused the connection; using the primary");
+                self.ctx
+                    .forget_pool_if_empty(backend, &self.user, &self.database);
                 self.ctx.router.ban(backend, REPLICA_BAN);
                 Ok(false)
             }
@@ -171,6 +173,9 @@ impl Session {
             Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
                 // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
                 tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
+                self.pool = None;
+                self.ctx
+                    .forget_pool_if_empty(backend, &self.user, &self.database);
                 self.client.queue(&frame);
                 let _ = self.client.flush().await;
                 return Err(SessionError::Refused(fields.message));
