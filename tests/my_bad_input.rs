@@ -157,3 +157,44 @@ async fn server_errors_pass_through_and_load_data_local_is_refused() {
     }
     assert_unharmed(&mut conn).await;
 }
+
+/// Idle TCP connects beyond `max_pending_logins` (512 by default) close the
+/// oldest still logging in, with ERR 1040 naming the key, and a real
+/// client logs in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connects_beyond_max_pending_logins_close_the_oldest() {
+    fulcrum_testkit::raise_fd_limit();
+    let (_, _, port) = setup();
+    let mut bystander = connect(*port).await;
+    let mut idle = Vec::new();
+    for _ in 0..600 {
+        idle.push(TcpStream::connect(("127.0.0.1", *port)).expect("connect"));
+    }
+    let started = std::time::Instant::now();
+    let mut conn = connect(*port).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let one: i64 = conn.query_first("SELECT 1").await.unwrap().unwrap();
+    assert_eq!(one, 1);
+    let oldest = &mut idle[0];
+    oldest
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    oldest
+        .read_to_end(&mut bytes)
+        .expect("the oldest idle connection was closed");
+    // The greeting, then the error.
+    let greeting = 4 + (u32::from_le_bytes([bytes[0], bytes[1], bytes[2], 0]) as usize);
+    let rest = &bytes[greeting..];
+    assert_eq!(err_code(rest), Some(1040), "{rest:?}");
+    assert!(
+        String::from_utf8_lossy(rest).contains("max_pending_logins"),
+        "{rest:?}"
+    );
+    drop(idle);
+    assert_unharmed(&mut bystander).await;
+}

@@ -762,6 +762,91 @@ async fn a_50_mb_nested_query_is_not_parsed_and_harms_no_one() {
     assert_unharmed(&fulcrum, &bystander).await;
 }
 
+/// 1,500 idle TCP connects held open (none sends a startup packet) do not
+/// lock out a real client: they count against `max_pending_logins` (512 by
+/// default), not `max_client_connections`, the oldest still logging in are
+/// closed with 53300 to make room, and psql logs in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_connects_does_not_lock_out_a_real_client() {
+    fulcrum_testkit::raise_fd_limit();
+    // Fewer client places than idle connects: connections still logging in
+    // must not take them.
+    let fulcrum = start_fulcrum(
+        &CLUSTER.primary().addr(),
+        "scram-sha-256",
+        "max_client_connections = 1000\n",
+    );
+    let bystander = bystander(&fulcrum).await;
+    let address = addr(&fulcrum);
+    let mut idle = Vec::with_capacity(1500);
+    for i in 0..1500 {
+        let s = tokio::time::timeout(IO_TIMEOUT, TcpStream::connect(&address))
+            .await
+            .unwrap_or_else(|_| panic!("connect {i} hung"))
+            .unwrap_or_else(|e| panic!("connect {i}: {e}"));
+        idle.push(s);
+    }
+    let started = Instant::now();
+    let target = address.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        fulcrum_testkit::run_psql(&target, APP_USER, APP_PASSWORD, APP_DB, "SELECT 42")
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.expect("psql logs in"), "42");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "psql took {:?}",
+        started.elapsed()
+    );
+    // The oldest idle connection was told why it was closed.
+    let mut reply = Vec::new();
+    tokio::time::timeout(IO_TIMEOUT, idle[0].read_to_end(&mut reply))
+        .await
+        .expect("the oldest idle connection was closed")
+        .expect("read");
+    assert_eq!(reply.first(), Some(&b'E'), "{reply:?}");
+    let fields = error_fields(&reply[5..]);
+    assert_eq!(
+        fields.get(&'C').map(String::as_str),
+        Some("53300"),
+        "{fields:?}"
+    );
+    assert!(fields[&'M'].contains("max_pending_logins"), "{fields:?}");
+    drop(idle);
+    assert_unharmed(&fulcrum, &bystander).await;
+}
+
+/// `max_client_connections` counts logged-in clients: the next one gets
+/// 53300 naming the key, and a place freed is taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_over_max_client_connections_get_53300() {
+    let fulcrum = start_fulcrum(
+        &CLUSTER.primary().addr(),
+        "scram-sha-256",
+        "max_client_connections = 2\n",
+    );
+    let conn = conn_string(&addr(&fulcrum), APP_USER, APP_PASSWORD, APP_DB);
+    let first = connect(&conn).await.expect("first");
+    let second = connect(&conn).await.expect("second");
+    let (code, severity, message) = login_error(&conn).await;
+    assert_eq!((code.as_str(), severity.as_str()), ("53300", "FATAL"));
+    assert!(message.contains("max_client_connections = 2"), "{message}");
+    drop(first);
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let third = loop {
+        match connect(&conn).await {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("the freed place was not given back: {e:?}"),
+        }
+    };
+    assert_eq!(select_1(&third).await.unwrap(), 1);
+    assert_eq!(select_1(&second).await.unwrap(), 1);
+}
+
 /// Stops a backend, so it runs on a cluster of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_down_at_connect_gets_08006_naming_it_and_recovers() {

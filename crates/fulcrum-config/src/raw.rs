@@ -52,6 +52,7 @@ pub(crate) struct RawCluster {
     pub server_idle_timeout: Value<DurationText>,
     pub max_message_size: Value<SizeValue>,
     pub max_client_connections: Value<Int>,
+    pub max_pending_logins: Value<Int>,
     pub max_prepared_statements: Value<Int>,
     pub reads_on_primary: Value<bool>,
     pub balance: Value<String>,

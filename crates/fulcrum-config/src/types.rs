@@ -200,6 +200,8 @@ pub struct Cluster {
     pub max_message_size: u64,
     /// Most client connections accepted at once on this listener.
     pub max_client_connections: u32,
+    /// Connections still logging in at once; at the cap the oldest is closed.
+    pub max_pending_logins: u32,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
     /// The primary also serves reads (weighted like the replicas).
@@ -313,6 +315,7 @@ pub mod defaults {
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_MESSAGE_SIZE: u64 = 256 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
+    pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;

@@ -15,6 +15,12 @@
 //! TLS stream slots in where a `TcpStream` or `UnixStream` is today. It
 //! never knows a wire protocol beyond what its `Framing` says, and nothing
 //! of SQL or routing.
+//!
+//! Beside it, `PendingLogins`: the cap on connections still logging in.
+
+mod pending;
+
+pub use pending::{PendingLogins, PendingTicket};
 
 use std::future::Future;
 use std::io;

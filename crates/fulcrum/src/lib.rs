@@ -3,6 +3,8 @@
 //! reloading the config (SIGHUP or the console's `RELOAD`) without dropping
 //! clients. Protocol work lives in the protocol crates.
 
+pub mod descriptors;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let set_log = init_logging(&config.fulcrum.log, config.fulcrum.log_format);
+    fulcrum::descriptors::raise_for(&config);
     let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
         Err(e) => {

@@ -59,6 +59,7 @@ fn every_key_is_read_into_the_config() {
         server_idle_timeout = "1h"
         max_message_size = "64kB"
         max_client_connections = 50
+        max_pending_logins = 16
         max_prepared_statements = 0
         reads_on_primary = true
         balance = "least_connections"
@@ -134,6 +135,7 @@ fn every_key_is_read_into_the_config() {
                 server_idle_timeout: Duration::from_secs(3600),
                 max_message_size: 64 * 1024,
                 max_client_connections: 50,
+                max_pending_logins: 16,
                 max_prepared_statements: 0,
                 reads_on_primary: true,
                 balance: BalancePolicy::LeastConnections,
@@ -176,6 +178,7 @@ fn every_key_is_read_into_the_config() {
                 server_idle_timeout: defaults::SERVER_IDLE_TIMEOUT,
                 max_message_size: 1024 * 1024,
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
+                max_pending_logins: defaults::MAX_PENDING_LOGINS,
                 max_prepared_statements: defaults::MAX_PREPARED_STATEMENTS,
                 reads_on_primary: false,
                 balance: defaults::BALANCE,
@@ -234,6 +237,7 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.server_idle_timeout, Duration::from_secs(600));
     assert_eq!(c.max_message_size, 256 * 1024 * 1024);
     assert_eq!(c.max_client_connections, 10_000);
+    assert_eq!(c.max_pending_logins, 512);
     assert_eq!(c.max_prepared_statements, 1_000);
     assert_eq!(c.health.interval, Duration::from_secs(1));
     assert_eq!(c.health.timeout, Duration::from_secs(1));

@@ -96,6 +96,12 @@ pub(super) fn cluster(
         1,
         defaults::MAX_CLIENT_CONNECTIONS,
     )?;
+    let max_pending_logins = t.u32_at_least(
+        &c.max_pending_logins,
+        "max_pending_logins",
+        1,
+        defaults::MAX_PENDING_LOGINS,
+    )?;
     let max_prepared_statements = t.u32_at_least(
         &c.max_prepared_statements,
         "max_prepared_statements",
@@ -156,6 +162,7 @@ pub(super) fn cluster(
         server_idle_timeout,
         max_message_size,
         max_client_connections,
+        max_pending_logins,
         max_prepared_statements,
         reads_on_primary,
         balance,

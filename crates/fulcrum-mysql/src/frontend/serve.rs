@@ -1,12 +1,13 @@
-//! One MySQL cluster's listener: accepts clients up to
-//! `max_client_connections`, runs each session on its own task, and stops
-//! accepting on shutdown.
+//! One MySQL cluster's listener: admits connections while they log in (at
+//! most `max_pending_logins` at once, the oldest closed to make room), then
+//! clients up to `max_client_connections`; runs each session on its own
+//! task, and stops accepting on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use fulcrum_net::Connection;
+use fulcrum_net::{Connection, PendingLogins, PendingTicket};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
@@ -35,6 +36,7 @@ pub async fn serve(
     let ctx = current.borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
+    let pending = PendingLogins::new(ctx.config.max_pending_logins as usize);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -51,7 +53,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let ctx = current.borrow().clone();
         let session_shutdown = shutdown.clone();
-        let permit = limit.clone().try_acquire_owned();
+        let ticket = pending.admit();
+        let limit = limit.clone();
         let span = tracing::debug_span!(
             "client",
             cluster = %ctx.config.name,
@@ -61,17 +64,8 @@ pub async fn serve(
         );
         tokio::spawn(
             async move {
-                let Ok(_permit) = permit else {
-                    let mut stream = stream;
-                    let msg = format!(
-                        "fulcrum: too many client connections (max_client_connections = {})",
-                        ctx.config.max_client_connections
-                    );
-                    send_error(&mut stream, 0, codes::CON_COUNT, &msg).await;
-                    return;
-                };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, peer, session_shutdown).await {
+                match handle(ctx, stream, peer, session_shutdown, ticket, limit).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -101,17 +95,41 @@ async fn handle(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
+    ticket: PendingTicket,
+    limit: Arc<Semaphore>,
 ) -> Result<(), SessionError> {
     let mut conn = Connection::with_read_buf(stream, BytesMut::with_capacity(8 * 1024));
-    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn)).await {
-        Ok(r) => r?,
-        Err(_) => {
+    let end = tokio::select! {
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn)) => r.ok(),
+        _ = ticket.evicted() => {
+            let msg = format!(
+                "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",
+                ctx.config.max_pending_logins
+            );
+            send_error(conn.stream_mut(), 2, codes::CON_COUNT, &msg).await;
+            return Err(SessionError::Refused(
+                "closed while logging in to make room (max_pending_logins)".into(),
+            ));
+        }
+    };
+    drop(ticket);
+    let login = match end {
+        Some(r) => r?,
+        None => {
             let code = codes::HANDSHAKE;
             send_error(conn.stream_mut(), 2, code, "fulcrum: login timed out").await;
             return Err(SessionError::Refused("login timed out".into()));
         }
     };
     let seq = login.next_seq;
+    let Ok(_permit) = limit.try_acquire_owned() else {
+        let msg = format!(
+            "fulcrum: too many client connections (max_client_connections = {})",
+            ctx.config.max_client_connections
+        );
+        send_error(conn.stream_mut(), seq, codes::CON_COUNT, &msg).await;
+        return Err(SessionError::Refused("too many client connections".into()));
+    };
     let schema: std::sync::Arc<str> = login.schema.as_deref().unwrap_or("").into();
     let span = tracing::Span::current();
     span.record("user", &*login.user);

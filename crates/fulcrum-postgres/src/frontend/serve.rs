@@ -1,10 +1,13 @@
-//! One cluster's listener: accepts clients up to `max_client_connections`,
-//! runs each session on its own task, and stops accepting on shutdown.
+//! One cluster's listener: admits connections while they log in (at most
+//! `max_pending_logins` at once, the oldest closed to make room), then
+//! clients up to `max_client_connections`; runs each session on its own
+//! task, and stops accepting on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use fulcrum_net::{PendingLogins, PendingTicket};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -33,6 +36,7 @@ pub async fn serve(
     let ctx = current.borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
+    let pending = PendingLogins::new(ctx.config.max_pending_logins as usize);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -50,7 +54,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let ctx = current.borrow().clone();
         let session_shutdown = shutdown.clone();
-        let permit = limit.clone().try_acquire_owned();
+        let ticket = pending.admit();
+        let limit = limit.clone();
         // A debug-level span: disabled (and free) at the usual info level,
         // where entering it on every poll of the session costs measurably.
         let span = tracing::debug_span!(
@@ -62,12 +67,8 @@ pub async fn serve(
         );
         tokio::spawn(
             async move {
-                let Ok(_permit) = permit else {
-                    refuse(stream, ctx.config.max_client_connections).await;
-                    return;
-                };
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, peer, session_shutdown).await {
+                match handle(ctx, stream, peer, session_shutdown, ticket, limit).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, %reason, "client refused")
@@ -96,11 +97,18 @@ pub async fn serve(
     }
 }
 
-async fn refuse(mut stream: TcpStream, max: u32) {
+async fn refuse(stream: &mut TcpStream, msg: &str) {
     let mut out = BytesMut::new();
-    let msg = format!("fulcrum: too many client connections (max_client_connections = {max})");
-    backend_msg::error_response(&mut out, "FATAL", sqlstate::TOO_MANY_CONNECTIONS, &msg);
+    backend_msg::error_response(&mut out, "FATAL", sqlstate::TOO_MANY_CONNECTIONS, msg);
     let _ = stream.write_all(&out).await;
+}
+
+/// How a login ended.
+enum LoginEnd<T> {
+    Done(T),
+    TimedOut,
+    /// Closed to make room for a newer connection (`max_pending_logins`).
+    Evicted,
 }
 
 async fn handle(
@@ -108,12 +116,31 @@ async fn handle(
     mut stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
+    ticket: PendingTicket,
+    limit: Arc<Semaphore>,
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
-    let login = match tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)).await
-    {
-        Ok(r) => r?,
-        Err(_) => {
+    let end = tokio::select! {
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)) => match r {
+            Ok(r) => LoginEnd::Done(r),
+            Err(_) => LoginEnd::TimedOut,
+        },
+        _ = ticket.evicted() => LoginEnd::Evicted,
+    };
+    drop(ticket);
+    let login = match end {
+        LoginEnd::Done(r) => r?,
+        LoginEnd::Evicted => {
+            let msg = format!(
+                "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",
+                ctx.config.max_pending_logins
+            );
+            refuse(&mut stream, &msg).await;
+            return Err(SessionError::Refused(
+                "closed while logging in to make room (max_pending_logins)".into(),
+            ));
+        }
+        LoginEnd::TimedOut => {
             let mut out = BytesMut::new();
             backend_msg::error_response(
                 &mut out,
@@ -126,6 +153,14 @@ async fn handle(
         }
     };
     let Some(login) = login else { return Ok(()) };
+    let Ok(_permit) = limit.try_acquire_owned() else {
+        let msg = format!(
+            "fulcrum: too many client connections (max_client_connections = {})",
+            ctx.config.max_client_connections
+        );
+        refuse(&mut stream, &msg).await;
+        return Err(SessionError::Refused("too many client connections".into()));
+    };
     let span = tracing::Span::current();
     span.record("user", &*login.user);
     span.record("database", &*login.database);
