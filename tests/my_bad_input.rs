@@ -170,6 +170,8 @@ async fn idle_connects_beyond_max_pending_logins_close_the_oldest() {
     for _ in 0..600 {
         idle.push(TcpStream::connect(("127.0.0.1", *port)).expect("connect"));
     }
+    // Idle for over a second: no longer connections just made.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let started = std::time::Instant::now();
     let mut conn = connect(*port).await;
     assert!(

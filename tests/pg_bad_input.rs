@@ -786,6 +786,8 @@ async fn a_flood_of_idle_connects_does_not_lock_out_a_real_client() {
             .unwrap_or_else(|e| panic!("connect {i}: {e}"));
         idle.push(s);
     }
+    // Idle for over a second: no longer a connection just made.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let started = Instant::now();
     let target = address.clone();
     let out = tokio::task::spawn_blocking(move || {

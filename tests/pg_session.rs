@@ -517,3 +517,52 @@ async fn statements_of_clients_that_left_are_dropped_from_the_registry() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `max_prepared_statements` bounds the shared statements on a server
+/// connection the way PgBouncer does: the least recently used are closed
+/// on the server and prepared again when used, so a client with more named
+/// statements than the bound keeps working on the same server connection
+/// (before, the connection was closed each time it went over the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_over_the_bound_are_evicted_and_prepared_again() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(1)
+        .extra("max_prepared_statements = 10");
+    let (_p, cfg) = start(cfg);
+    let client = connect_with(&cfg, None).await;
+    let first_pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mut statements = Vec::new();
+    for i in 0..30 {
+        statements.push(
+            client
+                .prepare(&format!("SELECT {i}::int + $1::int"))
+                .await
+                .expect("prepare"),
+        );
+    }
+    for round in 0..2 {
+        for (i, s) in statements.iter().enumerate() {
+            let row = tokio::time::timeout(CALL_TIMEOUT, client.query_one(s, &[&1i32]))
+                .await
+                .expect("execute hung")
+                .unwrap_or_else(|e| panic!("round {round}, statement {i}: {e:?}"));
+            assert_eq!(row.get::<_, i32>(0), i as i32 + 1);
+        }
+    }
+    let held: i64 = client
+        .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(held <= 11, "{held} statements on the server connection");
+    let last_pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(first_pid, last_pid, "the same server connection all along");
+}

@@ -60,6 +60,7 @@ pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: 
 pub async fn login(
     ctx: &MyClusterContext,
     conn: &mut Connection<TcpStream>,
+    ticket: &fulcrum_net::PendingTicket,
 ) -> Result<Login, SessionError> {
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
@@ -82,6 +83,7 @@ pub async fn login(
 
     let max = 1 << 20;
     let span = read_client_message(conn, max).await?;
+    ticket.mark_started();
     let msg = conn.take(span.total);
     let seq = span.last_seq.wrapping_add(1);
     let refuse = |reason: String| SessionError::Refused(reason);

@@ -22,6 +22,10 @@ use crate::codec::err::codes;
 /// A client must finish its login within this time.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A connection that has sent nothing of its login for this long counts as
+/// idle: at `max_pending_logins` it is the first to be closed.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
 /// Accepts clients on `listener` until `shutdown` turns true.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
 /// transaction boundary.
@@ -36,7 +40,11 @@ pub async fn serve(
     let ctx = current.borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
-    let pending = PendingLogins::new(ctx.config.max_pending_logins as usize);
+    let pending = PendingLogins::new(
+        ctx.config.max_pending_logins as usize,
+        IDLE_GRACE,
+        LOGIN_TIMEOUT / 3,
+    );
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -100,7 +108,7 @@ async fn handle(
 ) -> Result<(), SessionError> {
     let mut conn = Connection::with_read_buf(stream, BytesMut::with_capacity(8 * 1024));
     let end = tokio::select! {
-        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn)) => r.ok(),
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn, &ticket)) => r.ok(),
         _ = ticket.evicted() => {
             let msg = format!(
                 "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",

@@ -2,7 +2,7 @@
 //! the session parameters applied to it, the statements prepared on it, the
 //! values the server reported with ParameterStatus, its cancel key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::stream::ServerStream;
@@ -20,12 +20,7 @@ pub struct CancelKey {
 /// parameter key -> the statement that set it.
 pub type SessionParams = BTreeMap<String, String>;
 
-/// Whether a server-side prepared statement is confirmed or only sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prepared {
-    Pending,
-    Ready,
-}
+pub use super::server_statements::{Prepared, ServerStatements};
 
 pub struct ServerConn {
     /// The socket and what was read from it (frames at the front).
@@ -36,14 +31,14 @@ pub struct ServerConn {
     /// Session parameters Fulcrum applied (replayed client settings).
     pub applied: SessionParams,
     /// Server-side names of statements prepared on this connection.
-    pub prepared: HashMap<Arc<str>, Prepared>,
+    pub prepared: ServerStatements,
 }
 
 impl ServerConn {
     /// Forgets statements that were sent but not confirmed (after an error the
     /// server skipped them).
     pub fn drop_pending_statements(&mut self) {
-        self.prepared.retain(|_, s| *s == Prepared::Ready);
+        self.prepared.drop_pending();
     }
 }
 

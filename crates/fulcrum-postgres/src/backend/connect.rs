@@ -3,7 +3,7 @@
 //! postgres-protocol's client implementations), then ParameterStatus and
 //! BackendKeyData up to the first ReadyForQuery.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,7 +193,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     cancel,
                     reported,
                     applied: BTreeMap::new(),
-                    prepared: HashMap::new(),
+                    prepared: Default::default(),
                 });
             }
             backend::Message::AuthenticationKerberosV5

@@ -6,6 +6,7 @@ pub mod connect;
 pub mod conninfo;
 pub mod health;
 pub mod internal;
+pub mod server_statements;
 pub mod stream;
 
 pub use conn::ServerConn;

@@ -23,6 +23,9 @@ pub enum Expect {
     /// BindComplete (the shared server-side statement it binds, if mapped).
     Bind(Option<Arc<str>>),
     Close,
+    /// CloseComplete for a Close Fulcrum injected (a least recently used
+    /// shared statement evicted): not shown to the client.
+    SwallowClose,
     /// ends at RowDescription or NoData (ParameterDescription first for
     /// statements); the shared server-side statement it describes, if mapped.
     Describe(Option<Arc<str>>),
@@ -191,6 +194,10 @@ impl Expectations {
                 }
                 _ => Step::Forward,
             },
+            b'3' if matches!(self.queue.front(), Some(Expect::SwallowClose)) => {
+                self.queue.pop_front();
+                Step::Drop
+            }
             b'2' | b'3' => {
                 if matches!(self.queue.front(), Some(Expect::Bind(_) | Expect::Close)) {
                     self.queue.pop_front();

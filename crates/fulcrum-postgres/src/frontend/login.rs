@@ -52,6 +52,7 @@ pub async fn login(
     ctx: &ClusterContext,
     stream: &mut TcpStream,
     buf: &mut BytesMut,
+    ticket: &fulcrum_net::PendingTicket,
 ) -> Result<Option<Login>, SessionError> {
     let params = loop {
         let parsed = match parse_startup(buf) {
@@ -80,7 +81,10 @@ pub async fn login(
                             .await;
                         return Ok(None);
                     }
-                    StartupPacket::Startup { params, .. } => break params,
+                    StartupPacket::Startup { params, .. } => {
+                        ticket.mark_started();
+                        break params;
+                    }
                 }
             }
         }

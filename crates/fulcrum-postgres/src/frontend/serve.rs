@@ -22,6 +22,10 @@ use crate::codec::backend_msg::{self, sqlstate};
 /// A client must finish its login within this time.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A connection that has sent nothing of its login for this long counts as
+/// idle: at `max_pending_logins` it is the first to be closed.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
 /// Accepts clients on `listener` until `shutdown` turns true.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
 /// transaction boundary.
@@ -36,7 +40,11 @@ pub async fn serve(
     let ctx = current.borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
-    let pending = PendingLogins::new(ctx.config.max_pending_logins as usize);
+    let pending = PendingLogins::new(
+        ctx.config.max_pending_logins as usize,
+        IDLE_GRACE,
+        LOGIN_TIMEOUT / 3,
+    );
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -121,7 +129,7 @@ async fn handle(
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let end = tokio::select! {
-        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf)) => match r {
+        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf, &ticket)) => match r {
             Ok(r) => LoginEnd::Done(r),
             Err(_) => LoginEnd::TimedOut,
         },

@@ -42,7 +42,7 @@ use super::expect::{Expect, Expectations, Step};
 use super::login::{fatal, Login};
 use super::statements::ClientStatement;
 use super::unit_route::unit_decision;
-use crate::backend::conn::{Prepared, SessionParams};
+use crate::backend::conn::SessionParams;
 use crate::backend::internal::InternalError;
 use crate::backend::{ConnectError, ServerConn};
 use crate::codec::backend_msg::{

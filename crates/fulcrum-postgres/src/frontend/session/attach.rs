@@ -109,6 +109,7 @@ impl Session {
                 self.write_unit = false;
                 self.backend = backend;
                 self.cancel.set_target(Some(server.cancel.clone()));
+                server.prepared.begin_unit();
                 self.server = Some(server);
                 self.attached_at = Some(std::time::Instant::now());
                 self.client_entry.set_active(backend);
@@ -233,6 +234,7 @@ impl Session {
             }
         }
         self.cancel.set_target(Some(server.cancel.clone()));
+        server.prepared.begin_unit();
         self.server = Some(server);
         self.attached_at = Some(std::time::Instant::now());
         self.client_entry.set_active(backend);

@@ -41,14 +41,14 @@ impl Session {
             .statement(p.definition, p.query, decision);
         let name = p.name.to_vec();
         let server = self.server.as_mut().expect("attached");
-        if server.prepared.contains_key(&stmt.server_name) {
+        if server.prepared.use_if_present(&stmt.server_name) {
             let mut reply = BytesMut::with_capacity(5);
             backend_msg::parse_complete(&mut reply);
             self.expect.push(Expect::Synthetic(reply.freeze()));
         } else {
-            server
-                .prepared
-                .insert(stmt.server_name.clone(), Prepared::Pending);
+            self.make_room_for_a_statement();
+            let server = self.server.as_mut().expect("attached");
+            server.prepared.insert_pending(stmt.server_name.clone());
             self.to_server.extend_from_slice(&stmt.parse);
             self.expect
                 .push(Expect::Parse(Some(stmt.server_name.clone())));
@@ -111,15 +111,27 @@ impl Session {
             self.statements.insert(name.to_vec(), stmt.clone());
         }
         let server = self.server.as_mut().expect("attached");
-        if !server.prepared.contains_key(&stmt.server_name) {
-            server
-                .prepared
-                .insert(stmt.server_name.clone(), Prepared::Pending);
+        if !server.prepared.use_if_present(&stmt.server_name) {
+            self.make_room_for_a_statement();
+            let server = self.server.as_mut().expect("attached");
+            server.prepared.insert_pending(stmt.server_name.clone());
             self.to_server.extend_from_slice(&stmt.parse);
             self.expect
                 .push(Expect::SwallowParse(stmt.server_name.clone()));
         }
         Some(stmt.server_name.clone())
+    }
+
+    /// At `max_prepared_statements` on the attached connection, closes the
+    /// least recently used shared statements no part of this unit uses; a
+    /// client that uses one later has it prepared again.
+    fn make_room_for_a_statement(&mut self) {
+        let max = self.ctx.config.max_prepared_statements as usize;
+        let server = self.server.as_mut().expect("attached");
+        for name in server.prepared.evict_for_one(max) {
+            put_target(&mut self.to_server, b'C', b'S', name.as_bytes());
+            self.expect.push(Expect::SwallowClose);
+        }
     }
 
     pub(super) fn on_bind(&mut self, frame: BytesMut) {

@@ -131,7 +131,7 @@ impl Session {
                 _ => {}
             }
             if let Some(name) = fx.prepared {
-                server.prepared.insert(name, Prepared::Ready);
+                server.prepared.confirm(name);
             }
             if fx.skipped_to_sync {
                 server.drop_pending_statements();
@@ -178,6 +178,10 @@ impl Session {
         self.pending_ready = self.pending_ready.saturating_sub(1);
         if self.pending_ready == 0 {
             self.commit_in_flight = false;
+            // What the next unit prepares may evict what this one used.
+            if let Some(server) = self.server.as_mut() {
+                server.prepared.begin_unit();
+            }
         }
         // Replay the unit's statements in order: a SET inside a block that
         // this same unit rolls back must not be kept.
