@@ -16,6 +16,7 @@ mod keypath;
 mod raw;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod types;
 mod units;
 mod validate;
@@ -23,6 +24,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::ConfigError;
+pub use tls::{ClientTls, TlsMode, TlsVersion};
 pub use types::*;
 pub use units::{parse_duration, parse_size};
 

@@ -36,6 +36,10 @@ pub(crate) struct RawGlobal {
     pub shutdown_timeout: Value<DurationText>,
     pub admin_user: Value<Tables<RawAdminUser>>,
     pub admin_auth: Value<String>,
+    pub tls_mode: Value<String>,
+    pub tls_certificate: Value<String>,
+    pub tls_private_key: Value<String>,
+    pub tls_min_version: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,6 +65,10 @@ pub(crate) struct RawCluster {
     pub read_only_functions: Value<Vec<String>>,
     pub classifier_cache_size: Value<Int>,
     pub max_classify_bytes: Value<SizeValue>,
+    pub tls_mode: Value<String>,
+    pub tls_certificate: Value<String>,
+    pub tls_private_key: Value<String>,
+    pub tls_min_version: Value<String>,
     pub allow_local_infile: Value<bool>,
     pub health_interval: Value<DurationText>,
     pub health_timeout: Value<DurationText>,

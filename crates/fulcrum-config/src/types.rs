@@ -219,6 +219,8 @@ pub struct Cluster {
     /// Longest statement text the classifier parses; longer ones go where
     /// `default_route` says.
     pub max_classify_bytes: u64,
+    /// Client-side TLS (`tls_mode` and its files); `None`: disabled.
+    pub tls: Option<crate::ClientTls>,
     /// MySQL: let clients use `LOAD DATA LOCAL INFILE` through Fulcrum.
     pub allow_local_infile: bool,
     /// Health checks, lag limit and failover.

@@ -53,6 +53,8 @@ pub struct Connection<S> {
     pub read_buf: BytesMut,
     /// Bytes queued for the peer, written by `flush`.
     pub write_buf: BytesMut,
+    /// The stream took bytes it has not sent yet (a TLS stream's records).
+    unflushed: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -70,6 +72,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             chunk: READ_CHUNK,
             read_buf,
             write_buf: BytesMut::new(),
+            unflushed: false,
         }
     }
 
@@ -113,14 +116,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             Poll::Ready(Ok(n)) => {
                 buf.advance(n);
-                Poll::Ready(Ok(n))
+                // A stream that buffers (TLS records) is pushed on at once;
+                // what it cannot send now is `unflushed` until it can.
+                self.unflushed = true;
+                match self.poll_flush_stream(cx) {
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    _ => Poll::Ready(Ok(n)),
+                }
             }
             other => other,
         }
     }
 
-    /// Polls one write of what is queued in `write_buf`.
+    /// Polls the stream's own buffer out, when it holds something.
+    fn poll_flush_stream(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.unflushed {
+            return Poll::Ready(Ok(()));
+        }
+        let r = Pin::new(&mut self.stream).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            self.unflushed = false;
+        }
+        r
+    }
+
+    /// Bytes are waiting to go to the peer: queued here, or taken by a
+    /// stream that buffers (TLS) and not sent yet.
+    pub fn has_output(&self) -> bool {
+        !self.write_buf.is_empty() || self.unflushed
+    }
+
+    /// Polls one write of what is queued in `write_buf` (or, when nothing
+    /// is queued, what the stream itself still holds).
     pub fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.write_buf.is_empty() {
+            return self.poll_flush_stream(cx).map_ok(|()| 0);
+        }
         let mut queued = std::mem::take(&mut self.write_buf);
         let r = self.poll_write_from(cx, &mut queued);
         self.write_buf = queued;
@@ -138,6 +169,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Poll::Ready(Err(e)) => return Err(e),
                 Poll::Pending => break,
             }
+        }
+        if let Poll::Ready(Err(e)) = self.poll_flush_stream(&mut cx) {
+            return Err(e);
         }
         Ok(written)
     }
@@ -188,13 +222,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.write_buf.clear();
             r?;
         }
+        self.stream.flush().await?;
+        self.unflushed = false;
         Ok(())
     }
 
     /// Writes `bytes` now, ahead of nothing queued (the caller flushed or
     /// means to bypass the queue, e.g. a fatal error).
     pub async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.stream.write_all(bytes).await
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await?;
+        self.unflushed = false;
+        Ok(())
     }
 
     pub fn stream(&self) -> &S {

@@ -27,6 +27,7 @@ mod process;
 mod reaper;
 mod roles;
 mod scratch;
+mod tls;
 
 pub use clients::{pgbench, pgbench_init, run_mariadb, run_pgbench, run_psql, PgbenchResult};
 pub use error::{Result, TestkitError};
@@ -44,3 +45,4 @@ pub use roles::{
     MARIA_REPL_PASSWORD, MARIA_REPL_USER, MARIA_SUPERUSER, SUPERUSER,
 };
 pub use scratch::TMPDIR_ENV;
+pub use tls::TestCerts;

@@ -4,6 +4,7 @@
 mod backend_user_errors;
 mod cluster_errors;
 mod file_errors;
+mod tls;
 mod valid;
 
 use std::path::Path;

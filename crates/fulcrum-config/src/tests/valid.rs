@@ -144,6 +144,7 @@ fn every_key_is_read_into_the_config() {
                 read_only_functions: vec!["my_pure_fn".into()],
                 classifier_cache_size: 0,
                 max_classify_bytes: 4096,
+                tls: None,
                 allow_local_infile: false,
                 health: Health {
                     interval: Duration::from_millis(500),
@@ -187,6 +188,7 @@ fn every_key_is_read_into_the_config() {
                 read_only_functions: vec![],
                 classifier_cache_size: defaults::CLASSIFIER_CACHE_SIZE,
                 max_classify_bytes: defaults::MAX_CLASSIFY_BYTES,
+                tls: None,
                 allow_local_infile: true,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,

@@ -55,9 +55,12 @@ pub(super) fn cluster(
     raw: &Spanned<RawCluster>,
     index: usize,
     lines: &Lines,
+    global: Option<&Spanned<crate::raw::RawGlobal>>,
+    base: &std::path::Path,
 ) -> Result<Cluster, Problem> {
     let t = Table::new(lines, format!("cluster[{index}]"), raw.span());
     let c = raw.get_ref();
+    let gt = global.map(|g| Table::new(lines, "fulcrum", g.span()));
     let name = t.text(&c.name, "name", None)?;
     let protocol = t.choice(&c.protocol, "protocol", PROTOCOLS, None)?;
     let listen = t.socket_addr(t.required(&c.listen, "listen")?, "listen")?;
@@ -129,6 +132,14 @@ pub(super) fn cluster(
         "max_classify_bytes",
         defaults::MAX_CLASSIFY_BYTES,
     )?;
+    let tls = crate::tls::client_tls(
+        &t,
+        c,
+        gt.as_ref(),
+        global.map(|g| g.get_ref()),
+        protocol,
+        base,
+    )?;
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
@@ -171,6 +182,7 @@ pub(super) fn cluster(
         read_only_functions,
         classifier_cache_size,
         max_classify_bytes,
+        tls,
         allow_local_infile,
         health,
         consistency,

@@ -3,7 +3,7 @@
 //! Pure (no I/O); stops at the first problem found and reports that one.
 
 mod cluster;
-mod table;
+pub(crate) mod table;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,7 +19,8 @@ use table::Table;
 pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<Config, Problem> {
     let fulcrum = global(raw.fulcrum.as_ref(), lines)?;
     let raw_clusters = raw.cluster.as_ref();
-    let clusters = clusters(raw_clusters, lines)?;
+    let base = source.parent().unwrap_or(Path::new("."));
+    let clusters = clusters(raw_clusters, lines, raw.fulcrum.as_ref(), base)?;
 
     let mut listeners = Vec::new();
     if let Some(g) = &raw.fulcrum {
@@ -132,6 +133,8 @@ fn admin_users(t: &Table, g: &RawGlobal) -> Result<Vec<crate::types::User>, Prob
 fn clusters(
     raw: Option<&Spanned<Tables<RawCluster>>>,
     lines: &Lines,
+    global: Option<&Spanned<RawGlobal>>,
+    base: &Path,
 ) -> Result<Vec<Cluster>, Problem> {
     let items = raw.map_or(&[][..], |c| c.get_ref().0.as_slice());
     if items.is_empty() {
@@ -145,7 +148,7 @@ fn clusters(
     }
     let mut out: Vec<Cluster> = Vec::with_capacity(items.len());
     for (i, raw) in items.iter().enumerate() {
-        let cluster = cluster::cluster(raw, i, lines)?;
+        let cluster = cluster::cluster(raw, i, lines, global, base)?;
         if let Some(j) = out.iter().position(|c| c.name == cluster.name) {
             let name_line = |c: &Spanned<RawCluster>| {
                 lines.line(

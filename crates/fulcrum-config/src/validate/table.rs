@@ -12,7 +12,7 @@ use crate::error::{Lines, Problem};
 use crate::raw::{DurationText, Int, SizeValue, Value};
 use crate::units::{parse_duration, parse_size};
 
-pub(super) struct Table<'a> {
+pub(crate) struct Table<'a> {
     lines: &'a Lines,
     /// Key path of this table, e.g. `cluster[0].backend[1]`.
     path: String,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use base64::Engine;
 use bytes::BytesMut;
 use fulcrum_config::ClientAuth;
+use fulcrum_tls::ClientStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::context::ClusterContext;
 use super::error::SessionError;
@@ -32,28 +32,62 @@ pub struct Login {
     pub startup: SessionParams,
 }
 
-async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<(), SessionError> {
+async fn read_more<S: Stream>(stream: &mut S, buf: &mut BytesMut) -> Result<(), SessionError> {
     if stream.read_buf(buf).await? == 0 {
         return Err(SessionError::ClientGone);
     }
     Ok(())
 }
 
+/// A client socket: plain TCP, TLS, or whatever the admin console holds.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Stream for S {}
+
+/// Writes `bytes` and pushes them out (a TLS stream holds them otherwise).
+async fn send<S: Stream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}
+
 /// Sends a FATAL error and returns the error that ends the session.
-pub async fn fatal(stream: &mut TcpStream, code: &str, message: &str) -> SessionError {
+pub async fn fatal<S: Stream>(stream: &mut S, code: &str, message: &str) -> SessionError {
     let mut out = BytesMut::new();
     backend_msg::error_response(&mut out, "FATAL", code, message);
-    let _ = stream.write_all(&out).await;
+    let _ = send(stream, &out).await;
     SessionError::Refused(message.to_owned())
+}
+
+/// The TLS handshake, on a listener with TLS: after an SSLRequest answered
+/// `S`, or at once when the client opens with a TLS record (PostgreSQL 17's
+/// direct negotiation, `sslnegotiation=direct`).
+async fn start_tls(
+    stream: &mut ClientStream,
+    tls: &fulcrum_config::ClientTls,
+) -> Result<(), SessionError> {
+    let acceptor = fulcrum_tls::TlsAcceptor::from(tls.server_config.clone());
+    stream
+        .upgrade(&acceptor)
+        .await
+        .map_err(|e| SessionError::Refused(format!("TLS handshake failed: {e}")))
 }
 
 /// Runs the startup phase. `Ok(None)`: the connection was a cancel request.
 pub async fn login(
     ctx: &ClusterContext,
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     ticket: &fulcrum_net::PendingTicket,
 ) -> Result<Option<Login>, SessionError> {
+    if let Some(tls) = &ctx.config.tls {
+        let mut first = [0u8; 1];
+        let direct = match stream.tcp() {
+            Some(tcp) if buf.is_empty() => tcp.peek(&mut first).await? == 1 && first[0] == 0x16,
+            _ => false,
+        };
+        if direct {
+            start_tls(stream, tls).await?;
+        }
+    }
     let params = loop {
         let parsed = match parse_startup(buf) {
             Ok(p) => p,
@@ -71,7 +105,24 @@ pub async fn login(
             Some((packet, used)) => {
                 let _ = buf.split_to(used);
                 match packet {
-                    StartupPacket::Ssl | StartupPacket::GssEnc => stream.write_all(b"N").await?,
+                    StartupPacket::Ssl => match &ctx.config.tls {
+                        Some(tls) if !stream.is_tls() => {
+                            if !buf.is_empty() {
+                                // Bytes sent before the handshake would be
+                                // taken as sent over TLS (CVE-2021-23214).
+                                return Err(fatal(
+                                    stream,
+                                    sqlstate::PROTOCOL_VIOLATION,
+                                    "received unencrypted data after SSL request",
+                                )
+                                .await);
+                            }
+                            send(stream, b"S").await?;
+                            start_tls(stream, tls).await?;
+                        }
+                        _ => send(stream, b"N").await?,
+                    },
+                    StartupPacket::GssEnc => send(stream, b"N").await?,
                     StartupPacket::Cancel {
                         process_id,
                         secret_key,
@@ -83,6 +134,19 @@ pub async fn login(
                     }
                     StartupPacket::Startup { params, .. } => {
                         ticket.mark_started();
+                        let require = ctx
+                            .config
+                            .tls
+                            .as_ref()
+                            .is_some_and(|t| t.mode == fulcrum_config::TlsMode::Require);
+                        if require && !stream.is_tls() {
+                            return Err(fatal(
+                                stream,
+                                sqlstate::INVALID_AUTHORIZATION,
+                                "fulcrum: this listener requires TLS (tls_mode = \"require\"); connect with sslmode=require",
+                            )
+                            .await);
+                        }
                         break params;
                     }
                 }
@@ -135,8 +199,8 @@ pub async fn login(
 }
 
 /// Reads one whole 'p' (password/SASL) message body.
-async fn read_auth_message(
-    stream: &mut TcpStream,
+async fn read_auth_message<S: Stream>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<BytesMut, SessionError> {
     loop {
@@ -168,7 +232,7 @@ fn auth_failed(user: &str) -> String {
 
 async fn authenticate(
     ctx: &ClusterContext,
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     user: &str,
 ) -> Result<(), SessionError> {
@@ -196,8 +260,8 @@ async fn authenticate(
 /// `Ok(false)`: wrong password or unknown user (the caller answers 28P01);
 /// `Err`: the client broke the protocol (already answered) or went away.
 /// Shared by client logins and the admin console.
-pub async fn password_exchange(
-    stream: &mut TcpStream,
+pub async fn password_exchange<S: Stream>(
+    stream: &mut S,
     buf: &mut BytesMut,
     method: ClientAuth,
     user: &str,
@@ -210,7 +274,7 @@ pub async fn password_exchange(
         ClientAuth::Md5 => {
             let salt: [u8; 4] = rand::random();
             backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
-            stream.write_all(&out).await?;
+            send(stream, &out).await?;
             let body = read_auth_message(stream, buf).await?;
             let response = password_msg(&body).unwrap_or_default();
             known.is_some_and(|(password, _)| md5::verify(user, password, salt, response))
@@ -221,7 +285,7 @@ pub async fn password_exchange(
                 None => unknown(),
             };
             backend_msg::auth_sasl(&mut out, scram::MECHANISM);
-            stream.write_all(&out).await?;
+            send(stream, &out).await?;
             let body = read_auth_message(stream, buf).await?;
             let Some((mechanism, first)) = sasl_initial_msg(&body) else {
                 return Err(fatal(
@@ -254,7 +318,7 @@ pub async fn password_exchange(
                 backend_msg::AUTH_SASL_CONTINUE,
                 server_first.as_bytes(),
             );
-            stream.write_all(&out).await?;
+            send(stream, &out).await?;
             let body = read_auth_message(stream, buf).await?;
             match server.server_final(&body) {
                 Ok(server_final) if known.is_some() => {
@@ -264,7 +328,7 @@ pub async fn password_exchange(
                         backend_msg::AUTH_SASL_FINAL,
                         server_final.as_bytes(),
                     );
-                    stream.write_all(&out).await?;
+                    send(stream, &out).await?;
                     true
                 }
                 Ok(_) | Err(scram::ScramError::InvalidProof) => false,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use fulcrum_net::{PendingLogins, PendingTicket};
+use fulcrum_tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -105,10 +106,11 @@ pub async fn serve(
     }
 }
 
-async fn refuse(stream: &mut TcpStream, msg: &str) {
+async fn refuse(stream: &mut ClientStream, msg: &str) {
     let mut out = BytesMut::new();
     backend_msg::error_response(&mut out, "FATAL", sqlstate::TOO_MANY_CONNECTIONS, msg);
     let _ = stream.write_all(&out).await;
+    let _ = stream.flush().await;
 }
 
 /// How a login ended.
@@ -121,13 +123,14 @@ enum LoginEnd<T> {
 
 async fn handle(
     ctx: Arc<ClusterContext>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
     ticket: PendingTicket,
     limit: Arc<Semaphore>,
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut stream = ClientStream::from(stream);
     let end = tokio::select! {
         r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf, &ticket)) => match r {
             Ok(r) => LoginEnd::Done(r),

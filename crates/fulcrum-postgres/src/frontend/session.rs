@@ -22,7 +22,7 @@ use fulcrum_session::{
 };
 use fulcrum_sql::statements::{first_word, is_single_statement};
 use fulcrum_sql::{Classified, Decision, Effect, Effects};
-use tokio::net::TcpStream;
+use fulcrum_tls::ClientStream;
 
 mod attach;
 mod causal;
@@ -68,7 +68,7 @@ pub struct Session {
     ctx: Arc<ClusterContext>,
     /// The client's socket, what it sent and not yet handled (`read_buf`)
     /// and the answers queued for it (`write_buf`).
-    client: Connection<TcpStream>,
+    client: Connection<ClientStream>,
     to_server: BytesMut,
     user: Arc<str>,
     database: Arc<str>,
@@ -151,7 +151,7 @@ pub struct Session {
 impl Session {
     pub fn new(
         ctx: Arc<ClusterContext>,
-        client: Connection<TcpStream>,
+        client: Connection<ClientStream>,
         login: Login,
         cancel: Arc<CancelSlot>,
         shutdown: tokio::sync::watch::Receiver<bool>,
@@ -389,7 +389,7 @@ enum Io {
 
 fn poll_io(
     cx: &mut std::task::Context<'_>,
-    client: &mut Connection<TcpStream>,
+    client: &mut Connection<ClientStream>,
     server: Option<&mut Checkout<ServerConn>>,
     to_server: &mut BytesMut,
     read_client: bool,
@@ -408,7 +408,7 @@ fn poll_io(
             }
         }
     }
-    if !client.write_buf.is_empty() {
+    if client.has_output() {
         if let Ready(r) = client.poll_write_queued(cx) {
             return Ready(Io::ClientWrote(r));
         }

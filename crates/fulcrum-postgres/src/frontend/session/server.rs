@@ -28,7 +28,7 @@ impl Session {
 
     /// Writes what is queued for the client as far as it takes it now.
     pub(super) async fn flush_client(&mut self) -> Result<(), SessionError> {
-        if !self.client.write_buf.is_empty() {
+        if self.client.has_output() {
             // The answer has started: a lost replica can no longer be hidden.
             self.retry_armed = false;
             self.client.write_now()?;

@@ -1,0 +1,147 @@
+//! Certificates and keys from PEM files into a rustls `ServerConfig`, and
+//! the reloadable holder a listener reads its acceptor from.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TlsError {
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("{path}: no certificate in the file (expected PEM \"BEGIN CERTIFICATE\")")]
+    NoCertificate { path: PathBuf },
+    #[error("certificate {cert} and key {key} do not go together: {reason}")]
+    Mismatch {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
+}
+
+/// The oldest protocol version a listener accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinVersion {
+    Tls12,
+    Tls13,
+}
+
+/// A rustls server config presenting the chain in `cert` with the key in
+/// `key` (PEM files), from TLS `min` up, offering `alpn` protocols.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    min: MinVersion,
+    alpn: &[&[u8]],
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let file_error = |path: &Path, e: rustls_pki_types::pem::Error| TlsError::File {
+        path: path.to_owned(),
+        reason: match e {
+            rustls_pki_types::pem::Error::Io(io) => io.to_string(),
+            other => format!("not a valid PEM file ({other:?})"),
+        },
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| file_error(cert, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(cert, e))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: cert.to_owned(),
+        });
+    }
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => TlsError::File {
+            path: key.to_owned(),
+            reason: "no private key in the file (expected PEM \"BEGIN PRIVATE KEY\", RSA or EC)"
+                .into(),
+        },
+        e => file_error(key, e),
+    })?;
+    let versions: &[&rustls::SupportedProtocolVersion] = match min {
+        MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .map_err(|e| TlsError::Mismatch {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            reason: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .map_err(|e| TlsError::Mismatch {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            reason: e.to_string(),
+        })?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A self-signed EC certificate and its key, made by openssl in a new
+    /// directory.
+    fn self_signed(tag: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("fulcrum-tls-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let status = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(status.success());
+        (cert, key)
+    }
+
+    #[test]
+    fn a_certificate_and_its_key_make_a_config() {
+        let (cert, key) = self_signed("good");
+        let c = server_config(&cert, &key, MinVersion::Tls12, &[b"postgresql"]).unwrap();
+        assert_eq!(c.alpn_protocols, vec![b"postgresql".to_vec()]);
+    }
+
+    #[test]
+    fn broken_files_are_named() {
+        let (cert, key) = self_signed("broken");
+        let missing = cert.with_file_name("nope.pem");
+        let e = server_config(&missing, &key, MinVersion::Tls12, &[]).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&missing.display().to_string()),
+            "{e}"
+        );
+        // A key where the certificate should be.
+        let e = server_config(&key, &key, MinVersion::Tls12, &[]).unwrap_err();
+        assert!(matches!(e, TlsError::NoCertificate { .. }), "{e}");
+        // A certificate where the key should be.
+        let e = server_config(&cert, &cert, MinVersion::Tls12, &[]).unwrap_err();
+        assert!(e.to_string().contains("no private key"), "{e}");
+        // Another certificate's key.
+        let (_, other_key) = self_signed("other");
+        let e = server_config(&cert, &other_key, MinVersion::Tls13, &[]).unwrap_err();
+        assert!(matches!(e, TlsError::Mismatch { .. }), "{e}");
+    }
+}

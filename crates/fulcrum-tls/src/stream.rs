@@ -1,0 +1,125 @@
+//! A client connection: plain TCP, or TLS over it once the protocol's
+//! handshake asked for it.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+pub enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+    /// Given up: a TLS handshake on it failed. Every read and write fails.
+    Closed,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the TLS handshake failed")
+}
+
+impl ClientStream {
+    /// Runs the server side of a TLS handshake on a plain stream; after
+    /// it the stream is TLS (or `Closed`, when the handshake failed).
+    pub async fn upgrade(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
+        match std::mem::replace(self, ClientStream::Closed) {
+            ClientStream::Plain(tcp) => {
+                *self = ClientStream::Tls(Box::new(acceptor.accept(tcp).await?));
+                Ok(())
+            }
+            other => {
+                *self = other;
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "TLS asked for twice",
+                ))
+            }
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ClientStream::Tls(_))
+    }
+
+    /// The TCP socket under it (none once `Closed`).
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            ClientStream::Plain(s) => Some(s),
+            ClientStream::Tls(s) => Some(s.get_ref().0),
+            ClientStream::Closed => None,
+        }
+    }
+}
+
+impl From<TcpStream> for ClientStream {
+    fn from(s: TcpStream) -> ClientStream {
+        ClientStream::Plain(s)
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ClientStream::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            ClientStream::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            ClientStream::Closed => Poll::Ready(Err(closed())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ClientStream::Plain(s) => s.is_write_vectored(),
+            ClientStream::Tls(s) => s.is_write_vectored(),
+            ClientStream::Closed => false,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ClientStream::Closed => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ClientStream::Closed => Poll::Ready(Ok(())),
+        }
+    }
+}
