@@ -300,3 +300,61 @@ async fn mysql_counters_match_a_known_workload() {
     );
     promtool_check(&after);
 }
+
+/// One GET of `path` on `port`: (status line, body).
+fn get(port: u16, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// `/healthz` answers while the process runs; `/ready` is 200 while every
+/// cluster has a write target and 503 naming the cluster once its primary
+/// is gone (what a load balancer in front of several Fulcrums needs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_and_ready_follow_the_write_target() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().start()).expect("cluster");
+    let metrics_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .extra("health_interval = \"200ms\"")
+        .extra("health_failures = 1");
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    assert_eq!(
+        get(metrics_port, "/healthz"),
+        ("HTTP/1.1 200 OK".into(), "ok\n".into())
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(metrics_port, "/ready").0 != "HTTP/1.1 200 OK" {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = get(metrics_port, "/ready");
+        if status == "HTTP/1.1 503 Service Unavailable" {
+            assert_eq!(body, "not ready: cluster \"main\" has no write target\n");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get(metrics_port, "/healthz").0, "HTTP/1.1 200 OK");
+    assert_eq!(get(metrics_port, "/nope").0, "HTTP/1.1 404 Not Found");
+}

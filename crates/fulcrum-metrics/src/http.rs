@@ -1,6 +1,9 @@
-//! The `/metrics` endpoint: a minimal HTTP/1.1 responder on the `[fulcrum]
-//! metrics` address. One request per connection; `GET /metrics` gets the
-//! text exposition format, anything else 404 (405 for other methods).
+//! The HTTP endpoints on the `[fulcrum] metrics` address, a minimal
+//! HTTP/1.1 responder (one request per connection): `GET /metrics` (the
+//! text exposition format), `GET /healthz` (the process answers: 200) and
+//! `GET /ready` (200 when every cluster has a write target and Fulcrum is
+//! not shutting down, else 503 with the reason), for Kubernetes probes and
+//! load balancers; anything else 404 (405 for other methods).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +14,26 @@ use tokio::sync::watch;
 
 use crate::Metrics;
 
-/// Serves `/metrics` on `listener` until `shutdown` turns true.
+/// Whether the daemon can take traffic (`/ready`).
+pub trait Readiness: Send + Sync {
+    /// `None` when ready; otherwise why not.
+    fn not_ready(&self) -> Option<String>;
+}
+
+/// Always ready (for tests and callers without clusters).
+pub struct AlwaysReady;
+
+impl Readiness for AlwaysReady {
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Serves the endpoints on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    readiness: Arc<dyn Readiness>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -27,8 +46,13 @@ pub async fn serve(
             continue;
         };
         let metrics = metrics.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(stream, &metrics)).await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                answer(stream, &metrics, readiness.as_ref()),
+            )
+            .await;
         });
     }
 }
@@ -41,7 +65,11 @@ pub fn request_line(head: &[u8]) -> Option<(&str, &str)> {
     Some((parts.next()?, parts.next()?))
 }
 
-async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    readiness: &dyn Readiness,
+) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
@@ -55,8 +83,16 @@ async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()>
         Some(("GET", path)) if path == "/metrics" || path.starts_with("/metrics?") => {
             ("200 OK", metrics.encode())
         }
-        Some(("GET", _)) => ("404 Not Found", "not found; try /metrics\n".to_owned()),
-        _ => ("405 Method Not Allowed", "only GET /metrics\n".to_owned()),
+        Some(("GET", "/healthz")) => ("200 OK", "ok\n".to_owned()),
+        Some(("GET", "/ready")) => match readiness.not_ready() {
+            None => ("200 OK", "ready\n".to_owned()),
+            Some(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+        },
+        Some(("GET", _)) => (
+            "404 Not Found",
+            "not found; try /metrics, /healthz or /ready\n".to_owned(),
+        ),
+        _ => ("405 Method Not Allowed", "only GET\n".to_owned()),
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -88,7 +124,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, metrics, rx));
+        let task = tokio::spawn(serve(listener, metrics, Arc::new(AlwaysReady), rx));
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .await

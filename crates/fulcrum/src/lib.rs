@@ -145,11 +145,18 @@ pub async fn run(
     // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
     metrics.set_source("\0clients", Arc::new(ClientsByUser));
     let mut tasks = Vec::new();
+    // Filled below as the clusters start; /ready reads it.
+    let admin_list: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>> = Arc::default();
     if let Some(listener) = metrics_listener {
-        tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics");
+        tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics, /healthz, /ready");
+        let readiness = Arc::new(Readiness {
+            clusters: admin_list.clone(),
+            shutdown: shutdown.clone(),
+        });
         tasks.push(tokio::spawn(fulcrum_metrics::http::serve(
             listener,
             metrics.clone(),
+            readiness,
             shutdown.clone(),
         )));
     }
@@ -182,7 +189,7 @@ pub async fn run(
         }
         live_clusters.push((cluster, current));
     }
-    let admin_list = Arc::new(Mutex::new(admin_clusters));
+    *admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_clusters;
     let admin_config = Arc::new(Mutex::new(config.clone()));
     let (reload_tx, reload_rx) = mpsc::channel(4);
     if let Some(listener) = admin_listener {
@@ -209,6 +216,32 @@ pub async fn run(
         let _ = t.await;
     }
     Ok(())
+}
+
+/// `/ready`: every cluster has a write target, and Fulcrum is not draining
+/// for shutdown (a load balancer in front of several Fulcrums stops sending
+/// new clients here first).
+struct Readiness {
+    clusters: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl fulcrum_metrics::http::Readiness for Readiness {
+    fn not_ready(&self) -> Option<String> {
+        if *self.shutdown.borrow() {
+            return Some("shutting down".into());
+        }
+        let clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        if clusters.is_empty() {
+            return Some("starting".into());
+        }
+        let missing: Vec<String> = clusters
+            .iter()
+            .filter(|c| c.router().primary().is_none())
+            .map(|c| format!("cluster \"{}\" has no write target", c.config().name))
+            .collect();
+        (!missing.is_empty()).then(|| missing.join("; "))
+    }
 }
 
 /// Serves reload requests (the console's RELOAD) and SIGHUP.
