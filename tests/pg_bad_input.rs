@@ -849,6 +849,38 @@ async fn clients_over_max_client_connections_get_53300() {
     assert_eq!(select_1(&second).await.unwrap(), 1);
 }
 
+/// `client_login_timeout` ends a login that does not finish in time, with
+/// FATAL 08P01 naming the key: here a client that sends half a startup
+/// packet and stalls.
+#[tokio::test]
+async fn a_login_that_stalls_ends_at_client_login_timeout() {
+    let fulcrum = start_fulcrum(
+        &CLUSTER.primary().addr(),
+        "trust",
+        "client_login_timeout = \"1s\"\n",
+    );
+    let mut s = TcpStream::connect(addr(&fulcrum)).await.unwrap();
+    s.write_all(&app_startup()[..6]).await.unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut reply))
+        .await
+        .expect("closed")
+        .expect("read");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_eq!(reply.first(), Some(&b'E'), "{reply:?}");
+    let fields = error_fields(&reply[5..]);
+    assert_eq!(
+        fields.get(&'C').map(String::as_str),
+        Some(PROTOCOL_VIOLATION)
+    );
+    assert!(fields[&'M'].contains("client_login_timeout"), "{fields:?}");
+}
+
 /// Stops a backend, so it runs on a cluster of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_down_at_connect_gets_08006_naming_it_and_recovers() {

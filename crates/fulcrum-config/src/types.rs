@@ -194,6 +194,8 @@ pub struct Cluster {
     pub pool_timeout: Duration,
     /// How long opening (and authenticating) a server connection may take.
     pub connect_timeout: Duration,
+    /// A client must finish its login within this time.
+    pub client_login_timeout: Duration,
     /// Idle server connections older than this are closed.
     pub server_idle_timeout: Duration,
     /// Largest client message accepted, in bytes (declared length).
@@ -314,6 +316,7 @@ pub mod defaults {
     pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+    pub const CLIENT_LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_MESSAGE_SIZE: u64 = 256 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;

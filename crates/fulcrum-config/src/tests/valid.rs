@@ -56,6 +56,7 @@ fn every_key_is_read_into_the_config() {
         client_auth = "md5"
         pool_timeout = "250ms"
         connect_timeout = "2s"
+        client_login_timeout = "5s"
         server_idle_timeout = "1h"
         max_message_size = "64kB"
         max_client_connections = 50
@@ -132,6 +133,7 @@ fn every_key_is_read_into_the_config() {
                 client_auth: ClientAuth::Md5,
                 pool_timeout: Duration::from_millis(250),
                 connect_timeout: Duration::from_secs(2),
+                client_login_timeout: Duration::from_secs(5),
                 server_idle_timeout: Duration::from_secs(3600),
                 max_message_size: 64 * 1024,
                 max_client_connections: 50,
@@ -176,6 +178,7 @@ fn every_key_is_read_into_the_config() {
                 client_auth: ClientAuth::Trust,
                 pool_timeout: defaults::POOL_TIMEOUT,
                 connect_timeout: defaults::CONNECT_TIMEOUT,
+                client_login_timeout: defaults::CLIENT_LOGIN_TIMEOUT,
                 server_idle_timeout: defaults::SERVER_IDLE_TIMEOUT,
                 max_message_size: 1024 * 1024,
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
@@ -236,6 +239,7 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.client_auth, ClientAuth::ScramSha256);
     assert_eq!(c.pool_timeout, Duration::from_secs(5));
     assert_eq!(c.connect_timeout, Duration::from_secs(3));
+    assert_eq!(c.client_login_timeout, Duration::from_secs(15));
     assert_eq!(c.server_idle_timeout, Duration::from_secs(600));
     assert_eq!(c.max_message_size, 256 * 1024 * 1024);
     assert_eq!(c.max_client_connections, 10_000);

@@ -83,6 +83,11 @@ pub(super) fn cluster(
         "connect_timeout",
         defaults::CONNECT_TIMEOUT,
     )?;
+    let client_login_timeout = t.duration(
+        &c.client_login_timeout,
+        "client_login_timeout",
+        defaults::CLIENT_LOGIN_TIMEOUT,
+    )?;
     let server_idle_timeout = t.duration(
         &c.server_idle_timeout,
         "server_idle_timeout",
@@ -170,6 +175,7 @@ pub(super) fn cluster(
         client_auth,
         pool_timeout,
         connect_timeout,
+        client_login_timeout,
         server_idle_timeout,
         max_message_size,
         max_client_connections,

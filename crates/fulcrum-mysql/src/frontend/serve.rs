@@ -19,9 +19,6 @@ use super::session::Session;
 use super::wire::send_error;
 use crate::codec::err::codes;
 
-/// A client must finish its login within this time.
-const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// A connection that has sent nothing of its login for this long counts as
 /// idle: at `max_pending_logins` it is the first to be closed.
 const IDLE_GRACE: Duration = Duration::from_secs(1);
@@ -43,7 +40,7 @@ pub async fn serve(
     let pending = PendingLogins::new(
         ctx.config.max_pending_logins as usize,
         IDLE_GRACE,
-        LOGIN_TIMEOUT / 3,
+        ctx.config.client_login_timeout / 3,
     );
     loop {
         let accepted = tokio::select! {
@@ -108,7 +105,7 @@ async fn handle(
 ) -> Result<(), SessionError> {
     let mut conn = Connection::with_read_buf(stream, BytesMut::with_capacity(8 * 1024));
     let end = tokio::select! {
-        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut conn, &ticket)) => r.ok(),
+        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&ctx, &mut conn, &ticket)) => r.ok(),
         _ = ticket.evicted() => {
             let msg = format!(
                 "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",
@@ -125,7 +122,11 @@ async fn handle(
         Some(r) => r?,
         None => {
             let code = codes::HANDSHAKE;
-            send_error(conn.stream_mut(), 2, code, "fulcrum: login timed out").await;
+            let msg = format!(
+                "fulcrum: login not finished within client_login_timeout ({:?})",
+                ctx.config.client_login_timeout
+            );
+            send_error(conn.stream_mut(), 2, code, &msg).await;
             return Err(SessionError::Refused("login timed out".into()));
         }
     };

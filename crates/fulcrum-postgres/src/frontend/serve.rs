@@ -20,9 +20,6 @@ use super::login::login;
 use super::session::Session;
 use crate::codec::backend_msg::{self, sqlstate};
 
-/// A client must finish its login within this time.
-const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// A connection that has sent nothing of its login for this long counts as
 /// idle: at `max_pending_logins` it is the first to be closed.
 const IDLE_GRACE: Duration = Duration::from_secs(1);
@@ -44,7 +41,7 @@ pub async fn serve(
     let pending = PendingLogins::new(
         ctx.config.max_pending_logins as usize,
         IDLE_GRACE,
-        LOGIN_TIMEOUT / 3,
+        ctx.config.client_login_timeout / 3,
     );
     loop {
         let accepted = tokio::select! {
@@ -132,7 +129,7 @@ async fn handle(
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut stream = ClientStream::from(stream);
     let end = tokio::select! {
-        r = tokio::time::timeout(LOGIN_TIMEOUT, login(&ctx, &mut stream, &mut buf, &ticket)) => match r {
+        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&ctx, &mut stream, &mut buf, &ticket)) => match r {
             Ok(r) => LoginEnd::Done(r),
             Err(_) => LoginEnd::TimedOut,
         },
@@ -153,13 +150,13 @@ async fn handle(
         }
         LoginEnd::TimedOut => {
             let mut out = BytesMut::new();
-            backend_msg::error_response(
-                &mut out,
-                "FATAL",
-                sqlstate::PROTOCOL_VIOLATION,
-                "fulcrum: login timed out",
+            let msg = format!(
+                "fulcrum: login not finished within client_login_timeout ({:?})",
+                ctx.config.client_login_timeout
             );
+            backend_msg::error_response(&mut out, "FATAL", sqlstate::PROTOCOL_VIOLATION, &msg);
             let _ = stream.write_all(&out).await;
+            let _ = stream.flush().await;
             return Err(SessionError::Refused("login timed out".into()));
         }
     };
