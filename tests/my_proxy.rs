@@ -430,3 +430,55 @@ async fn mariadb_admin_ping_and_status_work() {
         );
     }
 }
+
+/// `client_idle_timeout` closes a quiet client (ERR 4031 naming the key);
+/// `idle_transaction_timeout` closes one quiet inside a transaction, whose
+/// work is rolled back and whose server connection goes back to the pool
+/// (a pool of one serves the next client at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_and_idle_transactions_are_closed() {
+    let (_p, port) = start(
+        "pool_size = 1\nclient_idle_timeout = \"1500ms\"\nidle_transaction_timeout = \"1s\"\npool_timeout = \"3s\"",
+    );
+    let mut setup = connect(port).await;
+    setup
+        .query_drop("CREATE TABLE IF NOT EXISTS idle_rows (id INT)")
+        .await
+        .unwrap();
+    drop(setup);
+
+    let mut idle = connect(port).await;
+    let one: i64 = idle.query_first("SELECT 1").await.unwrap().unwrap();
+    assert_eq!(one, 1);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let e = idle.query_drop("SELECT 1").await.expect_err("closed");
+    let text = e.to_string();
+    assert!(
+        text.contains("4031") || text.contains("client_idle_timeout") || text.contains("closed"),
+        "{text}"
+    );
+
+    let mut txn = connect(port).await;
+    txn.query_drop("BEGIN").await.unwrap();
+    txn.query_drop("INSERT INTO idle_rows VALUES (4031)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(
+        txn.query_drop("COMMIT").await.is_err(),
+        "closed before COMMIT"
+    );
+    let mut other = connect(port).await;
+    let started = std::time::Instant::now();
+    let n: i64 = other
+        .query_first("SELECT COUNT(*) FROM idle_rows WHERE id = 4031")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "rolled back");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -566,3 +566,83 @@ async fn statements_over_the_bound_are_evicted_and_prepared_again() {
         .get(0);
     assert_eq!(first_pid, last_pid, "the same server connection all along");
 }
+
+/// A client quiet for longer than `client_idle_timeout` outside a
+/// transaction is closed, told why (57P05, naming the key).
+#[tokio::test]
+async fn an_idle_client_is_closed_at_client_idle_timeout() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr()).extra("client_idle_timeout = \"1s\"");
+    let (_p, cfg) = start(cfg);
+    let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut c = tokio_postgres::Config::new();
+    c.host("127.0.0.1")
+        .port(port)
+        .user(APP_USER)
+        .password(APP_PASSWORD)
+        .dbname(APP_DB);
+    let (client, conn) = c.connect(NoTls).await.expect("connect");
+    let closed = tokio::spawn(conn);
+    assert_eq!(one(&client, "SELECT 1").await, "1");
+    let started = Instant::now();
+    let ended = tokio::time::timeout(CALL_TIMEOUT, closed)
+        .await
+        .expect("closed within the timeout")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = ended.expect_err("closed with an error");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(db.code().code(), "57P05");
+    assert!(
+        db.message().contains("client_idle_timeout"),
+        "{}",
+        db.message()
+    );
+}
+
+/// A client quiet inside a transaction for longer than
+/// `idle_transaction_timeout` is told (25P03), its transaction rolled back,
+/// and its server connection returned: with a pool of one, the next client
+/// gets it at once and the row is not there.
+#[tokio::test]
+async fn idle_in_transaction_is_rolled_back_and_the_server_returned() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(1)
+        .extra("idle_transaction_timeout = \"1s\"")
+        .extra("pool_timeout = \"3s\"");
+    let (_p, cfg) = start(cfg);
+    let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
+    let mut c = tokio_postgres::Config::new();
+    c.host("127.0.0.1")
+        .port(port)
+        .user(APP_USER)
+        .password(APP_PASSWORD)
+        .dbname(APP_DB);
+    let (client, conn) = c.connect(NoTls).await.expect("connect");
+    let closed = tokio::spawn(conn);
+    exec(&client, "BEGIN; INSERT INTO ses_rows VALUES (-25003)")
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(CALL_TIMEOUT, closed)
+        .await
+        .expect("closed within the timeout")
+        .unwrap();
+    let e = ended.expect_err("closed with an error");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(db.code().code(), "25P03");
+    assert!(db.message().contains("rolled back"), "{}", db.message());
+    let other = connect_with(&cfg, None).await;
+    let started = Instant::now();
+    assert_eq!(
+        one(&other, "SELECT count(*) FROM ses_rows WHERE id = -25003").await,
+        "0"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the server connection came back: {:?}",
+        started.elapsed()
+    );
+}

@@ -54,6 +54,8 @@ pub(crate) struct RawCluster {
     pub pool_timeout: Value<DurationText>,
     pub connect_timeout: Value<DurationText>,
     pub client_login_timeout: Value<DurationText>,
+    pub client_idle_timeout: Value<DurationText>,
+    pub idle_transaction_timeout: Value<DurationText>,
     pub server_idle_timeout: Value<DurationText>,
     pub max_message_size: Value<SizeValue>,
     pub max_client_connections: Value<Int>,

@@ -196,6 +196,11 @@ pub struct Cluster {
     pub connect_timeout: Duration,
     /// A client must finish its login within this time.
     pub client_login_timeout: Duration,
+    /// A logged-in client idle (outside a transaction) this long is closed; `None`: never.
+    pub client_idle_timeout: Option<Duration>,
+    /// A client idle inside a transaction this long is told, its
+    /// transaction rolled back and its server connection returned; `None`: never.
+    pub idle_transaction_timeout: Option<Duration>,
     /// Idle server connections older than this are closed.
     pub server_idle_timeout: Duration,
     /// Largest client message accepted, in bytes (declared length).

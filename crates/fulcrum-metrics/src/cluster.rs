@@ -130,6 +130,15 @@ impl ClusterMetrics {
         self.causal[outcome as usize].inc();
     }
 
+    /// A client closed by a timeout: `login` (`client_login_timeout`),
+    /// `client_idle` or `idle_transaction`.
+    pub fn timeout(&self, kind: &'static str) {
+        self.metrics
+            .client_timeouts
+            .with_label_values(&[self.name.as_str(), kind])
+            .inc();
+    }
+
     /// An error sent to a client, by SQLSTATE class or MySQL code.
     pub fn error(&self, code: &str) {
         self.metrics

@@ -57,6 +57,8 @@ fn every_key_is_read_into_the_config() {
         pool_timeout = "250ms"
         connect_timeout = "2s"
         client_login_timeout = "5s"
+        client_idle_timeout = "1m"
+        idle_transaction_timeout = "0s"
         server_idle_timeout = "1h"
         max_message_size = "64kB"
         max_client_connections = 50
@@ -134,6 +136,8 @@ fn every_key_is_read_into_the_config() {
                 pool_timeout: Duration::from_millis(250),
                 connect_timeout: Duration::from_secs(2),
                 client_login_timeout: Duration::from_secs(5),
+                client_idle_timeout: Some(Duration::from_secs(60)),
+                idle_transaction_timeout: None,
                 server_idle_timeout: Duration::from_secs(3600),
                 max_message_size: 64 * 1024,
                 max_client_connections: 50,
@@ -179,6 +183,8 @@ fn every_key_is_read_into_the_config() {
                 pool_timeout: defaults::POOL_TIMEOUT,
                 connect_timeout: defaults::CONNECT_TIMEOUT,
                 client_login_timeout: defaults::CLIENT_LOGIN_TIMEOUT,
+                client_idle_timeout: None,
+                idle_transaction_timeout: None,
                 server_idle_timeout: defaults::SERVER_IDLE_TIMEOUT,
                 max_message_size: 1024 * 1024,
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,

@@ -88,6 +88,9 @@ pub(super) fn cluster(
         "client_login_timeout",
         defaults::CLIENT_LOGIN_TIMEOUT,
     )?;
+    let client_idle_timeout = t.duration_or_off(&c.client_idle_timeout, "client_idle_timeout")?;
+    let idle_transaction_timeout =
+        t.duration_or_off(&c.idle_transaction_timeout, "idle_transaction_timeout")?;
     let server_idle_timeout = t.duration(
         &c.server_idle_timeout,
         "server_idle_timeout",
@@ -176,6 +179,8 @@ pub(super) fn cluster(
         pool_timeout,
         connect_timeout,
         client_login_timeout,
+        client_idle_timeout,
+        idle_transaction_timeout,
         server_idle_timeout,
         max_message_size,
         max_client_connections,

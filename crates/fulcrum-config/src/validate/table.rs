@@ -155,6 +155,19 @@ impl<'a> Table<'a> {
         Ok(d)
     }
 
+    /// An optional duration where `0` (or absence) means off.
+    pub fn duration_or_off(
+        &self,
+        value: &Value<DurationText>,
+        name: &str,
+    ) -> Result<Option<Duration>, Problem> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        let d = parse_duration(&value.get_ref().0).map_err(|e| self.error(value, name, e))?;
+        Ok((!d.is_zero()).then_some(d))
+    }
+
     /// A non-zero size such as `"256MB"` or a byte count, or `default` when absent.
     pub fn size(&self, value: &Value<SizeValue>, name: &str, default: u64) -> Result<u64, Problem> {
         let Some(value) = value else {

@@ -121,6 +121,7 @@ async fn handle(
     let login = match end {
         Some(r) => r?,
         None => {
+            ctx.metrics.timeout("login");
             let code = codes::HANDSHAKE;
             let msg = format!(
                 "fulcrum: login not finished within client_login_timeout ({:?})",

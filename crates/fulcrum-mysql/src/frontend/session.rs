@@ -29,6 +29,7 @@ use commands::kill_target;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
@@ -232,9 +233,15 @@ impl Session {
                 if draining && self.at_boundary() {
                     return Ok(false);
                 }
+                let idle = self.idle_timeout();
+                let limit = idle.map_or(Duration::from_secs(86_400), |(d, _)| d);
                 tokio::select! {
                     r = read_client_message(&mut self.client, max) => break r?,
                     _ = self.shutdown.changed(), if !draining => continue,
+                    _ = tokio::time::sleep(limit), if idle.is_some() => {
+                        let kind = idle.map_or("client_idle", |(_, k)| k);
+                        return Err(self.idle_too_long(kind).await);
+                    }
                 }
             };
             let msg = self.client.read_buf.split_to(span.total);
@@ -392,6 +399,54 @@ fn contains_ignore_case(text: &str, needle: &str) -> bool {
             .as_bytes()
             .windows(needle.len())
             .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+impl Session {
+    /// The idle timeout that applies while waiting for the next command:
+    /// `idle_transaction_timeout` inside a transaction on a server
+    /// connection, `client_idle_timeout` otherwise.
+    fn idle_timeout(&self) -> Option<(Duration, &'static str)> {
+        let config = &self.ctx.config;
+        let in_txn =
+            self.server.is_some() && self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS);
+        if in_txn {
+            config
+                .idle_transaction_timeout
+                .map(|d| (d, "idle_transaction"))
+        } else {
+            config.client_idle_timeout.map(|d| (d, "client_idle"))
+        }
+    }
+
+    /// Tells the client (ERR 4031, naming the key) and ends the session;
+    /// its cleanup rolls an open transaction back.
+    async fn idle_too_long(&mut self, kind: &'static str) -> SessionError {
+        self.ctx.metrics.timeout(kind);
+        let (what, limit) = match kind {
+            "idle_transaction" => (
+                "idle in transaction longer than idle_transaction_timeout",
+                self.ctx.config.idle_transaction_timeout,
+            ),
+            _ => (
+                "idle longer than client_idle_timeout",
+                self.ctx.config.client_idle_timeout,
+            ),
+        };
+        let mut msg = format!("fulcrum: {what} ({:?})", limit.unwrap_or_default());
+        if kind == "idle_transaction" {
+            msg.push_str("; the transaction was rolled back");
+        }
+        // Sequence 1: a client reads it as the answer to the command it
+        // sends next (as MySQL 8's own 4031 reaches clients).
+        put_error(
+            &mut self.client.write_buf,
+            1,
+            codes::CLIENT_INTERACTION_TIMEOUT,
+            &msg,
+        );
+        let _ = self.client.flush().await;
+        SessionError::Refused(msg)
+    }
 }
 
 impl Drop for Session {

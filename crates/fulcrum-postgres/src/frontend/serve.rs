@@ -149,6 +149,7 @@ async fn handle(
             ));
         }
         LoginEnd::TimedOut => {
+            ctx.metrics.timeout("login");
             let mut out = BytesMut::new();
             let msg = format!(
                 "fulcrum: login not finished within client_login_timeout ({:?})",

@@ -30,10 +30,13 @@ mod cleanup;
 mod client;
 mod extended;
 mod failure;
+mod idle;
 mod local;
 mod lost;
 mod server;
 mod text;
+
+use idle::IdleKind;
 
 use super::cancel::CancelSlot;
 use super::context::ClusterContext;
@@ -275,6 +278,7 @@ impl Session {
         enum Event {
             Io(Io),
             Shutdown,
+            Idle(IdleKind),
         }
         // One wait for SIGTERM for the whole session, not one per event.
         let mut signal = self.shutdown.clone();
@@ -282,6 +286,9 @@ impl Session {
             let _ = signal.wait_for(|draining| *draining).await;
         };
         tokio::pin!(drain_signal);
+        // Armed only while the client is quiet and a timeout is set.
+        let idle_sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(idle_sleep);
         loop {
             let draining = *self.shutdown.borrow();
             if draining && self.at_boundary() {
@@ -294,6 +301,12 @@ impl Session {
                     .client
                     .may_read(self.held, self.ctx.config.max_message_size);
             let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
+            let idle = self.idle_timeout();
+            if let Some((limit, _)) = idle {
+                idle_sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + limit);
+            }
             let io = std::future::poll_fn(|cx| {
                 poll_io(
                     cx,
@@ -307,8 +320,12 @@ impl Session {
             let event = tokio::select! {
                 io = io => Event::Io(io),
                 _ = &mut drain_signal, if !draining => Event::Shutdown,
+                _ = &mut idle_sleep, if idle.is_some() => {
+                    Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
+                }
             };
             match event {
+                Event::Idle(kind) => return Err(self.idle_too_long(kind).await),
                 Event::Shutdown => {
                     // The session ends at its next boundary (checked above).
                     self.engine.step(fulcrum_session::Event::Drain);
