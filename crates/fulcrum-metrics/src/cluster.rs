@@ -42,6 +42,50 @@ pub struct ClusterMetrics {
     causal: [IntCounter; 3],
     /// `strong`: queries asking the primary for its position.
     pub position_queries: IntCounter,
+    error_labels: ErrorLabels,
+}
+
+/// Distinct error labels one cluster may create.
+pub const ERROR_LABELS_MAX: usize = 200;
+
+/// The bounded set of `fulcrum_errors_total` code labels of a cluster.
+#[derive(Debug, Default)]
+struct ErrorLabels {
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// PostgreSQL's SQLSTATE classes (Appendix A of its manual).
+const PG_CLASSES: &[&str] = &[
+    "00", "01", "02", "03", "08", "09", "0A", "0B", "0F", "0L", "0P", "0Z", "20", "21", "22",
+    "23", "24", "25", "26", "27", "28", "2B", "2D", "2F", "34", "38", "39", "3B", "3D", "3F",
+    "40", "42", "44", "53", "54", "55", "57", "58", "72", "F0", "HV", "P0", "XX",
+];
+
+/// A code the servers themselves use: a PostgreSQL SQLSTATE class, or a
+/// MySQL/MariaDB server error number (1000-1999, 3000-4999).
+fn server_code(code: &str) -> bool {
+    if PG_CLASSES.contains(&code) {
+        return true;
+    }
+    code.parse::<u16>()
+        .is_ok_and(|n| (1000..2000).contains(&n) || (3000..5000).contains(&n))
+}
+
+impl ErrorLabels {
+    fn label<'a>(&self, code: &'a str) -> &'a str {
+        if !server_code(code) {
+            return "other";
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(code) {
+            return code;
+        }
+        if seen.len() >= ERROR_LABELS_MAX {
+            return "other";
+        }
+        seen.insert(code.to_owned());
+        code
+    }
 }
 
 /// Where a read with a position to respect ran.
@@ -102,6 +146,7 @@ impl ClusterMetrics {
             causal: ["replica", "waited", "primary"]
                 .map(|o| metrics.causal_reads.with_label_values(&[cluster, o])),
             position_queries: metrics.position_queries.with_label_values(&[cluster]),
+            error_labels: ErrorLabels::default(),
             metrics,
         }
     }
@@ -139,11 +184,15 @@ impl ClusterMetrics {
             .inc();
     }
 
-    /// An error sent to a client, by SQLSTATE class or MySQL code.
+    /// An error sent to a client, by SQLSTATE class or MySQL code. The
+    /// label set is bounded (clients choose codes: `RAISE ... ERRCODE`,
+    /// `SIGNAL ... MYSQL_ERRNO`): a code outside the servers' own ones, or
+    /// past the first `ERROR_LABELS_MAX` distinct ones, counts as `other`.
     pub fn error(&self, code: &str) {
+        let label = self.error_labels.label(code);
         self.metrics
             .errors
-            .with_label_values(&[self.name.as_str(), code])
+            .with_label_values(&[self.name.as_str(), label])
             .inc();
     }
 }
@@ -167,5 +216,26 @@ mod client_count_tests {
         assert_eq!(m.clients.get(), 1);
         drop(other);
         assert_eq!(m.clients.get(), 0);
+    }
+}
+
+#[cfg(test)]
+mod error_label_tests {
+    use super::*;
+
+    #[test]
+    fn client_chosen_codes_do_not_grow_the_label_set() {
+        let labels = ErrorLabels::default();
+        assert_eq!(labels.label("42"), "42");
+        assert_eq!(labels.label("1146"), "1146");
+        assert_eq!(labels.label("ZZ"), "other", "a made-up SQLSTATE class");
+        assert_eq!(labels.label("45000"), "other", "not a server error number");
+        assert_eq!(labels.label("12"), "other");
+        for n in 1000..1999u16 {
+            labels.label(&n.to_string());
+        }
+        assert_eq!(labels.seen.lock().unwrap().len(), ERROR_LABELS_MAX);
+        assert_eq!(labels.label("1998"), "other", "past the bound");
+        assert_eq!(labels.label("42"), "42", "a label seen before stays");
     }
 }
