@@ -54,3 +54,67 @@ async fn json_logs_carry_slow_units_and_no_secrets() {
         "a query parameter reached the log"
     );
 }
+
+/// Names a client sends before it is authenticated (user, database) are
+/// logged escaped: a newline in one cannot forge a log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_from_clients_cannot_forge_log_lines() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+    let (host, port) = cfg.listen.rsplit_once(':').unwrap();
+    let forged = "FORGED level=error fulcrum pwned";
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(host)
+        .port(port.parse().unwrap())
+        .user(&format!("nobody\n{forged}"))
+        .password("wrong")
+        .dbname(APP_DB);
+    assert!(config.connect(NoTls).await.is_err(), "an unknown user");
+    // An authenticated user's made-up database: the server's 3D000 names it.
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(host)
+        .port(port.parse().unwrap())
+        .user(APP_USER)
+        .password(APP_PASSWORD)
+        .dbname(&format!("nodb\n{forged}"));
+    assert!(config.connect(NoTls).await.is_err(), "an unknown database");
+    p.wait_for_log("client refused", Duration::from_secs(5))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = p.log_contents();
+    assert!(log.contains("FORGED"), "the names were logged: {log}");
+    for line in log.lines() {
+        assert!(!line.starts_with("FORGED"), "a forged line:\n{log}");
+    }
+}
+
+/// At `log = "debug"` the SQL parser's own debug lines (whole statements)
+/// stay out of the log unless the filter names sqlparser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_logs_do_not_carry_statements_from_the_parser() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let toml = cfg
+        .to_toml()
+        .replacen("log = \"info\"", "log = \"debug\"", 1);
+    assert!(toml.contains("log = \"debug\""), "{toml}");
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .simple_query("SELECT 'a-secret-in-a-literal' AS x")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = p.log_contents();
+    assert!(log.contains("DEBUG"), "debug logging is on");
+    assert!(
+        !log.contains("a-secret-in-a-literal"),
+        "a statement reached the debug log:\n{log}"
+    );
+}

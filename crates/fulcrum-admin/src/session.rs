@@ -78,7 +78,7 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
         Err(_) => return Ok(()),
     };
     if !ok {
-        tracing::info!(admin = %user, "admin console login refused");
+        tracing::info!(admin = ?user, "admin console login refused");
         let msg = format!("password authentication failed for admin user \"{user}\"");
         return fatal(&mut stream, sqlstate::INVALID_PASSWORD, &msg).await;
     }
@@ -97,7 +97,7 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     backend_msg::backend_key_data(&mut out, 0, 0);
     backend_msg::ready_for_query(&mut out, b'I');
     stream.write_all(&out).await?;
-    tracing::info!(admin = %user, "admin console login");
+    tracing::info!(admin = ?user, "admin console login");
 
     let mut conn = Connection::with_read_buf(stream, buf);
     loop {
@@ -116,7 +116,7 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
                 } else {
                     match parse(text) {
                         Ok(cmd) => {
-                            tracing::info!(admin = %user, command = %text.trim(), "admin command");
+                            tracing::info!(admin = ?user, command = ?text.trim(), "admin command");
                             if let Err((code, msg)) = admin.execute(cmd, out).await {
                                 backend_msg::error_response(out, "ERROR", code, &msg);
                             }

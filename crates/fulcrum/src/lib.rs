@@ -4,6 +4,7 @@
 //! clients. Protocol work lives in the protocol crates.
 
 pub mod descriptors;
+pub mod log_filter;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

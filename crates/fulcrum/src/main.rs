@@ -99,9 +99,12 @@ fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
 fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admin::SetLog {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("FULCRUM_LOG").unwrap_or_else(|_| filter.to_owned());
+    let filter = fulcrum::log_filter::quiet_parser(&filter);
     let env_filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let parse =
-        |f: &str| EnvFilter::try_new(f).map_err(|e| format!("invalid log filter {f:?}: {e}"));
+    let parse = |f: &str| {
+        EnvFilter::try_new(fulcrum::log_filter::quiet_parser(f))
+            .map_err(|e| format!("invalid log filter {f:?}: {e}"))
+    };
     match format {
         fulcrum_config::LogFormat::Text => {
             let builder = tracing_subscriber::fmt()

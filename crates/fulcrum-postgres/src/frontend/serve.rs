@@ -77,7 +77,7 @@ pub async fn serve(
                 match handle(ctx, stream, peer, session_shutdown, ticket, limit).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
-                        tracing::info!(%peer, %cluster, %reason, "client refused")
+                        tracing::info!(%peer, %cluster, ?reason, "client refused")
                     }
                     Err(e) => tracing::debug!(error = %e, "client session ended"),
                 }

@@ -213,7 +213,7 @@ impl Session {
                     // No statement text: it would carry the query's parameters.
                     tracing::info!(
                         cluster = %self.ctx.name(),
-                        user = %self.user,
+                        user = ?self.user,
                         schema = ?self.schema,
                         server = %self.ctx.address(self.backend),
                         took_ms = took.as_millis() as u64,

@@ -162,7 +162,7 @@ impl Session {
             {
                 // Shutting down, starting up or in recovery: as good as down
                 // for this unit, which may wait for the primary to come back.
-                tracing::warn!(code = %fields.code, cluster = self.ctx.name(), "primary refused new connections: {}", fields.message);
+                tracing::warn!(code = %fields.code, cluster = self.ctx.name(), message = ?fields.message, "primary refused new connections");
                 return Err(SessionError::BackendDown(format!(
                     "{} (primary of cluster \"{}\") refused the connection: {} ({})",
                     self.ctx.backends[backend],
@@ -173,7 +173,7 @@ impl Session {
             }
             Err(PoolError::Connect(ConnectError::Server { frame, fields, .. })) => {
                 // The server's own refusal (e.g. 3D000 unknown database): pass it on unchanged.
-                tracing::info!(code = %fields.code, "server refused login: {}", fields.message);
+                tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
                 self.pool = None;
                 self.ctx
                     .forget_pool_if_empty(backend, &self.user, &self.database);
@@ -313,8 +313,8 @@ impl Session {
                 // No statement text: it would carry the query's parameters.
                 tracing::info!(
                     cluster = %self.ctx.name(),
-                    user = %self.user,
-                    database = %self.database,
+                    user = ?self.user,
+                    database = ?self.database,
                     server = %self.ctx.backends[self.backend],
                     took_ms = took.as_millis() as u64,
                     "slow unit of work"

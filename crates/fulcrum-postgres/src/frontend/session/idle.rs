@@ -62,7 +62,7 @@ impl Session {
         if kind == IdleKind::Transaction {
             msg.push_str("; the transaction was rolled back");
         }
-        tracing::info!(user = %self.user, cluster = %self.ctx.name(), "{msg}");
+        tracing::info!(user = ?self.user, cluster = %self.ctx.name(), "{msg}");
         self.fatal_client(code, &msg).await
     }
 }

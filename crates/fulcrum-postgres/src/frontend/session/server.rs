@@ -99,7 +99,7 @@ impl Session {
                 if closing {
                     // The server is closing this connection (shutdown, crash,
                     // pg_terminate_backend): the client's session is not over.
-                    tracing::info!(code = %fields.code, "server ended the connection: {}", fields.message);
+                    tracing::info!(code = %fields.code, message = ?fields.message, "server ended the connection");
                     return self.server_lost().await;
                 }
             }
