@@ -68,7 +68,7 @@ async fn names_from_clients_cannot_forge_log_lines() {
     config
         .host(host)
         .port(port.parse().unwrap())
-        .user(&format!("nobody\n{forged}"))
+        .user(format!("nobody\n{forged}"))
         .password("wrong")
         .dbname(APP_DB);
     assert!(config.connect(NoTls).await.is_err(), "an unknown user");
@@ -79,7 +79,7 @@ async fn names_from_clients_cannot_forge_log_lines() {
         .port(port.parse().unwrap())
         .user(APP_USER)
         .password(APP_PASSWORD)
-        .dbname(&format!("nodb\n{forged}"));
+        .dbname(format!("nodb\n{forged}"));
     assert!(config.connect(NoTls).await.is_err(), "an unknown database");
     p.wait_for_log("client refused", Duration::from_secs(5))
         .unwrap();
