@@ -73,6 +73,7 @@ pub(crate) struct RawCluster {
     pub tls_private_key: Value<String>,
     pub tls_min_version: Value<String>,
     pub allow_local_infile: Value<bool>,
+    pub server_cleartext: Value<bool>,
     pub health_interval: Value<DurationText>,
     pub health_timeout: Value<DurationText>,
     pub health_failures: Value<Int>,

@@ -230,6 +230,8 @@ pub struct Cluster {
     pub tls: Option<crate::ClientTls>,
     /// MySQL: let clients use `LOAD DATA LOCAL INFILE` through Fulcrum.
     pub allow_local_infile: bool,
+    /// Send the password in clear text when a server asks for it.
+    pub server_cleartext: bool,
     /// Health checks, lag limit and failover.
     pub health: Health,
     /// Read consistency (`consistency`).

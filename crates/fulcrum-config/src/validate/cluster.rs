@@ -149,6 +149,7 @@ pub(super) fn cluster(
         base,
     )?;
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
+    let server_cleartext = c.server_cleartext.as_ref().is_none_or(|v| *v.get_ref());
     let backends = backends(&t, &c.backend, &name)?;
     let users = users(&t, &c.user, &name, client_auth)?;
     let health = health(&t, c, protocol, &users)?;
@@ -195,6 +196,7 @@ pub(super) fn cluster(
         max_classify_bytes,
         tls,
         allow_local_infile,
+        server_cleartext,
         health,
         consistency,
         causal_timeout,

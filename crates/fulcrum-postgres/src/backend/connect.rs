@@ -29,6 +29,9 @@ pub struct ServerTarget {
     pub user: String,
     pub password: String,
     pub database: String,
+    /// Whether the password may go in clear text when the server asks
+    /// (`server_cleartext`).
+    pub allow_cleartext: bool,
 }
 
 #[derive(Debug, Error)]
@@ -105,6 +108,9 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
 
     let mut buf = BytesMut::with_capacity(8192);
     let mut scram: Option<ScramSha256> = None;
+    // SCRAM proves both sides: AuthenticationOk counts only after the
+    // server's own signature was checked.
+    let mut scram_verified = false;
     let mut reported = BTreeMap::new();
     let mut key = None;
     loop {
@@ -133,8 +139,18 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             .ok_or_else(|| protocol("incomplete message"))?;
         out.clear();
         match msg {
-            backend::Message::AuthenticationOk => {}
+            backend::Message::AuthenticationOk => {
+                if scram.is_some() && !scram_verified {
+                    return Err(auth(
+                        "the server accepted the login without its SCRAM signature (it did not prove it knows the password): refused".into(),
+                    ));
+                }
+            }
             backend::Message::AuthenticationCleartextPassword => {
+                if !target.allow_cleartext {
+                    return Err(auth("the server asks for the password in clear text and server_cleartext = false: use scram-sha-256 on the server (or set server_cleartext = true)".into()));
+                }
+                tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text (the server asks for password authentication and Fulcrum talks to servers without TLS): use scram-sha-256 on the server, or set server_cleartext = false to refuse");
                 frontend::password_message(target.password.as_bytes(), &mut out).map_err(io)?;
             }
             backend::Message::AuthenticationMd5Password(body) => {
@@ -170,7 +186,9 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 let s = scram
                     .as_mut()
                     .ok_or_else(|| protocol("SASL final without SASL start"))?;
-                s.finish(body.data()).map_err(|e| auth(e.to_string()))?;
+                s.finish(body.data())
+                    .map_err(|e| auth(format!("the server's SCRAM signature: {e}")))?;
+                scram_verified = true;
             }
             backend::Message::ParameterStatus(body) => {
                 let name = body.name().map_err(io)?.to_owned();
@@ -233,4 +251,103 @@ pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<
     tokio::time::timeout(timeout, fut).await.map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::TimedOut, "cancel request timed out")
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    //! Logins against a scripted server on loopback: what a hostile or
+    //! misconfigured server may send, byte for byte.
+
+    use super::*;
+    use crate::codec::backend_msg;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server that reads the startup packet, then for each step sends
+    /// the step's bytes after reading one client message; returns what the
+    /// client sent after the startup.
+    async fn scripted(steps: Vec<Vec<u8>>) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut len = [0u8; 4];
+            s.read_exact(&mut len).await.unwrap();
+            let mut rest = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+            s.read_exact(&mut rest).await.unwrap();
+            let mut seen = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                if i > 0 {
+                    let mut head = [0u8; 5];
+                    if s.read_exact(&mut head).await.is_err() {
+                        break;
+                    }
+                    let mut body =
+                        vec![0u8; u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4];
+                    s.read_exact(&mut body).await.unwrap();
+                    seen.extend_from_slice(&head);
+                    seen.extend_from_slice(&body);
+                }
+                if s.write_all(step).await.is_err() {
+                    break;
+                }
+            }
+            let mut tail = Vec::new();
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), s.read_to_end(&mut tail)).await;
+            seen.extend_from_slice(&tail);
+            seen
+        });
+        (address, task)
+    }
+
+    fn target(address: String, allow_cleartext: bool) -> ServerTarget {
+        ServerTarget {
+            address: address.into(),
+            user: "app".into(),
+            password: "s3cret".into(),
+            database: "app".into(),
+            allow_cleartext,
+        }
+    }
+
+    fn auth(kind: i32, extra: &[u8]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        backend_msg::auth_request(&mut out, kind, extra);
+        out.to_vec()
+    }
+
+    #[tokio::test]
+    async fn an_ok_without_the_scram_signature_is_refused() {
+        let sasl = auth(backend_msg::AUTH_SASL, b"SCRAM-SHA-256\0\0");
+        // After the client-first message: AuthenticationOk at once.
+        let (address, server) = scripted(vec![sasl, auth(backend_msg::AUTH_OK, &[])]).await;
+        let e = connect(&target(address, true), Duration::from_secs(5))
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("SCRAM signature"), "{e}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn cleartext_is_sent_only_when_allowed() {
+        let ask = auth(backend_msg::AUTH_CLEARTEXT, &[]);
+        let (address, server) = scripted(vec![ask.clone()]).await;
+        let e = connect(&target(address, false), Duration::from_secs(5))
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("server_cleartext = false"), "{e}");
+        let sent = server.await.unwrap();
+        assert!(
+            !sent.windows(6).any(|w| w == b"s3cret"),
+            "the password must not be sent: {sent:?}"
+        );
+        // Allowed: the password goes (the scripted server then hangs up).
+        let (address, server) = scripted(vec![ask, Vec::new()]).await;
+        let _ = connect(&target(address, true), Duration::from_secs(2)).await;
+        let sent = server.await.unwrap();
+        assert!(sent.windows(6).any(|w| w == b"s3cret"), "{sent:?}");
+    }
 }

@@ -31,6 +31,7 @@ pub struct PgServerOps {
     user: String,
     password: String,
     database: String,
+    allow_cleartext: bool,
     connect_timeout: Duration,
     conns: Vec<Mutex<Option<ServerConn>>>,
 }
@@ -46,6 +47,7 @@ impl PgServerOps {
             user: config.health.user.clone(),
             password: config.health.password.clone(),
             database: config.health.database.clone(),
+            allow_cleartext: config.server_cleartext,
             // A probe must fit in health_timeout; so must its connect.
             connect_timeout: config.health.timeout.min(config.connect_timeout),
             conns: config.backends.iter().map(|_| Mutex::new(None)).collect(),
@@ -62,6 +64,7 @@ impl PgServerOps {
                 user: self.user.clone(),
                 password: self.password.clone(),
                 database: self.database.clone(),
+                allow_cleartext: self.allow_cleartext,
             };
             let conn = connect(&target, self.connect_timeout)
                 .await

@@ -281,6 +281,7 @@ impl ClusterContext {
             user: user.to_owned(),
             password,
             database: database.to_owned(),
+            allow_cleartext: self.config.server_cleartext,
         };
         connect(&target, self.config.connect_timeout).await
     }
