@@ -119,7 +119,10 @@ pub async fn login(
         native::verify(expected.as_bytes(), &scramble, &hello.auth_response)
             || (expected.is_empty() && hello.auth_response.is_empty())
     } else if plugin == caching_sha2::PLUGIN {
-        let good = caching_sha2::verify(expected.as_bytes(), &scramble, &hello.auth_response);
+        // Fast-auth success only for a known user: an unknown one must get
+        // exactly what a wrong password gets.
+        let good = password.is_some()
+            && caching_sha2::verify(expected.as_bytes(), &scramble, &hello.auth_response);
         if good {
             let mut out = BytesMut::new();
             seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
