@@ -547,3 +547,53 @@ async fn switchover_under_writes_loses_no_transaction() {
         .unwrap();
     assert_eq!(old[4], "stale", "the old primary is fenced: {clusters:?}");
 }
+
+/// The console caps its connections and its login time like the data
+/// listeners: with 64 idle connections open the next gets FATAL 53300, and
+/// an idle connection is closed at the login timeout with FATAL 08P01.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_connections_are_capped_and_logins_time_out() {
+    use tokio::io::AsyncReadExt;
+    let s = tokio::task::block_in_place(setup);
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..64 {
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", s.admin_port))
+                .await
+                .unwrap(),
+        );
+    }
+    // The 65th is refused.
+    let mut extra = tokio::net::TcpStream::connect(("127.0.0.1", s.admin_port))
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut reply))
+        .await
+        .expect("refused at once")
+        .unwrap();
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        reply.first() == Some(&b'E') && text.contains("53300"),
+        "{text}"
+    );
+    // The idle ones are closed at the login timeout, told why.
+    let mut first = idle.swap_remove(0);
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(25), first.read_to_end(&mut reply))
+        .await
+        .expect("closed at the login timeout")
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(14), "{waited:?}");
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.contains("08P01") && text.contains("login not finished"),
+        "{text}"
+    );
+    drop(idle);
+    // And the console still serves.
+    let console = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    show(&console, "SHOW POOLS").await;
+}

@@ -62,6 +62,9 @@ impl Admin {
     }
 }
 
+/// Console connections open at once; the next gets FATAL 53300.
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// Serves the console on `listener` until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
     if admin.users().is_empty() {
@@ -69,17 +72,32 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch
             "admin console: no [[fulcrum.admin_user]] configured; every login will be refused"
         );
     }
+    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = shutdown.changed() => return,
         };
-        let Ok((stream, peer)) = accepted else {
+        let Ok((mut stream, peer)) = accepted else {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let mut out = bytes::BytesMut::new();
+                let msg = format!(
+                    "fulcrum admin: too many console connections (at most {MAX_CONNECTIONS})"
+                );
+                fulcrum_postgres::codec::backend_msg::error_response(
+                    &mut out, "FATAL", "53300", &msg,
+                );
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, &out).await;
+            });
             continue;
         };
         let admin = admin.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = session::run(stream, &admin).await {
                 tracing::debug!(%peer, error = %e, "admin session ended");
             }

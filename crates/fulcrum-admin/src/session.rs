@@ -21,15 +21,24 @@ use crate::Admin;
 
 const MAX_MESSAGE: u64 = 1 << 20;
 
-pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
-    let mut buf = BytesMut::with_capacity(4096);
+/// A console login must finish within this time (as the data listeners').
+pub const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The startup and password exchange, answered up to ReadyForQuery:
+/// the admin user's name, or `None` when the login ended (refused, a
+/// cancel request, the client gone).
+async fn login(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    admin: &Admin,
+) -> std::io::Result<Option<String>> {
     let user = loop {
         match parse_startup(&buf) {
             Ok(Some((StartupPacket::Ssl | StartupPacket::GssEnc, used))) => {
                 let _ = buf.split_to(used);
                 stream.write_all(b"N").await?;
             }
-            Ok(Some((StartupPacket::Cancel { .. }, _))) => return Ok(()),
+            Ok(Some((StartupPacket::Cancel { .. }, _))) => return Ok(None),
             Ok(Some((StartupPacket::Startup { params, .. }, used))) => {
                 let _ = buf.split_to(used);
                 break params
@@ -39,13 +48,13 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
                     .unwrap_or_default();
             }
             Ok(None) => {
-                if stream.read_buf(&mut buf).await? == 0 {
-                    return Ok(());
+                if stream.read_buf(buf).await? == 0 {
+                    return Ok(None);
                 }
             }
             Err(e) => {
-                return fatal(
-                    &mut stream,
+                return fatal_end(
+                    stream,
                     sqlstate::PROTOCOL_VIOLATION,
                     &format!("fulcrum admin: {e}"),
                 )
@@ -58,29 +67,35 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     let config = admin.config();
     let known = config.fulcrum.admin_users.iter().find(|u| u.name == user);
     let secret = process_secret();
-    let verifier =
-        known.map(|u| Verifier::new(&u.password, &stable_salt(secret, &user), ITERATIONS));
+    let salt = stable_salt(secret, &user);
+    let verifier = known.map(|u| Verifier::new(&u.password, &salt, ITERATIONS));
+    // An unknown name costs the same key derivation as a known one, so the
+    // time to the answer tells nothing.
+    let decoy = known.is_none().then(|| {
+        let password: [u8; 16] = rand::random();
+        Verifier::new(&format!("{password:x?}"), &salt, ITERATIONS)
+    });
     let ok = match password_exchange(
-        &mut stream,
-        &mut buf,
+        stream,
+        buf,
         config.fulcrum.admin_auth,
         &user,
         known
             .zip(verifier.as_ref())
             .map(|(u, v)| (u.password.as_str(), v)),
-        || Verifier::unmatchable(secret, &user),
+        || decoy.unwrap_or_else(|| Verifier::unmatchable(secret, &user)),
     )
     .await
     {
         Ok(ok) => ok,
         // The client broke the exchange (it was told) or went away.
         Err(SessionError::Io(e)) => return Err(e),
-        Err(_) => return Ok(()),
+        Err(_) => return Ok(None),
     };
     if !ok {
         tracing::info!(admin = ?user, "admin console login refused");
         let msg = format!("password authentication failed for admin user \"{user}\"");
-        return fatal(&mut stream, sqlstate::INVALID_PASSWORD, &msg).await;
+        return fatal_end(stream, sqlstate::INVALID_PASSWORD, &msg).await;
     }
     let mut out = BytesMut::new();
     backend_msg::auth_request(&mut out, backend_msg::AUTH_OK, &[]);
@@ -98,6 +113,21 @@ pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
     backend_msg::ready_for_query(&mut out, b'I');
     stream.write_all(&out).await?;
     tracing::info!(admin = ?user, "admin console login");
+    Ok(Some(user))
+}
+
+pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let user = match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, admin)).await
+    {
+        Ok(Ok(Some(user))) => user,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            let msg = format!("fulcrum admin: login not finished within {LOGIN_TIMEOUT:?}");
+            return fatal(&mut stream, sqlstate::PROTOCOL_VIOLATION, &msg).await;
+        }
+    };
 
     let mut conn = Connection::with_read_buf(stream, buf);
     loop {
@@ -179,6 +209,15 @@ async fn read_frame(conn: &mut Connection<TcpStream>) -> std::io::Result<Option<
             }
         }
     }
+}
+
+/// `fatal`, for the login: the login ends with no user.
+async fn fatal_end(
+    stream: &mut TcpStream,
+    code: &str,
+    msg: &str,
+) -> std::io::Result<Option<String>> {
+    fatal(stream, code, msg).await.map(|()| None)
 }
 
 async fn fatal(stream: &mut TcpStream, code: &str, msg: &str) -> std::io::Result<()> {
