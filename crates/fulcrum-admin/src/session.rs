@@ -33,7 +33,7 @@ async fn login(
     admin: &Admin,
 ) -> std::io::Result<Option<String>> {
     let user = loop {
-        match parse_startup(&buf) {
+        match parse_startup(buf) {
             Ok(Some((StartupPacket::Ssl | StartupPacket::GssEnc, used))) => {
                 let _ = buf.split_to(used);
                 stream.write_all(b"N").await?;
