@@ -6,6 +6,8 @@
 //! `RESUME`, `DISABLE`, `ENABLE`, `SET log`). The parser (`command.rs`) and
 //! the row encoding (`rows.rs`) are pure; `session.rs` owns the socket.
 
+#![forbid(unsafe_code)]
+
 pub mod command;
 pub mod rows;
 mod session;

@@ -15,6 +15,8 @@
 //! `clients` and `view` are shared registries the data path and the admin
 //! console read and write with short locks or atomics.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod clients;
 pub mod command;

@@ -10,6 +10,8 @@
 //! rather than cluster names, because the name itself may be the missing or broken value.
 //! The key format is documented for users in docs/configuration.md.
 
+#![forbid(unsafe_code)]
+
 mod addr;
 mod error;
 mod keypath;

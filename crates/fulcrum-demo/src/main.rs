@@ -3,6 +3,8 @@
 //! front of them in this process, prints how to connect, and tears everything
 //! down on Ctrl-C.
 
+#![forbid(unsafe_code)]
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::ExitCode;

@@ -4,6 +4,8 @@
 //! scrape time from pools, health and classifier (`Source`), and the
 //! `/metrics` endpoint (`http.rs`). Knows no wire protocol.
 
+#![forbid(unsafe_code)]
+
 mod cluster;
 mod families;
 pub mod http;

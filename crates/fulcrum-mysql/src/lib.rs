@@ -19,6 +19,8 @@
 //! random scramble. Protocol constants and the scramble functions are
 //! mysql_common's, re-exported here so callers use the same types.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod backend;
 pub mod codec;

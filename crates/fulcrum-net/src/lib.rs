@@ -22,6 +22,8 @@ mod pending;
 
 pub use pending::{PendingLogins, PendingTicket};
 
+#![forbid(unsafe_code)]
+
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

@@ -2,6 +2,8 @@
 //! protocols: a pooled connection is any `Poolable` value, and the router only
 //! answers "which backend serves this route".
 
+#![forbid(unsafe_code)]
+
 pub mod balance;
 pub mod causal;
 pub mod coalesce;

@@ -12,6 +12,8 @@
 //! `fulcrum_session::Engine` do, and `fulcrum_pool::Router` picks the
 //! backend. Sockets and their buffers are `fulcrum_net::Connection`s.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod backend;
 pub mod codec;

@@ -16,6 +16,8 @@
 //! feed events in and perform the actions that come out. Pure and
 //! synchronous, so every rule is a unit test without a server.
 
+#![forbid(unsafe_code)]
+
 pub mod route;
 pub mod state;
 pub mod txn;

@@ -8,6 +8,8 @@
 //! When in doubt the answer is the primary: a wrong "read" is a correctness
 //! bug, a wrong "write" only costs scale.
 
+#![forbid(unsafe_code)]
+
 mod cache;
 mod classifier;
 pub mod consistency;

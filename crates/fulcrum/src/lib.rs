@@ -3,6 +3,8 @@
 //! reloading the config (SIGHUP or the console's `RELOAD`) without dropping
 //! clients. Protocol work lives in the protocol crates.
 
+#![forbid(unsafe_code)]
+
 pub mod descriptors;
 pub mod log_filter;
 

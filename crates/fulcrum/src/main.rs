@@ -2,6 +2,8 @@
 //! (`fulcrum check --config FILE`: exit 0, or print `file:line: key: reason`
 //! and exit 2).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
