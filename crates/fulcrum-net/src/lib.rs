@@ -18,11 +18,11 @@
 //!
 //! Beside it, `PendingLogins`: the cap on connections still logging in.
 
+#![forbid(unsafe_code)]
+
 mod pending;
 
 pub use pending::{PendingLogins, PendingTicket};
-
-#![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::io;
