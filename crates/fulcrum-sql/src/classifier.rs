@@ -450,6 +450,25 @@ mod tests {
     }
 
     #[test]
+    fn unparsed_text_with_multibyte_characters_does_not_panic() {
+        // fuzz/classify's crash input (first byte 0: PostgreSQL), passed as
+        // the front ends pass text: lossy UTF-8. The statement does not
+        // parse, so its effects come from `head_words`, which cut a
+        // three-byte character in half.
+        let input: &[u8] = &[
+            0x00, 0x49, 0x4e, 0x53, 0x45, 0x52, 0x54, 0x20, 0x49, 0x4e, 0x54, 0x4f, 0x20, 0x74,
+            0xe0, 0xa9, 0xbe, 0xab, 0x55, 0x45, 0x53, 0x20, 0x28, 0x24, 0x31, 0x29, 0x20, 0x4f,
+            0x4e, 0x20, 0x43, 0x4f, 0x4e, 0x46, 0x4c, 0x49, 0x43, 0x54, 0x20, 0x44, 0x4f, 0x20,
+            0x4e, 0x4f, 0x54, 0x48, 0x49, 0x4e, 0x00, 0x00, 0x00, 0x47,
+        ];
+        let text = String::from_utf8_lossy(&input[1..]);
+        for dialect in [Dialect::Postgres, Dialect::MySql] {
+            let c = Classifier::new(dialect, &ClassifierConfig::default());
+            let _ = c.classify_unit(&text);
+        }
+    }
+
+    #[test]
     fn cache_hits_after_the_first_parse() {
         let c = pg();
         assert_eq!(c.classify("SELECT * FROM t WHERE id = 1"), Decision::Read);

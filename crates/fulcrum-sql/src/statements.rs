@@ -144,6 +144,7 @@ pub(crate) fn head_words(stmt: &str, n: usize) -> Vec<String> {
         } else {
             // One character, however many bytes it takes.
             t.chars().next().map_or(1, char::len_utf8)
+            t.chars().next().map_or(1, char::len_utf8)
         };
         let w = &t[..end];
         words.push(if w.starts_with('"') {
@@ -200,5 +201,16 @@ mod tests {
             head_words("/* c */ Reset  Work_Mem", 5),
             vec!["reset", "work_mem"]
         );
+    }
+
+    #[test]
+    fn head_words_step_over_multibyte_characters() {
+        // Found by fuzz/classify: a word starting with a character of more
+        // than one byte was cut inside it (a panic on the char boundary).
+        assert_eq!(
+            head_words("INSERT INTO t\u{a7e}\u{fffd}UES ($1)", 6),
+            vec!["insert", "into", "t", "\u{a7e}", "\u{fffd}", "ues"]
+        );
+        assert_eq!(head_words("é", 2), vec!["é"]);
     }
 }
