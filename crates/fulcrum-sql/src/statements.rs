@@ -144,7 +144,6 @@ pub(crate) fn head_words(stmt: &str, n: usize) -> Vec<String> {
         } else {
             // One character, however many bytes it takes.
             t.chars().next().map_or(1, char::len_utf8)
-            t.chars().next().map_or(1, char::len_utf8)
         };
         let w = &t[..end];
         words.push(if w.starts_with('"') {
