@@ -472,7 +472,12 @@ async fn statements_of_clients_that_left_are_dropped_from_the_registry() {
     const CLIENTS: usize = 4;
     const EACH: usize = 25_000;
     let metrics_port = fulcrum_testkit::free_port();
-    let cfg = PgProxyConfig::new(&cluster().primary().addr()).pool_size(4);
+    // Generous timeouts: 100k prepares load the shared primary while the
+    // binary's other tests run.
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(4)
+        .extra("connect_timeout = \"15s\"")
+        .extra("pool_timeout = \"30s\"");
     let toml = cfg.to_toml().replacen(
         "[fulcrum]\n",
         &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
