@@ -55,7 +55,7 @@ fn frames(mut buf: &[u8]) {
 }
 
 fn classify(sql: &str) -> Decision {
-    if sql.len() % 2 == 0 {
+    if sql.len().is_multiple_of(2) {
         Decision::Read
     } else {
         Decision::Write
@@ -63,22 +63,19 @@ fn classify(sql: &str) -> Decision {
 }
 
 fuzz_target!(|data: &[u8]| {
-    match parse_startup(data) {
-        Ok(Some((packet, used))) => {
-            assert!(used <= data.len());
-            if let StartupPacket::Startup { params, .. } = packet {
-                for (name, value) in &params {
-                    if name == "options" {
-                        for (n, v) in parse_options(value) {
-                            let _ = startup_param_stmt(&n, &v);
-                        }
+    if let Ok(Some((packet, used))) = parse_startup(data) {
+        assert!(used <= data.len());
+        if let StartupPacket::Startup { params, .. } = packet {
+            for (name, value) in &params {
+                if name == "options" {
+                    for (n, v) in parse_options(value) {
+                        let _ = startup_param_stmt(&n, &v);
                     }
-                    let _ = startup_param_stmt(name, value);
                 }
+                let _ = startup_param_stmt(name, value);
             }
-            frames(&data[used..]);
         }
-        Ok(None) | Err(_) => {}
+        frames(&data[used..]);
     }
     if let Ok(text) = std::str::from_utf8(data) {
         for (n, v) in parse_options(text) {
