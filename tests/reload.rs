@@ -114,3 +114,97 @@ async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
         "replica2 removed again"
     );
 }
+
+/// Client backends on `node` logged in as the health loop's user (the
+/// probes keep one connection per backend and monitor).
+fn probe_connections(node: &fulcrum_testkit::PgNode) -> usize {
+    node.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'postgres' \
+         AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// A cluster has one health loop at a time: five reloads (with a client
+/// connected before them, which keeps the older configs alive) leave one
+/// monitor probing the servers, and after a reload to `failover = "none"`
+/// no earlier monitor promotes a replica when the primary stops. The client
+/// from before the reloads follows the new loop's routing state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_leave_one_health_loop_per_cluster() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
+    let cfg = |pool: u32, failover: &str| {
+        PgProxyConfig::new(&c.primary().addr())
+            .client_auth("md5")
+            .replica(&c.replicas()[0].addr())
+            .pool_size(pool)
+            .extra("health_user = \"postgres\"")
+            .extra("health_password = \"\"")
+            .extra("health_interval = \"200ms\"")
+            .extra("health_failures = 2")
+            .extra(&format!("failover = \"{failover}\""))
+            .extra("failover_timeout = \"1s\"")
+    };
+    let first = cfg(20, "promote");
+    let p = FulcrumProcess::start(&first.to_toml()).unwrap();
+    let early = connect(&first).await;
+    early.simple_query("SELECT 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = probe_connections(c.primary());
+    assert!(before >= 1, "the health loop probes the primary");
+    for i in 1..=5u32 {
+        let next = PgProxyConfig {
+            listen: first.listen.clone(),
+            ..cfg(20 + i, "promote")
+        };
+        std::fs::write(p.config_path(), next.to_toml()).unwrap();
+        p.signal(Signal::Hup).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.log_contents().matches("config reloaded").count() < i as usize {
+            assert!(Instant::now() < deadline, "reload {i} not applied");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        probe_connections(c.primary()),
+        before,
+        "one monitor's probes after five reloads"
+    );
+    // Reload to failover = "none", then lose the primary: nothing promotes.
+    let none = PgProxyConfig {
+        listen: first.listen.clone(),
+        ..cfg(30, "none")
+    };
+    std::fs::write(p.config_path(), none.to_toml()).unwrap();
+    p.signal(Signal::Hup).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.log_contents().matches("config reloaded").count() < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "reload to failover = none not applied"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        c.replicas()[0]
+            .sql("SELECT pg_is_in_recovery()")
+            .unwrap()
+            .trim(),
+        "t",
+        "a monitor from before the reload promoted the replica:\n{}",
+        p.log_contents()
+    );
+    // The client from before the reloads sees the primary gone too.
+    let e = early
+        .simple_query("CREATE TABLE after_loss (n int)")
+        .await
+        .expect_err("no write target");
+    assert!(!e.to_string().is_empty());
+}

@@ -51,6 +51,14 @@ impl HealthLoop {
         monitor.spawn(stop_rx)
     }
 
+    /// Stops the loop now: a reload started the cluster's next one, and a
+    /// cluster has one health loop at a time.
+    pub fn stop(&self) {
+        if let Some(stop) = self.stop.get() {
+            let _ = stop.send(true);
+        }
+    }
+
     /// The running loop's handle (for SWITCHOVER), once started.
     pub fn handle(&self) -> Option<MonitorHandle> {
         self.monitor.get().cloned()

@@ -12,7 +12,7 @@
 //! on health-check I/O.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -81,6 +81,13 @@ pub struct Router {
     current: Mutex<Vec<i64>>,
     /// Per backend: latency average of units of work, in microseconds (0: none yet).
     latency_us: Vec<AtomicU64>,
+    /// Routers an earlier config made for the same backends (clients
+    /// connected before a reload still route by them): they follow this
+    /// one's health state, since only this one's health loop runs.
+    followers: Mutex<Vec<Weak<Router>>>,
+    /// The router this one follows, once a reload replaced it: sessions'
+    /// suspect reports go on to it (its health loop is the one that looks).
+    leader: Mutex<Weak<Router>>,
 }
 
 impl Router {
@@ -138,6 +145,48 @@ impl Router {
                 .collect(),
             current: Mutex::new(vec![0; backends]),
             latency_us: (0..backends).map(|_| AtomicU64::new(0)).collect(),
+            followers: Mutex::new(Vec::new()),
+            leader: Mutex::new(Weak::new()),
+        }
+    }
+
+    /// Takes over from `earlier`, the router of the config before a reload:
+    /// when both have the same backends, this one starts from its health
+    /// state (write target, readable, disabled, paused) and `earlier` (with
+    /// the routers it led) follows this one from now on. Different backends
+    /// cannot follow: `false`.
+    pub fn adopt(self: &Arc<Self>, earlier: &Arc<Router>) -> bool {
+        if Arc::ptr_eq(self, earlier) || earlier.backends != self.backends {
+            return false;
+        }
+        self.last_primary
+            .store(earlier.last_primary(), Ordering::Release);
+        self.set_primary_here(earlier.primary());
+        for b in 0..self.backends {
+            self.readable[b].store(earlier.is_readable(b), Ordering::Release);
+            self.disabled[b].store(earlier.is_disabled(b), Ordering::Release);
+        }
+        self.paused.store(earlier.is_paused(), Ordering::SeqCst);
+        let mut followers = self.followers.lock().unwrap_or_else(|e| e.into_inner());
+        let theirs =
+            std::mem::take(&mut *earlier.followers.lock().unwrap_or_else(|e| e.into_inner()));
+        for f in theirs
+            .iter()
+            .filter_map(Weak::upgrade)
+            .chain([earlier.clone()])
+        {
+            *f.leader.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(self);
+            followers.push(Arc::downgrade(&f));
+        }
+        true
+    }
+
+    /// Runs `apply` on every live follower (dropping the gone ones).
+    fn each_follower(&self, apply: impl Fn(&Router)) {
+        let mut followers = self.followers.lock().unwrap_or_else(|e| e.into_inner());
+        followers.retain(|f| f.strong_count() > 0);
+        for f in followers.iter().filter_map(Weak::upgrade) {
+            apply(&f);
         }
     }
 
@@ -197,6 +246,11 @@ impl Router {
     /// Sets the write target (the health loop's decision) and wakes the
     /// sessions waiting for one.
     pub fn set_primary(&self, primary: Option<BackendId>) {
+        self.set_primary_here(primary);
+        self.each_follower(|f| f.set_primary_here(primary));
+    }
+
+    fn set_primary_here(&self, primary: Option<BackendId>) {
         let value = primary.filter(|&p| p < self.backends).unwrap_or(NO_PRIMARY);
         if value != NO_PRIMARY {
             self.last_primary.store(value, Ordering::Release);
@@ -233,6 +287,11 @@ impl Router {
         if let Some(r) = self.readable.get(backend) {
             r.store(readable, Ordering::Release);
         }
+        self.each_follower(|f| {
+            if let Some(r) = f.readable.get(backend) {
+                r.store(readable, Ordering::Release);
+            }
+        });
     }
 
     pub fn is_readable(&self, backend: BackendId) -> bool {
@@ -244,6 +303,14 @@ impl Router {
     /// A session saw `backend` fail (connect error, connection lost): it
     /// serves no reads until the health loop has looked at it again.
     pub fn suspect(&self, backend: BackendId) {
+        let leader = self
+            .leader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        if let Some(leader) = leader {
+            leader.suspect(backend);
+        }
         if let Some(s) = self.suspect.get(backend) {
             self.set_readable(backend, false);
             if !s.swap(true, Ordering::AcqRel) {
@@ -258,6 +325,11 @@ impl Router {
         if let Some(d) = self.disabled.get(backend) {
             d.store(disabled, Ordering::Release);
         }
+        self.each_follower(|f| {
+            if let Some(d) = f.disabled.get(backend) {
+                d.store(disabled, Ordering::Release);
+            }
+        });
     }
 
     pub fn is_disabled(&self, backend: BackendId) -> bool {
@@ -274,6 +346,7 @@ impl Router {
         if !paused {
             self.resumed.notify_waiters();
         }
+        self.each_follower(|f| f.set_paused(paused));
     }
 
     pub fn is_paused(&self) -> bool {
@@ -607,5 +680,36 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[test]
+    fn a_router_replaced_by_a_reload_follows_its_successor() {
+        let old = Arc::new(Router::new(0, 3, &[1, 2], false));
+        old.set_readable(2, false);
+        old.set_disabled(1, true);
+        let new = Arc::new(Router::new(0, 3, &[1, 2], false));
+        assert!(new.adopt(&old));
+        assert!(
+            !new.is_readable(2) && new.is_disabled(1),
+            "state taken over"
+        );
+        // The one health loop left drives both.
+        new.set_primary(Some(1));
+        new.set_readable(2, true);
+        new.set_paused(true);
+        assert_eq!(old.primary(), Some(1));
+        assert!(old.is_readable(2) && old.is_paused());
+        // A second reload: the oldest follows the newest too.
+        let newer = Arc::new(Router::new(0, 3, &[1, 2], false));
+        assert!(newer.adopt(&new));
+        assert_eq!(newer.primary(), Some(1));
+        newer.set_primary(None);
+        assert_eq!((new.primary(), old.primary()), (None, None));
+        // An old session's suspect report reaches the loop that looks.
+        old.suspect(2);
+        assert_eq!(newer.take_suspects(), vec![2]);
+        // Other backends cannot follow.
+        let other = Arc::new(Router::new(0, 2, &[1], false));
+        assert!(!other.adopt(&newer));
     }
 }

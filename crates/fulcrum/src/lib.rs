@@ -56,11 +56,15 @@ struct Live {
 
 /// A new context for `cluster` with its health loop running; registered
 /// with metrics. Returns it for the admin console and the listener.
+/// A cluster's context; `earlier`, the running one a reload replaces, hands
+/// over first (its health loop stops before this one's starts: one health
+/// loop per cluster, and its clients follow the new one's routing state).
 fn context(
     cluster: Cluster,
     config: &Config,
     metrics: &Arc<Metrics>,
     shutdown: &watch::Receiver<bool>,
+    earlier: Option<&Current>,
 ) -> (Arc<dyn ClusterAdmin>, Current) {
     let name = cluster.name.clone();
     let slow = config.fulcrum.slow_query_threshold;
@@ -71,6 +75,9 @@ fn context(
                 metrics.clone(),
                 slow,
             );
+            if let Some(Current::Postgres(tx)) = earlier {
+                ctx.take_over(&tx.borrow());
+            }
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
             let (tx, _) = watch::channel(ctx.clone());
@@ -82,6 +89,9 @@ fn context(
                 metrics.clone(),
                 slow,
             );
+            if let Some(Current::Mysql(tx)) = earlier {
+                ctx.take_over(&tx.borrow());
+            }
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
             let (tx, _) = watch::channel(ctx.clone());
@@ -173,7 +183,7 @@ pub async fn run(
             pool_mode = ?cluster.pool_mode,
             "listening"
         );
-        let (admin, current) = context(cluster.clone(), &config, &metrics, &shutdown);
+        let (admin, current) = context(cluster.clone(), &config, &metrics, &shutdown, None);
         admin_clusters.push(admin);
         let drain = config.fulcrum.shutdown_timeout;
         match &current {
@@ -308,7 +318,13 @@ fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
             admin_list.extend(current_admin(current));
             continue;
         }
-        let (admin, next) = context(fresh.clone(), &new, &live.metrics, &live.shutdown);
+        let (admin, next) = context(
+            fresh.clone(),
+            &new,
+            &live.metrics,
+            &live.shutdown,
+            Some(current),
+        );
         match (current, next) {
             (Current::Postgres(tx), Current::Postgres(n)) => {
                 tx.send_replace(n.borrow().clone());

@@ -162,6 +162,17 @@ impl ClusterContext {
 
     /// Starts the cluster's health loop (probes, lag, failover) until
     /// `shutdown` turns true.
+    /// Takes over from `earlier`, this cluster's context before a reload:
+    /// its health loop stops (this one's, started next, is the only one),
+    /// and its router follows this one's when the backends are the same, so
+    /// clients connected before the reload route by the same health state.
+    pub fn take_over(&self, earlier: &ClusterContext) {
+        earlier.health.stop();
+        if !self.router.adopt(&earlier.router) {
+            tracing::warn!(cluster = %self.config.name, "backends changed by the reload: clients connected before it keep the routing state of the old list until they reconnect");
+        }
+    }
+
     pub fn start_health(&self, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         self.health.start(
             &self.config,
