@@ -157,6 +157,7 @@ async fn every_show_command_has_its_columns() {
                 "weight",
                 "disabled",
                 "paused",
+                "failover_blocked",
             ],
         ),
         (

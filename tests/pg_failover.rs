@@ -554,3 +554,86 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
         back.elapsed()
     );
 }
+
+/// `fulcrum_failover_blocked` from a scrape of `/metrics` on `port`.
+fn failover_blocked_gauge(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines()
+        .find(|l| l.starts_with("fulcrum_failover_blocked{"))
+        .and_then(|l| l.rsplit(' ').next().map(str::to_owned))
+}
+
+/// `failover_max_lag`: with replay paused on the only replica and the
+/// primary lost, Fulcrum does not promote a replica that much behind (the
+/// gauge says so, the log says why); once replay resumes and the replica
+/// has caught up, it promotes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_promotion_of_a_replica_beyond_failover_max_lag() {
+    let _s = serial().await;
+    let c = tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).unwrap();
+    let metrics_port = fulcrum_testkit::free_port();
+    let cfg = config(
+        &c,
+        &[
+            "health_interval = \"200ms\"",
+            "failover = \"promote\"",
+            "failover_timeout = \"1s\"",
+            "failover_max_lag = \"1MB\"",
+        ],
+    );
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let replica = &c.replicas()[0];
+    scalar(replica, "SELECT pg_wal_replay_pause()");
+    // About 4 MB of WAL the replica receives but does not replay.
+    c.primary()
+        .sql_db(
+            APP_DB,
+            "CREATE TABLE lag_fill AS SELECT g, repeat('x', 20) AS pad FROM generate_series(1, 60000) g",
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await; // the loop sees the new position
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while failover_blocked_gauge(metrics_port).as_deref() != Some("1") {
+        assert!(
+            Instant::now() < deadline,
+            "never blocked:\n{}",
+            p.log_contents()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        scalar(replica, "SELECT pg_is_in_recovery()"),
+        "t",
+        "not promoted"
+    );
+    assert!(
+        p.log_contents().contains("not promoting") && p.log_contents().contains("failover_max_lag"),
+        "{}",
+        p.log_contents()
+    );
+    // Replay resumes: caught up, the replica is promoted.
+    scalar(replica, "SELECT pg_wal_replay_resume()");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while scalar(replica, "SELECT pg_is_in_recovery()") != "f" {
+        assert!(
+            Instant::now() < deadline,
+            "not promoted after catching up:\n{}",
+            p.log_contents()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(failover_blocked_gauge(metrics_port).as_deref(), Some("0"));
+}

@@ -210,6 +210,7 @@ impl Admin {
                 let mut rows = Vec::new();
                 for c in &self.clusters() {
                     let cfg = c.config();
+                    let blocked = c.view().failover_blocked().unwrap_or_default();
                     for (i, v) in c.view().backends().iter().enumerate() {
                         let role = if c.router().is_primary(i) {
                             "primary"
@@ -229,6 +230,7 @@ impl Admin {
                             cfg.backends[i].weight.to_string(),
                             c.router().is_disabled(i).to_string(),
                             c.router().is_paused().to_string(),
+                            blocked.clone(),
                         ]);
                     }
                 }
@@ -245,6 +247,7 @@ impl Admin {
                         "weight",
                         "disabled",
                         "paused",
+                        "failover_blocked",
                     ],
                     &rows,
                 );

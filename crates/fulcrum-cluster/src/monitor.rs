@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fulcrum_config::{Failover, Health, Role};
+use fulcrum_config::{Failover, Health, MaxLag, Role};
 use fulcrum_pool::{BackendId, Router};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -331,6 +331,30 @@ impl<S: ServerOps> Monitor<S> {
         self.view.publish(statuses);
     }
 
+    /// Why promoting `candidate` would lose too much (`failover_max_lag`):
+    /// its replayed position is further behind the last primary position
+    /// seen, or its last replayed change older, than allowed. `None`: close
+    /// enough, or nothing to compare with.
+    fn too_far_behind(&self, candidate: BackendId) -> Option<String> {
+        let o = self.observed[candidate].as_ref()?;
+        let reference = self
+            .primary_position
+            .or_else(|| self.observed.iter().flatten().map(|o| o.received).max())?;
+        let lag = crate::lag::lag_of(reference, o.position, o.replay_age);
+        let (over, limit) = match self.settings.health.failover_max_lag {
+            MaxLag::Bytes(m) => (lag.bytes > m, format!("{m} bytes")),
+            MaxLag::Time(t) => (lag.time > t, format!("{t:?}")),
+        };
+        over.then(|| {
+            format!(
+                "the most advanced replica, {}, is {} bytes and {:?} behind the last primary position (failover_max_lag = {limit}); run SWITCHOVER to promote it anyway",
+                self.ops.address(candidate),
+                lag.bytes,
+                lag.time
+            )
+        })
+    }
+
     /// `failover = "promote"`: once the last primary has been down for
     /// `failover_timeout`, promote the most advanced replica and re-point the
     /// others at it.
@@ -355,6 +379,14 @@ impl<S: ServerOps> Monitor<S> {
             }
             return;
         };
+        if let Some(why) = self.too_far_behind(new) {
+            if self.view.failover_blocked().as_deref() != Some(why.as_str()) {
+                tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(new), "not promoting: {why}");
+                self.view.set_failover_blocked(Some(why));
+            }
+            return;
+        }
+        self.view.set_failover_blocked(None);
         let position = positions[new].unwrap_or(0);
         tracing::warn!(
             cluster = %self.settings.cluster, old = %self.ops.address(old), new = %self.ops.address(new),

@@ -24,6 +24,8 @@ pub struct BackendStatus {
 pub struct ClusterView {
     backends: Mutex<Vec<BackendStatus>>,
     failovers: Mutex<u64>,
+    /// Why the health loop does not promote now (`failover_max_lag`).
+    failover_blocked: Mutex<Option<String>>,
 }
 
 impl ClusterView {
@@ -44,6 +46,7 @@ impl ClusterView {
                     .collect(),
             ),
             failovers: Mutex::new(0),
+            failover_blocked: Mutex::new(None),
         }
     }
 
@@ -59,6 +62,21 @@ impl ClusterView {
     }
 
     /// Promotions done by this process.
+    /// Why automatic promotion is held back now, if it is.
+    pub fn failover_blocked(&self) -> Option<String> {
+        self.failover_blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_failover_blocked(&self, why: Option<String>) {
+        *self
+            .failover_blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
     pub fn failovers(&self) -> u64 {
         *self.failovers.lock().unwrap_or_else(|e| e.into_inner())
     }

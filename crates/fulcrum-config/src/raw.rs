@@ -81,6 +81,7 @@ pub(crate) struct RawCluster {
     pub health_password: Value<String>,
     pub health_database: Value<String>,
     pub max_lag: Value<SizeValue>,
+    pub failover_max_lag: Value<SizeValue>,
     pub failover: Value<String>,
     pub failover_timeout: Value<DurationText>,
     pub failover_command: Value<String>,

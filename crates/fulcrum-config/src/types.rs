@@ -261,6 +261,9 @@ pub struct Health {
     /// Replicas further behind than this serve no reads.
     pub max_lag: Option<MaxLag>,
     pub failover: Failover,
+    /// `promote` does not promote a replica further behind the last primary
+    /// position than this (an operator's SWITCHOVER still can).
+    pub failover_max_lag: MaxLag,
     /// How long the primary must stay down before `promote` acts.
     pub failover_timeout: Duration,
     /// Run after a promotion, with `%`-placeholders (see docs/failover.md).
@@ -278,6 +281,7 @@ impl std::fmt::Debug for Health {
             .field("database", &self.database)
             .field("max_lag", &self.max_lag)
             .field("failover", &self.failover)
+            .field("failover_max_lag", &self.failover_max_lag)
             .field("failover_timeout", &self.failover_timeout)
             .field("failover_command", &self.failover_command)
             .finish()

@@ -29,6 +29,8 @@ pub struct ClusterFigures<'a> {
     pub oversized: u64,
     /// Prepared statements clients hold (PostgreSQL's shared registry).
     pub prepared_statements: Option<usize>,
+    /// Automatic promotion is held back (`failover_max_lag`).
+    pub failover_blocked: bool,
 }
 
 const STATES: [&str; 4] = ["up", "lagging", "down", "stale"];
@@ -73,6 +75,9 @@ impl Metrics {
         );
         Metrics::catch_up(&self.unparsed.with_label_values(&[c]), f.unparsed);
         Metrics::catch_up(&self.oversized.with_label_values(&[c]), f.oversized);
+        self.failover_blocked
+            .with_label_values(&[c])
+            .set(i64::from(f.failover_blocked));
         if let Some(n) = f.prepared_statements {
             self.prepared_statements
                 .with_label_values(&[c])

@@ -75,6 +75,14 @@ fn monitor(
     failover: Failover,
     max_lag: Option<MaxLag>,
 ) -> (Monitor<Scripted>, Arc<Scripted>, Arc<Router>) {
+    monitor_with(failover, max_lag, MaxLag::Bytes(16 * 1024 * 1024))
+}
+
+fn monitor_with(
+    failover: Failover,
+    max_lag: Option<MaxLag>,
+    failover_max_lag: MaxLag,
+) -> (Monitor<Scripted>, Arc<Scripted>, Arc<Router>) {
     let ops = Arc::new(Scripted {
         addresses: vec!["p:1".into(), "r1:2".into(), "r2:3".into()],
         ..Default::default()
@@ -91,6 +99,7 @@ fn monitor(
             database: "d".into(),
             max_lag,
             failover,
+            failover_max_lag,
             failover_timeout: Duration::from_millis(30),
             failover_command: None,
         },
@@ -261,4 +270,51 @@ async fn a_switchover_fences_the_old_primary_and_promotes_the_target() {
         .unwrap_err()
         .contains("not a reachable replica"));
     assert!(!router.is_paused());
+}
+
+#[tokio::test]
+async fn no_promotion_beyond_failover_max_lag_until_it_catches_up() {
+    let (mut m, ops, router) = monitor_with(Failover::Promote, None, MaxLag::Bytes(1000));
+    // Replicas have received everything but replayed 5,000 bytes less.
+    script(
+        &ops,
+        vec![
+            primary(10_000),
+            replica(5_000, 10_000, 900),
+            replica(4_000, 9_000, 900),
+        ],
+    );
+    m.round().await;
+    script(
+        &ops,
+        vec![
+            down(),
+            replica(5_000, 10_000, 900),
+            replica(4_000, 9_000, 900),
+        ],
+    );
+    m.round().await;
+    m.round().await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    m.round().await;
+    m.round().await;
+    assert!(ops.promoted.lock().unwrap().is_empty(), "too far behind");
+    assert_eq!(router.primary(), None);
+    let why = m.view.failover_blocked().expect("the reason is shown");
+    assert!(
+        why.contains("failover_max_lag") && why.contains("5000 bytes"),
+        "{why}"
+    );
+    // It replays up to the last primary position: promoted, reason gone.
+    script(
+        &ops,
+        vec![
+            down(),
+            replica(10_000, 10_000, 0),
+            replica(4_000, 9_000, 900),
+        ],
+    );
+    m.round().await;
+    assert_eq!(*ops.promoted.lock().unwrap(), vec![1]);
+    assert_eq!(m.view.failover_blocked(), None);
 }

@@ -77,6 +77,7 @@ fn every_key_is_read_into_the_config() {
         health_user = "postgres"
         health_password = ""
         max_lag = "16MB"
+        failover_max_lag = "30s"
         failover = "promote"
         failover_timeout = "2s"
         failover_command = "/usr/local/bin/notify %h:%p %H:%r"
@@ -161,6 +162,7 @@ fn every_key_is_read_into_the_config() {
                     password: String::new(),
                     database: "postgres".into(),
                     max_lag: Some(MaxLag::Bytes(16 * 1024 * 1024)),
+                    failover_max_lag: MaxLag::Time(Duration::from_secs(30)),
                     failover: Failover::Promote,
                     failover_timeout: Duration::from_secs(2),
                     failover_command: Some("/usr/local/bin/notify %h:%p %H:%r".into()),
@@ -209,6 +211,7 @@ fn every_key_is_read_into_the_config() {
                     password: String::new(),
                     database: "mysql".into(),
                     max_lag: Some(MaxLag::Time(Duration::from_secs(2))),
+                    failover_max_lag: MaxLag::Time(Duration::from_secs(2)),
                     failover: Failover::None,
                     failover_timeout: defaults::FAILOVER_TIMEOUT,
                     failover_command: None,
@@ -263,6 +266,7 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.health.password, c.users[0].password);
     assert_eq!(c.health.database, "postgres");
     assert_eq!(c.health.max_lag, None);
+    assert_eq!(c.health.failover_max_lag, MaxLag::Bytes(16 * 1024 * 1024));
     assert_eq!(c.health.failover, Failover::Follow);
     assert_eq!(c.health.failover_timeout, Duration::from_secs(3));
     assert_eq!(c.health.failover_command, None);

@@ -247,9 +247,13 @@ fn health(
     let database = t.text(&c.health_database, "health_database", Some(default_db))?;
     let max_lag = match &c.max_lag {
         None => None,
-        Some(v) => Some(max_lag(v.get_ref()).map_err(|e| t.error(v, "max_lag", e))?),
+        Some(v) => Some(parse_max_lag(v.get_ref()).map_err(|e| t.error(v, "max_lag", e))?),
     };
     let failover = t.choice(&c.failover, "failover", FAILOVERS, Some(defaults::FAILOVER))?;
+    let failover_max_lag = match &c.failover_max_lag {
+        Some(v) => parse_max_lag(v.get_ref()).map_err(|e| t.error(v, "failover_max_lag", e))?,
+        None => max_lag_default(max_lag, protocol),
+    };
     let failover_timeout = t.duration(
         &c.failover_timeout,
         "failover_timeout",
@@ -268,13 +272,24 @@ fn health(
         database,
         max_lag,
         failover,
+        failover_max_lag,
         failover_timeout,
         failover_command,
     })
 }
 
+/// `failover_max_lag` when not set: `max_lag` if set, else 16 MB of WAL
+/// (PostgreSQL) or 16 s of replay age (MariaDB, whose distance is counted in
+/// transactions, not bytes).
+fn max_lag_default(max_lag: Option<MaxLag>, protocol: Protocol) -> MaxLag {
+    max_lag.unwrap_or(match protocol {
+        Protocol::Postgres => MaxLag::Bytes(16 * 1024 * 1024),
+        Protocol::Mysql => MaxLag::Time(std::time::Duration::from_secs(16)),
+    })
+}
+
 /// `max_lag`: a duration (`"2s"`) or a size (`"16MB"`, or a byte count).
-fn max_lag(v: &SizeValue) -> Result<MaxLag, String> {
+fn parse_max_lag(v: &SizeValue) -> Result<MaxLag, String> {
     let lag = match v {
         SizeValue::Bytes(n) => {
             MaxLag::Bytes(u64::try_from(*n).map_err(|_| format!("must not be negative, got {n}"))?)

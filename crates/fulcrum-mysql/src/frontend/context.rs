@@ -152,6 +152,7 @@ impl MyClusterContext {
                 })
                 .collect(),
             failovers: self.view.failovers(),
+            failover_blocked: self.view.failover_blocked().is_some(),
             classifier_hits: c.hits,
             classifier_misses: c.misses,
             unparsed: c.unparsed,

@@ -323,6 +323,7 @@ impl ClusterContext {
                 })
                 .collect(),
             failovers: self.view.failovers(),
+            failover_blocked: self.view.failover_blocked().is_some(),
             classifier_hits: c.hits,
             classifier_misses: c.misses,
             unparsed: c.unparsed,
