@@ -30,6 +30,29 @@ pub enum MinVersion {
     Tls13,
 }
 
+/// The largest PEM file read (a chain of a few certificates is a few kB).
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// A PEM file must be a regular file of sane size: a device such as
+/// `/dev/zero` named by mistake would otherwise be read without end.
+fn check_file(path: &Path) -> Result<(), TlsError> {
+    let fail = |reason: String| TlsError::File {
+        path: path.to_owned(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(fail(format!(
+            "{} bytes: larger than a PEM file is ({MAX_PEM_BYTES} at most)",
+            meta.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A rustls server config presenting the chain in `cert` with the key in
 /// `key` (PEM files), from TLS `min` up, offering `alpn` protocols.
 pub fn server_config(
@@ -45,6 +68,8 @@ pub fn server_config(
             other => format!("not a valid PEM file ({other:?})"),
         },
     };
+    check_file(cert)?;
+    check_file(key)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| file_error(cert, e))?
         .collect::<Result<_, _>>()
@@ -139,6 +164,9 @@ mod tests {
         // A certificate where the key should be.
         let e = server_config(&cert, &cert, MinVersion::Tls12, &[]).unwrap_err();
         assert!(e.to_string().contains("no private key"), "{e}");
+        // Not a regular file.
+        let e = server_config(Path::new("/dev/zero"), &key, MinVersion::Tls12, &[]).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
         // Another certificate's key.
         let (_, other_key) = self_signed("other");
         let e = server_config(&cert, &other_key, MinVersion::Tls13, &[]).unwrap_err();
