@@ -111,21 +111,6 @@ pub(crate) fn client_tls(
     if mode == TlsMode::Disable {
         return Ok(None);
     }
-    if protocol == Protocol::Mysql {
-        // Refused rather than ignored: a MySQL client would stay in plain
-        // text while the file says otherwise.
-        let reason = format!(
-            "tls_mode = \"{}\" is not supported on MySQL listeners yet; set \"disable\" for this cluster",
-            mode_name(mode)
-        );
-        return Err(match c.tls_mode.as_ref() {
-            Some(v) => ct.error(v, "tls_mode", reason),
-            None => match (gt, g.and_then(|g| g.tls_mode.as_ref())) {
-                (Some(gt), Some(v)) => gt.error(v, "tls_mode", reason),
-                _ => ct.error_at_header("tls_mode", reason),
-            },
-        });
-    }
     let (vt, version) = pick(ct, &c.tls_min_version, gt, g.map(|g| &g.tls_min_version));
     let min_version = vt.choice(
         version,

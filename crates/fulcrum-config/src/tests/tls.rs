@@ -127,15 +127,13 @@ fn broken_settings_name_file_line_and_key() {
 }
 
 #[test]
-fn mysql_listeners_refuse_tls_until_it_is_built() {
+fn mysql_listeners_take_tls_without_alpn() {
     let dir = dir_with_certificate("mysql");
     let text = with_keys(
         "    tls_mode = \"require\"\n    tls_certificate = \"cert.pem\"\n    tls_private_key = \"key.pem\"\n",
     )
     .replace("protocol = \"postgres\"", "protocol = \"mysql\"");
-    let e = parse_in(&dir, &text).unwrap_err();
-    assert!(
-        e.ends_with("fulcrum.toml:5: cluster[0].tls_mode: tls_mode = \"require\" is not supported on MySQL listeners yet; set \"disable\" for this cluster"),
-        "{e}"
-    );
+    let c = parse_in(&dir, &text).unwrap();
+    let tls = c.clusters[0].tls.as_ref().expect("tls");
+    assert!(tls.server_config.alpn_protocols.is_empty());
 }

@@ -60,6 +60,8 @@ pub mod codes {
         OPTION_PREVENTS_STATEMENT = 1290, b"HY000";
         /// ER_QUERY_INTERRUPTED: query execution was interrupted.
         QUERY_INTERRUPTED = 1317, b"70100";
+        /// ER_SECURE_TRANSPORT_REQUIRED: a plain connection where TLS is required.
+        INSECURE_TRANSPORT = 3159, b"HY000";
         /// ER_CLIENT_INTERACTION_TIMEOUT: disconnected for inactivity.
         CLIENT_INTERACTION_TIMEOUT = 4031, b"HY000";
     }

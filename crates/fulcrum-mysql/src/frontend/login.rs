@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
+use fulcrum_tls::ClientStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
-use tokio::net::TcpStream;
 
 use super::context::MyClusterContext;
 use super::error::SessionError;
@@ -59,12 +59,13 @@ pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: 
 
 pub async fn login(
     ctx: &MyClusterContext,
-    conn: &mut Connection<TcpStream>,
+    conn: &mut Connection<ClientStream>,
     ticket: &fulcrum_net::PendingTicket,
 ) -> Result<Login, SessionError> {
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
-    let mut ours = offered(false);
+    let tls = ctx.config.tls.as_ref();
+    let mut ours = offered(tls.is_some());
     if !ctx.config.allow_local_infile {
         ours -= C::CLIENT_LOCAL_FILES;
     }
@@ -84,13 +85,38 @@ pub async fn login(
     let max = 1 << 20;
     let span = read_client_message(conn, max).await?;
     ticket.mark_started();
-    let msg = conn.take(span.total);
-    let seq = span.last_seq.wrapping_add(1);
+    let mut msg = conn.take(span.total);
+    let mut seq = span.last_seq.wrapping_add(1);
     let refuse = |reason: String| SessionError::Refused(reason);
+    if let (Ok(ClientHello::SslRequest { .. }), Some(tls)) =
+        (parse_client_hello(&msg[HEADER_LEN..]), tls)
+    {
+        if !conn.read_buf.is_empty() {
+            // Bytes sent before the handshake would be read as if they
+            // had come over TLS.
+            let m = "fulcrum: unencrypted data after the SSL request";
+            send_error(conn.stream_mut(), seq, codes::HANDSHAKE, m).await;
+            return Err(refuse(m.into()));
+        }
+        let acceptor = fulcrum_tls::TlsAcceptor::from(tls.server_config.clone());
+        if let Err(e) = conn.stream_mut().upgrade(&acceptor).await {
+            return Err(refuse(format!("TLS handshake failed: {e}")));
+        }
+        // The full HandshakeResponse follows, over TLS.
+        let span = read_client_message(conn, max).await?;
+        msg = conn.take(span.total);
+        seq = span.last_seq.wrapping_add(1);
+    }
+    let require = tls.is_some_and(|t| t.mode == fulcrum_config::TlsMode::Require);
+    if require && !conn.stream().is_tls() {
+        let m = "fulcrum: this listener requires TLS (tls_mode = \"require\"): connect with --ssl";
+        send_error(conn.stream_mut(), seq, codes::INSECURE_TRANSPORT, m).await;
+        return Err(refuse(m.into()));
+    }
     let hello = match parse_client_hello(&msg[HEADER_LEN..]) {
         Ok(ClientHello::Response(r)) => r,
         Ok(ClientHello::SslRequest { .. }) => {
-            let m = "fulcrum: TLS is not supported on this listener";
+            let m = "fulcrum: TLS is not enabled on this listener (tls_mode)";
             send_error(conn.stream_mut(), seq, codes::HANDSHAKE, m).await;
             return Err(refuse(m.into()));
         }
@@ -112,7 +138,6 @@ pub async fn login(
     // Unknown users are checked against a password nobody has: same answer.
     let expected = password.map_or("\u{1}fulcrum-no-such-user", |p| p.as_str());
     let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
-    let mut seq = seq;
     let ok = if trust {
         true
     } else if plugin == native::PLUGIN {
@@ -148,7 +173,8 @@ pub async fn login(
             "Access denied for user '{}'@'{}' (using password: {})",
             hello.username,
             conn.stream()
-                .peer_addr()
+                .tcp()
+                .and_then(|t| t.peer_addr().ok())
                 .map(|a| a.ip().to_string())
                 .unwrap_or_default(),
             if hello.auth_response.is_empty() {

@@ -103,7 +103,10 @@ async fn handle(
     ticket: PendingTicket,
     limit: Arc<Semaphore>,
 ) -> Result<(), SessionError> {
-    let mut conn = Connection::with_read_buf(stream, BytesMut::with_capacity(8 * 1024));
+    let mut conn = Connection::with_read_buf(
+        fulcrum_tls::ClientStream::from(stream),
+        BytesMut::with_capacity(8 * 1024),
+    );
     let end = tokio::select! {
         r = tokio::time::timeout(ctx.config.client_login_timeout, login(&ctx, &mut conn, &ticket)) => r.ok(),
         _ = ticket.evicted() => {

@@ -36,8 +36,8 @@ use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
+use fulcrum_tls::ClientStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
-use tokio::net::TcpStream;
 
 use super::context::MyClusterContext;
 use super::error::SessionError;
@@ -60,7 +60,7 @@ pub struct Session {
     ctx: Arc<MyClusterContext>,
     /// The client's socket, the command being read (`read_buf`) and the
     /// answers queued for it (`write_buf`).
-    client: Connection<TcpStream>,
+    client: Connection<ClientStream>,
     user: Arc<str>,
     caps: C,
     /// The client allows several statements in one COM_QUERY.
@@ -125,7 +125,7 @@ struct Effects {
 impl Session {
     pub fn new(
         ctx: Arc<MyClusterContext>,
-        client: Connection<TcpStream>,
+        client: Connection<ClientStream>,
         login: Login,
         shutdown: tokio::sync::watch::Receiver<bool>,
         client_entry: fulcrum_cluster::clients::ClientHandle,

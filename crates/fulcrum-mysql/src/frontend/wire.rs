@@ -3,9 +3,9 @@
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
+use fulcrum_tls::ClientStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::error::SessionError;
 use crate::codec::err::{build_err, build_error, ErrorCode};
@@ -15,7 +15,7 @@ use crate::codec::response::{build_ok, OkPacket};
 /// Reads until `buf` holds one whole client message; returns its span.
 /// An oversized or malformed message gets ERR 1153 / 1043.
 pub async fn read_client_message(
-    client: &mut Connection<TcpStream>,
+    client: &mut Connection<ClientStream>,
     max: usize,
 ) -> Result<MessageSpan, SessionError> {
     loop {
@@ -70,8 +70,9 @@ pub fn put_err(out: &mut BytesMut, seq: u8, code: u16, state: [u8; 5], message: 
 }
 
 /// Sends an ERR packet now, ignoring write errors (the client may be gone).
-pub async fn send_error(client: &mut TcpStream, seq: u8, code: ErrorCode, message: &str) {
+pub async fn send_error(client: &mut ClientStream, seq: u8, code: ErrorCode, message: &str) {
     let mut out = BytesMut::new();
     put_error(&mut out, seq, code, message);
     let _ = client.write_all(&out).await;
+    let _ = client.flush().await;
 }
