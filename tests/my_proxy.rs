@@ -482,3 +482,36 @@ async fn idle_clients_and_idle_transactions_are_closed() {
         started.elapsed()
     );
 }
+
+/// `max_prepared_statements` bounds the statements on a server connection
+/// by closing the least recently used (COM_STMT_CLOSE) and preparing them
+/// again when used: 30 statements under a bound of 10 all run, twice, on
+/// the same server connection (before, it was closed each time it went
+/// over the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_over_the_bound_are_closed_and_prepared_again() {
+    let (_p, port) = start("pool_size = 1\nmax_prepared_statements = 10");
+    let mut conn = connect(port).await;
+    let first: u64 = conn
+        .query_first("SELECT CONNECTION_ID()")
+        .await
+        .unwrap()
+        .unwrap();
+    for round in 0..2 {
+        for i in 0..30u64 {
+            let sql = format!("SELECT {i} + ?");
+            let v: u64 = conn
+                .exec_first(sql.as_str(), (1u64,))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}, statement {i}: {e}"))
+                .unwrap();
+            assert_eq!(v, i + 1);
+        }
+    }
+    let last: u64 = conn
+        .query_first("SELECT CONNECTION_ID()")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(last, first, "the same server connection");
+}

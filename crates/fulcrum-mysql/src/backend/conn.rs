@@ -36,6 +36,8 @@ pub struct ServerConn {
     pub applied: Vec<String>,
     /// Statements prepared on this connection, by text.
     pub prepared: HashMap<Arc<str>, ServerStmt>,
+    /// Counts statement uses here (`ServerStmt::used`).
+    pub stmt_clock: u64,
     /// `last_gtid` is tracked on this connection (consistency `session`):
     /// set again after every COM_RESET_CONNECTION.
     pub track_gtid: bool,
@@ -55,6 +57,9 @@ pub struct ServerStmt {
     pub answer: Vec<u8>,
     /// The parameter types this statement was last executed with here.
     pub types: Option<Vec<u8>>,
+    /// When it was last used (a count of uses on this connection), for
+    /// `max_prepared_statements`' least-recently-used eviction.
+    pub used: u64,
 }
 
 #[derive(Debug, Error)]

@@ -100,6 +100,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         applied: Vec::new(),
         prepared: std::collections::HashMap::new(),
         track_gtid: false,
+        stmt_clock: 0,
     };
     let io = |e: InternalError| match e {
         InternalError::Io(source) => ConnectError::Io {

@@ -86,10 +86,47 @@ impl Session {
         Ok(())
     }
 
+    /// At `max_prepared_statements` on the attached connection, closes the
+    /// least recently used statements there (a tenth of the bound at once;
+    /// COM_STMT_CLOSE has no answer); a client that uses one later has it
+    /// prepared again. Not for a pinned client: a cursor may be open on one.
+    async fn close_least_used_statements(&mut self) -> std::io::Result<()> {
+        let max = self.ctx.config.max_prepared_statements as usize;
+        let server = self.server.as_mut().expect("attached");
+        if max == 0 || server.prepared.len() < max {
+            return Ok(());
+        }
+        let want = server.prepared.len() + 1 - max + max / 10;
+        let mut by_use: Vec<(u64, Arc<str>)> = server
+            .prepared
+            .iter()
+            .map(|(sql, s)| (s.used, sql.clone()))
+            .collect();
+        by_use.sort_unstable_by_key(|(used, _)| *used);
+        let mut out = bytes::BytesMut::new();
+        for (_, sql) in by_use.into_iter().take(want) {
+            if let Some(s) = server.prepared.remove(&sql) {
+                write_packet(
+                    &mut out,
+                    0,
+                    &build_command(Command::StmtClose, &s.id.to_le_bytes()),
+                );
+            }
+        }
+        server.io.send(&out).await
+    }
+
     /// Prepares `sql` on the attached server unless it has it already.
     async fn ensure_prepared(&mut self, sql: &Arc<str>, seq: u8) -> Result<Prepared, SessionError> {
-        if let Some(s) = self.server.as_ref().expect("attached").prepared.get(sql) {
+        let server = self.server.as_mut().expect("attached");
+        server.stmt_clock += 1;
+        let clock = server.stmt_clock;
+        if let Some(s) = server.prepared.get_mut(sql) {
+            s.used = clock;
             return Ok(Prepared::Ready { id: s.id });
+        }
+        if self.engine.pinned().is_none() && self.close_least_used_statements().await.is_err() {
+            return Err(self.lost(seq, "writing to the server failed").await);
         }
         let mut msg = bytes::BytesMut::new();
         write_packet(
@@ -128,6 +165,7 @@ impl Session {
                 id: ok.statement_id,
                 answer,
                 types: None,
+                used: clock,
             },
         );
         Ok(Prepared::Ready {
