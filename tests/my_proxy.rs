@@ -493,13 +493,14 @@ async fn statements_over_the_bound_are_closed_and_prepared_again() {
     let (_p, port) = start("pool_size = 1\nmax_prepared_statements = 10");
     let mut conn = connect(port).await;
     let first: u64 = conn
-        .query_first("SELECT CONNECTION_ID()")
+        .query_first("SELECT CONNECTION_ID() /* fulcrum:primary */")
         .await
         .unwrap()
         .unwrap();
     for round in 0..2 {
         for i in 0..30u64 {
-            let sql = format!("SELECT {i} + ?");
+            // All on the primary, so one server connection sees them all.
+            let sql = format!("SELECT {i} + ? /* fulcrum:primary */");
             let v: u64 = conn
                 .exec_first(sql.as_str(), (1u64,))
                 .await
@@ -509,7 +510,7 @@ async fn statements_over_the_bound_are_closed_and_prepared_again() {
         }
     }
     let last: u64 = conn
-        .query_first("SELECT CONNECTION_ID()")
+        .query_first("SELECT CONNECTION_ID() /* fulcrum:primary */")
         .await
         .unwrap()
         .unwrap();
