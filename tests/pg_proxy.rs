@@ -635,3 +635,27 @@ async fn commit_and_chain_after_a_lone_begin_opens_a_new_transaction() {
         "the chained transaction was rolled back"
     );
 }
+
+/// `server_lifetime`: a server connection older than it is closed (when it
+/// comes back to the pool, or when found idle), and the next unit gets a
+/// fresh one, which is then reused while young.
+#[tokio::test]
+async fn server_connections_are_renewed_after_server_lifetime() {
+    let (_p, cfg) = proxy(
+        primary_only_config()
+            .pool_size(1)
+            .extra("server_lifetime = \"1s\""),
+    );
+    let a = connect(&cfg, APP_USER).await;
+    let pid = one_string(&a, "SELECT pg_backend_pid()").await;
+    assert_eq!(
+        one_string(&a, "SELECT pg_backend_pid()").await,
+        pid,
+        "young: reused"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Idle past its lifetime: not handed out again.
+    let later = one_string(&a, "SELECT pg_backend_pid()").await;
+    assert_ne!(later, pid, "renewed after its lifetime");
+    assert_eq!(one_string(&a, "SELECT pg_backend_pid()").await, later);
+}

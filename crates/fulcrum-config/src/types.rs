@@ -203,6 +203,9 @@ pub struct Cluster {
     pub idle_transaction_timeout: Option<Duration>,
     /// Idle server connections older than this are closed.
     pub server_idle_timeout: Duration,
+    /// Server connections older than this are closed when they come back
+    /// to the pool; `None`: kept as long as they work.
+    pub server_lifetime: Option<Duration>,
     /// Largest client message accepted, in bytes (declared length).
     pub max_message_size: u64,
     /// Most client connections accepted at once on this listener.
@@ -328,6 +331,7 @@ pub mod defaults {
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     pub const CLIENT_LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
+    pub const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_MESSAGE_SIZE: u64 = 256 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;

@@ -58,8 +58,12 @@ struct Inner<C> {
     size: u32,
     timeout: Duration,
     idle_timeout: Duration,
+    /// A connection older than this is closed when it comes back (and not
+    /// handed out again from idle): `server_lifetime`.
+    lifetime: Option<Duration>,
     permits: Arc<Semaphore>,
-    idle: Mutex<VecDeque<(C, Instant)>>,
+    /// Idle connections: (connection, idle since, opened at).
+    idle: Mutex<VecDeque<(C, Instant, Instant)>>,
     opened: AtomicU64,
     closed: AtomicU64,
     waits: AtomicU64,
@@ -72,6 +76,8 @@ struct Inner<C> {
 /// dropping it closes the connection instead.
 pub struct Checkout<C> {
     conn: Option<C>,
+    /// When the connection was opened.
+    born: Instant,
     pool: Arc<Inner<C>>,
     _permit: OwnedSemaphorePermit,
 }
@@ -93,6 +99,7 @@ impl<C: Poolable> Pool<C> {
                 size,
                 timeout,
                 idle_timeout,
+                lifetime: None,
                 permits: Arc::new(Semaphore::new(size as usize)),
                 idle: Mutex::new(VecDeque::new()),
                 opened: AtomicU64::new(0),
@@ -101,6 +108,15 @@ impl<C: Poolable> Pool<C> {
                 backend_load,
             }),
         }
+    }
+
+    /// Connections older than `lifetime` are closed instead of reused
+    /// (`None`: kept as long as they work). For a pool just made.
+    pub fn with_lifetime(mut self, lifetime: Option<Duration>) -> Pool<C> {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.lifetime = lifetime;
+        }
+        self
     }
 
     /// Takes an idle connection, or opens one with `connect` when none is idle.
@@ -124,10 +140,11 @@ impl<C: Poolable> Pool<C> {
                 }
             }
         };
-        if let Some(conn) = self.take_idle() {
+        if let Some((conn, born)) = self.take_idle() {
             inner.backend_load.fetch_add(1, Ordering::Relaxed);
             return Ok(Checkout {
                 conn: Some(conn),
+                born,
                 pool: inner.clone(),
                 _permit: permit,
             });
@@ -137,6 +154,7 @@ impl<C: Poolable> Pool<C> {
         inner.backend_load.fetch_add(1, Ordering::Relaxed);
         Ok(Checkout {
             conn: Some(conn),
+            born: Instant::now(),
             pool: inner.clone(),
             _permit: permit,
         })
@@ -144,19 +162,23 @@ impl<C: Poolable> Pool<C> {
 
     /// Most recently used first (keeps few connections warm); expired and
     /// unusable ones are closed on the way.
-    fn take_idle(&self) -> Option<C> {
+    fn take_idle(&self) -> Option<(C, Instant)> {
         let now = Instant::now();
         let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
         while idle
             .front()
-            .is_some_and(|(_, since)| now.duration_since(*since) > self.inner.idle_timeout)
+            .is_some_and(|(_, since, _)| now.duration_since(*since) > self.inner.idle_timeout)
         {
             idle.pop_front();
             self.inner.closed.fetch_add(1, Ordering::Relaxed);
         }
-        while let Some((mut conn, _)) = idle.pop_back() {
-            if conn.is_usable() {
-                return Some(conn);
+        while let Some((mut conn, _, born)) = idle.pop_back() {
+            let too_old = self
+                .inner
+                .lifetime
+                .is_some_and(|l| now.duration_since(born) >= l);
+            if !too_old && conn.is_usable() {
+                return Some((conn, born));
             }
             self.inner.closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -192,8 +214,20 @@ impl<C> Checkout<C> {
     /// Gives a clean connection back to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
+            let now = Instant::now();
+            if self
+                .pool
+                .lifetime
+                .is_some_and(|l| now.duration_since(self.born) >= l)
+            {
+                // Past `server_lifetime`: closed, a fresh one is opened
+                // when needed.
+                drop(conn);
+                self.pool.closed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            idle.push_back((conn, Instant::now()));
+            idle.push_back((conn, now, self.born));
         }
     }
 
@@ -265,6 +299,31 @@ mod tests {
         let c = p.get(|| open(2)).await.unwrap();
         assert_eq!(c.id, 1);
         assert_eq!(p.stats().opened, 1);
+    }
+
+    #[tokio::test]
+    async fn connections_past_their_lifetime_are_closed_not_reused() {
+        let p = pool(2, 100).with_lifetime(Some(Duration::from_millis(50)));
+        let c = p.get(|| open(1)).await.unwrap();
+        c.release();
+        let c = p.get(|| open(2)).await.unwrap();
+        assert_eq!(c.id, 1, "young enough: reused");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        c.release();
+        assert_eq!(p.stats().closed, 1, "closed when it came back too old");
+        let c = p.get(|| open(3)).await.unwrap();
+        assert_eq!(c.id, 3);
+        c.release();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let c = p.get(|| open(4)).await.unwrap();
+        assert_eq!(c.id, 4, "an idle one past its lifetime is not handed out");
+        assert_eq!(p.stats().closed, 2);
+        // No lifetime: kept.
+        let q = pool(1, 100).with_lifetime(None);
+        let c = q.get(|| open(5)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.release();
+        assert_eq!(q.get(|| open(6)).await.unwrap().id, 5);
     }
 
     #[tokio::test]

@@ -60,6 +60,7 @@ fn every_key_is_read_into_the_config() {
         client_idle_timeout = "1m"
         idle_transaction_timeout = "0s"
         server_idle_timeout = "1h"
+        server_lifetime = "0s"
         max_message_size = "64kB"
         max_client_connections = 50
         max_pending_logins = 16
@@ -140,6 +141,7 @@ fn every_key_is_read_into_the_config() {
                 client_idle_timeout: Some(Duration::from_secs(60)),
                 idle_transaction_timeout: None,
                 server_idle_timeout: Duration::from_secs(3600),
+                server_lifetime: None,
                 max_message_size: 64 * 1024,
                 max_client_connections: 50,
                 max_pending_logins: 16,
@@ -189,6 +191,7 @@ fn every_key_is_read_into_the_config() {
                 client_idle_timeout: None,
                 idle_transaction_timeout: None,
                 server_idle_timeout: defaults::SERVER_IDLE_TIMEOUT,
+                server_lifetime: Some(defaults::SERVER_LIFETIME),
                 max_message_size: 1024 * 1024,
                 max_client_connections: defaults::MAX_CLIENT_CONNECTIONS,
                 max_pending_logins: defaults::MAX_PENDING_LOGINS,
@@ -252,6 +255,7 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.connect_timeout, Duration::from_secs(3));
     assert_eq!(c.client_login_timeout, Duration::from_secs(15));
     assert_eq!(c.server_idle_timeout, Duration::from_secs(600));
+    assert_eq!(c.server_lifetime, Some(Duration::from_secs(3600)));
     assert_eq!(c.max_message_size, 256 * 1024 * 1024);
     assert_eq!(c.max_client_connections, 10_000);
     assert_eq!(c.max_pending_logins, 512);

@@ -96,6 +96,10 @@ pub(super) fn cluster(
         "server_idle_timeout",
         defaults::SERVER_IDLE_TIMEOUT,
     )?;
+    let server_lifetime = match &c.server_lifetime {
+        None => Some(defaults::SERVER_LIFETIME),
+        Some(_) => t.duration_or_off(&c.server_lifetime, "server_lifetime")?,
+    };
     let max_message_size = t.size(
         &c.max_message_size,
         "max_message_size",
@@ -183,6 +187,7 @@ pub(super) fn cluster(
         client_idle_timeout,
         idle_transaction_timeout,
         server_idle_timeout,
+        server_lifetime,
         max_message_size,
         max_client_connections,
         max_pending_logins,

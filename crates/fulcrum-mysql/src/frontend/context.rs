@@ -241,6 +241,7 @@ impl MyClusterContext {
                     self.config.server_idle_timeout,
                     self.router.load_counter(backend),
                 )
+                .with_lifetime(self.config.server_lifetime)
             })
             .clone()
     }

@@ -204,6 +204,7 @@ impl ClusterContext {
                     self.config.server_idle_timeout,
                     self.router.load_counter(backend),
                 )
+                .with_lifetime(self.config.server_lifetime)
             })
             .clone()
     }
