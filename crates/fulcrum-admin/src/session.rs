@@ -83,6 +83,7 @@ async fn login(
         known
             .zip(verifier.as_ref())
             .map(|(u, v)| (u.password.as_str(), v)),
+        None,
         || decoy.unwrap_or_else(|| Verifier::unmatchable(secret, &user)),
     )
     .await

@@ -16,6 +16,7 @@ mod addr;
 mod error;
 mod keypath;
 mod raw;
+mod server_tls;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -26,6 +27,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::ConfigError;
+pub use server_tls::{ChannelBinding, ServerTls, ServerTlsMode};
 pub use tls::{ClientTls, TlsMode, TlsVersion};
 pub use types::*;
 pub use units::{parse_duration, parse_size};

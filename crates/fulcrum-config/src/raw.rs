@@ -40,6 +40,7 @@ pub(crate) struct RawGlobal {
     pub tls_certificate: Value<String>,
     pub tls_private_key: Value<String>,
     pub tls_min_version: Value<String>,
+    pub tls_client_ca: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,6 +74,12 @@ pub(crate) struct RawCluster {
     pub tls_certificate: Value<String>,
     pub tls_private_key: Value<String>,
     pub tls_min_version: Value<String>,
+    pub tls_client_ca: Value<String>,
+    pub server_tls: Value<String>,
+    pub server_tls_ca: Value<String>,
+    pub server_tls_certificate: Value<String>,
+    pub server_tls_private_key: Value<String>,
+    pub server_channel_binding: Value<String>,
     pub allow_local_infile: Value<bool>,
     pub server_cleartext: Value<bool>,
     pub health_interval: Value<DurationText>,
@@ -99,6 +106,11 @@ pub(crate) struct RawBackend {
     pub address: Value<String>,
     pub role: Value<String>,
     pub weight: Value<Int>,
+    pub server_tls: Value<String>,
+    pub server_tls_ca: Value<String>,
+    pub server_tls_certificate: Value<String>,
+    pub server_tls_private_key: Value<String>,
+    pub server_channel_binding: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -41,6 +41,11 @@ pub struct ClientTls {
     pub certificate: PathBuf,
     pub private_key: PathBuf,
     pub min_version: TlsVersion,
+    /// CA file client certificates are checked against (`tls_client_ca`).
+    pub client_ca: Option<PathBuf>,
+    /// The `tls-server-end-point` hash of the listener's certificate, for
+    /// SCRAM-SHA-256-PLUS (`None` when its signature names no hash).
+    pub end_point_hash: Option<Vec<u8>>,
     /// A digest of both files' bytes when they were read: a reload with the
     /// same paths but new contents (a renewed certificate) is a change.
     pub files_digest: u64,
@@ -55,6 +60,7 @@ impl fmt::Debug for ClientTls {
             .field("certificate", &self.certificate)
             .field("private_key", &self.private_key)
             .field("min_version", &self.min_version)
+            .field("client_ca", &self.client_ca)
             .finish_non_exhaustive()
     }
 }
@@ -66,12 +72,14 @@ impl PartialEq for ClientTls {
             &self.certificate,
             &self.private_key,
             self.min_version,
+            &self.client_ca,
             self.files_digest,
         ) == (
             o.mode,
             &o.certificate,
             &o.private_key,
             o.min_version,
+            &o.client_ca,
             o.files_digest,
         )
     }
@@ -130,6 +138,8 @@ pub(crate) fn client_tls(
     };
     let cert: &Spanned<String> = cert.as_ref().ok_or_else(|| needs("tls_certificate"))?;
     let key: &Spanned<String> = key.as_ref().ok_or_else(|| needs("tls_private_key"))?;
+    let (cat, ca) = pick(ct, &c.tls_client_ca, gt, g.map(|g| &g.tls_client_ca));
+    let client_ca = ca.as_ref().map(|v| base.join(v.get_ref()));
     let certificate = base.join(cert.get_ref());
     let private_key = base.join(key.get_ref());
     let alpn: &[&[u8]] = match protocol {
@@ -141,20 +151,33 @@ pub(crate) fn client_tls(
         TlsVersion::Tls13 => fulcrum_tls::MinVersion::Tls13,
     };
     let server_config =
-        fulcrum_tls::server_config(&certificate, &private_key, min, alpn).map_err(|e| match e {
-            fulcrum_tls::TlsError::File { ref path, .. } if *path == private_key => {
-                keyt.error(key, "tls_private_key", e.to_string())
-            }
-            fulcrum_tls::TlsError::Mismatch { .. } => {
-                keyt.error(key, "tls_private_key", e.to_string())
-            }
-            _ => certt.error(cert, "tls_certificate", e.to_string()),
-        })?;
+        fulcrum_tls::server_config(&certificate, &private_key, min, alpn, client_ca.as_deref())
+            .map_err(|e| match e {
+                fulcrum_tls::TlsError::File { ref path, .. }
+                | fulcrum_tls::TlsError::NoCertificate { ref path }
+                    if Some(path) == client_ca.as_ref() =>
+                {
+                    cat.error(ca.as_ref().expect("set"), "tls_client_ca", e.to_string())
+                }
+                fulcrum_tls::TlsError::File { ref path, .. } if *path == private_key => {
+                    keyt.error(key, "tls_private_key", e.to_string())
+                }
+                fulcrum_tls::TlsError::Mismatch { .. } => {
+                    keyt.error(key, "tls_private_key", e.to_string())
+                }
+                _ => certt.error(cert, "tls_certificate", e.to_string()),
+            })?;
+    let end_point_hash = fulcrum_tls::load_certificates(&certificate)
+        .ok()
+        .and_then(|chain| fulcrum_tls::certificate_hash(chain.first()?.as_ref()));
     let files_digest = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         std::fs::read(&certificate).unwrap_or_default().hash(&mut h);
         std::fs::read(&private_key).unwrap_or_default().hash(&mut h);
+        if let Some(ca) = &client_ca {
+            std::fs::read(ca).unwrap_or_default().hash(&mut h);
+        }
         h.finish()
     };
     Ok(Some(ClientTls {
@@ -162,6 +185,8 @@ pub(crate) fn client_tls(
         certificate,
         private_key,
         min_version,
+        client_ca,
+        end_point_hash,
         files_digest,
         server_config,
     }))

@@ -63,6 +63,9 @@ pub enum ClientAuth {
     ScramSha256,
     Md5,
     Trust,
+    /// PostgreSQL: the client's TLS certificate (checked against
+    /// `tls_client_ca`) names the user by its CN; no password.
+    Cert,
 }
 
 impl ClientAuth {
@@ -72,6 +75,7 @@ impl ClientAuth {
             ClientAuth::ScramSha256 => "scram-sha-256",
             ClientAuth::Md5 => "md5",
             ClientAuth::Trust => "trust",
+            ClientAuth::Cert => "cert",
         }
     }
 }
@@ -298,6 +302,8 @@ pub struct Backend {
     pub address: String,
     pub role: Role,
     pub weight: u32,
+    /// TLS from Fulcrum to this backend (its own keys over the cluster's).
+    pub tls: crate::ServerTls,
 }
 
 /// One `[[cluster.user]]`.

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -35,7 +36,7 @@ const MAX_PEM_BYTES: u64 = 1024 * 1024;
 
 /// A PEM file must be a regular file of sane size: a device such as
 /// `/dev/zero` named by mistake would otherwise be read without end.
-fn check_file(path: &Path) -> Result<(), TlsError> {
+pub(crate) fn check_file(path: &Path) -> Result<(), TlsError> {
     let fail = |reason: String| TlsError::File {
         path: path.to_owned(),
         reason,
@@ -53,21 +54,33 @@ fn check_file(path: &Path) -> Result<(), TlsError> {
     Ok(())
 }
 
+/// A PEM file's read or parse error, naming the file.
+pub(crate) fn pem_error(path: &Path, e: rustls_pki_types::pem::Error) -> TlsError {
+    TlsError::File {
+        path: path.to_owned(),
+        reason: match e {
+            rustls_pki_types::pem::Error::Io(io) => io.to_string(),
+            rustls_pki_types::pem::Error::NoItemsFound => {
+                "no private key in the file (expected PEM \"BEGIN PRIVATE KEY\", RSA or EC)".into()
+            }
+            other => format!("not a valid PEM file ({other:?})"),
+        },
+    }
+}
+
 /// A rustls server config presenting the chain in `cert` with the key in
-/// `key` (PEM files), from TLS `min` up, offering `alpn` protocols.
+/// `key` (PEM files), from TLS `min` up, offering `alpn` protocols. With
+/// `client_ca`, clients may present a certificate, which must be signed by
+/// a CA of that file (whether one is required is the login's business:
+/// `client_auth = "cert"`).
 pub fn server_config(
     cert: &Path,
     key: &Path,
     min: MinVersion,
     alpn: &[&[u8]],
+    client_ca: Option<&Path>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let file_error = |path: &Path, e: rustls_pki_types::pem::Error| TlsError::File {
-        path: path.to_owned(),
-        reason: match e {
-            rustls_pki_types::pem::Error::Io(io) => io.to_string(),
-            other => format!("not a valid PEM file ({other:?})"),
-        },
-    };
+    let file_error = pem_error;
     check_file(cert)?;
     check_file(key)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
@@ -79,27 +92,34 @@ pub fn server_config(
             path: cert.to_owned(),
         });
     }
-    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
-        rustls_pki_types::pem::Error::NoItemsFound => TlsError::File {
-            path: key.to_owned(),
-            reason: "no private key in the file (expected PEM \"BEGIN PRIVATE KEY\", RSA or EC)"
-                .into(),
-        },
-        e => file_error(key, e),
-    })?;
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| file_error(key, e))?;
     let versions: &[&rustls::SupportedProtocolVersion] = match min {
         MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinVersion::Tls13 => &[&rustls::version::TLS13],
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| TlsError::Mismatch {
             cert: cert.to_owned(),
             key: key.to_owned(),
             reason: e.to_string(),
-        })?
-        .with_no_client_auth()
+        })?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let roots = Arc::new(crate::client::root_store(ca)?);
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::File {
+                    path: ca.to_owned(),
+                    reason: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(chain, private)
         .map_err(|e| TlsError::Mismatch {
             cert: cert.to_owned(),
@@ -145,7 +165,7 @@ mod tests {
     #[test]
     fn a_certificate_and_its_key_make_a_config() {
         let (cert, key) = self_signed("good");
-        let c = server_config(&cert, &key, MinVersion::Tls12, &[b"postgresql"]).unwrap();
+        let c = server_config(&cert, &key, MinVersion::Tls12, &[b"postgresql"], None).unwrap();
         assert_eq!(c.alpn_protocols, vec![b"postgresql".to_vec()]);
     }
 
@@ -153,23 +173,24 @@ mod tests {
     fn broken_files_are_named() {
         let (cert, key) = self_signed("broken");
         let missing = cert.with_file_name("nope.pem");
-        let e = server_config(&missing, &key, MinVersion::Tls12, &[]).unwrap_err();
+        let e = server_config(&missing, &key, MinVersion::Tls12, &[], None).unwrap_err();
         assert!(
             e.to_string().starts_with(&missing.display().to_string()),
             "{e}"
         );
         // A key where the certificate should be.
-        let e = server_config(&key, &key, MinVersion::Tls12, &[]).unwrap_err();
+        let e = server_config(&key, &key, MinVersion::Tls12, &[], None).unwrap_err();
         assert!(matches!(e, TlsError::NoCertificate { .. }), "{e}");
         // A certificate where the key should be.
-        let e = server_config(&cert, &cert, MinVersion::Tls12, &[]).unwrap_err();
+        let e = server_config(&cert, &cert, MinVersion::Tls12, &[], None).unwrap_err();
         assert!(e.to_string().contains("no private key"), "{e}");
         // Not a regular file.
-        let e = server_config(Path::new("/dev/zero"), &key, MinVersion::Tls12, &[]).unwrap_err();
+        let e =
+            server_config(Path::new("/dev/zero"), &key, MinVersion::Tls12, &[], None).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         // Another certificate's key.
         let (_, other_key) = self_signed("other");
-        let e = server_config(&cert, &other_key, MinVersion::Tls13, &[]).unwrap_err();
+        let e = server_config(&cert, &other_key, MinVersion::Tls13, &[], None).unwrap_err();
         assert!(matches!(e, TlsError::Mismatch { .. }), "{e}");
     }
 }

@@ -44,6 +44,20 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(_))
     }
 
+    /// The certificate the client presented in the TLS handshake (checked
+    /// against `tls_client_ca`), if any.
+    pub fn client_certificate(&self) -> Option<&[u8]> {
+        match self {
+            ClientStream::Tls(s) => s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.as_ref()),
+            _ => None,
+        }
+    }
+
     /// The TCP socket under it (none once `Closed`).
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {

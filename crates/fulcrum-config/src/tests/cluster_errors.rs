@@ -122,7 +122,7 @@ fn optional_cluster_keys_are_validated() {
         (
             &with_key("client_auth = \"password\""),
             "fulcrum.toml:5: cluster[0].client_auth: unknown value \"password\", expected one of \
-             \"scram-sha-256\", \"md5\", \"trust\"",
+             \"scram-sha-256\", \"md5\", \"trust\", \"cert\"",
         ),
         (
             &with_key("pool_timeout = \"5\""),

@@ -39,7 +39,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
         ),
         (
             "[fulcrum]\nlog = \"info\"\nadmn = \"127.0.0.1:6480\"\n",
-            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`, expected one of `admin`, `metrics`, `log`, `workers`, `log_format`, `slow_query_threshold`, `shutdown_timeout`, `admin_user`, `admin_auth`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`",
+            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`, expected one of `admin`, `metrics`, `log`, `workers`, `log_format`, `slow_query_threshold`, `shutdown_timeout`, `admin_user`, `admin_auth`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`",
         ),
         (
             &unknown_cluster_key,
@@ -47,13 +47,13 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
              `protocol`, `listen`, `pool_mode`, `pool_size`, `client_auth`, `pool_timeout`, \
              `connect_timeout`, `client_login_timeout`, `client_idle_timeout`, `idle_transaction_timeout`, `server_idle_timeout`, `server_lifetime`, `max_message_size`, `max_client_connections`, \
              `max_pending_logins`, `max_prepared_statements`, `reads_on_primary`, `balance`, `default_route`, `write_functions`, \
-             `read_only_functions`, `classifier_cache_size`, `max_classify_bytes`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `allow_local_infile`, `server_cleartext`, `health_interval`, `health_timeout`, \
+             `read_only_functions`, `classifier_cache_size`, `max_classify_bytes`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`, `allow_local_infile`, `server_cleartext`, `health_interval`, `health_timeout`, \
              `health_failures`, `health_user`, `health_password`, `health_database`, `max_lag`, `failover_max_lag`, \
              `failover`, `failover_timeout`, `failover_command`, `consistency`, `causal_timeout`, `causal_wait`, `backend`, `user`",
         ),
         (
             &unknown_backend_key,
-            "fulcrum.toml:8: cluster[0].backend[0].wieght: unknown key `wieght`, expected one of `address`, `role`, `weight`",
+            "fulcrum.toml:8: cluster[0].backend[0].wieght: unknown key `wieght`, expected one of `address`, `role`, `weight`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`",
         ),
         (
             &unknown_user_key,
@@ -61,7 +61,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
         ),
         (
             "[[cluster]]\nbackend = [{ address = \"a:1\" }, { adress = \"b:1\" }]\n",
-            "fulcrum.toml:2: cluster[0].backend[1].adress: unknown key `adress`, expected one of `address`, `role`, `weight`",
+            "fulcrum.toml:2: cluster[0].backend[1].adress: unknown key `adress`, expected one of `address`, `role`, `weight`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`",
         ),
     ]);
 }

@@ -19,6 +19,11 @@ fn backend(address: &str, role: Role, weight: u32) -> Backend {
         address: address.into(),
         role,
         weight,
+        // The default: TLS when the server offers it (libpq's and PgBouncer's).
+        tls: crate::ServerTls {
+            mode: crate::ServerTlsMode::Prefer,
+            ..crate::ServerTls::disabled()
+        },
     }
 }
 

@@ -7,6 +7,7 @@ use super::table::Table;
 use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawBackend, RawCluster, RawUser, SizeValue, Tables, Value};
+use crate::server_tls::RawServerTls;
 use crate::types::{
     defaults, Backend, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute,
     Failover, Health, MaxLag, PoolMode, Protocol, Role, User,
@@ -23,6 +24,7 @@ const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("scram-sha-256", ClientAuth::ScramSha256),
     ("md5", ClientAuth::Md5),
     ("trust", ClientAuth::Trust),
+    ("cert", ClientAuth::Cert),
 ];
 const BALANCES: &[(&str, BalancePolicy)] = &[
     ("round_robin", BalancePolicy::RoundRobin),
@@ -152,9 +154,29 @@ pub(super) fn cluster(
         protocol,
         base,
     )?;
+    if client_auth == ClientAuth::Cert {
+        let auth_value = c.client_auth.as_ref().expect("cert is never the default");
+        if protocol != Protocol::Postgres {
+            return Err(t.error(
+                auth_value,
+                "client_auth",
+                "\"cert\" is for PostgreSQL clusters only",
+            ));
+        }
+        let ready = tls
+            .as_ref()
+            .is_some_and(|tls| tls.mode == crate::TlsMode::Require && tls.client_ca.is_some());
+        if !ready {
+            return Err(t.error(
+                auth_value,
+                "client_auth",
+                "client_auth = \"cert\" needs tls_mode = \"require\" and tls_client_ca (the CA that signs the clients' certificates)",
+            ));
+        }
+    }
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let server_cleartext = c.server_cleartext.as_ref().is_none_or(|v| *v.get_ref());
-    let backends = backends(&t, &c.backend, &name)?;
+    let backends = backends(&t, c, &name, base)?;
     let users = users(&t, &c.user, &name, client_auth)?;
     let health = health(&t, c, protocol, &users)?;
     let consistency = t.choice(
@@ -357,11 +379,30 @@ fn non_empty<'r, T>(
     }
 }
 
+fn server_tls_keys(b: &RawBackend) -> RawServerTls<'_> {
+    RawServerTls {
+        mode: &b.server_tls,
+        ca: &b.server_tls_ca,
+        certificate: &b.server_tls_certificate,
+        private_key: &b.server_tls_private_key,
+        channel_binding: &b.server_channel_binding,
+    }
+}
+
 fn backends(
     t: &Table,
-    raw: &Value<Tables<RawBackend>>,
+    c: &RawCluster,
     cluster: &str,
+    base: &std::path::Path,
 ) -> Result<Vec<Backend>, Problem> {
+    let raw = &c.backend;
+    let cluster_tls = RawServerTls {
+        mode: &c.server_tls,
+        ca: &c.server_tls_ca,
+        certificate: &c.server_tls_certificate,
+        private_key: &c.server_tls_private_key,
+        channel_binding: &c.server_channel_binding,
+    };
     let reason = format!("cluster {cluster:?} has no backends; add a [[cluster.backend]]");
     let items = non_empty(t, raw, "backend", reason)?;
     let mut out: Vec<Backend> = Vec::with_capacity(items.len());
@@ -399,10 +440,12 @@ fn backends(
         }
 
         let weight = bt.u32_at_least(&b.weight, "weight", 0, defaults::WEIGHT)?;
+        let tls = crate::server_tls::server_tls(&bt, &server_tls_keys(b), t, &cluster_tls, base)?;
         out.push(Backend {
             address: address.get_ref().clone(),
             role,
             weight,
+            tls,
         });
     }
     if !out
@@ -444,7 +487,7 @@ fn users(
 
         let password = ut.required(&u.password, "password")?;
         // An empty password with password authentication would let anyone in as this user.
-        if password.get_ref().is_empty() && auth != ClientAuth::Trust {
+        if password.get_ref().is_empty() && !matches!(auth, ClientAuth::Trust | ClientAuth::Cert) {
             let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }

@@ -1,5 +1,7 @@
-//! Server side of SCRAM-SHA-256 without channel binding, as PostgreSQL runs it.
-//! Pure: the nonce comes in from the caller, so RFC 7677's test vector is a unit test.
+//! Server side of SCRAM-SHA-256, and of SCRAM-SHA-256-PLUS with the
+//! `tls-server-end-point` channel binding (RFC 5929) on TLS connections, as
+//! PostgreSQL runs them. Pure: the nonce and the certificate hash come in
+//! from the caller, so RFC 7677's test vector is a unit test.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -8,6 +10,9 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 pub const MECHANISM: &str = "SCRAM-SHA-256";
+pub const MECHANISM_PLUS: &str = "SCRAM-SHA-256-PLUS";
+/// The one channel binding type PostgreSQL (and Fulcrum) supports.
+pub const END_POINT: &str = "tls-server-end-point";
 pub const ITERATIONS: u32 = 4096;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -16,6 +21,12 @@ pub enum ScramError {
     Malformed(&'static str),
     #[error("channel binding is not supported")]
     ChannelBinding,
+    #[error("unsupported SCRAM channel-binding type \"{0}\"")]
+    ChannelBindingType(String),
+    #[error("SCRAM channel binding negotiation error: the client supports channel binding but thinks the server does not; this server does (a man in the middle may have removed SCRAM-SHA-256-PLUS)")]
+    Downgrade,
+    #[error("SCRAM channel binding check failed")]
+    BindingMismatch,
     #[error("password authentication failed")]
     InvalidProof,
 }
@@ -99,7 +110,20 @@ pub fn stable_salt(secret: &[u8], user: &str) -> [u8; 16] {
 pub struct ScramServer {
     verifier: Verifier,
     server_nonce: String,
-    state: Option<(String, String, String)>, // client-first-bare, server-first, full nonce
+    /// The certificate hash when SCRAM-SHA-256-PLUS was offered (TLS).
+    offered: Option<Vec<u8>>,
+    /// The client chose SCRAM-SHA-256-PLUS.
+    plus: bool,
+    state: Option<State>,
+}
+
+struct State {
+    client_first_bare: String,
+    server_first: String,
+    nonce: String,
+    /// What the client's `c=` attribute must be: base64 of the gs2 header
+    /// and, with binding, the certificate hash.
+    expected_binding: String,
 }
 
 impl ScramServer {
@@ -107,23 +131,60 @@ impl ScramServer {
         ScramServer {
             verifier,
             server_nonce,
+            offered: None,
+            plus: false,
             state: None,
         }
+    }
+
+    /// On a TLS connection: SCRAM-SHA-256-PLUS was offered with this
+    /// certificate hash (`offered`), and `plus` says whether the client chose it.
+    pub fn with_channel_binding(mut self, offered: Option<Vec<u8>>, plus: bool) -> ScramServer {
+        self.offered = offered;
+        self.plus = plus;
+        self
     }
 
     /// Takes client-first-message, returns server-first-message.
     pub fn server_first(&mut self, client_first: &[u8]) -> Result<String, ScramError> {
         let text =
             std::str::from_utf8(client_first).map_err(|_| ScramError::Malformed("not UTF-8"))?;
-        // gs2-header: "n,," or "y,," (client could bind but thinks we cannot); "p=" asks for binding.
-        let bare = if let Some(rest) = text.strip_prefix("n,").or_else(|| text.strip_prefix("y,")) {
-            let comma = rest.find(',').ok_or(ScramError::Malformed("gs2 header"))?;
-            &rest[comma + 1..]
-        } else if text.starts_with("p=") {
-            return Err(ScramError::ChannelBinding);
-        } else {
-            return Err(ScramError::Malformed("gs2 header"));
-        };
+        // gs2-header: "n,," (no binding), "y,," (the client could bind but
+        // thinks we cannot), "p=<type>,," (binding); an authzid may sit
+        // between the commas.
+        let first_comma = text.find(',').ok_or(ScramError::Malformed("gs2 header"))?;
+        let second_comma = text[first_comma + 1..]
+            .find(',')
+            .map(|i| first_comma + 1 + i)
+            .ok_or(ScramError::Malformed("gs2 header"))?;
+        let (flag, gs2, bare) = (
+            &text[..first_comma],
+            &text[..=second_comma],
+            &text[second_comma + 1..],
+        );
+        let mut binding_input = gs2.as_bytes().to_vec();
+        match flag {
+            "n" | "y" if self.plus => {
+                return Err(ScramError::Malformed(
+                    "SCRAM-SHA-256-PLUS selected without channel binding data",
+                ))
+            }
+            "n" => {}
+            "y" if self.offered.is_some() => return Err(ScramError::Downgrade),
+            "y" => {}
+            _ => match flag.strip_prefix("p=") {
+                Some(kind) if !self.plus => {
+                    let _ = kind;
+                    return Err(ScramError::ChannelBinding);
+                }
+                Some(END_POINT) => match &self.offered {
+                    Some(hash) => binding_input.extend_from_slice(hash),
+                    None => return Err(ScramError::ChannelBinding),
+                },
+                Some(other) => return Err(ScramError::ChannelBindingType(other.to_owned())),
+                None => return Err(ScramError::Malformed("gs2 header")),
+            },
+        }
         let client_nonce = bare
             .split(',')
             .find_map(|a| a.strip_prefix("r="))
@@ -135,25 +196,35 @@ impl ScramServer {
             B64.encode(&self.verifier.salt),
             self.verifier.iterations
         );
-        self.state = Some((bare.to_owned(), server_first.clone(), nonce));
+        self.state = Some(State {
+            client_first_bare: bare.to_owned(),
+            server_first: server_first.clone(),
+            nonce,
+            expected_binding: B64.encode(binding_input),
+        });
         Ok(server_first)
     }
 
     /// Takes client-final-message, returns server-final-message (`v=...`) when the proof holds.
     pub fn server_final(&self, client_final: &[u8]) -> Result<String, ScramError> {
-        let (bare, server_first, nonce) = self
+        let state = self
             .state
             .as_ref()
             .ok_or(ScramError::Malformed("out of order"))?;
+        let (bare, server_first, nonce) =
+            (&state.client_first_bare, &state.server_first, &state.nonce);
         let text =
             std::str::from_utf8(client_final).map_err(|_| ScramError::Malformed("not UTF-8"))?;
         let (without_proof, proof_b64) = text
             .rsplit_once(",p=")
             .ok_or(ScramError::Malformed("client proof"))?;
         let mut attrs = without_proof.split(',');
-        let binding = attrs.next().and_then(|a| a.strip_prefix("c="));
-        if !matches!(binding, Some("biws") | Some("eSws")) {
-            return Err(ScramError::Malformed("channel binding attribute"));
+        let binding = attrs
+            .next()
+            .and_then(|a| a.strip_prefix("c="))
+            .ok_or(ScramError::Malformed("channel binding attribute"))?;
+        if !constant_time_eq(binding.as_bytes(), state.expected_binding.as_bytes()) {
+            return Err(ScramError::BindingMismatch);
         }
         if attrs.next().and_then(|a| a.strip_prefix("r=")) != Some(nonce.as_str()) {
             return Err(ScramError::Malformed("nonce mismatch"));
@@ -255,6 +326,7 @@ mod tests {
             s.server_final(CLIENT_FINAL.as_bytes()).is_err(),
             "final before first"
         );
+        // Binding asked for on a plain connection (SCRAM-SHA-256 chosen).
         assert_eq!(
             s.server_first(b"p=tls-server-end-point,,n=,r=x"),
             Err(ScramError::ChannelBinding)
@@ -264,5 +336,92 @@ mod tests {
         s.server_first(CLIENT_FIRST.as_bytes()).unwrap();
         assert!(s.server_final(b"c=biws,r=other,p=AAAA").is_err());
         assert!(s.server_final(b"\xff\xfe").is_err());
+    }
+
+    /// A client's full SCRAM-SHA-256-PLUS exchange, computed here from the
+    /// password the way libpq does, against `server`.
+    fn plus_client(
+        server: &mut ScramServer,
+        password: &str,
+        gs2: &str,
+        cert_hash: &[u8],
+    ) -> Result<String, ScramError> {
+        let first = format!("{gs2}n=,r=clientnonce");
+        let server_first = server.server_first(first.as_bytes())?;
+        let mut attrs = server_first.split(',');
+        let nonce = attrs.next().unwrap().strip_prefix("r=").unwrap().to_owned();
+        let salt = B64
+            .decode(attrs.next().unwrap().strip_prefix("s=").unwrap())
+            .unwrap();
+        let salted = hi(password.as_bytes(), &salt, ITERATIONS);
+        let client_key = hmac(&salted, b"Client Key");
+        let stored: [u8; 32] = Sha256::digest(client_key).into();
+        let mut cbind = gs2.as_bytes().to_vec();
+        cbind.extend_from_slice(cert_hash);
+        let without_proof = format!("c={},r={nonce}", B64.encode(cbind));
+        let auth = format!("n=,r=clientnonce,{server_first},{without_proof}");
+        let signature = hmac(&stored, auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        server.server_final(format!("{without_proof},p={}", B64.encode(proof)).as_bytes())
+    }
+
+    fn plus_server(offered: Option<&[u8]>, plus: bool) -> ScramServer {
+        ScramServer::new(
+            Verifier::new("pencil", b"salt-of-16-bytes", ITERATIONS),
+            "srv".into(),
+        )
+        .with_channel_binding(offered.map(|h| h.to_vec()), plus)
+    }
+
+    #[test]
+    fn channel_binding_checks_the_certificate_hash() {
+        let hash = [9u8; 32];
+        let gs2 = "p=tls-server-end-point,,";
+        let mut s = plus_server(Some(&hash), true);
+        assert!(plus_client(&mut s, "pencil", gs2, &hash)
+            .unwrap()
+            .starts_with("v="));
+        // Another certificate's hash (a man in the middle terminating TLS).
+        let mut s = plus_server(Some(&hash), true);
+        assert_eq!(
+            plus_client(&mut s, "pencil", gs2, &[8u8; 32]),
+            Err(ScramError::BindingMismatch)
+        );
+        // Wrong password with the right binding.
+        let mut s = plus_server(Some(&hash), true);
+        assert_eq!(
+            plus_client(&mut s, "pencil2", gs2, &hash),
+            Err(ScramError::InvalidProof)
+        );
+        // Without binding, on TLS where it was offered: "n" is fine, "y" a downgrade.
+        let mut s = plus_server(Some(&hash), false);
+        assert!(plus_client(&mut s, "pencil", "n,,", &[]).is_ok());
+        let mut s = plus_server(Some(&hash), false);
+        assert_eq!(
+            plus_client(&mut s, "pencil", "y,,", &[]),
+            Err(ScramError::Downgrade)
+        );
+        // "y" where nothing was offered (plain connection): fine.
+        let mut s = plus_server(None, false);
+        assert!(plus_client(&mut s, "pencil", "y,,", &[]).is_ok());
+        // The c= attribute must match the gs2 header the client sent.
+        let mut s = plus_server(None, false);
+        s.server_first(b"n,,n=,r=abc").unwrap();
+        assert_eq!(
+            s.server_final(b"c=eSws,r=abcsrv,p=AAAA"),
+            Err(ScramError::BindingMismatch)
+        );
+        // Another binding type; PLUS chosen without data.
+        let mut s = plus_server(Some(&hash), true);
+        assert_eq!(
+            s.server_first(b"p=tls-unique,,n=,r=x"),
+            Err(ScramError::ChannelBindingType("tls-unique".into()))
+        );
+        let mut s = plus_server(Some(&hash), true);
+        assert!(s.server_first(b"n,,n=,r=x").is_err());
     }
 }

@@ -59,8 +59,15 @@ pub fn auth_request(out: &mut BytesMut, kind: i32, extra: &[u8]) {
 
 /// AuthenticationSASL listing one mechanism.
 pub fn auth_sasl(out: &mut BytesMut, mechanism: &str) {
+    auth_sasl_mechanisms(out, &[mechanism]);
+}
+
+/// AuthenticationSASL offering `mechanisms`, in order of preference.
+pub fn auth_sasl_mechanisms(out: &mut BytesMut, mechanisms: &[&str]) {
     let mut extra = BytesMut::new();
-    cstr(&mut extra, mechanism);
+    for m in mechanisms {
+        cstr(&mut extra, m);
+    }
     extra.put_u8(0);
     auth_request(out, AUTH_SASL, &extra);
 }
@@ -225,6 +232,12 @@ mod tests {
         let mut out = BytesMut::new();
         auth_sasl(&mut out, "SCRAM-SHA-256");
         assert_eq!(&out[..], b"R\0\0\0\x17\0\0\0\x0aSCRAM-SHA-256\0\0");
+        out.clear();
+        auth_sasl_mechanisms(&mut out, &["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]);
+        assert_eq!(
+            &out[..],
+            b"R\0\0\0\x2a\0\0\0\x0aSCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0"
+        );
         out.clear();
         backend_key_data(&mut out, 1, 2);
         assert_eq!(&out[..], b"K\0\0\0\x0c\0\0\0\x01\0\0\0\x02");

@@ -241,7 +241,15 @@ async fn authenticate(
         .get(user)
         .map(|u| (u.password.as_str(), &u.verifier));
     let method = ctx.config.client_auth;
-    let ok = password_exchange(stream, buf, method, user, known, || {
+    if method == ClientAuth::Cert {
+        return certificate_login(ctx, stream, user).await;
+    }
+    // On TLS, SCRAM-SHA-256-PLUS is offered, bound to the listener's certificate.
+    let binding = match (&ctx.config.tls, stream.is_tls()) {
+        (Some(tls), true) => tls.end_point_hash.as_deref(),
+        _ => None,
+    };
+    let ok = password_exchange(stream, buf, method, user, known, binding, || {
         mock_verifier(ctx, user)
     })
     .await?;
@@ -252,6 +260,31 @@ async fn authenticate(
     Ok(())
 }
 
+/// `client_auth = "cert"`: the TLS client certificate (already checked
+/// against `tls_client_ca` in the handshake) must name the user as its CN,
+/// and the user must be listed (its server password is in the config).
+async fn certificate_login(
+    ctx: &ClusterContext,
+    stream: &mut ClientStream,
+    user: &str,
+) -> Result<(), SessionError> {
+    let Some(cert) = stream.client_certificate() else {
+        return Err(fatal(
+            stream,
+            sqlstate::INVALID_AUTHORIZATION,
+            "connection requires a valid client certificate",
+        )
+        .await);
+    };
+    let name = fulcrum_tls::common_name(cert);
+    if name.as_deref() == Some(user) && ctx.users.contains_key(user) {
+        return Ok(());
+    }
+    tracing::info!(user, certificate_cn = ?name, "client certificate authentication failed");
+    let message = format!("certificate authentication failed for user \"{user}\"");
+    Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, &message).await)
+}
+
 /// The password part of a login (after the startup packet, before
 /// AuthenticationOk): asks for the password by `method` and checks the
 /// answer against `known` (the user's password and SCRAM verifier; `None`
@@ -259,6 +292,8 @@ async fn authenticate(
 /// `unknown()`, a verifier no password matches, and fails only at the end).
 /// `Ok(false)`: wrong password or unknown user (the caller answers 28P01);
 /// `Err`: the client broke the protocol (already answered) or went away.
+/// `binding`: on a TLS connection, the listener certificate's
+/// `tls-server-end-point` hash; SCRAM-SHA-256-PLUS is then offered first.
 /// Shared by client logins and the admin console.
 pub async fn password_exchange<S: Stream>(
     stream: &mut S,
@@ -266,11 +301,14 @@ pub async fn password_exchange<S: Stream>(
     method: ClientAuth,
     user: &str,
     known: Option<(&str, &scram::Verifier)>,
+    binding: Option<&[u8]>,
     unknown: impl FnOnce() -> scram::Verifier,
 ) -> Result<bool, SessionError> {
     let mut out = BytesMut::new();
     let ok = match method {
         ClientAuth::Trust => known.is_some(),
+        // Decided by the TLS certificate before any password exchange.
+        ClientAuth::Cert => false,
         ClientAuth::Md5 => {
             let salt: [u8; 4] = rand::random();
             backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
@@ -284,7 +322,13 @@ pub async fn password_exchange<S: Stream>(
                 Some((_, v)) => v.clone(),
                 None => unknown(),
             };
-            backend_msg::auth_sasl(&mut out, scram::MECHANISM);
+            match binding {
+                Some(_) => backend_msg::auth_sasl_mechanisms(
+                    &mut out,
+                    &[scram::MECHANISM_PLUS, scram::MECHANISM],
+                ),
+                None => backend_msg::auth_sasl(&mut out, scram::MECHANISM),
+            }
             send(stream, &out).await?;
             let body = read_auth_message(stream, buf).await?;
             let Some((mechanism, first)) = sasl_initial_msg(&body) else {
@@ -295,7 +339,8 @@ pub async fn password_exchange<S: Stream>(
                 )
                 .await);
             };
-            if mechanism != scram::MECHANISM.as_bytes() {
+            let plus = binding.is_some() && mechanism == scram::MECHANISM_PLUS.as_bytes();
+            if mechanism != scram::MECHANISM.as_bytes() && !plus {
                 return Err(fatal(
                     stream,
                     sqlstate::PROTOCOL_VIOLATION,
@@ -305,7 +350,8 @@ pub async fn password_exchange<S: Stream>(
             }
             let nonce: [u8; 18] = rand::random();
             let nonce = base64::engine::general_purpose::STANDARD.encode(nonce);
-            let mut server = scram::ScramServer::new(verifier, nonce);
+            let mut server = scram::ScramServer::new(verifier, nonce)
+                .with_channel_binding(binding.map(<[u8]>::to_vec), plus);
             let server_first = match server.server_first(first) {
                 Ok(s) => s,
                 Err(e) => {
