@@ -43,6 +43,7 @@ pub struct PgClusterBuilder {
     synchronous_standby: bool,
     max_connections: u32,
     settings: Vec<(String, String)>,
+    tls: Option<(crate::TestCerts, bool)>,
 }
 
 impl Default for PgClusterBuilder {
@@ -52,6 +53,7 @@ impl Default for PgClusterBuilder {
             synchronous_standby: false,
             max_connections: 200,
             settings: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -121,6 +123,14 @@ impl PgClusterBuilder {
         }
         phases.report(&cluster.dir);
         Ok(cluster)
+    }
+
+    /// `ssl = on` with `certs`' server certificate and key (and its CA as
+    /// `ssl_ca_file`); with `only`, every TCP login but replication must
+    /// use TLS (`hostssl` lines in pg_hba.conf).
+    pub fn tls(mut self, certs: &crate::TestCerts, only: bool) -> Self {
+        self.tls = Some((certs.clone(), only));
+        self
     }
 
     fn validate(&self) -> Result<()> {
@@ -269,8 +279,15 @@ impl PgCluster {
         process::run(&mut cmd, None, "initdb of primary")?;
 
         let hba = self.primary.data_dir().join("pg_hba.conf");
-        std::fs::write(&hba, pg_conf::hba())
+        let hba_text = match &opts.tls {
+            Some((_, true)) => pg_conf::hba_ssl_only(),
+            _ => pg_conf::hba(),
+        };
+        std::fs::write(&hba, hba_text)
             .map_err(|e| TestkitError::io(format!("writing {}", hba.display()), e))?;
+        if let Some((certs, _)) = &opts.tls {
+            self.install_certs(certs)?;
+        }
         self.primary.append_conf(&pg_conf::render(
             "cluster",
             &pg_conf::cluster_settings(opts.max_connections),
@@ -280,6 +297,39 @@ impl PgCluster {
                 .append_conf(&pg_conf::render("builder settings", &opts.settings))?;
         }
         Ok(())
+    }
+
+    /// Copies the certificate, key and CA into the primary's data directory
+    /// (replicas clone them), owned by the server's user, the key private.
+    fn install_certs(&self, certs: &crate::TestCerts) -> Result<()> {
+        let data = self.primary.data_dir();
+        for (from, to) in [
+            (&certs.cert, "server.crt"),
+            (&certs.key, "server.key"),
+            (&certs.ca, "root.crt"),
+        ] {
+            let dest = data.join(to);
+            std::fs::copy(from, &dest)
+                .map_err(|e| TestkitError::io(format!("copying {}", from.display()), e))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| TestkitError::io(format!("chmod {}", dest.display()), e))?;
+            if process::is_root() {
+                let (uid, gid) = process::postgres_ids()?;
+                std::os::unix::fs::chown(&dest, Some(uid), Some(gid))
+                    .map_err(|e| TestkitError::io(format!("chown {}", dest.display()), e))?;
+            }
+        }
+        let s = |k: &str, v: &str| (k.to_string(), v.to_string());
+        self.primary.append_conf(&pg_conf::render(
+            "tls",
+            &[
+                s("ssl", "on"),
+                s("ssl_cert_file", "server.crt"),
+                s("ssl_key_file", "server.key"),
+                s("ssl_ca_file", "root.crt"),
+            ],
+        ))
     }
 
     /// Clones the primary with `pg_basebackup -R` and starts each clone.

@@ -21,6 +21,18 @@ pub(crate) fn hba() -> String {
     )
 }
 
+/// [`hba`] with every TCP line but replication's as `hostssl`: a server
+/// that only takes TLS logins, as managed services configure them.
+pub(crate) fn hba_ssl_only() -> String {
+    hba()
+        .lines()
+        .map(|l| match l.strip_prefix("host all ") {
+            Some(rest) => format!("hostssl all {rest}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect()
+}
+
 /// Cluster-wide settings, written before the replicas are cloned so they
 /// inherit them. Speed over durability: these clusters are thrown away.
 pub(crate) fn cluster_settings(max_connections: u32) -> Vec<(String, String)> {
@@ -116,6 +128,15 @@ mod tests {
         assert!(pos("app_plain 127.0.0.1/32 password") < scram);
         assert!(pos("app_trust 127.0.0.1/32 trust") < scram);
         assert!(hba.contains("host replication all 127.0.0.1/32 trust"));
+    }
+
+    #[test]
+    fn ssl_only_hba_keeps_local_and_replication_lines() {
+        let hba = hba_ssl_only();
+        assert!(hba.contains("local all all trust"));
+        assert!(hba.contains("host replication all 127.0.0.1/32 trust"));
+        assert!(hba.contains("hostssl all all 127.0.0.1/32 scram-sha-256"));
+        assert!(!hba.contains("\nhost all"), "{hba}");
     }
 
     #[test]

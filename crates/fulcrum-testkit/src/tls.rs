@@ -17,6 +17,8 @@ pub struct TestCerts {
     /// The server's certificate and its key.
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The CA's key, to sign more certificates (`client`).
+    pub ca_key: PathBuf,
 }
 
 impl TestCerts {
@@ -90,6 +92,115 @@ impl TestCerts {
             ca,
             cert,
             key,
+            ca_key,
         })
+    }
+
+    /// A client certificate signed by this CA for the subject `/CN=cn`,
+    /// with its key: (certificate, key).
+    pub fn client(&self, cn: &str) -> Result<(PathBuf, PathBuf)> {
+        let tag: String = cn
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = |f: &str| self.dir.join(format!("client-{tag}-{f}"));
+        let (cert, key, csr, ext) = (
+            path("cert.pem"),
+            path("key.pem"),
+            path("req.csr"),
+            path("ext.cnf"),
+        );
+        let target = format!("client certificate for {cn}");
+        // Extensions make it an X.509 v3 certificate, which webpki requires.
+        std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")
+            .map_err(|e| crate::TestkitError::io(format!("writing {}", ext.display()), e))?;
+        let mut request = Command::new("openssl");
+        request
+            .args([
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-subj", &format!("/CN={cn}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&csr);
+        process::run(&mut request, None, &target)?;
+        let mut sign = Command::new("openssl");
+        sign.args(["x509", "-req", "-days", "2", "-set_serial", "7"])
+            .arg("-in")
+            .arg(&csr)
+            .arg("-CA")
+            .arg(&self.ca)
+            .arg("-CAkey")
+            .arg(&self.ca_key)
+            .arg("-extfile")
+            .arg(&ext)
+            .arg("-out")
+            .arg(&cert);
+        process::run(&mut sign, None, &target)?;
+        // libpq refuses a key file others may read.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| crate::TestkitError::io(format!("chmod {}", key.display()), e))?;
+        Ok((cert, key))
+    }
+
+    /// Replaces the server certificate with one of the same CA that expired
+    /// in 2020 (`openssl ca` sets past dates; `x509 -days` cannot).
+    pub fn expire_server_certificate(&self) -> Result<()> {
+        let path = |f: &str| self.dir.join(format!("expired-{f}"));
+        let (conf, index, csr, ext) = (
+            path("ca.cnf"),
+            path("index.txt"),
+            path("req.csr"),
+            path("ext.cnf"),
+        );
+        let io = |what: &Path, e| crate::TestkitError::io(format!("writing {}", what.display()), e);
+        std::fs::write(&index, "").map_err(|e| io(&index, e))?;
+        std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+            .map_err(|e| io(&ext, e))?;
+        std::fs::write(
+            &conf,
+            format!(
+                "[ca]\ndefault_ca = d\n[d]\ndatabase = {}\nnew_certs_dir = {}\n\
+                 default_md = sha256\npolicy = p\nrand_serial = yes\n[p]\ncommonName = supplied\n",
+                index.display(),
+                self.dir.display()
+            ),
+        )
+        .map_err(|e| io(&conf, e))?;
+        let target = "an expired server certificate".to_string();
+        let mut request = Command::new("openssl");
+        request
+            .args(["req", "-new", "-key"])
+            .arg(&self.key)
+            .args(["-subj", "/CN=localhost", "-out"])
+            .arg(&csr);
+        process::run(&mut request, None, &target)?;
+        let mut sign = Command::new("openssl");
+        sign.args(["ca", "-batch", "-notext", "-config"])
+            .arg(&conf)
+            .args([
+                "-startdate",
+                "20200101000000Z",
+                "-enddate",
+                "20200102000000Z",
+            ])
+            .arg("-cert")
+            .arg(&self.ca)
+            .arg("-keyfile")
+            .arg(&self.ca_key)
+            .arg("-extfile")
+            .arg(&ext)
+            .arg("-in")
+            .arg(&csr)
+            .arg("-out")
+            .arg(&self.cert);
+        process::run(&mut sign, None, &target)?;
+        Ok(())
     }
 }

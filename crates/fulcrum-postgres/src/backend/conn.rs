@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::connect::ServerTlsTarget;
 use super::stream::ServerStream;
 use fulcrum_net::Connection;
 
@@ -14,6 +15,8 @@ pub struct CancelKey {
     pub address: Arc<str>,
     pub process_id: i32,
     pub secret_key: i32,
+    /// The TLS the connection used, for the cancel connection too.
+    pub tls: Option<ServerTlsTarget>,
 }
 
 /// Session state applied on a connection, in a form both sides compare:
@@ -49,7 +52,6 @@ impl fulcrum_pool::Poolable for ServerConn {
         if !self.io.read_buf.is_empty() {
             return false;
         }
-        let mut probe = [0u8; 1];
-        matches!(self.io.stream().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        self.io.stream().is_quiet()
     }
 }

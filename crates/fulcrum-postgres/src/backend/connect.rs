@@ -1,14 +1,19 @@
-//! Opening a server connection: TCP connect, StartupMessage, whatever
-//! authentication the server asks (trust, cleartext, md5, SCRAM-SHA-256, via
-//! postgres-protocol's client implementations), then ParameterStatus and
-//! BackendKeyData up to the first ReadyForQuery.
+//! Opening a server connection: TCP connect, TLS when `server_tls` says
+//! (SSLRequest, then the handshake), StartupMessage, whatever authentication
+//! the server asks (trust, cleartext, md5, SCRAM-SHA-256 and, on TLS,
+//! SCRAM-SHA-256-PLUS, via postgres-protocol's client implementations), then
+//! ParameterStatus and BackendKeyData up to the first ReadyForQuery.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use fulcrum_config::{ChannelBinding as BindingMode, ServerTls, ServerTlsMode};
+use fulcrum_tls::rustls::ClientConfig;
+use postgres_protocol::authentication::sasl::{
+    ChannelBinding, ScramSha256, SCRAM_SHA_256, SCRAM_SHA_256_PLUS,
+};
 use postgres_protocol::message::{backend, frontend};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,6 +37,67 @@ pub struct ServerTarget {
     /// Whether the password may go in clear text when the server asks
     /// (`server_cleartext`).
     pub allow_cleartext: bool,
+    /// TLS to the server; `None`: plain text (`server_tls = "disable"`).
+    pub tls: Option<ServerTlsTarget>,
+}
+
+/// How a connection uses TLS, from the backend's `server_tls` settings.
+#[derive(Debug, Clone)]
+pub struct ServerTlsTarget {
+    pub config: Arc<ClientConfig>,
+    /// A server that answers `N` to the SSLRequest is refused (every mode
+    /// but `prefer`).
+    pub required: bool,
+    pub channel_binding: BindingMode,
+}
+
+impl ServerTlsTarget {
+    /// `None` when the backend's TLS is disabled.
+    pub fn from_config(tls: &ServerTls) -> Option<ServerTlsTarget> {
+        Some(ServerTlsTarget {
+            config: tls.client_config.clone()?,
+            required: tls.mode != ServerTlsMode::Prefer,
+            channel_binding: tls.channel_binding,
+        })
+    }
+}
+
+/// The SSLRequest code (1234 5679).
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+/// Asks a server on `stream` for TLS and runs the handshake when it agrees.
+/// Unix sockets stay plain (PostgreSQL has no TLS there).
+async fn negotiate_tls(
+    stream: ServerStream,
+    tls: &ServerTlsTarget,
+    address: &str,
+) -> Result<ServerStream, String> {
+    let ServerStream::Tcp(mut tcp) = stream else {
+        return Ok(stream);
+    };
+    tcp.write_all(&SSL_REQUEST)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = [0u8; 1];
+    tcp.read_exact(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    match answer[0] {
+        b'S' => {}
+        b'N' if !tls.required => return Ok(ServerStream::Tcp(tcp)),
+        b'N' => {
+            return Err(
+                "the server does not accept TLS (ssl = off) and server_tls requires it".into(),
+            )
+        }
+        other => return Err(format!("unexpected answer {other:#04x} to SSLRequest")),
+    }
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    let name = fulcrum_tls::server_name(host).map_err(|e| e.to_string())?;
+    let tls_stream = fulcrum_tls::connect(tls.config.clone(), name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+    Ok(ServerStream::Tls(Box::new(tls_stream)))
 }
 
 #[derive(Debug, Error)]
@@ -57,6 +123,8 @@ pub enum ConnectError {
     Auth { address: Arc<str>, reason: String },
     #[error("protocol error from {address}: {reason}")]
     Protocol { address: Arc<str>, reason: String },
+    #[error("TLS with {address}: {reason}")]
+    Tls { address: Arc<str>, reason: String },
 }
 
 impl ConnectError {
@@ -92,6 +160,23 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         reason,
     };
     let mut stream = ServerStream::connect(&target.address).await.map_err(io)?;
+    if let Some(tls) = &target.tls {
+        stream = negotiate_tls(stream, tls, &target.address)
+            .await
+            .map_err(|reason| ConnectError::Tls {
+                address: address.clone(),
+                reason,
+            })?;
+    }
+    // The server certificate's hash, for SCRAM-SHA-256-PLUS.
+    let binding_hash = stream
+        .tls()
+        .and_then(fulcrum_tls::peer_certificate)
+        .and_then(fulcrum_tls::certificate_hash);
+    let binding_mode = target
+        .tls
+        .as_ref()
+        .map_or(BindingMode::Disable, |t| t.channel_binding);
     let mut out = BytesMut::new();
     frontend::startup_message(
         // Nothing else: the server's defaults are what `RESET ALL` returns to
@@ -111,6 +196,8 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     // SCRAM proves both sides: AuthenticationOk counts only after the
     // server's own signature was checked.
     let mut scram_verified = false;
+    // The login went through SCRAM-SHA-256-PLUS.
+    let mut bound = false;
     let mut reported = BTreeMap::new();
     let mut key = None;
     loop {
@@ -145,12 +232,17 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                         "the server accepted the login without its SCRAM signature (it did not prove it knows the password): refused".into(),
                     ));
                 }
+                if binding_mode == BindingMode::Require && !bound {
+                    return Err(auth("server_channel_binding = \"require\", but the server authenticated Fulcrum without channel binding (it must use scram-sha-256 over TLS)".into()));
+                }
             }
             backend::Message::AuthenticationCleartextPassword => {
                 if !target.allow_cleartext {
                     return Err(auth("the server asks for the password in clear text and server_cleartext = false: use scram-sha-256 on the server (or set server_cleartext = true)".into()));
                 }
-                tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text (the server asks for password authentication and Fulcrum talks to servers without TLS): use scram-sha-256 on the server, or set server_cleartext = false to refuse");
+                if stream.tls().is_none() {
+                    tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text (the server asks for password authentication and this connection is not TLS): use scram-sha-256 on the server or server_tls, or set server_cleartext = false to refuse");
+                }
                 frontend::password_message(target.password.as_bytes(), &mut out).map_err(io)?;
             }
             backend::Message::AuthenticationMd5Password(body) => {
@@ -163,16 +255,32 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             }
             backend::Message::AuthenticationSasl(body) => {
                 let mut mechanisms = body.mechanisms();
-                let mut found = false;
+                let (mut plain, mut plus) = (false, false);
                 while let Some(m) = fallible_next(&mut mechanisms).map_err(io)? {
-                    found |= m == SCRAM_SHA_256;
+                    plain |= m == SCRAM_SHA_256;
+                    plus |= m == SCRAM_SHA_256_PLUS;
                 }
-                if !found {
-                    return Err(auth("server offers no supported SASL mechanism".into()));
-                }
-                let s = ScramSha256::new(target.password.as_bytes(), ChannelBinding::unsupported());
-                frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut out)
-                    .map_err(io)?;
+                // Bind when both sides can, unless told not to; say "y"
+                // (could, but not offered) so a stripped PLUS is detected.
+                let (mechanism, binding) = match (&binding_hash, binding_mode) {
+                    (Some(hash), BindingMode::Prefer | BindingMode::Require) if plus => {
+                        bound = true;
+                        (
+                            SCRAM_SHA_256_PLUS,
+                            ChannelBinding::tls_server_end_point(hash.clone()),
+                        )
+                    }
+                    (_, BindingMode::Require) => {
+                        return Err(auth("server_channel_binding = \"require\", but the server does not offer SCRAM-SHA-256-PLUS on this connection".into()));
+                    }
+                    (Some(_), BindingMode::Prefer) if plain => {
+                        (SCRAM_SHA_256, ChannelBinding::unrequested())
+                    }
+                    _ if plain => (SCRAM_SHA_256, ChannelBinding::unsupported()),
+                    _ => return Err(auth("server offers no supported SASL mechanism".into())),
+                };
+                let s = ScramSha256::new(target.password.as_bytes(), binding);
+                frontend::sasl_initial_response(mechanism, s.message(), &mut out).map_err(io)?;
                 scram = Some(s);
             }
             backend::Message::AuthenticationSaslContinue(body) => {
@@ -200,6 +308,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     address: address.clone(),
                     process_id: body.process_id(),
                     secret_key: body.secret_key(),
+                    tls: target.tls.clone().filter(|_| stream.tls().is_some()),
                 });
             }
             backend::Message::NoticeResponse(_) => {}
@@ -240,6 +349,11 @@ fn fallible_next<'a>(
 pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<()> {
     let fut = async {
         let mut stream = ServerStream::connect(&key.address).await?;
+        if let Some(tls) = &key.tls {
+            stream = negotiate_tls(stream, tls, &key.address)
+                .await
+                .map_err(std::io::Error::other)?;
+        }
         let mut out = BytesMut::new();
         frontend::cancel_request(key.process_id, key.secret_key, &mut out);
         stream.write_all(&out).await?;
@@ -308,6 +422,7 @@ mod tests {
             password: "s3cret".into(),
             database: "app".into(),
             allow_cleartext,
+            tls: None,
         }
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 
 use super::conninfo::repoint_conninfo;
 use super::internal::Rows;
-use super::{connect, ServerConn, ServerTarget};
+use super::{connect, ServerConn, ServerTarget, ServerTlsTarget};
 
 /// Role, timeline (from the WAL file name of the current position) and the
 /// positions, in one round trip. Works for any login role: none of these
@@ -32,6 +32,7 @@ pub struct PgServerOps {
     password: String,
     database: String,
     allow_cleartext: bool,
+    tls: Vec<Option<ServerTlsTarget>>,
     connect_timeout: Duration,
     conns: Vec<Mutex<Option<ServerConn>>>,
 }
@@ -48,6 +49,12 @@ impl PgServerOps {
             password: config.health.password.clone(),
             database: config.health.database.clone(),
             allow_cleartext: config.server_cleartext,
+            // Probes and promotion use the data path's TLS settings.
+            tls: config
+                .backends
+                .iter()
+                .map(|b| ServerTlsTarget::from_config(&b.tls))
+                .collect(),
             // A probe must fit in health_timeout; so must its connect.
             connect_timeout: config.health.timeout.min(config.connect_timeout),
             conns: config.backends.iter().map(|_| Mutex::new(None)).collect(),
@@ -65,6 +72,7 @@ impl PgServerOps {
                 password: self.password.clone(),
                 database: self.database.clone(),
                 allow_cleartext: self.allow_cleartext,
+                tls: self.tls[backend].clone(),
             };
             let conn = connect(&target, self.connect_timeout)
                 .await

@@ -126,6 +126,7 @@ mod tests {
             address: "127.0.0.1:1".into(),
             process_id: pid,
             secret_key: 9,
+            tls: None,
         }
     }
 

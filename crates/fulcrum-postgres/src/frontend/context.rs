@@ -294,6 +294,11 @@ impl ClusterContext {
             password,
             database: database.to_owned(),
             allow_cleartext: self.config.server_cleartext,
+            tls: self
+                .config
+                .backends
+                .get(backend)
+                .and_then(|b| crate::backend::connect::ServerTlsTarget::from_config(&b.tls)),
         };
         connect(&target, self.config.connect_timeout).await
     }
