@@ -103,6 +103,18 @@ fn shipped_example_configs_pass_check() {
     );
     // The Docker demo's config is an example too.
     files.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/fulcrum.toml"));
+    // config/tls.toml names certificate files its comment says how to make:
+    // checked as a copy next to certificates made here.
+    let certs_dir = TempDir::new();
+    for file in &mut files {
+        if file.file_name().is_some_and(|n| n == "tls.toml") {
+            let certs = certs_dir.0.join("certs");
+            std::fs::create_dir_all(&certs).unwrap();
+            fulcrum_testkit::TestCerts::in_dir(&certs, "server").expect("test certificates");
+            let copy = certs_dir.write("tls.toml", &std::fs::read_to_string(&*file).unwrap());
+            *file = copy;
+        }
+    }
     for file in files {
         let out = check(&file);
         assert!(

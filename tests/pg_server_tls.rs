@@ -305,3 +305,128 @@ fn garbage_and_stalled_handshakes_are_closed_and_harm_no_one() {
     assert_eq!(out, "42");
     assert!(f.try_wait().is_none(), "fulcrum is still running");
 }
+
+/// tokio-postgres over rustls (the adapter a rustls application writes,
+/// with the `tls-server-end-point` binding tokio-postgres asks for).
+mod rustls_tokio_postgres {
+    use std::future::Future;
+    use std::io;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use fulcrum_tls::rustls::pki_types::ServerName;
+    use fulcrum_tls::rustls::ClientConfig;
+    use fulcrum_tls::tokio_rustls::client::TlsStream;
+    use fulcrum_tls::tokio_rustls::TlsConnector;
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+
+    pub struct MakeRustls(pub Arc<ClientConfig>);
+    pub struct Connect(Arc<ClientConfig>, ServerName<'static>);
+    pub struct Stream<S>(TlsStream<S>);
+
+    impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> MakeTlsConnect<S> for MakeRustls {
+        type Stream = Stream<S>;
+        type TlsConnect = Connect;
+        type Error = io::Error;
+
+        fn make_tls_connect(&mut self, domain: &str) -> io::Result<Connect> {
+            let name = ServerName::try_from(domain.to_owned())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            Ok(Connect(self.0.clone(), name))
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> TlsConnect<S> for Connect {
+        type Stream = Stream<S>;
+        type Error = io::Error;
+        type Future = Pin<Box<dyn Future<Output = io::Result<Stream<S>>> + Send>>;
+
+        fn connect(self, stream: S) -> Self::Future {
+            Box::pin(async move {
+                let tls = TlsConnector::from(self.0).connect(self.1, stream).await?;
+                Ok(Stream(tls))
+            })
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> tokio_postgres::tls::TlsStream for Stream<S> {
+        fn channel_binding(&self) -> ChannelBinding {
+            let cert = self
+                .0
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first());
+            match cert.and_then(|c| fulcrum_tls::certificate_hash(c.as_ref())) {
+                Some(hash) => ChannelBinding::tls_server_end_point(hash),
+                None => ChannelBinding::none(),
+            }
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+        }
+    }
+
+    impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+        }
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_flush(cx)
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_postgres_over_rustls_with_channel_binding_required() {
+    let f = fulcrum(&CLUSTER.primary().addr(), &verify_full(&CERTS.ca), "");
+    let config = fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(&CERTS.ca), None, &[])
+        .expect("client config");
+    let addr = f.listen_addrs()[0].clone();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let conn_str = format!(
+        "host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} \
+         sslmode=require channel_binding=require connect_timeout=10"
+    );
+    let (client, conn) =
+        tokio_postgres::connect(&conn_str, rustls_tokio_postgres::MakeRustls(config.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", f.log_contents()));
+    tokio::spawn(conn);
+    let row = client.query_one(SERVER_SSL, &[]).await.unwrap();
+    assert!(row.get::<_, bool>(0), "Fulcrum to the server is TLS");
+    let stmt = client.prepare("SELECT $1::int * 2").await.unwrap();
+    for i in 0..20 {
+        let row = client.query_one(&stmt, &[&i]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), i * 2);
+    }
+    // A certificate Fulcrum does not present: the client's check fails.
+    let other = TestCerts::new().expect("another CA");
+    let wrong =
+        fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(&other.ca), None, &[]).unwrap();
+    let e = tokio_postgres::connect(&conn_str, rustls_tokio_postgres::MakeRustls(wrong))
+        .await
+        .err()
+        .expect("refused");
+    let source = std::error::Error::source(&e).map(|s| s.to_string());
+    assert!(
+        source.as_deref().unwrap_or("").contains("certificate"),
+        "{e}: {source:?}"
+    );
+}

@@ -11,7 +11,7 @@ use fulcrum_testkit::{free_port, FulcrumProcess};
 use crate::fulcrum::{cluster_section, ensure_fulcrum_built, fulcrum_alive, fulcrum_config};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
-use crate::pgbench::{init_timeout, start_cluster, Workload};
+use crate::pgbench::{init_timeout, start_cluster_tls, Workload};
 use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::{median, pgpool, publish_report, Options, Result};
 
@@ -35,8 +35,11 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
         );
         pgbouncer_found = false;
     }
-    let pgpool_found = Path::new(pgpool::PGPOOL).is_file();
-    if !pgpool_found {
+    // Pgpool-II's TLS set-up is not part of this comparison.
+    let pgpool_found = Path::new(pgpool::PGPOOL).is_file() && !opts.tls;
+    if opts.tls {
+        eprintln!("--tls: Pgpool-II left out");
+    } else if !pgpool_found {
         eprintln!(
             "Pgpool-II not found at {}: skipping it (install: apt-get install pgpool2)",
             pgpool::PGPOOL
@@ -55,16 +58,37 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
         worst.as_secs()
     );
 
-    let cluster = start_cluster(opts, init_timeout)?;
+    let certs = if opts.tls {
+        let certs = fulcrum_testkit::TestCerts::new()?;
+        crate::pgbench::TLS_CLIENTS.store(true, std::sync::atomic::Ordering::Relaxed);
+        Some(certs)
+    } else {
+        None
+    };
+    let cluster = start_cluster_tls(opts, init_timeout, certs.as_ref())?;
     let primary = cluster.primary();
     let direct = primary.addr();
 
     let fulcrum_listen = format!("127.0.0.1:{}", free_port());
-    let section = cluster_section("bench", &fulcrum_listen, None, &cluster);
+    let mut section = cluster_section("bench", &fulcrum_listen, None, &cluster);
+    if let Some(certs) = &certs {
+        // Cluster keys go before the first sub-table.
+        let keys = format!(
+            "tls_mode = \"require\"\ntls_certificate = \"{}\"\ntls_private_key = \"{}\"\n\
+             server_tls = \"require\"\n",
+            certs.cert.display(),
+            certs.key.display()
+        );
+        section = section.replacen(
+            "[[cluster.backend]]",
+            &format!("{keys}[[cluster.backend]]"),
+            1,
+        );
+    }
     let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section]))?;
     eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
     let pgbouncer = if pgbouncer_found {
-        let p = PgBouncer::start(primary.port())?;
+        let p = PgBouncer::start_configured(primary.port(), 1000, certs.as_ref())?;
         eprintln!("PgBouncer on {}", p.addr);
         Some(p)
     } else {
@@ -133,8 +157,18 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
     let direct = &targets[0].tps;
     let _ = writeln!(
         out,
-        "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s\n",
-        opts.clients, opts.jobs, opts.protocol, opts.scale, opts.rounds, opts.seconds
+        "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s{}\n",
+        opts.clients,
+        opts.jobs,
+        opts.protocol,
+        opts.scale,
+        opts.rounds,
+        opts.seconds,
+        if opts.tls {
+            ", TLS from clients and to the server (sslmode=require)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | proxy CPU per txn (µs, median) | proxy context switches per txn (median) | TPS per round |");
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");

@@ -14,6 +14,10 @@ usage: cargo bench --bench load -- [options]
   --protocol P    pgbench -M: simple, extended or prepared (default simple)
   --workers N     Fulcrum's [fulcrum] workers (default 1)
   --replicas N    streaming replicas, listed as Fulcrum replicas (default 0)
+  --tls           default mode with TLS on both sides: PostgreSQL with
+                  ssl = on, Fulcrum with tls_mode and server_tls = require,
+                  PgBouncer with client_tls_sslmode and server_tls_sslmode =
+                  require, pgbench with sslmode=require (Pgpool-II left out)
   --consistency-cost
                   compare direct, Fulcrum consistency=eventual and
                   consistency=session instead of direct/Fulcrum/PgBouncer
@@ -87,6 +91,8 @@ pub(crate) struct Options {
     pub(crate) mysql_cpu_quota: f64,
     /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections, pg-capped).
     pub(crate) skip: Vec<String>,
+    /// `--tls`: the default mode with TLS from clients and to the server.
+    pub(crate) tls: bool,
 }
 
 impl Options {
@@ -112,6 +118,7 @@ impl Options {
             no_docs: false,
             skip: Vec::new(),
             mysql_cpu_quota: 0.1,
+            tls: false,
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
@@ -134,6 +141,10 @@ impl Options {
             }
             if flag == "--suite" {
                 opts.suite = true;
+                continue;
+            }
+            if flag == "--tls" {
+                opts.tls = true;
                 continue;
             }
             if flag == "--no-docs" {

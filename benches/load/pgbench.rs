@@ -73,14 +73,30 @@ pub(crate) fn init_timeout(opts: &Options) -> Duration {
 /// Starts the PostgreSQL cluster (a primary and `opts.replicas` streaming
 /// replicas) and runs `pgbench -i` on the primary.
 pub(crate) fn start_cluster(opts: &Options, init_timeout: Duration) -> Result<PgCluster> {
+    start_cluster_tls(opts, init_timeout, None)
+}
+
+/// pgbench connects with `sslmode=require` (`--tls`).
+pub(crate) static TLS_CLIENTS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// As [`start_cluster`], with `ssl = on` and `tls`' certificate when given.
+pub(crate) fn start_cluster_tls(
+    opts: &Options,
+    init_timeout: Duration,
+    tls: Option<&fulcrum_testkit::TestCerts>,
+) -> Result<PgCluster> {
     // Keep the data set in shared buffers: a scale-10 pgbench database is
     // ~160 MB, five times the harness's 32 MB default, and a select-only run
     // spilling to the OS cache would mostly measure the server.
     let shared_buffers = format!("{}MB", 64 + 16 * opts.scale);
-    let cluster = PgCluster::builder()
+    let mut builder = PgCluster::builder()
         .replicas(opts.replicas)
-        .setting("shared_buffers", &shared_buffers)
-        .start()?;
+        .setting("shared_buffers", &shared_buffers);
+    if let Some(certs) = tls {
+        builder = builder.tls(certs, false);
+    }
+    let cluster = builder.start()?;
     let direct = cluster.primary().addr();
     eprintln!("PostgreSQL primary on {direct} (shared_buffers {shared_buffers})");
     for replica in cluster.replicas() {
@@ -165,6 +181,9 @@ pub(crate) fn pgbench_command<S: AsRef<std::ffi::OsStr>>(
         "PGOPTIONS",
     ] {
         cmd.env_remove(var);
+    }
+    if TLS_CLIENTS.load(std::sync::atomic::Ordering::Relaxed) {
+        cmd.env("PGSSLMODE", "require");
     }
     cmd.env("PGPASSWORD", APP_PASSWORD)
         .env("PGCONNECT_TIMEOUT", "10")

@@ -29,12 +29,18 @@ pub(crate) struct PgBouncer {
 }
 
 impl PgBouncer {
-    pub(crate) fn start(pg_port: u16) -> Result<PgBouncer> {
-        PgBouncer::start_with(pg_port, 1000)
+    /// PgBouncer in front of the primary on `pg_port`, accepting up to `max_clients` clients.
+    pub(crate) fn start_with(pg_port: u16, max_clients: u32) -> Result<PgBouncer> {
+        PgBouncer::start_configured(pg_port, max_clients, None)
     }
 
-    /// As [`PgBouncer::start`], accepting up to `max_clients` clients.
-    pub(crate) fn start_with(pg_port: u16, max_clients: u32) -> Result<PgBouncer> {
+    /// As [`PgBouncer::start_with`]; with `tls`, clients must use TLS
+    /// with that certificate and server connections use TLS (both `require`).
+    pub(crate) fn start_configured(
+        pg_port: u16,
+        max_clients: u32,
+        tls: Option<&fulcrum_testkit::TestCerts>,
+    ) -> Result<PgBouncer> {
         let dir =
             std::env::temp_dir().join(format!("fulcrum-bench-pgbouncer-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -43,6 +49,22 @@ impl PgBouncer {
         let port = free_port();
         let ini = dir.join("pgbouncer.ini");
         let users = dir.join("userlist.txt");
+        // Copied into the private dir, which PgBouncer's user owns.
+        let tls_ini = match tls {
+            None => String::new(),
+            Some(certs) => {
+                let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+                std::fs::copy(&certs.cert, &cert)?;
+                std::fs::copy(&certs.key, &key)?;
+                std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+                format!(
+                    "client_tls_sslmode = require\nclient_tls_cert_file = {}\n\
+                     client_tls_key_file = {}\nserver_tls_sslmode = require\n",
+                    cert.display(),
+                    key.display()
+                )
+            }
+        };
         std::fs::write(
             &ini,
             format!(
@@ -50,7 +72,7 @@ impl PgBouncer {
                  [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = scram-sha-256\nauth_file = {}\npool_mode = transaction\n\
                  default_pool_size = {POOL_SIZE}\nmax_client_conn = {max_clients}\n\
-                 logfile = {}\npidfile = {}\n",
+                 logfile = {}\npidfile = {}\n{tls_ini}",
                 users.display(),
                 dir.join("pgbouncer.log").display(),
                 dir.join("pgbouncer.pid").display()
