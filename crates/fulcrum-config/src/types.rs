@@ -241,6 +241,8 @@ pub struct Cluster {
     pub server_cleartext: bool,
     /// Health checks, lag limit and failover.
     pub health: Health,
+    /// Users not listed, looked up on the server (`auth_user`, `auth_query`).
+    pub auth_query: Option<AuthQuery>,
     /// Read consistency (`consistency`).
     pub consistency: Consistency,
     /// Longest a causal read waits for a replica (`causal_timeout`).
@@ -249,6 +251,33 @@ pub struct Cluster {
     pub causal_wait: CausalWait,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
+}
+
+/// `auth_query`: logins for users not in the config are checked against
+/// the password the server stores, fetched with this query.
+#[derive(Clone, PartialEq)]
+pub struct AuthQuery {
+    /// Who runs the query, and its password.
+    pub user: String,
+    pub password: String,
+    /// `$1` is the login name.
+    pub query: String,
+    /// Database the query runs in.
+    pub database: String,
+    /// How long a fetched secret is used before it is fetched again.
+    pub cache_ttl: Duration,
+}
+
+impl std::fmt::Debug for AuthQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthQuery")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("query", &self.query)
+            .field("database", &self.database)
+            .field("cache_ttl", &self.cache_ttl)
+            .finish()
+    }
 }
 
 /// The health loop's settings for one cluster.
@@ -333,6 +362,9 @@ pub mod defaults {
     pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
     pub const POOL_SIZE: u32 = 20;
     pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
+    pub const AUTH_QUERY_PG: &str = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1";
+    pub const AUTH_DATABASE_PG: &str = "postgres";
+    pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
     pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

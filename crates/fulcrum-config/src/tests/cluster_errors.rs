@@ -207,3 +207,61 @@ fn consistency_keys_are_validated() {
         ),
     ]);
 }
+
+#[test]
+fn auth_query_keys_are_validated() {
+    assert_errors(&[
+        (
+            &with_key("auth_query = \"SELECT 1\""),
+            "fulcrum.toml:5: cluster[0].auth_query: needs auth_user (the login that runs auth_query)",
+        ),
+        (
+            &with_key("auth_user = \"nobody\""),
+            "fulcrum.toml:5: cluster[0].auth_user: \"nobody\" is not a [[cluster.user]]; add one or set auth_password",
+        ),
+        (
+            &with_key("auth_user = \"app\"\nauth_query = \"SELECT passwd FROM pg_shadow WHERE usename = 'x'\""),
+            "fulcrum.toml:6: cluster[0].auth_query: must use $1 for the login name",
+        ),
+        (
+            &with_key("auth_user = \"app\"\nclient_auth = \"trust\""),
+            "fulcrum.toml:5: cluster[0].auth_user: auth_query needs client_auth = \"scram-sha-256\" or \"md5\": \
+             Fulcrum logs in to the server with what the client proves (client_auth is \"trust\")",
+        ),
+        (
+            &with_key("auth_user = \"app\"\nauth_cache_ttl = \"soon\""),
+            "fulcrum.toml:6: cluster[0].auth_cache_ttl: invalid duration \"soon\": expected a whole number and a unit (us, ms, s, m, h), e.g. \"5s\"",
+        ),
+    ]);
+}
+
+#[test]
+fn auth_query_defaults_and_users_from_the_server_only() {
+    let c = crate::parse(
+        &crate::tests::dedent(
+            r#"
+            [[cluster]]
+            name = "main"
+            protocol = "postgres"
+            listen = "127.0.0.1:6432"
+            auth_user = "pgbouncer"
+            auth_password = "pw"
+            [[cluster.backend]]
+            address = "127.0.0.1:5432"
+            role = "primary"
+            "#,
+        ),
+        std::path::Path::new("fulcrum.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let cluster = &c.clusters[0];
+    assert!(cluster.users.is_empty());
+    let aq = cluster.auth_query.as_ref().expect("auth_query");
+    assert_eq!(aq.user, "pgbouncer");
+    assert_eq!(aq.query, crate::defaults::AUTH_QUERY_PG);
+    assert_eq!(aq.database, "postgres");
+    assert_eq!(aq.cache_ttl, std::time::Duration::from_secs(60));
+    // The probes default to the auth user.
+    assert_eq!(cluster.health.user, "pgbouncer");
+    assert_eq!(cluster.health.password, "pw");
+}

@@ -161,6 +161,7 @@ fn every_key_is_read_into_the_config() {
                 tls: None,
                 allow_local_infile: false,
                 server_cleartext: true,
+                auth_query: None,
                 health: Health {
                     interval: Duration::from_millis(500),
                     timeout: Duration::from_millis(250),
@@ -211,6 +212,7 @@ fn every_key_is_read_into_the_config() {
                 tls: None,
                 allow_local_infile: true,
                 server_cleartext: true,
+                auth_query: None,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,
                     timeout: defaults::HEALTH_TIMEOUT,

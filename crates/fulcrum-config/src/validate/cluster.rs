@@ -177,8 +177,26 @@ pub(super) fn cluster(
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let server_cleartext = c.server_cleartext.as_ref().is_none_or(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
-    let users = users(&t, &c.user, &name, client_auth)?;
-    let health = health(&t, c, protocol, &users)?;
+    // With auth_user, users may all come from the server.
+    let users = if c.user.is_none() && c.auth_user.is_some() {
+        Vec::new()
+    } else {
+        users(&t, &c.user, &name, client_auth)?
+    };
+    let auth_query = auth_query(&t, c, protocol, &users)?;
+    if let (Some(_), Some(v), ClientAuth::Trust | ClientAuth::Cert) =
+        (&auth_query, &c.auth_user, client_auth)
+    {
+        return Err(t.error(
+            v,
+            "auth_user",
+            format!(
+                "auth_query needs client_auth = \"scram-sha-256\" or \"md5\": Fulcrum logs in to the server with what the client proves (client_auth is {:?})",
+                client_auth.name()
+            ),
+        ));
+    }
+    let health = health(&t, c, protocol, &users, auth_query.as_ref())?;
     let consistency = t.choice(
         &c.consistency,
         "consistency",
@@ -225,12 +243,78 @@ pub(super) fn cluster(
         allow_local_infile,
         server_cleartext,
         health,
+        auth_query,
         consistency,
         causal_timeout,
         causal_wait,
         backends,
         users,
     })
+}
+
+/// `auth_user` and its companions; `None` when `auth_user` is not set.
+fn auth_query(
+    t: &Table,
+    c: &RawCluster,
+    protocol: Protocol,
+    users: &[User],
+) -> Result<Option<crate::types::AuthQuery>, Problem> {
+    let Some(user_value) = &c.auth_user else {
+        for (value, name) in [
+            (&c.auth_password, "auth_password"),
+            (&c.auth_query, "auth_query"),
+            (&c.auth_database, "auth_database"),
+        ] {
+            if let Some(v) = value {
+                return Err(t.error(v, name, "needs auth_user (the login that runs auth_query)"));
+            }
+        }
+        return Ok(None);
+    };
+    if protocol != Protocol::Postgres {
+        return Err(t.error(
+            user_value,
+            "auth_user",
+            "auth_query is built for PostgreSQL clusters only so far; list MySQL users in [[cluster.user]]",
+        ));
+    }
+    let user = t.text(&c.auth_user, "auth_user", None)?;
+    let password = match &c.auth_password {
+        Some(p) => p.get_ref().clone(),
+        None => users
+            .iter()
+            .find(|u| u.name == user)
+            .map(|u| u.password.clone())
+            .ok_or_else(|| {
+                t.error(
+                    user_value,
+                    "auth_user",
+                    format!("{user:?} is not a [[cluster.user]]; add one or set auth_password"),
+                )
+            })?,
+    };
+    let query = t.text(&c.auth_query, "auth_query", Some(defaults::AUTH_QUERY_PG))?;
+    if !query.contains("$1") {
+        let v = c.auth_query.as_ref().expect("the default has $1");
+        return Err(t.error(v, "auth_query", "must use $1 for the login name"));
+    }
+    let database = t.text(
+        &c.auth_database,
+        "auth_database",
+        Some(defaults::AUTH_DATABASE_PG),
+    )?;
+    let cache_ttl = t.duration(
+        &c.auth_cache_ttl,
+        "auth_cache_ttl",
+        defaults::AUTH_CACHE_TTL,
+    )?;
+    Ok(Some(crate::types::AuthQuery {
+        user,
+        password,
+        query,
+        database,
+        cache_ttl,
+    }))
 }
 
 /// The health-loop keys. The probe logs in as `health_user` (default: the
@@ -240,6 +324,7 @@ fn health(
     c: &RawCluster,
     protocol: Protocol,
     users: &[User],
+    auth: Option<&crate::types::AuthQuery>,
 ) -> Result<Health, Problem> {
     let interval = t.duration(
         &c.health_interval,
@@ -257,7 +342,11 @@ fn health(
         1,
         defaults::HEALTH_FAILURES,
     )?;
-    let first = users.first().map(|u| u.name.as_str()).unwrap_or_default();
+    let first = users
+        .first()
+        .map(|u| u.name.as_str())
+        .or(auth.map(|a| a.user.as_str()))
+        .unwrap_or_default();
     let user = t.text(&c.health_user, "health_user", Some(first))?;
     let password = match &c.health_password {
         Some(p) => p.get_ref().clone(),
@@ -265,6 +354,7 @@ fn health(
             .iter()
             .find(|u| u.name == user)
             .map(|u| u.password.clone())
+            .or(auth.filter(|a| a.user == user).map(|a| a.password.clone()))
             .unwrap_or_default(),
     };
     let default_db = match protocol {

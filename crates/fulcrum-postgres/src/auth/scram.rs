@@ -46,14 +46,14 @@ impl std::fmt::Debug for Verifier {
     }
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     let mut m = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
     m.update(data);
     m.finalize().into_bytes().into()
 }
 
 /// PBKDF2-HMAC-SHA-256 with one output block: RFC 5802's Hi().
-fn hi(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
+pub(crate) fn hi(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
     let mut block = salt.to_vec();
     block.extend_from_slice(&1u32.to_be_bytes());
     let mut u = hmac(password, &block);
@@ -115,6 +115,8 @@ pub struct ScramServer {
     /// The client chose SCRAM-SHA-256-PLUS.
     plus: bool,
     state: Option<State>,
+    /// The client's ClientKey, recovered from its proof once it held.
+    client_key: Option<[u8; 32]>,
 }
 
 struct State {
@@ -134,6 +136,7 @@ impl ScramServer {
             offered: None,
             plus: false,
             state: None,
+            client_key: None,
         }
     }
 
@@ -206,7 +209,7 @@ impl ScramServer {
     }
 
     /// Takes client-final-message, returns server-final-message (`v=...`) when the proof holds.
-    pub fn server_final(&self, client_final: &[u8]) -> Result<String, ScramError> {
+    pub fn server_final(&mut self, client_final: &[u8]) -> Result<String, ScramError> {
         let state = self
             .state
             .as_ref()
@@ -245,8 +248,18 @@ impl ScramServer {
         if !constant_time_eq(&stored, &self.verifier.stored_key) {
             return Err(ScramError::InvalidProof);
         }
+        self.client_key = Some(client_key);
         let server_signature = hmac(&self.verifier.server_key, auth_message.as_bytes());
         Ok(format!("v={}", B64.encode(server_signature)))
+    }
+}
+
+impl ScramServer {
+    /// The ClientKey the client proved it holds (proof XOR ClientSignature),
+    /// after a successful `server_final`: with the verifier's ServerKey it
+    /// is enough to log in to a server that stores the same verifier.
+    pub fn client_key(&self) -> Option<[u8; 32]> {
+        self.client_key
     }
 }
 

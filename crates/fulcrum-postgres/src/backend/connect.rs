@@ -20,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::conn::{CancelKey, ServerConn};
 use super::stream::ServerStream;
+use crate::auth::scram_keys::{Binding, KeysClient, ScramKeys};
 use fulcrum_net::Connection;
 
 /// Server connections read in larger chunks: results stream through them.
@@ -32,13 +33,41 @@ use crate::codec::frame::check_frame;
 pub struct ServerTarget {
     pub address: Arc<str>,
     pub user: String,
-    pub password: String,
+    pub credential: Credential,
     pub database: String,
     /// Whether the password may go in clear text when the server asks
     /// (`server_cleartext`).
     pub allow_cleartext: bool,
     /// TLS to the server; `None`: plain text (`server_tls = "disable"`).
     pub tls: Option<ServerTlsTarget>,
+}
+
+/// What proves the user to the server.
+#[derive(Clone)]
+pub enum Credential {
+    /// The password (from the config).
+    Password(String),
+    /// A SCRAM ClientKey and ServerKey (an `auth_query` user whose client
+    /// proved its key to Fulcrum): SCRAM only.
+    Scram(ScramKeys),
+    /// The stored md5 hash (an `auth_query` user with an md5 password): md5 only.
+    Md5(String),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Credential::Password(_) => "Password(<redacted>)",
+            Credential::Scram(_) => "Scram(<redacted>)",
+            Credential::Md5(_) => "Md5(<redacted>)",
+        })
+    }
+}
+
+/// A SCRAM exchange in progress, from the password or from keys.
+enum Scram {
+    Password(ScramSha256),
+    Keys(KeysClient),
 }
 
 /// How a connection uses TLS, from the backend's `server_tls` settings.
@@ -192,7 +221,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     stream.write_all(&out).await.map_err(io)?;
 
     let mut buf = BytesMut::with_capacity(8192);
-    let mut scram: Option<ScramSha256> = None;
+    let mut scram: Option<Scram> = None;
     // SCRAM proves both sides: AuthenticationOk counts only after the
     // server's own signature was checked.
     let mut scram_verified = false;
@@ -237,20 +266,29 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 }
             }
             backend::Message::AuthenticationCleartextPassword => {
+                let Credential::Password(password) = &target.credential else {
+                    return Err(auth("the server asks for the password in clear text, which Fulcrum does not know for this auth_query user: use scram-sha-256 (or md5) on the server".into()));
+                };
                 if !target.allow_cleartext {
                     return Err(auth("the server asks for the password in clear text and server_cleartext = false: use scram-sha-256 on the server (or set server_cleartext = true)".into()));
                 }
                 if stream.tls().is_none() {
                     tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text (the server asks for password authentication and this connection is not TLS): use scram-sha-256 on the server or server_tls, or set server_cleartext = false to refuse");
                 }
-                frontend::password_message(target.password.as_bytes(), &mut out).map_err(io)?;
+                frontend::password_message(password.as_bytes(), &mut out).map_err(io)?;
             }
             backend::Message::AuthenticationMd5Password(body) => {
-                let hash = postgres_protocol::authentication::md5_hash(
-                    target.user.as_bytes(),
-                    target.password.as_bytes(),
-                    body.salt(),
-                );
+                let hash = match &target.credential {
+                    Credential::Password(password) => postgres_protocol::authentication::md5_hash(
+                        target.user.as_bytes(),
+                        password.as_bytes(),
+                        body.salt(),
+                    ),
+                    Credential::Md5(stored) => {
+                        crate::auth::md5::response_from_hash(stored, body.salt())
+                    }
+                    Credential::Scram(_) => return Err(auth("the server asks for md5, but this auth_query user's password is stored as SCRAM (it cannot be turned into md5): use scram-sha-256 in the server's pg_hba.conf".into())),
+                };
                 frontend::password_message(hash.as_bytes(), &mut out).map_err(io)?;
             }
             backend::Message::AuthenticationSasl(body) => {
@@ -279,23 +317,63 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     _ if plain => (SCRAM_SHA_256, ChannelBinding::unsupported()),
                     _ => return Err(auth("server offers no supported SASL mechanism".into())),
                 };
-                let s = ScramSha256::new(target.password.as_bytes(), binding);
-                frontend::sasl_initial_response(mechanism, s.message(), &mut out).map_err(io)?;
+                let s = match &target.credential {
+                    Credential::Password(password) => {
+                        let s = ScramSha256::new(password.as_bytes(), binding);
+                        frontend::sasl_initial_response(mechanism, s.message(), &mut out)
+                            .map_err(io)?;
+                        Scram::Password(s)
+                    }
+                    Credential::Scram(keys) => {
+                        let binding = match (mechanism == SCRAM_SHA_256_PLUS, &binding_hash) {
+                            (true, Some(hash)) => Binding::EndPoint(hash.clone()),
+                            _ if binding_hash.is_some() => Binding::Unrequested,
+                            _ => Binding::None,
+                        };
+                        let nonce: [u8; 18] = rand::random();
+                        let nonce = base64::Engine::encode(
+                            &base64::engine::general_purpose::STANDARD,
+                            nonce,
+                        );
+                        let s = KeysClient::new(keys.clone(), &nonce, binding);
+                        frontend::sasl_initial_response(
+                            mechanism,
+                            s.client_first().as_bytes(),
+                            &mut out,
+                        )
+                        .map_err(io)?;
+                        Scram::Keys(s)
+                    }
+                    Credential::Md5(_) => return Err(auth("the server asks for SCRAM, but this auth_query user's password is stored as md5 (SCRAM needs the password): store the password as SCRAM (password_encryption = scram-sha-256) or use md5 in the server's pg_hba.conf".into())),
+                };
                 scram = Some(s);
             }
             backend::Message::AuthenticationSaslContinue(body) => {
                 let s = scram
                     .as_mut()
                     .ok_or_else(|| protocol("SASL continue without SASL start"))?;
-                s.update(body.data()).map_err(|e| auth(e.to_string()))?;
-                frontend::sasl_response(s.message(), &mut out).map_err(io)?;
+                match s {
+                    Scram::Password(s) => {
+                        s.update(body.data()).map_err(|e| auth(e.to_string()))?;
+                        frontend::sasl_response(s.message(), &mut out).map_err(io)?;
+                    }
+                    Scram::Keys(s) => {
+                        let message = s
+                            .client_final(body.data())
+                            .map_err(|e| auth(e.to_string()))?;
+                        frontend::sasl_response(message.as_bytes(), &mut out).map_err(io)?;
+                    }
+                }
             }
             backend::Message::AuthenticationSaslFinal(body) => {
                 let s = scram
                     .as_mut()
                     .ok_or_else(|| protocol("SASL final without SASL start"))?;
-                s.finish(body.data())
-                    .map_err(|e| auth(format!("the server's SCRAM signature: {e}")))?;
+                match s {
+                    Scram::Password(s) => s.finish(body.data()).map_err(|e| e.to_string()),
+                    Scram::Keys(s) => s.verify_final(body.data()).map_err(|e| e.to_string()),
+                }
+                .map_err(|e| auth(format!("the server's SCRAM signature: {e}")))?;
                 scram_verified = true;
             }
             backend::Message::ParameterStatus(body) => {
@@ -419,7 +497,7 @@ mod tests {
         ServerTarget {
             address: address.into(),
             user: "app".into(),
-            password: "s3cret".into(),
+            credential: Credential::Password("s3cret".into()),
             database: "app".into(),
             allow_cleartext,
             tls: None,

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 
 use super::conninfo::repoint_conninfo;
 use super::internal::Rows;
-use super::{connect, ServerConn, ServerTarget, ServerTlsTarget};
+use super::{connect, Credential, ServerConn, ServerTarget, ServerTlsTarget};
 
 /// Role, timeline (from the WAL file name of the current position) and the
 /// positions, in one round trip. Works for any login role: none of these
@@ -69,7 +69,7 @@ impl PgServerOps {
             let target = ServerTarget {
                 address: self.addresses[backend].clone(),
                 user: self.user.clone(),
-                password: self.password.clone(),
+                credential: Credential::Password(self.password.clone()),
                 database: self.database.clone(),
                 allow_cleartext: self.allow_cleartext,
                 tls: self.tls[backend].clone(),

@@ -10,4 +10,4 @@ pub mod server_statements;
 pub mod stream;
 
 pub use conn::ServerConn;
-pub use connect::{connect, ConnectError, ServerTarget, ServerTlsTarget};
+pub use connect::{connect, ConnectError, Credential, ServerTarget, ServerTlsTarget};

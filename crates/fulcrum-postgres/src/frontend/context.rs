@@ -16,7 +16,7 @@ use super::statements::StatementRegistry;
 use crate::auth::scram::{Verifier, ITERATIONS};
 use crate::backend::conn::SessionParams;
 use crate::backend::health::PgServerOps;
-use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
+use crate::backend::{connect, ConnectError, Credential, ServerConn, ServerTarget};
 
 pub struct UserAuth {
     pub password: String,
@@ -43,6 +43,8 @@ pub struct ClusterContext {
     pub classifier: Classifier,
     pub backends: Vec<Arc<str>>,
     pub users: HashMap<String, UserAuth>,
+    /// `auth_query` users: their fetched secrets and what their clients proved.
+    pub auth: super::auth_query::AuthCache,
     pub statements: StatementRegistry,
     pub cancels: Arc<CancelRegistry>,
     /// Secret mixed into mock SCRAM salts for unknown users.
@@ -150,6 +152,7 @@ impl ClusterContext {
                 .map(|b| b.address.as_str().into())
                 .collect(),
             users,
+            auth: Default::default(),
             statements: StatementRegistry::default(),
             cancels: Arc::new(CancelRegistry::default()),
             mock_secret: rand::random(),
@@ -283,15 +286,17 @@ impl ClusterContext {
         user: &str,
         database: &str,
     ) -> Result<ServerConn, ConnectError> {
-        let password = self
-            .users
-            .get(user)
-            .map(|u| u.password.clone())
-            .unwrap_or_default();
+        let credential = match self.users.get(user) {
+            Some(u) => Credential::Password(u.password.clone()),
+            None => self
+                .auth
+                .proof(user)
+                .unwrap_or_else(|| Credential::Password(String::new())),
+        };
         let target = ServerTarget {
             address: self.backends[backend].clone(),
             user: user.to_owned(),
-            password,
+            credential,
             database: database.to_owned(),
             allow_cleartext: self.config.server_cleartext,
             tls: self

@@ -10,6 +10,10 @@ use base64::Engine;
 use bytes::BytesMut;
 use fulcrum_config::ClientAuth;
 use fulcrum_tls::ClientStream;
+
+use crate::auth::scram_keys::ScramKeys;
+use crate::auth::secret::StoredSecret;
+use crate::backend::Credential;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::context::ClusterContext;
@@ -246,9 +250,13 @@ async fn authenticate(
     }
     // On TLS, SCRAM-SHA-256-PLUS is offered, bound to the listener's certificate.
     let binding = match (&ctx.config.tls, stream.is_tls()) {
-        (Some(tls), true) => tls.end_point_hash.as_deref(),
+        (Some(tls), true) => tls.end_point_hash.clone(),
         _ => None,
     };
+    let binding = binding.as_deref();
+    if known.is_none() && ctx.config.auth_query.is_some() {
+        return auth_query_login(ctx, stream, buf, user, binding).await;
+    }
     let ok = password_exchange(stream, buf, method, user, known, binding, || {
         mock_verifier(ctx, user)
     })
@@ -258,6 +266,102 @@ async fn authenticate(
         return Err(fatal(stream, sqlstate::INVALID_PASSWORD, &auth_failed(user)).await);
     }
     Ok(())
+}
+
+/// A user not in the config, with `auth_query`: checked against the
+/// secret the server stores; what the client proved is kept for the
+/// pools' server logins. Unknown users go through the same exchange
+/// against a mock verifier and get the same 28P01.
+async fn auth_query_login(
+    ctx: &ClusterContext,
+    stream: &mut ClientStream,
+    buf: &mut BytesMut,
+    user: &str,
+    binding: Option<&[u8]>,
+) -> Result<(), SessionError> {
+    let looked = match ctx.auth.lookup(ctx, user).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(user, error = %e, "auth_query failed");
+            let message = format!("fulcrum: cannot check the password: {e}");
+            return Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, &message).await);
+        }
+    };
+    let proof = match looked.secret {
+        Some(StoredSecret::Scram(verifier)) => {
+            if ctx.config.client_auth == ClientAuth::Md5 {
+                let message = format!("fulcrum: the password of \"{user}\" is stored as SCRAM, which md5 cannot check: set client_auth = \"scram-sha-256\"");
+                return Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, &message).await);
+            }
+            let keys = (
+                verifier.server_key,
+                verifier.salt.clone(),
+                verifier.iterations,
+            );
+            scram_exchange(stream, buf, verifier, true, binding)
+                .await?
+                .map(|client_key| {
+                    Credential::Scram(ScramKeys {
+                        client_key,
+                        server_key: keys.0,
+                        salt: keys.1,
+                        iterations: keys.2,
+                    })
+                })
+        }
+        Some(StoredSecret::Md5(hash)) => {
+            let mut out = BytesMut::new();
+            let salt: [u8; 4] = rand::random();
+            backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
+            send(stream, &out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            let response = password_msg(&body).unwrap_or_default();
+            md5::verify_hash(&hash, salt, response).then_some(Credential::Md5(hash))
+        }
+        Some(StoredSecret::Plain(password)) => {
+            let verifier =
+                scram::Verifier::new(&password, &rand::random::<[u8; 16]>(), scram::ITERATIONS);
+            let ok = password_exchange(
+                stream,
+                buf,
+                ctx.config.client_auth,
+                user,
+                Some((&password, &verifier)),
+                binding,
+                || mock_verifier(ctx, user),
+            )
+            .await?;
+            ok.then_some(Credential::Password(password))
+        }
+        None => {
+            // The same exchange as for a real user, failing at its end.
+            let _ = password_exchange(
+                stream,
+                buf,
+                ctx.config.client_auth,
+                user,
+                None,
+                binding,
+                || mock_verifier(ctx, user),
+            )
+            .await?;
+            None
+        }
+    };
+    match proof {
+        Some(credential) => {
+            ctx.auth.remember_proof(user, credential);
+            Ok(())
+        }
+        None => {
+            if looked.cached {
+                // The password may have changed: fetch again next time.
+                ctx.auth.forget(user);
+            }
+            tracing::info!(user, "client authentication failed (auth_query)");
+            Err(fatal(stream, sqlstate::INVALID_PASSWORD, &auth_failed(user)).await)
+        }
+    }
 }
 
 /// `client_auth = "cert"`: the TLS client certificate (already checked
@@ -322,69 +426,81 @@ pub async fn password_exchange<S: Stream>(
                 Some((_, v)) => v.clone(),
                 None => unknown(),
             };
-            match binding {
-                Some(_) => backend_msg::auth_sasl_mechanisms(
-                    &mut out,
-                    &[scram::MECHANISM_PLUS, scram::MECHANISM],
-                ),
-                None => backend_msg::auth_sasl(&mut out, scram::MECHANISM),
-            }
-            send(stream, &out).await?;
-            let body = read_auth_message(stream, buf).await?;
-            let Some((mechanism, first)) = sasl_initial_msg(&body) else {
-                return Err(fatal(
-                    stream,
-                    sqlstate::PROTOCOL_VIOLATION,
-                    "malformed SASL initial response",
-                )
-                .await);
-            };
-            let plus = binding.is_some() && mechanism == scram::MECHANISM_PLUS.as_bytes();
-            if mechanism != scram::MECHANISM.as_bytes() && !plus {
-                return Err(fatal(
-                    stream,
-                    sqlstate::PROTOCOL_VIOLATION,
-                    "client selected an invalid SASL authentication mechanism",
-                )
-                .await);
-            }
-            let nonce: [u8; 18] = rand::random();
-            let nonce = base64::engine::general_purpose::STANDARD.encode(nonce);
-            let mut server = scram::ScramServer::new(verifier, nonce)
-                .with_channel_binding(binding.map(<[u8]>::to_vec), plus);
-            let server_first = match server.server_first(first) {
-                Ok(s) => s,
-                Err(e) => {
-                    return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await)
-                }
-            };
-            out.clear();
-            backend_msg::auth_request(
-                &mut out,
-                backend_msg::AUTH_SASL_CONTINUE,
-                server_first.as_bytes(),
-            );
-            send(stream, &out).await?;
-            let body = read_auth_message(stream, buf).await?;
-            match server.server_final(&body) {
-                Ok(server_final) if known.is_some() => {
-                    out.clear();
-                    backend_msg::auth_request(
-                        &mut out,
-                        backend_msg::AUTH_SASL_FINAL,
-                        server_final.as_bytes(),
-                    );
-                    send(stream, &out).await?;
-                    true
-                }
-                Ok(_) | Err(scram::ScramError::InvalidProof) => false,
-                Err(e) => {
-                    return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await)
-                }
-            }
+            scram_exchange(stream, buf, verifier, known.is_some(), binding)
+                .await?
+                .is_some()
         }
     };
     Ok(ok)
+}
+
+/// A SCRAM exchange against `verifier` (SCRAM-SHA-256-PLUS offered too
+/// when `binding` is the listener certificate's hash). `Ok(Some(client_key))`
+/// when the client proved it and `accept` (a real user, not a mock
+/// verifier's); `Ok(None)`: wrong password or unknown user.
+pub async fn scram_exchange<S: Stream>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    verifier: scram::Verifier,
+    accept: bool,
+    binding: Option<&[u8]>,
+) -> Result<Option<[u8; 32]>, SessionError> {
+    let mut out = BytesMut::new();
+    match binding {
+        Some(_) => {
+            backend_msg::auth_sasl_mechanisms(&mut out, &[scram::MECHANISM_PLUS, scram::MECHANISM])
+        }
+        None => backend_msg::auth_sasl(&mut out, scram::MECHANISM),
+    }
+    send(stream, &out).await?;
+    let body = read_auth_message(stream, buf).await?;
+    let Some((mechanism, first)) = sasl_initial_msg(&body) else {
+        return Err(fatal(
+            stream,
+            sqlstate::PROTOCOL_VIOLATION,
+            "malformed SASL initial response",
+        )
+        .await);
+    };
+    let plus = binding.is_some() && mechanism == scram::MECHANISM_PLUS.as_bytes();
+    if mechanism != scram::MECHANISM.as_bytes() && !plus {
+        return Err(fatal(
+            stream,
+            sqlstate::PROTOCOL_VIOLATION,
+            "client selected an invalid SASL authentication mechanism",
+        )
+        .await);
+    }
+    let nonce: [u8; 18] = rand::random();
+    let nonce = base64::engine::general_purpose::STANDARD.encode(nonce);
+    let mut server = scram::ScramServer::new(verifier, nonce)
+        .with_channel_binding(binding.map(<[u8]>::to_vec), plus);
+    let server_first = match server.server_first(first) {
+        Ok(s) => s,
+        Err(e) => return Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await),
+    };
+    out.clear();
+    backend_msg::auth_request(
+        &mut out,
+        backend_msg::AUTH_SASL_CONTINUE,
+        server_first.as_bytes(),
+    );
+    send(stream, &out).await?;
+    let body = read_auth_message(stream, buf).await?;
+    match server.server_final(&body) {
+        Ok(server_final) if accept => {
+            out.clear();
+            backend_msg::auth_request(
+                &mut out,
+                backend_msg::AUTH_SASL_FINAL,
+                server_final.as_bytes(),
+            );
+            send(stream, &out).await?;
+            Ok(server.client_key())
+        }
+        Ok(_) | Err(scram::ScramError::InvalidProof) => Ok(None),
+        Err(e) => Err(fatal(stream, sqlstate::PROTOCOL_VIOLATION, &e.to_string()).await),
+    }
 }
 
 /// A verifier no password matches, stable per user name, so an unknown user

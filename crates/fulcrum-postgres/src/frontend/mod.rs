@@ -1,6 +1,7 @@
 //! The client-facing side: accept, log in, forward. `serve` runs one
 //! cluster's listener; each client gets its own task.
 
+pub mod auth_query;
 pub mod cancel;
 pub mod context;
 pub mod error;

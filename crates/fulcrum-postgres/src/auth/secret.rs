@@ -1,0 +1,94 @@
+//! A password as PostgreSQL stores it (`pg_authid.rolpassword`, shown by
+//! `pg_shadow.passwd`): a SCRAM-SHA-256 verifier, an md5 hash, or (very old
+//! installations) the password itself. Parsed from `auth_query`'s answer.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+
+use super::scram::Verifier;
+
+/// What `auth_query` returned for a user.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoredSecret {
+    /// `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`.
+    Scram(Verifier),
+    /// `md5` followed by 32 hex digits: md5(password + user).
+    Md5(String),
+    /// Anything else is taken as the password itself.
+    Plain(String),
+}
+
+impl std::fmt::Debug for StoredSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoredSecret::Scram(_) => "Scram(<redacted>)",
+            StoredSecret::Md5(_) => "Md5(<redacted>)",
+            StoredSecret::Plain(_) => "Plain(<redacted>)",
+        })
+    }
+}
+
+impl StoredSecret {
+    /// Reads a stored password; `None` for a text that starts like a SCRAM
+    /// verifier but is malformed (not taken as a password either).
+    pub fn parse(stored: &str) -> Option<StoredSecret> {
+        if let Some(rest) = stored.strip_prefix("SCRAM-SHA-256$") {
+            return parse_scram(rest).map(StoredSecret::Scram);
+        }
+        let is_md5 = stored.len() == 35
+            && stored.starts_with("md5")
+            && stored[3..].bytes().all(|b| b.is_ascii_hexdigit());
+        Some(if is_md5 {
+            StoredSecret::Md5(stored.to_ascii_lowercase())
+        } else {
+            StoredSecret::Plain(stored.to_owned())
+        })
+    }
+}
+
+fn parse_scram(rest: &str) -> Option<Verifier> {
+    let (params, keys) = rest.split_once('$')?;
+    let (iterations, salt) = params.split_once(':')?;
+    let (stored, server) = keys.split_once(':')?;
+    let key = |b64: &str| -> Option<[u8; 32]> { B64.decode(b64).ok()?.try_into().ok() };
+    Some(Verifier {
+        salt: B64.decode(salt).ok()?,
+        iterations: iterations.parse().ok().filter(|i| *i > 0)?,
+        stored_key: key(stored)?,
+        server_key: key(server)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scram_verifier_reads_back_as_the_one_derived_from_the_password() {
+        let v = Verifier::new("pencil", b"0123456789abcdef", 4096);
+        let text = format!(
+            "SCRAM-SHA-256${}:{}${}:{}",
+            v.iterations,
+            B64.encode(&v.salt),
+            B64.encode(v.stored_key),
+            B64.encode(v.server_key)
+        );
+        assert_eq!(StoredSecret::parse(&text), Some(StoredSecret::Scram(v)));
+    }
+
+    #[test]
+    fn md5_and_plain_and_broken() {
+        let md5 = "md5a3556571e93b0d20722ba62be61e8c2d";
+        assert_eq!(
+            StoredSecret::parse(md5),
+            Some(StoredSecret::Md5(md5.into()))
+        );
+        assert_eq!(
+            StoredSecret::parse("md5short"),
+            Some(StoredSecret::Plain("md5short".into()))
+        );
+        assert_eq!(StoredSecret::parse("SCRAM-SHA-256$4096:xx"), None);
+        assert_eq!(StoredSecret::parse("SCRAM-SHA-256$0:AAAA$AA:AA"), None);
+        assert!(!format!("{:?}", StoredSecret::parse(md5).unwrap()).contains("a355"));
+    }
+}
