@@ -236,3 +236,66 @@ fn missing_config_file_exits_2_naming_the_file() {
         "stdout: {stdout:?}"
     );
 }
+
+#[test]
+fn passwords_from_files_and_the_environment() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.0.join("secrets")).unwrap();
+    std::fs::write(dir.0.join("secrets/app"), "from-a-file\n").unwrap();
+    let config = |password: &str, admin: &str| {
+        format!(
+            "[fulcrum]\nadmin = \"127.0.0.1:6480\"\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = {admin}\n\
+             [[cluster]]\nname = \"main\"\nprotocol = \"postgres\"\nlisten = \"127.0.0.1:6432\"\n\
+             health_password = {{ env = \"FULCRUM_TEST_HEALTH_PW\" }}\n\
+             [[cluster.backend]]\naddress = \"127.0.0.1:5432\"\nrole = \"primary\"\n\
+             [[cluster.user]]\nname = \"app\"\npassword = {password}\n"
+        )
+    };
+    let run = |text: &str| {
+        let path = dir.write("fulcrum.toml", text);
+        let bin = fulcrum_bin();
+        Command::new(&bin)
+            .args(["check".as_ref(), "--config".as_ref(), path.as_os_str()])
+            .env("FULCRUM_TEST_HEALTH_PW", "health-pw")
+            .env("FULCRUM_TEST_ADMIN_PW", "admin-pw")
+            .env_remove("FULCRUM_TEST_MISSING")
+            .output()
+            .expect("fulcrum check")
+    };
+    let ok = run(&config(
+        "{ file = \"secrets/app\" }",
+        "{ env = \"FULCRUM_TEST_ADMIN_PW\" }",
+    ));
+    assert!(
+        ok.status.success(),
+        "{}{}",
+        text(&ok.stdout),
+        text(&ok.stderr)
+    );
+    // A missing file and a missing variable name file, line and key.
+    let out = run(&config(
+        "{ file = \"secrets/nope\" }",
+        "{ env = \"FULCRUM_TEST_ADMIN_PW\" }",
+    ));
+    assert!(!out.status.success());
+    let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        err.contains("fulcrum.toml:16: cluster[0].user[0].password: cannot read")
+            && err.contains("secrets/nope"),
+        "{err}"
+    );
+    let out = run(&config("\"plain\"", "{ env = \"FULCRUM_TEST_MISSING\" }"));
+    assert!(!out.status.success());
+    let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        err.contains("fulcrum.toml:5: fulcrum.admin_user[0].password: environment variable FULCRUM_TEST_MISSING is not set"),
+        "{err}"
+    );
+    // Neither, or both.
+    let out = run(&config("{ vault = \"x\" }", "\"a\""));
+    let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(err.contains("expected `file` or `env`"), "{err}");
+    let out = run(&config("{ file = \"a\", env = \"B\" }", "\"a\""));
+    let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(err.contains("not both"), "{err}");
+}

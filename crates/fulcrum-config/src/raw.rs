@@ -86,10 +86,10 @@ pub(crate) struct RawCluster {
     pub health_timeout: Value<DurationText>,
     pub health_failures: Value<Int>,
     pub health_user: Value<String>,
-    pub health_password: Value<String>,
+    pub health_password: Value<SecretText>,
     pub health_database: Value<String>,
     pub auth_user: Value<String>,
-    pub auth_password: Value<String>,
+    pub auth_password: Value<SecretText>,
     pub auth_query: Value<String>,
     pub auth_database: Value<String>,
     pub auth_cache_ttl: Value<DurationText>,
@@ -122,14 +122,14 @@ pub(crate) struct RawBackend {
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawAdminUser {
     pub name: Value<String>,
-    pub password: Value<String>,
+    pub password: Value<SecretText>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawUser {
     pub name: Value<String>,
-    pub password: Value<String>,
+    pub password: Value<SecretText>,
 }
 
 /// Deserializes the document, turning TOML and serde errors into located problems.
@@ -189,6 +189,52 @@ impl<'de> Deserialize<'de> for Int {
             }
         }
         d.deserialize_i64(V)
+    }
+}
+
+/// A password: the text itself, or where to read it: `{ file = "path" }`
+/// (the file's contents, one trailing newline dropped) or `{ env = "NAME" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SecretText {
+    Text(String),
+    File(String),
+    Env(String),
+}
+
+impl<'de> Deserialize<'de> for SecretText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = SecretText;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a password string, { file = \"path\" } or { env = \"VARIABLE\" }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SecretText, E> {
+                Ok(SecretText::Text(v.to_string()))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<SecretText, A::Error> {
+                let mut found: Option<SecretText> = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: String = map.next_value()?;
+                    let source = match key.as_str() {
+                        "file" => SecretText::File(value),
+                        "env" => SecretText::Env(value),
+                        other => return Err(de::Error::custom(format!(
+                            "unknown key `{other}` in a password table, expected `file` or `env`"
+                        ))),
+                    };
+                    if found.replace(source).is_some() {
+                        return Err(de::Error::custom(
+                            "a password comes from one place: `file` or `env`, not both",
+                        ));
+                    }
+                }
+                found.ok_or_else(|| {
+                    de::Error::custom("an empty password table: give `file` or `env`")
+                })
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

@@ -181,9 +181,9 @@ pub(super) fn cluster(
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()
     } else {
-        users(&t, &c.user, &name, client_auth)?
+        users(&t, &c.user, &name, client_auth, base)?
     };
-    let auth_query = auth_query(&t, c, protocol, &users)?;
+    let auth_query = auth_query(&t, c, protocol, &users, base)?;
     if let (Some(_), Some(v), ClientAuth::Trust | ClientAuth::Cert) =
         (&auth_query, &c.auth_user, client_auth)
     {
@@ -196,7 +196,7 @@ pub(super) fn cluster(
             ),
         ));
     }
-    let health = health(&t, c, protocol, &users, auth_query.as_ref())?;
+    let health = health(&t, c, protocol, &users, auth_query.as_ref(), base)?;
     let consistency = t.choice(
         &c.consistency,
         "consistency",
@@ -258,15 +258,19 @@ fn auth_query(
     c: &RawCluster,
     protocol: Protocol,
     users: &[User],
+    base: &std::path::Path,
 ) -> Result<Option<crate::types::AuthQuery>, Problem> {
     let Some(user_value) = &c.auth_user else {
+        let needs = "needs auth_user (the login that runs auth_query)";
+        if let Some(v) = &c.auth_password {
+            return Err(t.error(v, "auth_password", needs));
+        }
         for (value, name) in [
-            (&c.auth_password, "auth_password"),
             (&c.auth_query, "auth_query"),
             (&c.auth_database, "auth_database"),
         ] {
             if let Some(v) = value {
-                return Err(t.error(v, name, "needs auth_user (the login that runs auth_query)"));
+                return Err(t.error(v, name, needs));
             }
         }
         return Ok(None);
@@ -280,7 +284,7 @@ fn auth_query(
     }
     let user = t.text(&c.auth_user, "auth_user", None)?;
     let password = match &c.auth_password {
-        Some(p) => p.get_ref().clone(),
+        Some(p) => t.secret(p, "auth_password", base)?,
         None => users
             .iter()
             .find(|u| u.name == user)
@@ -325,6 +329,7 @@ fn health(
     protocol: Protocol,
     users: &[User],
     auth: Option<&crate::types::AuthQuery>,
+    base: &std::path::Path,
 ) -> Result<Health, Problem> {
     let interval = t.duration(
         &c.health_interval,
@@ -349,7 +354,7 @@ fn health(
         .unwrap_or_default();
     let user = t.text(&c.health_user, "health_user", Some(first))?;
     let password = match &c.health_password {
-        Some(p) => p.get_ref().clone(),
+        Some(p) => t.secret(p, "health_password", base)?,
         None => users
             .iter()
             .find(|u| u.name == user)
@@ -555,6 +560,7 @@ fn users(
     raw: &Value<Tables<RawUser>>,
     cluster: &str,
     auth: ClientAuth,
+    base: &std::path::Path,
 ) -> Result<Vec<User>, Problem> {
     let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
     let items = non_empty(t, raw, "user", reason)?;
@@ -575,16 +581,15 @@ fn users(
         }
         lines.push(ut.line(&name_value.span()));
 
-        let password = ut.required(&u.password, "password")?;
+        let password_value = ut.required(&u.password, "password")?;
+        let password = ut.secret(password_value, "password", base)?;
         // An empty password with password authentication would let anyone in as this user.
-        if password.get_ref().is_empty() && !matches!(auth, ClientAuth::Trust | ClientAuth::Cert) {
+        if password.is_empty() && !matches!(auth, ClientAuth::Trust | ClientAuth::Cert) {
+            let password = password_value;
             let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }
-        out.push(User {
-            name,
-            password: password.get_ref().clone(),
-        });
+        out.push(User { name, password });
     }
     Ok(out)
 }

@@ -17,9 +17,9 @@ use crate::types::{defaults, ClientAuth, Cluster, Config, Global, LogFormat};
 use table::Table;
 
 pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<Config, Problem> {
-    let fulcrum = global(raw.fulcrum.as_ref(), lines)?;
-    let raw_clusters = raw.cluster.as_ref();
     let base = source.parent().unwrap_or(Path::new("."));
+    let fulcrum = global(raw.fulcrum.as_ref(), lines, base)?;
+    let raw_clusters = raw.cluster.as_ref();
     let clusters = clusters(raw_clusters, lines, raw.fulcrum.as_ref(), base)?;
 
     let mut listeners = Vec::new();
@@ -52,7 +52,7 @@ pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<
     })
 }
 
-fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Problem> {
+fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Result<Global, Problem> {
     let Some(raw) = raw else {
         return Ok(Global {
             admin: None,
@@ -94,7 +94,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
             "shutdown_timeout",
             defaults::SHUTDOWN_TIMEOUT,
         )?,
-        admin_users: admin_users(&t, g)?,
+        admin_users: admin_users(&t, g, base)?,
         // No "trust": the console can stop traffic and promote servers.
         admin_auth: t.choice(
             &g.admin_auth,
@@ -110,7 +110,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines) -> Result<Global, Pro
 
 /// `[[fulcrum.admin_user]]`: name and non-empty password. Without any, the
 /// console refuses every login (it has no anonymous access).
-fn admin_users(t: &Table, g: &RawGlobal) -> Result<Vec<crate::types::User>, Problem> {
+fn admin_users(t: &Table, g: &RawGlobal, base: &Path) -> Result<Vec<crate::types::User>, Problem> {
     let items = g
         .admin_user
         .as_ref()
@@ -124,7 +124,11 @@ fn admin_users(t: &Table, g: &RawGlobal) -> Result<Vec<crate::types::User>, Prob
             let v = ut.required(&u.name, "name")?;
             return Err(ut.error(v, "name", format!("admin user {name:?} is defined twice")));
         }
-        let password = ut.text(&u.password, "password", None)?;
+        let value = ut.required(&u.password, "password")?;
+        let password = ut.secret(value, "password", base)?;
+        if password.trim().is_empty() {
+            return Err(ut.error(value, "password", "must not be empty"));
+        }
         out.push(crate::types::User { name, password });
     }
     Ok(out)

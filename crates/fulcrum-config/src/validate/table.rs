@@ -85,6 +85,35 @@ impl<'a> Table<'a> {
         Ok(value.get_ref().clone())
     }
 
+    /// A password's text: as written, or read from the file (relative to
+    /// `base`; one trailing newline dropped) or environment variable it names.
+    pub fn secret(
+        &self,
+        value: &Spanned<crate::raw::SecretText>,
+        name: &str,
+        base: &std::path::Path,
+    ) -> Result<String, Problem> {
+        use crate::raw::SecretText;
+        match value.get_ref() {
+            SecretText::Text(t) => Ok(t.clone()),
+            SecretText::File(path) => {
+                let full = base.join(path);
+                let text = std::fs::read_to_string(&full).map_err(|e| {
+                    self.error(value, name, format!("cannot read {}: {e}", full.display()))
+                })?;
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
+            }
+            SecretText::Env(var) => std::env::var(var).map_err(|e| {
+                let why = match e {
+                    std::env::VarError::NotPresent => "is not set".to_string(),
+                    std::env::VarError::NotUnicode(_) => "is not valid UTF-8".to_string(),
+                };
+                self.error(value, name, format!("environment variable {var} {why}"))
+            }),
+        }
+    }
+
     /// One of a fixed set of strings; `default: None` makes the key required.
     pub fn choice<E: Copy>(
         &self,
