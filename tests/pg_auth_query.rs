@@ -209,3 +209,25 @@ fn a_listed_user_uses_the_config() {
     assert!(ok, "{err}");
     assert_eq!(out, APP_MD5_USER);
 }
+
+#[test]
+fn a_client_user_maps_to_another_server_user() {
+    // Two client logins, one application role on the server.
+    let f = fulcrum(&format!(
+        "health_user = \"postgres\"\n\
+         [[cluster.user]]\nname = \"web\"\npassword = \"web-pw\"\nserver_user = \"{APP_USER}\"\nserver_password = \"{APP_PASSWORD}\"\n\
+         [[cluster.user]]\nname = \"batch\"\npassword = \"batch-pw\"\nserver_user = \"{APP_MD5_USER}\"\nserver_password = \"{APP_PASSWORD}\"\n"
+    ));
+    let (ok, out, err) = psql(&f, "web", "web-pw", "SELECT current_user");
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert_eq!(out, APP_USER);
+    let (ok, out, err) = psql(&f, "batch", "batch-pw", "SELECT current_user");
+    assert!(ok, "{err}");
+    assert_eq!(out, APP_MD5_USER);
+    // The client password is the config's, not the server's.
+    let (ok, _, err) = psql(&f, "web", APP_PASSWORD, "SELECT 1");
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+}

@@ -130,6 +130,8 @@ pub(crate) struct RawAdminUser {
 pub(crate) struct RawUser {
     pub name: Value<String>,
     pub password: Value<SecretText>,
+    pub server_user: Value<String>,
+    pub server_password: Value<SecretText>,
 }
 
 /// Deserializes the document, turning TOML and serde errors into located problems.
@@ -219,9 +221,11 @@ impl<'de> Deserialize<'de> for SecretText {
                     let source = match key.as_str() {
                         "file" => SecretText::File(value),
                         "env" => SecretText::Env(value),
-                        other => return Err(de::Error::custom(format!(
+                        other => {
+                            return Err(de::Error::custom(format!(
                             "unknown key `{other}` in a password table, expected `file` or `env`"
-                        ))),
+                        )))
+                        }
                     };
                     if found.replace(source).is_some() {
                         return Err(de::Error::custom(

@@ -335,11 +335,42 @@ pub struct Backend {
     pub tls: crate::ServerTls,
 }
 
-/// One `[[cluster.user]]`.
+/// One `[[cluster.user]]` (or `[[fulcrum.admin_user]]`).
 #[derive(Clone, PartialEq)]
 pub struct User {
     pub name: String,
     pub password: String,
+    /// The login used on the servers, when not this one (`server_user`,
+    /// `server_password`): many client users, one application role.
+    pub server: Option<ServerLogin>,
+}
+
+/// A server-side login.
+#[derive(Clone, PartialEq)]
+pub struct ServerLogin {
+    pub user: String,
+    pub password: String,
+}
+
+impl User {
+    /// A user who logs in to the servers as itself.
+    pub fn new(name: impl Into<String>, password: impl Into<String>) -> User {
+        User {
+            name: name.into(),
+            password: password.into(),
+            server: None,
+        }
+    }
+
+    /// The name this user logs in to the servers with.
+    pub fn server_user(&self) -> &str {
+        self.server.as_ref().map_or(&self.name, |s| &s.user)
+    }
+
+    /// The password this user logs in to the servers with.
+    pub fn server_password(&self) -> &str {
+        self.server.as_ref().map_or(&self.password, |s| &s.password)
+    }
 }
 
 impl std::fmt::Debug for User {
@@ -348,6 +379,7 @@ impl std::fmt::Debug for User {
         f.debug_struct("User")
             .field("name", &self.name)
             .field("password", &"<redacted>")
+            .field("server_user", &self.server.as_ref().map(|s| &s.user))
             .finish()
     }
 }

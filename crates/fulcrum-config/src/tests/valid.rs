@@ -28,10 +28,7 @@ fn backend(address: &str, role: Role, weight: u32) -> Backend {
 }
 
 fn user(name: &str, password: &str) -> User {
-    User {
-        name: name.into(),
-        password: password.into(),
-    }
+    User::new(name, password)
 }
 
 #[test]

@@ -349,7 +349,7 @@ fn health(
     )?;
     let first = users
         .first()
-        .map(|u| u.name.as_str())
+        .map(|u| u.server_user())
         .or(auth.map(|a| a.user.as_str()))
         .unwrap_or_default();
     let user = t.text(&c.health_user, "health_user", Some(first))?;
@@ -357,8 +357,8 @@ fn health(
         Some(p) => t.secret(p, "health_password", base)?,
         None => users
             .iter()
-            .find(|u| u.name == user)
-            .map(|u| u.password.clone())
+            .find(|u| u.server_user() == user)
+            .map(|u| u.server_password().to_owned())
             .or(auth.filter(|a| a.user == user).map(|a| a.password.clone()))
             .unwrap_or_default(),
     };
@@ -589,7 +589,24 @@ fn users(
             let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }
-        out.push(User { name, password });
+        let server = match (&u.server_user, &u.server_password) {
+            (None, None) => None,
+            (None, Some(v)) => {
+                return Err(ut.error(v, "server_password", "needs server_user"));
+            }
+            (Some(_), p) => Some(crate::types::ServerLogin {
+                user: ut.text(&u.server_user, "server_user", None)?,
+                password: match p {
+                    Some(p) => ut.secret(p, "server_password", base)?,
+                    None => String::new(),
+                },
+            }),
+        };
+        out.push(User {
+            name,
+            password,
+            server,
+        });
     }
     Ok(out)
 }

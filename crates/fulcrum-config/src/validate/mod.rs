@@ -129,7 +129,7 @@ fn admin_users(t: &Table, g: &RawGlobal, base: &Path) -> Result<Vec<crate::types
         if password.trim().is_empty() {
             return Err(ut.error(value, "password", "must not be empty"));
         }
-        out.push(crate::types::User { name, password });
+        out.push(crate::types::User::new(name, password));
     }
     Ok(out)
 }

@@ -21,6 +21,9 @@ use crate::backend::{connect, ConnectError, Credential, ServerConn, ServerTarget
 pub struct UserAuth {
     pub password: String,
     pub verifier: Verifier,
+    /// The login on the servers (`server_user`, `server_password`, else the same).
+    pub server_user: String,
+    pub server_password: String,
 }
 
 type PoolKey = (BackendId, Arc<str>, Arc<str>);
@@ -96,6 +99,8 @@ impl ClusterContext {
                 let auth = UserAuth {
                     password: u.password.clone(),
                     verifier: Verifier::new(&u.password, &salt, ITERATIONS),
+                    server_user: u.server_user().to_owned(),
+                    server_password: u.server_password().to_owned(),
                 };
                 (u.name.clone(), auth)
             })
@@ -286,16 +291,21 @@ impl ClusterContext {
         user: &str,
         database: &str,
     ) -> Result<ServerConn, ConnectError> {
-        let credential = match self.users.get(user) {
-            Some(u) => Credential::Password(u.password.clone()),
-            None => self
-                .auth
-                .proof(user)
-                .unwrap_or_else(|| Credential::Password(String::new())),
+        let (server_user, credential) = match self.users.get(user) {
+            Some(u) => (
+                u.server_user.clone(),
+                Credential::Password(u.server_password.clone()),
+            ),
+            None => (
+                user.to_owned(),
+                self.auth
+                    .proof(user)
+                    .unwrap_or_else(|| Credential::Password(String::new())),
+            ),
         };
         let target = ServerTarget {
             address: self.backends[backend].clone(),
-            user: user.to_owned(),
+            user: server_user,
             credential,
             database: database.to_owned(),
             allow_cleartext: self.config.server_cleartext,
