@@ -57,7 +57,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
         ),
         (
             &unknown_user_key,
-            "fulcrum.toml:11: cluster[0].user[0].pasword: unknown key `pasword`, expected `name` or `password`",
+            "fulcrum.toml:11: cluster[0].user[0].pasword: unknown key `pasword`, expected one of `name`, `password`, `server_user`, `server_password`",
         ),
         (
             "[[cluster]]\nbackend = [{ address = \"a:1\" }, { adress = \"b:1\" }]\n",
