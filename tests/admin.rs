@@ -182,6 +182,7 @@ async fn every_show_command_has_its_columns() {
                 "backend",
                 "role",
                 "state",
+                "probe",
                 "sv_active",
                 "sv_idle",
                 "last_error",

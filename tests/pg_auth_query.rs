@@ -231,3 +231,56 @@ fn a_client_user_maps_to_another_server_user() {
         "{err}"
     );
 }
+
+/// `/metrics` from the listener on `port`.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_probe_whose_login_is_refused_keeps_the_backend_in_service() {
+    let metrics = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\nmetrics = \"127.0.0.1:{metrics}\"\n\
+         [[cluster]]\nname = \"refused\"\nprotocol = \"postgres\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_interval = \"100ms\"\n\
+         health_user = \"{APP_USER}\"\nhealth_password = \"not-the-password\"\n\
+         [[cluster.backend]]\naddress = \"{backend}\"\nrole = \"primary\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+        port = free_port(),
+        backend = CLUSTER.primary().addr(),
+    );
+    let f = FulcrumProcess::start(&config).expect("start fulcrum");
+    f.wait_for_log("probe login refused", Duration::from_secs(10))
+        .expect("the refusal is logged");
+    // Clients read and write: the primary is in service on its configured role.
+    let (ok, out, err) = psql(
+        &f,
+        APP_USER,
+        APP_PASSWORD,
+        "CREATE TEMP TABLE t(x int); INSERT INTO t VALUES (1); SELECT count(*) FROM t",
+    );
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert!(out.ends_with('1'), "{out}");
+    let text = scrape(metrics);
+    assert!(
+        text.contains("fulcrum_probe_login_refused{backend=")
+            && text
+                .lines()
+                .any(|l| l.starts_with("fulcrum_probe_login_refused{") && l.ends_with(" 1")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("fulcrum_backend_up{") && l.ends_with(" 1")),
+        "{text}"
+    );
+    assert!(!f.log_contents().contains("backend down"));
+}

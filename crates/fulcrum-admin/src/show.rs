@@ -305,6 +305,14 @@ impl Admin {
                             }
                             .into(),
                             v.state.as_str().into(),
+                            if v.probe_login_refused {
+                                "login refused"
+                            } else if v.last_error.is_some() {
+                                "failing"
+                            } else {
+                                "ok"
+                            }
+                            .into(),
                             active.to_string(),
                             idle.to_string(),
                             v.last_error.clone().unwrap_or_default(),
@@ -318,6 +326,7 @@ impl Admin {
                         "backend",
                         "role",
                         "state",
+                        "probe",
                         "sv_active",
                         "sv_idle",
                         "last_error",

@@ -48,6 +48,8 @@ pub struct Monitor<S: ServerOps> {
     pub(crate) trackers: Vec<Tracker>,
     pub(crate) observed: Vec<Option<Observation>>,
     errors: Vec<Option<String>>,
+    /// The probe's login is refused (`OpsError::LoginRefused`).
+    login_refused: Vec<bool>,
     pub(crate) fenced: Vec<bool>,
     lagging: Vec<bool>,
     lags: Vec<Lag>,
@@ -84,6 +86,7 @@ impl<S: ServerOps> Monitor<S> {
             trackers: vec![Tracker::new(); n],
             observed: vec![None; n],
             errors: vec![None; n],
+            login_refused: vec![false; n],
             fenced: vec![false; n],
             lagging: vec![false; n],
             lags: vec![Lag::default(); n],
@@ -150,8 +153,33 @@ impl<S: ServerOps> Monitor<S> {
             let address = self.ops.address(b).to_owned();
             let change = match result {
                 Ok(obs) => {
+                    if self.login_refused[b] {
+                        tracing::info!(cluster = %self.settings.cluster, backend = %address, "probe login works again");
+                    }
+                    self.login_refused[b] = false;
                     self.observed[b] = Some(obs);
                     self.errors[b] = None;
+                    self.trackers[b].on_success(now, interval)
+                }
+                Err(OpsError::LoginRefused(reason)) => {
+                    // The server answered: it is up. What it is, the probe
+                    // cannot see; the configured role stands in.
+                    if !self.login_refused[b] {
+                        tracing::warn!(cluster = %self.settings.cluster, backend = %address, error = %reason, "probe login refused: the backend stays in service on its configured role, unobserved (no lag, no failover) until health_user can log in; fix health_user / health_password");
+                    }
+                    self.login_refused[b] = true;
+                    self.observed[b] = match self.settings.roles[b] {
+                        Role::Primary => Some(Observation {
+                            writable: true,
+                            ..Default::default()
+                        }),
+                        Role::Replica => Some(Observation {
+                            writable: false,
+                            ..Default::default()
+                        }),
+                        _ => self.observed[b],
+                    };
+                    self.errors[b] = Some(format!("probe login refused: {reason}"));
                     self.trackers[b].on_success(now, interval)
                 }
                 Err(e) => {
@@ -265,12 +293,17 @@ impl<S: ServerOps> Monitor<S> {
 
     fn measure_lag(&mut self) {
         if let Some(p) = self.primary {
-            if let (true, Some(o)) = (self.trackers[p].failures() == 0, self.observed[p]) {
+            if let (true, Some(o)) = (
+                self.trackers[p].failures() == 0 && !self.login_refused[p],
+                self.observed[p],
+            ) {
                 self.primary_position = Some(o.position);
             }
         }
         for b in 0..self.lags.len() {
-            let replica = self.observed[b].filter(|o| !o.writable && Some(b) != self.primary);
+            // A replica whose probe cannot log in has no known position.
+            let replica = self.observed[b]
+                .filter(|o| !o.writable && Some(b) != self.primary && !self.login_refused[b]);
             self.lags[b] = match (replica, self.primary_position) {
                 (Some(o), Some(pp)) if self.trackers[b].reachable() => {
                     lag_of(pp, o.position, o.replay_age)
@@ -325,6 +358,7 @@ impl<S: ServerOps> Monitor<S> {
                 lag_bytes: self.lags[b].bytes,
                 lag_time: self.lags[b].time,
                 last_error: self.errors[b].clone(),
+                probe_login_refused: self.login_refused[b],
             });
         }
         self.router.set_primary(self.primary);
@@ -367,10 +401,12 @@ impl<S: ServerOps> Monitor<S> {
             return;
         }
         let nodes = self.nodes();
+        // A node the probe cannot log in to is never promoted: its position is unknown.
         let positions: Vec<Option<u64>> = self
             .observed
             .iter()
-            .map(|o| o.map(|o| o.received.max(o.position)))
+            .zip(&self.login_refused)
+            .map(|(o, refused)| o.filter(|_| !refused).map(|o| o.received.max(o.position)))
             .collect();
         let Some(new) = promotion_candidate(&nodes, &positions) else {
             if !self.told_no_candidate {

@@ -37,6 +37,10 @@ pub enum OpsError {
     Query(String),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The server is up and refused the probe's login (wrong password, no
+    /// right to the database): not a reason to take the backend out.
+    #[error("probe login refused: {0}")]
+    LoginRefused(String),
 }
 
 /// Server-specific operations of the health loop.

@@ -18,6 +18,9 @@ pub struct BackendStatus {
     pub lag_bytes: u64,
     pub lag_time: Duration,
     pub last_error: Option<String>,
+    /// The probe's own login is refused: the backend is served on its
+    /// configured role, unobserved, until the probe's login is fixed.
+    pub probe_login_refused: bool,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +45,7 @@ impl ClusterView {
                         lag_bytes: 0,
                         lag_time: Duration::ZERO,
                         last_error: None,
+                        probe_login_refused: false,
                     })
                     .collect(),
             ),

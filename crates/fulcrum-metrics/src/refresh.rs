@@ -15,6 +15,8 @@ pub struct BackendFigures<'a> {
     pub lag_time: Duration,
     pub active: usize,
     pub idle: usize,
+    /// The probe's login is refused (the backend stays in service).
+    pub probe_login_refused: bool,
 }
 
 /// A cluster's scrape-time figures.
@@ -57,6 +59,9 @@ impl Metrics {
             self.backend_primary
                 .with_label_values(&[c, a])
                 .set(i64::from(b.primary));
+            self.probe_login_refused
+                .with_label_values(&[c, a])
+                .set(i64::from(b.probe_login_refused));
             self.lag_bytes
                 .with_label_values(&[c, a])
                 .set(b.lag_bytes.min(i64::MAX as u64) as i64);

@@ -149,6 +149,7 @@ impl MyClusterContext {
                     lag_time: v.lag_time,
                     active: active[b],
                     idle: idle[b],
+                    probe_login_refused: v.probe_login_refused,
                 })
                 .collect(),
             failovers: self.view.failovers(),

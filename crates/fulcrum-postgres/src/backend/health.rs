@@ -76,7 +76,7 @@ impl PgServerOps {
             };
             let conn = connect(&target, self.connect_timeout)
                 .await
-                .map_err(|e| OpsError::Connect(e.to_string()))?;
+                .map_err(probe_error)?;
             *slot = Some(conn);
         }
         let conn = slot.as_mut().expect("just opened");
@@ -87,6 +87,26 @@ impl PgServerOps {
                 Err(OpsError::Query(e.to_string()))
             }
         }
+    }
+}
+
+/// A failed probe login: refused by a server that is up (bad password, no
+/// such role or database, no right to connect: SQLSTATE class 28, 3D000,
+/// 42501; or Fulcrum's own check of the exchange) is `LoginRefused`, which
+/// does not take the backend out; anything else (cannot connect, timeout,
+/// TLS, the server starting or stopping) is `Connect`.
+fn probe_error(e: super::ConnectError) -> OpsError {
+    use super::ConnectError;
+    match &e {
+        ConnectError::Server { fields, .. }
+            if fields.code.starts_with("28")
+                || fields.code == "3D000"
+                || fields.code == "42501" =>
+        {
+            OpsError::LoginRefused(e.to_string())
+        }
+        ConnectError::Auth { .. } => OpsError::LoginRefused(e.to_string()),
+        _ => OpsError::Connect(e.to_string()),
     }
 }
 

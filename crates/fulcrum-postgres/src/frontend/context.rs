@@ -341,6 +341,7 @@ impl ClusterContext {
                     lag_time: v.lag_time,
                     active: active[b],
                     idle: idle[b],
+                    probe_login_refused: v.probe_login_refused,
                 })
                 .collect(),
             failovers: self.view.failovers(),
