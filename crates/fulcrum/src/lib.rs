@@ -7,6 +7,7 @@
 
 pub mod descriptors;
 pub mod log_filter;
+pub mod systemd;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -224,7 +225,24 @@ pub async fn run(
         metrics,
         shutdown: shutdown.clone(),
     };
+    let cluster_count = live.clusters.len();
     tokio::spawn(reloads(live, reload_rx, reload_tx));
+    // Every listener is open and serving: tell systemd (Type=notify), and
+    // tell it again when draining starts.
+    systemd::notify(&format!(
+        "READY=1\nSTATUS=serving {cluster_count} cluster(s)"
+    ));
+    let mut draining = shutdown.clone();
+    tokio::spawn(async move {
+        while draining.changed().await.is_ok() {
+            if *draining.borrow() {
+                systemd::notify(
+                    "STOPPING=1\nSTATUS=draining: waiting for transactions in progress",
+                );
+                return;
+            }
+        }
+    });
     for t in tasks {
         let _ = t.await;
     }
@@ -276,10 +294,15 @@ async fn reloads(
             _ = shutdown.changed() => return,
         };
         let source = live.config.source.clone();
+        systemd::notify("RELOADING=1");
         let result = reload(&mut live, &source);
         match &result {
             Ok(summary) => tracing::info!("config reloaded: {summary}"),
             Err(e) => tracing::error!("config not reloaded, the running config stays: {e}"),
+        }
+        match &result {
+            Ok(_) => systemd::notify("READY=1\nSTATUS=config reloaded"),
+            Err(_) => systemd::notify("READY=1\nSTATUS=reload failed, the running config stays"),
         }
         if let Some(reply) = reply {
             let _ = reply.send(result);

@@ -1,13 +1,15 @@
-//! `fulcrum`: run the daemon (`fulcrum --config FILE`) or validate a config
-//! (`fulcrum check --config FILE`: exit 0, or print `file:line: key: reason`
-//! and exit 2).
+//! `fulcrum`: run the daemon (`fulcrum --config FILE`, default
+//! `/etc/fulcrum/fulcrum.toml`), validate a config (`fulcrum check`: exit 0,
+//! or print `file:line: key: reason` and exit 2), or print shell completions
+//! (`fulcrum completions bash`) and the man page (`fulcrum manpage`),
+//! generated from the definitions below.
 
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tokio::sync::watch;
 
 #[derive(Parser)]
@@ -18,30 +20,59 @@ use tokio::sync::watch;
 )]
 struct Cli {
     /// Configuration file (TOML).
-    #[arg(long, short = 'c', global = true)]
-    config: Option<PathBuf>,
+    #[arg(long, short = 'c', global = true, default_value = DEFAULT_CONFIG)]
+    config: PathBuf,
     #[command(subcommand)]
     command: Option<Command>,
 }
+
+/// Where the config is read from when `--config` is not given.
+const DEFAULT_CONFIG: &str = "/etc/fulcrum/fulcrum.toml";
 
 #[derive(Subcommand)]
 enum Command {
     /// Validate the configuration and exit: 0 when valid, 2 with `file:line: key: reason` otherwise.
     Check,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `fulcrum manpage > /usr/share/man/man1/fulcrum.1`.
+    Manpage,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Some(path) = cli.config else {
-        eprintln!("fulcrum: --config FILE is required");
-        return ExitCode::from(2);
-    };
+    match cli.command {
+        Some(Command::Completions { shell }) => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "fulcrum",
+                &mut std::io::stdout(),
+            );
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Manpage) => {
+            let page = clap_mangen::Man::new(Cli::command());
+            return match page.render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fulcrum: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
+    let path = cli.config;
     let config = match fulcrum_config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             match cli.command {
                 Some(Command::Check) => println!("{e}"),
-                None => eprintln!("{e}"),
+                _ => eprintln!("{e}"),
             }
             return ExitCode::from(2);
         }
