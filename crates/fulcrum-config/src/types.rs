@@ -416,7 +416,9 @@ pub mod defaults {
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
     pub const HEALTH_FAILURES: u32 = 2;
     pub const HEALTH_DATABASE_POSTGRES: &str = "postgres";
-    pub const HEALTH_DATABASE_MYSQL: &str = "mysql";
+    /// None: a probe needs no database, and a login without rights on one
+    /// would otherwise be refused.
+    pub const HEALTH_DATABASE_MYSQL: &str = "";
     pub const FAILOVER: super::Failover = super::Failover::Follow;
     pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(3);
     pub const CONSISTENCY: super::Consistency = super::Consistency::Session;

@@ -14,6 +14,7 @@
 mod certs;
 mod client;
 mod end_point;
+mod server_stream;
 mod stream;
 mod subject;
 
@@ -22,6 +23,7 @@ pub use client::{
     client_config, connect, load_certificates, peer_certificate, root_store, server_name, Verify,
 };
 pub use end_point::certificate_hash;
+pub use server_stream::ServerStream;
 pub use stream::ClientStream;
 pub use subject::common_name;
 pub use tokio_rustls::TlsAcceptor;

@@ -12,7 +12,7 @@ use tokio_rustls::TlsAcceptor;
 
 pub enum ClientStream {
     Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<Prefixed>>),
     /// Given up: a TLS handshake on it failed. Every read and write fails.
     Closed,
 }
@@ -25,9 +25,18 @@ impl ClientStream {
     /// Runs the server side of a TLS handshake on a plain stream; after
     /// it the stream is TLS (or `Closed`, when the handshake failed).
     pub async fn upgrade(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
+        self.upgrade_with(acceptor, Vec::new()).await
+    }
+
+    /// As [`upgrade`](Self::upgrade), with `early` the first bytes of the
+    /// client's handshake, already read from the socket (a MySQL client
+    /// sends its ClientHello right behind the SSL request, unanswered, so
+    /// one read may take both).
+    pub async fn upgrade_with(&mut self, acceptor: &TlsAcceptor, early: Vec<u8>) -> io::Result<()> {
         match std::mem::replace(self, ClientStream::Closed) {
             ClientStream::Plain(tcp) => {
-                *self = ClientStream::Tls(Box::new(acceptor.accept(tcp).await?));
+                let io = Prefixed { early, at: 0, tcp };
+                *self = ClientStream::Tls(Box::new(acceptor.accept(io).await?));
                 Ok(())
             }
             other => {
@@ -62,9 +71,55 @@ impl ClientStream {
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             ClientStream::Plain(s) => Some(s),
-            ClientStream::Tls(s) => Some(s.get_ref().0),
+            ClientStream::Tls(s) => Some(&s.get_ref().0.tcp),
             ClientStream::Closed => None,
         }
+    }
+}
+
+/// A TCP stream with bytes already read from it put back in front.
+pub struct Prefixed {
+    early: Vec<u8>,
+    at: usize,
+    tcp: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if me.at < me.early.len() {
+            let n = (me.early.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.early[me.at..me.at + n]);
+            me.at += n;
+            if me.at == me.early.len() {
+                me.early = Vec::new();
+                me.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
     }
 }
 

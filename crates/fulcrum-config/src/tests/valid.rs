@@ -216,7 +216,7 @@ fn every_key_is_read_into_the_config() {
                     failures: defaults::HEALTH_FAILURES,
                     user: "shop".into(),
                     password: String::new(),
-                    database: "mysql".into(),
+                    database: String::new(), // no default database for MySQL probes
                     max_lag: Some(MaxLag::Time(Duration::from_secs(2))),
                     failover_max_lag: MaxLag::Time(Duration::from_secs(2)),
                     failover: Failover::None,

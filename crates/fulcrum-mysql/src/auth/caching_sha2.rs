@@ -6,10 +6,10 @@
 //! the result, then answers AuthMoreData 0x03 ("fast auth success") and OK.
 //!
 //! Full authentication (the server's 0x04) sends the password itself, so it
-//! needs TLS or the server's RSA key. Fulcrum, holding the password, never
-//! needs it from a client: a client whose fast-path response does not verify,
-//! or that cannot do the fast path, is switched to mysql_native_password with
-//! [`switch_to_native`]. As a client of a server that asks for full
+//! needs TLS or the server's RSA key. Towards clients Fulcrum asks for it
+//! ([`perform_full_authentication`], checked by [`verify_cleartext`]) only
+//! over TLS, when the fast path did not verify, as MySQL does; without TLS
+//! that client gets ERR 1045 (Fulcrum does not do the RSA exchange). As a client of a server that asks for full
 //! authentication, Fulcrum sends [`full_auth_cleartext`] over TLS or
 //! [`full_auth_rsa`] with the key the server sends after [`REQUEST_PUBLIC_KEY`].
 
@@ -64,6 +64,18 @@ pub fn client_response(password: &[u8], scramble: &[u8; 20]) -> Vec<u8> {
 /// AuthMoreData "fast auth success" (`01 03`), sent before the OK.
 pub fn fast_auth_success() -> Vec<u8> {
     build_auth_more_data(&[FAST_AUTH_SUCCESS])
+}
+
+/// AuthMoreData 0x04: "send the password" (full authentication, over TLS).
+pub fn perform_full_authentication() -> Vec<u8> {
+    build_auth_more_data(&[PERFORM_FULL_AUTHENTICATION])
+}
+
+/// Checks the password a client sent in full authentication (NUL-terminated
+/// cleartext) against `password`, in constant time.
+pub fn verify_cleartext(password: &[u8], sent: &[u8]) -> bool {
+    let sent = sent.strip_suffix(&[0]).unwrap_or(sent);
+    constant_time_eq(sent, password)
 }
 
 /// AuthSwitchRequest to mysql_native_password with a fresh scramble: Fulcrum's

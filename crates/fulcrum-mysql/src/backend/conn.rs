@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
+use fulcrum_tls::ServerStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 use thiserror::Error;
-use tokio::net::TcpStream;
 
 use crate::codec::command::{build_command, Command};
 use crate::codec::err::parse_err;
@@ -23,7 +23,7 @@ const INTERNAL_MAX: usize = 64 * 1024 * 1024;
 
 pub struct ServerConn {
     /// The socket and what was read from it (messages at the front).
-    pub io: Connection<TcpStream>,
+    pub io: Connection<ServerStream>,
     pub address: String,
     /// Flags in force on this connection.
     pub caps: C,
@@ -86,8 +86,7 @@ impl fulcrum_pool::Poolable for ServerConn {
         if !self.io.read_buf.is_empty() {
             return false;
         }
-        let mut probe = [0u8; 1];
-        matches!(self.io.stream().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        self.io.stream().is_quiet()
     }
 }
 

@@ -1,6 +1,8 @@
-//! Opening a server connection: TCP connect, the server's handshake, Fulcrum's
-//! HandshakeResponse41 as the client's user with the configured password
-//! (mysql_native_password, or caching_sha2_password's fast path, following an
+//! Opening a server connection: TCP connect, the server's handshake, TLS when
+//! `server_tls` says and the server offers it (the SSL request, then the
+//! handshake), Fulcrum's HandshakeResponse41 as the client's user with the
+//! configured password (mysql_native_password, or caching_sha2_password's
+//! fast path, and its full authentication over TLS; following an
 //! AuthSwitchRequest if the server asks for another plugin), up to the OK.
 
 use std::time::Duration;
@@ -17,9 +19,10 @@ use crate::codec::auth_packets::{classify_auth_reply, parse_auth_switch, AuthRep
 use crate::codec::capabilities::for_server;
 use crate::codec::err::parse_err;
 use crate::codec::handshake::{
-    build_handshake_response, parse_server_handshake, HandshakeResponse,
+    build_handshake_response, build_ssl_request, parse_server_handshake, HandshakeResponse,
 };
 use crate::codec::packet::{write_packet, HEADER_LEN};
+use fulcrum_tls::ServerStream;
 
 /// Where and as whom to connect, and the wire format the pool needs.
 #[derive(Debug, Clone)]
@@ -35,6 +38,26 @@ pub struct ServerTarget {
     /// Track `last_gtid` (consistency other than `eventual`, and clients
     /// that take session-state information).
     pub track_gtid: bool,
+    /// TLS to the server (`server_tls`); `None`: plain text.
+    pub tls: Option<ServerTls>,
+}
+
+/// How a connection uses TLS, from the backend's `server_tls`.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub config: std::sync::Arc<fulcrum_tls::rustls::ClientConfig>,
+    /// A server that does not offer SSL is refused (every mode but `prefer`).
+    pub required: bool,
+}
+
+impl ServerTls {
+    /// `None` when the backend's TLS is disabled.
+    pub fn from_config(tls: &fulcrum_config::ServerTls) -> Option<ServerTls> {
+        Some(ServerTls {
+            config: tls.client_config.clone()?,
+            required: tls.mode != fulcrum_config::ServerTlsMode::Prefer,
+        })
+    }
 }
 
 #[derive(Debug, Error)]
@@ -56,6 +79,8 @@ pub enum ConnectError {
     },
     #[error("protocol error from {address}: {reason}")]
     Protocol { address: String, reason: String },
+    #[error("TLS with {address}: {reason}")]
+    Tls { address: String, reason: String },
 }
 
 impl ConnectError {
@@ -89,19 +114,13 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             source,
         })?;
     let _ = stream.set_nodelay(true);
-    let mut conn = ServerConn {
-        io: Connection::with_read_buf(stream, BytesMut::with_capacity(16 * 1024))
-            .with_chunk(16 * 1024),
-        address: target.address.clone(),
-        caps: C::empty(),
-        charset: target.charset,
-        connection_id: 0,
-        schema: None,
-        applied: Vec::new(),
-        prepared: std::collections::HashMap::new(),
-        track_gtid: false,
-        stmt_clock: 0,
-    };
+    let mut conn = new_conn(
+        Connection::with_read_buf(
+            ServerStream::Tcp(stream),
+            BytesMut::with_capacity(16 * 1024),
+        ),
+        target,
+    );
     let io = |e: InternalError| match e {
         InternalError::Io(source) => ConnectError::Io {
             address: address.clone(),
@@ -142,6 +161,60 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             target.wire_format
         )));
     }
+    let mut seq = hs_seq_after(&msg);
+    let mut on_tls = false;
+    if let Some(tls) = &target.tls {
+        let tls_error = |reason: String| ConnectError::Tls {
+            address: address.clone(),
+            reason,
+        };
+        if hs.capabilities.contains(C::CLIENT_SSL) {
+            let mut out = BytesMut::new();
+            // The same flags as the full response that follows (a server
+            // may compare them): plugin auth on, no schema, no attributes.
+            let final_caps = (caps | C::CLIENT_PLUGIN_AUTH)
+                - C::CLIENT_CONNECT_WITH_DB
+                - C::CLIENT_CONNECT_ATTRS;
+            write_packet(
+                &mut out,
+                seq,
+                &build_ssl_request(final_caps, 1 << 30, target.charset),
+            );
+            conn.io
+                .send(&out)
+                .await
+                .map_err(|source| ConnectError::Io {
+                    address: address.clone(),
+                    source,
+                })?;
+            seq = seq.wrapping_add(1);
+            let host = target
+                .address
+                .rsplit_once(':')
+                .map_or(target.address.as_str(), |(h, _)| h);
+            let name = fulcrum_tls::server_name(host).map_err(|e| tls_error(e.to_string()))?;
+            let ServerConn { io, .. } = conn;
+            let (stream, rest) = io.into_parts();
+            if !rest.is_empty() {
+                return Err(protocol(
+                    "the server sent data before the TLS handshake".into(),
+                ));
+            }
+            let stream = stream
+                .start_tls(tls.config.clone(), name)
+                .await
+                .map_err(|e| tls_error(format!("TLS handshake failed: {e}")))?;
+            conn = new_conn(Connection::with_read_buf(stream, rest), target);
+            conn.connection_id = hs.connection_id;
+            caps |= C::CLIENT_SSL;
+            on_tls = true;
+        } else if tls.required {
+            return Err(tls_error(
+                "the server does not offer SSL (no ssl_cert/ssl_key) and server_tls requires it"
+                    .into(),
+            ));
+        }
+    }
     conn.caps = caps;
     let plugin = hs.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
     let (plugin, response) = auth_response(plugin, &target.password, &hs.scramble);
@@ -157,7 +230,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         mariadb_capabilities: 0,
     });
     let mut out = BytesMut::new();
-    write_packet(&mut out, hs_seq_after(&msg), &reply);
+    write_packet(&mut out, seq, &reply);
     conn.io
         .send(&out)
         .await
@@ -202,14 +275,44 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             }
             AuthReply::MoreData => {
                 // caching_sha2_password: 0x03 = fast auth done, an OK follows.
-                // 0x04 = full authentication, which needs TLS or RSA.
+                // 0x04 = full authentication: the password itself, which
+                // only goes over TLS (RSA key exchange is not done).
                 if payload.get(1) == Some(&caching_sha2::PERFORM_FULL_AUTHENTICATION) {
-                    return Err(protocol(
-                        "the server wants caching_sha2_password full authentication (TLS or RSA); give the user a mysql_native_password login or warm the server's cache".into(),
-                    ));
+                    if !on_tls {
+                        return Err(protocol(
+                            "the server wants caching_sha2_password full authentication, which needs TLS: set server_tls (or give the user a mysql_native_password login)".into(),
+                        ));
+                    }
+                    let mut password = target.password.as_bytes().to_vec();
+                    password.push(0);
+                    let mut out = BytesMut::new();
+                    write_packet(&mut out, seq, &password);
+                    conn.io
+                        .send(&out)
+                        .await
+                        .map_err(|source| ConnectError::Io {
+                            address: address.clone(),
+                            source,
+                        })?;
                 }
             }
         }
+    }
+}
+
+/// A connection before login: nothing set on it yet.
+fn new_conn(io: Connection<ServerStream>, target: &ServerTarget) -> ServerConn {
+    ServerConn {
+        io: io.with_chunk(16 * 1024),
+        address: target.address.clone(),
+        caps: C::empty(),
+        charset: target.charset,
+        connection_id: 0,
+        schema: None,
+        applied: Vec::new(),
+        prepared: std::collections::HashMap::new(),
+        track_gtid: false,
+        stmt_clock: 0,
     }
 }
 

@@ -22,8 +22,11 @@ use super::gtid::gtid_position;
 
 pub struct MariaServerOps {
     addresses: Vec<String>,
+    /// Each backend's `server_tls`, which the probes follow too.
+    tls: Vec<fulcrum_config::ServerTls>,
     user: String,
     password: String,
+    /// Empty: no default database (the probe needs none).
     database: String,
     connect_timeout: Duration,
     conns: Vec<Mutex<Option<Conn>>>,
@@ -91,6 +94,7 @@ impl MariaServerOps {
     pub fn new(config: &Cluster) -> MariaServerOps {
         MariaServerOps {
             addresses: config.backends.iter().map(|b| b.address.clone()).collect(),
+            tls: config.backends.iter().map(|b| b.tls.clone()).collect(),
             user: config.health.user.clone(),
             password: config.health.password.clone(),
             database: config.health.database.clone(),
@@ -99,14 +103,19 @@ impl MariaServerOps {
         }
     }
 
-    fn opts(&self, backend: BackendId) -> OptsBuilder {
+    fn opts(&self, backend: BackendId, with_tls: bool) -> OptsBuilder {
         let address = &self.addresses[backend];
         let (host, port) = address.rsplit_once(':').unwrap_or((address, "3306"));
         let builder = OptsBuilder::default()
             .user(Some(self.user.clone()))
             .pass(Some(self.password.clone()))
-            .db_name(Some(self.database.clone()))
-            .prefer_socket(false);
+            .db_name((!self.database.is_empty()).then(|| self.database.clone()))
+            .prefer_socket(false)
+            .ssl_opts(if with_tls {
+                ssl_opts(&self.tls[backend])
+            } else {
+                None
+            });
         if host.starts_with('/') {
             builder.socket(Some(format!("{host}/mysqld.sock")))
         } else {
@@ -129,10 +138,22 @@ impl MariaServerOps {
     ) -> Result<T, OpsError> {
         let mut slot = self.conns[backend].lock().await;
         if slot.is_none() {
-            let conn = tokio::time::timeout(self.connect_timeout, Conn::new(self.opts(backend)))
+            let tls = self.tls[backend].mode != fulcrum_config::ServerTlsMode::Disable;
+            let open = async {
+                match Conn::new(self.opts(backend, tls)).await {
+                    // `prefer` and a server without SSL: plain text.
+                    Err(mysql_async::Error::Driver(
+                        mysql_async::DriverError::NoClientSslFlagFromServer,
+                    )) if self.tls[backend].mode == fulcrum_config::ServerTlsMode::Prefer => {
+                        Conn::new(self.opts(backend, false)).await
+                    }
+                    other => other,
+                }
+            };
+            let conn = tokio::time::timeout(self.connect_timeout, open)
                 .await
                 .map_err(|_| OpsError::Timeout(self.connect_timeout))?
-                .map_err(|e| OpsError::Connect(e.to_string()))?;
+                .map_err(probe_error)?;
             *slot = Some(conn);
         }
         let conn = slot.as_mut().expect("just opened");
@@ -153,6 +174,45 @@ impl MariaServerOps {
             Ok(())
         })
         .await
+    }
+}
+
+/// mysql_async's TLS options for a backend's `server_tls` (`None`: plain).
+/// Only `server_tls_ca` is trusted, never the built-in web roots.
+fn ssl_opts(tls: &fulcrum_config::ServerTls) -> Option<mysql_async::SslOpts> {
+    use fulcrum_config::ServerTlsMode as M;
+    let mut o = mysql_async::SslOpts::default().with_disable_built_in_roots(true);
+    match tls.mode {
+        M::Disable => return None,
+        M::Prefer | M::Require => {
+            o = o
+                .with_danger_accept_invalid_certs(true)
+                .with_danger_skip_domain_validation(true)
+        }
+        M::VerifyCa => o = o.with_danger_skip_domain_validation(true),
+        M::VerifyFull => {}
+    }
+    if let Some(ca) = &tls.ca {
+        o = o.with_root_certs(vec![ca.clone().into()]);
+    }
+    if let (Some(cert), Some(key)) = (&tls.certificate, &tls.private_key) {
+        o = o.with_client_identity(Some(mysql_async::ClientIdentity::new(
+            cert.clone().into(),
+            key.clone().into(),
+        )));
+    }
+    Some(o)
+}
+
+/// A failed probe login: access denied (1045, 1044, 1698) or an unknown
+/// database (1049) is `LoginRefused`, which does not take the backend out;
+/// anything else is `Connect`.
+fn probe_error(e: mysql_async::Error) -> OpsError {
+    match &e {
+        mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045 | 1049 | 1698) => {
+            OpsError::LoginRefused(e.to_string())
+        }
+        _ => OpsError::Connect(e.to_string()),
     }
 }
 

@@ -263,6 +263,11 @@ impl MyClusterContext {
             charset,
             local_infile: self.config.allow_local_infile,
             track_gtid: self.config.consistency != fulcrum_config::Consistency::Eventual,
+            tls: self
+                .config
+                .backends
+                .get(backend)
+                .and_then(|b| crate::backend::connect::ServerTls::from_config(&b.tls)),
         };
         connect(&target, self.config.connect_timeout).await
     }

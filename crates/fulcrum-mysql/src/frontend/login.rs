@@ -3,8 +3,10 @@
 //! password check against `[[cluster.user]]`: mysql_native_password, or
 //! caching_sha2_password's fast path (Fulcrum knows the password, so it can
 //! check the scramble and answer "fast auth success"); any other plugin is
-//! switched to mysql_native_password. Unknown users and wrong passwords get
-//! the same ERR 1045. TLS is not offered yet.
+//! switched to mysql_native_password. Over TLS a caching_sha2 client whose
+//! fast path does not verify is asked for full authentication (the password
+//! in clear, inside TLS), as MySQL asks. Unknown users and wrong passwords get
+//! the same ERR 1045.
 
 use std::sync::Arc;
 
@@ -91,15 +93,12 @@ pub async fn login(
     if let (Ok(ClientHello::SslRequest { .. }), Some(tls)) =
         (parse_client_hello(&msg[HEADER_LEN..]), tls)
     {
-        if !conn.read_buf.is_empty() {
-            // Bytes sent before the handshake would be read as if they
-            // had come over TLS.
-            let m = "fulcrum: unencrypted data after the SSL request";
-            send_error(conn.stream_mut(), seq, codes::HANDSHAKE, m).await;
-            return Err(refuse(m.into()));
-        }
+        // The client does not wait for an answer: what was read behind the
+        // SSL request is the start of its TLS ClientHello, handed to the
+        // handshake (anything else fails it).
+        let early = conn.take(conn.read_buf.len()).to_vec();
         let acceptor = fulcrum_tls::TlsAcceptor::from(tls.server_config.clone());
-        if let Err(e) = conn.stream_mut().upgrade(&acceptor).await {
+        if let Err(e) = conn.stream_mut().upgrade_with(&acceptor, early).await {
             return Err(refuse(format!("TLS handshake failed: {e}")));
         }
         // The full HandshakeResponse follows, over TLS.
@@ -146,14 +145,26 @@ pub async fn login(
     } else if plugin == caching_sha2::PLUGIN {
         // Fast-auth success only for a known user: an unknown one must get
         // exactly what a wrong password gets.
-        let good = password.is_some()
+        let fast = password.is_some()
             && caching_sha2::verify(expected.as_bytes(), &scramble, &hello.auth_response);
-        if good {
+        if fast {
             let mut out = BytesMut::new();
             seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
             conn.send(&out).await?;
+            true
+        } else if conn.stream().is_tls() {
+            // As MySQL does when the fast path fails: full authentication,
+            // the password itself, which only travels over TLS.
+            let mut out = BytesMut::new();
+            write_packet(&mut out, seq, &caching_sha2::perform_full_authentication());
+            conn.send(&out).await?;
+            let span = read_client_message(conn, max).await?;
+            let msg = conn.take(span.total);
+            seq = span.last_seq.wrapping_add(1);
+            caching_sha2::verify_cleartext(expected.as_bytes(), &msg[HEADER_LEN..])
+        } else {
+            false
         }
-        good
     } else {
         // Another plugin (e.g. client_ed25519): ask for mysql_native_password.
         let mut out = BytesMut::new();

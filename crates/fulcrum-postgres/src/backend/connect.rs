@@ -188,7 +188,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         address: address.clone(),
         reason,
     };
-    let mut stream = ServerStream::connect(&target.address).await.map_err(io)?;
+    let mut stream = super::stream::connect(&target.address).await.map_err(io)?;
     if let Some(tls) = &target.tls {
         stream = negotiate_tls(stream, tls, &target.address)
             .await
@@ -426,7 +426,7 @@ fn fallible_next<'a>(
 /// Sends a CancelRequest for `key` on a fresh connection.
 pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<()> {
     let fut = async {
-        let mut stream = ServerStream::connect(&key.address).await?;
+        let mut stream = super::stream::connect(&key.address).await?;
         if let Some(tls) = &key.tls {
             stream = negotiate_tls(stream, tls, &key.address)
                 .await

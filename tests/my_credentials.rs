@@ -1,0 +1,74 @@
+//! The MariaDB health probe's login, on a real server: it connects without a
+//! default database, so a health user with no rights on `mysql` (the
+//! application's own user) probes fine; and a probe whose login is refused
+//! leaves the backend in service (logged, `fulcrum_probe_login_refused`)
+//! instead of marking it down and refusing every client.
+
+use std::process::Command;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use fulcrum_testkit::{
+    free_port, maria_bin, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER,
+};
+
+static CLUSTER: LazyLock<MariaCluster> =
+    LazyLock::new(|| MariaCluster::builder().start().expect("MariaDB"));
+
+fn fulcrum(health: &str) -> (FulcrumProcess, u16) {
+    let port = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_interval = \"100ms\"\n{health}\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+        CLUSTER.primary().addr()
+    );
+    (FulcrumProcess::start(&config).expect("start fulcrum"), port)
+}
+
+fn mariadb(port: u16, sql: &str) -> (bool, String, String) {
+    let out = Command::new(maria_bin("mariadb"))
+        .arg("--no-defaults")
+        .args(["--protocol=TCP", "-h", "127.0.0.1", "-P", &port.to_string()])
+        .args(["-u", APP_USER, &format!("-p{APP_PASSWORD}")])
+        .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+        .args([APP_DB, "-e", sql])
+        .output()
+        .expect("run mariadb");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+const WRITE_AND_READ: &str =
+    "CREATE TABLE IF NOT EXISTS probe_t (x int); INSERT INTO probe_t VALUES (1); SELECT count(*) > 0 FROM probe_t";
+
+#[test]
+fn the_application_user_can_be_the_health_user() {
+    // `app` has no rights on the `mysql` database: the probe used to log in
+    // there and was refused, so the primary was "down".
+    let (f, port) = fulcrum("");
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out, err) = mariadb(port, WRITE_AND_READ);
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert_eq!(out, "1");
+    let log = f.log_contents();
+    assert!(
+        !log.contains("probe login refused") && !log.contains("backend down"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_refused_probe_login_keeps_the_backend_in_service() {
+    let (f, port) = fulcrum("health_user = \"root\"\nhealth_password = \"wrong\"");
+    f.wait_for_log("probe login refused", Duration::from_secs(10))
+        .expect("the refusal is logged");
+    let (ok, out, err) = mariadb(port, WRITE_AND_READ);
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert_eq!(out, "1");
+    assert!(!f.log_contents().contains("backend down"));
+}
