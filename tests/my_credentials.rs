@@ -72,3 +72,37 @@ fn a_refused_probe_login_keeps_the_backend_in_service() {
     assert_eq!(out, "1");
     assert!(!f.log_contents().contains("backend down"));
 }
+
+#[test]
+fn a_client_user_maps_to_another_server_user() {
+    let port = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+         [[cluster.user]]\nname = \"web\"\npassword = \"web-pw\"\n\
+         server_user = \"{APP_USER}\"\nserver_password = \"{APP_PASSWORD}\"\n",
+        CLUSTER.primary().addr()
+    );
+    let f = FulcrumProcess::start(&config).expect("start fulcrum");
+    let run = |password: &str| {
+        let out = Command::new(maria_bin("mariadb"))
+            .arg("--no-defaults")
+            .args(["--protocol=TCP", "-h", "127.0.0.1", "-P", &port.to_string()])
+            .args(["-u", "web", &format!("-p{password}")])
+            .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+            .args([APP_DB, "-e", "SELECT CURRENT_USER()"])
+            .output()
+            .expect("run mariadb");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    let (ok, out, err) = run("web-pw");
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert!(out.starts_with(&format!("{APP_USER}@")), "{out}");
+    let (ok, _, err) = run(APP_PASSWORD);
+    assert!(!ok && err.contains("1045"), "{err}");
+}

@@ -33,6 +33,8 @@ pub struct MyClusterContext {
     pub view: Arc<ClusterView>,
     pub classifier: Classifier,
     pub passwords: HashMap<String, String>,
+    /// The login each user has on the servers (`server_user`, `server_password`).
+    pub server_logins: HashMap<String, (String, String)>,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
     next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
@@ -113,6 +115,14 @@ impl MyClusterContext {
                 .users
                 .iter()
                 .map(|u| (u.name.clone(), u.password.clone()))
+                .collect(),
+            server_logins: config
+                .users
+                .iter()
+                .map(|u| {
+                    let login = (u.server_user().to_owned(), u.server_password().to_owned());
+                    (u.name.clone(), login)
+                })
                 .collect(),
             pools: Mutex::new(HashMap::new()),
             next_connection_id: AtomicU32::new(1),
@@ -257,8 +267,15 @@ impl MyClusterContext {
     ) -> Result<ServerConn, ConnectError> {
         let target = ServerTarget {
             address: self.address(backend).to_owned(),
-            user: user.to_owned(),
-            password: self.passwords.get(user).cloned().unwrap_or_default(),
+            user: self
+                .server_logins
+                .get(user)
+                .map_or_else(|| user.to_owned(), |l| l.0.clone()),
+            password: self
+                .server_logins
+                .get(user)
+                .map(|l| l.1.clone())
+                .unwrap_or_default(),
             wire_format,
             charset,
             local_infile: self.config.allow_local_infile,
