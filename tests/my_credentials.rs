@@ -12,8 +12,44 @@ use fulcrum_testkit::{
     free_port, maria_bin, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
 
-static CLUSTER: LazyLock<MariaCluster> =
-    LazyLock::new(|| MariaCluster::builder().start().expect("MariaDB"));
+static CLUSTER: LazyLock<MariaCluster> = LazyLock::new(|| {
+    let c = MariaCluster::builder().start().expect("MariaDB");
+    // A user only the server knows, with a mysql_native_password hash.
+    root_sql(
+        &c,
+        &format!(
+            "CREATE USER 'reporter'@'%' IDENTIFIED BY 'report-pw'; \
+             GRANT ALL ON {APP_DB}.* TO 'reporter'@'%'"
+        ),
+    );
+    c
+});
+
+/// `sql` as the server's root (no password) over TCP.
+fn root_sql(c: &MariaCluster, sql: &str) {
+    let addr = c.primary().addr();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let out = Command::new(maria_bin("mariadb"))
+        .arg("--no-defaults")
+        .args([
+            "--protocol=TCP",
+            "-h",
+            host,
+            "-P",
+            port,
+            "-u",
+            "root",
+            "-e",
+            sql,
+        ])
+        .output()
+        .expect("mariadb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 fn fulcrum(health: &str) -> (FulcrumProcess, u16) {
     let port = free_port();
@@ -105,4 +141,71 @@ fn a_client_user_maps_to_another_server_user() {
     assert!(out.starts_with(&format!("{APP_USER}@")), "{out}");
     let (ok, _, err) = run(APP_PASSWORD);
     assert!(!ok && err.contains("1045"), "{err}");
+}
+
+/// mariadb as `user` through `port`: (succeeded, stdout, stderr).
+fn mariadb_as(port: u16, user: &str, password: &str, sql: &str) -> (bool, String, String) {
+    let out = Command::new(maria_bin("mariadb"))
+        .arg("--no-defaults")
+        .args(["--protocol=TCP", "-h", "127.0.0.1", "-P", &port.to_string()])
+        .args(["-u", user, &format!("-p{password}")])
+        .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+        .args([APP_DB, "-e", sql])
+        .output()
+        .expect("run mariadb");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+#[test]
+fn auth_query_logs_in_a_native_user_fulcrum_does_not_list() {
+    let (f, port) = fulcrum(
+        "health_user = \"root\"\nhealth_password = \"\"\nauth_user = \"root\"\nauth_password = \"\"",
+    );
+    let (ok, out, err) = mariadb_as(port, "reporter", "report-pw", "SELECT CURRENT_USER()");
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert!(out.starts_with("reporter@"), "{out}");
+    // Wrong password and unknown user: the same 1045.
+    let (ok, _, wrong) = mariadb_as(port, "reporter", "nope", "SELECT 1");
+    assert!(!ok && wrong.contains("1045"), "{wrong}");
+    let (ok, _, unknown) = mariadb_as(port, "nobody_here", "nope", "SELECT 1");
+    assert!(!ok && unknown.contains("1045"), "{unknown}");
+    // sysbench as that user, prepared statements and all.
+    let sysbench = |args: &[&str]| {
+        let out = Command::new("sysbench")
+            .args([
+                "--db-driver=mysql",
+                "--mysql-host=127.0.0.1",
+                &format!("--mysql-port={port}"),
+                "--mysql-user=reporter",
+                "--mysql-password=report-pw",
+                &format!("--mysql-db={APP_DB}"),
+                "--tables=1",
+                "--table-size=200",
+            ])
+            .args(args)
+            .output()
+            .expect("sysbench");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {stdout}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            f.log_contents()
+        );
+        stdout
+    };
+    sysbench(&["oltp_read_write", "prepare"]);
+    let out = sysbench(&[
+        "oltp_read_write",
+        "--threads=2",
+        "--time=3",
+        "--events=300",
+        "run",
+    ]);
+    assert!(out.contains("transactions:"), "{out}");
+    sysbench(&["oltp_read_write", "cleanup"]);
 }

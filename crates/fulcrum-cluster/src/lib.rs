@@ -13,11 +13,13 @@
 //! switchover it runs), `health_loop` (starting and stopping the loop's
 //! task) and `command` (running `failover_command` through `/bin/sh`).
 //! `clients` and `view` are shared registries the data path and the admin
-//! console read and write with short locks or atomics.
+//! console read and write with short locks or atomics; `auth_cache` holds
+//! what `auth_query` fetched and what clients proved, for both protocols.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod auth_cache;
 pub mod clients;
 pub mod command;
 pub mod health_loop;
@@ -30,6 +32,7 @@ pub mod topology;
 pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
+pub use auth_cache::{AuthCache, Looked};
 pub use health_loop::HealthLoop;
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};

@@ -260,9 +260,9 @@ pub struct AuthQuery {
     /// Who runs the query, and its password.
     pub user: String,
     pub password: String,
-    /// `$1` is the login name.
+    /// `$1` (PostgreSQL) or `?` (MySQL) is the login name.
     pub query: String,
-    /// Database the query runs in.
+    /// Database the query runs in (MySQL: empty, none).
     pub database: String,
     /// How long a fetched secret is used before it is fetched again.
     pub cache_ttl: Duration,
@@ -396,6 +396,8 @@ pub mod defaults {
     pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const AUTH_QUERY_PG: &str = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1";
     pub const AUTH_DATABASE_PG: &str = "postgres";
+    pub const AUTH_QUERY_MYSQL: &str =
+        "SELECT authentication_string FROM mysql.user WHERE user = ? AND host = '%'";
     pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
     pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -275,13 +275,6 @@ fn auth_query(
         }
         return Ok(None);
     };
-    if protocol != Protocol::Postgres {
-        return Err(t.error(
-            user_value,
-            "auth_user",
-            "auth_query is built for PostgreSQL clusters only so far; list MySQL users in [[cluster.user]]",
-        ));
-    }
     let user = t.text(&c.auth_user, "auth_user", None)?;
     let password = match &c.auth_password {
         Some(p) => t.secret(p, "auth_password", base)?,
@@ -297,16 +290,26 @@ fn auth_query(
                 )
             })?,
     };
-    let query = t.text(&c.auth_query, "auth_query", Some(defaults::AUTH_QUERY_PG))?;
-    if !query.contains("$1") {
-        let v = c.auth_query.as_ref().expect("the default has $1");
-        return Err(t.error(v, "auth_query", "must use $1 for the login name"));
+    let (default_query, placeholder, default_db) = match protocol {
+        Protocol::Postgres => (defaults::AUTH_QUERY_PG, "$1", defaults::AUTH_DATABASE_PG),
+        Protocol::Mysql => (defaults::AUTH_QUERY_MYSQL, "?", ""),
+    };
+    let query = t.text(&c.auth_query, "auth_query", Some(default_query))?;
+    if !query.contains(placeholder) {
+        let v = c
+            .auth_query
+            .as_ref()
+            .expect("the default has its placeholder");
+        return Err(t.error(
+            v,
+            "auth_query",
+            format!("must use {placeholder} for the login name"),
+        ));
     }
-    let database = t.text(
-        &c.auth_database,
-        "auth_database",
-        Some(defaults::AUTH_DATABASE_PG),
-    )?;
+    let database = match &c.auth_database {
+        Some(_) => t.text(&c.auth_database, "auth_database", None)?,
+        None => default_db.to_owned(),
+    };
     let cache_ttl = t.duration(
         &c.auth_cache_ttl,
         "auth_cache_ttl",

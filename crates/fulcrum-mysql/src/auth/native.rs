@@ -45,6 +45,22 @@ pub fn verify_hash(stored: &[u8; 20], scramble: &[u8; 20], response: &[u8]) -> b
     constant_time_eq(&sha1(&[&stage1]), stored)
 }
 
+/// The client's `SHA1(password)` when its response proves it against the
+/// stored hash (ProxySQL's method for users it knows only by their hash):
+/// with it Fulcrum answers a server's mysql_native_password challenge as
+/// that user without knowing the password.
+pub fn recover_stage1(stored: &[u8; 20], scramble: &[u8; 20], response: &[u8]) -> Option<[u8; 20]> {
+    let response = <&[u8; 20]>::try_from(response).ok()?;
+    let stage1 = xor(response, &sha1(&[scramble, stored]));
+    constant_time_eq(&sha1(&[&stage1]), stored).then_some(stage1)
+}
+
+/// The response to `scramble` from `SHA1(password)` alone.
+pub fn response_from_stage1(stage1: &[u8; 20], scramble: &[u8; 20]) -> Vec<u8> {
+    let stage2 = sha1(&[stage1]);
+    xor(stage1, &sha1(&[scramble, &stage2])).to_vec()
+}
+
 /// Checks a client's response for `password`. An empty password is answered
 /// with an empty response, as clients send for it.
 pub fn verify(password: &[u8], scramble: &[u8; 20], response: &[u8]) -> bool {
@@ -63,6 +79,27 @@ pub fn client_response(password: &[u8], scramble: &[u8; 20]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stored_hash_recovers_what_logs_in_to_a_server() {
+        let scramble = [7u8; 20];
+        let stored = stored_hash(b"s3cret");
+        let response = client_response(b"s3cret", &scramble);
+        let stage1 = recover_stage1(&stored, &scramble, &response).expect("proof holds");
+        assert_eq!(stage1, sha1(&[b"s3cret"]));
+        // What Fulcrum then sends a server with another scramble is what
+        // the password would give.
+        let other = [9u8; 20];
+        assert_eq!(
+            response_from_stage1(&stage1, &other),
+            client_response(b"s3cret", &other)
+        );
+        assert_eq!(
+            recover_stage1(&stored, &scramble, &client_response(b"nope", &scramble)),
+            None
+        );
+        assert_eq!(recover_stage1(&stored, &scramble, b"short"), None);
+    }
 
     const SCRAMBLE: [u8; 20] = *b"abcdefghij0123456789";
 

@@ -40,6 +40,9 @@ pub struct ServerTarget {
     pub track_gtid: bool,
     /// TLS to the server (`server_tls`); `None`: plain text.
     pub tls: Option<ServerTls>,
+    /// SHA1(password) of an `auth_query` user (the password itself is not
+    /// known): answers mysql_native_password only.
+    pub native_stage1: Option<[u8; 20]>,
 }
 
 /// How a connection uses TLS, from the backend's `server_tls`.
@@ -217,7 +220,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     }
     conn.caps = caps;
     let plugin = hs.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
-    let (plugin, response) = auth_response(plugin, &target.password, &hs.scramble);
+    let (plugin, response) = auth_response(plugin, target, &hs.scramble);
     let reply = build_handshake_response(&HandshakeResponse {
         capabilities: caps,
         max_packet: 1 << 30,
@@ -262,7 +265,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 let mut scramble = [0u8; 20];
                 let n = switch.data.len().min(20);
                 scramble[..n].copy_from_slice(&switch.data[..n]);
-                let (_, response) = auth_response(&switch.plugin, &target.password, &scramble);
+                let (_, response) = auth_response(&switch.plugin, target, &scramble);
                 let mut out = BytesMut::new();
                 write_packet(&mut out, seq, &response);
                 conn.io
@@ -321,8 +324,21 @@ fn hs_seq_after(msg: &[u8]) -> u8 {
     msg.get(3).copied().unwrap_or(0).wrapping_add(1)
 }
 
-/// The plugin and scrambled password for `plugin` (native for anything unknown).
-fn auth_response(plugin: &str, password: &str, scramble: &[u8; 20]) -> (&'static str, Vec<u8>) {
+/// The plugin and scrambled password for `plugin` (native for anything
+/// unknown, and always native for an `auth_query` user, whose password
+/// Fulcrum does not know).
+fn auth_response(
+    plugin: &str,
+    target: &ServerTarget,
+    scramble: &[u8; 20],
+) -> (&'static str, Vec<u8>) {
+    if let Some(stage1) = &target.native_stage1 {
+        return (
+            native::PLUGIN,
+            native::response_from_stage1(stage1, scramble),
+        );
+    }
+    let password = target.password.as_str();
     if password.is_empty() {
         return (native::PLUGIN, Vec::new());
     }

@@ -104,29 +104,15 @@ impl MariaServerOps {
     }
 
     fn opts(&self, backend: BackendId, with_tls: bool) -> OptsBuilder {
-        let address = &self.addresses[backend];
-        let (host, port) = address.rsplit_once(':').unwrap_or((address, "3306"));
-        let builder = OptsBuilder::default()
-            .user(Some(self.user.clone()))
-            .pass(Some(self.password.clone()))
-            .db_name((!self.database.is_empty()).then(|| self.database.clone()))
-            .prefer_socket(false)
-            .ssl_opts(if with_tls {
-                ssl_opts(&self.tls[backend])
-            } else {
-                None
-            });
-        if host.starts_with('/') {
-            builder.socket(Some(format!("{host}/mysqld.sock")))
-        } else {
-            builder
-                .ip_or_hostname(
-                    host.trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_owned(),
-                )
-                .tcp_port(port.parse().unwrap_or(3306))
-        }
+        let plain = fulcrum_config::ServerTls::disabled();
+        let tls = if with_tls { &self.tls[backend] } else { &plain };
+        client_opts(
+            &self.addresses[backend],
+            tls,
+            &self.user,
+            &self.password,
+            &self.database,
+        )
     }
 
     /// Runs `f` on `backend`'s kept connection, opening one if needed; any
@@ -174,6 +160,35 @@ impl MariaServerOps {
             Ok(())
         })
         .await
+    }
+}
+
+/// mysql_async options to log in to the server at `address` as `user`,
+/// following `tls` (`database` empty: none). The probes and `auth_query` use it.
+pub fn client_opts(
+    address: &str,
+    tls: &fulcrum_config::ServerTls,
+    user: &str,
+    password: &str,
+    database: &str,
+) -> OptsBuilder {
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, "3306"));
+    let builder = OptsBuilder::default()
+        .user(Some(user.to_owned()))
+        .pass(Some(password.to_owned()))
+        .db_name((!database.is_empty()).then(|| database.to_owned()))
+        .prefer_socket(false)
+        .ssl_opts(ssl_opts(tls));
+    if host.starts_with('/') {
+        builder.socket(Some(format!("{host}/mysqld.sock")))
+    } else {
+        builder
+            .ip_or_hostname(
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+            )
+            .tcp_port(port.parse().unwrap_or(3306))
     }
 }
 

@@ -35,6 +35,8 @@ pub struct MyClusterContext {
     pub passwords: HashMap<String, String>,
     /// The login each user has on the servers (`server_user`, `server_password`).
     pub server_logins: HashMap<String, (String, String)>,
+    /// `auth_query` users: their stored hashes and what their clients proved.
+    pub auth: super::auth_query::AuthCache,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
     next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
@@ -116,6 +118,7 @@ impl MyClusterContext {
                 .iter()
                 .map(|u| (u.name.clone(), u.password.clone()))
                 .collect(),
+            auth: Default::default(),
             server_logins: config
                 .users
                 .iter()
@@ -276,6 +279,12 @@ impl MyClusterContext {
                 .get(user)
                 .map(|l| l.1.clone())
                 .unwrap_or_default(),
+            // An auth_query user: what its client proved.
+            native_stage1: if self.server_logins.contains_key(user) {
+                None
+            } else {
+                self.auth.proof(user)
+            },
             wire_format,
             charset,
             local_infile: self.config.allow_local_infile,

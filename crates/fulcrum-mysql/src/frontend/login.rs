@@ -49,6 +49,74 @@ pub struct Login {
     pub scramble: [u8; 20],
 }
 
+/// A user not in the config, with `auth_query`: the client's
+/// mysql_native_password reply (other plugins are switched to it) is checked
+/// against the stored hash, and the SHA1(password) it reveals is kept for the
+/// pools' server logins. Unknown users and wrong passwords get the same 1045.
+/// Returns the sequence id for the OK.
+async fn auth_query_login(
+    ctx: &MyClusterContext,
+    conn: &mut Connection<ClientStream>,
+    hello: &crate::codec::handshake::HandshakeResponse,
+    scramble: &[u8; 20],
+    mut seq: u8,
+    max: usize,
+) -> Result<u8, SessionError> {
+    let user = hello.username.as_str();
+    let looked = match super::auth_query::lookup(ctx, user).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(user, error = %e, "auth_query failed");
+            let m = format!("fulcrum: cannot check the password: {e}");
+            send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
+            return Err(SessionError::Refused(m));
+        }
+    };
+    let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
+    let response = if plugin == native::PLUGIN {
+        hello.auth_response.clone()
+    } else {
+        // The stored hash checks mysql_native_password replies only.
+        let mut out = BytesMut::new();
+        write_packet(
+            &mut out,
+            seq,
+            &build_auth_switch_scramble(native::PLUGIN, scramble),
+        );
+        conn.send(&out).await?;
+        let span = read_client_message(conn, max).await?;
+        let msg = conn.take(span.total);
+        seq = span.last_seq.wrapping_add(1);
+        msg[HEADER_LEN..].to_vec()
+    };
+    let stage1 = looked
+        .secret
+        .and_then(|stored| native::recover_stage1(&stored, scramble, &response));
+    match stage1 {
+        Some(stage1) => {
+            ctx.auth.remember_proof(user, stage1);
+            Ok(seq)
+        }
+        None => {
+            if looked.cached {
+                // The password may have changed: fetch again next time.
+                ctx.auth.forget(user);
+            }
+            let m = format!(
+                "Access denied for user '{user}'@'{}' (using password: {})",
+                conn.stream()
+                    .tcp()
+                    .and_then(|t| t.peer_addr().ok())
+                    .map(|a| a.ip().to_string())
+                    .unwrap_or_default(),
+                if response.is_empty() { "NO" } else { "YES" }
+            );
+            send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
+            Err(SessionError::Refused(m))
+        }
+    }
+}
+
 /// Whether `response` proves `password` for `plugin` against `scramble`.
 pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: &[u8]) -> bool {
     if plugin == caching_sha2::PLUGIN {
@@ -133,6 +201,19 @@ pub async fn login(
     }
     let caps = negotiate(hello.capabilities, ours);
     let password = ctx.passwords.get(&hello.username);
+    let auth_query = ctx.config.auth_query.is_some() && ctx.config.client_auth != ClientAuth::Trust;
+    if password.is_none() && auth_query {
+        seq = auth_query_login(ctx, conn, &hello, &scramble, seq, max).await?;
+        return Ok(Login {
+            user: hello.username.as_str().into(),
+            schema: hello.database.filter(|d| !d.is_empty()),
+            caps,
+            charset: hello.charset,
+            connection_id,
+            next_seq: seq,
+            scramble,
+        });
+    }
     let trust = ctx.config.client_auth == ClientAuth::Trust && password.is_some();
     // Unknown users are checked against a password nobody has: same answer.
     let expected = password.map_or("\u{1}fulcrum-no-such-user", |p| p.as_str());

@@ -1,6 +1,7 @@
 //! The client-facing side: login, the forwarding loop, what a server's
 //! answer looks like, and the listener.
 
+pub mod auth_query;
 pub mod context;
 pub mod error;
 pub mod login;

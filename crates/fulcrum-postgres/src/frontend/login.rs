@@ -279,7 +279,7 @@ async fn auth_query_login(
     user: &str,
     binding: Option<&[u8]>,
 ) -> Result<(), SessionError> {
-    let looked = match ctx.auth.lookup(ctx, user).await {
+    let looked = match super::auth_query::lookup(ctx, user).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(user, error = %e, "auth_query failed");
