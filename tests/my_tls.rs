@@ -293,92 +293,169 @@ impl tokio::io::AsyncWrite for Coalesce {
     }
 }
 
-/// A raw caching_sha2_password login over TLS whose fast-path answer does
-/// not verify (as a client without Fulcrum's scramble cache sends), so
-/// Fulcrum asks for full authentication: the password, inside TLS.
-#[test]
-fn caching_sha2_full_authentication_over_tls() {
+/// How the raw client answers the caching_sha2 challenge in its first packet.
+enum FastPath {
+    /// Not the answer for this scramble: full authentication follows.
+    Garbage,
+    /// The real fast-path answer for the password.
+    Real,
+}
+
+/// A raw caching_sha2_password login as `user` over TLS (the SSL request
+/// and the ClientHello in one segment), answering full authentication with
+/// `password` when asked. Returns every packet the server sent after the
+/// HandshakeResponse up to the OK or ERR, and, after an OK, the first packet
+/// of the answer to `SELECT CURRENT_USER()`.
+fn raw_caching_sha2_login(
+    port: u16,
+    user: &str,
+    password: &str,
+    fast: FastPath,
+) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
     use fulcrum_mysql::codec::handshake::{
         build_handshake_response, build_ssl_request, parse_server_handshake, HandshakeResponse,
     };
     use fulcrum_mysql::CapabilityFlags as C;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let c = MariaCluster::builder().start().expect("MariaDB");
-    let (_f, port) = fulcrum_tls(&c.primary().addr(), "");
+    async fn packet<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).await.unwrap();
+        let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).await.unwrap();
+        (head[3], body)
+    }
+    fn framed(seq: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = (body.len() as u32).to_le_bytes()[..3].to_vec();
+        out.push(seq);
+        out.extend_from_slice(body);
+        out
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let login = |password: &'static str| {
-        rt.block_on(async move {
-            async fn packet<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> (u8, Vec<u8>) {
-                let mut head = [0u8; 4];
-                s.read_exact(&mut head).await.unwrap();
-                let len = u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize;
-                let mut body = vec![0u8; len];
-                s.read_exact(&mut body).await.unwrap();
-                (head[3], body)
-            }
-            fn framed(seq: u8, body: &[u8]) -> Vec<u8> {
-                let mut out = (body.len() as u32).to_le_bytes()[..3].to_vec();
-                out.push(seq);
-                out.extend_from_slice(body);
-                out
-            }
-            let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut tcp = tcp;
+        let (seq, greeting) = packet(&mut tcp).await;
+        let hs = parse_server_handshake(&greeting).unwrap();
+        let caps = C::CLIENT_PROTOCOL_41
+            | C::CLIENT_SECURE_CONNECTION
+            | C::CLIENT_PLUGIN_AUTH
+            | C::CLIENT_TRANSACTIONS
+            | C::CLIENT_LONG_PASSWORD;
+        assert!(hs.capabilities.contains(C::CLIENT_SSL));
+        // The SSL request and the ClientHello in one segment, as a fast
+        // client sends them (it waits for no answer in between).
+        let tcp = Coalesce {
+            pending: Some(framed(seq + 1, &build_ssl_request(caps, 1 << 24, 45))),
+            tcp,
+        };
+        let config =
+            fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(&CERTS.ca), None, &[])
                 .unwrap();
-            let (seq, greeting) = packet(&mut tcp).await;
-            let hs = parse_server_handshake(&greeting).unwrap();
-            let caps = C::CLIENT_PROTOCOL_41
-                | C::CLIENT_SECURE_CONNECTION
-                | C::CLIENT_PLUGIN_AUTH
-                | C::CLIENT_TRANSACTIONS
-                | C::CLIENT_LONG_PASSWORD;
-            assert!(hs.capabilities.contains(C::CLIENT_SSL));
-            // The SSL request and the ClientHello in one segment, as a fast
-            // client sends them (it waits for no answer in between).
-            let tcp = Coalesce {
-                pending: Some(framed(seq + 1, &build_ssl_request(caps, 1 << 24, 45))),
-                tcp,
-            };
-            let config =
-                fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(&CERTS.ca), None, &[])
-                    .unwrap();
-            let mut tls = fulcrum_tls::tokio_rustls::TlsConnector::from(config)
-                .connect(fulcrum_tls::server_name("localhost").unwrap(), tcp)
-                .await
-                .unwrap();
-            let hello = build_handshake_response(&HandshakeResponse {
-                capabilities: caps | C::CLIENT_SSL,
-                max_packet: 1 << 24,
-                charset: 45,
-                username: APP_USER.into(),
-                // Not the fast-path answer for this scramble.
-                auth_response: vec![0x5a; 32],
-                database: None,
-                auth_plugin: Some("caching_sha2_password".into()),
-                connect_attrs: None,
-                mariadb_capabilities: 0,
-            });
-            tls.write_all(&framed(seq + 2, &hello)).await.unwrap();
-            let (seq, more) = packet(&mut tls).await;
-            assert_eq!(more, vec![0x01, 0x04], "perform full authentication");
-            let mut cleartext = password.as_bytes().to_vec();
-            cleartext.push(0);
-            tls.write_all(&framed(seq + 1, &cleartext)).await.unwrap();
-            let (_, answer) = packet(&mut tls).await;
-            answer
-        })
-    };
-    let ok = login(APP_PASSWORD);
-    assert_eq!(
-        ok.first(),
-        Some(&0x00),
-        "OK after full authentication: {ok:?}"
-    );
-    let denied = login("wrong");
-    assert_eq!(denied.first(), Some(&0xff), "{denied:?}");
+        let mut tls = fulcrum_tls::tokio_rustls::TlsConnector::from(config)
+            .connect(fulcrum_tls::server_name("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let auth_response = match fast {
+            FastPath::Garbage => vec![0x5a; 32],
+            FastPath::Real => fulcrum_mysql::auth::caching_sha2::client_response(
+                password.as_bytes(),
+                &hs.scramble,
+            ),
+        };
+        let hello = build_handshake_response(&HandshakeResponse {
+            capabilities: caps | C::CLIENT_SSL,
+            max_packet: 1 << 24,
+            charset: 45,
+            username: user.into(),
+            auth_response,
+            database: Some(APP_DB.into()),
+            auth_plugin: Some("caching_sha2_password".into()),
+            connect_attrs: None,
+            mariadb_capabilities: 0,
+        });
+        tls.write_all(&framed(seq + 2, &hello)).await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let (seq, p) = packet(&mut tls).await;
+            seen.push(p.clone());
+            match p.first() {
+                Some(0x01) if p.get(1) == Some(&0x04) => {
+                    let mut cleartext = password.as_bytes().to_vec();
+                    cleartext.push(0);
+                    tls.write_all(&framed(seq + 1, &cleartext)).await.unwrap();
+                }
+                Some(0x01) => {}
+                _ => break,
+            }
+        }
+        if seen.last().and_then(|p| p.first()) != Some(&0x00) {
+            return (seen, None);
+        }
+        let mut query = vec![0x03];
+        query.extend_from_slice(b"SELECT CURRENT_USER()");
+        tls.write_all(&framed(0, &query)).await.unwrap();
+        let (_, first) = packet(&mut tls).await;
+        (seen, Some(first))
+    })
+}
+
+/// caching_sha2_password full authentication over TLS: a fast-path answer
+/// that does not verify (as from a client without a cache entry) makes
+/// Fulcrum ask for the password, inside TLS.
+#[test]
+fn caching_sha2_full_authentication_over_tls() {
+    let c = MariaCluster::builder().start().expect("MariaDB");
+    let (_f, port) = fulcrum_tls(&c.primary().addr(), "");
+    let (seen, query) = raw_caching_sha2_login(port, APP_USER, APP_PASSWORD, FastPath::Garbage);
+    assert_eq!(seen[0], vec![0x01, 0x04], "perform full authentication");
+    assert_eq!(seen.last().unwrap()[0], 0x00, "OK: {seen:?}");
+    assert_ne!(query.unwrap()[0], 0xff, "the session works");
+    let (seen, _) = raw_caching_sha2_login(port, APP_USER, "wrong", FastPath::Garbage);
+    let denied = seen.last().unwrap();
+    assert_eq!(denied[0], 0xff, "{seen:?}");
     assert_eq!(u16::from_le_bytes([denied[1], denied[2]]), 1045);
+}
+
+/// An `auth_query` user (known to the server only) with caching_sha2 over
+/// TLS: the first login is a full authentication, checked against the stored
+/// native hash; it fills the cache, so the next login takes the fast path.
+#[test]
+fn caching_sha2_fast_path_after_a_full_authentication_for_auth_query_users() {
+    let c = MariaCluster::builder().start().expect("MariaDB");
+    let addr = c.primary().addr();
+    let (host, mport) = addr.rsplit_once(':').unwrap();
+    let created = Command::new(maria_bin("mariadb"))
+        .arg("--no-defaults")
+        .args(["--protocol=TCP", "-h", host, "-P", mport, "-u", "root", "-e"])
+        .arg(format!(
+            "CREATE USER 'analyst'@'%' IDENTIFIED BY 'an-pw'; GRANT ALL ON {APP_DB}.* TO 'analyst'@'%'"
+        ))
+        .status()
+        .unwrap();
+    assert!(created.success());
+    let (f, port) = fulcrum_tls(&addr, "auth_user = \"root\"\nauth_password = \"\"");
+    // No cache entry yet: the real fast-path answer still gets 0x04.
+    let (seen, query) = raw_caching_sha2_login(port, "analyst", "an-pw", FastPath::Real);
+    assert_eq!(seen[0], vec![0x01, 0x04], "{seen:?}\n{}", f.log_contents());
+    assert_eq!(seen.last().unwrap()[0], 0x00, "{seen:?}");
+    assert_ne!(
+        query.unwrap()[0],
+        0xff,
+        "the server login with SHA1(password) works"
+    );
+    // Now the fast path: 0x03, then OK.
+    let (seen, query) = raw_caching_sha2_login(port, "analyst", "an-pw", FastPath::Real);
+    assert_eq!(seen[0], vec![0x01, 0x03], "fast auth success: {seen:?}");
+    assert_eq!(seen.last().unwrap()[0], 0x00);
+    assert_ne!(query.unwrap()[0], 0xff);
+    // A wrong password never passes.
+    let (seen, _) = raw_caching_sha2_login(port, "analyst", "nope", FastPath::Real);
+    assert_eq!(seen.last().unwrap()[0], 0xff, "{seen:?}");
 }

@@ -17,6 +17,16 @@ fn sha1(parts: &[&[u8]]) -> [u8; 20] {
     h.finalize().into()
 }
 
+/// `SHA1(password)`: what answers a native challenge.
+pub fn stage1(password: &[u8]) -> [u8; 20] {
+    sha1(&[password])
+}
+
+/// `SHA1(stage1)`: the hash a server stores.
+pub fn stage2(stage1: &[u8; 20]) -> [u8; 20] {
+    sha1(&[stage1])
+}
+
 /// `SHA1(SHA1(password))`, the hash a server stores.
 pub fn stored_hash(password: &[u8]) -> [u8; 20] {
     sha1(&[&sha1(&[password])])

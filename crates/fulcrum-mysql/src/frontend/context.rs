@@ -37,6 +37,11 @@ pub struct MyClusterContext {
     pub server_logins: HashMap<String, (String, String)>,
     /// `auth_query` users: their stored hashes and what their clients proved.
     pub auth: super::auth_query::AuthCache,
+    /// `auth_query` users' caching_sha2 fast-path entries
+    /// (SHA256(SHA256(password))), filled by a full authentication.
+    /// Keyed with the stored hash it was made under: a changed password
+    /// (another stored hash) does not use it.
+    sha2_cache: Mutex<HashMap<String, ([u8; 20], [u8; 32])>>,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
     next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
@@ -119,6 +124,7 @@ impl MyClusterContext {
                 .map(|u| (u.name.clone(), u.password.clone()))
                 .collect(),
             auth: Default::default(),
+            sha2_cache: Mutex::new(HashMap::new()),
             server_logins: config
                 .users
                 .iter()
@@ -258,6 +264,25 @@ impl MyClusterContext {
                 .with_lifetime(self.config.server_lifetime)
             })
             .clone()
+    }
+
+    /// An `auth_query` user's caching_sha2 fast-path entry, if a full
+    /// authentication filled it.
+    pub fn sha2_cache(&self, user: &str, stored: &[u8; 20]) -> Option<[u8; 32]> {
+        self.sha2_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(user)
+            .filter(|(s, _)| s == stored)
+            .map(|(_, h)| *h)
+    }
+
+    pub fn set_sha2_cache(&self, user: &str, stored: [u8; 20], hash: [u8; 32]) {
+        let mut cache = self.sha2_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= 10_000 {
+            cache.clear();
+        }
+        cache.insert(user.to_owned(), (stored, hash));
     }
 
     /// Opens a new server connection for a pool.

@@ -73,6 +73,9 @@ async fn auth_query_login(
         }
     };
     let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
+    if plugin == caching_sha2::PLUGIN && conn.stream().is_tls() {
+        return caching_sha2_login(ctx, conn, hello, scramble, seq, max, looked).await;
+    }
     let response = if plugin == native::PLUGIN {
         hello.auth_response.clone()
     } else {
@@ -111,6 +114,69 @@ async fn auth_query_login(
                     .unwrap_or_default(),
                 if response.is_empty() { "NO" } else { "YES" }
             );
+            send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
+            Err(SessionError::Refused(m))
+        }
+    }
+}
+
+/// An `auth_query` user's caching_sha2_password login over TLS, as MySQL
+/// runs it: the fast path against the cache a full authentication filled,
+/// else full authentication (the password, inside TLS), checked against the
+/// stored native hash; it fills the cache and gives SHA1(password) for the
+/// server logins.
+async fn caching_sha2_login(
+    ctx: &MyClusterContext,
+    conn: &mut Connection<ClientStream>,
+    hello: &crate::codec::handshake::HandshakeResponse,
+    scramble: &[u8; 20],
+    mut seq: u8,
+    max: usize,
+    looked: fulcrum_cluster::Looked<[u8; 20]>,
+) -> Result<u8, SessionError> {
+    let user = hello.username.as_str();
+    let cached = looked
+        .secret
+        .and_then(|stored| ctx.sha2_cache(user, &stored));
+    let fast =
+        cached.is_some_and(|c| caching_sha2::verify_cached(&c, scramble, &hello.auth_response));
+    let proven = if fast {
+        let mut out = BytesMut::new();
+        seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
+        conn.send(&out).await?;
+        ctx.auth.proof(user)
+    } else {
+        let mut out = BytesMut::new();
+        write_packet(&mut out, seq, &caching_sha2::perform_full_authentication());
+        conn.send(&out).await?;
+        let span = read_client_message(conn, max).await?;
+        let msg = conn.take(span.total);
+        seq = span.last_seq.wrapping_add(1);
+        let sent = &msg[HEADER_LEN..];
+        let password = sent.strip_suffix(&[0]).unwrap_or(sent);
+        let stage1 = native::stage1(password);
+        let holds = looked
+            .secret
+            .is_some_and(|stored| crate::auth::constant_time_eq(&native::stage2(&stage1), &stored));
+        holds.then(|| {
+            ctx.set_sha2_cache(
+                user,
+                native::stage2(&stage1),
+                caching_sha2::cached_hash(password),
+            );
+            stage1
+        })
+    };
+    match proven {
+        Some(stage1) => {
+            ctx.auth.remember_proof(user, stage1);
+            Ok(seq)
+        }
+        None => {
+            if looked.cached {
+                ctx.auth.forget(user);
+            }
+            let m = format!("Access denied for user '{user}' (using password: YES)");
             send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
             Err(SessionError::Refused(m))
         }
