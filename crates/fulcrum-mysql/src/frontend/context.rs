@@ -21,6 +21,10 @@ use crate::backend::{connect, ConnectError, ServerConn, ServerTarget};
 /// the same result-set format, the same character set.
 type PoolKey = (BackendId, Arc<str>, u32, u8);
 
+/// A caching_sha2 fast-path entry: (the stored native hash it was made
+/// under, SHA256(SHA256(password))).
+type Sha2Entry = ([u8; 20], [u8; 32]);
+
 pub struct MyClusterContext {
     pub config: Cluster,
     /// This cluster's handles on the Prometheus families.
@@ -41,7 +45,7 @@ pub struct MyClusterContext {
     /// (SHA256(SHA256(password))), filled by a full authentication.
     /// Keyed with the stored hash it was made under: a changed password
     /// (another stored hash) does not use it.
-    sha2_cache: Mutex<HashMap<String, ([u8; 20], [u8; 32])>>,
+    sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
     next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
