@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{
     free_port, pg_bin, FulcrumProcess, PgCluster, TestCerts, APP_DB, APP_MD5_USER, APP_PASSWORD,
-    APP_USER,
+    APP_TRUST_USER, APP_USER,
 };
 
 static CERTS: LazyLock<TestCerts> = LazyLock::new(|| TestCerts::new().expect("certificates"));
@@ -428,5 +428,78 @@ async fn tokio_postgres_over_rustls_with_channel_binding_required() {
     assert!(
         source.as_deref().unwrap_or("").contains("certificate"),
         "{e}: {source:?}"
+    );
+}
+
+/// Fulcrum's own client certificate (`server_tls_certificate`,
+/// `server_tls_private_key`) for a server whose pg_hba.conf authenticates
+/// that user by certificate (`hostssl ... cert`): present it and the login
+/// works; leave it out and the server's refusal reaches the client.
+#[test]
+fn fulcrum_presents_its_client_certificate_to_the_server() {
+    let certs = TestCerts::new().expect("certificates");
+    let cluster = PgCluster::builder()
+        .tls(&certs, true)
+        .start()
+        .expect("TLS-only cluster");
+    // Certificate authentication for app_trust, before every other line.
+    let hba = cluster.primary().data_dir().join("pg_hba.conf");
+    let old = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("hostssl all {APP_TRUST_USER} 127.0.0.1/32 cert\n{old}"),
+    )
+    .unwrap();
+    cluster
+        .primary()
+        .sql("SELECT pg_reload_conf()")
+        .expect("reload");
+    std::thread::sleep(Duration::from_millis(300));
+    let (cert, key) = certs.client(APP_TRUST_USER).expect("client certificate");
+    let config = |identity: &str| {
+        format!(
+            "[fulcrum]\nlog = \"info\"\n[[cluster]]\nname = \"cert\"\nprotocol = \"postgres\"\n\
+             listen = \"127.0.0.1:{port}\"\nhealth_user = \"postgres\"\n\
+             server_tls = \"verify-full\"\nserver_tls_ca = \"{ca}\"\n{identity}\n\
+             [[cluster.backend]]\naddress = \"{backend}\"\nrole = \"primary\"\n\
+             [[cluster.user]]\nname = \"{APP_TRUST_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+            port = free_port(),
+            ca = certs.ca.display(),
+            backend = cluster.primary().addr(),
+        )
+    };
+    let psql_plain = |f: &FulcrumProcess| {
+        let addr = f.listen_addrs()[0].clone();
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let out = Command::new(pg_bin("psql"))
+            .args(["-h", host, "-p", port, "-U", APP_TRUST_USER, "-d", APP_DB])
+            .args(["-X", "-At", "-c", "SELECT current_user"])
+            .env("PGPASSWORD", APP_PASSWORD)
+            .env("PGSSLMODE", "disable")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .expect("psql");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    let with_cert = FulcrumProcess::start(&config(&format!(
+        "server_tls_certificate = \"{}\"\nserver_tls_private_key = \"{}\"",
+        cert.display(),
+        key.display()
+    )))
+    .expect("start fulcrum");
+    let (ok, out, err) = psql_plain(&with_cert);
+    assert!(ok, "{err}\n{}", with_cert.log_contents());
+    assert_eq!(out, APP_TRUST_USER);
+    let without = FulcrumProcess::start(&config("")).expect("start fulcrum");
+    let (ok, _, err) = psql_plain(&without);
+    assert!(!ok);
+    let log = without.log_contents();
+    assert!(
+        err.contains("certificate") || log.contains("certificate"),
+        "{err}\n{log}"
     );
 }
