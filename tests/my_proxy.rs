@@ -516,3 +516,28 @@ async fn statements_over_the_bound_are_closed_and_prepared_again() {
         .unwrap();
     assert_eq!(last, first, "the same server connection");
 }
+
+/// `query_timeout`: a query the server has been silent on this long is
+/// killed there (KILL QUERY): it ends early (MariaDB's ERR 1317 where the
+/// statement reports it) and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_timeout_kills_a_silent_query_and_the_connection_goes_on() {
+    let (_p, port) = start("query_timeout = \"500ms\"");
+    let mut conn = connect(port).await;
+    let started = std::time::Instant::now();
+    // Minutes of work on this machine; MariaDB ends an interrupted
+    // BENCHMARK early (with ERR 1317, or a plain result).
+    let r = conn
+        .query_drop("SELECT BENCHMARK(2000000000, MD5('fulcrum'))")
+        .await;
+    if let Err(e) = &r {
+        assert!(e.to_string().contains("1317"), "{e}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "killed early: {:?}",
+        started.elapsed()
+    );
+    let n: i64 = conn.query_first("SELECT 6 * 7").await.unwrap().unwrap();
+    assert_eq!(n, 42);
+}

@@ -651,3 +651,34 @@ async fn idle_in_transaction_is_rolled_back_and_the_server_returned() {
         started.elapsed()
     );
 }
+
+/// `query_timeout`: a statement the server has been silent on this long is
+/// cancelled there (a CancelRequest); the client gets PostgreSQL's 57014 and
+/// its session goes on. A pipeline of quick statements is never cut.
+#[tokio::test]
+async fn query_timeout_cancels_a_silent_statement_and_the_session_goes_on() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr()).extra("query_timeout = \"500ms\"");
+    let (_p, cfg) = start(cfg);
+    let client = connect_with(&cfg, None).await;
+    let started = Instant::now();
+    let e = client
+        .simple_query("SELECT pg_sleep(10)")
+        .await
+        .expect_err("cancelled");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(db.code().code(), "57014", "{}", db.message());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(one(&client, "SELECT 6 * 7").await, "42");
+    // Quick statements, one after another for longer than the limit.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(
+            one(&client, "SELECT pg_sleep(0.05)::text || 'x'").await,
+            "x"
+        );
+    }
+}

@@ -57,6 +57,7 @@ pub(crate) struct RawCluster {
     pub client_login_timeout: Value<DurationText>,
     pub client_idle_timeout: Value<DurationText>,
     pub idle_transaction_timeout: Value<DurationText>,
+    pub query_timeout: Value<DurationText>,
     pub server_idle_timeout: Value<DurationText>,
     pub server_lifetime: Value<DurationText>,
     pub max_message_size: Value<SizeValue>,

@@ -205,6 +205,9 @@ pub struct Cluster {
     /// A client idle inside a transaction this long is told, its
     /// transaction rolled back and its server connection returned; `None`: never.
     pub idle_transaction_timeout: Option<Duration>,
+    /// A statement the server has worked on this long is cancelled
+    /// (PostgreSQL CancelRequest, MySQL KILL QUERY); `None`: never.
+    pub query_timeout: Option<Duration>,
     /// Idle server connections older than this are closed.
     pub server_idle_timeout: Duration,
     /// Server connections older than this are closed when they come back

@@ -93,6 +93,7 @@ pub(super) fn cluster(
     let client_idle_timeout = t.duration_or_off(&c.client_idle_timeout, "client_idle_timeout")?;
     let idle_transaction_timeout =
         t.duration_or_off(&c.idle_transaction_timeout, "idle_transaction_timeout")?;
+    let query_timeout = t.duration_or_off(&c.query_timeout, "query_timeout")?;
     let server_idle_timeout = t.duration(
         &c.server_idle_timeout,
         "server_idle_timeout",
@@ -226,6 +227,7 @@ pub(super) fn cluster(
         client_login_timeout,
         client_idle_timeout,
         idle_transaction_timeout,
+        query_timeout,
         server_idle_timeout,
         server_lifetime,
         max_message_size,

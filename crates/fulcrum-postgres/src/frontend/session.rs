@@ -88,6 +88,10 @@ pub struct Session {
     expect: Expectations,
     /// Sync/Query/FunctionCall sent and not yet answered with ReadyForQuery.
     pending_ready: usize,
+    /// Since when the server has owed an answer (`query_timeout`), and
+    /// whether the cancel for it went out.
+    busy_since: Option<tokio::time::Instant>,
+    query_cancelled: bool,
     /// Extended-protocol messages sent since the last Sync.
     unsynced: bool,
     /// Last transaction status the server reported.
@@ -178,6 +182,8 @@ impl Session {
             pool: None,
             expect: Expectations::default(),
             pending_ready: 0,
+            busy_since: None,
+            query_cancelled: false,
             unsynced: false,
             status: b'I',
             server_stream_left: 0,
@@ -279,6 +285,7 @@ impl Session {
             Io(Io),
             Shutdown,
             Idle(IdleKind),
+            QueryTimeout,
         }
         // One wait for SIGTERM for the whole session, not one per event.
         let mut signal = self.shutdown.clone();
@@ -289,6 +296,9 @@ impl Session {
         // Armed only while the client is quiet and a timeout is set.
         let idle_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(idle_sleep);
+        // Armed while the server owes an answer and `query_timeout` is set.
+        let query_sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(query_sleep);
         loop {
             let draining = *self.shutdown.borrow();
             if draining && self.at_boundary() {
@@ -307,6 +317,10 @@ impl Session {
                     .as_mut()
                     .reset(tokio::time::Instant::now() + limit);
             }
+            let query_deadline = self.query_deadline();
+            if let Some(deadline) = query_deadline {
+                query_sleep.as_mut().reset(deadline);
+            }
             let io = std::future::poll_fn(|cx| {
                 poll_io(
                     cx,
@@ -323,8 +337,10 @@ impl Session {
                 _ = &mut idle_sleep, if idle.is_some() => {
                     Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
                 }
+                _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
             };
             match event {
+                Event::QueryTimeout => self.cancel_slow_query(),
                 Event::Idle(kind) => return Err(self.idle_too_long(kind).await),
                 Event::Shutdown => {
                     // The session ends at its next boundary (checked above).
@@ -358,6 +374,8 @@ impl Session {
                 }
                 Event::Io(Io::ServerRead(Ok(n))) if n > 0 => {
                     self.ctx.metrics.bytes_out.inc_by(n as u64);
+                    // Progress: `query_timeout` counts from the last of it.
+                    self.busy_since = None;
                     self.on_server_input().await?;
                     if self.server.is_none() {
                         // The server closed (a FATAL or shutdown notice): what
@@ -372,6 +390,43 @@ impl Session {
                 Event::Io(Io::ServerRead(_)) => self.after_server_lost().await?,
             }
         }
+    }
+
+    /// When the server, owing an answer, will have been silent for
+    /// `query_timeout` (`None`: no timeout, the server owes nothing, or the
+    /// cancel went out). Silence, not total time, so a pipeline of quick
+    /// statements or a long result streaming rows is never cut.
+    fn query_deadline(&mut self) -> Option<tokio::time::Instant> {
+        let limit = self.ctx.config.query_timeout?;
+        let owing = self.server.is_some() && !self.expect.is_empty();
+        if !owing {
+            self.busy_since = None;
+            self.query_cancelled = false;
+            return None;
+        }
+        let since = *self
+            .busy_since
+            .get_or_insert_with(tokio::time::Instant::now);
+        (!self.query_cancelled).then_some(since + limit)
+    }
+
+    /// `query_timeout`: asks the server to cancel what it is running (a
+    /// CancelRequest, as psql's Ctrl-C); its error (57014) then reaches the
+    /// client as PostgreSQL sends it, and the session goes on.
+    fn cancel_slow_query(&mut self) {
+        self.query_cancelled = true;
+        let Some(server) = self.server.as_ref() else {
+            return;
+        };
+        let key = server.cancel.clone();
+        let timeout = self.ctx.config.connect_timeout;
+        self.ctx.metrics.timeout("query");
+        tracing::info!(user = ?self.user, cluster = %self.ctx.name(), limit = ?self.ctx.config.query_timeout, "query_timeout: cancelling the statement on the server");
+        tokio::spawn(async move {
+            if let Err(e) = crate::backend::connect::send_cancel(&key, timeout).await {
+                tracing::warn!(error = %e, "query_timeout: the cancel request failed");
+            }
+        });
     }
 
     /// The attached server is gone: answer in its place and take up what

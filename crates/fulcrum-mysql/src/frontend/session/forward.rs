@@ -188,14 +188,41 @@ impl Session {
         seq: u8,
         max: usize,
     ) -> Result<BytesMut, SessionError> {
+        let limit = self.ctx.config.query_timeout;
+        let killer = (
+            self.ctx.clone(),
+            self.backend,
+            self.user.clone(),
+            self.wire_format,
+            self.charset,
+        );
         let server: &mut ServerConn = self.server.as_mut().expect("attached");
+        let thread = server.connection_id;
+        let mut killed = false;
         let span = loop {
             match scan_message(&server.io.read_buf, max.max(MAX_PAYLOAD)) {
                 Ok(Some(span)) => break span,
-                Ok(None) => match server.io.read_more().await {
-                    Ok(n) if n > 0 => {}
-                    _ => return Err(self.lost(seq, "the server closed the connection").await),
-                },
+                Ok(None) => {
+                    let read = server.io.read_more();
+                    let read = match limit.filter(|_| !killed) {
+                        None => read.await,
+                        Some(limit) => match tokio::time::timeout(limit, read).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                // `query_timeout`: the server has been silent
+                                // this long; KILL QUERY it, then read on (its
+                                // ERR 1317 reaches the client).
+                                killed = true;
+                                kill_query(killer.clone(), thread, limit);
+                                continue;
+                            }
+                        },
+                    };
+                    match read {
+                        Ok(n) if n > 0 => {}
+                        _ => return Err(self.lost(seq, "the server closed the connection").await),
+                    }
+                }
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         };
@@ -238,4 +265,30 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// `query_timeout`: `KILL QUERY <thread>` on a fresh connection to the same
+/// backend, as the client's user (who may kill its own threads).
+fn kill_query(
+    (ctx, backend, user, wire_format, charset): (Arc<MyClusterContext>, BackendId, Arc<str>, C, u8),
+    thread: u32,
+    limit: std::time::Duration,
+) {
+    ctx.metrics.timeout("query");
+    tracing::info!(user = ?user, cluster = %ctx.config.name, ?limit, "query_timeout: killing the query on the server");
+    tokio::spawn(async move {
+        let result = match ctx.open(backend, &user, wire_format, charset).await {
+            Ok(mut conn) => conn
+                .run_simple(
+                    crate::codec::command::Command::Query,
+                    format!("KILL QUERY {thread}").as_bytes(),
+                )
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "query_timeout: KILL QUERY failed");
+        }
+    });
 }
