@@ -47,7 +47,7 @@ fn start(extra: &str) -> (FulcrumProcess, u16) {
     let toml = maria_toml(
         cluster(),
         port,
-        &format!("client_auth = \"scram-sha-256\"\n{extra}"),
+        &format!("client_auth = \"mysql_native_password\"\n{extra}"),
     );
     (FulcrumProcess::start(&toml).expect("fulcrum starts"), port)
 }

@@ -209,3 +209,50 @@ fn auth_query_logs_in_a_native_user_fulcrum_does_not_list() {
     assert!(out.contains("transactions:"), "{out}");
     sysbench(&["oltp_read_write", "cleanup"]);
 }
+
+/// `client_auth = "caching_sha2_password"`: the greeting offers it (MySQL
+/// 8's default), a driver logs in with its fast path, and a wrong password
+/// is refused.
+#[test]
+fn caching_sha2_password_is_offered_when_configured() {
+    let (f, port) = fulcrum(
+        "client_auth = \"caching_sha2_password\"\nhealth_user = \"root\"\nhealth_password = \"\"",
+    );
+    // The greeting names the plugin.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = [0u8; 4];
+    std::io::Read::read_exact(&mut s, &mut head).unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes([head[0], head[1], head[2], 0]) as usize];
+    std::io::Read::read_exact(&mut s, &mut body).unwrap();
+    let hs = fulcrum_mysql::codec::handshake::parse_server_handshake(&body).unwrap();
+    assert_eq!(hs.auth_plugin.as_deref(), Some("caching_sha2_password"));
+    drop(s);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use mysql_async::prelude::Queryable;
+        let opts = |password: &str| {
+            mysql_async::OptsBuilder::default()
+                .ip_or_hostname("127.0.0.1")
+                .tcp_port(port)
+                .user(Some(APP_USER))
+                .pass(Some(password.to_owned()))
+                .db_name(Some(APP_DB))
+                .prefer_socket(false)
+        };
+        let mut conn = mysql_async::Conn::new(opts(APP_PASSWORD))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", f.log_contents()));
+        let n: Option<i64> = conn.query_first("SELECT 40 + 2").await.unwrap();
+        assert_eq!(n, Some(42));
+        conn.disconnect().await.unwrap();
+        let e = mysql_async::Conn::new(opts("wrong"))
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("1045"), "{e}");
+    });
+}

@@ -39,7 +39,7 @@ fn config(port: u16, extra: &str) -> String {
     let c = cluster();
     let mut t = format!(
         "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nclient_auth = \"scram-sha-256\"\n\
+         listen = \"127.0.0.1:{port}\"\nclient_auth = \"mysql_native_password\"\n\
          health_user = \"root\"\nhealth_password = \"\"\nhealth_interval = \"500ms\"\n{extra}\n"
     );
     t.push_str(&format!(

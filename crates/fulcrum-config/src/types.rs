@@ -66,6 +66,11 @@ pub enum ClientAuth {
     /// PostgreSQL: the client's TLS certificate (checked against
     /// `tls_client_ca`) names the user by its CN; no password.
     Cert,
+    /// MySQL: `mysql_native_password` offered in the greeting.
+    MysqlNativePassword,
+    /// MySQL: `caching_sha2_password` offered in the greeting (MySQL 8's
+    /// default); native replies are accepted too.
+    CachingSha2Password,
 }
 
 impl ClientAuth {
@@ -76,6 +81,8 @@ impl ClientAuth {
             ClientAuth::Md5 => "md5",
             ClientAuth::Trust => "trust",
             ClientAuth::Cert => "cert",
+            ClientAuth::MysqlNativePassword => "mysql_native_password",
+            ClientAuth::CachingSha2Password => "caching_sha2_password",
         }
     }
 }

@@ -265,3 +265,31 @@ fn auth_query_defaults_and_users_from_the_server_only() {
     assert_eq!(cluster.health.user, "pgbouncer");
     assert_eq!(cluster.health.password, "pw");
 }
+
+#[test]
+fn each_protocol_takes_its_own_client_auth_names() {
+    let mysql = MINIMAL.replace("protocol = \"postgres\"", "protocol = \"mysql\"");
+    let with =
+        |base: &str, line: &str| base.replace("listen = ", &format!("{line}\n    listen = "));
+    assert_errors(&[
+        (
+            &with(&mysql, "client_auth = \"scram-sha-256\""),
+            "fulcrum.toml:4: cluster[0].client_auth: \"scram-sha-256\" is a PostgreSQL method; MySQL clusters take \
+             \"mysql_native_password\", \"caching_sha2_password\" or \"trust\"",
+        ),
+        (
+            &with(MINIMAL, "client_auth = \"caching_sha2_password\""),
+            "fulcrum.toml:4: cluster[0].client_auth: \"caching_sha2_password\" is a MySQL method; PostgreSQL clusters \
+             take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
+        ),
+    ]);
+    let ok = crate::parse(
+        &crate::tests::dedent(&with(&mysql, "client_auth = \"caching_sha2_password\"")),
+        std::path::Path::new("fulcrum.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        ok.clusters[0].client_auth,
+        crate::ClientAuth::CachingSha2Password
+    );
+}

@@ -26,6 +26,11 @@ const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("trust", ClientAuth::Trust),
     ("cert", ClientAuth::Cert),
 ];
+const MYSQL_CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
+    ("mysql_native_password", ClientAuth::MysqlNativePassword),
+    ("caching_sha2_password", ClientAuth::CachingSha2Password),
+    ("trust", ClientAuth::Trust),
+];
 const BALANCES: &[(&str, BalancePolicy)] = &[
     ("round_robin", BalancePolicy::RoundRobin),
     ("weighted", BalancePolicy::Weighted),
@@ -73,12 +78,54 @@ pub(super) fn cluster(
         Some(defaults::POOL_MODE),
     )?;
     let pool_size = t.u32_at_least(&c.pool_size, "pool_size", 1, defaults::POOL_SIZE)?;
-    let client_auth = t.choice(
-        &c.client_auth,
-        "client_auth",
-        CLIENT_AUTHS,
-        Some(defaults::CLIENT_AUTH),
-    )?;
+    let client_auth = match protocol {
+        Protocol::Postgres => {
+            let wrong = c.client_auth.as_ref().filter(|v| {
+                MYSQL_CLIENT_AUTHS
+                    .iter()
+                    .any(|(n, a)| n == v.get_ref() && *a != ClientAuth::Trust)
+            });
+            if let Some(v) = wrong {
+                return Err(t.error(
+                    v,
+                    "client_auth",
+                    format!(
+                        "{:?} is a MySQL method; PostgreSQL clusters take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            t.choice(
+                &c.client_auth,
+                "client_auth",
+                CLIENT_AUTHS,
+                Some(defaults::CLIENT_AUTH),
+            )?
+        }
+        Protocol::Mysql => {
+            let wrong = c.client_auth.as_ref().filter(|v| {
+                CLIENT_AUTHS
+                    .iter()
+                    .any(|(n, a)| n == v.get_ref() && *a != ClientAuth::Trust)
+            });
+            if let Some(v) = wrong {
+                return Err(t.error(
+                    v,
+                    "client_auth",
+                    format!(
+                        "{:?} is a PostgreSQL method; MySQL clusters take \"mysql_native_password\", \"caching_sha2_password\" or \"trust\"",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            t.choice(
+                &c.client_auth,
+                "client_auth",
+                MYSQL_CLIENT_AUTHS,
+                Some(ClientAuth::MysqlNativePassword),
+            )?
+        }
+    };
     let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
     let connect_timeout = t.duration(
         &c.connect_timeout,

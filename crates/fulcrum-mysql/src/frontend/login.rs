@@ -212,7 +212,10 @@ pub async fn login(
         capabilities: ours,
         charset: DEFAULT_CHARSET,
         status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
-        auth_plugin: native::PLUGIN,
+        auth_plugin: match ctx.config.client_auth {
+            ClientAuth::CachingSha2Password => caching_sha2::PLUGIN,
+            _ => native::PLUGIN,
+        },
     });
     let mut out = BytesMut::with_capacity(128);
     write_packet(&mut out, 0, &hs);

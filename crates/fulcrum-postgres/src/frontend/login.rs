@@ -413,6 +413,8 @@ pub async fn password_exchange<S: Stream>(
         ClientAuth::Trust => known.is_some(),
         // Decided by the TLS certificate before any password exchange.
         ClientAuth::Cert => false,
+        // MySQL's methods: refused for PostgreSQL clusters by the config.
+        ClientAuth::MysqlNativePassword | ClientAuth::CachingSha2Password => false,
         ClientAuth::Md5 => {
             let salt: [u8; 4] = rand::random();
             backend_msg::auth_request(&mut out, backend_msg::AUTH_MD5, &salt);
