@@ -218,6 +218,23 @@ async fn every_show_command_has_its_columns() {
         ),
         ("SHOW CONFIG", &["key", "value"]),
         ("SHOW LISTS", &["list", "items"]),
+        (
+            "SHOW DATABASES",
+            &[
+                "cluster",
+                "database",
+                "backends",
+                "pools",
+                "pool_size",
+                "pool_mode",
+                "sv_active",
+                "sv_idle",
+            ],
+        ),
+        (
+            "SHOW USERS",
+            &["cluster", "name", "server_user", "source", "pool_mode"],
+        ),
     ];
     for (cmd, cols) in expect {
         let (columns, rows) = show(&a, cmd).await;
@@ -267,6 +284,18 @@ async fn every_show_command_has_its_columns() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     running.await.unwrap().unwrap();
+    let (_, databases) = show(&a, "SHOW DATABASES").await;
+    assert!(
+        databases.iter().any(|r| r[1] == APP_DB && r[3] != "0"),
+        "the app database and its pools: {databases:?}"
+    );
+    let (_, users) = show(&a, "SHOW USERS").await;
+    assert!(
+        users
+            .iter()
+            .any(|r| r[1] == APP_USER && r[2] == APP_USER && r[3] == "config"),
+        "{users:?}"
+    );
     let (_, config) = show(&a, "SHOW CONFIG").await;
     assert!(
         !config.iter().any(|r| r[1].contains("secret")),

@@ -11,6 +11,10 @@ pub enum Show {
     Config,
     Version,
     Lists,
+    /// One row per (cluster, database) with pools.
+    Databases,
+    /// The users of each cluster's config.
+    Users,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,13 +58,15 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "CONFIG" => Show::Config,
             "VERSION" => Show::Version,
             "LISTS" => Show::Lists,
+            "DATABASES" => Show::Databases,
+            "USERS" => Show::Users,
             other => {
                 return Err(format!(
                     "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),

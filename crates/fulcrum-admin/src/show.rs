@@ -287,6 +287,74 @@ impl Admin {
                     &rows,
                 );
             }
+            Show::Databases => {
+                let mut rows = Vec::new();
+                for c in &self.clusters() {
+                    let mut by_db: std::collections::BTreeMap<String, (usize, usize, usize)> =
+                        Default::default();
+                    for p in c.pools() {
+                        let e = by_db.entry(p.database).or_default();
+                        e.0 += 1;
+                        e.1 += p.active;
+                        e.2 += p.idle;
+                    }
+                    for (database, (pools, active, idle)) in by_db {
+                        rows.push(vec![
+                            c.config().name.clone(),
+                            database,
+                            c.config().backends.len().to_string(),
+                            pools.to_string(),
+                            c.config().pool_size.to_string(),
+                            pool_mode(c.config()),
+                            active.to_string(),
+                            idle.to_string(),
+                        ]);
+                    }
+                }
+                result(
+                    out,
+                    &[
+                        "cluster",
+                        "database",
+                        "backends",
+                        "pools",
+                        "pool_size",
+                        "pool_mode",
+                        "sv_active",
+                        "sv_idle",
+                    ],
+                    &rows,
+                );
+            }
+            Show::Users => {
+                let mut rows = Vec::new();
+                for c in &self.clusters() {
+                    let config = c.config();
+                    for u in &config.users {
+                        rows.push(vec![
+                            config.name.clone(),
+                            u.name.clone(),
+                            u.server_user().to_owned(),
+                            "config".into(),
+                            pool_mode(config),
+                        ]);
+                    }
+                    if let Some(aq) = &config.auth_query {
+                        rows.push(vec![
+                            config.name.clone(),
+                            "*".into(),
+                            "*".into(),
+                            format!("auth_query as {}", aq.user),
+                            pool_mode(config),
+                        ]);
+                    }
+                }
+                result(
+                    out,
+                    &["cluster", "name", "server_user", "source", "pool_mode"],
+                    &rows,
+                );
+            }
             Show::Servers => {
                 let mut rows = Vec::new();
                 for c in &self.clusters() {
