@@ -54,6 +54,7 @@ pub(crate) struct RawCluster {
     pub client_auth: Value<String>,
     pub pool_timeout: Value<DurationText>,
     pub connect_timeout: Value<DurationText>,
+    pub server_connect_timeout: Value<DurationText>,
     pub client_login_timeout: Value<DurationText>,
     pub client_idle_timeout: Value<DurationText>,
     pub idle_transaction_timeout: Value<DurationText>,

@@ -293,3 +293,21 @@ fn each_protocol_takes_its_own_client_auth_names() {
         crate::ClientAuth::CachingSha2Password
     );
 }
+
+#[test]
+fn server_connect_timeout_is_pgbouncers_name_for_connect_timeout() {
+    let with = |line: &str| MINIMAL.replace("listen = ", &format!("{line}\n    listen = "));
+    let c = crate::parse(
+        &crate::tests::dedent(&with("server_connect_timeout = \"7s\"")),
+        std::path::Path::new("fulcrum.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.clusters[0].connect_timeout,
+        std::time::Duration::from_secs(7)
+    );
+    assert_errors(&[(
+        &with("connect_timeout = \"3s\"\n    server_connect_timeout = \"7s\""),
+        "fulcrum.toml:5: cluster[0].server_connect_timeout: is another name for connect_timeout, which is set too: keep one",
+    )]);
+}

@@ -127,11 +127,26 @@ pub(super) fn cluster(
         }
     };
     let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
-    let connect_timeout = t.duration(
-        &c.connect_timeout,
-        "connect_timeout",
-        defaults::CONNECT_TIMEOUT,
-    )?;
+    // `server_connect_timeout` is PgBouncer's name for the same setting.
+    let connect_timeout = match (&c.connect_timeout, &c.server_connect_timeout) {
+        (Some(_), Some(v)) => {
+            return Err(t.error(
+                v,
+                "server_connect_timeout",
+                "is another name for connect_timeout, which is set too: keep one",
+            ))
+        }
+        (None, Some(_)) => t.duration(
+            &c.server_connect_timeout,
+            "server_connect_timeout",
+            defaults::CONNECT_TIMEOUT,
+        )?,
+        _ => t.duration(
+            &c.connect_timeout,
+            "connect_timeout",
+            defaults::CONNECT_TIMEOUT,
+        )?,
+    };
     let client_login_timeout = t.duration(
         &c.client_login_timeout,
         "client_login_timeout",
