@@ -503,3 +503,64 @@ fn fulcrum_presents_its_client_certificate_to_the_server() {
         "{err}\n{log}"
     );
 }
+
+/// The server-side CA file rotated by SIGHUP: a broken file keeps the
+/// running settings (the reload fails, a connected client goes on), a good
+/// one is taken by new server connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_broken_server_ca_keeps_the_running_one() {
+    let dir = std::env::temp_dir().join(format!("fulcrum-server-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::copy(&CERTS.ca, &ca).unwrap();
+    let f = fulcrum(&CLUSTER.primary().addr(), &verify_full(&ca), "");
+    let addr = f.listen_addrs()[0].clone();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let config =
+        fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(&CERTS.ca), None, &[]).unwrap();
+    let conn_str = format!(
+        "host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} \
+         sslmode=require connect_timeout=10"
+    );
+    let (client, conn) =
+        tokio_postgres::connect(&conn_str, rustls_tokio_postgres::MakeRustls(config.clone()))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("BEGIN; CREATE TEMP TABLE rot(x int) ON COMMIT DROP")
+        .await
+        .unwrap();
+    std::fs::write(&ca, "not a certificate\n").unwrap();
+    f.signal(fulcrum_testkit::Signal::Hup).unwrap();
+    f.wait_for_log("config not reloaded", Duration::from_secs(10))
+        .expect("the broken file is refused");
+    assert!(
+        f.log_contents().contains("server_tls_ca"),
+        "{}",
+        f.log_contents()
+    );
+    // The client in its transaction goes on, on its server connection.
+    client
+        .batch_execute("INSERT INTO rot VALUES (1)")
+        .await
+        .unwrap();
+    let row = client
+        .query_one("SELECT count(*) FROM rot", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1);
+    client.batch_execute("COMMIT").await.unwrap();
+    // New clients still reach the server with the running settings.
+    let (ok, out, err) = psql(&f, APP_USER, "", SERVER_SSL);
+    assert!(ok, "{err}");
+    assert_eq!(out, "t");
+    // A good file again: the reload takes it.
+    std::fs::copy(&CERTS.ca, &ca).unwrap();
+    f.signal(fulcrum_testkit::Signal::Hup).unwrap();
+    f.wait_for_log("config reloaded", Duration::from_secs(10))
+        .expect("the good file is taken");
+    let (ok, _, err) = psql(&f, APP_USER, "", "SELECT 1");
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
