@@ -255,3 +255,42 @@ fn caching_sha2_password_is_offered_when_configured() {
         assert!(e.to_string().contains("1045"), "{e}");
     });
 }
+
+#[test]
+fn listed_databases_only_and_aliases() {
+    let (f, port) = fulcrum(&format!(
+        "health_user = \"root\"\nhealth_password = \"\"\n\
+         [[cluster.database]]\nname = \"{APP_DB}\"\n\
+         [[cluster.database]]\nname = \"shop\"\nserver_database = \"{APP_DB}\""
+    ));
+    let run = |db: &str, sql: &str| {
+        let out = Command::new(maria_bin("mariadb"))
+            .arg("--no-defaults")
+            .args(["--protocol=TCP", "-h", "127.0.0.1", "-P", &port.to_string()])
+            .args(["-u", APP_USER, &format!("-p{APP_PASSWORD}")])
+            .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+            .args(["-D", db, "-e", sql])
+            .output()
+            .expect("run mariadb");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    // The alias at login, and through COM_INIT_DB (the client's `use`).
+    let (ok, out, err) = run("shop", "SELECT DATABASE()");
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert_eq!(out, APP_DB);
+    let (ok, out, err) = run(APP_DB, "use shop\nSELECT DATABASE()");
+    assert!(ok, "{err}");
+    assert_eq!(out, APP_DB);
+    // Not listed: ERR 1049 from Fulcrum, at login and at COM_INIT_DB.
+    let (ok, _, err) = run("mysql", "SELECT 1");
+    assert!(
+        !ok && err.contains("1049") && err.contains("Unknown database 'mysql'"),
+        "{err}"
+    );
+    let (ok, _, err) = run(APP_DB, "use mysql\nSELECT 1");
+    assert!(!ok && err.contains("1049"), "{err}");
+}

@@ -284,3 +284,48 @@ fn a_probe_whose_login_is_refused_keeps_the_backend_in_service() {
     );
     assert!(!f.log_contents().contains("backend down"));
 }
+
+#[test]
+fn listed_databases_only_and_aliases() {
+    let f = fulcrum(&format!(
+        "health_user = \"postgres\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n\
+         [[cluster.database]]\nname = \"{APP_DB}\"\n\
+         [[cluster.database]]\nname = \"shop\"\nserver_database = \"{APP_DB}\""
+    ));
+    let psql_db = |db: &str, password: &str| {
+        let addr = f.listen_addrs()[0].clone();
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let out = Command::new(pg_bin("psql"))
+            .args([
+                "-h", host, "-p", port, "-U", APP_USER, "-d", db, "-X", "-At",
+            ])
+            .args(["-c", "SELECT current_database()"])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .env("PGSSLMODE", "disable")
+            .output()
+            .expect("psql");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    let (ok, out, err) = psql_db("shop", APP_PASSWORD);
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert_eq!(out, APP_DB, "the alias reaches the server's database");
+    let (ok, out, _) = psql_db(APP_DB, APP_PASSWORD);
+    assert!(ok && out == APP_DB);
+    // Not listed: 3D000 from Fulcrum, after the password check.
+    let (ok, _, err) = psql_db("postgres", APP_PASSWORD);
+    assert!(
+        !ok && err.contains("database \"postgres\" does not exist"),
+        "{err}"
+    );
+    let (ok, _, err) = psql_db("postgres", "wrong");
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+}

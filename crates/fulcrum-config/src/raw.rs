@@ -105,6 +105,14 @@ pub(crate) struct RawCluster {
     pub causal_wait: Value<String>,
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
+    pub database: Value<Tables<RawDatabase>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawDatabase {
+    pub name: Value<String>,
+    pub server_database: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -303,6 +311,9 @@ impl TableHeader for RawBackend {
 }
 impl TableHeader for RawUser {
     const HEADER: &'static str = "[[cluster.user]]";
+}
+impl TableHeader for RawDatabase {
+    const HEADER: &'static str = "[[cluster.database]]";
 }
 impl TableHeader for RawAdminUser {
     const HEADER: &'static str = "[[fulcrum.admin_user]]";

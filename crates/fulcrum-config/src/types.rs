@@ -261,6 +261,32 @@ pub struct Cluster {
     pub causal_wait: CausalWait,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
+    /// `[[cluster.database]]`: when any is listed, the only databases this
+    /// listener serves, each possibly an alias of another on the servers.
+    pub databases: Vec<Database>,
+}
+
+/// One `[[cluster.database]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Database {
+    /// What clients ask for.
+    pub name: String,
+    /// What the servers call it (default: the same).
+    pub server_database: String,
+}
+
+impl Cluster {
+    /// The server's name for the database a client asked for; `None` when
+    /// `[[cluster.database]]` lists others only.
+    pub fn server_database<'a>(&'a self, client: &'a str) -> Option<&'a str> {
+        if self.databases.is_empty() {
+            return Some(client);
+        }
+        self.databases
+            .iter()
+            .find(|d| d.name == client)
+            .map(|d| d.server_database.as_str())
+    }
 }
 
 /// `auth_query`: logins for users not in the config are checked against

@@ -181,6 +181,7 @@ fn every_key_is_read_into_the_config() {
                     backend("[::1]:5433", Role::Replica, 3),
                 ],
                 users: vec![user("app", "secret"), user("report", "also secret")],
+                databases: vec![],
             },
             Cluster {
                 name: "shop".into(),
@@ -230,6 +231,7 @@ fn every_key_is_read_into_the_config() {
                 causal_wait: defaults::CAUSAL_WAIT,
                 backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
                 users: vec![user("shop", "")],
+                databases: vec![],
             },
         ],
     };

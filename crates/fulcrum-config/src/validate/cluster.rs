@@ -240,6 +240,7 @@ pub(super) fn cluster(
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let server_cleartext = c.server_cleartext.as_ref().is_none_or(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
+    let databases = databases(&t, c)?;
     // With auth_user, users may all come from the server.
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()
@@ -313,6 +314,7 @@ pub(super) fn cluster(
         causal_wait,
         backends,
         users,
+        databases,
     })
 }
 
@@ -539,6 +541,34 @@ fn non_empty<'r, T>(
         Some(tables) if tables.get_ref().0.is_empty() => Err(t.error(tables, name, reason)),
         Some(tables) => Ok(&tables.get_ref().0),
     }
+}
+
+/// `[[cluster.database]]`: names unique; `server_database` defaults to the name.
+fn databases(t: &Table, c: &RawCluster) -> Result<Vec<crate::types::Database>, Problem> {
+    let items = c
+        .database
+        .as_ref()
+        .map_or(&[][..], |d| d.get_ref().0.as_slice());
+    let mut out: Vec<crate::types::Database> = Vec::with_capacity(items.len());
+    for (i, raw) in items.iter().enumerate() {
+        let dt = t.child(&format!("database[{i}]"), raw.span());
+        let d = raw.get_ref();
+        let name = dt.text(&d.name, "name", None)?;
+        if let Some(j) = out.iter().position(|o| o.name == name) {
+            let v = dt.required(&d.name, "name")?;
+            return Err(dt.error(
+                v,
+                "name",
+                format!("database {name:?} is already database[{j}]"),
+            ));
+        }
+        let server_database = dt.text(&d.server_database, "server_database", Some(&name))?;
+        out.push(crate::types::Database {
+            name,
+            server_database,
+        });
+    }
+    Ok(out)
 }
 
 fn server_tls_keys(b: &RawBackend) -> RawServerTls<'_> {

@@ -193,7 +193,29 @@ pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: 
     }
 }
 
+/// The login, then the schema it names resolved through
+/// `[[cluster.database]]` (an alias becomes the server's name; one not
+/// listed gets ERR 1049, as the server would answer).
 pub async fn login(
+    ctx: &MyClusterContext,
+    conn: &mut Connection<ClientStream>,
+    ticket: &fulcrum_net::PendingTicket,
+) -> Result<Login, SessionError> {
+    let mut login = authenticate_client(ctx, conn, ticket).await?;
+    if let Some(schema) = &login.schema {
+        match ctx.config.server_database(schema) {
+            Some(server) => login.schema = Some(server.to_owned()),
+            None => {
+                let m = format!("Unknown database '{schema}'");
+                send_error(conn.stream_mut(), login.next_seq, codes::BAD_DB, &m).await;
+                return Err(SessionError::Refused(m));
+            }
+        }
+    }
+    Ok(login)
+}
+
+async fn authenticate_client(
     ctx: &MyClusterContext,
     conn: &mut Connection<ClientStream>,
     ticket: &fulcrum_net::PendingTicket,

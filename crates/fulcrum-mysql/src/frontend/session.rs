@@ -266,14 +266,53 @@ impl Session {
                 Command::SetOption => self.set_option(first, seq),
                 Command::ResetConnection => self.reset_connection(seq).await?,
                 Command::InitDb => {
-                    let schema =
+                    let asked =
                         init_db_schema(first).map(|s| String::from_utf8_lossy(s).into_owned());
+                    // `[[cluster.database]]`: an alias is sent by its server
+                    // name; one not listed is answered here, as the server would.
+                    let schema = match &asked {
+                        Some(name) => match self.ctx.config.server_database(name) {
+                            Some(server) => Some(server.to_owned()),
+                            None => {
+                                put_error(
+                                    &mut self.client.write_buf,
+                                    seq,
+                                    codes::BAD_DB,
+                                    &format!("Unknown database '{name}'"),
+                                );
+                                return Ok(true);
+                            }
+                        },
+                        None => None,
+                    };
+                    let renamed = match (&asked, &schema) {
+                        (Some(a), Some(s)) if a != s => {
+                            let mut packet = BytesMut::new();
+                            // The client's own sequence id for the command.
+                            write_packet(
+                                &mut packet,
+                                msg[3],
+                                &crate::codec::command::build_command(
+                                    Command::InitDb,
+                                    s.as_bytes(),
+                                ),
+                            );
+                            Some(packet)
+                        }
+                        _ => None,
+                    };
                     let effects = Effects {
                         schema,
                         ..Default::default()
                     };
-                    self.forward(&msg, seq, Shape::Results, Route::Primary, effects)
-                        .await?;
+                    self.forward(
+                        renamed.as_deref().unwrap_or(&msg),
+                        seq,
+                        Shape::Results,
+                        Route::Primary,
+                        effects,
+                    )
+                    .await?;
                 }
                 Command::Query => {
                     let text = query_text(first)

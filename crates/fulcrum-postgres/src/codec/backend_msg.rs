@@ -21,6 +21,7 @@ pub mod sqlstate {
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
     pub const QUERY_CANCELED: &str = "57014";
+    pub const INVALID_CATALOG_NAME: &str = "3D000";
 }
 
 pub const AUTH_OK: i32 = 0;

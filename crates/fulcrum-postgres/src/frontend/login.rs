@@ -195,6 +195,12 @@ pub async fn login(
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| user.clone());
     authenticate(ctx, stream, buf, &user).await?;
+    // `[[cluster.database]]`: only the databases listed, by their server
+    // names; checked after the password, as PostgreSQL does.
+    let Some(database) = ctx.config.server_database(&database).map(str::to_owned) else {
+        let message = format!("database \"{database}\" does not exist");
+        return Err(fatal(stream, sqlstate::INVALID_CATALOG_NAME, &message).await);
+    };
     Ok(Some(Login {
         user: user.into(),
         database: database.into(),
