@@ -214,6 +214,28 @@ async fn every_show_command_has_its_columns() {
                 "total_query_count",
                 "total_received",
                 "total_sent",
+                "total_xact_time",
+                "total_query_time",
+                "total_wait_time",
+                "avg_xact_time",
+                "avg_query_time",
+                "avg_wait_time",
+            ],
+        ),
+        (
+            "SHOW TOTALS",
+            &[
+                "database",
+                "total_xact_count",
+                "total_query_count",
+                "total_received",
+                "total_sent",
+                "total_xact_time",
+                "total_query_time",
+                "total_wait_time",
+                "avg_xact_time",
+                "avg_query_time",
+                "avg_wait_time",
             ],
         ),
         ("SHOW CONFIG", &["key", "value"]),
@@ -284,6 +306,15 @@ async fn every_show_command_has_its_columns() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     running.await.unwrap().unwrap();
+    let (_, totals) = show(&a, "SHOW TOTALS").await;
+    assert_eq!(totals.len(), 1, "{totals:?}");
+    assert_eq!(totals[0][0], "total");
+    let n = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap_or_else(|_| panic!("{r:?}"));
+    assert!(n(&totals[0], 1) > 0, "transactions counted: {totals:?}");
+    assert!(
+        n(&totals[0], 5) > 0 && n(&totals[0], 9) > 0,
+        "time columns filled: {totals:?}"
+    );
     let (_, databases) = show(&a, "SHOW DATABASES").await;
     assert!(
         databases.iter().any(|r| r[1] == APP_DB && r[3] != "0"),

@@ -15,6 +15,8 @@ pub enum Show {
     Databases,
     /// The users of each cluster's config.
     Users,
+    /// SHOW STATS summed over the clusters.
+    Totals,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,13 +62,14 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "LISTS" => Show::Lists,
             "DATABASES" => Show::Databases,
             "USERS" => Show::Users,
+            "TOTALS" => Show::Totals,
             other => {
                 return Err(format!(
                     "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),

@@ -12,6 +12,7 @@ pub mod command;
 pub mod rows;
 mod session;
 mod show;
+mod stats;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -10,6 +10,7 @@ use fulcrum_postgres::codec::backend_msg;
 
 use crate::command::{Command, Show};
 use crate::rows::result;
+use crate::stats::StatFigures;
 use crate::Admin;
 
 /// How long PAUSE waits for transactions in progress to finish.
@@ -459,44 +460,27 @@ impl Admin {
                     &rows,
                 );
             }
-            Show::Stats => {
-                let m = &self.metrics;
-                let rows: Vec<Vec<String>> = self
+            Show::Stats | Show::Totals => {
+                let per_cluster: Vec<(String, StatFigures)> = self
                     .clusters()
                     .iter()
                     .map(|c| {
-                        let name = c.config().name.as_str();
-                        let (mut queries, mut xacts) = (0, 0);
-                        for b in &c.config().backends {
-                            for r in ["read", "write"] {
-                                queries +=
-                                    m.queries.with_label_values(&[name, &b.address, r]).get();
-                                xacts += m
-                                    .transactions
-                                    .with_label_values(&[name, &b.address, r])
-                                    .get();
-                            }
-                        }
-                        vec![
-                            name.to_owned(),
-                            xacts.to_string(),
-                            queries.to_string(),
-                            m.bytes.with_label_values(&[name, "in"]).get().to_string(),
-                            m.bytes.with_label_values(&[name, "out"]).get().to_string(),
-                        ]
+                        (
+                            c.config().name.clone(),
+                            StatFigures::of(&self.metrics, c.as_ref()),
+                        )
                     })
                     .collect();
-                result(
-                    out,
-                    &[
-                        "database",
-                        "total_xact_count",
-                        "total_query_count",
-                        "total_received",
-                        "total_sent",
-                    ],
-                    &rows,
-                );
+                let rows: Vec<Vec<String>> = if what == Show::Totals {
+                    let mut all = StatFigures::default();
+                    for (_, f) in &per_cluster {
+                        all.add(f);
+                    }
+                    vec![all.row("total")]
+                } else {
+                    per_cluster.iter().map(|(n, f)| f.row(n)).collect()
+                };
+                result(out, &StatFigures::COLUMNS, &rows);
             }
             Show::Config => {
                 let config = self.config();
