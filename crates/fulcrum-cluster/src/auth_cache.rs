@@ -9,6 +9,31 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use fulcrum_config::{Cluster, Role};
+use fulcrum_pool::{BackendId, Router};
+use thiserror::Error;
+
+/// Why `auth_query` could not answer (both protocols).
+#[derive(Debug, Error)]
+pub enum AuthQueryError {
+    #[error("no primary to run auth_query on")]
+    NoPrimary,
+    #[error("auth_user cannot log in: {0}")]
+    Login(String),
+    #[error("auth_query failed: {0}")]
+    Query(String),
+}
+
+/// Where `auth_query` runs: the primary the health loop knows, else the
+/// configured one (a probe whose own login fails must not stop every
+/// `auth_query` login).
+pub fn auth_query_backend(router: &Router, config: &Cluster) -> Result<BackendId, AuthQueryError> {
+    router
+        .primary()
+        .or_else(|| config.backends.iter().position(|b| b.role == Role::Primary))
+        .ok_or(AuthQueryError::NoPrimary)
+}
+
 /// How long "no such user" is remembered (or the TTL, if shorter).
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Users cached at most; a full cache drops its expired entries, then all.

@@ -32,7 +32,7 @@ pub mod topology;
 pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
-pub use auth_cache::{AuthCache, Looked};
+pub use auth_cache::{auth_query_backend, AuthCache, AuthQueryError, Looked};
 pub use health_loop::HealthLoop;
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};

@@ -6,23 +6,13 @@
 //! the reply reveals, which answers the servers' native challenges as that
 //! user (ProxySQL's method). Other stored plugins are not supported.
 
+pub use fulcrum_cluster::AuthQueryError;
 use mysql_async::prelude::Queryable;
-use thiserror::Error;
 
 use super::context::MyClusterContext;
 
 /// SHA1(SHA1(password)) as stored, and SHA1(password) as proven.
 pub type AuthCache = fulcrum_cluster::AuthCache<[u8; 20], [u8; 20]>;
-
-#[derive(Debug, Error)]
-pub enum AuthQueryError {
-    #[error("no primary to run auth_query on")]
-    NoPrimary,
-    #[error("auth_user cannot log in: {0}")]
-    Login(String),
-    #[error("auth_query failed: {0}")]
-    Query(String),
-}
 
 /// `user`'s stored native hash: cached, or fetched.
 pub async fn lookup(
@@ -42,16 +32,7 @@ async fn fetch(ctx: &MyClusterContext, user: &str) -> Result<Option<[u8; 20]>, A
     let Some(aq) = &ctx.config.auth_query else {
         return Ok(None);
     };
-    let primary = ctx
-        .router
-        .primary()
-        .or_else(|| {
-            ctx.config
-                .backends
-                .iter()
-                .position(|b| b.role == fulcrum_config::Role::Primary)
-        })
-        .ok_or(AuthQueryError::NoPrimary)?;
+    let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
     let backend = &ctx.config.backends[primary];
     let opts = crate::backend::health::client_opts(
         &backend.address,

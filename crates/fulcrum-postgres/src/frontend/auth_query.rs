@@ -4,21 +4,11 @@
 //! it and keeps what the client proved (the SCRAM ClientKey, or the md5
 //! hash) to log in to the servers as that user.
 
-use thiserror::Error;
+pub use fulcrum_cluster::AuthQueryError;
 
 use super::context::ClusterContext;
 use crate::auth::secret::StoredSecret;
 use crate::backend::{connect, Credential, ServerTarget, ServerTlsTarget};
-
-#[derive(Debug, Error)]
-pub enum AuthQueryError {
-    #[error("no primary to run auth_query on")]
-    NoPrimary,
-    #[error("auth_user cannot log in: {0}")]
-    Login(String),
-    #[error("auth_query failed: {0}")]
-    Query(String),
-}
 
 /// The cache of fetched secrets and of what clients proved.
 pub type AuthCache = fulcrum_cluster::AuthCache<StoredSecret, Credential>;
@@ -53,18 +43,7 @@ async fn fetch(ctx: &ClusterContext, user: &str) -> Result<Option<StoredSecret>,
     let Some(aq) = ctx.config.auth_query.as_ref() else {
         return Ok(None);
     };
-    // The primary the health loop knows, else the configured one (a probe
-    // whose own login fails must not stop every auth_query login).
-    let primary = ctx
-        .router
-        .primary()
-        .or_else(|| {
-            ctx.config
-                .backends
-                .iter()
-                .position(|b| b.role == fulcrum_config::Role::Primary)
-        })
-        .ok_or(AuthQueryError::NoPrimary)?;
+    let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
     let target = ServerTarget {
         address: ctx.backends[primary].clone(),
         user: aq.user.clone(),
