@@ -110,12 +110,13 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         address: address.clone(),
         reason,
     };
+    let io_failed = |source| ConnectError::Io {
+        address: address.clone(),
+        source,
+    };
     let stream = TcpStream::connect(target.address.as_str())
         .await
-        .map_err(|source| ConnectError::Io {
-            address: address.clone(),
-            source,
-        })?;
+        .map_err(&io_failed)?;
     let _ = stream.set_nodelay(true);
     let mut conn = new_conn(
         Connection::with_read_buf(
@@ -172,24 +173,15 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             reason,
         };
         if hs.capabilities.contains(C::CLIENT_SSL) {
-            let mut out = BytesMut::new();
             // The same flags as the full response that follows (a server
             // may compare them): plugin auth on, no schema, no attributes.
             let final_caps = (caps | C::CLIENT_PLUGIN_AUTH)
                 - C::CLIENT_CONNECT_WITH_DB
                 - C::CLIENT_CONNECT_ATTRS;
-            write_packet(
-                &mut out,
-                seq,
-                &build_ssl_request(final_caps, 1 << 30, target.charset),
-            );
-            conn.io
-                .send(&out)
+            let request = build_ssl_request(final_caps, 1 << 30, target.charset);
+            send_packet(&mut conn, seq, &request)
                 .await
-                .map_err(|source| ConnectError::Io {
-                    address: address.clone(),
-                    source,
-                })?;
+                .map_err(&io_failed)?;
             seq = seq.wrapping_add(1);
             let host = target
                 .address
@@ -232,15 +224,9 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         connect_attrs: None,
         mariadb_capabilities: 0,
     });
-    let mut out = BytesMut::new();
-    write_packet(&mut out, seq, &reply);
-    conn.io
-        .send(&out)
+    send_packet(&mut conn, seq, &reply)
         .await
-        .map_err(|source| ConnectError::Io {
-            address: address.clone(),
-            source,
-        })?;
+        .map_err(&io_failed)?;
     loop {
         let total = conn.read_message(1 << 20).await.map_err(io)?;
         let msg = conn.io.read_buf.split_to(total);
@@ -266,15 +252,9 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 let n = switch.data.len().min(20);
                 scramble[..n].copy_from_slice(&switch.data[..n]);
                 let (_, response) = auth_response(&switch.plugin, target, &scramble);
-                let mut out = BytesMut::new();
-                write_packet(&mut out, seq, &response);
-                conn.io
-                    .send(&out)
+                send_packet(&mut conn, seq, &response)
                     .await
-                    .map_err(|source| ConnectError::Io {
-                        address: address.clone(),
-                        source,
-                    })?;
+                    .map_err(&io_failed)?;
             }
             AuthReply::MoreData => {
                 // caching_sha2_password: 0x03 = fast auth done, an OK follows.
@@ -288,19 +268,20 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     }
                     let mut password = target.password.as_bytes().to_vec();
                     password.push(0);
-                    let mut out = BytesMut::new();
-                    write_packet(&mut out, seq, &password);
-                    conn.io
-                        .send(&out)
+                    send_packet(&mut conn, seq, &password)
                         .await
-                        .map_err(|source| ConnectError::Io {
-                            address: address.clone(),
-                            source,
-                        })?;
+                        .map_err(&io_failed)?;
                 }
             }
         }
     }
+}
+
+/// Sends one packet of the login, `payload` with sequence id `seq`.
+async fn send_packet(conn: &mut ServerConn, seq: u8, payload: &[u8]) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    write_packet(&mut out, seq, payload);
+    conn.io.send(&out).await
 }
 
 /// A connection before login: nothing set on it yet.
