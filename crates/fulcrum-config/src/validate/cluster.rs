@@ -1,12 +1,14 @@
 //! Validates one `[[cluster]]` with its `[[cluster.backend]]` and `[[cluster.user]]` tables:
 //! per-key values, then the rules across them (one primary at most, no duplicates).
+//! The credential keys are in `credentials`.
 
 use toml::Spanned;
 
+use super::credentials;
 use super::table::Table;
 use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
-use crate::raw::{RawBackend, RawCluster, RawUser, SizeValue, Tables, Value};
+use crate::raw::{RawBackend, RawCluster, SizeValue, Tables, Value};
 use crate::server_tls::RawServerTls;
 use crate::types::{
     defaults, Backend, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute,
@@ -19,17 +21,6 @@ const PROTOCOLS: &[(&str, Protocol)] =
 const POOL_MODES: &[(&str, PoolMode)] = &[
     ("session", PoolMode::Session),
     ("transaction", PoolMode::Transaction),
-];
-const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
-    ("scram-sha-256", ClientAuth::ScramSha256),
-    ("md5", ClientAuth::Md5),
-    ("trust", ClientAuth::Trust),
-    ("cert", ClientAuth::Cert),
-];
-const MYSQL_CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
-    ("mysql_native_password", ClientAuth::MysqlNativePassword),
-    ("caching_sha2_password", ClientAuth::CachingSha2Password),
-    ("trust", ClientAuth::Trust),
 ];
 const BALANCES: &[(&str, BalancePolicy)] = &[
     ("round_robin", BalancePolicy::RoundRobin),
@@ -78,54 +69,7 @@ pub(super) fn cluster(
         Some(defaults::POOL_MODE),
     )?;
     let pool_size = t.u32_at_least(&c.pool_size, "pool_size", 1, defaults::POOL_SIZE)?;
-    let client_auth = match protocol {
-        Protocol::Postgres => {
-            let wrong = c.client_auth.as_ref().filter(|v| {
-                MYSQL_CLIENT_AUTHS
-                    .iter()
-                    .any(|(n, a)| n == v.get_ref() && *a != ClientAuth::Trust)
-            });
-            if let Some(v) = wrong {
-                return Err(t.error(
-                    v,
-                    "client_auth",
-                    format!(
-                        "{:?} is a MySQL method; PostgreSQL clusters take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
-                        v.get_ref()
-                    ),
-                ));
-            }
-            t.choice(
-                &c.client_auth,
-                "client_auth",
-                CLIENT_AUTHS,
-                Some(defaults::CLIENT_AUTH),
-            )?
-        }
-        Protocol::Mysql => {
-            let wrong = c.client_auth.as_ref().filter(|v| {
-                CLIENT_AUTHS
-                    .iter()
-                    .any(|(n, a)| n == v.get_ref() && *a != ClientAuth::Trust)
-            });
-            if let Some(v) = wrong {
-                return Err(t.error(
-                    v,
-                    "client_auth",
-                    format!(
-                        "{:?} is a PostgreSQL method; MySQL clusters take \"mysql_native_password\", \"caching_sha2_password\" or \"trust\"",
-                        v.get_ref()
-                    ),
-                ));
-            }
-            t.choice(
-                &c.client_auth,
-                "client_auth",
-                MYSQL_CLIENT_AUTHS,
-                Some(ClientAuth::MysqlNativePassword),
-            )?
-        }
-    };
+    let client_auth = credentials::client_auth(&t, c, protocol)?;
     let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
     // `server_connect_timeout` is PgBouncer's name for the same setting.
     let connect_timeout = match (&c.connect_timeout, &c.server_connect_timeout) {
@@ -245,9 +189,9 @@ pub(super) fn cluster(
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()
     } else {
-        users(&t, &c.user, &name, client_auth, base)?
+        credentials::users(&t, &c.user, &name, client_auth, base)?
     };
-    let auth_query = auth_query(&t, c, protocol, &users, base)?;
+    let auth_query = credentials::auth_query(&t, c, protocol, &users, base)?;
     if let (Some(_), Some(v), ClientAuth::Trust | ClientAuth::Cert) =
         (&auth_query, &c.auth_user, client_auth)
     {
@@ -316,78 +260,6 @@ pub(super) fn cluster(
         users,
         databases,
     })
-}
-
-/// `auth_user` and its companions; `None` when `auth_user` is not set.
-fn auth_query(
-    t: &Table,
-    c: &RawCluster,
-    protocol: Protocol,
-    users: &[User],
-    base: &std::path::Path,
-) -> Result<Option<crate::types::AuthQuery>, Problem> {
-    let Some(user_value) = &c.auth_user else {
-        let needs = "needs auth_user (the login that runs auth_query)";
-        if let Some(v) = &c.auth_password {
-            return Err(t.error(v, "auth_password", needs));
-        }
-        for (value, name) in [
-            (&c.auth_query, "auth_query"),
-            (&c.auth_database, "auth_database"),
-        ] {
-            if let Some(v) = value {
-                return Err(t.error(v, name, needs));
-            }
-        }
-        return Ok(None);
-    };
-    let user = t.text(&c.auth_user, "auth_user", None)?;
-    let password = match &c.auth_password {
-        Some(p) => t.secret(p, "auth_password", base)?,
-        None => users
-            .iter()
-            .find(|u| u.name == user)
-            .map(|u| u.password.clone())
-            .ok_or_else(|| {
-                t.error(
-                    user_value,
-                    "auth_user",
-                    format!("{user:?} is not a [[cluster.user]]; add one or set auth_password"),
-                )
-            })?,
-    };
-    let (default_query, placeholder, default_db) = match protocol {
-        Protocol::Postgres => (defaults::AUTH_QUERY_PG, "$1", defaults::AUTH_DATABASE_PG),
-        Protocol::Mysql => (defaults::AUTH_QUERY_MYSQL, "?", ""),
-    };
-    let query = t.text(&c.auth_query, "auth_query", Some(default_query))?;
-    if !query.contains(placeholder) {
-        let v = c
-            .auth_query
-            .as_ref()
-            .expect("the default has its placeholder");
-        return Err(t.error(
-            v,
-            "auth_query",
-            format!("must use {placeholder} for the login name"),
-        ));
-    }
-    let database = match &c.auth_database {
-        Some(_) => t.text(&c.auth_database, "auth_database", None)?,
-        None => default_db.to_owned(),
-    };
-    let cache_ttl = t.duration(
-        &c.auth_cache_ttl,
-        "auth_cache_ttl",
-        defaults::AUTH_CACHE_TTL,
-    )?;
-    Ok(Some(crate::types::AuthQuery {
-        user,
-        password,
-        query,
-        database,
-        cache_ttl,
-    }))
 }
 
 /// The health-loop keys. The probe logs in as `health_user` (default: the
@@ -530,7 +402,7 @@ fn function_list(t: &Table, raw: &Value<Vec<String>>, name: &str) -> Result<Vec<
 }
 
 /// The tables of an array, or a problem saying the cluster needs at least one.
-fn non_empty<'r, T>(
+pub(super) fn non_empty<'r, T>(
     t: &Table,
     raw: &'r Value<Tables<T>>,
     name: &str,
@@ -648,62 +520,6 @@ fn backends(
             "cluster {cluster:?} has no backend with role \"primary\" or \"auto\", so writes would have nowhere to go"
         );
         return Err(t.error(&items[0], "backend", reason));
-    }
-    Ok(out)
-}
-
-fn users(
-    t: &Table,
-    raw: &Value<Tables<RawUser>>,
-    cluster: &str,
-    auth: ClientAuth,
-    base: &std::path::Path,
-) -> Result<Vec<User>, Problem> {
-    let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
-    let items = non_empty(t, raw, "user", reason)?;
-    let mut out: Vec<User> = Vec::with_capacity(items.len());
-    let mut lines: Vec<usize> = Vec::with_capacity(items.len()); // line of each name
-    for (i, raw) in items.iter().enumerate() {
-        let ut = t.child(&format!("user[{i}]"), raw.span());
-        let u = raw.get_ref();
-
-        let name = ut.text(&u.name, "name", None)?;
-        let name_value = ut.required(&u.name, "name")?;
-        if let Some(j) = out.iter().position(|o| o.name == name) {
-            let reason = format!(
-                "user {name:?} is already defined by user[{j}] (line {})",
-                lines[j]
-            );
-            return Err(ut.error(name_value, "name", reason));
-        }
-        lines.push(ut.line(&name_value.span()));
-
-        let password_value = ut.required(&u.password, "password")?;
-        let password = ut.secret(password_value, "password", base)?;
-        // An empty password with password authentication would let anyone in as this user.
-        if password.is_empty() && !matches!(auth, ClientAuth::Trust | ClientAuth::Cert) {
-            let password = password_value;
-            let reason = format!("must not be empty when client_auth is {:?}", auth.name());
-            return Err(ut.error(password, "password", reason));
-        }
-        let server = match (&u.server_user, &u.server_password) {
-            (None, None) => None,
-            (None, Some(v)) => {
-                return Err(ut.error(v, "server_password", "needs server_user"));
-            }
-            (Some(_), p) => Some(crate::types::ServerLogin {
-                user: ut.text(&u.server_user, "server_user", None)?,
-                password: match p {
-                    Some(p) => ut.secret(p, "server_password", base)?,
-                    None => String::new(),
-                },
-            }),
-        };
-        out.push(User {
-            name,
-            password,
-            server,
-        });
     }
     Ok(out)
 }

@@ -3,6 +3,7 @@
 //! Pure (no I/O); stops at the first problem found and reports that one.
 
 mod cluster;
+mod credentials;
 pub(crate) mod table;
 
 use std::net::SocketAddr;

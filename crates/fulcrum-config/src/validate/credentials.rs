@@ -1,0 +1,184 @@
+//! The credential keys of one `[[cluster]]`: `client_auth` in its
+//! protocol's names, the `[[cluster.user]]` tables (passwords from the
+//! text, a file or the environment; `server_user`), and `auth_user` with
+//! its companions.
+
+use super::cluster::non_empty;
+use super::table::Table;
+use crate::error::Problem;
+use crate::raw::{RawCluster, RawUser, Tables, Value};
+use crate::types::{defaults, ClientAuth, Protocol, User};
+
+const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
+    ("scram-sha-256", ClientAuth::ScramSha256),
+    ("md5", ClientAuth::Md5),
+    ("trust", ClientAuth::Trust),
+    ("cert", ClientAuth::Cert),
+];
+const MYSQL_CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
+    ("mysql_native_password", ClientAuth::MysqlNativePassword),
+    ("caching_sha2_password", ClientAuth::CachingSha2Password),
+    ("trust", ClientAuth::Trust),
+];
+
+/// `client_auth`, in the names of the cluster's protocol: the other
+/// protocol's names are refused with an error naming the right ones.
+pub(super) fn client_auth(
+    t: &Table,
+    c: &RawCluster,
+    protocol: Protocol,
+) -> Result<ClientAuth, Problem> {
+    let (ours, theirs, default, refusal) = match protocol {
+        Protocol::Postgres => (
+            CLIENT_AUTHS,
+            MYSQL_CLIENT_AUTHS,
+            defaults::CLIENT_AUTH,
+            "is a MySQL method; PostgreSQL clusters take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
+        ),
+        Protocol::Mysql => (
+            MYSQL_CLIENT_AUTHS,
+            CLIENT_AUTHS,
+            ClientAuth::MysqlNativePassword,
+            "is a PostgreSQL method; MySQL clusters take \"mysql_native_password\", \"caching_sha2_password\" or \"trust\"",
+        ),
+    };
+    // `trust` is in both lists.
+    let wrong = c.client_auth.as_ref().filter(|v| {
+        theirs
+            .iter()
+            .any(|(n, a)| n == v.get_ref() && *a != ClientAuth::Trust)
+    });
+    if let Some(v) = wrong {
+        let reason = format!("{:?} {refusal}", v.get_ref());
+        return Err(t.error(v, "client_auth", reason));
+    }
+    t.choice(&c.client_auth, "client_auth", ours, Some(default))
+}
+
+/// `auth_user` and its companions; `None` when `auth_user` is not set.
+pub(super) fn auth_query(
+    t: &Table,
+    c: &RawCluster,
+    protocol: Protocol,
+    users: &[User],
+    base: &std::path::Path,
+) -> Result<Option<crate::types::AuthQuery>, Problem> {
+    let Some(user_value) = &c.auth_user else {
+        let needs = "needs auth_user (the login that runs auth_query)";
+        if let Some(v) = &c.auth_password {
+            return Err(t.error(v, "auth_password", needs));
+        }
+        for (value, name) in [
+            (&c.auth_query, "auth_query"),
+            (&c.auth_database, "auth_database"),
+        ] {
+            if let Some(v) = value {
+                return Err(t.error(v, name, needs));
+            }
+        }
+        return Ok(None);
+    };
+    let user = t.text(&c.auth_user, "auth_user", None)?;
+    let password = match &c.auth_password {
+        Some(p) => t.secret(p, "auth_password", base)?,
+        None => users
+            .iter()
+            .find(|u| u.name == user)
+            .map(|u| u.password.clone())
+            .ok_or_else(|| {
+                t.error(
+                    user_value,
+                    "auth_user",
+                    format!("{user:?} is not a [[cluster.user]]; add one or set auth_password"),
+                )
+            })?,
+    };
+    let (default_query, placeholder, default_db) = match protocol {
+        Protocol::Postgres => (defaults::AUTH_QUERY_PG, "$1", defaults::AUTH_DATABASE_PG),
+        Protocol::Mysql => (defaults::AUTH_QUERY_MYSQL, "?", ""),
+    };
+    let query = t.text(&c.auth_query, "auth_query", Some(default_query))?;
+    if !query.contains(placeholder) {
+        let v = c
+            .auth_query
+            .as_ref()
+            .expect("the default has its placeholder");
+        return Err(t.error(
+            v,
+            "auth_query",
+            format!("must use {placeholder} for the login name"),
+        ));
+    }
+    let database = match &c.auth_database {
+        Some(_) => t.text(&c.auth_database, "auth_database", None)?,
+        None => default_db.to_owned(),
+    };
+    let cache_ttl = t.duration(
+        &c.auth_cache_ttl,
+        "auth_cache_ttl",
+        defaults::AUTH_CACHE_TTL,
+    )?;
+    Ok(Some(crate::types::AuthQuery {
+        user,
+        password,
+        query,
+        database,
+        cache_ttl,
+    }))
+}
+
+pub(super) fn users(
+    t: &Table,
+    raw: &Value<Tables<RawUser>>,
+    cluster: &str,
+    auth: ClientAuth,
+    base: &std::path::Path,
+) -> Result<Vec<User>, Problem> {
+    let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
+    let items = non_empty(t, raw, "user", reason)?;
+    let mut out: Vec<User> = Vec::with_capacity(items.len());
+    let mut lines: Vec<usize> = Vec::with_capacity(items.len()); // line of each name
+    for (i, raw) in items.iter().enumerate() {
+        let ut = t.child(&format!("user[{i}]"), raw.span());
+        let u = raw.get_ref();
+
+        let name = ut.text(&u.name, "name", None)?;
+        let name_value = ut.required(&u.name, "name")?;
+        if let Some(j) = out.iter().position(|o| o.name == name) {
+            let reason = format!(
+                "user {name:?} is already defined by user[{j}] (line {})",
+                lines[j]
+            );
+            return Err(ut.error(name_value, "name", reason));
+        }
+        lines.push(ut.line(&name_value.span()));
+
+        let password_value = ut.required(&u.password, "password")?;
+        let password = ut.secret(password_value, "password", base)?;
+        // An empty password with password authentication would let anyone in as this user.
+        if password.is_empty() && !matches!(auth, ClientAuth::Trust | ClientAuth::Cert) {
+            let password = password_value;
+            let reason = format!("must not be empty when client_auth is {:?}", auth.name());
+            return Err(ut.error(password, "password", reason));
+        }
+        let server = match (&u.server_user, &u.server_password) {
+            (None, None) => None,
+            (None, Some(v)) => {
+                return Err(ut.error(v, "server_password", "needs server_user"));
+            }
+            (Some(_), p) => Some(crate::types::ServerLogin {
+                user: ut.text(&u.server_user, "server_user", None)?,
+                password: match p {
+                    Some(p) => ut.secret(p, "server_password", base)?,
+                    None => String::new(),
+                },
+            }),
+        };
+        out.push(User {
+            name,
+            password,
+            server,
+        });
+    }
+    Ok(out)
+}
