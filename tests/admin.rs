@@ -659,3 +659,105 @@ async fn console_connections_are_capped_and_logins_time_out() {
     let console = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
     show(&console, "SHOW POOLS").await;
 }
+
+/// SHOW QUERIES: simple and extended-protocol executions of one statement
+/// with different literals are one digest, with their rows, errors, time and
+/// where they ran; SHOW QUERIES RESET empties it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_queries_lists_statement_digests() {
+    let s = tokio::task::block_in_place(setup);
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let c = app(&s.cfg).await;
+    c.batch_execute("CREATE TABLE IF NOT EXISTS digest_t (id int, v text)")
+        .await
+        .unwrap();
+    for i in 0..5 {
+        c.simple_query(&format!("INSERT INTO digest_t VALUES ({i}, 'x{i}')"))
+            .await
+            .unwrap();
+    }
+    // Read-your-writes may keep the reads on the primary: wait for the replica.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        c.simple_query(&format!("SELECT * FROM digest_t WHERE id >= {i}"))
+            .await
+            .unwrap();
+    }
+    let stmt = c
+        .prepare("SELECT * FROM digest_t WHERE id >= $1")
+        .await
+        .unwrap();
+    for i in 0..4i32 {
+        c.query(&stmt, &[&i]).await.unwrap();
+    }
+    assert!(c.simple_query("SELECT nope FROM digest_t").await.is_err());
+    let (columns, rows) = show(&a, "SHOW QUERIES").await;
+    assert_eq!(
+        columns,
+        [
+            "cluster",
+            "digest",
+            "query",
+            "calls",
+            "errors",
+            "rows",
+            "total_us",
+            "avg_us",
+            "p50_us",
+            "p99_us",
+            "max_us",
+            "primary",
+            "replica",
+            "first_seen_s",
+            "last_seen_s"
+        ]
+    );
+    let find = |text: &str| {
+        rows.iter()
+            .find(|r| r[2] == text)
+            .unwrap_or_else(|| panic!("{text:?} not in {rows:#?}"))
+            .clone()
+    };
+    let n = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap();
+    let insert = find("insert into digest_t values (?, ?)");
+    assert_eq!((n(&insert, 3), n(&insert, 4), n(&insert, 5)), (5, 0, 5));
+    assert_eq!(
+        (n(&insert, 11), n(&insert, 12)),
+        (5, 0),
+        "writes on the primary"
+    );
+    let select = find("select * from digest_t where id >= ?");
+    assert_eq!(
+        n(&select, 3),
+        3,
+        "the simple-protocol executions: {select:?}"
+    );
+    assert_eq!(n(&select, 5), 5 + 4 + 3, "rows returned");
+    let prepared = find("select * from digest_t where id >= $1");
+    assert_eq!(n(&prepared, 3), 4, "the extended-protocol executions");
+    assert_eq!(n(&prepared, 5), 5 + 4 + 3 + 2);
+    for r in [&insert, &select, &prepared] {
+        assert!(n(r, 6) > 0 && n(r, 7) > 0, "time measured: {r:?}");
+        assert!(
+            n(r, 8) <= n(r, 9) && n(r, 9) <= n(r, 10) * 2,
+            "p50 <= p99 ~ max: {r:?}"
+        );
+        assert_eq!(r[0], "main");
+    }
+    assert_eq!(n(&select, 11) + n(&select, 12), 3);
+    let bad = find("select nope from digest_t");
+    assert_eq!((n(&bad, 3), n(&bad, 4)), (1, 1), "the error is counted");
+    // Ordered by total time.
+    let totals: Vec<u64> = rows.iter().map(|r| n(r, 6)).collect();
+    assert!(totals.windows(2).all(|w| w[0] >= w[1]), "{totals:?}");
+    let (_, _) = show(&a, "SHOW QUERIES RESET").await;
+    let (_, after) = show(&a, "SHOW QUERIES main").await;
+    assert!(after.is_empty(), "{after:?}");
+    let err = a.simple_query("SHOW QUERIES nosuch").await.unwrap_err();
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert!(db.message().contains("no cluster named"), "{db:?}");
+    assert_eq!(db.code().code(), "42704");
+    // The console goes on.
+    let (_, again) = show(&a, "SHOW QUERIES").await;
+    assert!(again.is_empty(), "{again:?}");
+}

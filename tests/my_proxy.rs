@@ -541,3 +541,81 @@ async fn query_timeout_kills_a_silent_query_and_the_connection_goes_on() {
     let n: i64 = conn.query_first("SELECT 6 * 7").await.unwrap().unwrap();
     assert_eq!(n, 42);
 }
+
+/// Digest statistics on MariaDB: text and prepared executions of one
+/// statement with different literals are one digest, counted with their rows
+/// and errors and where they ran; `digest_metrics_top` exports the top ones
+/// to Prometheus, and one that leaves the table leaves the scrape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_digests_are_counted_and_exported() {
+    let metrics_port = free_port();
+    let port = free_port();
+    let toml = config(port, "digest_metrics_top = 50").replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).expect("fulcrum starts");
+    let mut conn = connect(port).await;
+    for i in 0..6 {
+        let n: Option<i64> = conn
+            .query_first(format!("SELECT COUNT(*) FROM items WHERE v >= {i}"))
+            .await
+            .unwrap();
+        assert!(n.is_some());
+    }
+    let stmt = conn
+        .prep("SELECT COUNT(*) FROM items WHERE v >= ?")
+        .await
+        .unwrap();
+    for i in 0..4i64 {
+        let _: Option<i64> = conn.exec_first(&stmt, (i,)).await.unwrap();
+    }
+    conn.query_drop("INSERT INTO items (v) VALUES (1), (2), (3)")
+        .await
+        .unwrap();
+    assert!(conn.query_drop("SELECT nope FROM items").await.is_err());
+    let body = scrape(metrics_port);
+    let value = |metric: &str, query: &str| -> f64 {
+        let label = format!("query=\"{query}\"");
+        body.lines()
+            .find(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{metric} {label} not in:\n{body}"))
+    };
+    let select = "select count(*) from items where v >= ?";
+    assert_eq!(
+        value("fulcrum_query_digest_calls", select),
+        10.0,
+        "6 text + 4 prepared"
+    );
+    assert_eq!(
+        value("fulcrum_query_digest_rows", select),
+        10.0,
+        "one row each"
+    );
+    assert!(value("fulcrum_query_digest_seconds", select) > 0.0);
+    assert!(value("fulcrum_query_digest_p99_seconds", select) > 0.0);
+    let insert = "insert into items (v) values (?), (?), (?)";
+    assert_eq!(
+        value("fulcrum_query_digest_rows", insert),
+        3.0,
+        "affected rows"
+    );
+    assert_eq!(
+        value("fulcrum_query_digest_errors", "select nope from items"),
+        1.0
+    );
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}

@@ -112,6 +112,9 @@ fn run(opts: &Options) -> Result<()> {
     if opts.suite {
         return suite::run(opts);
     }
+    if opts.digest_cost {
+        return mode_consistency_cost::run_digests(opts);
+    }
     if opts.consistency_cost {
         return mode_consistency_cost::run_consistency(opts);
     }

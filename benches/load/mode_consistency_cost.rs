@@ -1,7 +1,10 @@
 //! `--consistency-cost`: PostgreSQL direct vs Fulcrum `consistency =
 //! "eventual"` vs `"session"` vs `"strong"` (one daemon, three listeners) for each
 //! `--workload`, with the server transactions each pgbench transaction cost;
-//! the report goes to `target/bench-consistency.md`.
+//! the report goes to `target/bench-consistency.md`. `--digest-cost` is the
+//! same comparison between Fulcrum with digest statistics off
+//! (`digest_max_entries = 0`) and on (the default), to
+//! `target/bench-digests.md`.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -14,17 +17,66 @@ use crate::measure::{measure, time_budget, Target};
 use crate::pgbench::{init_timeout, start_cluster, Workload, WRITE_READ_SCRIPT};
 use crate::{median, publish_report, Options, Result};
 
+/// One Fulcrum listener of the comparison: its name, and the keys its
+/// `[[cluster]]` gets beyond the defaults.
+struct Variant {
+    name: &'static str,
+    consistency: Option<&'static str>,
+    keys: &'static str,
+}
+
 /// `--consistency-cost`: direct vs Fulcrum `eventual`, `session` and
 /// `strong`, one table per workload.
 pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
+    let variants = [
+        Variant {
+            name: "Fulcrum eventual",
+            consistency: Some("eventual"),
+            keys: "",
+        },
+        Variant {
+            name: "Fulcrum session",
+            consistency: Some("session"),
+            keys: "",
+        },
+        Variant {
+            name: "Fulcrum strong",
+            consistency: Some("strong"),
+            keys: "",
+        },
+    ];
+    run_variants(opts, &variants, "bench-consistency.md")
+}
+
+/// `--digest-cost`: direct vs Fulcrum with digest statistics off and on.
+pub(crate) fn run_digests(opts: &Options) -> Result<()> {
+    let variants = [
+        Variant {
+            name: "Fulcrum digests off",
+            consistency: None,
+            keys: "digest_max_entries = 0\n",
+        },
+        Variant {
+            name: "Fulcrum digests on",
+            consistency: None,
+            keys: "",
+        },
+    ];
+    run_variants(opts, &variants, "bench-digests.md")
+}
+
+/// Direct vs one Fulcrum daemon with a listener per variant (only one has
+/// clients at a time); the first variant is the baseline of the ratios.
+fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Result<()> {
     let started = Instant::now();
     let bin = ensure_fulcrum_built()?;
     let init_timeout = init_timeout(opts);
-    let (expected, worst) = time_budget(opts, 4, init_timeout);
+    let (expected, worst) = time_budget(opts, 1 + variants.len() as u64, init_timeout);
     eprintln!(
-        "consistency cost: {} workloads x 4 targets x {} rounds x {} s after `pgbench -i -s {}`: \
+        "{report_file}: {} workloads x {} targets x {} rounds x {} s after `pgbench -i -s {}`: \
          about {} s in all; every step has a deadline, so at most {} s",
         opts.workloads.len(),
+        1 + variants.len(),
         opts.rounds,
         opts.seconds,
         opts.scale,
@@ -42,22 +94,28 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
         std::fs::write(&script, WRITE_READ_SCRIPT)?;
     }
 
-    // One daemon, three listeners: the clusters differ only in
-    // `consistency`, and only one of them has clients at a time.
-    let eventual_listen = format!("127.0.0.1:{}", free_port());
-    let session_listen = format!("127.0.0.1:{}", free_port());
-    let strong_listen = format!("127.0.0.1:{}", free_port());
-    let sections = [
-        cluster_section("eventual", &eventual_listen, Some("eventual"), &cluster),
-        cluster_section("session", &session_listen, Some("session"), &cluster),
-        cluster_section("strong", &strong_listen, Some("strong"), &cluster),
-    ];
+    // One daemon, a listener per variant: the clusters differ only in the
+    // variant's keys, and only one of them has clients at a time.
+    let listens: Vec<String> = variants
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let sections: Vec<String> = variants
+        .iter()
+        .zip(&listens)
+        .enumerate()
+        .map(|(i, (v, listen))| {
+            cluster_section(&format!("v{i}"), listen, v.consistency, &cluster).replacen(
+                "pool_mode =",
+                &format!("{}pool_mode =", v.keys),
+                1,
+            )
+        })
+        .collect();
     let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
-    eprintln!(
-        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on \
-         {session_listen}, \"strong\" on {strong_listen}",
-        bin.display()
-    );
+    for (v, listen) in variants.iter().zip(&listens) {
+        eprintln!("{} ({}) on {listen}", v.name, bin.display());
+    }
     let check_alive = || fulcrum_alive(&fulcrum);
 
     let machine = pg_machine(
@@ -70,12 +128,10 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     let mut results = Vec::new();
     for &workload in &opts.workloads {
         eprintln!("== {}", workload.title());
-        let mut targets = vec![
-            Target::new("PostgreSQL direct", direct.clone()),
-            Target::new("Fulcrum eventual", eventual_listen.clone()),
-            Target::new("Fulcrum session", session_listen.clone()),
-            Target::new("Fulcrum strong", strong_listen.clone()),
-        ];
+        let mut targets = vec![Target::new("PostgreSQL direct", direct.clone())];
+        for (v, listen) in variants.iter().zip(&listens) {
+            targets.push(Target::new(v.name, listen.clone()));
+        }
         let measured = measure(
             opts,
             workload,
@@ -96,7 +152,7 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     drop(cluster);
 
     let report = render_consistency(opts, &machine, &results, started.elapsed());
-    publish_report(&report, "bench-consistency.md")?;
+    publish_report(&report, report_file)?;
     Ok(())
 }
 
@@ -116,6 +172,7 @@ fn render_consistency(
     for (workload, targets) in results {
         let direct = &targets[0].tps;
         let eventual = &targets[1].tps;
+        let base = targets[1].name.trim_start_matches("Fulcrum ");
         let _ = writeln!(
             out,
             "### {}, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, {replicas}\n",
@@ -129,7 +186,7 @@ fn render_consistency(
         );
         let _ = writeln!(
             out,
-            "| target | median TPS | ratio to direct | ratio to eventual | avg latency (ms) \
+            "| target | median TPS | ratio to direct | ratio to {base} | avg latency (ms) \
              | server xacts per pgbench txn (primary + replicas) | TPS per round |"
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
@@ -160,14 +217,15 @@ fn render_consistency(
             .collect();
         let _ = writeln!(
             out,
-            "\nsession / eventual per round: {}\n",
+            "\n{} / {base} per round: {}\n",
+            targets[2].name.trim_start_matches("Fulcrum "),
             session.join(" / ")
         );
     }
     let _ = writeln!(
         out,
         "Ratios are medians of per-round ratios (each run against the same round's \
-         direct or eventual run); latency and transactions per pgbench transaction are \
+         direct or baseline run); latency and transactions per pgbench transaction are \
          medians over the rounds."
     );
     out.push('\n');

@@ -21,6 +21,9 @@ usage: cargo bench --bench load -- [options]
   --consistency-cost
                   compare direct, Fulcrum consistency=eventual and
                   consistency=session instead of direct/Fulcrum/PgBouncer
+  --digest-cost   compare direct, Fulcrum with digest statistics off
+                  (digest_max_entries = 0) and on (the default), as
+                  --consistency-cost does; report in target/bench-digests.md
   --workload LIST comma-separated: select (pgbench -S), tpcb (pgbench's
                   default script), write-read (UPDATE then SELECT of one row,
                   autocommit); default select, or tpcb,select with
@@ -71,6 +74,8 @@ pub(crate) struct Options {
     pub(crate) consistency_cost: bool,
     /// What pgbench runs, one measurement per entry, in order.
     pub(crate) workloads: Vec<Workload>,
+    /// `--digest-cost`: Fulcrum with digest statistics off vs on.
+    pub(crate) digest_cost: bool,
     /// `--consistency-cost` on MariaDB with sysbench.
     pub(crate) mysql_consistency_cost: bool,
     /// sysbench `--table-size` (rows in each of its 2 tables).
@@ -107,6 +112,7 @@ impl Options {
             workers: 1,
             replicas: 0,
             consistency_cost: false,
+            digest_cost: false,
             workloads: Vec::new(),
             mysql_consistency_cost: false,
             table_size: 10_000,
@@ -128,6 +134,12 @@ impl Options {
                 continue;
             }
             if flag == "--consistency-cost" {
+                opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--digest-cost" {
+                // The consistency comparison's machinery, other variants.
+                opts.digest_cost = true;
                 opts.consistency_cost = true;
                 continue;
             }

@@ -34,6 +34,10 @@ pub enum Command {
         backend: String,
     },
     SetLog(String),
+    /// Statement digests by total time (`SHOW QUERIES [cluster]`).
+    ShowQueries(Option<String>),
+    /// `SHOW QUERIES RESET [cluster]`: forget the digests.
+    ResetQueries(Option<String>),
 }
 
 /// Parses one command; the error says what is wrong, for the client.
@@ -51,6 +55,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
         }
     };
     match u.as_slice() {
+        ["SHOW", "QUERIES"] => Ok(Command::ShowQueries(None)),
+        ["SHOW", "QUERIES", "RESET"] => Ok(Command::ResetQueries(None)),
+        ["SHOW", "QUERIES", "RESET", _] => Ok(Command::ResetQueries(Some(words[3].to_owned()))),
+        ["SHOW", "QUERIES", _] => Ok(Command::ShowQueries(Some(words[2].to_owned()))),
         ["SHOW", what] => Ok(Command::Show(match *what {
             "POOLS" => Show::Pools,
             "SERVERS" => Show::Servers,
@@ -65,11 +73,11 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "TOTALS" => Show::Totals,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
@@ -122,6 +130,16 @@ mod tests {
     fn commands_parse_case_insensitively() {
         assert_eq!(parse("show pools;"), Ok(Command::Show(Show::Pools)));
         assert_eq!(parse("SHOW CLUSTERS"), Ok(Command::Show(Show::Clusters)));
+        assert_eq!(parse("show queries"), Ok(Command::ShowQueries(None)));
+        assert_eq!(
+            parse("SHOW QUERIES main;"),
+            Ok(Command::ShowQueries(Some("main".into())))
+        );
+        assert_eq!(parse("SHOW QUERIES RESET"), Ok(Command::ResetQueries(None)));
+        assert_eq!(
+            parse("show queries reset shop"),
+            Ok(Command::ResetQueries(Some("shop".into())))
+        );
         assert_eq!(parse("pause"), Ok(Command::Pause(None)));
         assert_eq!(parse("PAUSE main"), Ok(Command::Pause(Some("main".into()))));
         assert_eq!(

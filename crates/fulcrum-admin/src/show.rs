@@ -47,6 +47,14 @@ impl Admin {
                 backend_msg::command_complete(out, "PAUSE");
                 Ok(())
             }
+            Command::ShowQueries(target) => self.show_queries(target.as_deref(), out),
+            Command::ResetQueries(target) => {
+                for c in self.targets(target.as_deref())? {
+                    c.digests().reset();
+                }
+                backend_msg::command_complete(out, "RESET");
+                Ok(())
+            }
             Command::Resume(target) => {
                 for c in self.targets(target.as_deref())? {
                     c.router().set_paused(false);
@@ -129,6 +137,60 @@ impl Admin {
                 Ok(())
             }
         }
+    }
+
+    /// SHOW QUERIES: every cluster's digests (or one's), by total time.
+    fn show_queries(&self, target: Option<&str>, out: &mut BytesMut) -> Result<(), Failure> {
+        let clusters = self.targets(target)?;
+        let mut rows: Vec<(u64, Vec<String>)> = Vec::new();
+        for c in &clusters {
+            for d in c.digests().rows() {
+                rows.push((
+                    d.total_us,
+                    vec![
+                        c.config().name.clone(),
+                        format!("{:016x}", d.key),
+                        d.text.clone(),
+                        d.calls.to_string(),
+                        d.errors.to_string(),
+                        d.rows.to_string(),
+                        d.total_us.to_string(),
+                        d.avg_us().to_string(),
+                        d.p50_us.to_string(),
+                        d.p99_us.to_string(),
+                        d.max_us.to_string(),
+                        d.on_primary.to_string(),
+                        d.on_replica.to_string(),
+                        d.first_seen_s.to_string(),
+                        d.last_seen_s.to_string(),
+                    ],
+                ));
+            }
+        }
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();
+        result(
+            out,
+            &[
+                "cluster",
+                "digest",
+                "query",
+                "calls",
+                "errors",
+                "rows",
+                "total_us",
+                "avg_us",
+                "p50_us",
+                "p99_us",
+                "max_us",
+                "primary",
+                "replica",
+                "first_seen_s",
+                "last_seen_s",
+            ],
+            &rows,
+        );
+        Ok(())
     }
 
     fn targets(&self, name: Option<&str>) -> Result<Vec<Arc<dyn ClusterAdmin>>, Failure> {

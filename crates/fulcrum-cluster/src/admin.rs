@@ -31,4 +31,6 @@ pub trait ClusterAdmin: Send + Sync {
     fn clients(&self) -> i64;
     /// The health loop, for a planned switchover (None before it started).
     fn monitor(&self) -> Option<crate::MonitorHandle>;
+    /// The cluster's statement digests (SHOW QUERIES).
+    fn digests(&self) -> Arc<fulcrum_metrics::DigestTable>;
 }

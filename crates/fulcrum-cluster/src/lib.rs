@@ -22,6 +22,7 @@ pub mod admin;
 pub mod auth_cache;
 pub mod clients;
 pub mod command;
+pub mod digests;
 pub mod health_loop;
 pub mod lag;
 pub mod monitor;
@@ -33,6 +34,7 @@ pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
 pub use auth_cache::{auth_query_backend, AuthCache, AuthQueryError, Looked};
+pub use digests::DigestSlot;
 pub use health_loop::HealthLoop;
 pub use monitor::{Monitor, MonitorSettings};
 pub use ops::{Observation, OpsError, ServerOps};

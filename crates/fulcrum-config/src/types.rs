@@ -240,6 +240,11 @@ pub struct Cluster {
     pub read_only_functions: Vec<String>,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
+    /// Per-statement digest statistics (`digest_max_entries`, `digest_metrics_top`).
+    pub digests: Digests,
+    /// PgBouncer's pool budgets: warm minimum, reserve, per-database and
+    /// per-user caps.
+    pub budgets: PoolBudgets,
     /// Longest statement text the classifier parses; longer ones go where
     /// `default_route` says.
     pub max_classify_bytes: u64,
@@ -420,6 +425,51 @@ impl std::fmt::Debug for User {
     }
 }
 
+/// Digest statistics settings of a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digests {
+    /// Digests kept (least recently used evicted); 0 turns them off.
+    pub max_entries: u32,
+    /// The top N digests by total time exported to Prometheus (0: none).
+    pub metrics_top: u32,
+}
+
+impl Default for Digests {
+    fn default() -> Digests {
+        Digests {
+            max_entries: defaults::DIGEST_MAX_ENTRIES,
+            metrics_top: 0,
+        }
+    }
+}
+
+/// Connection budgets beyond `pool_size` (PgBouncer's keys; 0 = off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolBudgets {
+    /// Server connections each pool keeps open, idle or not.
+    pub min_pool_size: u32,
+    /// Extra connections a pool may open for clients that waited
+    /// `reserve_pool_timeout`.
+    pub reserve_pool_size: u32,
+    pub reserve_pool_timeout: Duration,
+    /// Most server connections per backend for one database, across users.
+    pub max_db_connections: u32,
+    /// Most server connections per backend for one user, across databases.
+    pub max_user_connections: u32,
+}
+
+impl Default for PoolBudgets {
+    fn default() -> PoolBudgets {
+        PoolBudgets {
+            min_pool_size: 0,
+            reserve_pool_size: 0,
+            reserve_pool_timeout: defaults::RESERVE_POOL_TIMEOUT,
+            max_db_connections: 0,
+            max_user_connections: 0,
+        }
+    }
+}
+
 pub mod defaults {
     //! Default values for optional keys (documented in docs/configuration.md).
     use std::time::Duration;
@@ -449,6 +499,8 @@ pub mod defaults {
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::RoundRobin;
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
+    pub const DIGEST_MAX_ENTRIES: u32 = 5_000;
+    pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);

@@ -38,6 +38,12 @@ pub struct Metrics {
     pub backend_primary: IntGaugeVec,
     pub lag_bytes: IntGaugeVec,
     pub lag_seconds: GaugeVec,
+    /// The top digests (`digest_metrics_top`), rebuilt at every scrape.
+    pub digest_calls: IntGaugeVec,
+    pub digest_errors: IntGaugeVec,
+    pub digest_rows: IntGaugeVec,
+    pub digest_seconds: GaugeVec,
+    pub digest_p99_seconds: GaugeVec,
     pub failovers: IntCounterVec,
     pub classifier_hits: IntCounterVec,
     pub classifier_misses: IntCounterVec,
@@ -106,6 +112,14 @@ impl Metrics {
         .expect("valid gauge");
         r.register(Box::new(lag_seconds.clone()))
             .expect("registered once");
+        let dl = &["cluster", "digest", "query"];
+        let float_gauge = |name: &str, help: &str| {
+            let g = GaugeVec::new(Opts::new(name, help), dl).expect("valid gauge");
+            r.register(Box::new(g.clone())).expect("registered once");
+            g
+        };
+        let digest_seconds = float_gauge("fulcrum_query_digest_seconds", "Total time of a digest's executions (from the statement's hand-over to the server to its last reply), for the top digest_metrics_top digests by that time, since the digest entered the table.");
+        let digest_p99_seconds = float_gauge("fulcrum_query_digest_p99_seconds", "99th percentile latency of a top digest's executions, from a histogram of √2-wide buckets (the bucket's upper edge).");
         Metrics {
             queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
             transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),
@@ -122,6 +136,11 @@ impl Metrics {
             backend_primary: gauge(&r, "fulcrum_backend_primary", "1 if the backend is the current write target, else 0.", cb),
             lag_bytes: gauge(&r, "fulcrum_replication_lag_bytes", "Replica lag behind the primary: WAL bytes (PostgreSQL) or GTID transactions (MariaDB) not yet replayed.", cb),
             lag_seconds,
+            digest_calls: gauge(&r, "fulcrum_query_digest_calls", "Executions of a top digest (normalised statement; digest_metrics_top by total time) since it entered the table.", &["cluster", "digest", "query"]),
+            digest_errors: gauge(&r, "fulcrum_query_digest_errors", "Executions of a top digest that ended in an error.", &["cluster", "digest", "query"]),
+            digest_rows: gauge(&r, "fulcrum_query_digest_rows", "Rows a top digest's executions returned or changed.", &["cluster", "digest", "query"]),
+            digest_seconds,
+            digest_p99_seconds,
             failovers: counter(&r, "fulcrum_failovers_total", "Promotions done by this process.", &["cluster"]),
             classifier_hits: counter(&r, "fulcrum_classifier_cache_hits_total", "Statements classified from the fingerprint cache.", &["cluster"]),
             classifier_misses: counter(&r, "fulcrum_classifier_cache_misses_total", "Statements that had to be parsed.", &["cluster"]),
@@ -157,6 +176,12 @@ impl Metrics {
         // Per-user client gauges are rebuilt from scratch at every scrape:
         // a user whose clients all left disappears.
         self.clients_by_user.reset();
+        // So are the top digests: one that left the top N disappears.
+        self.digest_calls.reset();
+        self.digest_errors.reset();
+        self.digest_rows.reset();
+        self.digest_seconds.reset();
+        self.digest_p99_seconds.reset();
         for (_, s) in sources {
             s.refresh(self);
         }

@@ -7,11 +7,13 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+pub mod digest;
 mod families;
 pub mod http;
 mod refresh;
 
 pub use cluster::{CausalOutcome, ClientCount, ClusterMetrics, RouteLabel};
+pub use digest::{Digest, DigestRow, DigestTable, Stamp};
 pub use families::Metrics;
 pub use refresh::{BackendFigures, ClusterFigures};
 

@@ -33,7 +33,12 @@ pub struct ClusterFigures<'a> {
     pub prepared_statements: Option<usize>,
     /// Automatic promotion is held back (`failover_max_lag`).
     pub failover_blocked: bool,
+    /// The top digests to export (`digest_metrics_top`; empty when off).
+    pub digests: Vec<crate::DigestRow>,
 }
+
+/// Longest statement text in a digest's `query` label.
+const QUERY_LABEL_MAX: usize = 200;
 
 const STATES: [&str; 4] = ["up", "lagging", "down", "stale"];
 
@@ -83,10 +88,79 @@ impl Metrics {
         self.failover_blocked
             .with_label_values(&[c])
             .set(i64::from(f.failover_blocked));
+        for d in &f.digests {
+            let key = format!("{:016x}", d.key);
+            let text = match d.text.char_indices().nth(QUERY_LABEL_MAX) {
+                Some((i, _)) => &d.text[..i],
+                None => &d.text,
+            };
+            let l = [c, key.as_str(), text];
+            self.digest_calls.with_label_values(&l).set(d.calls as i64);
+            self.digest_errors
+                .with_label_values(&l)
+                .set(d.errors as i64);
+            self.digest_rows
+                .with_label_values(&l)
+                .set(d.rows.min(i64::MAX as u64) as i64);
+            self.digest_seconds
+                .with_label_values(&l)
+                .set(d.total_us as f64 / 1e6);
+            self.digest_p99_seconds
+                .with_label_values(&l)
+                .set(d.p99_us as f64 / 1e6);
+        }
         if let Some(n) = f.prepared_statements {
             self.prepared_statements
                 .with_label_values(&[c])
                 .set(n as i64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    struct Top(crate::DigestTable, usize);
+
+    impl crate::Source for Top {
+        fn refresh(&self, m: &Metrics) {
+            m.set_cluster(&ClusterFigures {
+                cluster: "main",
+                backends: vec![],
+                failovers: 0,
+                classifier_hits: 0,
+                classifier_misses: 0,
+                unparsed: 0,
+                oversized: 0,
+                prepared_statements: None,
+                failover_blocked: false,
+                digests: self.0.top(self.1),
+            });
+        }
+    }
+
+    #[test]
+    fn only_the_top_digests_are_exported_and_a_reset_one_leaves() {
+        let t = crate::DigestTable::new(100);
+        for (k, us) in [(1u64, 900u64), (2, 500), (3, 10)] {
+            let d = t.get(k, || format!("select {k}")).unwrap();
+            d.record(Duration::from_micros(us), 2, k == 2, true);
+        }
+        let m = Metrics::new();
+        let top = Arc::new(Top(t, 2));
+        m.set_source("main", top.clone());
+        let text = m.encode();
+        let calls: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("fulcrum_query_digest_calls{"))
+            .collect();
+        assert_eq!(calls.len(), 2, "{text}");
+        assert!(text.contains("query=\"select 1\"} 1"), "{text}");
+        assert!(text.contains("fulcrum_query_digest_errors{cluster=\"main\",digest=\"0000000000000002\",query=\"select 2\"} 1"), "{text}");
+        assert!(!text.contains("select 3"), "not in the top 2");
+        top.0.reset();
+        assert!(!m.encode().contains("fulcrum_query_digest_calls{"));
     }
 }

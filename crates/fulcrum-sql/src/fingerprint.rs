@@ -2,16 +2,39 @@
 //! `... WHERE aid = 1` and `... WHERE aid = 2` share one cached decision.
 //! Strings, numbers and dollar-quoted bodies become `?`; comments go; runs of
 //! white space become one; keywords and unquoted names fold to lower case;
-//! quoted names stay as written. FNV-1a over the normalised bytes, no allocation.
+//! quoted names stay as written. FNV-1a over the normalised bytes, no
+//! allocation; [`normalize`] gives the same normalised text as a string (for
+//! the digest statistics, once per new digest).
 
 use crate::dialect::Dialect;
 
+/// Where the normalised bytes go: a hash, or the text itself.
+trait Sink {
+    fn push(&mut self, b: u8);
+}
+
 struct Fnv(u64);
 
-impl Fnv {
+impl Sink for Fnv {
     fn push(&mut self, b: u8) {
         self.0 ^= b as u64;
         self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+/// The normalised text, up to a length (longer text ends in `...`).
+struct Text {
+    out: Vec<u8>,
+    max: usize,
+}
+
+impl Sink for Text {
+    fn push(&mut self, b: u8) {
+        if self.out.len() < self.max {
+            self.out.push(b);
+        } else if self.out.len() == self.max {
+            self.out.extend_from_slice(b"...");
+        }
     }
 }
 
@@ -38,13 +61,30 @@ pub fn block_comment_end(b: &[u8], start: usize) -> Option<usize> {
 
 /// The fingerprint of `sql` in `dialect`.
 pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
-    let b = sql.as_bytes();
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    walk(sql, dialect, &mut h);
+    h.0
+}
+
+/// The text the fingerprint hashes (literals as `?`, comments gone, white
+/// space collapsed, names in lower case), cut after `max` bytes.
+pub fn normalize(sql: &str, dialect: Dialect, max: usize) -> String {
+    let mut t = Text {
+        out: Vec::with_capacity(sql.len().min(max) + 3),
+        max,
+    };
+    walk(sql, dialect, &mut t);
+    // Only ASCII is lowered and a cut may split a character.
+    String::from_utf8_lossy(&t.out).into_owned()
+}
+
+fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
+    let b = sql.as_bytes();
     let mut i = 0;
     let mut last = b' ';
     // White space is emitted lazily, so trailing space and comments vanish.
     let mut pending_space = false;
-    let mut emit = |h: &mut Fnv, c: u8, last: &mut u8| {
+    let mut emit = |h: &mut S, c: u8, last: &mut u8| {
         if c == b' ' {
             if *last != b' ' {
                 pending_space = true;
@@ -63,7 +103,7 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
         let c = b[i];
         match c {
             b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {
-                emit(&mut h, b' ', &mut last);
+                emit(h, b' ', &mut last);
                 i += 1;
             }
             b'\'' => {
@@ -87,22 +127,22 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                     i += 1;
                 }
                 i += 1;
-                emit(&mut h, b'?', &mut last);
+                emit(h, b'?', &mut last);
                 if !closed {
                     // Never the fingerprint of a well-formed statement.
-                    emit(&mut h, b'\'', &mut last);
+                    emit(h, b'\'', &mut last);
                 }
             }
             b'"' | b'`' => {
                 let q = c;
-                emit(&mut h, c, &mut last);
+                emit(h, c, &mut last);
                 i += 1;
                 while i < b.len() && b[i] != q {
-                    emit(&mut h, b[i], &mut last);
+                    emit(h, b[i], &mut last);
                     i += 1;
                 }
                 if i < b.len() {
-                    emit(&mut h, q, &mut last);
+                    emit(h, q, &mut last);
                 }
                 i += 1;
             }
@@ -119,7 +159,7 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
             b'/' if b.get(i + 1) == Some(&b'*') => {
                 // MySQL executes /*! ... */: keep its text.
                 if dialect == Dialect::MySql && b.get(i + 2) == Some(&b'!') {
-                    emit(&mut h, b'!', &mut last);
+                    emit(h, b'!', &mut last);
                     i += 3;
                     continue;
                 }
@@ -138,10 +178,10 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                             Some(p) => e + 1 + p + tag.len(),
                             None => b.len(),
                         };
-                        emit(&mut h, b'?', &mut last);
+                        emit(h, b'?', &mut last);
                     }
                     _ => {
-                        emit(&mut h, c, &mut last);
+                        emit(h, c, &mut last);
                         i += 1;
                     }
                 }
@@ -150,7 +190,7 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                 while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
                     i += 1;
                 }
-                emit(&mut h, b'?', &mut last);
+                emit(h, b'?', &mut last);
             }
             // E'...' escape strings: the prefix belongs to the literal.
             b'E' | b'e'
@@ -160,12 +200,11 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
                 i += 1;
             }
             _ => {
-                emit(&mut h, c.to_ascii_lowercase(), &mut last);
+                emit(h, c.to_ascii_lowercase(), &mut last);
                 i += 1;
             }
         }
     }
-    h.0
 }
 
 #[cfg(test)]
@@ -186,6 +225,31 @@ mod tests {
         assert_eq!(pg("SELECT E'a\\'b'"), pg("SELECT 'x'"));
         assert_eq!(pg("DO $$ BEGIN END $$"), pg("DO $f$ other $f$"));
         assert_eq!(pg("SELECT 1 /* c */"), pg("SELECT 2 -- c"));
+    }
+
+    #[test]
+    fn normalised_text_is_what_the_fingerprint_hashes() {
+        let n = |s| normalize(s, Dialect::Postgres, 100);
+        assert_eq!(
+            n("SELECT abalance  FROM pgbench_accounts\n WHERE aid = 42; -- x"),
+            "select abalance from pgbench_accounts where aid = ?;"
+        );
+        assert_eq!(
+            n("SELECT 'a', $x$ b $x$, \"Mixed\""),
+            "select ?, ?, \"Mixed\""
+        );
+        assert_eq!(
+            normalize("select * from `T` where a = 'x' # c", Dialect::MySql, 100),
+            "select * from `T` where a = ?"
+        );
+        assert_eq!(
+            normalize("SELECT 123456", Dialect::Postgres, 6),
+            "select..."
+        );
+        assert_eq!(
+            normalize("SELECT 'é' AS café", Dialect::Postgres, 100),
+            "select ? as café"
+        );
     }
 
     #[test]

@@ -116,6 +116,30 @@ fn optional_cluster_keys_are_validated() {
         ),
         (&with_key("pool_size = 0"), "fulcrum.toml:5: cluster[0].pool_size: must be at least 1, got 0"),
         (
+            &with_key("min_pool_size = 30"),
+            "fulcrum.toml:5: cluster[0].min_pool_size: must not exceed pool_size (20)",
+        ),
+        (
+            &with_key("min_pool_size = 5\nmax_db_connections = 4"),
+            "fulcrum.toml:6: cluster[0].max_db_connections: must be 0 (no cap) or at least min_pool_size (5)",
+        ),
+        (
+            &with_key("min_pool_size = 5\nmax_user_connections = 2"),
+            "fulcrum.toml:6: cluster[0].max_user_connections: must be 0 (no cap) or at least min_pool_size (5)",
+        ),
+        (
+            &with_key("reserve_pool_timeout = \"0s\""),
+            "fulcrum.toml:5: cluster[0].reserve_pool_timeout: must be greater than zero",
+        ),
+        (
+            &with_key("digest_max_entries = -1"),
+            "fulcrum.toml:5: cluster[0].digest_max_entries: must be at least 0, got -1",
+        ),
+        (
+            &with_key("digest_metrics_top = \"50\""),
+            "fulcrum.toml:5: cluster[0].digest_metrics_top: invalid type: string \"50\", expected an integer",
+        ),
+        (
             &with_key("pool_size = 5000000000"),
             "fulcrum.toml:5: cluster[0].pool_size: must be at most 4294967295, got 5000000000",
         ),

@@ -148,6 +148,16 @@ pub(super) fn cluster(
         0,
         defaults::CLASSIFIER_CACHE_SIZE,
     )?;
+    let digests = crate::types::Digests {
+        max_entries: t.u32_at_least(
+            &c.digest_max_entries,
+            "digest_max_entries",
+            0,
+            defaults::DIGEST_MAX_ENTRIES,
+        )?,
+        metrics_top: t.u32_at_least(&c.digest_metrics_top, "digest_metrics_top", 0, 0)?,
+    };
+    let budgets = pool_budgets(&t, c, pool_size)?;
     let max_classify_bytes = t.size(
         &c.max_classify_bytes,
         "max_classify_bytes",
@@ -247,6 +257,8 @@ pub(super) fn cluster(
         write_functions,
         read_only_functions,
         classifier_cache_size,
+        digests,
+        budgets,
         max_classify_bytes,
         tls,
         allow_local_infile,
@@ -259,6 +271,62 @@ pub(super) fn cluster(
         backends,
         users,
         databases,
+    })
+}
+
+/// PgBouncer's pool budgets. `min_pool_size` above `pool_size` could never
+/// be met, and a per-database or per-user cap below it would keep a pool
+/// from ever reaching its minimum: both are errors.
+fn pool_budgets(
+    t: &Table,
+    c: &RawCluster,
+    pool_size: u32,
+) -> Result<crate::types::PoolBudgets, Problem> {
+    let min_pool_size = t.u32_at_least(&c.min_pool_size, "min_pool_size", 0, 0)?;
+    if min_pool_size > pool_size {
+        if let Some(v) = &c.min_pool_size {
+            return Err(t.error(
+                v,
+                "min_pool_size",
+                format!("must not exceed pool_size ({pool_size})"),
+            ));
+        }
+    }
+    let max_db_connections = t.u32_at_least(&c.max_db_connections, "max_db_connections", 0, 0)?;
+    let max_user_connections =
+        t.u32_at_least(&c.max_user_connections, "max_user_connections", 0, 0)?;
+    for (value, name, cap) in [
+        (
+            &c.max_db_connections,
+            "max_db_connections",
+            max_db_connections,
+        ),
+        (
+            &c.max_user_connections,
+            "max_user_connections",
+            max_user_connections,
+        ),
+    ] {
+        if cap > 0 && cap < min_pool_size {
+            if let Some(v) = value {
+                return Err(t.error(
+                    v,
+                    name,
+                    format!("must be 0 (no cap) or at least min_pool_size ({min_pool_size})"),
+                ));
+            }
+        }
+    }
+    Ok(crate::types::PoolBudgets {
+        min_pool_size,
+        reserve_pool_size: t.u32_at_least(&c.reserve_pool_size, "reserve_pool_size", 0, 0)?,
+        reserve_pool_timeout: t.duration(
+            &c.reserve_pool_timeout,
+            "reserve_pool_timeout",
+            defaults::RESERVE_POOL_TIMEOUT,
+        )?,
+        max_db_connections,
+        max_user_connections,
     })
 }
 

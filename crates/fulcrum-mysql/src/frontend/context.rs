@@ -31,6 +31,8 @@ pub struct MyClusterContext {
     pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
     /// The health loop (probes, lag, failover), once started.
     health: fulcrum_cluster::HealthLoop,
+    /// Statement digest statistics (SHOW QUERIES).
+    pub digests: fulcrum_cluster::DigestSlot,
     /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
     pub slow_query_threshold: Option<std::time::Duration>,
     pub router: Arc<Router>,
@@ -93,6 +95,7 @@ impl MyClusterContext {
             primary_position: fulcrum_pool::Coalesced::new(),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
+            digests: Default::default(),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,
@@ -148,6 +151,21 @@ impl MyClusterContext {
         &self.config.name
     }
 
+    /// The digest table (made on first use).
+    pub fn digest_table(&self) -> &Arc<fulcrum_metrics::DigestTable> {
+        self.digests.table(self.config.digests.max_entries)
+    }
+
+    /// A digest stamp for one execution of `sql` on `backend`, starting now.
+    pub fn digest_stamp(&self, sql: &str, backend: BackendId) -> Option<fulcrum_metrics::Stamp> {
+        self.digests.stamp(
+            self.config.digests.max_entries,
+            sql,
+            self.classifier.dialect(),
+            self.router.is_primary(backend),
+        )
+    }
+
     /// This cluster's figures for a metrics scrape.
     pub fn refresh_metrics(&self, metrics: &fulcrum_metrics::Metrics) {
         let n = self.config.backends.len();
@@ -181,6 +199,10 @@ impl MyClusterContext {
             classifier_misses: c.misses,
             unparsed: c.unparsed,
             oversized: c.oversized,
+            digests: match self.config.digests.metrics_top {
+                0 => Vec::new(),
+                n => self.digest_table().top(n as usize),
+            },
             prepared_statements: None,
         });
     }
@@ -192,6 +214,8 @@ impl MyClusterContext {
     /// clients connected before the reload route by the same health state.
     pub fn take_over(&self, earlier: &MyClusterContext) {
         earlier.health.stop();
+        self.digests
+            .take_over(&earlier.digests, self.config.digests.max_entries);
         if !self.router.adopt(&earlier.router) {
             tracing::warn!(cluster = %self.config.name, "backends changed by the reload: clients connected before it keep the routing state of the old list until they reconnect");
         }
@@ -366,6 +390,9 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
     }
     fn clients(&self) -> i64 {
         self.metrics.clients.get()
+    }
+    fn digests(&self) -> Arc<fulcrum_metrics::DigestTable> {
+        self.digest_table().clone()
     }
     fn monitor(&self) -> Option<fulcrum_cluster::MonitorHandle> {
         self.health.handle()

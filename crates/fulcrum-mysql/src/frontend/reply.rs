@@ -70,6 +70,8 @@ pub struct Reply {
     pub last_insert_id: u64,
     /// The answer was an ERR.
     pub error: bool,
+    /// Rows of its result sets, or the rows its OK says it changed.
+    pub rows: u64,
     /// Its error code.
     pub error_code: Option<u16>,
     /// The last `last_gtid` an OK reported (session-state tracking): the
@@ -93,6 +95,7 @@ impl Reply {
             status: None,
             last_insert_id: 0,
             error: false,
+            rows: 0,
             error_code: None,
             last_gtid: None,
         }
@@ -136,6 +139,7 @@ impl Reply {
                     let ok = parse_ok(payload, self.caps).map_err(|e| bad(e.to_string()))?;
                     self.status = Some(ok.status);
                     self.last_insert_id = ok.last_insert_id;
+                    self.rows += ok.affected_rows;
                     if !ok.session_state.is_empty() {
                         if let Ok(changes) = parse_session_state(ok.session_state) {
                             if let Some(g) = last_gtid(&changes).filter(|g| !g.is_empty()) {
@@ -203,6 +207,7 @@ impl Reply {
                         self.after_end(status)
                     }
                 } else {
+                    self.rows += 1;
                     State::Rows
                 }
             }

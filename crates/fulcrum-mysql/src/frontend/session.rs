@@ -81,6 +81,8 @@ pub struct Session {
     engine: Engine,
     /// Keep the connection for the next command (LAST_INSERT_ID()).
     keep_for_next: bool,
+    /// The digest of the statement about to be forwarded (statistics).
+    pending_digest: Option<Arc<fulcrum_metrics::Digest>>,
     /// The command in flight may be sent again if its server dies before
     /// answering (a read on a replica, outside a transaction).
     retryable: bool,
@@ -147,6 +149,7 @@ impl Session {
             server: None,
             engine: Engine::new(None),
             keep_for_next: false,
+            pending_digest: None,
             retryable: false,
             answered: false,
             connection_id: login.connection_id,
@@ -331,6 +334,11 @@ impl Session {
                     self.note_hint(text);
                     self.commit_in_flight = fulcrum_session::txn::may_commit(text.as_bytes());
                     let (route, effects) = self.route_query(text);
+                    self.pending_digest = self.ctx.digests.entry(
+                        self.ctx.config.digests.max_entries,
+                        text,
+                        fulcrum_sql::Dialect::MySql,
+                    );
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;
                 }

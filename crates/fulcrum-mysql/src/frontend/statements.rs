@@ -21,6 +21,8 @@ pub struct ClientStmt {
     pub decision: Decision,
     /// The parameter types the client bound last (2 bytes each).
     pub types: Option<Vec<u8>>,
+    /// Its digest (statistics), when digests are on.
+    pub digest: Option<Arc<fulcrum_metrics::Digest>>,
 }
 
 /// Offset of the NULL bitmap in a COM_STMT_EXECUTE payload.

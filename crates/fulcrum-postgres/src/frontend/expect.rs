@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::codec::backend_msg;
+use fulcrum_metrics::Stamp;
 use fulcrum_sql::Effect;
 
 #[derive(Debug)]
@@ -29,12 +30,13 @@ pub enum Expect {
     /// ends at RowDescription or NoData (ParameterDescription first for
     /// statements); the shared server-side statement it describes, if mapped.
     Describe(Option<Arc<str>>),
-    /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended.
-    Execute(Vec<Effect>),
+    /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended; its
+    /// digest stamp (statistics) when digests are on.
+    Execute(Vec<Effect>, Option<Stamp>),
     /// ends at ReadyForQuery.
     Sync,
     /// A simple Query or FunctionCall; ends at ReadyForQuery.
-    Query(Vec<Effect>),
+    Query(Vec<Effect>, Option<Stamp>),
     /// A reply Fulcrum gives itself when this point of the stream is reached.
     Synthetic(Bytes),
     /// CommandComplete + ReadyForQuery Fulcrum gives itself for a whole Query
@@ -78,6 +80,9 @@ pub struct Effects {
     /// statement (the session decides from the SQLSTATE whether the
     /// statement went stale, e.g. after a type it uses was recreated).
     pub failed_statement: Option<Arc<str>>,
+    /// A client's Query or Execute finished: its digest stamp, the rows its
+    /// CommandComplete tags reported, and whether it failed.
+    pub finished: Option<(Stamp, u64, bool)>,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +96,8 @@ pub struct Expectations {
     batch_ops: Vec<Effect>,
     /// The value read so far for an `Expect::Position`.
     position: Option<u64>,
+    /// Rows the CommandCompletes of the Query at the front reported so far.
+    query_rows: u64,
 }
 
 impl Expectations {
@@ -147,6 +154,17 @@ impl Expectations {
                 }
                 _ => return ready,
             }
+            self.queue.pop_front();
+        }
+    }
+
+    /// Extended protocol after an error: the server discards everything up
+    /// to the next Sync.
+    fn skip_to_sync(&mut self) {
+        while !matches!(
+            self.queue.front(),
+            Some(Expect::Sync | Expect::Query(..)) | None
+        ) {
             self.queue.pop_front();
         }
     }
@@ -209,7 +227,7 @@ impl Expectations {
                 // Flush) until CopyDone/CopyFail, so Syncs the client pipelined
                 // after this Execute and before its copy end owe no reply.
                 // <https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-COPY>
-                if matches!(self.queue.front(), Some(Expect::Execute(_))) {
+                if matches!(self.queue.front(), Some(Expect::Execute(..))) {
                     let mut i = 1;
                     let mut ended = false;
                     while i < self.queue.len() {
@@ -236,10 +254,15 @@ impl Expectations {
                 Step::Forward
             }
             b'C' | b'I' | b's' => {
-                if matches!(self.queue.front(), Some(Expect::Execute(_))) {
-                    if let Some(Expect::Execute(ops)) = self.queue.pop_front() {
-                        self.batch_ops.extend(ops);
+                match self.queue.front() {
+                    Some(Expect::Execute(..)) => {
+                        if let Some(Expect::Execute(ops, stamp)) = self.queue.pop_front() {
+                            self.batch_ops.extend(ops);
+                            fx.finished = stamp.map(|s| (s, tag_rows(tag, body), false));
+                        }
                     }
+                    Some(Expect::Query(_, Some(_))) => self.query_rows += tag_rows(tag, body),
+                    _ => {}
                 }
                 Step::Forward
             }
@@ -250,16 +273,16 @@ impl Expectations {
                     fx.failed_statement = Some(name.clone());
                 }
                 match self.queue.front() {
-                    Some(Expect::Query(_)) => self.query_failed = true,
+                    Some(Expect::Query(..)) => self.query_failed = true,
                     None => {}
+                    Some(Expect::Execute(_, Some(stamp))) => {
+                        fx.finished = Some((stamp.clone(), 0, true));
+                        self.skip_to_sync();
+                        fx.skipped_to_sync = true;
+                    }
                     Some(_) => {
                         // Extended protocol: the server discards everything up to Sync.
-                        while !matches!(
-                            self.queue.front(),
-                            Some(Expect::Sync | Expect::Query(_)) | None
-                        ) {
-                            self.queue.pop_front();
-                        }
+                        self.skip_to_sync();
                         fx.skipped_to_sync = true;
                     }
                 }
@@ -270,10 +293,12 @@ impl Expectations {
                 while let Some(e) = self.queue.pop_front() {
                     match e {
                         Expect::Sync => break,
-                        Expect::Query(ops) => {
+                        Expect::Query(ops, stamp) => {
                             if !self.query_failed {
                                 self.batch_ops.extend(ops);
                             }
+                            let rows = std::mem::take(&mut self.query_rows);
+                            fx.finished = stamp.map(|s| (s, rows, self.query_failed));
                             break;
                         }
                         _ => {}
@@ -289,6 +314,20 @@ impl Expectations {
     }
 }
 
+/// Rows a CommandComplete reports: the last number of its tag
+/// (`SELECT 5`, `INSERT 0 1`, `UPDATE 3`); 0 for other messages and tags.
+fn tag_rows(tag: u8, body: &[u8]) -> u64 {
+    if tag != b'C' {
+        return 0;
+    }
+    let text = body.split(|&b| b == 0).next().unwrap_or_default();
+    text.rsplit(|&b| b == b' ')
+        .next()
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,7 +336,7 @@ mod tests {
     fn a_swallowed_query_shows_only_errors_and_notices() {
         let mut q = Expectations::default();
         q.push(Expect::SwallowQuery);
-        q.push(Expect::Query(vec![]));
+        q.push(Expect::Query(vec![], None));
         assert_eq!(q.on_server(b'C', b"BEGIN\0").0, Step::Drop);
         assert_eq!(q.on_server(b'N', b"").0, Step::Forward);
         let (step, fx) = q.on_server(b'Z', b"T");
@@ -353,7 +392,7 @@ mod tests {
         // Client: Bind, Execute, Sync, CopyData, CopyDone, Sync (tokio-postgres' copy_in).
         let mut q = Expectations::default();
         q.push(Expect::Bind(None));
-        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Execute(vec![], None));
         q.push(Expect::Sync);
         q.on_server(b'2', b"");
         let (_, fx) = q.on_server(b'G', b"");
@@ -372,7 +411,7 @@ mod tests {
     fn copy_end_pipelined_before_copy_in_response_keeps_the_later_sync() {
         let mut q = Expectations::default();
         q.push(Expect::Bind(None));
-        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Execute(vec![], None));
         q.push(Expect::Sync);
         q.client_copy_end();
         q.push(Expect::Sync);
@@ -401,7 +440,7 @@ mod tests {
         q.push(synthetic_parse_complete());
         q.push(Expect::SwallowParse(name.clone()));
         q.push(Expect::Bind(None));
-        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Execute(vec![], None));
         q.push(Expect::Sync);
         let mut out = BytesMut::new();
         q.drain_synthetic(&mut out, b'I');
@@ -423,7 +462,7 @@ mod tests {
         q.push(Expect::Parse(None));
         q.push(Expect::Bind(None));
         q.push(synthetic_parse_complete());
-        q.push(Expect::Execute(vec![]));
+        q.push(Expect::Execute(vec![], None));
         q.push(Expect::Sync);
         let (s, fx) = q.on_server(b'E', b"");
         assert_eq!(s, Step::Forward);
@@ -439,11 +478,11 @@ mod tests {
     fn query_ops_apply_only_without_error() {
         let mut q = Expectations::default();
         let op = Effect::ResetAll;
-        q.push(Expect::Query(vec![op.clone()]));
+        q.push(Expect::Query(vec![op.clone()], None));
         q.on_server(b'C', b"");
         q.on_server(b'Z', b"I");
         assert_eq!(q.take_batch_ops(), vec![op.clone()]);
-        q.push(Expect::Query(vec![op]));
+        q.push(Expect::Query(vec![op], None));
         q.on_server(b'E', b"");
         q.on_server(b'Z', b"I");
         assert!(q.take_batch_ops().is_empty());
@@ -452,8 +491,8 @@ mod tests {
     #[test]
     fn pipelined_queries_end_one_at_a_time() {
         let mut q = Expectations::default();
-        q.push(Expect::Query(vec![]));
-        q.push(Expect::Query(vec![]));
+        q.push(Expect::Query(vec![], None));
+        q.push(Expect::Query(vec![], None));
         q.on_server(b'Z', b"I");
         assert!(!q.is_empty());
         q.on_server(b'Z', b"I");

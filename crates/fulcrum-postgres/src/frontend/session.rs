@@ -109,6 +109,10 @@ pub struct Session {
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
     stmt_ops: HashMap<Vec<u8>, Vec<Effect>>,
     portal_ops: HashMap<Vec<u8>, Vec<Effect>>,
+    /// Digest statistics: the digest of each prepared statement (by client
+    /// name) and of each portal bound from one.
+    stmt_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
+    portal_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     query_unit: Option<Classified>,
     /// When the current server connection was attached (unit latency for p2c).
@@ -196,6 +200,8 @@ impl Session {
             unnamed_decision: Decision::Write,
             stmt_ops: HashMap::new(),
             portal_ops: HashMap::new(),
+            stmt_digests: HashMap::new(),
+            portal_digests: HashMap::new(),
             query_unit: None,
             attached_at: None,
             cancel,

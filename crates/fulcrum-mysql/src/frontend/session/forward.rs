@@ -16,6 +16,9 @@ impl Session {
         effects: Effects,
     ) -> Result<(), SessionError> {
         let fresh = self.server.is_none();
+        // Given to each attempt: a retried read is recorded once, by the
+        // attempt that got the answer.
+        let digest = self.pending_digest.take();
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
@@ -26,6 +29,7 @@ impl Session {
         self.answered = false;
         let first = self.backend;
         let again = effects.clone();
+        self.pending_digest = digest.clone();
         match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
                 self.retryable = false;
@@ -44,6 +48,7 @@ impl Session {
                     }
                     Err(Err(e)) => return Err(e),
                 }
+                self.pending_digest = digest;
                 self.forward_bytes(msg, seq, shape, again).await
             }
             r => {
@@ -96,6 +101,14 @@ impl Session {
                 .queries(self.backend, self.route_label(), 1);
         }
         let keep_was = std::mem::take(&mut self.keep_for_next);
+        let stamp = self
+            .pending_digest
+            .take()
+            .map(|digest| fulcrum_metrics::Stamp {
+                digest,
+                at: std::time::Instant::now(),
+                primary: self.ctx.router.is_primary(self.backend),
+            });
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
@@ -124,6 +137,9 @@ impl Session {
         }
         // Answered: whatever it was, its outcome is known.
         self.commit_in_flight = false;
+        if let Some(stamp) = stamp {
+            stamp.finish(reply.rows, reply.error);
+        }
         if let Some(status) = reply.status {
             self.status = status;
         }

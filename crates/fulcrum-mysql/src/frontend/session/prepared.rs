@@ -73,6 +73,11 @@ impl Session {
                 self.stmts.insert(
                     id,
                     ClientStmt {
+                        digest: self.ctx.digests.entry(
+                            self.ctx.config.digests.max_entries,
+                            &sql,
+                            fulcrum_sql::Dialect::MySql,
+                        ),
                         sql,
                         num_params,
                         decision,
@@ -240,6 +245,7 @@ impl Session {
         let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut msg, 0, &body);
         let shape = if fetch { Shape::Fetch } else { Shape::Results };
+        self.pending_digest = if fetch { None } else { stmt.digest.clone() };
         self.forward_bytes(&msg, seq, shape, Effects::default())
             .await
     }

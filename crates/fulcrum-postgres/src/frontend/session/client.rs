@@ -187,18 +187,24 @@ impl Session {
                 for effect in effects.iter() {
                     match effect {
                         Effect::Pin(reason) => self.pin(reason),
-                        Effect::Deallocate(None) => self.statements.clear(),
+                        Effect::Deallocate(None) => {
+                            self.statements.clear();
+                            self.stmt_digests.clear();
+                        }
                         Effect::Deallocate(Some(_)) => {}
                         e => replay.push(e.clone()),
                     }
                 }
+                let stamp = query_text(&frame[5..])
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .and_then(|t| self.ctx.digest_stamp(t, self.backend));
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Query(replay));
+                self.expect.push(Expect::Query(replay, stamp));
                 self.pending_ready += 1;
             }
             b'F' => {
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Query(Vec::new()));
+                self.expect.push(Expect::Query(Vec::new(), None));
                 self.pending_ready += 1;
             }
             b'S' => {
@@ -218,8 +224,9 @@ impl Session {
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
+                let stamp = self.execute_stamp(&frame[5..]);
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Execute(ops));
+                self.expect.push(Expect::Execute(ops, stamp));
                 self.unsynced = true;
             }
             _ => unreachable!("filtered above"),

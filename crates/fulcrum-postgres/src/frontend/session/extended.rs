@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// Portals whose digest a session remembers before it starts afresh.
+const PORTAL_DIGESTS_MAX: usize = 64;
+
 impl Session {
     pub(super) fn on_parse(&mut self, frame: BytesMut) {
         self.unsynced = true;
@@ -22,6 +25,7 @@ impl Session {
         if decision == Decision::Set || !self.stmt_ops.is_empty() {
             self.track_statement_ops(&frame, &unit);
         }
+        self.track_statement_digest(&frame);
         let parsed = if self.rewrite_statements {
             parse_msg(&frame[5..])
         } else {
@@ -54,6 +58,46 @@ impl Session {
                 .push(Expect::Parse(Some(stmt.server_name.clone())));
         }
         self.statements.insert(name, stmt);
+    }
+
+    /// Digest statistics: the digest of the statement a Parse names.
+    fn track_statement_digest(&mut self, frame: &[u8]) {
+        let max = self.ctx.config.digests.max_entries;
+        if max == 0 {
+            return;
+        }
+        let Some(p) = parse_msg(&frame[5..]) else {
+            return;
+        };
+        let digest = std::str::from_utf8(p.query).ok().and_then(|q| {
+            self.ctx
+                .digests
+                .entry(max, q, fulcrum_sql::Dialect::Postgres)
+        });
+        match (digest, self.stmt_digests.get_mut(p.name)) {
+            (Some(d), Some(slot)) => *slot = d,
+            (Some(d), None) => {
+                self.stmt_digests.insert(p.name.to_vec(), d);
+            }
+            (None, _) => {
+                self.stmt_digests.remove(p.name);
+            }
+        }
+    }
+
+    /// Digest statistics: a stamp for an Execute of the portal `body` names.
+    pub(super) fn execute_stamp(&self, body: &[u8]) -> Option<fulcrum_metrics::Stamp> {
+        if self.portal_digests.is_empty() {
+            return None;
+        }
+        let portal = body.split(|&b| b == 0).next().unwrap_or_default();
+        self.portal_digests
+            .get(portal)
+            .map(|d| fulcrum_metrics::Stamp {
+                digest: d.clone(),
+                at: std::time::Instant::now(),
+                primary: self.ctx.router.is_primary(self.backend),
+            })
     }
 
     /// Remembers the session ops of a prepared SET (or forgets a name reused).
@@ -136,6 +180,29 @@ impl Session {
 
     pub(super) fn on_bind(&mut self, frame: BytesMut) {
         self.unsynced = true;
+        if !self.stmt_digests.is_empty() {
+            if let Some(b) = bind_msg(&frame[5..]) {
+                match self.stmt_digests.get(b.statement) {
+                    Some(d) => {
+                        if self.portal_digests.len() >= PORTAL_DIGESTS_MAX {
+                            // Named portals end with their transaction;
+                            // the map only has to stay bounded.
+                            self.portal_digests.clear();
+                        }
+                        let d = d.clone();
+                        match self.portal_digests.get_mut(b.portal) {
+                            Some(slot) => *slot = d,
+                            None => {
+                                self.portal_digests.insert(b.portal.to_vec(), d);
+                            }
+                        }
+                    }
+                    None => {
+                        self.portal_digests.remove(b.portal);
+                    }
+                }
+            }
+        }
         if !self.stmt_ops.is_empty() || !self.portal_ops.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
                 match self.stmt_ops.get(b.statement) {
@@ -180,6 +247,7 @@ impl Session {
                 if tag == b'C' {
                     // The shared server-side statement stays; the client's name goes.
                     self.statements.remove(&name);
+                    self.stmt_digests.remove(&name);
                     let mut reply = BytesMut::with_capacity(5);
                     backend_msg::close_complete(&mut reply);
                     self.expect.push(Expect::Synthetic(reply.freeze()));

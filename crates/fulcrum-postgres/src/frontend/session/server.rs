@@ -133,6 +133,9 @@ impl Session {
             if let Some(name) = fx.prepared {
                 server.prepared.confirm(name);
             }
+            if let Some((stamp, rows, failed)) = &fx.finished {
+                stamp.finish(*rows, *failed);
+            }
             if fx.skipped_to_sync {
                 server.drop_pending_statements();
             }

@@ -1,0 +1,70 @@
+//! A cluster's digest table as its contexts hold it: made on first use from
+//! the config, or handed over from the context a reload replaced (so a
+//! reload keeps the statistics when `digest_max_entries` is unchanged).
+
+use std::sync::{Arc, OnceLock};
+
+use fulcrum_metrics::{DigestTable, Stamp};
+use fulcrum_sql::Dialect;
+
+/// Longest normalised text kept per digest.
+pub const DIGEST_TEXT_MAX: usize = 2048;
+
+#[derive(Debug, Default)]
+pub struct DigestSlot {
+    table: OnceLock<Arc<DigestTable>>,
+}
+
+impl DigestSlot {
+    /// The table, made with `max_entries` on first use.
+    pub fn table(&self, max_entries: u32) -> &Arc<DigestTable> {
+        self.table
+            .get_or_init(|| Arc::new(DigestTable::new(max_entries as usize)))
+    }
+
+    /// Takes `earlier`'s table when it has the same size (call before the
+    /// context serves anyone).
+    pub fn take_over(&self, earlier: &DigestSlot, max_entries: u32) {
+        if let Some(t) = earlier.table.get() {
+            if t.max_entries() == max_entries as usize {
+                let _ = self.table.set(t.clone());
+            }
+        }
+    }
+
+    /// A stamp for one execution of `sql` starting now (`None` when digests
+    /// are off).
+    pub fn stamp(
+        &self,
+        max_entries: u32,
+        sql: &str,
+        dialect: Dialect,
+        primary: bool,
+    ) -> Option<Stamp> {
+        if max_entries == 0 {
+            return None;
+        }
+        let key = fulcrum_sql::fingerprint(sql, dialect);
+        self.table(max_entries).stamp(
+            key,
+            || fulcrum_sql::normalize(sql, dialect, DIGEST_TEXT_MAX),
+            primary,
+        )
+    }
+
+    /// The entry of `sql` (for a prepared statement, looked up once).
+    pub fn entry(
+        &self,
+        max_entries: u32,
+        sql: &str,
+        dialect: Dialect,
+    ) -> Option<Arc<fulcrum_metrics::Digest>> {
+        if max_entries == 0 {
+            return None;
+        }
+        let key = fulcrum_sql::fingerprint(sql, dialect);
+        self.table(max_entries).get(key, || {
+            fulcrum_sql::normalize(sql, dialect, DIGEST_TEXT_MAX)
+        })
+    }
+}
