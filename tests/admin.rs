@@ -173,6 +173,14 @@ async fn every_show_command_has_its_columns() {
                 "sv_closed",
                 "waits",
                 "pool_mode",
+                "pool_size",
+                "min_pool_size",
+                "reserve_pool_size",
+                "sv_reserve",
+                "db_connections",
+                "max_db_connections",
+                "user_connections",
+                "max_user_connections",
             ],
         ),
         (
@@ -239,6 +247,7 @@ async fn every_show_command_has_its_columns() {
             ],
         ),
         ("SHOW CONFIG", &["key", "value"]),
+        ("SHOW MEM", &["name", "cluster", "items", "bytes"]),
         ("SHOW LISTS", &["list", "items"]),
         (
             "SHOW DATABASES",
@@ -760,4 +769,94 @@ async fn show_queries_lists_statement_digests() {
     // The console goes on.
     let (_, again) = show(&a, "SHOW QUERIES").await;
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// RECONNECT closes server connections once they are idle (a transaction in
+/// progress keeps its own until it ends), WAIT_CLOSE waits for that, and
+/// KILL ends the database's clients with 57P01 while new ones get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_wait_close_and_kill() {
+    let s = tokio::task::block_in_place(setup);
+    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let idle = app(&s.cfg).await;
+    let busy = app(&s.cfg).await;
+    let pid_in_txn = |c: Client| async move {
+        c.batch_execute("BEGIN").await.unwrap();
+        let rows = c.simple_query("SELECT pg_backend_pid()").await.unwrap();
+        let pid: i32 = rows
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse().unwrap()),
+                _ => None,
+            })
+            .unwrap();
+        (c, pid)
+    };
+    let (busy, before) = pid_in_txn(busy).await;
+    show(&a, "RECONNECT app").await;
+    let a2 = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let waiting = tokio::spawn(async move { a2.simple_query("WAIT_CLOSE app").await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !waiting.is_finished(),
+        "WAIT_CLOSE waits for the transaction"
+    );
+    busy.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("WAIT_CLOSE returns once the connection closed")
+        .unwrap()
+        .unwrap();
+    let (busy, after) = pid_in_txn(busy).await;
+    assert_ne!(before, after, "a fresh server connection after RECONNECT");
+    busy.batch_execute("COMMIT").await.unwrap();
+    let gone = s
+        .cluster
+        .primary()
+        .sql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = {before}"
+        ))
+        .unwrap();
+    assert_eq!(gone.trim(), "0", "the old server connection is closed");
+
+    show(&a, "KILL app").await;
+    let err = tokio::time::timeout(Duration::from_secs(5), idle.simple_query("SELECT 1"))
+        .await
+        .expect("answered")
+        .unwrap_err();
+    assert!(
+        err.as_db_error()
+            .is_some_and(|d| d.code().code() == "57P01")
+            || idle.is_closed(),
+        "{err:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, clients) = show(&a, "SHOW CLIENTS").await;
+        if clients.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{clients:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fresh = app(&s.cfg).await;
+    fresh
+        .simple_query("SELECT 1")
+        .await
+        .expect("new clients get in");
+    let (_, mem) = show(&a, "SHOW MEM").await;
+    let rss: u64 = mem.iter().find(|r| r[0] == "process_rss").unwrap()[3]
+        .parse()
+        .unwrap();
+    assert!(rss > 1024 * 1024, "{mem:?}");
+    assert!(
+        mem.iter().any(|r| r[0] == "digests" && r[1] == "main"),
+        "{mem:?}"
+    );
+    let err = a.simple_query("KILL").await.unwrap_err();
+    assert!(
+        err.as_db_error()
+            .is_some_and(|d| d.message().contains("usage: KILL")),
+        "{err:?}"
+    );
 }

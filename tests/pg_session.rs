@@ -682,3 +682,130 @@ async fn query_timeout_cancels_a_silent_statement_and_the_session_goes_on() {
         );
     }
 }
+
+async fn connect_as(cfg: &PgProxyConfig, user: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(user, APP_DB), NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
+    tokio::spawn(conn);
+    client
+}
+
+/// Server connections to the app database as `user`, counted on the primary.
+fn server_connections(user: &str) -> usize {
+    let n = cluster()
+        .primary()
+        .sql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{APP_DB}' AND usename = '{user}' AND pid <> pg_backend_pid()"
+        ))
+        .expect("count");
+    n.trim().parse().unwrap_or_else(|_| panic!("{n:?}"))
+}
+
+/// `min_pool_size` opens the pool's connections before clients need them;
+/// `reserve_pool_size` serves a client that waited `reserve_pool_timeout`
+/// when the pool is busy; past both, the client gets 53300 after
+/// `pool_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
+    let user = fulcrum_testkit::APP_TRUST_USER;
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(2)
+        .extra("min_pool_size = 2")
+        .extra("reserve_pool_size = 1")
+        .extra("reserve_pool_timeout = \"300ms\"")
+        .extra("pool_timeout = \"2s\"");
+    let (_p, cfg) = start(cfg);
+    let first = connect_as(&cfg, user).await;
+    one(&first, "SELECT 1").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server_connections(user) < 2 {
+        assert!(Instant::now() < deadline, "min_pool_size = 2 never reached");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two transactions hold the pool's two connections.
+    let (a, b) = (connect_as(&cfg, user).await, connect_as(&cfg, user).await);
+    for c in [&a, &b] {
+        exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
+    }
+    // A connection the server is still tearing down may show for a moment.
+    let settle = Instant::now() + Duration::from_secs(2);
+    while server_connections(user) != 2 {
+        assert!(
+            Instant::now() < settle,
+            "the warm ones were used, no more: {}",
+            cluster()
+                .primary()
+                .sql(&format!("SELECT string_agg(pid || ' ' || state || ' ' || query || ' ' || backend_start, E'\\n') FROM pg_stat_activity WHERE usename = '{user}'"))
+                .unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    one(&first, "SELECT 2").await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_millis(1800),
+        "served from the reserve after reserve_pool_timeout: {waited:?}"
+    );
+    assert_eq!(server_connections(user), 3, "one reserve connection");
+    // The reserve held too: the next client waits pool_timeout and is told.
+    exec(&first, "BEGIN; SELECT txid_current()").await.unwrap();
+    let late = connect_as(&cfg, user).await;
+    let err = tokio::time::timeout(CALL_TIMEOUT, late.simple_query("SELECT 3"))
+        .await
+        .expect("answered")
+        .unwrap_err();
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code().code(), "53300", "{db:?}");
+    assert!(db.message().contains("pool of 2 is busy"), "{db:?}");
+    for c in [&a, &b, &first] {
+        exec(c, "COMMIT").await.unwrap();
+    }
+    assert!(server_connections(user) <= 3);
+}
+
+/// `max_db_connections` caps the server connections to one database across
+/// users: at the cap a client of another user gets 53300 after
+/// `pool_timeout`, naming the cap; once a connection is idle, the next
+/// client closes it to make room instead of waiting for
+/// `server_idle_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_db_connections_caps_connections_across_users() {
+    use fulcrum_testkit::{APP_MD5_USER, APP_TRUST_USER};
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(5)
+        .extra("max_db_connections = 2")
+        .extra("pool_timeout = \"1s\"");
+    let (_p, cfg) = start(cfg);
+    let a = connect_as(&cfg, APP_TRUST_USER).await;
+    let b = connect_as(&cfg, APP_MD5_USER).await;
+    for c in [&a, &b] {
+        exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
+    }
+    let c = connect_as(&cfg, APP_TRUST_USER).await;
+    let err = tokio::time::timeout(CALL_TIMEOUT, c.simple_query("SELECT 1"))
+        .await
+        .expect("answered")
+        .unwrap_err();
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code().code(), "53300", "{db:?}");
+    assert!(
+        db.message()
+            .contains(&format!("max_db_connections (2) for database \"{APP_DB}\"")),
+        "{db:?}"
+    );
+    exec(&a, "COMMIT").await.unwrap();
+    // The trust user's connection is idle now; the md5 user's next client
+    // takes its place at once.
+    let d = connect_as(&cfg, APP_MD5_USER).await;
+    let started = Instant::now();
+    one(&d, "SELECT 4").await;
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "no wait for room"
+    );
+    let total = server_connections(APP_TRUST_USER) + server_connections(APP_MD5_USER);
+    assert!(total <= 2, "{total} server connections to {APP_DB}");
+    exec(&b, "COMMIT").await.unwrap();
+}

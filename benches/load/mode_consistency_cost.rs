@@ -130,7 +130,9 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
         eprintln!("== {}", workload.title());
         let mut targets = vec![Target::new("PostgreSQL direct", direct.clone())];
         for (v, listen) in variants.iter().zip(&listens) {
-            targets.push(Target::new(v.name, listen.clone()));
+            // One daemon: only this listener has clients during its runs,
+            // so the process's CPU is this variant's.
+            targets.push(Target::new(v.name, listen.clone()).proxy(Some(fulcrum.pid())));
         }
         let measured = measure(
             opts,
@@ -187,9 +189,9 @@ fn render_consistency(
         let _ = writeln!(
             out,
             "| target | median TPS | ratio to direct | ratio to {base} | avg latency (ms) \
-             | server xacts per pgbench txn (primary + replicas) | TPS per round |"
+             | Fulcrum CPU per txn (µs) | server xacts per pgbench txn (primary + replicas) | TPS per round |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|");
         for target in targets {
             let paired = |base: &[f64]| -> f64 {
                 let ratios: Vec<f64> = target.tps.iter().zip(base).map(|(t, b)| t / b).collect();
@@ -198,12 +200,17 @@ fn render_consistency(
             let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
             let _ = writeln!(
                 out,
-                "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {:.2} + {:.2} | {} |",
+                "| {} | {:.0} | {:.3}x | {:.3}x | {:.3} | {} | {:.2} + {:.2} | {} |",
                 target.name,
                 median(&target.tps),
                 paired(direct),
                 paired(eventual),
                 median(&target.latency_ms),
+                if target.cpu_us_per_txn.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{:.1}", median(&target.cpu_us_per_txn))
+                },
                 median(&target.primary_xacts),
                 median(&target.replica_xacts),
                 rounds.join(" / ")

@@ -17,6 +17,8 @@ pub enum Show {
     Users,
     /// SHOW STATS summed over the clusters.
     Totals,
+    /// What the process holds in memory.
+    Mem,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,12 @@ pub enum Command {
         backend: String,
     },
     SetLog(String),
+    /// Drop every client and server connection of a database.
+    Kill(String),
+    /// Close every server connection (of a database) once it is idle.
+    Reconnect(Option<String>),
+    /// Wait until the connections a RECONNECT closes are gone.
+    WaitClose(Option<String>),
     /// Statement digests by total time (`SHOW QUERIES [cluster]`).
     ShowQueries(Option<String>),
     /// `SHOW QUERIES RESET [cluster]`: forget the digests.
@@ -71,13 +79,14 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "DATABASES" => Show::Databases,
             "USERS" => Show::Users,
             "TOTALS" => Show::Totals,
+            "MEM" => Show::Mem,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
@@ -85,6 +94,12 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
         ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
         ["RELOAD"] => Ok(Command::Reload),
+        ["KILL", _] => Ok(Command::Kill(words[1].to_owned())),
+        ["KILL", ..] => Err("usage: KILL <database>".into()),
+        ["RECONNECT"] => Ok(Command::Reconnect(None)),
+        ["RECONNECT", _] => Ok(Command::Reconnect(Some(words[1].to_owned()))),
+        ["WAIT_CLOSE"] => Ok(Command::WaitClose(None)),
+        ["WAIT_CLOSE", _] => Ok(Command::WaitClose(Some(words[1].to_owned()))),
         ["SWITCHOVER", _, "TO", _] => Ok(Command::Switchover {
             cluster: words[1].to_owned(),
             backend: words[3].to_owned(),
@@ -93,7 +108,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["SET", ..] => parse_set(text),
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {:?}; try SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, SWITCHOVER, SET log = '...'",
+            "unknown command {:?}; try SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SET log = '...'",
             words[0]
         )),
     }
@@ -136,6 +151,18 @@ mod tests {
             Ok(Command::ShowQueries(Some("main".into())))
         );
         assert_eq!(parse("SHOW QUERIES RESET"), Ok(Command::ResetQueries(None)));
+        assert_eq!(parse("show mem"), Ok(Command::Show(Show::Mem)));
+        assert_eq!(parse("KILL app;"), Ok(Command::Kill("app".into())));
+        assert!(parse("KILL").is_err());
+        assert_eq!(parse("reconnect"), Ok(Command::Reconnect(None)));
+        assert_eq!(
+            parse("RECONNECT app"),
+            Ok(Command::Reconnect(Some("app".into())))
+        );
+        assert_eq!(
+            parse("wait_close app"),
+            Ok(Command::WaitClose(Some("app".into())))
+        );
         assert_eq!(
             parse("show queries reset shop"),
             Ok(Command::ResetQueries(Some("shop".into())))

@@ -48,6 +48,51 @@ impl Admin {
                 Ok(())
             }
             Command::ShowQueries(target) => self.show_queries(target.as_deref(), out),
+            Command::Kill(database) => {
+                let mut clients = 0;
+                for e in fulcrum_cluster::clients::registry().snapshot() {
+                    if *e.database == *database {
+                        e.kill();
+                        clients += 1;
+                    }
+                }
+                let mut pools = 0;
+                for c in self.clusters() {
+                    pools += c.reconnect(Some(&database));
+                }
+                tracing::info!(%database, clients, pools, "admin KILL");
+                backend_msg::command_complete(out, "KILL");
+                Ok(())
+            }
+            Command::Reconnect(database) => {
+                for c in self.clusters() {
+                    c.reconnect(database.as_deref());
+                }
+                backend_msg::command_complete(out, "RECONNECT");
+                Ok(())
+            }
+            Command::WaitClose(database) => {
+                let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
+                loop {
+                    let left: usize = self
+                        .clusters()
+                        .iter()
+                        .map(|c| c.retiring(database.as_deref()))
+                        .sum();
+                    if left == 0 {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((
+                            "57014",
+                            format!("fulcrum admin: {left} server connections still in use after 60s; they close when their transactions end"),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                backend_msg::command_complete(out, "WAIT_CLOSE");
+                Ok(())
+            }
             Command::ResetQueries(target) => {
                 for c in self.targets(target.as_deref())? {
                     c.digests().reset();
@@ -318,18 +363,39 @@ impl Admin {
             Show::Pools => {
                 let mut rows = Vec::new();
                 for c in &self.clusters() {
-                    for p in c.pools() {
+                    let pools = c.pools();
+                    // Open connections per (backend, database) and (backend, user),
+                    // what max_db_connections and max_user_connections cap.
+                    let mut per_db: std::collections::HashMap<(&str, &str), usize> =
+                        Default::default();
+                    let mut per_user: std::collections::HashMap<(&str, &str), usize> =
+                        Default::default();
+                    for p in &pools {
+                        *per_db.entry((&p.backend, &p.database)).or_default() += p.active + p.idle;
+                        *per_user.entry((&p.backend, &p.user)).or_default() += p.active + p.idle;
+                    }
+                    let config = c.config();
+                    let b = &config.budgets;
+                    for p in &pools {
                         rows.push(vec![
-                            c.config().name.clone(),
-                            p.database,
-                            p.user,
-                            p.backend,
+                            config.name.clone(),
+                            p.database.clone(),
+                            p.user.clone(),
+                            p.backend.clone(),
                             p.active.to_string(),
                             p.idle.to_string(),
                             p.opened.to_string(),
                             p.closed.to_string(),
                             p.waits.to_string(),
-                            pool_mode(c.config()),
+                            pool_mode(config),
+                            config.pool_size.to_string(),
+                            b.min_pool_size.to_string(),
+                            b.reserve_pool_size.to_string(),
+                            p.reserve.to_string(),
+                            per_db[&(p.backend.as_str(), p.database.as_str())].to_string(),
+                            b.max_db_connections.to_string(),
+                            per_user[&(p.backend.as_str(), p.user.as_str())].to_string(),
+                            b.max_user_connections.to_string(),
                         ]);
                     }
                 }
@@ -346,6 +412,14 @@ impl Admin {
                         "sv_closed",
                         "waits",
                         "pool_mode",
+                        "pool_size",
+                        "min_pool_size",
+                        "reserve_pool_size",
+                        "sv_reserve",
+                        "db_connections",
+                        "max_db_connections",
+                        "user_connections",
+                        "max_user_connections",
                     ],
                     &rows,
                 );
@@ -522,6 +596,50 @@ impl Admin {
                     &rows,
                 );
             }
+            Show::Mem => {
+                let mut rows = vec![vec![
+                    "process_rss".to_string(),
+                    String::new(),
+                    "1".into(),
+                    resident_bytes().map_or(String::new(), |b| b.to_string()),
+                ]];
+                rows.push(vec![
+                    "clients".into(),
+                    String::new(),
+                    fulcrum_cluster::clients::registry()
+                        .snapshot()
+                        .len()
+                        .to_string(),
+                    String::new(),
+                ]);
+                for c in &self.clusters() {
+                    let name = c.config().name.clone();
+                    let (open, pools) = c
+                        .pools()
+                        .iter()
+                        .fold((0, 0), |(o, n), p| (o + p.active + p.idle, n + 1));
+                    let digests = c.digests();
+                    rows.push(vec![
+                        "pools".into(),
+                        name.clone(),
+                        pools.to_string(),
+                        String::new(),
+                    ]);
+                    rows.push(vec![
+                        "server_connections".into(),
+                        name.clone(),
+                        open.to_string(),
+                        String::new(),
+                    ]);
+                    rows.push(vec![
+                        "digests".into(),
+                        name,
+                        digests.len().to_string(),
+                        digests.approx_bytes().to_string(),
+                    ]);
+                }
+                result(out, &["name", "cluster", "items", "bytes"], &rows);
+            }
             Show::Stats | Show::Totals => {
                 let per_cluster: Vec<(String, StatFigures)> = self
                     .clusters()
@@ -624,4 +742,18 @@ fn pool_mode(c: &fulcrum_config::Cluster) -> String {
         fulcrum_config::PoolMode::Session => "session".into(),
         fulcrum_config::PoolMode::Transaction => "transaction".into(),
     }
+}
+
+/// This process's resident memory (`VmRSS` in /proc/self/status), in bytes.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }

@@ -17,6 +17,8 @@ pub struct PoolRow {
     pub database: String,
     pub active: usize,
     pub idle: usize,
+    /// Of `active`, connections from the reserve (`reserve_pool_size`).
+    pub reserve: usize,
     pub opened: u64,
     pub closed: u64,
     pub waits: u64,
@@ -31,6 +33,12 @@ pub trait ClusterAdmin: Send + Sync {
     fn clients(&self) -> i64;
     /// The health loop, for a planned switchover (None before it started).
     fn monitor(&self) -> Option<crate::MonitorHandle>;
+    /// Admin `RECONNECT`: the server connections of `database` (all when
+    /// `None`; MySQL connections serve every schema, so all of them) are
+    /// closed once idle. Returns the pools touched.
+    fn reconnect(&self, database: Option<&str>) -> usize;
+    /// Connections a RECONNECT of `database` still waits to close.
+    fn retiring(&self, database: Option<&str>) -> usize;
     /// The cluster's statement digests (SHOW QUERIES).
     fn digests(&self) -> Arc<fulcrum_metrics::DigestTable>;
 }

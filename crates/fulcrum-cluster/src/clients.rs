@@ -47,6 +47,9 @@ pub struct ClientEntry {
     backend: AtomicUsize,
     /// When the state last changed (ms since the Unix epoch).
     since_ms: AtomicU64,
+    /// Set by the admin console's KILL; the session ends at once.
+    killed: std::sync::atomic::AtomicBool,
+    kill: tokio::sync::Notify,
 }
 
 fn now_ms() -> u64 {
@@ -78,6 +81,25 @@ impl ClientEntry {
         self.backend.store(backend, Ordering::Relaxed);
         self.state.store(state as u8, Ordering::Relaxed);
         self.since_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Ends the client's session (admin `KILL`): it is told and closed.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.kill.notify_waiters();
+    }
+
+    /// Resolves once [`ClientEntry::kill`] was called.
+    pub async fn killed(&self) {
+        loop {
+            let notified = self.kill.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.killed.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// A unit of work now holds a connection to `backend`.
@@ -119,6 +141,13 @@ impl std::ops::Deref for ClientHandle {
     }
 }
 
+impl ClientHandle {
+    /// The entry itself, for a task that outlives a borrow of the handle.
+    pub fn clone_entry(&self) -> Arc<ClientEntry> {
+        self.entry.clone()
+    }
+}
+
 impl Drop for ClientHandle {
     fn drop(&mut self) {
         let mut map = self.registry.map.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,6 +181,8 @@ impl ClientRegistry {
             state: AtomicU8::new(ClientState::Idle as u8),
             backend: AtomicUsize::new(NO_BACKEND),
             since_ms: AtomicU64::new(now),
+            killed: Default::default(),
+            kill: tokio::sync::Notify::new(),
         });
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.insert(entry.id, entry.clone());

@@ -59,6 +59,13 @@ impl HealthLoop {
         }
     }
 
+    /// Turns true when the loop stops (shutdown, a reload's next context,
+    /// or this handle dropped): for the context's other background tasks.
+    /// `None` before the loop started.
+    pub fn stopped(&self) -> Option<watch::Receiver<bool>> {
+        self.stop.get().map(|s| s.subscribe())
+    }
+
     /// The running loop's handle (for SWITCHOVER), once started.
     pub fn handle(&self) -> Option<MonitorHandle> {
         self.monitor.get().cloned()

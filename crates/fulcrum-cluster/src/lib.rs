@@ -27,6 +27,7 @@ pub mod health_loop;
 pub mod lag;
 pub mod monitor;
 pub mod ops;
+pub mod pool_upkeep;
 pub mod state;
 pub mod switchover;
 pub mod topology;

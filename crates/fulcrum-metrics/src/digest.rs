@@ -235,6 +235,14 @@ impl DigestTable {
         self.len() == 0
     }
 
+    /// What the entries take, roughly: each entry and its text.
+    pub fn approx_bytes(&self) -> usize {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.values()
+            .map(|d| std::mem::size_of::<Digest>() + d.text.len() + 32)
+            .sum()
+    }
+
     /// Digests evicted to make room since start.
     pub fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)

@@ -5,13 +5,15 @@
 #![forbid(unsafe_code)]
 
 pub mod balance;
+pub mod budget;
 pub mod causal;
 pub mod coalesce;
 pub mod pool;
 pub mod router;
 
 pub use balance::Balance;
+pub use budget::{Budget, Budgets};
 pub use causal::{when_behind, when_behind_now, Causal, Need, WhenBehind};
 pub use coalesce::Coalesced;
-pub use pool::{Checkout, Pool, PoolError, PoolStats, Poolable};
+pub use pool::{Checkout, Pool, PoolError, PoolSettings, PoolStats, Poolable};
 pub use router::{Admission, BackendId, Route, Router};

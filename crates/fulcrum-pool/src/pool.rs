@@ -5,6 +5,11 @@
 //! `size`. Waiters queue fairly (tokio's semaphore is FIFO) up to `timeout`.
 //! A checked-out connection that is dropped without `release` is closed, so a
 //! dirty connection can never come back.
+//!
+//! PgBouncer's budgets on top: `reserve_size` more connections for a client
+//! that has waited `reserve_timeout`; caps shared with other pools of the
+//! backend (`budget.rs`), whose permits an open connection holds; and
+//! `min_size` connections kept open by [`Pool::fill`].
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -14,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::budget::{Budget, IdleCloser};
 
 /// A connection the pool can hold.
 pub trait Poolable: Send + 'static {
@@ -26,6 +33,8 @@ pub trait Poolable: Send + 'static {
 pub enum PoolError<E> {
     #[error("timed out after {0:?} waiting for a server connection (pool of {1} is busy)")]
     Timeout(Duration, u32),
+    #[error("timed out after {0:?} waiting for a server connection: {1} reached")]
+    Budget(Duration, String),
     #[error("pool is closed")]
     Closed,
     #[error(transparent)]
@@ -37,9 +46,42 @@ pub enum PoolError<E> {
 pub struct PoolStats {
     pub idle: usize,
     pub in_use: usize,
+    /// Of `in_use`, the connections taken from the reserve.
+    pub reserve: usize,
     pub opened: u64,
     pub closed: u64,
     pub waits: u64,
+}
+
+/// How a pool is sized (one per (backend, user, database)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    pub size: u32,
+    pub timeout: Duration,
+    pub idle_timeout: Duration,
+    /// A connection older than this is closed when it comes back
+    /// (`server_lifetime`); `None`: kept while it works.
+    pub lifetime: Option<Duration>,
+    /// `min_pool_size`: what [`Pool::fill`] keeps open.
+    pub min_size: u32,
+    /// `reserve_pool_size` connections beyond `size`, for a client that
+    /// waited `reserve_timeout`.
+    pub reserve_size: u32,
+    pub reserve_timeout: Duration,
+}
+
+impl PoolSettings {
+    pub fn new(size: u32, timeout: Duration, idle_timeout: Duration) -> PoolSettings {
+        PoolSettings {
+            size,
+            timeout,
+            idle_timeout,
+            lifetime: None,
+            min_size: 0,
+            reserve_size: 0,
+            reserve_timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 pub struct Pool<C> {
@@ -54,22 +96,61 @@ impl<C> Clone for Pool<C> {
     }
 }
 
+/// An idle connection and what it holds.
+struct Idle<C> {
+    conn: C,
+    since: Instant,
+    born: Instant,
+    /// One permit per budget over the pool.
+    budget: Vec<OwnedSemaphorePermit>,
+}
+
 struct Inner<C> {
-    size: u32,
-    timeout: Duration,
-    idle_timeout: Duration,
-    /// A connection older than this is closed when it comes back (and not
-    /// handed out again from idle): `server_lifetime`.
-    lifetime: Option<Duration>,
+    settings: PoolSettings,
     permits: Arc<Semaphore>,
-    /// Idle connections: (connection, idle since, opened at).
-    idle: Mutex<VecDeque<(C, Instant, Instant)>>,
+    reserve: Arc<Semaphore>,
+    idle: Mutex<VecDeque<Idle<C>>>,
+    budgets: Vec<Arc<Budget>>,
     opened: AtomicU64,
     closed: AtomicU64,
     waits: AtomicU64,
     /// Connections checked out of every pool of this backend (shared with the
     /// router for least-connections balancing).
     backend_load: Arc<AtomicUsize>,
+    /// Admin `RECONNECT`: connections opened before this (ns after
+    /// [`epoch`]; 0: never) are closed when they come back.
+    retired_ns: AtomicU64,
+    /// Of those, how many were in use at the RECONNECT and are not closed yet.
+    retiring: AtomicUsize,
+}
+
+/// The clock `retired_ns` counts from.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl<C> Inner<C> {
+    /// Opened before the last RECONNECT.
+    fn is_retired(&self, born: Instant) -> bool {
+        let at = self.retired_ns.load(Ordering::Acquire);
+        at != 0 && (born.saturating_duration_since(epoch()).as_nanos() as u64) < at
+    }
+}
+
+impl<C: Send> IdleCloser for Inner<C> {
+    fn close_one_idle(&self) -> bool {
+        let oldest = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        let closed = oldest.is_some();
+        if closed {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        closed
+    }
 }
 
 /// A connection checked out of a pool. Call `release` to give it back clean;
@@ -78,6 +159,7 @@ pub struct Checkout<C> {
     conn: Option<C>,
     /// When the connection was opened.
     born: Instant,
+    budget: Vec<OwnedSemaphorePermit>,
     pool: Arc<Inner<C>>,
     _permit: OwnedSemaphorePermit,
 }
@@ -94,29 +176,51 @@ impl<C: Poolable> Pool<C> {
         idle_timeout: Duration,
         backend_load: Arc<AtomicUsize>,
     ) -> Pool<C> {
-        Pool {
-            inner: Arc::new(Inner {
-                size,
-                timeout,
-                idle_timeout,
-                lifetime: None,
-                permits: Arc::new(Semaphore::new(size as usize)),
-                idle: Mutex::new(VecDeque::new()),
-                opened: AtomicU64::new(0),
-                closed: AtomicU64::new(0),
-                waits: AtomicU64::new(0),
-                backend_load,
-            }),
+        Self::configured(
+            PoolSettings::new(size, timeout, idle_timeout),
+            backend_load,
+            Vec::new(),
+        )
+    }
+
+    /// A pool with every setting, counted in `backend_load`, under `budgets`.
+    pub fn configured(
+        settings: PoolSettings,
+        backend_load: Arc<AtomicUsize>,
+        budgets: Vec<Arc<Budget>>,
+    ) -> Pool<C> {
+        let inner = Arc::new(Inner {
+            settings,
+            permits: Arc::new(Semaphore::new(settings.size as usize)),
+            reserve: Arc::new(Semaphore::new(settings.reserve_size as usize)),
+            idle: Mutex::new(VecDeque::new()),
+            budgets,
+            opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            backend_load,
+            retired_ns: AtomicU64::new(0),
+            retiring: AtomicUsize::new(0),
+        });
+        for b in &inner.budgets {
+            let weak: std::sync::Weak<dyn IdleCloser> =
+                Arc::downgrade(&(inner.clone() as Arc<dyn IdleCloser>));
+            b.join(weak);
         }
+        Pool { inner }
     }
 
     /// Connections older than `lifetime` are closed instead of reused
     /// (`None`: kept as long as they work). For a pool just made.
     pub fn with_lifetime(mut self, lifetime: Option<Duration>) -> Pool<C> {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.lifetime = lifetime;
+            inner.settings.lifetime = lifetime;
         }
         self
+    }
+
+    pub fn settings(&self) -> &PoolSettings {
+        &self.inner.settings
     }
 
     /// Takes an idle connection, or opens one with `connect` when none is idle.
@@ -126,59 +230,176 @@ impl<C: Poolable> Pool<C> {
         Fut: Future<Output = Result<C, E>>,
     {
         let inner = &self.inner;
-        let permit = match inner.permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(PoolError::Closed),
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                inner.waits.fetch_add(1, Ordering::Relaxed);
-                match tokio::time::timeout(inner.timeout, inner.permits.clone().acquire_owned())
-                    .await
-                {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(PoolError::Closed),
-                    Err(_) => return Err(PoolError::Timeout(inner.timeout, inner.size)),
-                }
-            }
-        };
-        if let Some((conn, born)) = self.take_idle() {
+        let deadline = tokio::time::Instant::now() + inner.settings.timeout;
+        let permit = self.permit(deadline).await?;
+        if let Some(idle) = self.take_idle() {
             inner.backend_load.fetch_add(1, Ordering::Relaxed);
             return Ok(Checkout {
-                conn: Some(conn),
-                born,
+                conn: Some(idle.conn),
+                born: idle.born,
+                budget: idle.budget,
                 pool: inner.clone(),
                 _permit: permit,
             });
         }
+        let budget = self.budget_permits(Some(deadline)).await?;
         let conn = connect().await.map_err(PoolError::Connect)?;
         inner.opened.fetch_add(1, Ordering::Relaxed);
         inner.backend_load.fetch_add(1, Ordering::Relaxed);
         Ok(Checkout {
             conn: Some(conn),
             born: Instant::now(),
+            budget,
             pool: inner.clone(),
             _permit: permit,
         })
     }
 
+    /// A permit to use a connection: the pool's own, else after
+    /// `reserve_timeout` one of the reserve's, until `deadline`.
+    async fn permit<E>(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<OwnedSemaphorePermit, PoolError<E>> {
+        let inner = &self.inner;
+        match inner.permits.clone().try_acquire_owned() {
+            Ok(p) => return Ok(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(PoolError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        inner.waits.fetch_add(1, Ordering::Relaxed);
+        let timeout = || PoolError::Timeout(inner.settings.timeout, inner.settings.size);
+        if inner.settings.reserve_size > 0 {
+            let reserve_at = tokio::time::Instant::now() + inner.settings.reserve_timeout;
+            if reserve_at < deadline {
+                match tokio::time::timeout_at(reserve_at, inner.permits.clone().acquire_owned())
+                    .await
+                {
+                    Ok(Ok(p)) => return Ok(p),
+                    Ok(Err(_)) => return Err(PoolError::Closed),
+                    Err(_) => {}
+                }
+                let either = async {
+                    tokio::select! {
+                        p = inner.permits.clone().acquire_owned() => p,
+                        p = inner.reserve.clone().acquire_owned() => p,
+                    }
+                };
+                return match tokio::time::timeout_at(deadline, either).await {
+                    Ok(Ok(p)) => Ok(p),
+                    Ok(Err(_)) => Err(PoolError::Closed),
+                    Err(_) => Err(timeout()),
+                };
+            }
+        }
+        match tokio::time::timeout_at(deadline, inner.permits.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(PoolError::Closed),
+            Err(_) => Err(timeout()),
+        }
+    }
+
+    /// One permit of each budget over the pool for a new connection. At a
+    /// cap, for a client (`deadline` given), an idle connection of another
+    /// pool under it is closed first, then it waits until `deadline`;
+    /// `None` (warming up) takes only free room.
+    async fn budget_permits<E>(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<OwnedSemaphorePermit>, PoolError<E>> {
+        let me = Arc::as_ptr(&self.inner) as *const () as usize;
+        let mut held = Vec::with_capacity(self.inner.budgets.len());
+        for b in &self.inner.budgets {
+            let mut permit = b.permits.clone().try_acquire_owned().ok();
+            if permit.is_none() && deadline.is_some() && b.make_room(me) {
+                permit = b.permits.clone().try_acquire_owned().ok();
+            }
+            let permit = match (permit, deadline) {
+                (Some(p), _) => p,
+                (None, Some(deadline)) => {
+                    match tokio::time::timeout_at(deadline, b.permits.clone().acquire_owned()).await
+                    {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            return Err(PoolError::Budget(
+                                self.inner.settings.timeout,
+                                b.what.clone(),
+                            ))
+                        }
+                    }
+                }
+                (None, None) => {
+                    return Err(PoolError::Budget(Duration::ZERO, b.what.clone()));
+                }
+            };
+            held.push(permit);
+        }
+        Ok(held)
+    }
+
+    /// Connections open now, idle or in use.
+    pub fn open_count(&self) -> usize {
+        let s = self.stats();
+        s.idle + s.in_use
+    }
+
+    /// Opens connections until `min_size` are open (`min_pool_size`), as
+    /// long as the pool and its budgets have room without waiting; returns
+    /// how many it opened. A connect error stops it.
+    pub async fn fill<E, F, Fut>(&self, connect: F) -> Result<usize, E>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<C, E>>,
+    {
+        let inner = &self.inner;
+        let mut opened = 0;
+        while self.open_count() < inner.settings.min_size as usize {
+            // Held while connecting, so a client cannot open one beside it
+            // past `size`.
+            let Ok(permit) = inner.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            let Ok(budget) = self.budget_permits::<E>(None).await else {
+                break;
+            };
+            let conn = connect().await?;
+            inner.opened.fetch_add(1, Ordering::Relaxed);
+            opened += 1;
+            let now = Instant::now();
+            inner
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Idle {
+                    conn,
+                    since: now,
+                    born: now,
+                    budget,
+                });
+            drop(permit);
+        }
+        Ok(opened)
+    }
+
     /// Most recently used first (keeps few connections warm); expired and
     /// unusable ones are closed on the way.
-    fn take_idle(&self) -> Option<(C, Instant)> {
+    fn take_idle(&self) -> Option<Idle<C>> {
         let now = Instant::now();
+        let settings = &self.inner.settings;
         let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
         while idle
             .front()
-            .is_some_and(|(_, since, _)| now.duration_since(*since) > self.inner.idle_timeout)
+            .is_some_and(|i| now.duration_since(i.since) > settings.idle_timeout)
         {
             idle.pop_front();
             self.inner.closed.fetch_add(1, Ordering::Relaxed);
         }
-        while let Some((mut conn, _, born)) = idle.pop_back() {
-            let too_old = self
-                .inner
+        while let Some(mut i) = idle.pop_back() {
+            let too_old = settings
                 .lifetime
-                .is_some_and(|l| now.duration_since(born) >= l);
-            if !too_old && conn.is_usable() {
-                return Some((conn, born));
+                .is_some_and(|l| now.duration_since(i.born) >= l);
+            if !too_old && i.conn.is_usable() {
+                return Some(i);
             }
             self.inner.closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -192,13 +413,37 @@ impl<C: Poolable> Pool<C> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .len();
+        let s = &self.inner.settings;
+        let reserve = s.reserve_size as usize - self.inner.reserve.available_permits();
         PoolStats {
             idle,
-            in_use: self.inner.size as usize - self.inner.permits.available_permits(),
+            in_use: s.size as usize - self.inner.permits.available_permits() + reserve,
+            reserve,
             opened: self.inner.opened.load(Ordering::Relaxed),
             closed: self.inner.closed.load(Ordering::Relaxed),
             waits: self.inner.waits.load(Ordering::Relaxed),
         }
+    }
+
+    /// Admin `RECONNECT`: idle connections are closed now, the ones in use
+    /// when they come back; new ones are opened as needed.
+    pub fn retire(&self) {
+        let inner = &self.inner;
+        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
+        inner.retired_ns.store(now.max(1), Ordering::Release);
+        inner.closed.fetch_add(idle.len() as u64, Ordering::Relaxed);
+        idle.clear();
+        // Checked out now: what the permits say (the idle lock is held).
+        let s = &inner.settings;
+        let in_use = s.size as usize - inner.permits.available_permits()
+            + (s.reserve_size as usize - inner.reserve.available_permits());
+        inner.retiring.store(in_use, Ordering::Release);
+    }
+
+    /// Connections a `RECONNECT` is still waiting to close (admin `WAIT_CLOSE`).
+    pub fn retiring(&self) -> usize {
+        self.inner.retiring.load(Ordering::Acquire)
     }
 
     /// Closes every idle connection (e.g. after the backend failed).
@@ -215,19 +460,28 @@ impl<C> Checkout<C> {
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
             let now = Instant::now();
-            if self
-                .pool
-                .lifetime
-                .is_some_and(|l| now.duration_since(self.born) >= l)
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if self.pool.is_retired(self.born)
+                || self
+                    .pool
+                    .settings
+                    .lifetime
+                    .is_some_and(|l| now.duration_since(self.born) >= l)
             {
+                drop(idle);
                 // Past `server_lifetime`: closed, a fresh one is opened
                 // when needed.
                 drop(conn);
                 self.pool.closed.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            idle.push_back((conn, now, self.born));
+            let budget = std::mem::take(&mut self.budget);
+            idle.push_back(Idle {
+                conn,
+                since: now,
+                born: self.born,
+                budget,
+            });
         }
     }
 
@@ -242,6 +496,12 @@ impl<C> Drop for Checkout<C> {
     fn drop(&mut self) {
         // Runs once per checkout, after release and discard too.
         self.pool.backend_load.fetch_sub(1, Ordering::Relaxed);
+        if self.pool.is_retired(self.born) {
+            let _ = self
+                .pool
+                .retiring
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
         if self.conn.take().is_some() {
             self.pool.closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -417,5 +677,145 @@ mod tests {
         let s = p.stats();
         assert!(s.opened <= 3, "{s:?}");
         assert_eq!(s.idle as u64, s.opened);
+    }
+
+    fn settings(size: u32, timeout_ms: u64) -> PoolSettings {
+        PoolSettings::new(
+            size,
+            Duration::from_millis(timeout_ms),
+            Duration::from_secs(60),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_reserve_serves_a_client_that_waited_reserve_timeout() {
+        let p: Pool<Conn> = Pool::configured(
+            PoolSettings {
+                reserve_size: 1,
+                reserve_timeout: Duration::from_millis(100),
+                ..settings(1, 1000)
+            },
+            Arc::new(AtomicUsize::new(0)),
+            Vec::new(),
+        );
+        let _held = p.get(|| open(1)).await.unwrap();
+        let started = Instant::now();
+        let extra = p.get(|| open(2)).await.unwrap();
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        assert!(waited < Duration::from_millis(900), "{waited:?}");
+        assert_eq!(extra.id, 2);
+        let s = p.stats();
+        assert_eq!((s.in_use, s.reserve), (2, 1), "{s:?}");
+        // Both the pool and its reserve are in use: the next one times out.
+        let err = p.get(|| open(3)).await.err().unwrap();
+        assert!(matches!(err, PoolError::Timeout(_, 1)), "{err}");
+        drop(extra);
+        assert_eq!(p.stats().reserve, 0);
+    }
+
+    #[tokio::test]
+    async fn a_budget_caps_connections_across_pools_and_closes_idle_ones_for_room() {
+        let db = Budget::new(2, "max_db_connections (2) for database \"app\"");
+        let load = Arc::new(AtomicUsize::new(0));
+        let a: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
+        let b: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
+        let a1 = a.get(|| open(1)).await.unwrap();
+        let a2 = a.get(|| open(2)).await.unwrap();
+        assert_eq!(db.open(), 2);
+        // At the cap with both in use: b waits, then gets a clear error.
+        let err = b.get(|| open(3)).await.err().unwrap();
+        assert!(matches!(err, PoolError::Budget(..)), "{err}");
+        assert!(err.to_string().contains("max_db_connections (2)"), "{err}");
+        // One of a's goes idle: b closes it to make room.
+        a1.release();
+        assert_eq!((a.stats().idle, db.open()), (1, 2));
+        let b1 = b.get(|| open(4)).await.unwrap();
+        assert_eq!(b1.id, 4);
+        assert_eq!((a.stats().idle, a.stats().closed, db.open()), (0, 1, 2));
+        // A waiter gets the permit of a connection that closes.
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.get(|| open(5)).await.map(|c| c.id) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(a2);
+        assert_eq!(waiter.await.unwrap().unwrap(), 5);
+        drop(b1);
+        assert_eq!(
+            db.open(),
+            0,
+            "every permit back once the connections closed"
+        );
+    }
+
+    #[tokio::test]
+    async fn fill_keeps_min_size_open_within_size_and_budgets() {
+        let user = Budget::new(3, "max_user_connections (3) for user \"app\"");
+        let p: Pool<Conn> = Pool::configured(
+            PoolSettings {
+                min_size: 2,
+                ..settings(4, 100)
+            },
+            Arc::new(AtomicUsize::new(0)),
+            vec![user.clone()],
+        );
+        assert_eq!(p.fill(|| open(9)).await.unwrap(), 2);
+        assert_eq!((p.stats().idle, p.stats().opened), (2, 2));
+        assert_eq!(p.fill(|| open(9)).await.unwrap(), 0, "already at min");
+        // In-use connections count: two checked out, none opened.
+        let c1 = p.get(|| open(10)).await.unwrap();
+        let c2 = p.get(|| open(11)).await.unwrap();
+        assert_eq!(p.fill(|| open(9)).await.unwrap(), 0);
+        c1.discard();
+        assert_eq!(
+            p.fill(|| open(9)).await.unwrap(),
+            1,
+            "one closed: one opened"
+        );
+        // The budget bounds it too: 3 open under a cap of 3.
+        let q: Pool<Conn> = Pool::configured(
+            PoolSettings {
+                min_size: 2,
+                ..settings(4, 100)
+            },
+            Arc::new(AtomicUsize::new(0)),
+            vec![user.clone()],
+        );
+        assert_eq!(user.open(), 2);
+        assert_eq!(q.fill(|| open(9)).await.unwrap(), 1, "room for one only");
+        assert_eq!(user.open(), 3);
+        drop(c2);
+        let failed = q.fill(|| async { Err::<Conn, _>("refused") }).await;
+        assert_eq!(failed, Err("refused"));
+    }
+
+    #[tokio::test]
+    async fn retire_closes_idle_now_and_in_use_when_released() {
+        let p = pool(3, 100);
+        let a = p.get(|| open(1)).await.unwrap();
+        let b = p.get(|| open(2)).await.unwrap();
+        let c = p.get(|| open(3)).await.unwrap();
+        c.release();
+        p.retire();
+        assert_eq!(
+            (p.stats().idle, p.retiring()),
+            (0, 2),
+            "idle closed, two to go"
+        );
+        a.release();
+        assert_eq!(
+            (p.stats().idle, p.retiring()),
+            (0, 1),
+            "closed on its way back"
+        );
+        drop(b);
+        assert_eq!(p.retiring(), 0);
+        let d = p.get(|| open(4)).await.unwrap();
+        assert_eq!(d.id, 4, "a fresh one");
+        d.release();
+        assert_eq!(
+            p.stats().idle,
+            1,
+            "connections opened after RECONNECT are kept"
+        );
     }
 }

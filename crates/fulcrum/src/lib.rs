@@ -81,6 +81,7 @@ fn context(
             }
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
+            ctx.start_pool_upkeep();
             let (tx, _) = watch::channel(ctx.clone());
             (ctx, Current::Postgres(tx))
         }
@@ -95,6 +96,7 @@ fn context(
             }
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
+            ctx.start_pool_upkeep();
             let (tx, _) = watch::channel(ctx.clone());
             (ctx, Current::Mysql(tx))
         }

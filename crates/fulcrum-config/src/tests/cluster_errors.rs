@@ -306,6 +306,11 @@ fn each_protocol_takes_its_own_client_auth_names() {
             "fulcrum.toml:4: cluster[0].client_auth: \"caching_sha2_password\" is a MySQL method; PostgreSQL clusters \
              take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
         ),
+        (
+            &with(&mysql, "max_db_connections = 10"),
+            "fulcrum.toml:4: cluster[0].max_db_connections: PostgreSQL only: a MySQL server connection serves \
+             every schema; use max_user_connections",
+        ),
     ]);
     let ok = crate::parse(
         &crate::tests::dedent(&with(&mysql, "client_auth = \"caching_sha2_password\"")),

@@ -157,7 +157,7 @@ pub(super) fn cluster(
         )?,
         metrics_top: t.u32_at_least(&c.digest_metrics_top, "digest_metrics_top", 0, 0)?,
     };
-    let budgets = pool_budgets(&t, c, pool_size)?;
+    let budgets = pool_budgets(&t, c, pool_size, protocol)?;
     let max_classify_bytes = t.size(
         &c.max_classify_bytes,
         "max_classify_bytes",
@@ -281,7 +281,16 @@ fn pool_budgets(
     t: &Table,
     c: &RawCluster,
     pool_size: u32,
+    protocol: Protocol,
 ) -> Result<crate::types::PoolBudgets, Problem> {
+    if let (Protocol::Mysql, Some(v)) = (protocol, &c.max_db_connections) {
+        return Err(t.error(
+            v,
+            "max_db_connections",
+            "PostgreSQL only: a MySQL server connection serves every schema; \
+             use max_user_connections",
+        ));
+    }
     let min_pool_size = t.u32_at_least(&c.min_pool_size, "min_pool_size", 0, 0)?;
     if min_pool_size > pool_size {
         if let Some(v) = &c.min_pool_size {

@@ -41,6 +41,8 @@ pub mod codes {
         BAD_DB = 1049, b"42000";
         /// ER_SERVER_SHUTDOWN: server shutdown in progress.
         SERVER_SHUTDOWN = 1053, b"08S01";
+        /// ER_CONNECTION_KILLED: the connection was killed.
+        CONNECTION_KILLED = 1927, b"70100";
         /// ER_PARSE_ERROR: a syntax error (also what a server answers a second
         /// statement from a client without CLIENT_MULTI_STATEMENTS).
         PARSE = 1064, b"42000";

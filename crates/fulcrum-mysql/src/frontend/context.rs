@@ -49,6 +49,9 @@ pub struct MyClusterContext {
     /// (another stored hash) does not use it.
     sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
+    /// `max_user_connections` (MySQL connections serve any schema: no
+    /// per-database cap).
+    budgets: fulcrum_pool::Budgets,
     next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
     /// (backend, server thread id), for `KILL QUERY <id>`.
@@ -141,6 +144,7 @@ impl MyClusterContext {
                 })
                 .collect(),
             pools: Mutex::new(HashMap::new()),
+            budgets: fulcrum_pool::Budgets::new(0, config.budgets.max_user_connections),
             next_connection_id: AtomicU32::new(1),
             running: Mutex::new(HashMap::new()),
             config,
@@ -283,15 +287,54 @@ impl MyClusterContext {
         pools
             .entry((backend, user.clone(), wire_format.bits(), charset))
             .or_insert_with(|| {
-                Pool::with_load(
-                    self.config.pool_size,
-                    self.config.pool_timeout,
-                    self.config.server_idle_timeout,
+                Pool::configured(
+                    fulcrum_cluster::pool_upkeep::pool_settings(&self.config),
                     self.router.load_counter(backend),
+                    self.budgets.for_pool(backend, user, None),
                 )
-                .with_lifetime(self.config.server_lifetime)
             })
             .clone()
+    }
+
+    /// `min_pool_size`: tops up, on every backend in service, the pools of
+    /// each (user, result format, character set) in use anywhere.
+    /// Runs until the health loop stops (start that first).
+    pub fn start_pool_upkeep(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let shutdown = self.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        fulcrum_cluster::pool_upkeep::start_upkeep(&self.config, shutdown, move || {
+            let ctx = weak.upgrade();
+            async move {
+                if let Some(ctx) = ctx {
+                    ctx.top_up_pools().await;
+                }
+            }
+        })
+    }
+
+    async fn top_up_pools(&self) {
+        let keys: std::collections::HashSet<(Arc<str>, u32, u8)> = self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .map(|(_, u, f, c)| (u.clone(), *f, *c))
+            .collect();
+        for b in 0..self.config.backends.len() {
+            if !fulcrum_cluster::pool_upkeep::in_service(&self.router, &self.view, b) {
+                continue;
+            }
+            for (user, format, charset) in &keys {
+                let wire_format = C::from_bits_truncate(*format);
+                let pool = self.pool(b, user, wire_format, *charset);
+                if let Err(e) = pool
+                    .fill(|| self.open(b, user, wire_format, *charset))
+                    .await
+                {
+                    tracing::debug!(cluster = %self.config.name, backend = %self.address(b), %user, error = %e, "min_pool_size: opening a connection failed");
+                }
+            }
+        }
     }
 
     /// An `auth_query` user's caching_sha2 fast-path entry, if a full
@@ -381,6 +424,7 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
                     database: String::new(),
                     active: s.in_use,
                     idle: s.idle,
+                    reserve: s.reserve,
                     opened: s.opened,
                     closed: s.closed,
                     waits: s.waits,
@@ -390,6 +434,17 @@ impl fulcrum_cluster::ClusterAdmin for MyClusterContext {
     }
     fn clients(&self) -> i64 {
         self.metrics.clients.get()
+    }
+    fn reconnect(&self, _database: Option<&str>) -> usize {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for pool in pools.values() {
+            pool.retire();
+        }
+        pools.len()
+    }
+    fn retiring(&self, _database: Option<&str>) -> usize {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.values().map(|p| p.retiring()).sum()
     }
     fn digests(&self) -> Arc<fulcrum_metrics::DigestTable> {
         self.digest_table().clone()

@@ -241,6 +241,12 @@ impl Session {
                 tokio::select! {
                     r = read_client_message(&mut self.client, max) => break r?,
                     _ = self.shutdown.changed(), if !draining => continue,
+                    _ = self.client_entry.killed() => {
+                        let msg = "fulcrum: connection killed by an administrator (KILL)";
+                        put_error(&mut self.client.write_buf, 1, codes::CONNECTION_KILLED, msg);
+                        let _ = self.client.flush().await;
+                        return Err(SessionError::Refused(msg.into()));
+                    }
                     _ = tokio::time::sleep(limit), if idle.is_some() => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);
                         return Err(self.idle_too_long(kind).await);

@@ -55,6 +55,8 @@ pub struct ClusterContext {
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     pools: Mutex<HashMap<PoolKey, Pool<ServerConn>>>,
+    /// `max_db_connections`, `max_user_connections`.
+    budgets: fulcrum_pool::Budgets,
     /// The ParameterStatus values a server reported after taking a client's
     /// startup parameters, so the next client with the same ones logs in
     /// without waiting for a server connection (as PgBouncer does).
@@ -165,6 +167,10 @@ impl ClusterContext {
             cancels: Arc::new(CancelRegistry::default()),
             mock_secret: rand::random(),
             pools: Mutex::new(HashMap::new()),
+            budgets: fulcrum_pool::Budgets::new(
+                config.budgets.max_db_connections,
+                config.budgets.max_user_connections,
+            ),
             welcome: Mutex::new(HashMap::new()),
             unparsed_logged: Mutex::new(HashSet::new()),
             config,
@@ -211,15 +217,56 @@ impl ClusterContext {
         pools
             .entry((backend, user.clone(), database.clone()))
             .or_insert_with(|| {
-                Pool::with_load(
-                    self.config.pool_size,
-                    self.config.pool_timeout,
-                    self.config.server_idle_timeout,
+                Pool::configured(
+                    fulcrum_cluster::pool_upkeep::pool_settings(&self.config),
                     self.router.load_counter(backend),
+                    self.budgets.for_pool(backend, user, Some(database)),
                 )
-                .with_lifetime(self.config.server_lifetime)
             })
             .clone()
+    }
+
+    /// `min_pool_size`: tops up, on every backend in service, the pools of
+    /// each (user, database) in use anywhere, and of each configured user
+    /// with each listed database.
+    /// Runs until the health loop stops (start that first).
+    pub fn start_pool_upkeep(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let shutdown = self.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        fulcrum_cluster::pool_upkeep::start_upkeep(&self.config, shutdown, move || {
+            let ctx = weak.upgrade();
+            async move {
+                if let Some(ctx) = ctx {
+                    ctx.top_up_pools().await;
+                }
+            }
+        })
+    }
+
+    async fn top_up_pools(&self) {
+        let mut keys: HashSet<(Arc<str>, Arc<str>)> = self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .map(|(_, u, d)| (u.clone(), d.clone()))
+            .collect();
+        for u in &self.config.users {
+            for d in &self.config.databases {
+                keys.insert((u.name.as_str().into(), d.server_database.as_str().into()));
+            }
+        }
+        for b in 0..self.backends.len() {
+            if !fulcrum_cluster::pool_upkeep::in_service(&self.router, &self.view, b) {
+                continue;
+            }
+            for (user, database) in &keys {
+                let pool = self.pool(b, user, database);
+                if let Err(e) = pool.fill(|| self.open(b, user, database)).await {
+                    tracing::debug!(cluster = %self.config.name, backend = %self.backends[b], %user, %database, error = %e, "min_pool_size: opening a connection failed");
+                }
+            }
+        }
     }
 
     /// Removes the pool for (backend, user, database) when it holds no
@@ -413,6 +460,7 @@ impl fulcrum_cluster::ClusterAdmin for ClusterContext {
                 database,
                 active: s.in_use,
                 idle: s.idle,
+                reserve: s.reserve,
                 opened: s.opened,
                 closed: s.closed,
                 waits: s.waits,
@@ -421,6 +469,25 @@ impl fulcrum_cluster::ClusterAdmin for ClusterContext {
     }
     fn clients(&self) -> i64 {
         self.metrics.clients.get()
+    }
+    fn reconnect(&self, database: Option<&str>) -> usize {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        for ((_, _, d), pool) in pools.iter() {
+            if database.is_none_or(|db| **d == *db) {
+                pool.retire();
+                n += 1;
+            }
+        }
+        n
+    }
+    fn retiring(&self, database: Option<&str>) -> usize {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .iter()
+            .filter(|((_, _, d), _)| database.is_none_or(|db| **d == *db))
+            .map(|(_, p)| p.retiring())
+            .sum()
     }
     fn digests(&self) -> Arc<fulcrum_metrics::DigestTable> {
         self.digest_table().clone()

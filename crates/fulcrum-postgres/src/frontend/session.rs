@@ -292,6 +292,7 @@ impl Session {
             Shutdown,
             Idle(IdleKind),
             QueryTimeout,
+            Killed,
         }
         // One wait for SIGTERM for the whole session, not one per event.
         let mut signal = self.shutdown.clone();
@@ -299,6 +300,10 @@ impl Session {
             let _ = signal.wait_for(|draining| *draining).await;
         };
         tokio::pin!(drain_signal);
+        // Admin KILL: ends the session wherever it stands.
+        let entry = self.client_entry.clone_entry();
+        let killed = async move { entry.killed().await };
+        tokio::pin!(killed);
         // Armed only while the client is quiet and a timeout is set.
         let idle_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(idle_sleep);
@@ -344,9 +349,19 @@ impl Session {
                     Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
                 }
                 _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
+                _ = &mut killed => Event::Killed,
             };
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
+                Event::Killed => {
+                    tracing::info!(user = ?self.user, cluster = %self.ctx.name(), "client killed by an administrator");
+                    return Err(self
+                        .fatal_client(
+                            "57P01",
+                            "terminating connection due to administrator command (fulcrum KILL)",
+                        )
+                        .await);
+                }
                 Event::Idle(kind) => return Err(self.idle_too_long(kind).await),
                 Event::Shutdown => {
                     // The session ends at its next boundary (checked above).

@@ -127,7 +127,7 @@ impl Session {
                 self.ctx.router.ban(backend, REPLICA_BAN);
                 Ok(false)
             }
-            Err(PoolError::Timeout(..)) | Err(PoolError::Closed) => Ok(false),
+            Err(PoolError::Timeout(..) | PoolError::Budget(..) | PoolError::Closed) => Ok(false),
         }
     }
 
@@ -209,6 +209,16 @@ impl Session {
                     "fulcrum: {e} for user \"{}\" database \"{}\" on {}; raise pool_size or pool_timeout for cluster \"{}\"",
                     self.user,
                     self.database,
+                    self.ctx.backends[backend],
+                    self.ctx.name()
+                );
+                return Err(self
+                    .fatal_client(sqlstate::TOO_MANY_CONNECTIONS, &msg)
+                    .await);
+            }
+            Err(e @ PoolError::Budget(..)) => {
+                let msg = format!(
+                    "fulcrum: {e} on {}; raise it or pool_timeout for cluster \"{}\"",
                     self.ctx.backends[backend],
                     self.ctx.name()
                 );
