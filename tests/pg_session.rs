@@ -683,20 +683,38 @@ async fn query_timeout_cancels_a_silent_statement_and_the_session_goes_on() {
     }
 }
 
-async fn connect_as(cfg: &PgProxyConfig, user: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(user, APP_DB), NoTls)
+async fn connect_as(cfg: &PgProxyConfig, user: &str, db: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(user, db), NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
     tokio::spawn(conn);
     client
 }
 
-/// Server connections to the app database as `user`, counted on the primary.
-fn server_connections(user: &str) -> usize {
+/// A database of the test's own on the shared cluster (other tests' server
+/// connections would count otherwise).
+fn own_database(name: &str) -> &str {
+    let exists = cluster()
+        .primary()
+        .sql(&format!(
+            "SELECT count(*) FROM pg_database WHERE datname = '{name}'"
+        ))
+        .expect("look");
+    if exists.trim() == "0" {
+        cluster()
+            .primary()
+            .sql(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+    }
+    name
+}
+
+/// Server connections to `db`, counted on the primary.
+fn server_connections(db: &str) -> usize {
     let n = cluster()
         .primary()
         .sql(&format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{APP_DB}' AND usename = '{user}' AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND pid <> pg_backend_pid()"
         ))
         .expect("count");
     n.trim().parse().unwrap_or_else(|_| panic!("{n:?}"))
@@ -709,6 +727,7 @@ fn server_connections(user: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
     let user = fulcrum_testkit::APP_TRUST_USER;
+    let db = own_database("budget_min");
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         .pool_size(2)
         .extra("min_pool_size = 2")
@@ -716,27 +735,30 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
         .extra("reserve_pool_timeout = \"300ms\"")
         .extra("pool_timeout = \"2s\"");
     let (_p, cfg) = start(cfg);
-    let first = connect_as(&cfg, user).await;
+    let first = connect_as(&cfg, user, db).await;
     one(&first, "SELECT 1").await;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while server_connections(user) < 2 {
+    while server_connections(db) < 2 {
         assert!(Instant::now() < deadline, "min_pool_size = 2 never reached");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Two transactions hold the pool's two connections.
-    let (a, b) = (connect_as(&cfg, user).await, connect_as(&cfg, user).await);
+    let (a, b) = (
+        connect_as(&cfg, user, db).await,
+        connect_as(&cfg, user, db).await,
+    );
     for c in [&a, &b] {
         exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
     }
     // A connection the server is still tearing down may show for a moment.
     let settle = Instant::now() + Duration::from_secs(2);
-    while server_connections(user) != 2 {
+    while server_connections(db) != 2 {
         assert!(
             Instant::now() < settle,
             "the warm ones were used, no more: {}",
             cluster()
                 .primary()
-                .sql(&format!("SELECT string_agg(pid || ' ' || state || ' ' || query || ' ' || backend_start, E'\\n') FROM pg_stat_activity WHERE usename = '{user}'"))
+                .sql(&format!("SELECT string_agg(pid || ' ' || state || ' ' || query || ' ' || backend_start, E'\\n') FROM pg_stat_activity WHERE datname = '{db}'"))
                 .unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -748,21 +770,21 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
         waited >= Duration::from_millis(250) && waited < Duration::from_millis(1800),
         "served from the reserve after reserve_pool_timeout: {waited:?}"
     );
-    assert_eq!(server_connections(user), 3, "one reserve connection");
+    assert_eq!(server_connections(db), 3, "one reserve connection");
     // The reserve held too: the next client waits pool_timeout and is told.
     exec(&first, "BEGIN; SELECT txid_current()").await.unwrap();
-    let late = connect_as(&cfg, user).await;
+    let late = connect_as(&cfg, user, db).await;
     let err = tokio::time::timeout(CALL_TIMEOUT, late.simple_query("SELECT 3"))
         .await
         .expect("answered")
         .unwrap_err();
-    let db = err.as_db_error().expect("an ErrorResponse");
-    assert_eq!(db.code().code(), "53300", "{db:?}");
-    assert!(db.message().contains("pool of 2 is busy"), "{db:?}");
+    let e = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(e.code().code(), "53300", "{e:?}");
+    assert!(e.message().contains("pool of 2 is busy"), "{e:?}");
     for c in [&a, &b, &first] {
         exec(c, "COMMIT").await.unwrap();
     }
-    assert!(server_connections(user) <= 3);
+    assert!(server_connections(db) <= 3);
 }
 
 /// `max_db_connections` caps the server connections to one database across
@@ -773,39 +795,40 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_db_connections_caps_connections_across_users() {
     use fulcrum_testkit::{APP_MD5_USER, APP_TRUST_USER};
+    let db = own_database("budget_cap");
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         .pool_size(5)
         .extra("max_db_connections = 2")
         .extra("pool_timeout = \"1s\"");
     let (_p, cfg) = start(cfg);
-    let a = connect_as(&cfg, APP_TRUST_USER).await;
-    let b = connect_as(&cfg, APP_MD5_USER).await;
+    let a = connect_as(&cfg, APP_TRUST_USER, db).await;
+    let b = connect_as(&cfg, APP_MD5_USER, db).await;
     for c in [&a, &b] {
         exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
     }
-    let c = connect_as(&cfg, APP_TRUST_USER).await;
+    let c = connect_as(&cfg, APP_TRUST_USER, db).await;
     let err = tokio::time::timeout(CALL_TIMEOUT, c.simple_query("SELECT 1"))
         .await
         .expect("answered")
         .unwrap_err();
-    let db = err.as_db_error().expect("an ErrorResponse");
-    assert_eq!(db.code().code(), "53300", "{db:?}");
+    let e = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(e.code().code(), "53300", "{e:?}");
     assert!(
-        db.message()
-            .contains(&format!("max_db_connections (2) for database \"{APP_DB}\"")),
-        "{db:?}"
+        e.message()
+            .contains(&format!("max_db_connections (2) for database \"{db}\"")),
+        "{e:?}"
     );
     exec(&a, "COMMIT").await.unwrap();
     // The trust user's connection is idle now; the md5 user's next client
     // takes its place at once.
-    let d = connect_as(&cfg, APP_MD5_USER).await;
+    let d = connect_as(&cfg, APP_MD5_USER, db).await;
     let started = Instant::now();
     one(&d, "SELECT 4").await;
     assert!(
         started.elapsed() < Duration::from_millis(800),
         "no wait for room"
     );
-    let total = server_connections(APP_TRUST_USER) + server_connections(APP_MD5_USER);
-    assert!(total <= 2, "{total} server connections to {APP_DB}");
+    let total = server_connections(db);
+    assert!(total <= 2, "{total} server connections to {db}");
     exec(&b, "COMMIT").await.unwrap();
 }
