@@ -294,6 +294,21 @@ impl Cluster {
     }
 }
 
+/// Of the clusters sharing one listen address (in config order), the one
+/// that serves `database`: the one listing it, else the one listing none,
+/// else the first (which refuses it as an unknown database).
+pub fn cluster_for_database<'a, T>(
+    clusters: &'a [T],
+    config: impl Fn(&T) -> &Cluster,
+    database: &str,
+) -> Option<&'a T> {
+    clusters
+        .iter()
+        .find(|c| config(c).databases.iter().any(|d| d.name == database))
+        .or_else(|| clusters.iter().find(|c| config(c).databases.is_empty()))
+        .or_else(|| clusters.first())
+}
+
 /// `auth_query`: logins for users not in the config are checked against
 /// the password the server stores, fetched with this query.
 #[derive(Clone, PartialEq)]

@@ -148,14 +148,26 @@ pub async fn run(
         ),
         None => None,
     };
-    let mut listeners = Vec::new();
-    for cluster in &config.clusters {
+    // One listener per address: clusters sharing one are served by it,
+    // the client's database picking the cluster (port 0 is never shared:
+    // the OS picks a port per listener). Each listener with the indexes
+    // of its clusters.
+    let mut listeners: Vec<(Vec<usize>, TcpListener)> = Vec::new();
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        let shares = cluster.listen.port() != 0;
+        if let Some((members, _)) = listeners
+            .iter_mut()
+            .find(|(m, _)| shares && config.clusters[m[0]].listen == cluster.listen)
+        {
+            members.push(i);
+            continue;
+        }
         let listener = bind_listener(cluster.listen).map_err(|source| DaemonError::Listen {
             cluster: cluster.name.clone(),
             address: cluster.listen,
             source,
         })?;
-        listeners.push((cluster.clone(), listener));
+        listeners.push((vec![i], listener));
     }
     let metrics = Arc::new(Metrics::new());
     // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
@@ -178,32 +190,55 @@ pub async fn run(
     }
     let mut admin_clusters: Vec<Arc<dyn ClusterAdmin>> = Vec::new();
     let mut live_clusters = Vec::new();
-    for (cluster, listener) in listeners {
+    for cluster in &config.clusters {
         tracing::info!(
             cluster = %cluster.name,
             listen = %cluster.listen,
             backends = cluster.backends.len(),
             pool_mode = ?cluster.pool_mode,
+            databases = cluster.databases.len(),
             "listening"
         );
         let (admin, current) = context(cluster.clone(), &config, &metrics, &shutdown, None);
         admin_clusters.push(admin);
-        let drain = config.fulcrum.shutdown_timeout;
-        match &current {
-            Current::Postgres(tx) => tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
-                tx.subscribe(),
-                listener,
-                shutdown.clone(),
-                drain,
-            ))),
-            Current::Mysql(tx) => tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
-                tx.subscribe(),
-                listener,
-                shutdown.clone(),
-                drain,
-            ))),
+        live_clusters.push((cluster.clone(), current));
+    }
+    let drain = config.fulcrum.shutdown_timeout;
+    for (members, listener) in listeners {
+        let on: Vec<&Current> = members.iter().map(|&i| &live_clusters[i].1).collect();
+        // Config validation keeps one protocol per address.
+        match on[0] {
+            Current::Postgres(_) => {
+                let current = on
+                    .iter()
+                    .filter_map(|c| match c {
+                        Current::Postgres(tx) => Some(tx.subscribe()),
+                        Current::Mysql(_) => None,
+                    })
+                    .collect();
+                tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
+                    current,
+                    listener,
+                    shutdown.clone(),
+                    drain,
+                )))
+            }
+            Current::Mysql(_) => {
+                let current = on
+                    .iter()
+                    .filter_map(|c| match c {
+                        Current::Mysql(tx) => Some(tx.subscribe()),
+                        Current::Postgres(_) => None,
+                    })
+                    .collect();
+                tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
+                    current,
+                    listener,
+                    shutdown.clone(),
+                    drain,
+                )))
+            }
         }
-        live_clusters.push((cluster, current));
     }
     *admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_clusters;
     let admin_config = Arc::new(Mutex::new(config.clone()));

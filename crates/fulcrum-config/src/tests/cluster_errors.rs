@@ -65,7 +65,8 @@ fn listen_addresses_must_not_collide() {
         ),
         (
             &two_clusters("other", "127.0.0.1:6432"),
-            "fulcrum.toml:14: cluster[1].listen: 127.0.0.1:6432 is already used by cluster[0].listen (line 4)",
+            "fulcrum.toml:14: cluster[1].listen: 127.0.0.1:6432 is shared with cluster \"main\", and neither lists \
+             [[cluster.database]]: on a shared port each cluster but one must list the databases it serves",
         ),
         (
             &two_clusters("other", "0.0.0.0:6432"),
@@ -339,4 +340,54 @@ fn server_connect_timeout_is_pgbouncers_name_for_connect_timeout() {
         &with("connect_timeout = \"3s\"\n    server_connect_timeout = \"7s\""),
         "fulcrum.toml:5: cluster[0].server_connect_timeout: is another name for connect_timeout, which is set too: keep one",
     )]);
+}
+
+#[test]
+fn clusters_of_one_protocol_share_a_port_by_database() {
+    // `second` gets its own cluster name and backend on the same listen.
+    let pair = |first_extra: &str, second_extra: &str, second_protocol: &str| {
+        let first = MINIMAL.replace(
+            "    [[cluster.backend]]",
+            &format!("{first_extra}    [[cluster.backend]]"),
+        );
+        let second = MINIMAL
+            .replace("name = \"main\"", "name = \"other\"")
+            .replace(
+                "protocol = \"postgres\"",
+                &format!("protocol = \"{second_protocol}\""),
+            )
+            .replace("127.0.0.1:5432", "127.0.0.1:5433")
+            .replace(
+                "    [[cluster.backend]]",
+                &format!("{second_extra}    [[cluster.backend]]"),
+            );
+        format!("{first}{}", second.trim_start_matches('\n'))
+    };
+    let db = |name: &str| format!("    [[cluster.database]]\n    name = \"{name}\"\n");
+    let ok = crate::parse(
+        &crate::tests::dedent(&pair("", &db("reports"), "postgres")),
+        std::path::Path::new("fulcrum.toml"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ok.clusters[0].listen, ok.clusters[1].listen);
+    assert_eq!(ok.clusters[1].databases[0].name, "reports");
+    let pick = |db| {
+        crate::cluster_for_database(&ok.clusters, |c| c, db)
+            .map(|c| c.name.as_str())
+            .unwrap()
+    };
+    assert_eq!(pick("reports"), "other", "the cluster listing it");
+    assert_eq!(pick("app"), "main", "the one listing none takes the rest");
+    assert_errors(&[
+        (
+            &pair(&db("app"), &db("app"), "postgres"),
+            "fulcrum.toml:16: cluster[1].listen: 127.0.0.1:6432 is shared with cluster \"main\", which also lists \
+             database \"app\": a database picks one cluster",
+        ),
+        (
+            &pair("", &db("reports"), "mysql"),
+            "fulcrum.toml:14: cluster[1].listen: 127.0.0.1:6432 is already used by cluster \"main\", of the other \
+             protocol: only clusters of one protocol share a port",
+        ),
+    ]);
 }

@@ -37,6 +37,22 @@ pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<
     let raw_clusters = raw_clusters.map_or(&[][..], |c| c.get_ref().0.as_slice());
     for (i, (raw, cluster)) in raw_clusters.iter().zip(&clusters).enumerate() {
         let key = format!("cluster[{i}].listen");
+        // Port 0 lets the OS pick a port per listener: never shared.
+        let shared = cluster.listen.port() != 0;
+        if let Some(j) = clusters[..i]
+            .iter()
+            .position(|c| shared && c.listen == cluster.listen)
+        {
+            // The same address as an earlier cluster: one port, the
+            // client's database picks the cluster.
+            let line = raw
+                .get_ref()
+                .listen
+                .as_ref()
+                .map_or(1, |v| lines.line(v.span().start));
+            shared_port(&clusters[..=i], j, line, &key)?;
+            continue;
+        }
         listeners.extend(listener(
             &key,
             &raw.get_ref().listen,
@@ -178,6 +194,65 @@ fn clusters(
         out.push(cluster);
     }
     Ok(out)
+}
+
+/// Clusters sharing a listen address (PgBouncer's `[databases]`, PgDog's
+/// `[[databases]]`): the same protocol, the same client-facing TLS (and,
+/// for MySQL, `client_auth`: the greeting is sent before the database is
+/// known), at most one without a `[[cluster.database]]` list (it takes the
+/// databases no other lists), and no database listed twice. The last
+/// cluster of `on` is checked against the earlier ones; `first` is the
+/// first cluster on the address.
+fn shared_port(on: &[Cluster], first: usize, line: usize, key: &str) -> Result<(), Problem> {
+    let (new, earlier) = on.split_last().expect("at least one cluster");
+    let same: Vec<(usize, &Cluster)> = earlier
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.listen == new.listen)
+        .collect();
+    let head = &on[first];
+    let fail = |reason: String| Err(Problem::new(line, key.to_string(), reason));
+    if head.protocol != new.protocol {
+        return fail(format!(
+            "{} is already used by cluster {:?}, of the other protocol: only clusters of one protocol share a port",
+            new.listen, head.name
+        ));
+    }
+    if head.tls != new.tls {
+        return fail(format!(
+            "{} is shared with cluster {:?}, whose TLS settings (tls_mode and its files) differ: \
+             clusters on one port must have the same",
+            new.listen, head.name
+        ));
+    }
+    if new.protocol == crate::Protocol::Mysql && head.client_auth != new.client_auth {
+        return fail(format!(
+            "{} is shared with cluster {:?}, whose client_auth differs: MySQL clusters on one port must have the same \
+             (the greeting names the method before the database is known)",
+            new.listen, head.name
+        ));
+    }
+    if new.databases.is_empty() {
+        if let Some((_, c)) = same.iter().find(|(_, c)| c.databases.is_empty()) {
+            return fail(format!(
+                "{} is shared with cluster {:?}, and neither lists [[cluster.database]]: on a shared port \
+                 each cluster but one must list the databases it serves",
+                new.listen, c.name
+            ));
+        }
+    }
+    for d in &new.databases {
+        if let Some((_, c)) = same
+            .iter()
+            .find(|(_, c)| c.databases.iter().any(|e| e.name == d.name))
+        {
+            return fail(format!(
+                "{} is shared with cluster {:?}, which also lists database {:?}: a database picks one cluster",
+                new.listen, c.name, d.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A listen address with the key and line it came from.

@@ -52,7 +52,6 @@ pub struct MyClusterContext {
     /// `max_user_connections` (MySQL connections serve any schema: no
     /// per-database cap).
     budgets: fulcrum_pool::Budgets,
-    next_connection_id: AtomicU32,
     /// Client connection id -> the server connection serving it now
     /// (backend, server thread id), for `KILL QUERY <id>`.
     running: Mutex<HashMap<u32, Option<(BackendId, u32)>>>,
@@ -145,7 +144,6 @@ impl MyClusterContext {
                 .collect(),
             pools: Mutex::new(HashMap::new()),
             budgets: fulcrum_pool::Budgets::new(0, config.budgets.max_user_connections),
-            next_connection_id: AtomicU32::new(1),
             running: Mutex::new(HashMap::new()),
             config,
         })
@@ -237,8 +235,12 @@ impl MyClusterContext {
 
     /// A connection id for a new client (what `CONNECTION_ID()`-aware tools and
     /// `KILL QUERY` see).
+    /// A connection id for a new client: one counter for the process, so
+    /// clients of clusters sharing a port, or of a context before and after
+    /// a reload, never share one (KILL QUERY names a client by it).
     pub fn connection_id(&self) -> u32 {
-        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Records which server connection serves client `id` now (None: none).

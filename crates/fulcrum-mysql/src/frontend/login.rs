@@ -197,11 +197,12 @@ pub fn password_ok(plugin: &str, password: &str, scramble: &[u8; 20], response: 
 /// `[[cluster.database]]` (an alias becomes the server's name; one not
 /// listed gets ERR 1049, as the server would answer).
 pub async fn login(
-    ctx: &MyClusterContext,
+    clusters: &[Arc<MyClusterContext>],
     conn: &mut Connection<ClientStream>,
     ticket: &fulcrum_net::PendingTicket,
-) -> Result<Login, SessionError> {
-    let mut login = authenticate_client(ctx, conn, ticket).await?;
+) -> Result<(Arc<MyClusterContext>, Login), SessionError> {
+    let (chosen, mut login) = authenticate_client(clusters, conn, ticket).await?;
+    let ctx: &MyClusterContext = &chosen;
     if let Some(schema) = &login.schema {
         match ctx.config.server_database(schema) {
             Some(server) => login.schema = Some(server.to_owned()),
@@ -212,14 +213,19 @@ pub async fn login(
             }
         }
     }
-    Ok(login)
+    Ok((chosen, login))
 }
 
+/// The greeting as the first of `clusters` says (clusters sharing a port
+/// have the same client_auth and TLS), then the authentication of the
+/// cluster serving the schema the client named (none: the cluster that
+/// lists no databases, else the first).
 async fn authenticate_client(
-    ctx: &MyClusterContext,
+    clusters: &[Arc<MyClusterContext>],
     conn: &mut Connection<ClientStream>,
     ticket: &fulcrum_net::PendingTicket,
-) -> Result<Login, SessionError> {
+) -> Result<(Arc<MyClusterContext>, Login), SessionError> {
+    let ctx: &MyClusterContext = &clusters[0];
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
     let tls = ctx.config.tls.as_ref();
@@ -291,19 +297,30 @@ async fn authenticate_client(
         return Err(refuse(m));
     }
     let caps = negotiate(hello.capabilities, ours);
+    let chosen = fulcrum_config::cluster_for_database(
+        clusters,
+        |c| &c.config,
+        hello.database.as_deref().unwrap_or(""),
+    )
+    .expect("a listener has a cluster")
+    .clone();
+    let ctx: &MyClusterContext = &chosen;
     let password = ctx.passwords.get(&hello.username);
     let auth_query = ctx.config.auth_query.is_some() && ctx.config.client_auth != ClientAuth::Trust;
     if password.is_none() && auth_query {
         seq = auth_query_login(ctx, conn, &hello, &scramble, seq, max).await?;
-        return Ok(Login {
-            user: hello.username.as_str().into(),
-            schema: hello.database.filter(|d| !d.is_empty()),
-            caps,
-            charset: hello.charset,
-            connection_id,
-            next_seq: seq,
-            scramble,
-        });
+        return Ok((
+            chosen.clone(),
+            Login {
+                user: hello.username.as_str().into(),
+                schema: hello.database.filter(|d| !d.is_empty()),
+                caps,
+                charset: hello.charset,
+                connection_id,
+                next_seq: seq,
+                scramble,
+            },
+        ));
     }
     let trust = ctx.config.client_auth == ClientAuth::Trust && password.is_some();
     // Unknown users are checked against a password nobody has: same answer.
@@ -369,7 +386,7 @@ async fn authenticate_client(
         send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
         return Err(refuse(m));
     }
-    Ok(Login {
+    let login = Login {
         user: hello.username.as_str().into(),
         schema: hello.database.filter(|d| !d.is_empty()),
         caps,
@@ -377,5 +394,6 @@ async fn authenticate_client(
         connection_id,
         next_seq: seq,
         scramble,
-    })
+    };
+    Ok((chosen.clone(), login))
 }

@@ -26,15 +26,17 @@ const IDLE_GRACE: Duration = Duration::from_secs(1);
 /// Accepts clients on `listener` until `shutdown` turns true.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
 /// transaction boundary.
-/// `current` is the cluster's context now: a config reload swaps it, and each
-/// new client takes the one current when it connects.
+/// `current` has the context now of each cluster on this port (several
+/// share it when the client's database picks the cluster), in config order:
+/// a config reload swaps them, and each new client takes the ones current
+/// when it connects. Listener settings are the first cluster's.
 pub async fn serve(
-    current: watch::Receiver<Arc<MyClusterContext>>,
+    current: Vec<watch::Receiver<Arc<MyClusterContext>>>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let ctx = current.borrow().clone();
+    let ctx = current[0].borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
     let pending = PendingLogins::new(
@@ -56,7 +58,9 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let ctx = current.borrow().clone();
+        let clusters: Vec<Arc<MyClusterContext>> =
+            current.iter().map(|c| c.borrow().clone()).collect();
+        let ctx = clusters[0].clone();
         let session_shutdown = shutdown.clone();
         let ticket = pending.admit();
         let limit = limit.clone();
@@ -70,7 +74,7 @@ pub async fn serve(
         tokio::spawn(
             async move {
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, peer, session_shutdown, ticket, limit).await {
+                match handle(clusters, stream, peer, session_shutdown, ticket, limit).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, ?reason, "client refused")
@@ -96,7 +100,7 @@ pub async fn serve(
 }
 
 async fn handle(
-    ctx: Arc<MyClusterContext>,
+    clusters: Vec<Arc<MyClusterContext>>,
     stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
@@ -107,8 +111,9 @@ async fn handle(
         fulcrum_tls::ClientStream::from(stream),
         BytesMut::with_capacity(8 * 1024),
     );
+    let ctx = clusters[0].clone();
     let end = tokio::select! {
-        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&ctx, &mut conn, &ticket)) => r.ok(),
+        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&clusters, &mut conn, &ticket)) => r.ok(),
         _ = ticket.evicted() => {
             let msg = format!(
                 "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",
@@ -121,7 +126,7 @@ async fn handle(
         }
     };
     drop(ticket);
-    let login = match end {
+    let (ctx, login) = match end {
         Some(r) => r?,
         None => {
             ctx.metrics.timeout("login");

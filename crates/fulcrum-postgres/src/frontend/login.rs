@@ -76,12 +76,18 @@ async fn start_tls(
 }
 
 /// Runs the startup phase. `Ok(None)`: the connection was a cancel request.
+/// The login on a listener shared by `clusters` (one, or several picked by
+/// database name): TLS and the startup packet as the first cluster says
+/// (clusters on one port have the same TLS settings), then the
+/// authentication of the cluster serving the database asked for. Returns
+/// that cluster with the login.
 pub async fn login(
-    ctx: &ClusterContext,
+    clusters: &[Arc<ClusterContext>],
     stream: &mut ClientStream,
     buf: &mut BytesMut,
     ticket: &fulcrum_net::PendingTicket,
-) -> Result<Option<Login>, SessionError> {
+) -> Result<Option<(Arc<ClusterContext>, Login)>, SessionError> {
+    let ctx: &ClusterContext = &clusters[0];
     if let Some(tls) = &ctx.config.tls {
         let mut first = [0u8; 1];
         let direct = match stream.tcp() {
@@ -131,8 +137,15 @@ pub async fn login(
                         process_id,
                         secret_key,
                     } => {
-                        ctx.cancels
-                            .cancel(process_id, secret_key, ctx.config.connect_timeout)
+                        // No database in a cancel request: the cluster that
+                        // knows the key.
+                        let owner = clusters
+                            .iter()
+                            .find(|c| c.cancels.target(process_id, secret_key).is_some())
+                            .unwrap_or(&clusters[0]);
+                        owner
+                            .cancels
+                            .cancel(process_id, secret_key, owner.config.connect_timeout)
                             .await;
                         return Ok(None);
                     }
@@ -194,6 +207,10 @@ pub async fn login(
     let database = database
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| user.clone());
+    let chosen = fulcrum_config::cluster_for_database(clusters, |c| &c.config, &database)
+        .expect("a listener has a cluster")
+        .clone();
+    let ctx: &ClusterContext = &chosen;
     authenticate(ctx, stream, buf, &user).await?;
     // `[[cluster.database]]`: only the databases listed, by their server
     // names; checked after the password, as PostgreSQL does.
@@ -201,11 +218,12 @@ pub async fn login(
         let message = format!("database \"{database}\" does not exist");
         return Err(fatal(stream, sqlstate::INVALID_CATALOG_NAME, &message).await);
     };
-    Ok(Some(Login {
+    let login = Login {
         user: user.into(),
         database: database.into(),
         startup,
-    }))
+    };
+    Ok(Some((chosen, login)))
 }
 
 /// Reads one whole 'p' (password/SASL) message body.

@@ -1,7 +1,8 @@
-//! One cluster's listener: admits connections while they log in (at most
-//! `max_pending_logins` at once, the oldest closed to make room), then
-//! clients up to `max_client_connections`; runs each session on its own
-//! task, and stops accepting on shutdown.
+//! A listener of one cluster, or of several sharing the port (the
+//! client's database picks one): admits connections while they log in (at
+//! most `max_pending_logins` at once, the oldest closed to make room), then
+//! clients up to `max_client_connections` (the first cluster's settings);
+//! runs each session on its own task, and stops accepting on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,16 +27,16 @@ const IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Accepts clients on `listener` until `shutdown` turns true.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
-/// transaction boundary.
-/// `current` is the cluster's context now: a config reload swaps it, and each
-/// new client takes the one current when it connects.
+/// transaction boundary. `current` has each cluster's context now, in
+/// config order: a config reload swaps them, and each new client takes the
+/// ones current when it connects.
 pub async fn serve(
-    current: watch::Receiver<Arc<ClusterContext>>,
+    current: Vec<watch::Receiver<Arc<ClusterContext>>>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let ctx = current.borrow().clone();
+    let ctx = current[0].borrow().clone();
     let max = ctx.config.max_client_connections;
     let limit = Arc::new(Semaphore::new(max as usize));
     let pending = PendingLogins::new(
@@ -58,7 +59,9 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let ctx = current.borrow().clone();
+        let clusters: Vec<Arc<ClusterContext>> =
+            current.iter().map(|c| c.borrow().clone()).collect();
+        let ctx = clusters[0].clone();
         let session_shutdown = shutdown.clone();
         let ticket = pending.admit();
         let limit = limit.clone();
@@ -74,7 +77,7 @@ pub async fn serve(
         tokio::spawn(
             async move {
                 let cluster = ctx.config.name.clone();
-                match handle(ctx, stream, peer, session_shutdown, ticket, limit).await {
+                match handle(clusters, stream, peer, session_shutdown, ticket, limit).await {
                     Ok(()) | Err(SessionError::ClientGone) => tracing::debug!("client left"),
                     Err(SessionError::Refused(reason)) => {
                         tracing::info!(%peer, %cluster, ?reason, "client refused")
@@ -119,7 +122,7 @@ enum LoginEnd<T> {
 }
 
 async fn handle(
-    ctx: Arc<ClusterContext>,
+    clusters: Vec<Arc<ClusterContext>>,
     stream: TcpStream,
     peer: std::net::SocketAddr,
     shutdown: watch::Receiver<bool>,
@@ -128,8 +131,9 @@ async fn handle(
 ) -> Result<(), SessionError> {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut stream = ClientStream::from(stream);
+    let ctx = clusters[0].clone();
     let end = tokio::select! {
-        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&ctx, &mut stream, &mut buf, &ticket)) => match r {
+        r = tokio::time::timeout(ctx.config.client_login_timeout, login(&clusters, &mut stream, &mut buf, &ticket)) => match r {
             Ok(r) => LoginEnd::Done(r),
             Err(_) => LoginEnd::TimedOut,
         },
@@ -161,7 +165,9 @@ async fn handle(
             return Err(SessionError::Refused("login timed out".into()));
         }
     };
-    let Some(login) = login else { return Ok(()) };
+    let Some((ctx, login)) = login else {
+        return Ok(());
+    };
     let Ok(_permit) = limit.try_acquire_owned() else {
         let msg = format!(
             "fulcrum: too many client connections (max_client_connections = {})",
