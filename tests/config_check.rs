@@ -167,11 +167,12 @@ fn invalid_configs_fail_check_with_file_line_key_and_reason() {
             reason: "cluster name \"main\" is already used by cluster[0] (line 2)",
         },
         Case {
-            what: "duplicate listen address",
+            what: "a shared listen address without database lists",
             toml: two_clusters(|c| c.replace("\"main\"", "\"other\"").replace("5432", "5433")),
             line: 14,
             key: "cluster[1].listen",
-            reason: "127.0.0.1:6432 is already used by cluster[0].listen (line 4)",
+            reason: "127.0.0.1:6432 is shared with cluster \"main\", and neither lists [[cluster.database]]: \
+                     on a shared port each cluster but one must list the databases it serves",
         },
         Case {
             what: "no primary-capable backend",
