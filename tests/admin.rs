@@ -194,6 +194,7 @@ async fn every_show_command_has_its_columns() {
                 "sv_active",
                 "sv_idle",
                 "last_error",
+                "reason",
             ],
         ),
         (
@@ -369,10 +370,23 @@ async fn disable_drains_a_backend_and_enable_brings_it_back() {
     assert!(clusters
         .iter()
         .any(|r| r[2] == s.replica_addr && r[8] == "true"));
+    let reason_of = |rows: &Vec<Vec<String>>| {
+        rows.iter()
+            .find(|r| r[1] == s.replica_addr)
+            .map(|r| r[8].clone())
+            .unwrap()
+    };
+    let (_, servers) = show(&a, "SHOW SERVERS").await;
+    assert!(
+        reason_of(&servers).starts_with("disabled by an operator"),
+        "SHOW SERVERS says why: {servers:?}"
+    );
     a.simple_query(&format!("ENABLE {}", s.replica_addr))
         .await
         .unwrap();
     assert_eq!(port_of(&c).await, s.replica);
+    let (_, servers) = show(&a, "SHOW SERVERS").await;
+    assert_eq!(reason_of(&servers), "", "in service again");
     // The primary cannot be drained.
     let primary_addr = format!("127.0.0.1:{}", s.primary);
     let e = a

@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod command;
+mod queries;
+mod reason;
 pub mod rows;
 mod session;
 mod show;
