@@ -619,3 +619,20 @@ fn scrape(port: u16) -> String {
     let _ = s.read_to_string(&mut out);
     out
 }
+
+/// `server_check_delay = "0s"`: every reuse is checked with COM_PING; a live
+/// connection passes, so the client stays on the same server thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
+    let (_p, port) = start("server_check_delay = \"0s\"\nreads_on_primary = true\npool_size = 1");
+    let mut conn = connect(port).await;
+    conn.query_drop("BEGIN").await.unwrap();
+    let first: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await.unwrap();
+    conn.query_drop("COMMIT").await.unwrap();
+    for _ in 0..10 {
+        conn.query_drop("BEGIN").await.unwrap();
+        let id: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await.unwrap();
+        conn.query_drop("COMMIT").await.unwrap();
+        assert_eq!(id, first, "the same server connection, checked and kept");
+    }
+}

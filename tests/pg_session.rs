@@ -832,3 +832,20 @@ async fn max_db_connections_caps_connections_across_users() {
     assert!(total <= 2, "{total} server connections to {db}");
     exec(&b, "COMMIT").await.unwrap();
 }
+
+/// `server_check_delay = "0s"` checks every idle connection with a round
+/// trip before reuse: a live connection passes, so the client keeps being
+/// served by the same server process, and the answers are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(1)
+        .extra("server_check_delay = \"0s\"");
+    let (_p, cfg) = start(cfg);
+    let client = connect_with(&cfg, None).await;
+    let first = one(&client, "SELECT pg_backend_pid()").await;
+    for i in 0..20 {
+        assert_eq!(one(&client, &format!("SELECT {i}")).await, i.to_string());
+        assert_eq!(one(&client, "SELECT pg_backend_pid()").await, first);
+    }
+}

@@ -26,6 +26,7 @@ pub fn pool_settings(config: &Cluster) -> PoolSettings {
         min_size: config.budgets.min_pool_size,
         reserve_size: config.budgets.reserve_pool_size,
         reserve_timeout: config.budgets.reserve_pool_timeout,
+        check_delay: Some(config.budgets.server_check_delay),
     }
 }
 

@@ -76,6 +76,7 @@ pub(crate) struct RawCluster {
     pub min_pool_size: Value<Int>,
     pub reserve_pool_size: Value<Int>,
     pub reserve_pool_timeout: Value<DurationText>,
+    pub server_check_delay: Value<DurationText>,
     pub max_db_connections: Value<Int>,
     pub max_user_connections: Value<Int>,
     pub max_classify_bytes: Value<SizeValue>,

@@ -471,6 +471,9 @@ pub struct PoolBudgets {
     pub max_db_connections: u32,
     /// Most server connections per backend for one user, across databases.
     pub max_user_connections: u32,
+    /// An idle connection older than this is checked with a round trip
+    /// before it is handed out (`server_check_delay`; zero: always).
+    pub server_check_delay: Duration,
 }
 
 impl Default for PoolBudgets {
@@ -481,6 +484,7 @@ impl Default for PoolBudgets {
             reserve_pool_timeout: defaults::RESERVE_POOL_TIMEOUT,
             max_db_connections: 0,
             max_user_connections: 0,
+            server_check_delay: defaults::SERVER_CHECK_DELAY,
         }
     }
 }
@@ -516,6 +520,7 @@ pub mod defaults {
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
     pub const DIGEST_MAX_ENTRIES: u32 = 5_000;
     pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const SERVER_CHECK_DELAY: Duration = Duration::from_secs(30);
     pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);

@@ -27,6 +27,12 @@ pub trait Poolable: Send + 'static {
     /// Cheap, non-blocking check that an idle connection is still usable
     /// (e.g. the peer has not closed it). Called before handing it out.
     fn is_usable(&mut self) -> bool;
+
+    /// A round trip proving the server still answers, for a connection idle
+    /// longer than `check_delay` (PgBouncer's `server_check_query`).
+    fn check(&mut self) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
 }
 
 #[derive(Debug, Error)]
@@ -68,6 +74,10 @@ pub struct PoolSettings {
     /// waited `reserve_timeout`.
     pub reserve_size: u32,
     pub reserve_timeout: Duration,
+    /// `server_check_delay`: an idle connection older than this gets a
+    /// [`Poolable::check`] before it is handed out (zero: always; `None`:
+    /// never).
+    pub check_delay: Option<Duration>,
 }
 
 impl PoolSettings {
@@ -80,6 +90,7 @@ impl PoolSettings {
             min_size: 0,
             reserve_size: 0,
             reserve_timeout: Duration::from_secs(5),
+            check_delay: None,
         }
     }
 }
@@ -232,7 +243,21 @@ impl<C: Poolable> Pool<C> {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + inner.settings.timeout;
         let permit = self.permit(deadline).await?;
-        if let Some(idle) = self.take_idle() {
+        while let Some(mut idle) = self.take_idle() {
+            let quiet_for = idle.since.elapsed();
+            if inner.settings.check_delay.is_some_and(|d| quiet_for >= d) {
+                let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
+                if !matches!(answered, Ok(true)) {
+                    // Gone quiet for good (a restarted server, a dropped
+                    // NAT entry): closed, and the next one is tried.
+                    tracing::debug!(
+                        ?quiet_for,
+                        "server_check_delay: an idle server connection failed its check; closed"
+                    );
+                    inner.closed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
             inner.backend_load.fetch_add(1, Ordering::Relaxed);
             return Ok(Checkout {
                 conn: Some(idle.conn),
@@ -537,6 +562,10 @@ mod tests {
         fn is_usable(&mut self) -> bool {
             self.usable
         }
+        /// A dead server still looks usable to the cheap check (id 0).
+        async fn check(&mut self) -> bool {
+            self.id != 0
+        }
     }
 
     fn pool(size: u32, timeout_ms: u64) -> Pool<Conn> {
@@ -817,5 +846,29 @@ mod tests {
             1,
             "connections opened after RECONNECT are kept"
         );
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead() {
+        let p: Pool<Conn> = Pool::configured(
+            PoolSettings {
+                check_delay: Some(Duration::from_millis(30)),
+                ..settings(2, 200)
+            },
+            Arc::new(AtomicUsize::new(0)),
+            Vec::new(),
+        );
+        p.get(|| open(0)).await.unwrap().release();
+        // Fresh: handed out without a check, dead or not.
+        let c = p.get(|| open(1)).await.unwrap();
+        assert_eq!(c.id, 0);
+        c.release();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let c = p.get(|| open(2)).await.unwrap();
+        assert_eq!(c.id, 2, "the dead one failed its check and was closed");
+        assert_eq!(p.stats().closed, 1);
+        c.release();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(p.get(|| open(3)).await.unwrap().id, 2, "a live one passes");
     }
 }

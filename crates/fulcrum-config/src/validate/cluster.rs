@@ -336,6 +336,13 @@ fn pool_budgets(
         )?,
         max_db_connections,
         max_user_connections,
+        // "0s" means every reuse is checked, as PgBouncer's 0.
+        server_check_delay: match &c.server_check_delay {
+            None => defaults::SERVER_CHECK_DELAY,
+            Some(_) => t
+                .duration_or_off(&c.server_check_delay, "server_check_delay")?
+                .unwrap_or(std::time::Duration::ZERO),
+        },
     })
 }
 

@@ -88,6 +88,11 @@ impl fulcrum_pool::Poolable for ServerConn {
         }
         self.io.stream().is_quiet()
     }
+
+    /// `server_check_delay`: COM_PING, answered with OK by a live server.
+    async fn check(&mut self) -> bool {
+        self.run_simple(Command::Ping, b"").await.is_ok()
+    }
 }
 
 impl ServerConn {

@@ -54,4 +54,10 @@ impl fulcrum_pool::Poolable for ServerConn {
         }
         self.io.stream().is_quiet()
     }
+
+    /// `server_check_delay`: an empty query, answered with
+    /// EmptyQueryResponse and ReadyForQuery (idle) by a live server.
+    async fn check(&mut self) -> bool {
+        matches!(self.run_internal("").await, Ok(b'I'))
+    }
 }
