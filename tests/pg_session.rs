@@ -849,3 +849,50 @@ async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
         assert_eq!(one(&client, "SELECT pg_backend_pid()").await, first);
     }
 }
+
+/// `min_pool_size` with `[[cluster.database]]` listed: the pools of every
+/// configured user and listed database are opened at start, before any
+/// client connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_warms_configured_users_and_databases_at_start() {
+    let db = own_database("budget_warm");
+    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+        .pool_size(3)
+        .extra("min_pool_size = 2")
+        .extra(&format!("[[cluster.database]]\nname = \"{db}\""));
+    // `extra` lines go before the backends: the database table must not
+    // swallow them, so it is moved to the end.
+    let toml = cfg.to_toml();
+    let (head, rest) = toml
+        .split_once(&format!("[[cluster.database]]\nname = \"{db}\"\n"))
+        .unwrap();
+    let toml = format!("{head}{rest}\n[[cluster.database]]\nname = \"{db}\"\n");
+    let _p = FulcrumProcess::start(&toml).expect("start fulcrum");
+    let users = [
+        APP_USER,
+        fulcrum_testkit::APP_MD5_USER,
+        fulcrum_testkit::APP_PLAIN_USER,
+        fulcrum_testkit::APP_TRUST_USER,
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let per_user = cluster()
+            .primary()
+            .sql(&format!(
+                "SELECT string_agg(usename || '=' || n, ',' ORDER BY usename) FROM \
+                 (SELECT usename, count(*) AS n FROM pg_stat_activity WHERE datname = '{db}' GROUP BY usename) s"
+            ))
+            .unwrap();
+        let warm = users
+            .iter()
+            .all(|u| per_user.split(',').any(|e| e == format!("{u}=2")));
+        if warm {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every configured user's pool warmed to 2 without a client: {per_user:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
