@@ -297,3 +297,88 @@ async fn hint_and_session_setting_choose_the_mode() {
         .unwrap();
     assert_eq!(n, 1, "session again after RESET");
 }
+
+/// `consistency = "user"` on MariaDB: a write on one connection is seen by
+/// a read on a fresh connection of the same user; `session` misses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_consistency_covers_every_connection_of_the_user() {
+    tokio::task::block_in_place(cluster);
+    let mut stale_by_mode = Vec::new();
+    for (mode, id) in [("session", 50_000), ("user", 60_000)] {
+        let (_p, port) = start(&format!("consistency = \"{mode}\""));
+        let mut writer = connect(port).await;
+        let mut stale = 0;
+        for i in 0..12 {
+            writer
+                .query_drop(format!("INSERT INTO rw VALUES ({id}, {i})"))
+                .await
+                .unwrap();
+            let mut reader = connect(port).await;
+            let n: Option<i64> = reader
+                .query_first(format!(
+                    "SELECT count(*) FROM rw WHERE client = {id} AND i = {i}"
+                ))
+                .await
+                .unwrap();
+            if n != Some(1) {
+                stale += 1;
+            }
+            reader.disconnect().await.unwrap();
+        }
+        stale_by_mode.push((mode, stale));
+    }
+    assert!(
+        stale_by_mode[0].1 > 0,
+        "session misses other connections' writes: {stale_by_mode:?}"
+    );
+    assert_eq!(
+        stale_by_mode[1].1, 0,
+        "user never misses: {stale_by_mode:?}"
+    );
+}
+
+/// The causal token on MariaDB: `SELECT @@fulcrum_position` after a write,
+/// `SET @@fulcrum_min_position` or the hint on another connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_causal_token_carries_a_write_to_another_connection() {
+    tokio::task::block_in_place(cluster);
+    let (_p, port) = start("");
+    let mut writer = connect(port).await;
+    let id = 70_000;
+    for i in 0..8 {
+        writer
+            .query_drop(format!("INSERT INTO rw VALUES ({id}, {i})"))
+            .await
+            .unwrap();
+        let token: String = writer
+            .query_first("SELECT @@fulcrum_position")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(token.split('-').count(), 3, "a GTID: {token:?}");
+        let mut reader = connect(port).await;
+        let count = format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}");
+        let n: Option<i64> = if i % 2 == 0 {
+            reader
+                .query_drop(format!("SET @@fulcrum_min_position = '{token}'"))
+                .await
+                .unwrap();
+            reader.query_first(count).await.unwrap()
+        } else {
+            reader
+                .query_first(format!("/* fulcrum:after={token} */ {count}"))
+                .await
+                .unwrap()
+        };
+        assert_eq!(n, Some(1), "round {i}: the token's write is seen");
+        reader.disconnect().await.unwrap();
+    }
+    let mut reader = connect(port).await;
+    let err = reader
+        .query_drop("SET @@fulcrum_min_position = 'nope'")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("1231"), "{err}");
+    let one: Option<i64> = reader.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+}

@@ -360,3 +360,87 @@ async fn the_position_query_follows_writes_only_when_replicas_exist() {
         "no position query after a write on a single-node cluster"
     );
 }
+
+/// `consistency = "user"`: a write on one connection is seen by the next
+/// read on a fresh connection of the same user (the `psql -c` pattern, a web
+/// app's pool handing the next request another connection). `session` misses
+/// it, which proves the pattern reaches the lagging replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_consistency_covers_every_connection_of_the_user() {
+    tokio::task::block_in_place(cluster);
+    let mut stale_by_mode = Vec::new();
+    for (mode, id) in [("session", 50_000), ("user", 60_000)] {
+        let (_p, cfg) = start(&[&format!("consistency = \"{mode}\"")]);
+        let writer = connect(&cfg).await;
+        let mut stale = 0;
+        for i in 0..30 {
+            writer
+                .simple_query(&format!("INSERT INTO rw VALUES ({id}, {i})"))
+                .await
+                .unwrap();
+            let reader = connect(&cfg).await;
+            let r = row(
+                &reader,
+                &format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}"),
+            )
+            .await;
+            if r[0] != "1" {
+                stale += 1;
+            }
+        }
+        stale_by_mode.push((mode, stale));
+    }
+    assert!(
+        stale_by_mode[0].1 > 0,
+        "session does not cover other connections: {stale_by_mode:?}"
+    );
+    assert_eq!(
+        stale_by_mode[1].1, 0,
+        "user never misses: {stale_by_mode:?}"
+    );
+}
+
+/// The causal token: `SHOW fulcrum.position` after a write, then
+/// `SET fulcrum.min_position` or the `fulcrum:after` hint on another
+/// connection makes its reads wait for that write; a bad token is 22023 and
+/// the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_causal_token_carries_a_write_to_another_connection() {
+    tokio::task::block_in_place(cluster);
+    let (_p, cfg) = start(&[]);
+    let writer = connect(&cfg).await;
+    let id = 70_000;
+    for i in 0..16 {
+        writer
+            .simple_query(&format!("INSERT INTO rw VALUES ({id}, {i})"))
+            .await
+            .unwrap();
+        let token = row(&writer, "SHOW fulcrum.position").await[0].clone();
+        let lsn = token.split_once('/');
+        assert!(
+            lsn.is_some_and(|(hi, lo)| u32::from_str_radix(hi, 16).is_ok()
+                && u32::from_str_radix(lo, 16).is_ok()),
+            "an LSN: {token:?}"
+        );
+        // A fresh connection each time: it has written nothing.
+        let reader = connect(&cfg).await;
+        let count = format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}");
+        let r = if i % 2 == 0 {
+            reader
+                .simple_query(&format!("SET fulcrum.min_position = '{token}'"))
+                .await
+                .unwrap();
+            row(&reader, &count).await
+        } else {
+            row(&reader, &format!("/* fulcrum:after={token} */ {count}")).await
+        };
+        assert_eq!(r[0], "1", "round {i}: the token's write is seen");
+    }
+    let reader = connect(&cfg).await;
+    let err = reader
+        .simple_query("SET fulcrum.min_position = 'nope'")
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().map(|d| d.code().code()), Some("22023"));
+    assert_eq!(row(&reader, "SELECT 1").await[0], "1");
+}

@@ -122,6 +122,9 @@ pub enum Consistency {
     Eventual,
     /// Never older than the client's own last committed write.
     Session,
+    /// Never older than the last write committed by any connection of the
+    /// same user to the same database (through this Fulcrum).
+    User,
     /// Sees every write committed anywhere before the read started.
     Strong,
 }
@@ -131,6 +134,7 @@ impl Consistency {
     pub const NAMES: &'static [(&'static str, Consistency)] = &[
         ("eventual", Consistency::Eventual),
         ("session", Consistency::Session),
+        ("user", Consistency::User),
         ("strong", Consistency::Strong),
     ];
 
@@ -146,8 +150,14 @@ impl Consistency {
         match self {
             Consistency::Eventual => "eventual",
             Consistency::Session => "session",
+            Consistency::User => "user",
             Consistency::Strong => "strong",
         }
+    }
+
+    /// Sessions learn the position of their writes (session and user).
+    pub fn tracks_writes(self) -> bool {
+        matches!(self, Consistency::Session | Consistency::User)
     }
 }
 

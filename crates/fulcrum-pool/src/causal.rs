@@ -1,8 +1,14 @@
 //! Read-your-writes bookkeeping for one client session (consistency
-//! `session` and `strong`, docs/consistency.md): the position the client's
-//! reads must not be older than, and the replicas already seen past it, so a
-//! replica is asked at most once per write. Protocol-neutral: the position is
-//! a PostgreSQL LSN or a MariaDB GTID, compared by the protocol's session.
+//! `session`, `user` and `strong`, docs/consistency.md): the position the
+//! client's reads must not be older than, and the replicas already seen past
+//! it, so a replica is asked at most once per write; and, for `user`, the
+//! newest position each (user, database) of a cluster committed at, shared by
+//! all its sessions. Protocol-neutral: the position is a PostgreSQL LSN or a
+//! MariaDB GTID, compared by the protocol's `newer`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::BackendId;
 
@@ -43,6 +49,20 @@ impl<P: Clone> Causal<P> {
     pub fn wrote(&mut self, position: P) {
         self.need = Need::At(position);
         self.verified = 0;
+    }
+
+    /// The reads must see at least `position` (another session's commit of
+    /// the same user, a causal token): kept when `newer` than what they
+    /// must see already. An unknown position (reads on the primary) stays.
+    pub fn at_least(&mut self, position: P, newer: impl Fn(&P, &P) -> bool) {
+        let raise = match &self.need {
+            Need::Nothing => true,
+            Need::At(q) => newer(&position, q),
+            Need::Unknown => false,
+        };
+        if raise {
+            self.wrote(position);
+        }
     }
 
     /// The client wrote, at a position Fulcrum could not learn.
@@ -92,6 +112,109 @@ impl<P: Clone> Causal<P> {
         if self.primary != primary {
             self.primary = primary;
             self.forget_replicas();
+        }
+    }
+}
+
+/// `consistency = "user"`: per (user, database), the newest commit position
+/// any session of the user reported, and the writes whose position is being
+/// learnt. A write's session marks it [`UserPositions::begin`] before its
+/// answer reaches the client and settles it once the position is known, so
+/// a read on another connection in between goes to the primary instead of
+/// missing it. Keys are bounded by the users who can log in; one short lock
+/// per write and per read of such a session.
+#[derive(Debug)]
+pub struct UserPositions<P> {
+    map: Mutex<HashMap<UserKey, UserEntry<P>>>,
+}
+
+/// (user, database).
+type UserKey = (Arc<str>, Arc<str>);
+
+#[derive(Debug)]
+struct UserEntry<P> {
+    position: Option<P>,
+    /// Writes answered whose position is not known yet.
+    pending: u32,
+    /// After this, pending writes are forgotten (a session lost before its
+    /// position came).
+    pending_until: Instant,
+}
+
+/// What a read of the user must respect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserNeed<P> {
+    Nothing,
+    At(P),
+    /// A write's position is being learnt: read on the primary.
+    Pending,
+}
+
+impl<P> Default for UserPositions<P> {
+    fn default() -> Self {
+        UserPositions {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<P: Clone> UserPositions<P> {
+    fn with<R>(
+        &self,
+        user: &Arc<str>,
+        database: &Arc<str>,
+        f: impl FnOnce(&mut UserEntry<P>) -> R,
+    ) -> R {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map
+            .entry((user.clone(), database.clone()))
+            .or_insert_with(|| UserEntry {
+                position: None,
+                pending: 0,
+                pending_until: Instant::now(),
+            });
+        f(entry)
+    }
+
+    /// A write of `user` on `database` is answered; its position comes
+    /// within `within` (else it is forgotten).
+    pub fn begin(&self, user: &Arc<str>, database: &Arc<str>, within: Duration) {
+        self.with(user, database, |e| {
+            e.pending += 1;
+            e.pending_until = Instant::now() + within;
+        });
+    }
+
+    /// A write of `user` on `database` committed at `position` (settling
+    /// one begun write, if any).
+    pub fn advance(
+        &self,
+        user: &Arc<str>,
+        database: &Arc<str>,
+        position: P,
+        newer: impl Fn(&P, &P) -> bool,
+    ) {
+        self.with(user, database, |e| {
+            e.pending = e.pending.saturating_sub(1);
+            match &e.position {
+                Some(old) if !newer(&position, old) => {}
+                _ => e.position = Some(position),
+            }
+        });
+    }
+
+    /// A begun write's position could not be learnt.
+    pub fn abandon(&self, user: &Arc<str>, database: &Arc<str>) {
+        self.with(user, database, |e| e.pending = e.pending.saturating_sub(1));
+    }
+
+    /// What a read of `user` on `database` must respect now.
+    pub fn get(&self, user: &Arc<str>, database: &Arc<str>) -> UserNeed<P> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(&(user.clone(), database.clone())) {
+            None => UserNeed::Nothing,
+            Some(e) if e.pending > 0 && Instant::now() < e.pending_until => UserNeed::Pending,
+            Some(e) => e.position.clone().map_or(UserNeed::Nothing, UserNeed::At),
         }
     }
 }
@@ -179,6 +302,58 @@ mod tests {
         assert!(c.satisfied_on(1), "same primary: still known");
         c.note_primary(Some(2));
         assert!(!c.satisfied_on(1), "a failover: asked again");
+    }
+
+    #[test]
+    fn at_least_raises_the_need_only_forward() {
+        let newer = |a: &u64, b: &u64| a > b;
+        let mut c = Causal::<u64>::default();
+        c.at_least(50, newer);
+        assert_eq!(c.need(), &Need::At(50));
+        c.verified(1);
+        c.at_least(40, newer);
+        assert!(c.satisfied_on(1), "an older position changes nothing");
+        c.at_least(60, newer);
+        assert_eq!(c.position_for(1), Some(&60), "a newer one is checked again");
+        c.wrote_unknown();
+        c.at_least(70, newer);
+        assert_eq!(c.need(), &Need::Unknown, "unknown stays on the primary");
+    }
+
+    #[test]
+    fn user_positions_keep_the_newest_and_hold_reads_while_a_write_settles() {
+        let newer = |a: &u64, b: &u64| a > b;
+        let p = UserPositions::<u64>::default();
+        let (app, other, db) = (Arc::from("app"), Arc::from("other"), Arc::from("db"));
+        assert_eq!(p.get(&app, &db), UserNeed::Nothing);
+        p.begin(&app, &db, Duration::from_secs(5));
+        assert_eq!(
+            p.get(&app, &db),
+            UserNeed::Pending,
+            "answered, position not known yet"
+        );
+        p.advance(&app, &db, 10, newer);
+        assert_eq!(p.get(&app, &db), UserNeed::At(10));
+        p.advance(&app, &db, 7, newer);
+        assert_eq!(
+            p.get(&app, &db),
+            UserNeed::At(10),
+            "an older commit reported late"
+        );
+        p.begin(&app, &db, Duration::from_secs(5));
+        p.abandon(&app, &db);
+        assert_eq!(
+            p.get(&app, &db),
+            UserNeed::At(10),
+            "an abandoned one settles too"
+        );
+        assert_eq!(p.get(&other, &db), UserNeed::Nothing, "per user");
+        p.begin(&other, &db, Duration::ZERO);
+        assert_eq!(
+            p.get(&other, &db),
+            UserNeed::Nothing,
+            "a lost session's write is forgotten in time"
+        );
     }
 
     #[test]

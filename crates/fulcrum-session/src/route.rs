@@ -139,7 +139,7 @@ pub fn decide(f: &Facts) -> Routing {
         };
         // A read that must see the client's write, at a position not known:
         // only the primary is sure to have it.
-        let blind = consistency == Consistency::Session && f.position_unknown;
+        let blind = consistency.tracks_writes() && f.position_unknown;
         if replica && !blind {
             Target::Go(Route::Replica)
         } else {

@@ -220,7 +220,7 @@ fn consistency_keys_are_validated() {
     assert_errors(&[
         (
             &with_key("consistency = \"causal\""),
-            "fulcrum.toml:5: cluster[0].consistency: unknown value \"causal\", expected one of \"eventual\", \"session\", \"strong\"",
+            "fulcrum.toml:5: cluster[0].consistency: unknown value \"causal\", expected one of \"eventual\", \"session\", \"user\", \"strong\"",
         ),
         (
             &with_key("causal_wait = \"sometimes\""),

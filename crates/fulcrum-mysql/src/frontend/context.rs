@@ -58,6 +58,8 @@ pub struct MyClusterContext {
     /// `consistency = "strong"`: the primary's `@@gtid_binlog_pos`, one
     /// fetch shared by the reads that ask at the same time.
     pub primary_position: fulcrum_pool::Coalesced<String>,
+    /// `consistency = "user"`: each (user, schema)'s newest commit GTID.
+    pub user_positions: fulcrum_pool::UserPositions<String>,
 }
 
 impl MyClusterContext {
@@ -95,6 +97,7 @@ impl MyClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
             primary_position: fulcrum_pool::Coalesced::new(),
+            user_positions: Default::default(),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             digests: Default::default(),

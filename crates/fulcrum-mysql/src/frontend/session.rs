@@ -334,6 +334,9 @@ impl Session {
                     if self.try_answer_setting(text, seq) {
                         return Ok(true);
                     }
+                    if self.try_answer_position(text, seq).await {
+                        return Ok(true);
+                    }
                     if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
                         return Ok(true);
                     }

@@ -66,6 +66,8 @@ pub struct ClusterContext {
     /// `consistency = "strong"`: the primary's WAL position, one fetch shared
     /// by the reads that ask at the same time.
     pub primary_position: fulcrum_pool::Coalesced<u64>,
+    /// `consistency = "user"`: each (user, database)'s newest commit position.
+    pub user_positions: fulcrum_pool::UserPositions<u64>,
 }
 
 /// Distinct unparsable statements logged at most.
@@ -112,6 +114,7 @@ impl ClusterContext {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(ClusterContext {
             primary_position: fulcrum_pool::Coalesced::new(),
+            user_positions: Default::default(),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             digests: Default::default(),

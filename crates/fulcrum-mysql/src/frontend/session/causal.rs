@@ -10,11 +10,19 @@
 //!   reads on the primary, as `causal_wait` says.
 //! - `strong` takes `@@gtid_binlog_pos` from the primary when the read starts.
 //! - The hint and `SET/RESET/SHOW fulcrum.consistency` work as on PostgreSQL.
+//! - `user` publishes each GTID to the cluster's per (user, schema) table; a
+//!   read takes the newest of its own and the table's.
+//! - The causal token: `SELECT @@fulcrum_position` answers the GTID the
+//!   session's reads respect (the primary's `@@gtid_binlog_pos` when it
+//!   tracks none); `SET @@fulcrum_min_position = '...'` and
+//!   `/* fulcrum:after=... */` make this session's reads respect another's.
 
 use fulcrum_config::Consistency;
 use fulcrum_metrics::CausalOutcome;
-use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, Route, WhenBehind};
-use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
+use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, Route, UserNeed, WhenBehind};
+use fulcrum_sql::consistency::{
+    hinted, hinted_after, position_op, setting_op, PositionOp, SettingOp, SETTING,
+};
 use mysql_common::constants::CapabilityFlags as C;
 
 use super::Session;
@@ -27,6 +35,34 @@ use crate::frontend::wire::{put_err, put_ok};
 /// ER_WRONG_VALUE_FOR_VAR.
 const WRONG_VALUE_FOR_VAR: u16 = 1231;
 
+/// A GTID list `domain-server-seq[,...]` as MariaDB writes it.
+fn is_gtid_list(s: &str) -> bool {
+    !s.is_empty()
+        && s.split(',').all(|g| {
+            let parts: Vec<&str> = g.trim().split('-').collect();
+            parts.len() == 3
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// Whether GTID `a` is past `b`: a higher sequence number in the same
+/// domain; another domain (or a list) replaces it (the newest report wins).
+fn newer(a: &String, b: &String) -> bool {
+    let split = |g: &str| -> Option<(u64, u64)> {
+        let mut p = g.split('-');
+        let domain = p.next()?.parse().ok()?;
+        let _server = p.next()?;
+        let seq = p.next()?.parse().ok()?;
+        p.next().is_none().then_some((domain, seq))
+    };
+    match (split(a), split(b)) {
+        (Some((da, sa)), Some((db, sb))) if da == db => sa > sb,
+        _ => a != b,
+    }
+}
+
 impl Session {
     /// The consistency the read being routed uses.
     pub(super) fn read_consistency(&self) -> Consistency {
@@ -36,6 +72,25 @@ impl Session {
     /// Notes the hint of the COM_QUERY about to be routed.
     pub(super) fn note_hint(&mut self, text: &str) {
         self.unit_consistency = hinted(text.as_bytes()).and_then(Consistency::from_name);
+        if let Some(g) = hinted_after(text.as_bytes()).filter(|g| is_gtid_list(g)) {
+            self.causal.at_least(g.to_owned(), newer);
+        }
+    }
+
+    /// The client's write committed at `gtid`: its own position, and under
+    /// `user` its user's.
+    fn wrote(&mut self, gtid: String) {
+        if self.consistency == Consistency::User {
+            self.ctx
+                .user_positions
+                .advance(&self.user, &self.schema_key(), gtid.clone(), newer);
+        }
+        self.causal.wrote(gtid);
+    }
+
+    /// The schema the user positions are kept under.
+    fn schema_key(&self) -> std::sync::Arc<str> {
+        self.schema.as_deref().unwrap_or("").into()
     }
 
     /// After an answer from the primary: the GTID of a write it committed.
@@ -52,7 +107,7 @@ impl Session {
             return Ok(());
         }
         if let Some(g) = last_gtid {
-            self.causal.wrote(g);
+            self.wrote(g);
             return Ok(());
         }
         let Some(server) = self.server.as_ref() else {
@@ -67,20 +122,47 @@ impl Session {
             || self.ctx.router.backend_count() < 2
             || route != Route::Primary
             || in_txn
-            || self.consistency != Consistency::Session
+            || !self.consistency.tracks_writes()
         {
             return Ok(());
+        }
+        let user_mode = self.consistency == Consistency::User;
+        if user_mode {
+            // The answer goes out before its GTID is known: another
+            // connection of the user reads on the primary meanwhile.
+            self.ctx.user_positions.begin(
+                &self.user,
+                &self.schema_key(),
+                self.ctx.config.causal_timeout,
+            );
         }
         self.flush().await?;
         let server = self.server.as_mut().expect("attached");
         match server.query_value("SELECT @@last_gtid").await {
             Ok(Some(g)) if !g.is_empty() => {
                 if self.causal.need() != &Need::At(g.clone()) {
-                    self.causal.wrote(g);
+                    self.wrote(g);
+                } else if user_mode {
+                    self.ctx
+                        .user_positions
+                        .abandon(&self.user, &self.schema_key());
                 }
             }
-            Ok(_) => {}
-            Err(_) => self.causal.wrote_unknown(),
+            Ok(_) => {
+                if user_mode {
+                    self.ctx
+                        .user_positions
+                        .abandon(&self.user, &self.schema_key());
+                }
+            }
+            Err(_) => {
+                self.causal.wrote_unknown();
+                if user_mode {
+                    self.ctx
+                        .user_positions
+                        .abandon(&self.user, &self.schema_key());
+                }
+            }
         }
         Ok(())
     }
@@ -92,9 +174,20 @@ impl Session {
         server: &mut Checkout<ServerConn>,
     ) -> bool {
         self.causal.note_primary(self.ctx.router.primary());
+        if self.read_consistency() == Consistency::User {
+            // Any connection of the user may have written since.
+            match self.ctx.user_positions.get(&self.user, &self.schema_key()) {
+                UserNeed::At(g) => self.causal.at_least(g, newer),
+                UserNeed::Pending => {
+                    self.ctx.metrics.causal(CausalOutcome::Primary);
+                    return false;
+                }
+                UserNeed::Nothing => {}
+            }
+        }
         let gtid = match self.read_consistency() {
             Consistency::Eventual => return true,
-            Consistency::Session => match self.causal.position_for(backend) {
+            Consistency::Session | Consistency::User => match self.causal.position_for(backend) {
                 Some(g) => g.clone(),
                 None if self.causal.need() == &Need::Unknown => return false,
                 None => {
@@ -131,7 +224,7 @@ impl Session {
     }
 
     fn reached(&mut self, backend: BackendId, outcome: CausalOutcome) {
-        if self.read_consistency() == Consistency::Session {
+        if self.read_consistency().tracks_writes() {
             self.causal.verified(backend);
         }
         self.ctx.metrics.causal(outcome);
@@ -165,6 +258,74 @@ impl Session {
     }
 
     /// Answers `SET/RESET/SHOW fulcrum.consistency`; true when `text` was one.
+    /// Answers the causal-token statements itself: `SELECT @@fulcrum_position`
+    /// and `SET @@fulcrum_min_position = '...'`; true when `text` was one.
+    pub(super) async fn try_answer_position(&mut self, text: &str, seq: u8) -> bool {
+        let first = text.split_whitespace().next().unwrap_or("");
+        if !(first.eq_ignore_ascii_case("select") || first.eq_ignore_ascii_case("set")) {
+            return false;
+        }
+        let Some(op) = position_op(text) else {
+            return false;
+        };
+        match op {
+            PositionOp::Show => {
+                let own = match self.causal.need() {
+                    Need::At(g) if self.consistency.tracks_writes() => Some(g.clone()),
+                    _ => None,
+                };
+                let shared = match self.ctx.user_positions.get(&self.user, &self.schema_key()) {
+                    UserNeed::At(g) if self.consistency == Consistency::User => Some(g),
+                    _ => None,
+                };
+                let position = match (own, shared) {
+                    (Some(a), Some(b)) => Some(if newer(&b, &a) { b } else { a }),
+                    (a, b) => a.or(b),
+                };
+                // Nothing tracked: the primary's position now, past every
+                // commit acknowledged so far.
+                let position = match position {
+                    Some(p) => Some(p),
+                    None => self.fetch_primary_position().await,
+                };
+                match position {
+                    Some(p) => put_one_row(
+                        &mut self.client.write_buf,
+                        seq,
+                        self.caps,
+                        self.status,
+                        "@@fulcrum_position",
+                        &p,
+                    ),
+                    None => put_err(
+                        &mut self.client.write_buf,
+                        seq,
+                        crate::codec::err::codes::SERVER_SHUTDOWN.code,
+                        *b"08S01",
+                        "fulcrum: the position is not known now (no primary answered)",
+                    ),
+                }
+            }
+            PositionOp::SetMin(v) if is_gtid_list(v) => {
+                self.causal.at_least(v.to_owned(), newer);
+                put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
+            }
+            PositionOp::SetMin(v) => {
+                let msg = format!(
+                    "Variable 'fulcrum_min_position' can't be set to the value of '{v}' (fulcrum: a GTID list such as 0-1-42, from SELECT @@fulcrum_position)"
+                );
+                put_err(
+                    &mut self.client.write_buf,
+                    seq,
+                    WRONG_VALUE_FOR_VAR,
+                    *b"42000",
+                    &msg,
+                );
+            }
+        }
+        true
+    }
+
     pub(super) fn try_answer_setting(&mut self, text: &str, seq: u8) -> bool {
         let first = text.split_whitespace().next().unwrap_or("");
         if !["set", "reset", "show"]

@@ -12,19 +12,27 @@
 //! - `strong` takes the position from the primary when the read starts.
 //! - `/* fulcrum:consistency=... */` in a statement and
 //!   `SET fulcrum.consistency = '...'` choose the mode per read and per session.
+//! - `user` also publishes each position to the cluster's per (user,
+//!   database) table, and a read takes the newest of its own and the table's.
+//! - The causal token: `SHOW fulcrum.position` answers the position the
+//!   session's reads respect (the primary's current one when it tracks none);
+//!   `SET fulcrum.min_position = '...'` and `/* fulcrum:after=... */` make
+//!   this session's reads respect another's.
 
 use std::time::{Duration, Instant};
 
 use fulcrum_config::Consistency;
 use fulcrum_metrics::CausalOutcome;
-use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, WhenBehind};
+use fulcrum_pool::{when_behind_now, BackendId, Checkout, Need, UserNeed, WhenBehind};
 
 use super::Session;
 use crate::backend::ServerConn;
 use crate::codec::backend_msg;
 use crate::codec::frontend_msg::{put_query, query_text};
 use crate::frontend::expect::Expect;
-use fulcrum_sql::consistency::{hinted, setting_op, SettingOp, SETTING};
+use fulcrum_sql::consistency::{
+    hinted, hinted_after, position_op, setting_op, PositionOp, SettingOp, SETTING,
+};
 
 /// The position a read must reach to see what was committed: the WAL
 /// flush position, which every commit acknowledged under
@@ -43,6 +51,21 @@ pub(super) enum Check {
     Serve,
     /// It is behind: read on the primary.
     Primary,
+}
+
+/// What `try_answer_position` did with the frame at the front.
+pub(super) enum PositionAnswer {
+    /// Not a causal-token statement.
+    No,
+    /// Answered (the frame is consumed).
+    Answered,
+    /// Earlier work is still owed an answer: kept until it has one.
+    Hold,
+}
+
+/// LSNs order as numbers.
+fn newer(a: &u64, b: &u64) -> bool {
+    a > b
 }
 
 impl Session {
@@ -65,6 +88,9 @@ impl Session {
         };
         if let Some(text) = text {
             self.unit_consistency = hinted(text).and_then(Consistency::from_name);
+            if let Some(p) = hinted_after(text).and_then(fulcrum_cluster::lag::parse_lsn) {
+                self.causal.at_least(p, newer);
+            }
         }
     }
 
@@ -78,7 +104,7 @@ impl Session {
         self.write_unit = false;
         // With one backend every read is on the primary already: no
         // position to keep (a single-node cluster pays nothing).
-        if self.consistency != Consistency::Session
+        if !self.consistency.tracks_writes()
             || self.engine.pinned().is_some()
             || self.server.is_none()
             || self.ctx.router.backend_count() < 2
@@ -88,6 +114,15 @@ impl Session {
         // The client's unit is over now: count it before the connection is
         // held for Fulcrum's own query.
         self.record_unit();
+        if self.consistency == Consistency::User {
+            // Before the answer reaches the client: another connection of
+            // the user reads on the primary until the position is known.
+            self.ctx.user_positions.begin(
+                &self.user,
+                &self.database,
+                self.ctx.config.causal_timeout,
+            );
+        }
         put_query(&mut self.to_server, POSITION_SQL);
         self.expect.push(Expect::Position);
     }
@@ -95,8 +130,20 @@ impl Session {
     /// The answer to the position query arrived.
     pub(super) fn on_position(&mut self, lsn: Option<u64>) {
         match lsn {
-            Some(p) => self.causal.wrote(p),
-            None => self.causal.wrote_unknown(),
+            Some(p) => {
+                self.causal.wrote(p);
+                if self.consistency == Consistency::User {
+                    self.ctx
+                        .user_positions
+                        .advance(&self.user, &self.database, p, newer);
+                }
+            }
+            None => {
+                self.causal.wrote_unknown();
+                if self.consistency == Consistency::User {
+                    self.ctx.user_positions.abandon(&self.user, &self.database);
+                }
+            }
         }
     }
 
@@ -109,9 +156,20 @@ impl Session {
         server: &mut Checkout<ServerConn>,
     ) -> Check {
         self.causal.note_primary(self.ctx.router.primary());
+        if self.read_consistency() == Consistency::User {
+            // Any connection of the user may have written since.
+            match self.ctx.user_positions.get(&self.user, &self.database) {
+                UserNeed::At(p) => self.causal.at_least(p, newer),
+                UserNeed::Pending => {
+                    self.ctx.metrics.causal(CausalOutcome::Primary);
+                    return Check::Primary;
+                }
+                UserNeed::Nothing => {}
+            }
+        }
         let position = match self.read_consistency() {
             Consistency::Eventual => return Check::Serve,
-            Consistency::Session => match self.causal.position_for(backend) {
+            Consistency::Session | Consistency::User => match self.causal.position_for(backend) {
                 Some(p) => *p,
                 None if self.causal.need() == &Need::Unknown => return Check::Primary,
                 None => {
@@ -133,7 +191,7 @@ impl Session {
                 return Check::Primary;
             };
             if replayed >= position {
-                if self.read_consistency() == Consistency::Session {
+                if self.read_consistency().tracks_writes() {
                     self.causal.verified(backend);
                 }
                 self.ctx.metrics.causal(if waited {
@@ -191,6 +249,97 @@ impl Session {
             None => conn.discard(),
         }
         lsn
+    }
+
+    /// Answers the causal-token statements itself: `SHOW fulcrum.position`
+    /// and `SET fulcrum.min_position = '...'`, once everything before them
+    /// is answered (a position being learnt included).
+    pub(super) async fn try_answer_position(&mut self, total: usize) -> PositionAnswer {
+        let Some(text) = query_text(&self.client.read_buf[5..total]) else {
+            return PositionAnswer::No;
+        };
+        let first = fulcrum_sql::statements::first_word(text);
+        if !(first.eq_ignore_ascii_case(b"set") || first.eq_ignore_ascii_case(b"show")) {
+            return PositionAnswer::No;
+        }
+        let Some(op) = std::str::from_utf8(text).ok().and_then(position_op) else {
+            return PositionAnswer::No;
+        };
+        let op = match op {
+            PositionOp::Show => None,
+            PositionOp::SetMin(v) => {
+                Some(fulcrum_cluster::lag::parse_lsn(v).ok_or_else(|| v.to_owned()))
+            }
+        };
+        if self.unsynced {
+            // Inside an unsynced extended-protocol batch: left to the server.
+            return PositionAnswer::No;
+        }
+        if self.pending_ready > 0 || !self.expect.is_empty() {
+            return PositionAnswer::Hold;
+        }
+        let mut out = bytes::BytesMut::new();
+        match op {
+            None => {
+                let own = match self.causal.need() {
+                    Need::At(p) if self.consistency.tracks_writes() => Some(*p),
+                    _ => None,
+                };
+                let shared = match self.ctx.user_positions.get(&self.user, &self.database) {
+                    UserNeed::At(p) if self.consistency == Consistency::User => Some(p),
+                    _ => None,
+                };
+                let position = match own.into_iter().chain(shared).max() {
+                    Some(p) => Some(p),
+                    // Nothing tracked (eventual, or no write yet, or its
+                    // position unknown): the primary's own position now,
+                    // past every commit acknowledged so far.
+                    None => self.fetch_primary_position().await,
+                };
+                match position {
+                    Some(p) => {
+                        backend_msg::one_text_row(
+                            &mut out,
+                            "fulcrum.position",
+                            &fulcrum_cluster::lag::format_lsn(p),
+                        );
+                        backend_msg::command_complete(&mut out, "SHOW");
+                    }
+                    None => {
+                        backend_msg::error_response(
+                            &mut out,
+                            "ERROR",
+                            "57P03",
+                            "fulcrum: the position is not known now (no primary answered)",
+                        );
+                        if self.status == b'T' {
+                            self.status = b'E';
+                        }
+                    }
+                }
+            }
+            Some(Ok(p)) => {
+                self.causal.at_least(p, newer);
+                backend_msg::command_complete(&mut out, "SET");
+            }
+            Some(Err(v)) => {
+                backend_msg::error_response(
+                    &mut out,
+                    "ERROR",
+                    "22023",
+                    &format!(
+                        "invalid value for parameter \"fulcrum.min_position\": \"{v}\"; expected a WAL position such as 0/3062A10 (SHOW fulcrum.position)"
+                    ),
+                );
+                if self.status == b'T' {
+                    self.status = b'E';
+                }
+            }
+        }
+        backend_msg::ready_for_query(&mut out, self.status);
+        self.client.write_buf.extend_from_slice(&out);
+        let _ = self.client.read_buf.split_to(total);
+        PositionAnswer::Answered
     }
 
     /// Answers `SET/RESET/SHOW fulcrum.consistency` itself, when nothing is

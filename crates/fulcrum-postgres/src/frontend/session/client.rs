@@ -68,6 +68,13 @@ impl Session {
             if header.tag == b'Q' && self.try_answer_setting(header.total) {
                 continue;
             }
+            if header.tag == b'Q' {
+                match self.try_answer_position(header.total).await {
+                    causal::PositionAnswer::No => {}
+                    causal::PositionAnswer::Answered => continue,
+                    causal::PositionAnswer::Hold => break true,
+                }
+            }
             if header.tag == b'Q'
                 && self.server.is_none()
                 && self.try_answer_local_deallocate(header.total)
