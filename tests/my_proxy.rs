@@ -636,3 +636,58 @@ async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
         assert_eq!(id, first, "the same server connection, checked and kept");
     }
 }
+
+/// `function_catalog` on MariaDB: a function declared MODIFIES SQL DATA runs
+/// on the primary (on a replica the app user gets 1290), a deterministic
+/// NO SQL one goes to the replicas once looked up; with the catalog off the
+/// writing one reaches a replica and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_are_routed_by_the_servers_catalog() {
+    let c = cluster();
+    // Functions without DETERMINISTIC / NO SQL / READS SQL DATA are refused
+    // with binary logging on (1418), on the replicas' appliers too.
+    for r in c.replicas() {
+        r.sql("SET GLOBAL log_bin_trust_function_creators = 1")
+            .expect("replica setting");
+    }
+    c.primary()
+        .sql_script(
+            APP_DB,
+            "SET GLOBAL log_bin_trust_function_creators = 1;
+             DROP FUNCTION IF EXISTS bump_items;
+             DROP FUNCTION IF EXISTS twice;
+             DELIMITER //
+             CREATE FUNCTION bump_items() RETURNS INT MODIFIES SQL DATA
+               BEGIN INSERT INTO items (v) VALUES (99); RETURN 1; END//
+             CREATE FUNCTION twice(x INT) RETURNS INT DETERMINISTIC NO SQL RETURN x * 2//
+             DELIMITER ;",
+        )
+        .expect("functions");
+    c.wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("replicated");
+    let (_p, port) = start("");
+    let mut conn = connect(port).await;
+    for _ in 0..4 {
+        let v: Option<i64> = conn.query_first("SELECT bump_items()").await.unwrap();
+        assert_eq!(v, Some(1), "a writing function runs on the primary");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let p = port_of(&mut conn, "SELECT @@port + twice(0)").await;
+        if replica_ports().contains(&p) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a NO SQL function never reached a replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_off, port) = start("function_catalog = false");
+    let mut conn = connect(port).await;
+    let err = conn.query_drop("SELECT bump_items()").await.unwrap_err();
+    assert!(
+        err.to_string().contains("1290"),
+        "without the catalog it reaches a replica: {err}"
+    );
+}

@@ -346,10 +346,19 @@ async fn configured_write_functions_send_reads_to_the_primary() {
             primary
         );
     }
-    // Without the setting the same read goes to a replica.
+    // Without the setting the server's catalog says it: volatile, the
+    // primary (`function_catalog`, on by default) ...
     let plain = config();
     let _q = FulcrumProcess::start(&plain.to_toml()).unwrap();
     let other = connect(&plain).await;
+    for _ in 0..3 {
+        let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
+        assert_eq!(port, primary, "the catalog calls it volatile");
+    }
+    // ... and with neither the same read goes to a replica.
+    let blind = config().extra("function_catalog = false");
+    let _r = FulcrumProcess::start(&blind.to_toml()).unwrap();
+    let other = connect(&blind).await;
     let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
     assert!(replica_ports().contains(&port));
 }

@@ -896,3 +896,58 @@ async fn min_pool_size_warms_configured_users_and_databases_at_start() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `function_catalog` (default on): a read calling a user function that no
+/// list names is routed by the server's `pg_proc.provolatile`: a volatile
+/// one that writes runs on the primary (on a replica it would fail with
+/// 25006), a stable one goes to the replicas once looked up. With the
+/// catalog off, the writing one reaches a replica and fails: the catalog is
+/// what routes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_are_routed_by_the_servers_catalog() {
+    let c = cluster();
+    c.primary()
+        .sql_script(
+            APP_DB,
+            "CREATE TABLE IF NOT EXISTS bumps (n int);
+             GRANT ALL ON bumps TO PUBLIC;
+             CREATE OR REPLACE FUNCTION bump() RETURNS int LANGUAGE sql VOLATILE
+               AS $$ INSERT INTO bumps VALUES (1) RETURNING n $$;
+             CREATE OR REPLACE FUNCTION price(x int) RETURNS int LANGUAGE sql STABLE
+               AS $$ SELECT x * 2 $$;",
+        )
+        .expect("functions");
+    c.wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("replicated");
+    let primary = c.primary().port().to_string();
+    let (_p, cfg) = start(with_replicas(5));
+    let client = connect_with(&cfg, None).await;
+    for _ in 0..6 {
+        assert_eq!(
+            one(&client, "SELECT bump()").await,
+            "1",
+            "a writing function runs on the primary"
+        );
+    }
+    // Unknown at first (the primary), a read once the catalog answered.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let port = one(&client, "SELECT inet_server_port() + price(0)").await;
+        if port != primary {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a stable function never reached a replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_off, cfg) = start(with_replicas(5).extra("function_catalog = false"));
+    let client = connect_with(&cfg, None).await;
+    let err = exec(&client, "SELECT bump()").await.unwrap_err();
+    assert_eq!(
+        err.as_db_error().map(|d| d.code().code()),
+        Some("25006"),
+        "without the catalog it reaches a read-only replica: {err:?}"
+    );
+}

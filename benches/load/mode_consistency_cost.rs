@@ -25,8 +25,8 @@ struct Variant {
     keys: &'static str,
 }
 
-/// `--consistency-cost`: direct vs Fulcrum `eventual`, `session` and
-/// `strong`, one table per workload.
+/// `--consistency-cost`: direct vs Fulcrum `eventual`, `session`, `user`
+/// and `strong`, one table per workload.
 pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
     let variants = [
         Variant {
@@ -37,6 +37,11 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
         Variant {
             name: "Fulcrum session",
             consistency: Some("session"),
+            keys: "",
+        },
+        Variant {
+            name: "Fulcrum user",
+            consistency: Some("user"),
             keys: "",
         },
         Variant {

@@ -77,13 +77,15 @@ pub(crate) fn run_mysql_consistency(opts: &Options) -> Result<()> {
 
     let eventual_listen = format!("127.0.0.1:{}", free_port());
     let session_listen = format!("127.0.0.1:{}", free_port());
+    let user_listen = format!("127.0.0.1:{}", free_port());
     let sections = [
         mysql_cluster_section("eventual", &eventual_listen, "eventual", &cluster),
         mysql_cluster_section("session", &session_listen, "session", &cluster),
+        mysql_cluster_section("user", &user_listen, "user", &cluster),
     ];
     let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
     eprintln!(
-        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}",
+        "Fulcrum {}: consistency = \"eventual\" on {eventual_listen}, \"session\" on {session_listen}, \"user\" on {user_listen}",
         bin.display()
     );
     let check_alive = || fulcrum_alive(&fulcrum);
@@ -103,6 +105,7 @@ pub(crate) fn run_mysql_consistency(opts: &Options) -> Result<()> {
             Target::new("MariaDB direct", cluster.primary().addr()),
             Target::new("Fulcrum eventual", eventual_listen.clone()),
             Target::new("Fulcrum session", session_listen.clone()),
+            Target::new("Fulcrum user", user_listen.clone()),
         ];
         for target in &targets {
             eprintln!("warm-up: {} for {WARMUP_SECONDS} s", target.name);

@@ -23,6 +23,7 @@ pub mod auth_cache;
 pub mod clients;
 pub mod command;
 pub mod digests;
+pub mod function_catalog;
 pub mod health_loop;
 pub mod lag;
 pub mod monitor;

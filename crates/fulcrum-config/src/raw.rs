@@ -70,6 +70,8 @@ pub(crate) struct RawCluster {
     pub default_route: Value<String>,
     pub write_functions: Value<Vec<String>>,
     pub read_only_functions: Value<Vec<String>>,
+    pub function_catalog: Value<bool>,
+    pub function_catalog_ttl: Value<DurationText>,
     pub classifier_cache_size: Value<Int>,
     pub digest_max_entries: Value<Int>,
     pub digest_metrics_top: Value<Int>,

@@ -248,6 +248,10 @@ pub struct Cluster {
     pub write_functions: Vec<String>,
     /// Functions known to be safe on a replica.
     pub read_only_functions: Vec<String>,
+    /// Look up functions no list decides in the server's catalog
+    /// (`function_catalog`); `None`: off. The duration is how long an
+    /// answer is used before it is asked again (`function_catalog_ttl`).
+    pub function_catalog: Option<Duration>,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
     /// Per-statement digest statistics (`digest_max_entries`, `digest_metrics_top`).
@@ -531,6 +535,7 @@ pub mod defaults {
     pub const DIGEST_MAX_ENTRIES: u32 = 5_000;
     pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const SERVER_CHECK_DELAY: Duration = Duration::from_secs(30);
+    pub const FUNCTION_CATALOG_TTL: Duration = Duration::from_secs(60);
     pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);

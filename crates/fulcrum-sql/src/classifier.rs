@@ -4,6 +4,9 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::calls::undecided_calls;
 
 use sqlparser::parser::Parser;
 
@@ -24,6 +27,9 @@ use crate::statements::split_statements;
 pub struct Classified {
     pub decision: Decision,
     pub effects: Effects,
+    /// A read's calls of functions no list decides (for the cluster's
+    /// function catalog); `None` when there are none.
+    pub functions: Option<Arc<[Arc<str>]>>,
 }
 
 /// Per-cluster classifier settings.
@@ -169,6 +175,7 @@ impl Classifier {
             decision: unparsed_session_statement(sql, self.dialect, tokens.as_ref())
                 .unwrap_or(Decision::Unknown),
             effects: self.unparsed_effects(sql),
+            functions: None,
         }
     }
 
@@ -185,7 +192,15 @@ impl Classifier {
             .reduce(Decision::combine)
             .unwrap_or(Decision::Read);
         if self.dialect != Dialect::Postgres || decisions.iter().all(|d| is_plain(*d)) {
-            return Some(decision.into());
+            let functions = (decision == Decision::Read)
+                .then(|| undecided_calls(&stmts, self.dialect, &self.rules))
+                .filter(|f| !f.is_empty())
+                .map(Arc::from);
+            return Some(Classified {
+                decision,
+                effects: Effects::default(),
+                functions,
+            });
         }
         // Each statement's effect, with the text the client wrote for it
         // (sqlparser's rendering where the two do not line up).
@@ -205,6 +220,7 @@ impl Classifier {
         Some(Classified {
             decision,
             effects: Effects::new(list),
+            functions: None,
         })
     }
 
@@ -320,6 +336,7 @@ impl From<Decision> for Classified {
         Classified {
             decision,
             effects: Effects::default(),
+            functions: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod cache;
+mod calls;
 mod classifier;
 pub mod consistency;
 mod decision;

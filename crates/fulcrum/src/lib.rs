@@ -82,6 +82,7 @@ fn context(
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
             ctx.start_pool_upkeep();
+            ctx.start_function_lookups();
             let (tx, _) = watch::channel(ctx.clone());
             (ctx, Current::Postgres(tx))
         }
@@ -97,6 +98,7 @@ fn context(
             metrics.set_source(&name, ctx.clone());
             ctx.start_health(shutdown.clone());
             ctx.start_pool_upkeep();
+            ctx.start_function_lookups();
             let (tx, _) = watch::channel(ctx.clone());
             (ctx, Current::Mysql(tx))
         }

@@ -142,6 +142,16 @@ pub(super) fn cluster(
     )?;
     let write_functions = function_list(&t, &c.write_functions, "write_functions")?;
     let read_only_functions = function_list(&t, &c.read_only_functions, "read_only_functions")?;
+    let function_catalog_ttl = t.duration(
+        &c.function_catalog_ttl,
+        "function_catalog_ttl",
+        defaults::FUNCTION_CATALOG_TTL,
+    )?;
+    let function_catalog = c
+        .function_catalog
+        .as_ref()
+        .is_none_or(|v| *v.get_ref())
+        .then_some(function_catalog_ttl);
     let classifier_cache_size = t.u32_at_least(
         &c.classifier_cache_size,
         "classifier_cache_size",
@@ -256,6 +266,7 @@ pub(super) fn cluster(
         default_route,
         write_functions,
         read_only_functions,
+        function_catalog,
         classifier_cache_size,
         digests,
         budgets,

@@ -60,6 +60,8 @@ pub struct MyClusterContext {
     pub primary_position: fulcrum_pool::Coalesced<String>,
     /// `consistency = "user"`: each (user, schema)'s newest commit GTID.
     pub user_positions: fulcrum_pool::UserPositions<String>,
+    /// `function_catalog`: what the server says of functions no list decides.
+    pub functions: Arc<fulcrum_cluster::function_catalog::FunctionCatalog>,
 }
 
 impl MyClusterContext {
@@ -98,6 +100,11 @@ impl MyClusterContext {
         Arc::new(MyClusterContext {
             primary_position: fulcrum_pool::Coalesced::new(),
             user_positions: Default::default(),
+            functions: Arc::new(fulcrum_cluster::function_catalog::FunctionCatalog::new(
+                config
+                    .function_catalog
+                    .unwrap_or(fulcrum_config::defaults::FUNCTION_CATALOG_TTL),
+            )),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             digests: Default::default(),
@@ -274,6 +281,102 @@ impl MyClusterContext {
 
     pub fn classify(&self, sql: &str) -> Decision {
         self.classifier.classify(sql)
+    }
+
+    /// The decision for `sql` of a client (`user`, its wire format and
+    /// character set, its schema): a read calling functions no list decides
+    /// goes to the primary unless the function catalog knows them all to be
+    /// reads (`function_catalog`).
+    pub fn classify_for(
+        &self,
+        sql: &str,
+        user: &Arc<str>,
+        options: (u32, u8),
+        schema: &Arc<str>,
+    ) -> Decision {
+        let unit = self.classifier.classify_unit(sql);
+        match &unit.functions {
+            Some(names)
+                if unit.decision == Decision::Read
+                    && self.config.function_catalog.is_some()
+                    && !self.functions.replica_ok(user, options, schema, names) =>
+            {
+                Decision::Primary
+            }
+            _ => unit.decision,
+        }
+    }
+
+    /// Runs the function catalog's lookups on the primary until the health
+    /// loop stops (start that first); nothing when `function_catalog` is off.
+    pub fn start_function_lookups(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        self.config.function_catalog?;
+        let stop = self.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        Some(fulcrum_cluster::function_catalog::start_lookups(
+            self.functions.clone(),
+            stop,
+            move |w| {
+                let ctx = weak.upgrade();
+                async move {
+                    if let Some(ctx) = ctx {
+                        ctx.look_up_function(w).await;
+                    }
+                }
+            },
+        ))
+    }
+
+    /// The stored functions of a schema (`information_schema.ROUTINES`):
+    /// MODIFIES SQL DATA, or CONTAINS SQL and not deterministic (MariaDB's
+    /// default, which it does not enforce), is a write; NO SQL, READS SQL
+    /// DATA or deterministic a read.
+    async fn look_up_function(&self, w: fulcrum_cluster::function_catalog::Wanted) {
+        use fulcrum_cluster::function_catalog::{quote_literal, FunctionKind, Functions};
+        let found = async {
+            let primary = self.router.primary()?;
+            let (format, charset) = w.options;
+            let mut conn = self
+                .open(primary, &w.user, C::from_bits_truncate(format), charset)
+                .await
+                .ok()?;
+            let sql = format!(
+                "SELECT GROUP_CONCAT(CONCAT(LOWER(ROUTINE_NAME), '=', \
+                 (SQL_DATA_ACCESS = 'MODIFIES SQL DATA' OR \
+                 (SQL_DATA_ACCESS = 'CONTAINS SQL' AND IS_DETERMINISTIC = 'NO'))) SEPARATOR ',') \
+                 FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_SCHEMA = {}",
+                quote_literal(&w.database)
+            );
+            // A connection of its own (closed after): the list is one value,
+            // which GROUP_CONCAT would cut at 1 kB by default.
+            conn.run_simple(
+                crate::codec::command::Command::Query,
+                b"SET SESSION group_concat_max_len = 16777216",
+            )
+            .await
+            .ok()?;
+            let list = conn.query_value(&sql).await.ok()?.unwrap_or_default();
+            let mut functions = Functions::new();
+            for entry in list.split(',').filter(|e| !e.is_empty()) {
+                if let Some((name, writes)) = entry.rsplit_once('=') {
+                    let kind = if writes == "1" {
+                        FunctionKind::Write
+                    } else {
+                        FunctionKind::Read
+                    };
+                    functions.insert(name.into(), kind);
+                }
+            }
+            Some(functions)
+        }
+        .await;
+        match found {
+            Some(functions) => {
+                tracing::debug!(cluster = %self.config.name, schema = %w.database, functions = functions.len(), "function catalog read");
+                self.functions.learned(w.database, functions);
+            }
+            None => self.functions.failed(&w.database),
+        }
     }
 
     pub fn address(&self, backend: BackendId) -> &str {

@@ -350,6 +350,14 @@ impl Session {
                     );
                     self.forward(&msg, seq, Shape::Results, route, effects)
                         .await?;
+                    let first = text.split_whitespace().next().unwrap_or("");
+                    if ["create", "alter", "drop"]
+                        .iter()
+                        .any(|w| first.eq_ignore_ascii_case(w))
+                    {
+                        // A function may have been created or changed.
+                        self.ctx.functions.forget();
+                    }
                 }
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
@@ -408,7 +416,12 @@ impl Session {
     /// Where a COM_QUERY goes, and what it changes in the session.
     fn route_query(&mut self, text: &str) -> (Route, Effects) {
         let mut effects = Effects::default();
-        let decision = self.ctx.classify(text);
+        let decision = self.ctx.classify_for(
+            text,
+            &self.user,
+            (self.wire_format.bits(), self.charset),
+            &self.schema.as_deref().unwrap_or("").into(),
+        );
         let first = text
             .trim_start()
             .split(|c: char| c.is_whitespace() || c == ';')

@@ -68,6 +68,8 @@ pub struct ClusterContext {
     pub primary_position: fulcrum_pool::Coalesced<u64>,
     /// `consistency = "user"`: each (user, database)'s newest commit position.
     pub user_positions: fulcrum_pool::UserPositions<u64>,
+    /// `function_catalog`: what the server says of functions no list decides.
+    pub functions: Arc<fulcrum_cluster::function_catalog::FunctionCatalog>,
 }
 
 /// Distinct unparsable statements logged at most.
@@ -115,6 +117,11 @@ impl ClusterContext {
         Arc::new(ClusterContext {
             primary_position: fulcrum_pool::Coalesced::new(),
             user_positions: Default::default(),
+            functions: Arc::new(fulcrum_cluster::function_catalog::FunctionCatalog::new(
+                config
+                    .function_catalog
+                    .unwrap_or(fulcrum_config::defaults::FUNCTION_CATALOG_TTL),
+            )),
             slow_query_threshold,
             health: fulcrum_cluster::HealthLoop::default(),
             digests: Default::default(),
@@ -315,6 +322,86 @@ impl ClusterContext {
             (backend, user.clone(), database.clone(), startup.clone()),
             Arc::new(reported.clone()),
         );
+    }
+
+    /// The decision for a unit of `user` on `database`: a read calling
+    /// functions no list decides goes to the primary unless the function
+    /// catalog knows them all to be reads (`function_catalog`).
+    pub fn catalog_decision(
+        &self,
+        unit: &fulcrum_sql::Classified,
+        user: &Arc<str>,
+        database: &Arc<str>,
+    ) -> Decision {
+        match &unit.functions {
+            Some(names)
+                if unit.decision == Decision::Read
+                    && self.config.function_catalog.is_some()
+                    && !self.functions.replica_ok(user, (0, 0), database, names) =>
+            {
+                Decision::Primary
+            }
+            _ => unit.decision,
+        }
+    }
+
+    /// Runs the function catalog's lookups on the primary until the health
+    /// loop stops (start that first); nothing when `function_catalog` is off.
+    pub fn start_function_lookups(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        self.config.function_catalog?;
+        let stop = self.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        Some(fulcrum_cluster::function_catalog::start_lookups(
+            self.functions.clone(),
+            stop,
+            move |w| {
+                let ctx = weak.upgrade();
+                async move {
+                    if let Some(ctx) = ctx {
+                        ctx.look_up_function(w).await;
+                    }
+                }
+            },
+        ))
+    }
+
+    /// The user functions of a database (outside pg_catalog and
+    /// information_schema): volatile in any overload is a write; stable or
+    /// immutable a read.
+    async fn look_up_function(&self, w: fulcrum_cluster::function_catalog::Wanted) {
+        use fulcrum_cluster::function_catalog::{FunctionKind, Functions};
+        let found = async {
+            let primary = self.router.primary()?;
+            let mut conn = self.open(primary, &w.user, &w.database).await.ok()?;
+            let rows = conn
+                .query_rows(
+                    "SELECT p.proname::text, bool_or(p.provolatile = 'v')::text FROM pg_proc p \
+                     JOIN pg_namespace n ON n.oid = p.pronamespace \
+                     WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') GROUP BY p.proname",
+                )
+                .await
+                .ok()?;
+            let mut functions = Functions::new();
+            for row in rows {
+                if let (Some(Some(name)), Some(Some(volatile))) = (row.first(), row.get(1)) {
+                    let kind = if volatile == "true" {
+                        FunctionKind::Write
+                    } else {
+                        FunctionKind::Read
+                    };
+                    functions.insert(name.to_ascii_lowercase().into(), kind);
+                }
+            }
+            Some(functions)
+        }
+        .await;
+        match found {
+            Some(functions) => {
+                tracing::debug!(cluster = %self.config.name, database = %w.database, functions = functions.len(), "function catalog read");
+                self.functions.learned(w.database, functions);
+            }
+            None => self.functions.failed(&w.database),
+        }
     }
 
     /// Classifies `sql`; a statement the parser cannot parse is logged once

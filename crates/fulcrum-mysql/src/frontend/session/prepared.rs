@@ -52,7 +52,12 @@ impl Session {
                 return Ok(());
             }
         };
-        let decision = self.ctx.classify(&sql);
+        let decision = self.ctx.classify_for(
+            &sql,
+            &self.user,
+            (self.wire_format.bits(), self.charset),
+            &self.schema.as_deref().unwrap_or("").into(),
+        );
         let route = self.route_unit(decision);
         if !self.ensure_attached(route, seq).await? {
             return Ok(());

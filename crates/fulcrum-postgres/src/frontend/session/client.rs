@@ -250,7 +250,7 @@ impl Session {
             self.ctx.config.max_message_size,
             &|sql| {
                 let unit = self.ctx.classify_unit(sql);
-                let d = unit.decision;
+                let d = self.ctx.catalog_decision(&unit, &self.user, &self.database);
                 *query_unit.borrow_mut() = Some(unit);
                 d
             },

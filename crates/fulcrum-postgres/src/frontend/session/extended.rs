@@ -18,7 +18,9 @@ impl Session {
             .map_or(Classified::from(Decision::Write), |q| {
                 self.ctx.classify_unit(q)
             });
-        let decision = unit.decision;
+        // A statement's decision is kept with it: the function catalog's
+        // answer as of now (a function not known yet: the primary).
+        let decision = self.ctx.catalog_decision(&unit, &self.user, &self.database);
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }

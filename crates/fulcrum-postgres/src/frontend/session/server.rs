@@ -124,6 +124,8 @@ impl Session {
                         // Statements prepared before may now be stale; again
                         // at the end of the transaction, when others see it.
                         self.ctx.statements.schema_changed();
+                        // A function may have been created or changed.
+                        self.ctx.functions.forget();
                         self.ddl_in_txn = true;
                     }
                     _ => {}

@@ -1,0 +1,262 @@
+//! `function_catalog`: what the server says of the functions a read calls
+//! that no list decides. Per database (schema on MySQL), the user-defined
+//! functions and whether each may write (PostgreSQL `pg_proc.provolatile`,
+//! MariaDB `information_schema.ROUTINES`), read in one query, cached per
+//! cluster for `function_catalog_ttl` and forgotten on DDL seen through
+//! Fulcrum. A read calling one that writes goes to the primary, and so does
+//! every such read of a database not read yet; a name that is not a user
+//! function is a built-in (a read), so built-ins cost no lookup. The
+//! lookups run in the background (the protocol context drains
+//! [`FunctionCatalog::wanted`] with its own query): a read never waits for
+//! one. Pgpool-II 4 reads `provolatile` likewise when no list is set.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// What the server says a function does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionKind {
+    /// Safe on a replica (PostgreSQL: stable or immutable; MariaDB: NO SQL,
+    /// READS SQL DATA, deterministic).
+    Read,
+    /// May write (PostgreSQL: volatile; MariaDB: MODIFIES SQL DATA, or
+    /// CONTAINS SQL and not deterministic, the default).
+    Write,
+}
+
+/// The user-defined functions of one database (or schema), by name.
+pub type Functions = HashMap<Arc<str>, FunctionKind>;
+
+/// A lookup to run: the database's functions, and the login that reads
+/// them (the user of the read that asked, with its protocol options:
+/// MySQL's wire-format flags and character set; unused on PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Wanted {
+    pub user: Arc<str>,
+    pub options: (u32, u8),
+    pub database: Arc<str>,
+}
+
+#[derive(Debug)]
+pub struct FunctionCatalog {
+    ttl: Duration,
+    /// Per database: its user-defined functions, and when they were read.
+    known: RwLock<HashMap<Arc<str>, (Arc<Functions>, Instant)>>,
+    /// Databases asked for and not answered yet.
+    pending: Mutex<HashSet<Arc<str>>>,
+    queue: Mutex<Vec<Wanted>>,
+    wake: Notify,
+}
+
+/// Most databases kept; the table is emptied when it fills.
+const MAX_DATABASES: usize = 1_000;
+
+impl FunctionCatalog {
+    pub fn new(ttl: Duration) -> FunctionCatalog {
+        FunctionCatalog {
+            ttl,
+            known: RwLock::default(),
+            pending: Mutex::default(),
+            queue: Mutex::default(),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Whether a read of `user` on `database` calling `names` may go to a
+    /// replica. Once the database's functions are known: unless one of the
+    /// names is a user function that may write (a name that is not a user
+    /// function is a built-in, or does not exist: a read). Not known yet:
+    /// no, and they are asked for; stale: the old answer, and asked again.
+    pub fn replica_ok(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &Arc<str>,
+        names: &[Arc<str>],
+    ) -> bool {
+        let (ok, ask) = {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            match known.get(database) {
+                Some((functions, at)) => (
+                    names
+                        .iter()
+                        .all(|n| functions.get(n) != Some(&FunctionKind::Write)),
+                    at.elapsed() >= self.ttl,
+                ),
+                None => (false, true),
+            }
+        };
+        if ask {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if pending.insert(database.clone()) {
+                self.queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Wanted {
+                        user: user.clone(),
+                        options,
+                        database: database.clone(),
+                    });
+                self.wake.notify_one();
+            }
+        }
+        ok
+    }
+
+    /// The lookups to run now (empty when none; wait with [`Self::requested`]).
+    pub fn wanted(&self) -> Vec<Wanted> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves when lookups are queued.
+    pub async fn requested(&self) {
+        self.wake.notified().await
+    }
+
+    /// The server's answer for `database`.
+    pub fn learned(&self, database: Arc<str>, functions: Functions) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&database);
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_DATABASES {
+            known.clear();
+        }
+        known.insert(database, (Arc::new(functions), Instant::now()));
+    }
+
+    /// A lookup failed: asked again by the next read that needs it.
+    pub fn failed(&self, database: &Arc<str>) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(database);
+    }
+
+    /// DDL went through Fulcrum (CREATE / ALTER / DROP FUNCTION, ...):
+    /// every database is read again.
+    pub fn forget(&self) {
+        self.known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Databases whose functions are known.
+    pub fn len(&self) -> usize {
+        self.known.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Runs `look_up` for each lookup `catalog` wants, until `stop` turns
+/// true (the context's health loop stopped: shutdown, or a reload's next
+/// context took over). One at a time: lookups are rare (once per function
+/// per TTL).
+pub fn start_lookups<F, Fut>(
+    catalog: Arc<FunctionCatalog>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    look_up: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Wanted) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            for w in catalog.wanted() {
+                look_up(w).await;
+            }
+            tokio::select! {
+                _ = catalog.requested() => {}
+                _ = stop.changed() => {}
+                // Also picks up lookups queued while the last ones ran.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    })
+}
+
+/// A name safe to put in a single-quoted SQL literal (function names the
+/// parser gave: identifiers, possibly quoted ones).
+pub fn quote_literal(name: &str) -> String {
+    format!("'{}'", name.replace('\'', "''").replace('\\', "\\\\"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> Arc<str> {
+        s.into()
+    }
+
+    #[test]
+    fn reads_go_to_the_primary_until_the_databases_functions_are_known() {
+        let c = FunctionCatalog::new(Duration::from_secs(60));
+        let (u, db) = (n("app"), n("app"));
+        assert!(
+            !c.replica_ok(&u, (0, 0), &db, &[n("bump")]),
+            "not known yet"
+        );
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        let wanted = c.wanted();
+        assert_eq!(wanted.len(), 1, "the database is asked once: {wanted:?}");
+        assert_eq!(wanted[0].database, db);
+        c.learned(
+            db.clone(),
+            Functions::from([
+                (n("bump"), FunctionKind::Write),
+                (n("price"), FunctionKind::Read),
+            ]),
+        );
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("bump")]), "it writes");
+        assert!(c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        assert!(
+            c.replica_ok(&u, (0, 0), &db, &[n("json_detailed")]),
+            "not a user function: a built-in"
+        );
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price"), n("bump")]));
+        assert!(c.wanted().is_empty(), "known: nothing to ask");
+        assert!(
+            !c.replica_ok(&u, (0, 0), &n("other"), &[n("price")]),
+            "per database"
+        );
+    }
+
+    #[test]
+    fn stale_answers_are_kept_while_asked_again_and_ddl_forgets() {
+        let c = FunctionCatalog::new(Duration::ZERO);
+        let (u, db) = (n("app"), n("app"));
+        c.learned(
+            db.clone(),
+            Functions::from([(n("price"), FunctionKind::Read)]),
+        );
+        assert!(
+            c.replica_ok(&u, (0, 0), &db, &[n("price")]),
+            "stale but read"
+        );
+        assert_eq!(c.wanted().len(), 1, "refreshed");
+        c.forget();
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        c.failed(&db);
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        assert_eq!(c.wanted().len(), 1, "a failed lookup is asked again");
+    }
+
+    #[test]
+    fn literals_are_quoted() {
+        assert_eq!(quote_literal("f"), "'f'");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+    }
+}

@@ -1,0 +1,336 @@
+//! The functions a read calls that no list decides (not built in, not in
+//! `write_functions` / `read_only_functions`, not a common built-in read):
+//! the cluster's function catalog looks them up on the server
+//! (`function_catalog`), and until it knows them the read goes to the
+//! primary. A second walk over the parsed statements, only for reads.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use sqlparser::ast::{Expr, ObjectName, Statement, TableFactor, Visit, Visitor};
+
+use crate::dialect::Dialect;
+use crate::rules::FunctionRules;
+
+/// Built-in functions common in reads, known to be safe on a replica: not
+/// looked up (PostgreSQL's catalog would call some volatile, e.g. random,
+/// yet they write nothing).
+fn builtin_reads(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::Postgres => &[
+            "count",
+            "sum",
+            "avg",
+            "min",
+            "max",
+            "coalesce",
+            "nullif",
+            "greatest",
+            "least",
+            "lower",
+            "upper",
+            "length",
+            "char_length",
+            "substr",
+            "substring",
+            "trim",
+            "btrim",
+            "ltrim",
+            "rtrim",
+            "concat",
+            "concat_ws",
+            "replace",
+            "position",
+            "strpos",
+            "left",
+            "right",
+            "lpad",
+            "rpad",
+            "abs",
+            "round",
+            "floor",
+            "ceil",
+            "ceiling",
+            "mod",
+            "power",
+            "sqrt",
+            "random",
+            "now",
+            "clock_timestamp",
+            "statement_timestamp",
+            "date_trunc",
+            "date_part",
+            "extract",
+            "to_char",
+            "to_date",
+            "to_timestamp",
+            "to_number",
+            "age",
+            "array_agg",
+            "string_agg",
+            "json_agg",
+            "jsonb_agg",
+            "json_build_object",
+            "jsonb_build_object",
+            "row_to_json",
+            "to_json",
+            "to_jsonb",
+            "array_length",
+            "unnest",
+            "generate_series",
+            "row_number",
+            "rank",
+            "dense_rank",
+            "lag",
+            "lead",
+            "first_value",
+            "last_value",
+            "ntile",
+            "md5",
+            "encode",
+            "decode",
+            "format",
+            "version",
+            "current_database",
+            "current_schema",
+            "current_user",
+            "session_user",
+            "current_setting",
+            "inet_server_port",
+            "inet_server_addr",
+            "pg_backend_pid",
+            "pg_sleep",
+            "pg_is_in_recovery",
+            "pg_last_wal_replay_lsn",
+            "pg_size_pretty",
+            "pg_relation_size",
+            "pg_total_relation_size",
+            "pg_database_size",
+            "has_table_privilege",
+            "bool_and",
+            "bool_or",
+            "every",
+            "exists",
+            "cast",
+        ],
+        Dialect::MySql => &[
+            "count",
+            "sum",
+            "avg",
+            "min",
+            "max",
+            "coalesce",
+            "ifnull",
+            "nullif",
+            "if",
+            "greatest",
+            "least",
+            "lower",
+            "upper",
+            "lcase",
+            "ucase",
+            "length",
+            "char_length",
+            "substr",
+            "substring",
+            "trim",
+            "ltrim",
+            "rtrim",
+            "concat",
+            "concat_ws",
+            "replace",
+            "left",
+            "right",
+            "lpad",
+            "rpad",
+            "abs",
+            "round",
+            "floor",
+            "ceil",
+            "ceiling",
+            "mod",
+            "pow",
+            "power",
+            "sqrt",
+            "rand",
+            "now",
+            "sysdate",
+            "curdate",
+            "curtime",
+            "current_timestamp",
+            "date",
+            "date_format",
+            "date_add",
+            "date_sub",
+            "datediff",
+            "unix_timestamp",
+            "from_unixtime",
+            "year",
+            "month",
+            "day",
+            "hour",
+            "minute",
+            "second",
+            "version",
+            "database",
+            "schema",
+            "user",
+            "current_user",
+            "connection_id",
+            "sleep",
+            "group_concat",
+            "md5",
+            "sha1",
+            "sha2",
+            "uuid",
+            "json_object",
+            "json_array",
+            "json_extract",
+            "cast",
+            "convert",
+            "field",
+            "find_in_set",
+            "format",
+            "hex",
+            "unhex",
+            "row_number",
+            "rank",
+            "dense_rank",
+            "lag",
+            "lead",
+            "exists",
+        ],
+    }
+}
+
+struct Calls<'a> {
+    dialect: Dialect,
+    rules: &'a FunctionRules,
+    found: Vec<Arc<str>>,
+}
+
+impl Calls<'_> {
+    fn call(&mut self, name: &ObjectName) {
+        let name = name
+            .0
+            .last()
+            .map(|p| {
+                p.to_string()
+                    .trim_matches('"')
+                    .trim_matches('`')
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        if name.is_empty()
+            || self.rules.read_only.contains(&name)
+            || self.rules.primary.contains(&name)
+            || self.rules.pin.contains(&name)
+            || builtin_reads(self.dialect).contains(&name.as_str())
+            || self.found.iter().any(|f| **f == *name)
+        {
+            return;
+        }
+        self.found.push(name.into());
+    }
+}
+
+impl Visitor for Calls<'_> {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
+        match t {
+            TableFactor::Function { name, .. } => self.call(name),
+            TableFactor::Table {
+                name,
+                args: Some(_),
+                ..
+            } => self.call(name),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = e {
+            self.call(&f.name);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// The functions `stmts` call that no list decides, lower case, once each.
+pub(crate) fn undecided_calls(
+    stmts: &[Statement],
+    dialect: Dialect,
+    rules: &FunctionRules,
+) -> Vec<Arc<str>> {
+    let mut v = Calls {
+        dialect,
+        rules,
+        found: Vec::new(),
+    };
+    for s in stmts {
+        let _ = s.visit(&mut v);
+    }
+    v.found
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Classifier, ClassifierConfig, Decision, Dialect};
+
+    fn listed(c: &Classifier, sql: &str) -> Vec<String> {
+        c.classify_unit(sql)
+            .functions
+            .map(|f| f.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn reads_list_the_functions_no_list_decides_once_each() {
+        let pg = Classifier::new(
+            Dialect::Postgres,
+            &ClassifierConfig {
+                write_functions: vec!["audit".into()],
+                read_only_functions: vec!["pure".into()],
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            listed(
+                &pg,
+                "SELECT bump(), bump(), lower('x'), public.price(1) FROM t"
+            ),
+            ["bump", "price"]
+        );
+        assert_eq!(listed(&pg, "SELECT * FROM my_srf(3)"), ["my_srf"]);
+        assert_eq!(
+            listed(&pg, "SELECT count(*) FROM t WHERE x = (SELECT g(1))"),
+            ["g"]
+        );
+        assert!(
+            listed(&pg, "SELECT nextval('s')").is_empty(),
+            "a primary read"
+        );
+        assert!(
+            listed(&pg, "INSERT INTO t SELECT f()").is_empty(),
+            "a write"
+        );
+        assert!(
+            listed(&pg, "SELECT pure(1), now()").is_empty(),
+            "decided by lists"
+        );
+        assert_eq!(pg.classify("SELECT audit()"), Decision::Primary);
+        assert_eq!(
+            pg.classify("SELECT bump()"),
+            Decision::Read,
+            "the classifier alone: the catalog decides at routing"
+        );
+        let my = Classifier::new(Dialect::MySql, &ClassifierConfig::default());
+        assert_eq!(
+            listed(&my, "SELECT twice(2), NOW(), `Bump`() FROM items"),
+            ["twice", "bump"]
+        );
+        assert!(listed(&my, "SELECT LAST_INSERT_ID()").is_empty());
+    }
+}
