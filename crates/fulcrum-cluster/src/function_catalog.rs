@@ -40,11 +40,14 @@ pub struct Wanted {
     pub database: Arc<str>,
 }
 
+/// A database's functions and when they were read.
+type ReadAt = (Arc<Functions>, Instant);
+
 #[derive(Debug)]
 pub struct FunctionCatalog {
     ttl: Duration,
     /// Per database: its user-defined functions, and when they were read.
-    known: RwLock<HashMap<Arc<str>, (Arc<Functions>, Instant)>>,
+    known: RwLock<HashMap<Arc<str>, ReadAt>>,
     /// Databases asked for and not answered yet.
     pending: Mutex<HashSet<Arc<str>>>,
     queue: Mutex<Vec<Wanted>>,
