@@ -54,8 +54,14 @@ fn without_config_the_default_path_is_named() {
 fn next(socket: &UnixDatagram, timeout: Duration) -> String {
     socket.set_read_timeout(Some(timeout)).unwrap();
     let mut buf = [0u8; 512];
-    let n = socket.recv(&mut buf).expect("a notification");
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    loop {
+        match socket.recv(&mut buf) {
+            Ok(n) => return String::from_utf8_lossy(&buf[..n]).into_owned(),
+            // A signal (the daemon child exiting) interrupts the wait: again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => panic!("a notification: {e:?}"),
+        }
+    }
 }
 
 #[test]
