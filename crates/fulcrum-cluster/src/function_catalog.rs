@@ -50,9 +50,15 @@ pub struct FunctionCatalog {
     known: RwLock<HashMap<Arc<str>, ReadAt>>,
     /// Databases asked for and not answered yet.
     pending: Mutex<HashSet<Arc<str>>>,
+    /// Databases whose lookup failed, and when: not asked again before
+    /// [`RETRY_AFTER`] (a login refused must not cost a query per read).
+    failed: Mutex<HashMap<Arc<str>, Instant>>,
     queue: Mutex<Vec<Wanted>>,
     wake: Notify,
 }
+
+/// How long after a failed lookup a database is asked again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Most databases kept; the table is emptied when it fills.
 const MAX_DATABASES: usize = 1_000;
@@ -63,6 +69,7 @@ impl FunctionCatalog {
             ttl,
             known: RwLock::default(),
             pending: Mutex::default(),
+            failed: Mutex::default(),
             queue: Mutex::default(),
             wake: Notify::new(),
         }
@@ -92,7 +99,14 @@ impl FunctionCatalog {
                 None => (false, true),
             }
         };
-        if ask {
+        let backing_off = ask
+            && self
+                .failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(database)
+                .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if ask && !backing_off {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             if pending.insert(database.clone()) {
                 self.queue
@@ -125,6 +139,10 @@ impl FunctionCatalog {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&database);
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&database);
         let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
         if known.len() >= MAX_DATABASES {
             known.clear();
@@ -132,12 +150,18 @@ impl FunctionCatalog {
         known.insert(database, (Arc::new(functions), Instant::now()));
     }
 
-    /// A lookup failed: asked again by the next read that needs it.
+    /// A lookup failed: asked again by a read that needs it after
+    /// [`RETRY_AFTER`] (its reads go to the primary meanwhile).
     pub fn failed(&self, database: &Arc<str>) {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(database);
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if failed.len() >= MAX_DATABASES {
+            failed.clear();
+        }
+        failed.insert(database.clone(), Instant::now());
     }
 
     /// DDL went through Fulcrum (CREATE / ALTER / DROP FUNCTION, ...):
@@ -254,7 +278,16 @@ mod tests {
         assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
         c.failed(&db);
         assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
-        assert_eq!(c.wanted().len(), 1, "a failed lookup is asked again");
+        assert!(
+            c.wanted().is_empty(),
+            "not asked again right after a failure"
+        );
+        c.failed
+            .lock()
+            .unwrap()
+            .insert(db.clone(), Instant::now() - RETRY_AFTER);
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        assert_eq!(c.wanted().len(), 1, "asked again after RETRY_AFTER");
     }
 
     #[test]
