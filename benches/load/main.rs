@@ -47,6 +47,7 @@ mod daemon;
 mod fulcrum;
 mod machine;
 mod measure;
+mod mode_balance;
 mod mode_consistency_cost;
 mod mode_mysql_consistency_cost;
 mod mode_scale_out;
@@ -111,6 +112,9 @@ fn main() -> ExitCode {
 fn run(opts: &Options) -> Result<()> {
     if opts.suite {
         return suite::run(opts);
+    }
+    if opts.balance {
+        return mode_balance::run_balance(opts);
     }
     if opts.digest_cost {
         return mode_consistency_cost::run_digests(opts);

@@ -21,6 +21,9 @@ usage: cargo bench --bench load -- [options]
   --consistency-cost
                   compare direct, Fulcrum consistency=eventual and
                   consistency=session instead of direct/Fulcrum/PgBouncer
+  --balance       the balance policies (round_robin, least_connections,
+                  p2c) on 3 nodes capped at --cpu-quota, beside direct and
+                  Pgpool-II; report in target/bench-balance.md
   --digest-cost   compare direct, Fulcrum with digest statistics off
                   (digest_max_entries = 0) and on (the default), as
                   --consistency-cost does; report in target/bench-digests.md
@@ -76,6 +79,8 @@ pub(crate) struct Options {
     pub(crate) workloads: Vec<Workload>,
     /// `--digest-cost`: Fulcrum with digest statistics off vs on.
     pub(crate) digest_cost: bool,
+    /// `--balance`: the read-balancing policies on the capped 3-node regime.
+    pub(crate) balance: bool,
     /// `--consistency-cost` on MariaDB with sysbench.
     pub(crate) mysql_consistency_cost: bool,
     /// sysbench `--table-size` (rows in each of its 2 tables).
@@ -113,6 +118,7 @@ impl Options {
             replicas: 0,
             consistency_cost: false,
             digest_cost: false,
+            balance: false,
             workloads: Vec::new(),
             mysql_consistency_cost: false,
             table_size: 10_000,
@@ -135,6 +141,10 @@ impl Options {
             }
             if flag == "--consistency-cost" {
                 opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--balance" {
+                opts.balance = true;
                 continue;
             }
             if flag == "--digest-cost" {
@@ -244,6 +254,14 @@ impl Options {
         }
         if opts.only.is_some() || opts.no_docs {
             return Err("--only and --no-docs are for --suite".into());
+        }
+        if opts.balance {
+            if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {
+                return Err("--balance is a run of its own".into());
+            }
+            opts.replicas = SCALE_OUT_NODES - 1;
+            opts.workloads = vec![Workload::Select];
+            return Ok(opts);
         }
         if opts.scale_out {
             if opts.consistency_cost || opts.mysql_consistency_cost {

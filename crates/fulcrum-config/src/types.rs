@@ -530,7 +530,7 @@ pub mod defaults {
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
-    pub const BALANCE: super::BalancePolicy = super::BalancePolicy::RoundRobin;
+    pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;
     pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
     pub const DIGEST_MAX_ENTRIES: u32 = 5_000;
     pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);

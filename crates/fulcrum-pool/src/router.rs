@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::balance::{ewma_update, least_loaded, p2c_choose, smooth_weighted, Balance};
+use crate::balance::{ewma_update, p2c_choose, smooth_weighted, Balance};
 
 /// A unit of work admitted past the pause gate ([`Router::admit`]); dropping
 /// it says the unit now holds its server connection (or gave up).
@@ -81,6 +81,11 @@ pub struct Router {
     current: Mutex<Vec<i64>>,
     /// Per backend: latency average of units of work, in microseconds (0: none yet).
     latency_us: Vec<AtomicU64>,
+    /// Per backend: when `least_connections` last picked it (a pick
+    /// counter): ties go to the one picked longest ago, so they alternate
+    /// whatever the pattern of picks (a client whose units take two picks
+    /// each would otherwise always land on the same reader).
+    last_pick: Vec<AtomicU64>,
     /// Routers an earlier config made for the same backends (clients
     /// connected before a reload still route by them): they follow this
     /// one's health state, since only this one's health loop runs.
@@ -145,6 +150,7 @@ impl Router {
                 .collect(),
             current: Mutex::new(vec![0; backends]),
             latency_us: (0..backends).map(|_| AtomicU64::new(0)).collect(),
+            last_pick: (0..backends).map(|_| AtomicU64::new(0)).collect(),
             followers: Mutex::new(Vec::new()),
             leader: Mutex::new(Weak::new()),
         }
@@ -457,16 +463,19 @@ impl Router {
             Balance::RoundRobin => nth_open(start),
             Balance::Random => nth_open(rand::random_range(0..n.max(1) * 64)),
             Balance::LeastConnections => {
-                let loads: Vec<usize> = (0..n)
-                    .map(|b| {
-                        if open(b) {
-                            self.loads[b].load(Ordering::Relaxed)
-                        } else {
-                            usize::MAX
-                        }
-                    })
-                    .collect();
-                least_loaded(&loads, start % n).filter(|&b| open(b))
+                // Fewest connections checked out; among those, the reader
+                // picked longest ago.
+                let mut best: Option<(BackendId, usize, u64)> = None;
+                for b in (0..n).filter(|&b| open(b)) {
+                    let load = self.loads[b].load(Ordering::Relaxed);
+                    let last = self.last_pick[b].load(Ordering::Relaxed);
+                    if best.is_none_or(|(_, l, t)| load < l || (load == l && last < t)) {
+                        best = Some((b, load, last));
+                    }
+                }
+                let (b, _, _) = best?;
+                self.last_pick[b].store(start as u64 + 1, Ordering::Relaxed);
+                Some(b)
             }
             Balance::P2c => {
                 let open: Vec<usize> = (0..n).filter(|&b| open(b)).collect();

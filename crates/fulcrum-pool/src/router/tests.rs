@@ -50,6 +50,29 @@ fn weight_zero_readers_get_no_reads() {
 }
 
 #[test]
+fn least_connections_ties_alternate_whatever_the_pick_pattern() {
+    // A client whose units take two picks (prepare, then execute) or three:
+    // every pick goes to the reader picked longest ago, so the split is
+    // even and a unit's first pick does not stick to one reader.
+    for per_unit in [2usize, 3] {
+        let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::LeastConnections);
+        let picks: Vec<_> = (0..6 * per_unit)
+            .map(|_| r.pick(Route::Replica).unwrap())
+            .collect();
+        let ones = picks.iter().filter(|&&b| b == 1).count();
+        assert_eq!(ones * 2, picks.len(), "{per_unit}: {picks:?}");
+        assert!(
+            picks.windows(2).all(|w| w[0] != w[1]),
+            "alternating: {picks:?}"
+        );
+        if per_unit == 3 {
+            let firsts: Vec<_> = picks.iter().step_by(3).collect();
+            assert!(firsts.contains(&&1) && firsts.contains(&&2), "{firsts:?}");
+        }
+    }
+}
+
+#[test]
 fn least_connections_avoids_the_busy_reader() {
     let r = Router::with_policy(0, &[1, 1, 1], &[1, 2], false, Balance::LeastConnections);
     r.load_counter(1).store(5, Ordering::Relaxed);
