@@ -3,10 +3,13 @@
 //! its own CPU-capped cgroup, pgbench -S; PostgreSQL direct (one node),
 //! Pgpool-II on the 3 nodes, and Fulcrum on the 3 nodes with each `balance`
 //! (one daemon, a listener per policy, only one with clients at a time).
-//! The report goes to `target/bench-balance.md`.
+//! With `--slow-node`, the second replica runs CPU-heavy queries of its own
+//! during every run (sent to it directly, unseen by the proxies), so one
+//! node of three is slow. The report goes to `target/bench-balance.md`.
 
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, FulcrumProcess};
@@ -19,6 +22,9 @@ use crate::mode_scale_out::SCALE_OUT_NODES;
 use crate::pgbench::{init_timeout, start_cluster, Workload};
 use crate::pgpool::{Pgpool, PGPOOL, SPARE_CHILDREN};
 use crate::{median, publish_report, Options, Result};
+
+/// `--slow-node`: CPU-burning queries kept running on the second replica.
+const SLOW_NODE_QUERIES: usize = 2;
 
 /// The policies compared, with their target names.
 const POLICIES: [(&str, &str); 3] = [
@@ -93,14 +99,35 @@ pub(crate) fn run_balance(opts: &Options) -> Result<()> {
             .map_err(Into::into),
     )?;
     machine.warn_if_busy();
-    measure(
-        opts,
-        Workload::Select,
-        Path::new(""),
-        None,
-        &mut targets,
-        check_alive,
-    )?;
+    // `--slow-node`: background queries burn the second replica's CPU for
+    // as long as the measurement runs (each bounded by statement_timeout).
+    let stop = AtomicBool::new(false);
+    let slow = &cluster.replicas()[1];
+    let measured = std::thread::scope(|scope| {
+        if opts.slow_node {
+            for _ in 0..SLOW_NODE_QUERIES {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = slow.sql(
+                            "SET statement_timeout = '3s'; \
+                             SELECT count(*) FROM generate_series(1, 1000000000)",
+                        );
+                    }
+                });
+            }
+        }
+        let r = measure(
+            opts,
+            Workload::Select,
+            Path::new(""),
+            None,
+            &mut targets,
+            check_alive,
+        );
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    measured?;
     drop(fulcrum);
     drop(pgpool);
     drop(cluster);
@@ -115,14 +142,22 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
     let _ = writeln!(
         out,
         "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, a primary and \
-         2 streaming replicas, each capped at {} CPU; every proxy reads from the 3 nodes\n",
+         2 streaming replicas, each capped at {} CPU; every proxy reads from the 3 nodes{}\n",
         opts.clients,
         opts.jobs,
         opts.protocol,
         opts.scale,
         opts.rounds,
         opts.seconds,
-        opts.cpu_quota
+        opts.cpu_quota,
+        if opts.slow_node {
+            format!(
+                "; the second replica also runs {SLOW_NODE_QUERIES} CPU-heavy queries of its \
+                 own throughout (a slow node)"
+            )
+        } else {
+            String::new()
+        }
     );
     let pgpool = targets.iter().find(|t| t.name == "Pgpool-II");
     let _ = writeln!(

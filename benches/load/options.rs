@@ -24,6 +24,8 @@ usage: cargo bench --bench load -- [options]
   --balance       the balance policies (round_robin, least_connections,
                   p2c) on 3 nodes capped at --cpu-quota, beside direct and
                   Pgpool-II; report in target/bench-balance.md
+  --slow-node     with --balance: the second replica runs CPU-heavy queries
+                  of its own throughout (one slow node of three)
   --digest-cost   compare direct, Fulcrum with digest statistics off
                   (digest_max_entries = 0) and on (the default), as
                   --consistency-cost does; report in target/bench-digests.md
@@ -81,6 +83,8 @@ pub(crate) struct Options {
     pub(crate) digest_cost: bool,
     /// `--balance`: the read-balancing policies on the capped 3-node regime.
     pub(crate) balance: bool,
+    /// `--balance --slow-node`: one replica busy with its own CPU-heavy queries.
+    pub(crate) slow_node: bool,
     /// `--consistency-cost` on MariaDB with sysbench.
     pub(crate) mysql_consistency_cost: bool,
     /// sysbench `--table-size` (rows in each of its 2 tables).
@@ -119,6 +123,7 @@ impl Options {
             consistency_cost: false,
             digest_cost: false,
             balance: false,
+            slow_node: false,
             workloads: Vec::new(),
             mysql_consistency_cost: false,
             table_size: 10_000,
@@ -145,6 +150,10 @@ impl Options {
             }
             if flag == "--balance" {
                 opts.balance = true;
+                continue;
+            }
+            if flag == "--slow-node" {
+                opts.slow_node = true;
                 continue;
             }
             if flag == "--digest-cost" {
@@ -251,6 +260,9 @@ impl Options {
                 opts.rounds = 2;
             }
             return Ok(opts);
+        }
+        if opts.slow_node && !opts.balance {
+            return Err("--slow-node is for --balance".into());
         }
         if opts.only.is_some() || opts.no_docs {
             return Err("--only and --no-docs are for --suite".into());
