@@ -58,7 +58,14 @@ pub(crate) fn run_balance(opts: &Options) -> Result<()> {
         caps.add_server(i, node.data_dir())?;
     }
     let primary = cluster.primary().addr();
-    let replicas: Vec<String> = cluster.replicas().iter().map(|r| r.addr()).collect();
+    // `--nodes N`: the proxies read from the first N nodes (the primary and
+    // N - 1 replicas); the servers are started, and capped, all the same.
+    let replicas: Vec<String> = cluster
+        .replicas()
+        .iter()
+        .take(opts.balance_nodes - 1)
+        .map(|r| r.addr())
+        .collect();
     let mut targets = vec![Target::new("PostgreSQL direct", primary.clone())];
     let pgpool = if Path::new(PGPOOL).is_file() {
         let p = Pgpool::start(&primary, &replicas, opts.clients + SPARE_CHILDREN)?;
@@ -142,7 +149,7 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
     let _ = writeln!(
         out,
         "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, a primary and \
-         2 streaming replicas, each capped at {} CPU; every proxy reads from the 3 nodes{}\n",
+         2 streaming replicas, each capped at {} CPU; every proxy reads from {} of the nodes{}\n",
         opts.clients,
         opts.jobs,
         opts.protocol,
@@ -150,6 +157,7 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
         opts.rounds,
         opts.seconds,
         opts.cpu_quota,
+        opts.balance_nodes,
         if opts.slow_node {
             format!(
                 "; the second replica also runs {SLOW_NODE_QUERIES} CPU-heavy queries of its \

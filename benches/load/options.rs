@@ -26,6 +26,8 @@ usage: cargo bench --bench load -- [options]
                   Pgpool-II; report in target/bench-balance.md
   --slow-node     with --balance: the second replica runs CPU-heavy queries
                   of its own throughout (one slow node of three)
+  --nodes N       with --balance: the proxies read from the first N nodes
+                  (1 to 3, default 3)
   --digest-cost   compare direct, Fulcrum with digest statistics off
                   (digest_max_entries = 0) and on (the default), as
                   --consistency-cost does; report in target/bench-digests.md
@@ -85,6 +87,8 @@ pub(crate) struct Options {
     pub(crate) balance: bool,
     /// `--balance --slow-node`: one replica busy with its own CPU-heavy queries.
     pub(crate) slow_node: bool,
+    /// `--balance --nodes N`: the proxies read from the first N nodes (1 to 3).
+    pub(crate) balance_nodes: usize,
     /// `--consistency-cost` on MariaDB with sysbench.
     pub(crate) mysql_consistency_cost: bool,
     /// sysbench `--table-size` (rows in each of its 2 tables).
@@ -124,6 +128,7 @@ impl Options {
             digest_cost: false,
             balance: false,
             slow_node: false,
+            balance_nodes: 3,
             workloads: Vec::new(),
             mysql_consistency_cost: false,
             table_size: 10_000,
@@ -202,6 +207,13 @@ impl Options {
                 }
                 "--scale" => opts.scale = number(1)? as u32,
                 "--workers" => opts.workers = number(0)? as u32,
+                "--nodes" => {
+                    let n = number(1)? as usize;
+                    if n > SCALE_OUT_NODES {
+                        return Err(format!("--nodes {n}: at most {SCALE_OUT_NODES}"));
+                    }
+                    opts.balance_nodes = n;
+                }
                 "--replicas" => {
                     opts.replicas = number(0)? as usize;
                     replicas_given = true;
