@@ -64,6 +64,37 @@ fn next(socket: &UnixDatagram, timeout: Duration) -> String {
     }
 }
 
+/// The next datagram on `socket`, or `None` once `child` has exited (it
+/// could not start: e.g. its free port was taken meanwhile by another test).
+fn next_while_running(
+    socket: &UnixDatagram,
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match socket.recv(&mut buf) {
+            Ok(n) => return Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("a notification: {e:?}"),
+        }
+        if child.try_wait().unwrap().is_some() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "no notification in {timeout:?}");
+    }
+}
+
 #[test]
 fn systemd_hears_ready_and_stopping() {
     let dir = std::env::temp_dir().join(format!("fulcrum-cli-{}", std::process::id()));
@@ -71,30 +102,43 @@ fn systemd_hears_ready_and_stopping() {
     let socket_path = dir.join("notify");
     let _ = std::fs::remove_file(&socket_path);
     let socket = UnixDatagram::bind(&socket_path).unwrap();
-    let port = free_port();
     let config = dir.join("fulcrum.toml");
-    // A backend nobody listens on: readiness is about Fulcrum's listeners.
-    std::fs::write(
-        &config,
-        format!(
-            "[[cluster]]\nname = \"main\"\nprotocol = \"postgres\"\nlisten = \"127.0.0.1:{port}\"\n\
-             [[cluster.backend]]\naddress = \"127.0.0.1:{}\"\nrole = \"primary\"\n\
-             [[cluster.user]]\nname = \"app\"\npassword = \"secret\"\n",
-            free_port()
-        ),
-    )
-    .unwrap();
     let bin = fulcrum_bin(); // may build it first
-    let started = Instant::now();
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .env("NOTIFY_SOCKET", &socket_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("fulcrum");
-    let ready = next(&socket, Duration::from_secs(10));
+                             // A fresh port per attempt: a daemon that exits before READY lost its
+                             // port to another test between free_port() and its bind.
+    let mut attempt = 0;
+    let (mut child, port, ready, started) = loop {
+        attempt += 1;
+        let port = free_port();
+        // A backend nobody listens on: readiness is about Fulcrum's listeners.
+        std::fs::write(
+            &config,
+            format!(
+                "[[cluster]]\nname = \"main\"\nprotocol = \"postgres\"\nlisten = \"127.0.0.1:{port}\"\n\
+                 [[cluster.backend]]\naddress = \"127.0.0.1:{}\"\nrole = \"primary\"\n\
+                 [[cluster.user]]\nname = \"app\"\npassword = \"secret\"\n",
+                free_port()
+            ),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut child = Command::new(&bin)
+            .arg("--config")
+            .arg(&config)
+            .env("NOTIFY_SOCKET", &socket_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fulcrum");
+        match next_while_running(&socket, &mut child, Duration::from_secs(20)) {
+            Some(ready) => break (child, port, ready, started),
+            None if attempt < 3 => continue,
+            None => panic!(
+                "fulcrum exited before READY three times: {:?}",
+                child.try_wait()
+            ),
+        }
+    };
     assert!(ready.starts_with("READY=1"), "{ready}");
     assert!(ready.contains("STATUS=serving 1 cluster(s)"), "{ready}");
     // Ready means the listener accepts.
@@ -102,7 +146,7 @@ fn systemd_hears_ready_and_stopping() {
         &format!("127.0.0.1:{port}"),
         Duration::from_millis(500)
     ));
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(20));
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
