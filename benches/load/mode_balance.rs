@@ -2,7 +2,9 @@
 //! scale-out regime (issue 19): a primary and 2 streaming replicas, each in
 //! its own CPU-capped cgroup, pgbench -S; PostgreSQL direct (one node),
 //! Pgpool-II on the 3 nodes, and Fulcrum on the 3 nodes with each `balance`
-//! (one daemon, a listener per policy, only one with clients at a time).
+//! (one daemon, a listener per policy, only one with clients at a time),
+//! and a plain TCP relay (socat) in front of the primary as the control of
+//! the regime: it should come close to direct.
 //! With `--slow-node`, the second replica runs CPU-heavy queries of its own
 //! during every run (sent to it directly, unseen by the proxies), so one
 //! node of three is slow. The report goes to `target/bench-balance.md`.
@@ -75,6 +77,14 @@ pub(crate) fn run_balance(opts: &Options) -> Result<()> {
         eprintln!("Pgpool-II not installed: left out");
         None
     };
+    // The regime's control: a plain TCP relay (socat) in front of the
+    // primary costs the hop and nothing else; near direct, the caps measure
+    // the nodes, not the hop.
+    let relay = crate::relay::TcpRelay::start(free_port(), &primary)?;
+    targets.push(Target::new(
+        "socat relay to the primary",
+        relay.addr.clone(),
+    ));
     let mut sections = Vec::new();
     for (policy, name) in POLICIES {
         let listen = format!("127.0.0.1:{}", free_port());
@@ -136,6 +146,7 @@ pub(crate) fn run_balance(opts: &Options) -> Result<()> {
     });
     measured?;
     drop(fulcrum);
+    drop(relay);
     drop(pgpool);
     drop(cluster);
     drop(caps);
