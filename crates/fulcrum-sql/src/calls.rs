@@ -10,7 +10,7 @@ use std::sync::Arc;
 use sqlparser::ast::{Expr, ObjectName, Statement, TableFactor, Visit, Visitor};
 
 use crate::dialect::Dialect;
-use crate::rules::FunctionRules;
+use crate::rules::{called_in_from, function_name, FunctionRules};
 
 /// Built-in functions common in reads, known to be safe on a replica: not
 /// looked up (PostgreSQL's catalog would call some volatile, e.g. random,
@@ -211,16 +211,7 @@ struct Calls<'a> {
 
 impl Calls<'_> {
     fn call(&mut self, name: &ObjectName) {
-        let name = name
-            .0
-            .last()
-            .map(|p| {
-                p.to_string()
-                    .trim_matches('"')
-                    .trim_matches('`')
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
+        let name = function_name(name);
         if name.is_empty()
             || self.rules.read_only.contains(&name)
             || self.rules.primary.contains(&name)
@@ -238,14 +229,8 @@ impl Visitor for Calls<'_> {
     type Break = ();
 
     fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
-        match t {
-            TableFactor::Function { name, .. } => self.call(name),
-            TableFactor::Table {
-                name,
-                args: Some(_),
-                ..
-            } => self.call(name),
-            _ => {}
+        if let Some(name) = called_in_from(t) {
+            self.call(name);
         }
         ControlFlow::Continue(())
     }

@@ -22,6 +22,34 @@ pub(crate) struct FunctionRules {
     pub read_only: HashSet<String>,
 }
 
+/// A function's name as the lists hold it: its last part, unquoted, lower
+/// case (`pg_catalog."NextVal"` is `nextval`).
+pub(crate) fn function_name(name: &ObjectName) -> String {
+    name.0
+        .last()
+        .map(|p| {
+            p.to_string()
+                .trim_matches('"')
+                .trim_matches('`')
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// The function a FROM item calls, if any: a set-returning function
+/// (`SELECT * FROM nextval('s')`, `FROM my_srf(3)`).
+pub(crate) fn called_in_from(t: &TableFactor) -> Option<&ObjectName> {
+    match t {
+        TableFactor::Function { name, .. } => Some(name),
+        TableFactor::Table {
+            name,
+            args: Some(_),
+            ..
+        } => Some(name),
+        _ => None,
+    }
+}
+
 pub(crate) fn classify_statement(
     stmt: &Statement,
     dialect: Dialect,
@@ -299,16 +327,7 @@ impl QueryRules<'_> {
 
     /// A call of `name`: matched on its last part, unquoted, lower case.
     fn function(&mut self, name: &ObjectName) {
-        let name = name
-            .0
-            .last()
-            .map(|p| {
-                p.to_string()
-                    .trim_matches('"')
-                    .trim_matches('`')
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
+        let name = function_name(name);
         if self.f.read_only.contains(&name) {
         } else if self.f.pin.contains(&name) {
             self.add(Decision::Pin("session lock function"));
@@ -385,15 +404,8 @@ impl Visitor for QueryRules<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
-        // Set-returning functions in FROM: SELECT * FROM nextval('s').
-        match t {
-            TableFactor::Function { name, .. } => self.function(name),
-            TableFactor::Table {
-                name,
-                args: Some(_),
-                ..
-            } => self.function(name),
-            _ => {}
+        if let Some(name) = called_in_from(t) {
+            self.function(name);
         }
         ControlFlow::Continue(())
     }
