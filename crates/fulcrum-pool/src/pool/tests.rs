@@ -1,0 +1,322 @@
+//! The pool's unit tests: reuse, lifetime, waiting and timeouts, the
+//! reserve, budgets, `fill`, `retire` and `server_check_delay` checks.
+
+use super::*;
+
+struct Conn {
+    id: u32,
+    usable: bool,
+}
+impl Poolable for Conn {
+    fn is_usable(&mut self) -> bool {
+        self.usable
+    }
+    /// A dead server still looks usable to the cheap check (id 0).
+    async fn check(&mut self) -> bool {
+        self.id != 0
+    }
+}
+
+fn pool(size: u32, timeout_ms: u64) -> Pool<Conn> {
+    Pool::new(
+        size,
+        Duration::from_millis(timeout_ms),
+        Duration::from_secs(60),
+    )
+}
+
+async fn open(id: u32) -> Result<Conn, String> {
+    Ok(Conn { id, usable: true })
+}
+
+#[tokio::test]
+async fn released_connection_is_reused() {
+    let p = pool(2, 100);
+    let c = p.get(|| open(1)).await.unwrap();
+    c.release();
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 1);
+    assert_eq!(p.stats().opened, 1);
+}
+
+#[tokio::test]
+async fn connections_past_their_lifetime_are_closed_not_reused() {
+    let p = pool(2, 100).with_lifetime(Some(Duration::from_millis(50)));
+    let c = p.get(|| open(1)).await.unwrap();
+    c.release();
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 1, "young enough: reused");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    c.release();
+    assert_eq!(p.stats().closed, 1, "closed when it came back too old");
+    let c = p.get(|| open(3)).await.unwrap();
+    assert_eq!(c.id, 3);
+    c.release();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let c = p.get(|| open(4)).await.unwrap();
+    assert_eq!(c.id, 4, "an idle one past its lifetime is not handed out");
+    assert_eq!(p.stats().closed, 2);
+    // No lifetime: kept.
+    let q = pool(1, 100).with_lifetime(None);
+    let c = q.get(|| open(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    c.release();
+    assert_eq!(q.get(|| open(6)).await.unwrap().id, 5);
+}
+
+#[tokio::test]
+async fn dropped_connection_is_never_reused() {
+    let p = pool(1, 100);
+    let c = p.get(|| open(1)).await.unwrap();
+    drop(c);
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 2);
+    assert_eq!(p.stats().closed, 1);
+}
+
+#[tokio::test]
+async fn unusable_idle_connection_is_replaced() {
+    let p = pool(1, 100);
+    let mut c = p.get(|| open(1)).await.unwrap();
+    c.usable = false;
+    c.release();
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 2);
+}
+
+#[tokio::test]
+async fn waiter_times_out_with_clear_error() {
+    let p = pool(1, 50);
+    let _held = p.get(|| open(1)).await.unwrap();
+    let err = p.get(|| open(2)).await.err().unwrap();
+    assert!(matches!(err, PoolError::Timeout(_, 1)), "{err}");
+    assert!(err.to_string().contains("waiting for a server connection"));
+}
+
+#[tokio::test]
+async fn waiter_gets_released_connection() {
+    let p = pool(1, 2000);
+    let held = p.get(|| open(1)).await.unwrap();
+    let p2 = p.clone();
+    let waiter = tokio::spawn(async move { p2.get(|| open(2)).await.map(|c| c.id) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.release();
+    assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    assert_eq!(p.stats().opened, 1);
+}
+
+#[tokio::test]
+async fn connect_error_frees_the_permit() {
+    let p = pool(1, 50);
+    let r = p
+        .get(|| async { Err::<Conn, _>("refused".to_string()) })
+        .await;
+    assert!(matches!(r, Err(PoolError::Connect(_))));
+    assert!(p.get(|| open(3)).await.is_ok());
+}
+
+#[tokio::test]
+async fn backend_load_counts_checked_out_connections() {
+    let load = Arc::new(AtomicUsize::new(0));
+    let p: Pool<Conn> = Pool::with_load(
+        3,
+        Duration::from_millis(50),
+        Duration::from_secs(60),
+        load.clone(),
+    );
+    let a = p.get(|| open(1)).await.unwrap();
+    let b = p.get(|| open(2)).await.unwrap();
+    assert_eq!(load.load(Ordering::Relaxed), 2);
+    a.release();
+    b.discard();
+    assert_eq!(load.load(Ordering::Relaxed), 0);
+    let c = p.get(|| open(3)).await.unwrap();
+    assert_eq!(load.load(Ordering::Relaxed), 1);
+    drop(c);
+    assert_eq!(load.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn never_more_than_size_connections() {
+    let p = pool(3, 1000);
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = p.get(|| open(i)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            assert!(p.stats().in_use <= 3);
+            c.release();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let s = p.stats();
+    assert!(s.opened <= 3, "{s:?}");
+    assert_eq!(s.idle as u64, s.opened);
+}
+
+fn settings(size: u32, timeout_ms: u64) -> PoolSettings {
+    PoolSettings::new(
+        size,
+        Duration::from_millis(timeout_ms),
+        Duration::from_secs(60),
+    )
+}
+
+#[tokio::test]
+async fn the_reserve_serves_a_client_that_waited_reserve_timeout() {
+    let p: Pool<Conn> = Pool::configured(
+        PoolSettings {
+            reserve_size: 1,
+            reserve_timeout: Duration::from_millis(100),
+            ..settings(1, 1000)
+        },
+        Arc::new(AtomicUsize::new(0)),
+        Vec::new(),
+    );
+    let _held = p.get(|| open(1)).await.unwrap();
+    let started = Instant::now();
+    let extra = p.get(|| open(2)).await.unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(100), "{waited:?}");
+    assert!(waited < Duration::from_millis(900), "{waited:?}");
+    assert_eq!(extra.id, 2);
+    let s = p.stats();
+    assert_eq!((s.in_use, s.reserve), (2, 1), "{s:?}");
+    // Both the pool and its reserve are in use: the next one times out.
+    let err = p.get(|| open(3)).await.err().unwrap();
+    assert!(matches!(err, PoolError::Timeout(_, 1)), "{err}");
+    drop(extra);
+    assert_eq!(p.stats().reserve, 0);
+}
+
+#[tokio::test]
+async fn a_budget_caps_connections_across_pools_and_closes_idle_ones_for_room() {
+    let db = Budget::new(2, "max_db_connections (2) for database \"app\"");
+    let load = Arc::new(AtomicUsize::new(0));
+    let a: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
+    let b: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
+    let a1 = a.get(|| open(1)).await.unwrap();
+    let a2 = a.get(|| open(2)).await.unwrap();
+    assert_eq!(db.open(), 2);
+    // At the cap with both in use: b waits, then gets a clear error.
+    let err = b.get(|| open(3)).await.err().unwrap();
+    assert!(matches!(err, PoolError::Budget(..)), "{err}");
+    assert!(err.to_string().contains("max_db_connections (2)"), "{err}");
+    // One of a's goes idle: b closes it to make room.
+    a1.release();
+    assert_eq!((a.stats().idle, db.open()), (1, 2));
+    let b1 = b.get(|| open(4)).await.unwrap();
+    assert_eq!(b1.id, 4);
+    assert_eq!((a.stats().idle, a.stats().closed, db.open()), (0, 1, 2));
+    // A waiter gets the permit of a connection that closes.
+    let b2 = b.clone();
+    let waiter = tokio::spawn(async move { b2.get(|| open(5)).await.map(|c| c.id) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(a2);
+    assert_eq!(waiter.await.unwrap().unwrap(), 5);
+    drop(b1);
+    assert_eq!(
+        db.open(),
+        0,
+        "every permit back once the connections closed"
+    );
+}
+
+#[tokio::test]
+async fn fill_keeps_min_size_open_within_size_and_budgets() {
+    let user = Budget::new(3, "max_user_connections (3) for user \"app\"");
+    let p: Pool<Conn> = Pool::configured(
+        PoolSettings {
+            min_size: 2,
+            ..settings(4, 100)
+        },
+        Arc::new(AtomicUsize::new(0)),
+        vec![user.clone()],
+    );
+    assert_eq!(p.fill(|| open(9)).await.unwrap(), 2);
+    assert_eq!((p.stats().idle, p.stats().opened), (2, 2));
+    assert_eq!(p.fill(|| open(9)).await.unwrap(), 0, "already at min");
+    // In-use connections count: two checked out, none opened.
+    let c1 = p.get(|| open(10)).await.unwrap();
+    let c2 = p.get(|| open(11)).await.unwrap();
+    assert_eq!(p.fill(|| open(9)).await.unwrap(), 0);
+    c1.discard();
+    assert_eq!(
+        p.fill(|| open(9)).await.unwrap(),
+        1,
+        "one closed: one opened"
+    );
+    // The budget bounds it too: 3 open under a cap of 3.
+    let q: Pool<Conn> = Pool::configured(
+        PoolSettings {
+            min_size: 2,
+            ..settings(4, 100)
+        },
+        Arc::new(AtomicUsize::new(0)),
+        vec![user.clone()],
+    );
+    assert_eq!(user.open(), 2);
+    assert_eq!(q.fill(|| open(9)).await.unwrap(), 1, "room for one only");
+    assert_eq!(user.open(), 3);
+    drop(c2);
+    let failed = q.fill(|| async { Err::<Conn, _>("refused") }).await;
+    assert_eq!(failed, Err("refused"));
+}
+
+#[tokio::test]
+async fn retire_closes_idle_now_and_in_use_when_released() {
+    let p = pool(3, 100);
+    let a = p.get(|| open(1)).await.unwrap();
+    let b = p.get(|| open(2)).await.unwrap();
+    let c = p.get(|| open(3)).await.unwrap();
+    c.release();
+    p.retire();
+    assert_eq!(
+        (p.stats().idle, p.retiring()),
+        (0, 2),
+        "idle closed, two to go"
+    );
+    a.release();
+    assert_eq!(
+        (p.stats().idle, p.retiring()),
+        (0, 1),
+        "closed on its way back"
+    );
+    drop(b);
+    assert_eq!(p.retiring(), 0);
+    let d = p.get(|| open(4)).await.unwrap();
+    assert_eq!(d.id, 4, "a fresh one");
+    d.release();
+    assert_eq!(
+        p.stats().idle,
+        1,
+        "connections opened after RECONNECT are kept"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead() {
+    let p: Pool<Conn> = Pool::configured(
+        PoolSettings {
+            check_delay: Some(Duration::from_millis(30)),
+            ..settings(2, 200)
+        },
+        Arc::new(AtomicUsize::new(0)),
+        Vec::new(),
+    );
+    p.get(|| open(0)).await.unwrap().release();
+    // Fresh: handed out without a check, dead or not.
+    let c = p.get(|| open(1)).await.unwrap();
+    assert_eq!(c.id, 0);
+    c.release();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 2, "the dead one failed its check and was closed");
+    assert_eq!(p.stats().closed, 1);
+    c.release();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(p.get(|| open(3)).await.unwrap().id, 2, "a live one passes");
+}
