@@ -41,15 +41,8 @@ impl DigestSlot {
         dialect: Dialect,
         primary: bool,
     ) -> Option<Stamp> {
-        if max_entries == 0 {
-            return None;
-        }
-        let key = fulcrum_sql::fingerprint(sql, dialect);
-        self.table(max_entries).stamp(
-            key,
-            || fulcrum_sql::normalize(sql, dialect, DIGEST_TEXT_MAX),
-            primary,
-        )
+        self.entry(max_entries, sql, dialect)
+            .map(|digest| Stamp::new(digest, primary))
     }
 
     /// The entry of `sql` (for a prepared statement, looked up once).

@@ -84,7 +84,7 @@ impl FunctionCatalog {
         &self,
         user: &Arc<str>,
         options: (u32, u8),
-        database: &Arc<str>,
+        database: &str,
         names: &[Arc<str>],
     ) -> bool {
         let (ok, ask) = {
@@ -108,19 +108,54 @@ impl FunctionCatalog {
                 .is_some_and(|at| at.elapsed() < RETRY_AFTER);
         if ask && !backing_off {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if pending.insert(database.clone()) {
+            if !pending.contains(database) {
+                let database: Arc<str> = database.into();
+                pending.insert(database.clone());
                 self.queue
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(Wanted {
                         user: user.clone(),
                         options,
-                        database: database.clone(),
+                        database,
                     });
                 self.wake.notify_one();
             }
         }
         ok
+    }
+
+    /// The decision for `unit`, a unit of `user` (with its protocol
+    /// `options`) on `database`: a read calling functions no list decides
+    /// becomes a primary read unless the catalog knows them all to be reads.
+    pub fn decide(
+        &self,
+        unit: &fulcrum_sql::Classified,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+    ) -> fulcrum_sql::Decision {
+        use fulcrum_sql::Decision;
+        match &unit.functions {
+            Some(names)
+                if unit.decision == Decision::Read
+                    && !self.replica_ok(user, options, database, names) =>
+            {
+                Decision::Primary
+            }
+            _ => unit.decision,
+        }
+    }
+
+    /// Records the outcome of a lookup of `database` (`None`: it failed).
+    pub fn settle(&self, cluster: &str, database: Arc<str>, found: Option<Functions>) {
+        match found {
+            Some(functions) => {
+                tracing::debug!(%cluster, %database, functions = functions.len(), "function catalog read");
+                self.learned(database, functions);
+            }
+            None => self.failed(&database),
+        }
     }
 
     /// The lookups to run now (empty when none; wait with [`Self::requested`]).

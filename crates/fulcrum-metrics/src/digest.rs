@@ -56,6 +56,15 @@ impl PartialEq for Stamp {
 impl Eq for Stamp {}
 
 impl Stamp {
+    /// An execution of `digest` starting now, on the primary or a replica.
+    pub fn new(digest: Arc<Digest>, primary: bool) -> Stamp {
+        Stamp {
+            digest,
+            at: Instant::now(),
+            primary,
+        }
+    }
+
     /// The execution ended: `rows` returned or affected, or an error.
     pub fn finish(&self, rows: u64, error: bool) {
         self.digest
@@ -200,11 +209,8 @@ impl DigestTable {
 
     /// A stamp for one execution of `key` starting now.
     pub fn stamp(&self, key: u64, text: impl FnOnce() -> String, primary: bool) -> Option<Stamp> {
-        self.get(key, text).map(|digest| Stamp {
-            digest,
-            at: Instant::now(),
-            primary,
-        })
+        self.get(key, text)
+            .map(|digest| Stamp::new(digest, primary))
     }
 
     /// Drops the least recently used tenth (at least one).

@@ -168,16 +168,6 @@ impl MyClusterContext {
         self.digests.table(self.config.digests.max_entries)
     }
 
-    /// A digest stamp for one execution of `sql` on `backend`, starting now.
-    pub fn digest_stamp(&self, sql: &str, backend: BackendId) -> Option<fulcrum_metrics::Stamp> {
-        self.digests.stamp(
-            self.config.digests.max_entries,
-            sql,
-            self.classifier.dialect(),
-            self.router.is_primary(backend),
-        )
-    }
-
     /// This cluster's figures for a metrics scrape.
     pub fn refresh_metrics(&self, metrics: &fulcrum_metrics::Metrics) {
         let n = self.config.backends.len();
@@ -292,19 +282,13 @@ impl MyClusterContext {
         sql: &str,
         user: &Arc<str>,
         options: (u32, u8),
-        schema: &Arc<str>,
+        schema: &str,
     ) -> Decision {
         let unit = self.classifier.classify_unit(sql);
-        match &unit.functions {
-            Some(names)
-                if unit.decision == Decision::Read
-                    && self.config.function_catalog.is_some()
-                    && !self.functions.replica_ok(user, options, schema, names) =>
-            {
-                Decision::Primary
-            }
-            _ => unit.decision,
+        if self.config.function_catalog.is_none() {
+            return unit.decision;
         }
+        self.functions.decide(&unit, user, options, schema)
     }
 
     /// Runs the function catalog's lookups on the primary until the health
@@ -370,13 +354,7 @@ impl MyClusterContext {
             Some(functions)
         }
         .await;
-        match found {
-            Some(functions) => {
-                tracing::debug!(cluster = %self.config.name, schema = %w.database, functions = functions.len(), "function catalog read");
-                self.functions.learned(w.database, functions);
-            }
-            None => self.functions.failed(&w.database),
-        }
+        self.functions.settle(&self.config.name, w.database, found);
     }
 
     pub fn address(&self, backend: BackendId) -> &str {

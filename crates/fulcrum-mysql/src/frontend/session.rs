@@ -420,7 +420,7 @@ impl Session {
             text,
             &self.user,
             (self.wire_format.bits(), self.charset),
-            &self.schema.as_deref().unwrap_or("").into(),
+            self.schema.as_deref().unwrap_or(""),
         );
         let first = text
             .trim_start()

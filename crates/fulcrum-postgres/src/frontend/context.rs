@@ -333,16 +333,10 @@ impl ClusterContext {
         user: &Arc<str>,
         database: &Arc<str>,
     ) -> Decision {
-        match &unit.functions {
-            Some(names)
-                if unit.decision == Decision::Read
-                    && self.config.function_catalog.is_some()
-                    && !self.functions.replica_ok(user, (0, 0), database, names) =>
-            {
-                Decision::Primary
-            }
-            _ => unit.decision,
+        if self.config.function_catalog.is_none() {
+            return unit.decision;
         }
+        self.functions.decide(unit, user, (0, 0), database)
     }
 
     /// Runs the function catalog's lookups on the primary until the health
@@ -395,13 +389,7 @@ impl ClusterContext {
             Some(functions)
         }
         .await;
-        match found {
-            Some(functions) => {
-                tracing::debug!(cluster = %self.config.name, database = %w.database, functions = functions.len(), "function catalog read");
-                self.functions.learned(w.database, functions);
-            }
-            None => self.functions.failed(&w.database),
-        }
+        self.functions.settle(&self.config.name, w.database, found);
     }
 
     /// Classifies `sql`; a statement the parser cannot parse is logged once

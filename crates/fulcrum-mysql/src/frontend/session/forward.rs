@@ -101,14 +101,9 @@ impl Session {
                 .queries(self.backend, self.route_label(), 1);
         }
         let keep_was = std::mem::take(&mut self.keep_for_next);
-        let stamp = self
-            .pending_digest
-            .take()
-            .map(|digest| fulcrum_metrics::Stamp {
-                digest,
-                at: std::time::Instant::now(),
-                primary: self.ctx.router.is_primary(self.backend),
-            });
+        let stamp = self.pending_digest.take().map(|digest| {
+            fulcrum_metrics::Stamp::new(digest, self.ctx.router.is_primary(self.backend))
+        });
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);

@@ -56,7 +56,7 @@ impl Session {
             &sql,
             &self.user,
             (self.wire_format.bits(), self.charset),
-            &self.schema.as_deref().unwrap_or("").into(),
+            self.schema.as_deref().unwrap_or(""),
         );
         let route = self.route_unit(decision);
         if !self.ensure_attached(route, seq).await? {

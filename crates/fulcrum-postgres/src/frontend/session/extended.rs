@@ -93,13 +93,9 @@ impl Session {
             return None;
         }
         let portal = body.split(|&b| b == 0).next().unwrap_or_default();
-        self.portal_digests
-            .get(portal)
-            .map(|d| fulcrum_metrics::Stamp {
-                digest: d.clone(),
-                at: std::time::Instant::now(),
-                primary: self.ctx.router.is_primary(self.backend),
-            })
+        self.portal_digests.get(portal).map(|d| {
+            fulcrum_metrics::Stamp::new(d.clone(), self.ctx.router.is_primary(self.backend))
+        })
     }
 
     /// Remembers the session ops of a prepared SET (or forgets a name reused).
