@@ -10,11 +10,14 @@
 //! One cluster for the whole binary; each test starts its own Fulcrum.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::maria_toml;
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_testkit::{
+    free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB, APP_PASSWORD, APP_USER,
+};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 
@@ -29,17 +32,74 @@ fn cluster() -> &'static MariaCluster {
             .sql_db(
                 APP_DB,
                 "CREATE TABLE rw (client INT, i INT, PRIMARY KEY (client, i)); \
-                 CREATE TABLE rows_n (round INT, n INT)",
+                 CREATE TABLE rows_n (round INT, n INT); \
+                 CREATE TABLE lag_probe (k INT PRIMARY KEY)",
             )
             .expect("tables");
         c.wait_replicas_caught_up(Duration::from_secs(30))
             .expect("catch up");
         for r in c.replicas() {
-            r.sql("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 1; START SLAVE")
-                .expect("delay the replica");
+            delay(r);
         }
         c
     })
+}
+
+fn delay(replica: &MariaNode) {
+    replica
+        .sql("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 1; START SLAVE")
+        .expect("delay the replica");
+}
+
+/// The precondition the lag tests stand on: a row written on the primary
+/// early in a second is on neither replica 200 ms later. A replica that has
+/// it is reported (its SHOW SLAVE STATUS and both clocks, on stderr), delayed
+/// again and probed again; still not delayed after that, the test fails
+/// here, naming the replica, rather than later on a Fulcrum assertion.
+fn assert_replicas_delayed(c: &MariaCluster) {
+    static NEXT: AtomicI32 = AtomicI32::new(0);
+    for attempt in 0..3 {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        early_in_a_second();
+        c.primary()
+            .sql_db(APP_DB, &format!("INSERT INTO lag_probe VALUES ({k})"))
+            .expect("probe row");
+        std::thread::sleep(Duration::from_millis(200));
+        let undelayed: Vec<&MariaNode> = c
+            .replicas()
+            .iter()
+            .filter(|r| {
+                let n = r
+                    .sql_db(
+                        APP_DB,
+                        &format!("SELECT count(*) FROM lag_probe WHERE k = {k}"),
+                    )
+                    .expect("probe read");
+                n.trim() != "0"
+            })
+            .collect();
+        if undelayed.is_empty() {
+            return;
+        }
+        for r in &undelayed {
+            let clocks = r
+                .sql("SELECT UNIX_TIMESTAMP(NOW(6))")
+                .unwrap_or_else(|e| e.to_string());
+            eprintln!(
+                "attempt {attempt}: replica {} applied probe {k} within 200 ms (clock {}, \
+                 primary clock {}); slave status {:?}",
+                r.port(),
+                clocks.trim(),
+                c.primary()
+                    .sql("SELECT UNIX_TIMESTAMP(NOW(6))")
+                    .unwrap_or_else(|e| e.to_string())
+                    .trim(),
+                r.slave_status()
+            );
+            delay(r);
+        }
+    }
+    panic!("a replica does not hold events for MASTER_DELAY = 1 (see stderr)");
 }
 
 fn start(extra: &str) -> (FulcrumProcess, u16) {
@@ -190,6 +250,7 @@ fn early_in_a_second() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_waits_for_a_replica_when_told_to() {
     let c = tokio::task::block_in_place(cluster);
+    tokio::task::block_in_place(|| assert_replicas_delayed(c));
     let (_p, port) = start("causal_wait = \"always\"\ncausal_timeout = \"5s\"");
     let mut conn = connect(port).await;
     let replicas: Vec<u16> = c.replicas().iter().map(|r| r.port()).collect();
@@ -302,7 +363,8 @@ async fn hint_and_session_setting_choose_the_mode() {
 /// a read on a fresh connection of the same user; `session` misses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_consistency_covers_every_connection_of_the_user() {
-    tokio::task::block_in_place(cluster);
+    let c = tokio::task::block_in_place(cluster);
+    tokio::task::block_in_place(|| assert_replicas_delayed(c));
     let mut stale_by_mode = Vec::new();
     for (mode, id) in [("session", 50_000), ("user", 60_000)] {
         let (_p, port) = start(&format!("consistency = \"{mode}\""));
