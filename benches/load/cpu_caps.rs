@@ -27,7 +27,7 @@ pub(crate) struct CpuCaps {
 impl CpuCaps {
     /// `count` groups of `quota` CPUs each. `Err` says why CPU cannot be
     /// capped here (the caller skips the run).
-    pub(crate) fn create(count: usize, quota: f64) -> Result<CpuCaps, String> {
+    pub(crate) fn create(count: usize, quota: f64, period_us: u64) -> Result<CpuCaps, String> {
         let v1_root = Path::new("/sys/fs/cgroup/cpu");
         let v2_root = Path::new("/sys/fs/cgroup");
         let v2 = if v1_root.join("cpu.cfs_quota_us").is_file() {
@@ -54,15 +54,15 @@ impl CpuCaps {
             // Child groups have a cpu.max only when the parent delegates cpu.
             write_cgroup_file(&root.join("cgroup.subtree_control"), "+cpu")?;
         }
-        let quota_us = ((quota * CPU_PERIOD_US as f64).round() as u64).max(1000);
+        let quota_us = ((quota * period_us as f64).round() as u64).max(1000);
         for i in 0..count {
             let dir = root.join(format!("{CGROUP_PREFIX}{}-{i}", std::process::id()));
             std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
             caps.groups.push(dir.clone());
             if v2 {
-                write_cgroup_file(&dir.join("cpu.max"), &format!("{quota_us} {CPU_PERIOD_US}"))?;
+                write_cgroup_file(&dir.join("cpu.max"), &format!("{quota_us} {period_us}"))?;
             } else {
-                write_cgroup_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                write_cgroup_file(&dir.join("cpu.cfs_period_us"), &period_us.to_string())?;
                 write_cgroup_file(&dir.join("cpu.cfs_quota_us"), &quota_us.to_string())?;
             }
         }

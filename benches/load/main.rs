@@ -116,6 +116,12 @@ fn run(opts: &Options) -> Result<()> {
     if opts.balance {
         return mode_balance::run_balance(opts);
     }
+    if opts.replay_cost && opts.consistency_cost {
+        return mode_consistency_cost::run_replay(opts);
+    }
+    if opts.replay_cost && opts.mysql_consistency_cost {
+        return mode_mysql_consistency_cost::run_mysql_replay(opts);
+    }
     if opts.digest_cost {
         return mode_consistency_cost::run_digests(opts);
     }

@@ -37,7 +37,7 @@ const POLICIES: [(&str, &str); 3] = [
 
 pub(crate) fn run_balance(opts: &Options) -> Result<()> {
     let started = Instant::now();
-    let caps = match CpuCaps::create(SCALE_OUT_NODES, opts.cpu_quota) {
+    let caps = match CpuCaps::create(SCALE_OUT_NODES, opts.cpu_quota, opts.cpu_period_us) {
         Ok(caps) => caps,
         Err(reason) => {
             println!("balance benchmark SKIPPED: cannot cap the CPU of each server: {reason}");
@@ -160,7 +160,7 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
     let _ = writeln!(
         out,
         "### pgbench -S, {} clients, -j {}, -M {}, scale {}, {} rounds x {} s, a primary and \
-         2 streaming replicas, each capped at {} CPU; every proxy reads from {} of the nodes{}\n",
+         2 streaming replicas, each capped at {} CPU (CFS period {} ms); every proxy reads from {} of the nodes{}\n",
         opts.clients,
         opts.jobs,
         opts.protocol,
@@ -168,6 +168,7 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
         opts.rounds,
         opts.seconds,
         opts.cpu_quota,
+        opts.cpu_period_us / 1000,
         opts.balance_nodes,
         if opts.slow_node {
             format!(

@@ -4,7 +4,8 @@
 //! the report goes to `target/bench-consistency.md`. `--digest-cost` is the
 //! same comparison between Fulcrum with digest statistics off
 //! (`digest_max_entries = 0`) and on (the default), to
-//! `target/bench-digests.md`.
+//! `target/bench-digests.md`; `--replay-cost`, with `transaction_replay`
+//! off and on, to `target/bench-replay.md`.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -68,6 +69,23 @@ pub(crate) fn run_digests(opts: &Options) -> Result<()> {
         },
     ];
     run_variants(opts, &variants, "bench-digests.md")
+}
+
+/// `--replay-cost`: direct vs Fulcrum with `transaction_replay` off and on.
+pub(crate) fn run_replay(opts: &Options) -> Result<()> {
+    let variants = [
+        Variant {
+            name: "Fulcrum replay off",
+            consistency: None,
+            keys: "",
+        },
+        Variant {
+            name: "Fulcrum replay on",
+            consistency: None,
+            keys: "transaction_replay = true\n",
+        },
+    ];
+    run_variants(opts, &variants, "bench-replay.md")
 }
 
 /// Direct vs one Fulcrum daemon with a listener per variant (only one has

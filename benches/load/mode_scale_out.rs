@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fulcrum_testkit::{free_port, FulcrumProcess};
 
-use crate::cpu_caps::{CpuCaps, CPU_PERIOD_US};
+use crate::cpu_caps::CpuCaps;
 use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config, scale_out_section};
 use crate::machine::{machine_lines, pg_machine, Machine};
 use crate::measure::{measure, time_budget, Target};
@@ -27,7 +27,7 @@ pub(crate) fn run_scale_out(opts: &Options) -> Result<()> {
     // First, before anything starts: without cgroups there is nothing to
     // measure. Declared before the cluster, so dropped after it.
     let caps = if opts.cpu_quota > 0.0 {
-        match CpuCaps::create(SCALE_OUT_NODES, opts.cpu_quota) {
+        match CpuCaps::create(SCALE_OUT_NODES, opts.cpu_quota, opts.cpu_period_us) {
             Ok(caps) => Some(caps),
             Err(reason) => {
                 println!(
@@ -230,7 +230,7 @@ fn render_scale_out(
             out,
             "\nCPU periods ({} ms) in which the cap throttled the server, over all runs \
              (warm-ups included; a node serves only some of the targets): {}",
-            CPU_PERIOD_US / 1000,
+            opts.cpu_period_us / 1000,
             shares.join(", ")
         );
     }

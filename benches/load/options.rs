@@ -31,6 +31,12 @@ usage: cargo bench --bench load -- [options]
   --digest-cost   compare direct, Fulcrum with digest statistics off
                   (digest_max_entries = 0) and on (the default), as
                   --consistency-cost does; report in target/bench-digests.md
+  --replay-cost   compare direct, Fulcrum with transaction_replay off and
+                  on, as --consistency-cost does (default workloads
+                  tpcb,select); report in target/bench-replay.md
+  --mysql-replay-cost
+                  the same on MariaDB with sysbench, as
+                  --mysql-consistency-cost; target/bench-mysql-replay.md
   --workload LIST comma-separated: select (pgbench -S), tpcb (pgbench's
                   default script), write-read (UPDATE then SELECT of one row,
                   autocommit); default select, or tpcb,select with
@@ -45,6 +51,9 @@ usage: cargo bench --bench load -- [options]
                   its own CPU-capped cgroup; targets PostgreSQL direct and
                   Fulcrum reading from 1, 2 and 3 nodes (pgbench -S); writes
                   docs/img/scale-out.png
+  --cpu-period MS --balance, --scale-out: the CFS period of the caps
+                  (default 100; the quota is --cpu-quota x this, at
+                  least 1 ms)
   --cpu-quota F   --scale-out: CPUs per PostgreSQL server (default 0.3; 0
                   runs uncapped and plots to target/ instead of docs/img/)
   --suite         the whole suite (docs/benchmarks.md, The suite): the
@@ -83,6 +92,8 @@ pub(crate) struct Options {
     pub(crate) workloads: Vec<Workload>,
     /// `--digest-cost`: Fulcrum with digest statistics off vs on.
     pub(crate) digest_cost: bool,
+    /// `--replay-cost` / `--mysql-replay-cost`: transaction_replay off vs on.
+    pub(crate) replay_cost: bool,
     /// `--balance`: the read-balancing policies on the capped 3-node regime.
     pub(crate) balance: bool,
     /// `--balance --slow-node`: one replica busy with its own CPU-heavy queries.
@@ -99,6 +110,8 @@ pub(crate) struct Options {
     pub(crate) scale_out: bool,
     /// `--scale-out`: CPUs per PostgreSQL server's cgroup (0: no cgroups).
     pub(crate) cpu_quota: f64,
+    /// `--cpu-period MS`: the cgroups' CPU period, in µs (default 100 ms).
+    pub(crate) cpu_period_us: u64,
     /// `--suite`: scenarios 1-4 on both databases, into docs/benchmarks.md.
     pub(crate) suite: bool,
     /// `--suite --only postgres|mysql`: one database only.
@@ -126,6 +139,7 @@ impl Options {
             replicas: 0,
             consistency_cost: false,
             digest_cost: false,
+            replay_cost: false,
             balance: false,
             slow_node: false,
             balance_nodes: 3,
@@ -135,6 +149,7 @@ impl Options {
             ps_mode: "auto".into(),
             scale_out: false,
             cpu_quota: 0.3,
+            cpu_period_us: crate::cpu_caps::CPU_PERIOD_US,
             suite: false,
             only: None,
             no_docs: false,
@@ -165,6 +180,16 @@ impl Options {
                 // The consistency comparison's machinery, other variants.
                 opts.digest_cost = true;
                 opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--replay-cost" {
+                opts.replay_cost = true;
+                opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--mysql-replay-cost" {
+                opts.replay_cost = true;
+                opts.mysql_consistency_cost = true;
                 continue;
             }
             if flag == "--mysql-consistency-cost" {
@@ -223,6 +248,14 @@ impl Options {
                     Ok(q) if (0.0..=64.0).contains(&q) => opts.cpu_quota = q,
                     _ => return Err(format!("--cpu-quota {value}: expected CPUs, e.g. 0.3")),
                 },
+                "--cpu-period" => match value.parse::<u64>() {
+                    Ok(ms) if (1..=1000).contains(&ms) => opts.cpu_period_us = ms * 1000,
+                    _ => {
+                        return Err(format!(
+                            "--cpu-period {value}: expected milliseconds from 1 to 1000, e.g. 5"
+                        ))
+                    }
+                },
                 "--mysql-cpu-quota" => match value.parse::<f64>() {
                     Ok(q) if (0.0..=64.0).contains(&q) => opts.mysql_cpu_quota = q,
                     _ => {
@@ -278,6 +311,17 @@ impl Options {
         }
         if opts.only.is_some() || opts.no_docs {
             return Err("--only and --no-docs are for --suite".into());
+        }
+        if opts.cpu_period_us != crate::cpu_caps::CPU_PERIOD_US && !opts.balance && !opts.scale_out
+        {
+            return Err("--cpu-period is for --balance and --scale-out".into());
+        }
+        if (opts.cpu_quota * opts.cpu_period_us as f64) < 1000.0 && opts.cpu_quota > 0.0 {
+            return Err(format!(
+                "--cpu-quota {} x --cpu-period {} ms is under the kernel's 1 ms minimum quota: use a longer period",
+                opts.cpu_quota,
+                opts.cpu_period_us / 1000
+            ));
         }
         if opts.balance {
             if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {

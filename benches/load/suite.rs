@@ -70,7 +70,7 @@ pub fn caps(opts: &Options, count: usize, report: &mut SuiteReport) -> Option<Cp
         report.caps_skipped = Some("--cpu-quota 0".into());
         return None;
     }
-    match CpuCaps::create(count, opts.cpu_quota) {
+    match CpuCaps::create(count, opts.cpu_quota, opts.cpu_period_us) {
         Ok(caps) => Some(caps),
         Err(reason) => {
             eprintln!("CPU-capped scenarios SKIPPED: {reason}");
