@@ -136,3 +136,20 @@ pub fn startup_message(code: i32, params: &[(&str, &str)]) -> Vec<u8> {
     packet.extend_from_slice(&body);
     packet
 }
+
+/// The sum of the samples of counter `name` whose labels include `label`
+/// (e.g. `outcome="replayed"`), from a scrape of `/metrics` on `port`.
+pub fn metric_sum(port: u16, name: &str, label: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("read timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("scrape request");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}

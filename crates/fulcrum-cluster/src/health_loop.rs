@@ -35,6 +35,7 @@ impl HealthLoop {
             cluster: config.name.clone(),
             health: config.health.clone(),
             roles: config.backends.iter().map(|b| b.role).collect(),
+            replay: config.transaction_replay.is_some(),
         };
         let monitor = Monitor::new(settings, ops, router, view);
         let _ = self.monitor.set(monitor.handle());

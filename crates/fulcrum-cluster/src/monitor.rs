@@ -38,6 +38,9 @@ pub struct MonitorSettings {
     pub health: Health,
     /// Each backend's configured role.
     pub roles: Vec<Role>,
+    /// `transaction_replay` is on: a switchover may end sessions idle in a
+    /// transaction on the old primary (they are replayed).
+    pub replay: bool,
 }
 
 pub struct Monitor<S: ServerOps> {

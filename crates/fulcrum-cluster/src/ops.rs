@@ -64,6 +64,17 @@ pub trait ServerOps: Send + Sync + 'static {
     /// `synchronous_commit = off`).
     fn fence(&self, backend: BackendId) -> impl Future<Output = Result<u64, OpsError>> + Send;
 
+    /// Planned switchover with `transaction_replay`: ends the client
+    /// sessions idle in a transaction on `backend` (the old primary), so
+    /// that their transactions are replayed on the new primary instead of
+    /// holding the switchover up; returns how many were ended.
+    fn end_idle_transactions(
+        &self,
+        _backend: BackendId,
+    ) -> impl Future<Output = Result<u64, OpsError>> + Send {
+        async { Ok(0) }
+    }
+
     /// Re-points the replica `replica` at `primary`.
     fn follow(
         &self,

@@ -16,6 +16,10 @@ use crate::ops::ServerOps;
 
 /// How long each step may take before the switchover is given up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// With `transaction_replay`: how long transactions on the primary get to
+/// end by themselves before the sessions idle in one are ended (and then
+/// again at this interval while some remain).
+const REPLAY_GRACE: Duration = Duration::from_secs(1);
 
 /// A request to the health loop.
 pub(crate) struct Request {
@@ -91,9 +95,27 @@ impl<S: ServerOps> Monitor<S> {
         // between the pause gate and a server connection (it could still
         // reach the old primary after the fence below).
         let deadline = Instant::now() + STEP_TIMEOUT;
+        let mut next_end = Instant::now() + REPLAY_GRACE;
         while self.router.load(old) > 0 || self.router.admitting() > 0 {
             if Instant::now() > deadline {
                 return Err("transactions on the primary did not finish in 10 s".into());
+            }
+            if self.settings.replay && self.router.load(old) > 0 && Instant::now() >= next_end {
+                // Transactions whose clients are idle in them would hold
+                // the switchover up (to its 10 s limit): end their
+                // sessions; Fulcrum replays them on the new primary once
+                // the held work resumes. Active statements finish first.
+                next_end = Instant::now() + REPLAY_GRACE;
+                match self.ops.end_idle_transactions(old).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        cluster = %self.settings.cluster, ended = n,
+                        "switchover: ended sessions idle in a transaction on the old primary; their transactions are replayed on the new one"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(cluster = %self.settings.cluster, error = %e, "switchover: could not end sessions idle in a transaction")
+                    }
+                }
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -278,11 +278,25 @@ pub struct Cluster {
     pub causal_timeout: Duration,
     /// Wait on a behind replica or use the primary (`causal_wait`).
     pub causal_wait: CausalWait,
+    /// Replay an open transaction on the new primary when its server dies
+    /// before COMMIT was sent (`transaction_replay*`); `None`: off.
+    pub transaction_replay: Option<TransactionReplay>,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
     /// `[[cluster.database]]`: when any is listed, the only databases this
     /// listener serves, each possibly an alias of another on the servers.
     pub databases: Vec<Database>,
+}
+
+/// `transaction_replay = true`: how much of a transaction is kept, and how
+/// long a replay waits for a primary to replay on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionReplay {
+    /// Bytes of client messages kept per open transaction
+    /// (`transaction_replay_max_size`); a larger one is not replayable.
+    pub max_size: u64,
+    /// Longest wait for a primary to take the replay (`transaction_replay_timeout`).
+    pub timeout: Duration,
 }
 
 /// One `[[cluster.database]]`.
@@ -548,5 +562,7 @@ pub mod defaults {
     pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(3);
     pub const CONSISTENCY: super::Consistency = super::Consistency::Session;
     pub const CAUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+    pub const TRANSACTION_REPLAY_MAX_SIZE: u64 = 1024 * 1024;
+    pub const TRANSACTION_REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
     pub const CAUSAL_WAIT: super::CausalWait = super::CausalWait::Auto;
 }

@@ -177,6 +177,14 @@ impl ClusterMetrics {
 
     /// A client closed by a timeout: `login` (`client_login_timeout`),
     /// `client_idle` or `idle_transaction`.
+    /// A transaction replay ended: `replayed` or `failed`.
+    pub fn transaction_replay(&self, outcome: &'static str) {
+        self.metrics
+            .transaction_replays
+            .with_label_values(&[self.name.as_str(), outcome])
+            .inc();
+    }
+
     pub fn timeout(&self, kind: &'static str) {
         self.metrics
             .client_timeouts

@@ -112,6 +112,7 @@ async fn a_killed_primary_is_replaced_by_the_most_advanced_replica() {
         cluster: cfg.name.clone(),
         health: cfg.health.clone(),
         roles: cfg.backends.iter().map(|b| b.role).collect(),
+        replay: false,
     };
     let ops = Arc::new(MariaServerOps::new(&cfg));
     let mut monitor = Monitor::new(settings, ops, router.clone(), view.clone());

@@ -57,6 +57,8 @@ pub struct Connection<S> {
     pub write_buf: BytesMut,
     /// The stream took bytes it has not sent yet (a TLS stream's records).
     unflushed: bool,
+    /// Bytes handed to the stream so far.
+    written: u64,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
@@ -75,6 +77,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             read_buf,
             write_buf: BytesMut::new(),
             unflushed: false,
+            written: 0,
         }
     }
 
@@ -118,6 +121,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             Poll::Ready(Ok(n)) => {
                 buf.advance(n);
+                self.written += n as u64;
                 // A stream that buffers (TLS records) is pushed on at once;
                 // what it cannot send now is `unflushed` until it can.
                 self.unflushed = true;
@@ -140,6 +144,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.unflushed = false;
         }
         r
+    }
+
+    /// Where the end of `write_buf` is in everything ever queued for the
+    /// peer: bytes written plus bytes queued. It only grows (a session
+    /// that checksums what its client received reads new output by it).
+    pub fn output_position(&self) -> u64 {
+        self.written + self.write_buf.len() as u64
     }
 
     /// Bytes are waiting to go to the peer: queued here, or taken by a
@@ -221,6 +232,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub async fn flush(&mut self) -> io::Result<()> {
         if !self.write_buf.is_empty() {
             let r = self.stream.write_all(&self.write_buf).await;
+            self.written += self.write_buf.len() as u64;
             self.write_buf.clear();
             r?;
         }
@@ -233,6 +245,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// means to bypass the queue, e.g. a fatal error).
     pub async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes).await?;
+        self.written += bytes.len() as u64;
         self.stream.flush().await?;
         self.unflushed = false;
         Ok(())

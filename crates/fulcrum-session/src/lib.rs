@@ -8,6 +8,8 @@
 //!   `Engine::step`, the one transition function: which events attach and
 //!   detach a server connection, pin, hold a unit, retry a replica read,
 //!   answer a lost transaction (08006 / 08007), clean a connection, drain.
+//! - `replay`: the bounded copy of an open transaction and the checksum of
+//!   what its client received, for `transaction_replay`;
 //! - `txn`: transaction control Fulcrum answers itself (a lone `BEGIN`,
 //!   `SET TRANSACTION`, the `COMMIT` of an empty transaction).
 //!
@@ -18,10 +20,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod replay;
 pub mod route;
 pub mod state;
 pub mod txn;
 
 pub use fulcrum_pool::Route;
+pub use replay::{Compare, Framing, Replay, TxnLog};
 pub use route::{decide, Facts, Routing, Target, Txn};
 pub use state::{Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Status};

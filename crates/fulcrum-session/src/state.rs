@@ -34,6 +34,10 @@ pub enum Phase {
     /// Its transaction (or batch) died with its server: Fulcrum answers it
     /// as a failed transaction until the client ends it.
     Lost { in_txn: bool },
+    /// Its transaction died with its server before COMMIT was sent and is
+    /// being sent again to a new primary (`transaction_replay`); the client
+    /// sees nothing until the replayed answers match what it already got.
+    Replaying,
 }
 
 /// The transaction status a server reported with its answer.
@@ -69,6 +73,10 @@ pub struct Loss {
     /// Part of a server message already went to the client: no clean answer
     /// can follow.
     pub mid_message: bool,
+    /// The open transaction can be replayed on a new primary
+    /// (`transaction_replay` is on and its statements were all kept, from
+    /// the one that began it).
+    pub replayable: bool,
 }
 
 /// How a unit whose server died is answered.
@@ -136,6 +144,12 @@ pub enum Event {
     ServerLost(Loss),
     /// The client ended its lost transaction.
     LostEnded,
+    /// The replayed transaction's answers matched what the client had
+    /// received: it goes on on the new connection.
+    Replayed,
+    /// The replay cannot finish: no primary in time, or an answer differed
+    /// from what the client had received.
+    ReplayFailed,
     /// The client's session state was reset (COM_RESET_CONNECTION, DISCARD
     /// ALL): a pin whose state is gone is lifted.
     Reset,
@@ -158,6 +172,8 @@ pub enum Action {
     Detach,
     /// Send the unit again to another backend (not the dead one).
     Retry,
+    /// Send the open transaction's statements again, to the new primary.
+    Replay,
     /// Answer the work in flight with this outcome; the client stays.
     Fail(Outcome),
     /// End the session.
@@ -395,6 +411,23 @@ impl Engine {
             }
             (Pinned(_), Event::Reset) => (Idle, self.boundary(Actions::one(Action::Detach))),
             // A server lost under the client.
+            (Busy { .. } | InTransaction { failed: false } | Replaying, Event::ServerLost(l))
+                if l.replayable && !l.commit_in_flight && !l.mid_message =>
+            {
+                (Replaying, Actions::one(Action::Replay))
+            }
+            (Replaying, Event::ServerLost(_) | Event::ReplayFailed) => (
+                Lost { in_txn: true },
+                Actions::one(Action::Fail(Outcome::NotCommitted)),
+            ),
+            (Replaying, Event::Replayed) => (InTransaction { failed: false }, Actions::none()),
+            (Replaying, Event::ClientGone) => (
+                Idle,
+                Actions::one(Action::Clean {
+                    rollback: true,
+                    reset: false,
+                }),
+            ),
             (Busy { .. }, Event::ServerLost(l)) => {
                 if l.mid_message {
                     (Idle, Actions::one(Action::Close(Ending::StateLost)))

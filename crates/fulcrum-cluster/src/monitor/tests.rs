@@ -104,6 +104,7 @@ fn monitor_with(
             failover_command: None,
         },
         roles: vec![Role::Primary, Role::Replica, Role::Replica],
+        replay: false,
     };
     let view = Arc::new(ClusterView::new(&ops.addresses));
     let m = Monitor::new(settings, ops.clone(), router.clone(), view);

@@ -230,6 +230,18 @@ fn consistency_keys_are_validated() {
             &with_key("causal_timeout = \"1\""),
             "fulcrum.toml:5: cluster[0].causal_timeout: invalid duration \"1\": missing unit (us, ms, s, m, h), e.g. \"1s\"",
         ),
+        (
+            &with_key("transaction_replay = \"yes\""),
+            "fulcrum.toml:5: cluster[0].transaction_replay: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            &with_key("transaction_replay_max_size = \"lots\""),
+            "fulcrum.toml:5: cluster[0].transaction_replay_max_size: invalid size \"lots\": expected a whole number and an optional unit (B, kB (or KB), MB, GB, TB), e.g. \"16MB\"",
+        ),
+        (
+            &with_key("transaction_replay_timeout = \"30\""),
+            "fulcrum.toml:5: cluster[0].transaction_replay_timeout: invalid duration \"30\": missing unit (us, ms, s, m, h), e.g. \"30s\"",
+        ),
     ]);
 }
 

@@ -179,6 +179,7 @@ fn every_key_is_read_into_the_config() {
                 consistency: defaults::CONSISTENCY,
                 causal_timeout: defaults::CAUSAL_TIMEOUT,
                 causal_wait: defaults::CAUSAL_WAIT,
+                transaction_replay: None,
                 backends: vec![
                     backend("db-primary.internal:5432", Role::Primary, 0),
                     backend("[::1]:5433", Role::Replica, 3),
@@ -235,6 +236,7 @@ fn every_key_is_read_into_the_config() {
                 consistency: defaults::CONSISTENCY,
                 causal_timeout: defaults::CAUSAL_TIMEOUT,
                 causal_wait: defaults::CAUSAL_WAIT,
+                transaction_replay: None,
                 backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
                 users: vec![user("shop", "")],
                 databases: vec![],

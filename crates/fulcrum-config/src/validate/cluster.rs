@@ -242,6 +242,7 @@ pub(super) fn cluster(
         CAUSAL_WAITS,
         Some(defaults::CAUSAL_WAIT),
     )?;
+    let transaction_replay = transaction_replay(&t, c)?;
     Ok(Cluster {
         name,
         protocol,
@@ -279,10 +280,31 @@ pub(super) fn cluster(
         consistency,
         causal_timeout,
         causal_wait,
+        transaction_replay,
         backends,
         users,
         databases,
     })
+}
+
+/// `transaction_replay` and its limits (read even when off, so a typo in
+/// them is caught before the feature is turned on).
+fn transaction_replay(
+    t: &Table,
+    c: &RawCluster,
+) -> Result<Option<crate::types::TransactionReplay>, Problem> {
+    let max_size = t.size(
+        &c.transaction_replay_max_size,
+        "transaction_replay_max_size",
+        defaults::TRANSACTION_REPLAY_MAX_SIZE,
+    )?;
+    let timeout = t.duration(
+        &c.transaction_replay_timeout,
+        "transaction_replay_timeout",
+        defaults::TRANSACTION_REPLAY_TIMEOUT,
+    )?;
+    let on = c.transaction_replay.as_ref().is_some_and(|v| *v.get_ref());
+    Ok(on.then_some(crate::types::TransactionReplay { max_size, timeout }))
 }
 
 /// PgBouncer's pool budgets. `min_pool_size` above `pool_size` could never

@@ -313,6 +313,28 @@ impl ServerOps for MariaServerOps {
             .ok_or_else(|| OpsError::Query(format!("unexpected @@gtid_binlog_pos: {pos:?}")))
     }
 
+    /// Sessions sleeping with an open InnoDB transaction, killed.
+    async fn end_idle_transactions(&self, backend: BackendId) -> Result<u64, OpsError> {
+        let ids: Vec<u64> = self
+            .with_conn(backend, async |c: &mut Conn| {
+                c.query(
+                    "SELECT p.ID FROM information_schema.PROCESSLIST p \
+                     JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID \
+                     WHERE p.COMMAND = 'Sleep' AND p.ID <> CONNECTION_ID()",
+                )
+                .await
+            })
+            .await?;
+        let kills: Vec<String> = ids
+            .iter()
+            .map(|id| format!("KILL CONNECTION {id}"))
+            .collect();
+        if !kills.is_empty() {
+            self.run(backend, &kills).await?;
+        }
+        Ok(ids.len() as u64)
+    }
+
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {
         self.run(
             replica,

@@ -16,6 +16,11 @@ pub enum SessionError {
     /// client: send it again elsewhere.
     #[error("replica lost before answering; retry")]
     Retry,
+    /// The server died under a transaction that can be replayed
+    /// (`transaction_replay`): nothing was sent to the client; the session
+    /// replays it on the primary.
+    #[error("server lost in a replayable transaction; replay it")]
+    Replay,
     /// Fulcrum refused the client and told it why (an ERR was sent).
     #[error("{0}")]
     Refused(String),

@@ -23,6 +23,7 @@ mod commands;
 mod forward;
 mod options;
 mod prepared;
+mod replay;
 mod route;
 
 use commands::kill_target;
@@ -113,6 +114,16 @@ pub struct Session {
     client_entry: fulcrum_cluster::clients::ClientHandle,
     /// When the command that started the current unit of work arrived.
     unit_started: Option<std::time::Instant>,
+    /// The open transaction's commands and the checksum of what the client
+    /// received in it (`transaction_replay`).
+    txn_log: fulcrum_session::TxnLog,
+    /// A replay of it under way on a new server connection.
+    replay: Option<replay::ReplayRun>,
+    /// The sequence id of the answer to the command whose server was lost.
+    lost_seq: u8,
+    /// The server went away while the client was idle in its transaction
+    /// (let go at once; the next command handles the loss).
+    server_gone: bool,
 }
 
 /// What a command needs besides forwarding.
@@ -133,6 +144,7 @@ impl Session {
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
+        let ctx_replay = ctx.config.transaction_replay;
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
@@ -166,6 +178,13 @@ impl Session {
             unit_route: Route::Primary,
             client_entry,
             unit_started: None,
+            txn_log: fulcrum_session::TxnLog::new(
+                ctx_replay.map(|r| r.max_size),
+                fulcrum_session::Framing::Whole,
+            ),
+            replay: None,
+            lost_seq: 1,
+            server_gone: false,
         }
     }
 
@@ -221,8 +240,10 @@ impl Session {
                 Ok(true) => {}
                 Ok(false) => return Ok(()),
                 Err(SessionError::Recoverable) => {}
+                Err(SessionError::Replay) => self.replay_transaction().await?,
                 Err(e) => return Err(e),
             }
+            self.log_answered();
             self.flush().await?;
         }
     }
@@ -238,8 +259,17 @@ impl Session {
                 }
                 let idle = self.idle_timeout();
                 let limit = idle.map_or(Duration::from_secs(86_400), |(d, _)| d);
+                // With transaction_replay, a client idle in its transaction
+                // watches its server: one that goes away (a SWITCHOVER
+                // ends it, a crash) is let go at once, and the transaction
+                // is replayed when the client sends its next command.
+                let watch_server = self.txn_log.replayable() && self.server.is_some();
                 tokio::select! {
                     r = read_client_message(&mut self.client, max) => break r?,
+                    _ = server_went_away(self.server.as_mut()), if watch_server => {
+                        self.let_server_go();
+                        continue;
+                    }
                     _ = self.shutdown.changed(), if !draining => continue,
                     _ = self.client_entry.killed() => {
                         let msg = "fulcrum: connection killed by an administrator (KILL)";
@@ -255,6 +285,18 @@ impl Session {
             };
             let msg = self.client.read_buf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
+            self.dispatch(msg, span).await
+        }
+    }
+
+    /// Handles one client message (read from the client, or sent again by
+    /// a transaction replay); false on COM_QUIT.
+    async fn dispatch(
+        &mut self,
+        msg: BytesMut,
+        span: crate::codec::packet::MessageSpan,
+    ) -> Result<bool, SessionError> {
+        {
             let seq = span.last_seq.wrapping_add(1);
             let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
             let cmd = match command(first) {
@@ -269,6 +311,10 @@ impl Session {
                     return Ok(true);
                 }
             };
+            self.log_command(cmd, first, &msg);
+            if cmd != Command::Quit {
+                self.server_gone_before(seq).await?;
+            }
             match cmd {
                 Command::Quit => return Ok(false),
                 Command::Ping => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
@@ -362,6 +408,14 @@ impl Session {
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
                     let payload = reassembled(&msg, &span);
+                    // A prepared COMMIT in flight may have committed (08007;
+                    // never replayed).
+                    self.commit_in_flight = cmd != Command::StmtFetch
+                        && payload
+                            .get(1..5)
+                            .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
+                            .and_then(|id| self.stmts.get(&id))
+                            .is_some_and(|s| fulcrum_session::txn::may_commit(s.sql.as_bytes()));
                     self.stmt_execute(&payload, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
@@ -451,6 +505,18 @@ impl Session {
         // connection for the next command.
         effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
         (self.route_unit(decision), effects)
+    }
+}
+
+/// Resolves when the idle server connection is closed by the server (or
+/// sends anything: nothing is owed between commands, so it is a goodbye
+/// such as the ERR before a KILL).
+async fn server_went_away(server: Option<&mut Checkout<ServerConn>>) {
+    match server {
+        Some(s) => {
+            let _ = s.io.read_more().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

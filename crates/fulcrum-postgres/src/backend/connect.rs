@@ -100,33 +100,44 @@ async fn negotiate_tls(
     stream: ServerStream,
     tls: &ServerTlsTarget,
     address: &str,
-) -> Result<ServerStream, String> {
+) -> Result<ServerStream, TlsFailure> {
     let ServerStream::Tcp(mut tcp) = stream else {
         return Ok(stream);
     };
-    tcp.write_all(&SSL_REQUEST)
-        .await
-        .map_err(|e| e.to_string())?;
+    // The server closing or resetting the socket here is a server going
+    // away (a shutdown under way), not a TLS problem: the caller treats it
+    // as down and waits for a primary.
+    tcp.write_all(&SSL_REQUEST).await.map_err(TlsFailure::Io)?;
     let mut answer = [0u8; 1];
-    tcp.read_exact(&mut answer)
-        .await
-        .map_err(|e| e.to_string())?;
+    tcp.read_exact(&mut answer).await.map_err(TlsFailure::Io)?;
     match answer[0] {
         b'S' => {}
         b'N' if !tls.required => return Ok(ServerStream::Tcp(tcp)),
         b'N' => {
-            return Err(
+            return Err(TlsFailure::Refused(
                 "the server does not accept TLS (ssl = off) and server_tls requires it".into(),
-            )
+            ))
         }
-        other => return Err(format!("unexpected answer {other:#04x} to SSLRequest")),
+        other => {
+            return Err(TlsFailure::Refused(format!(
+                "unexpected answer {other:#04x} to SSLRequest"
+            )))
+        }
     }
     let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
-    let name = fulcrum_tls::server_name(host).map_err(|e| e.to_string())?;
+    let name = fulcrum_tls::server_name(host).map_err(|e| TlsFailure::Refused(e.to_string()))?;
     let tls_stream = fulcrum_tls::connect(tls.config.clone(), name, tcp)
         .await
-        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+        .map_err(|e| TlsFailure::Refused(format!("TLS handshake failed: {e}")))?;
     Ok(ServerStream::Tls(Box::new(tls_stream)))
+}
+
+/// Why TLS with a server could not be set up.
+enum TlsFailure {
+    /// The socket failed before TLS began (the server went away).
+    Io(std::io::Error),
+    /// The server or its certificate refused it.
+    Refused(String),
 }
 
 #[derive(Debug, Error)]
@@ -192,9 +203,15 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     if let Some(tls) = &target.tls {
         stream = negotiate_tls(stream, tls, &target.address)
             .await
-            .map_err(|reason| ConnectError::Tls {
-                address: address.clone(),
-                reason,
+            .map_err(|f| match f {
+                TlsFailure::Io(source) => ConnectError::Io {
+                    address: address.clone(),
+                    source,
+                },
+                TlsFailure::Refused(reason) => ConnectError::Tls {
+                    address: address.clone(),
+                    reason,
+                },
             })?;
     }
     // The server certificate's hash, for SCRAM-SHA-256-PLUS.
@@ -430,7 +447,10 @@ pub async fn send_cancel(key: &CancelKey, timeout: Duration) -> std::io::Result<
         if let Some(tls) = &key.tls {
             stream = negotiate_tls(stream, tls, &key.address)
                 .await
-                .map_err(std::io::Error::other)?;
+                .map_err(|f| match f {
+                    TlsFailure::Io(e) => e,
+                    TlsFailure::Refused(reason) => std::io::Error::other(reason),
+                })?;
         }
         let mut out = BytesMut::new();
         frontend::cancel_request(key.process_id, key.secret_key, &mut out);

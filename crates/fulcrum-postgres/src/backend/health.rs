@@ -207,6 +207,23 @@ impl ServerOps for PgServerOps {
             .ok_or_else(|| OpsError::Query("unexpected pg_current_wal_insert_lsn answer".into()))
     }
 
+    async fn end_idle_transactions(&self, backend: BackendId) -> Result<u64, OpsError> {
+        let rows = self
+            .query(
+                backend,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND state = 'idle in transaction' \
+                 AND pid <> pg_backend_pid()",
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|c| c.as_deref())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {
         let rows = self.query(replica, "SHOW primary_conninfo").await?;
         let current = rows

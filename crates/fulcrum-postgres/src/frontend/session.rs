@@ -33,6 +33,7 @@ mod failure;
 mod idle;
 mod local;
 mod lost;
+mod replay;
 mod server;
 mod text;
 
@@ -157,6 +158,11 @@ pub struct Session {
     /// and not yet answered with ReadyForQuery: if the server dies now, the
     /// outcome is unknown (SQLSTATE 08007).
     pub(super) commit_in_flight: bool,
+    /// The open transaction's client frames and the checksum of what the
+    /// client received in it (`transaction_replay`).
+    txn_log: fulcrum_session::TxnLog,
+    /// A replay of it under way on a new server connection.
+    replay: Option<replay::ReplayRun>,
 }
 
 impl Session {
@@ -170,6 +176,10 @@ impl Session {
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
         let ctx_consistency = ctx.config.consistency;
+        let txn_log = fulcrum_session::TxnLog::new(
+            ctx.config.transaction_replay.map(|r| r.max_size),
+            fulcrum_session::Framing::Postgres,
+        );
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
@@ -222,6 +232,8 @@ impl Session {
             held: false,
             ddl_in_txn: false,
             commit_in_flight: false,
+            txn_log,
+            replay: None,
         }
     }
 
@@ -317,7 +329,12 @@ impl Session {
                     "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
                 return Err(self.fatal_client(sqlstate::ADMIN_SHUTDOWN, msg).await);
             }
-            let read_client = self.to_server.len() < FORWARD_WINDOW
+            // What was queued for the client joins the transaction's
+            // checksum before any of it is written.
+            self.absorb_output();
+            let replaying = self.replay.is_some();
+            let read_client = !replaying
+                && self.to_server.len() < FORWARD_WINDOW
                 && self
                     .client
                     .may_read(self.held, self.ctx.config.max_message_size);
@@ -340,6 +357,7 @@ impl Session {
                     &mut self.to_server,
                     read_client,
                     read_server,
+                    !replaying,
                 )
             });
             let event = tokio::select! {
@@ -487,6 +505,7 @@ fn poll_io(
     to_server: &mut BytesMut,
     read_client: bool,
     read_server: bool,
+    write_client: bool,
 ) -> std::task::Poll<Io> {
     use std::task::Poll::Ready;
     if let Some(server) = server {
@@ -501,7 +520,7 @@ fn poll_io(
             }
         }
     }
-    if client.has_output() {
+    if write_client && client.has_output() {
         if let Ready(r) = client.poll_write_queued(cx) {
             return Ready(Io::ClientWrote(r));
         }

@@ -392,6 +392,99 @@ fn rows() -> Vec<Row> {
             Deferred { read_only: false },
             vec![],
         ),
+        (
+            "a replayable transaction is replayed",
+            in_txn,
+            lost(|l| l.replayable = true),
+            Replaying,
+            vec![Replay],
+        ),
+        (
+            "the first statement of a replayable transaction in flight",
+            busy_p,
+            lost(|l| l.replayable = true),
+            Replaying,
+            vec![Replay],
+        ),
+        (
+            "a COMMIT in flight is never replayed",
+            in_txn,
+            lost(|l| {
+                l.replayable = true;
+                l.commit_in_flight = true;
+            }),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::Unknown)],
+        ),
+        (
+            "a failed transaction is never replayed",
+            InTransaction { failed: true },
+            lost(|l| l.replayable = true),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::NotCommitted)],
+        ),
+        (
+            "half a message sent is never replayed",
+            in_txn,
+            lost(|l| {
+                l.replayable = true;
+                l.mid_message = true;
+            }),
+            Idle,
+            vec![Close(Ending::StateLost)],
+        ),
+        (
+            "the replay's own server lost: replay again",
+            Replaying,
+            lost(|l| l.replayable = true),
+            Replaying,
+            vec![Replay],
+        ),
+        (
+            "the replay's server lost past its time",
+            Replaying,
+            lost(|_| {}),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::NotCommitted)],
+        ),
+        (
+            "a replay that matched goes on in the transaction",
+            Replaying,
+            Event::Replayed,
+            in_txn,
+            vec![],
+        ),
+        (
+            "a replay that differed fails as the lost transaction did",
+            Replaying,
+            Event::ReplayFailed,
+            Lost { in_txn: true },
+            vec![Fail(Outcome::NotCommitted)],
+        ),
+        (
+            "replayed answers change nothing until the replay ends",
+            Replaying,
+            ready(Status::Idle, Owed::Nothing),
+            Replaying,
+            vec![],
+        ),
+        (
+            "client gone while replaying",
+            Replaying,
+            Event::ClientGone,
+            Idle,
+            vec![Clean {
+                rollback: true,
+                reset: false,
+            }],
+        ),
+        (
+            "drain while replaying waits",
+            Replaying,
+            Event::Drain,
+            Replaying,
+            vec![],
+        ),
     ]
 }
 
@@ -448,6 +541,7 @@ fn every_wait_has_an_end() {
         Phase::Pinned("x"),
         Phase::Lost { in_txn: true },
         Phase::Lost { in_txn: false },
+        Phase::Replaying,
     ];
     let endings = [
         ready(Status::Idle, Owed::Nothing),

@@ -72,12 +72,7 @@ impl Session {
             let Some(primary) = primary else { break };
             match self.checkout(primary).await {
                 Ok(server) => {
-                    self.client_entry.set_active(primary);
-                    self.backend = primary;
-                    self.ctx
-                        .set_running(self.connection_id, Some((primary, server.connection_id)));
-                    self.server = Some(server);
-                    self.attached_at = Some(std::time::Instant::now());
+                    self.install(primary, server);
                     return Ok(());
                 }
                 Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -140,12 +135,7 @@ impl Session {
                     }
                     return false;
                 }
-                self.client_entry.set_active(backend);
-                self.backend = backend;
-                self.ctx
-                    .set_running(self.connection_id, Some((backend, server.connection_id)));
-                self.server = Some(server);
-                self.attached_at = Some(std::time::Instant::now());
+                self.install(backend, server);
                 true
             }
             Err(PoolError::Connect(e)) => {
@@ -155,6 +145,16 @@ impl Session {
             }
             Err(_) => false,
         }
+    }
+
+    /// Makes `server` (of `backend`) the attached connection.
+    pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
+        self.client_entry.set_active(backend);
+        self.backend = backend;
+        self.ctx
+            .set_running(self.connection_id, Some((backend, server.connection_id)));
+        self.server = Some(server);
+        self.attached_at = Some(std::time::Instant::now());
     }
 
     pub(super) async fn checkout(
@@ -244,18 +244,42 @@ impl Session {
         self.ctx.router.suspect(backend);
         let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
             || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let replayable = self.replayable();
+        if self.replay.is_some() && !replayable {
+            // The replay's own server died past transaction_replay_timeout.
+            return self
+                .replay_failed("its server was lost too, and its time is up")
+                .await;
+        }
+        if self.txn_log.enabled() && !replayable && in_txn {
+            tracing::info!(
+                log = self.txn_log.describe(),
+                "server lost in a transaction that cannot be replayed"
+            );
+        }
         // A COMMIT, or a write outside a transaction, may have committed
-        // before the connection died: only the server knows (08007).
-        let unknown = std::mem::take(&mut self.commit_in_flight)
-            || (!in_txn && self.unit_may_write && self.ctx.router.is_primary(backend));
+        // before the connection died: only the server knows (08007). The
+        // BEGIN that opens a replayable transaction commits nothing.
+        let commit = std::mem::take(&mut self.commit_in_flight);
+        let unknown = commit
+            || (!in_txn
+                && !replayable
+                && self.unit_may_write
+                && self.ctx.router.is_primary(backend));
         // MySQL can end any answer with an ERR: no "half a message" case.
         let loss = Loss {
             retryable: self.retryable && !self.answered,
             commit_in_flight: unknown,
             batch_open: false,
             mid_message: false,
+            replayable,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
+        if action == Some(Action::Replay) {
+            self.lost_seq = seq;
+            tracing::warn!(server = %self.ctx.address(backend), %why, "server connection lost in a transaction; replaying it");
+            return SessionError::Replay;
+        }
         if action == Some(Action::Retry) {
             tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
             self.retryable = false;
@@ -265,6 +289,14 @@ impl Session {
         // A transaction or pinned state lost with its connection ends the
         // session (the engine is Lost, or says Close); a lone statement
         // does not.
+        // A COMMIT whose outcome is unknown ended the transaction either
+        // way: the client knows it is out of it, and keeps its session
+        // (as after an autocommit write). Any other transaction lost
+        // mid-way ends the session, so that nothing the client sends next
+        // runs outside the transaction it believes it is in.
+        if commit && action == Some(Action::Fail(Outcome::Unknown)) && self.engine.is_lost() {
+            self.engine.step(Event::LostEnded);
+        }
         let ends = !matches!(action, Some(Action::Fail(_))) || self.engine.is_lost();
         let (state, advice) = match action {
             Some(Action::Fail(Outcome::Unknown)) => (*b"08007", Outcome::Unknown.advice()),
@@ -280,7 +312,7 @@ impl Session {
             self.ctx.address(backend),
             self.ctx.name(),
         );
-        tracing::warn!(server = %self.ctx.address(backend), "server connection lost during a client's work");
+        tracing::warn!(server = %self.ctx.address(backend), sqlstate = %String::from_utf8_lossy(&state), "server connection lost during a client's work");
         // ER_CONNECTION_KILLED (MariaDB's 1927; 2013 is client-side), with
         // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
         put_err(&mut self.client.write_buf, seq, 1927, state, &msg);

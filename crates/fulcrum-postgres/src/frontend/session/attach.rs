@@ -243,12 +243,18 @@ impl Session {
                 });
             }
         }
+        self.install(backend, server);
+        Ok(())
+    }
+
+    /// Makes `server` (of `backend`) the attached connection.
+    pub(super) fn install(&mut self, backend: BackendId, mut server: Checkout<ServerConn>) {
+        self.backend = backend;
         self.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
         self.server = Some(server);
         self.attached_at = Some(std::time::Instant::now());
         self.client_entry.set_active(backend);
-        Ok(())
     }
 
     /// Tells the engine where the attached connection stands after the

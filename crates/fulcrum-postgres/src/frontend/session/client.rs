@@ -125,6 +125,7 @@ impl Session {
                 }
             }
             let frame = self.client.read_buf.split_to(header.total);
+            self.log_client_frame(header.tag, &frame);
             if self.retry_armed {
                 if self.retry_buf.len() + frame.len() <= failure::RETRY_MAX {
                     self.retry_buf.extend_from_slice(&frame);
@@ -309,6 +310,11 @@ impl Session {
         self.engine.step(Event::Attached(actual));
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
+            if self.txn_log.enabled() && self.engine.pinned().is_none() && self.rewrite_statements {
+                // The transaction's log starts with the BEGIN sent ahead.
+                self.txn_log
+                    .open(self.client.output_position(), Some(sql.clone()));
+            }
             // The transaction starts on the chosen server, in the same
             // write as its first statement.
             put_query(&mut self.to_server, sql.as_str());

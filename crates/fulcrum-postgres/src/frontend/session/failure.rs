@@ -40,13 +40,26 @@ impl Session {
             });
         }
         let was = self.engine.phase();
+        let replayable = self.replayable();
+        if self.txn_log.enabled() && !replayable && self.status != b'I' {
+            tracing::info!(log = self.txn_log.describe(), status = %(self.status as char), "transaction not replayable");
+        }
+        if self.replay.is_some() && !replayable {
+            // The replay's own server died past transaction_replay_timeout.
+            self.replay_failed("its server was lost too, and its time is up".into());
+            return Ok(());
+        }
         let loss = Loss {
             retryable: self.retry_armed && !self.retry_buf.is_empty(),
-            commit_in_flight: self.commit_in_flight || (self.status == b'I' && self.write_unit),
+            // A unit at status I on the primary autocommits, unless it is
+            // the first of a transaction whose BEGIN went ahead of it.
+            commit_in_flight: self.commit_in_flight
+                || (self.status == b'I' && self.write_unit && !replayable),
             batch_open: self.unsynced,
             // A large frame half forwarded cannot be followed by a clean
             // answer (a pinned client's state is lost too: the engine knows).
             mid_message: self.server_stream_left > 0,
+            replayable,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
         match action {
@@ -61,6 +74,7 @@ impl Session {
                 Ok(())
             }
             Some(Action::Retry) => self.retry_unit().await,
+            Some(Action::Replay) => self.replay_transaction().await,
             Some(Action::Fail(outcome)) => {
                 self.fail_unit(outcome);
                 Ok(())
@@ -80,7 +94,7 @@ impl Session {
     }
 
     /// Forgets everything owed by the dead connection.
-    fn forget_unit(&mut self) {
+    pub(super) fn forget_unit(&mut self) {
         self.expect = Expectations::default();
         self.pending_ready = 0;
         self.unsynced = false;
@@ -110,7 +124,7 @@ impl Session {
     }
 
     /// Errors the work in flight and keeps the client.
-    fn fail_unit(&mut self, outcome: Outcome) {
+    pub(super) fn fail_unit(&mut self, outcome: Outcome) {
         let in_txn = self.status != b'I';
         let code = outcome.sqlstate();
         let msg = format!(

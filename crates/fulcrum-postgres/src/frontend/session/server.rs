@@ -28,6 +28,11 @@ impl Session {
 
     /// Writes what is queued for the client as far as it takes it now.
     pub(super) async fn flush_client(&mut self) -> Result<(), SessionError> {
+        if self.replay_progress() {
+            // A replay is under way: its answers are compared, not sent.
+            return Ok(());
+        }
+        self.absorb_output();
         if self.client.has_output() {
             // The answer has started: a lost replica can no longer be hidden.
             self.retry_armed = false;
@@ -111,6 +116,10 @@ impl Session {
             self.expect
                 .drain_synthetic(&mut self.client.write_buf, self.status);
             let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
+            if step == Step::Forward && self.txn_log.is_open() {
+                // Only what reaches the client (not Fulcrum's own queries).
+                super::replay::log_server_frame(&mut self.txn_log, header.tag, &frame[5..]);
+            }
             match header.tag {
                 b'S' => {
                     if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
@@ -156,6 +165,7 @@ impl Session {
                     self.ctx.statements.schema_changed();
                 }
                 self.on_ready(status);
+                self.log_ready(status);
                 if status != b'I' && self.ctx.router.is_primary(self.backend) {
                     // A transaction on the primary: it may write.
                     self.write_unit = true;

@@ -1,0 +1,634 @@
+//! Transaction replay (`transaction_replay`): the bounded copy of an open
+//! transaction's client messages ([`TxnLog`]), the checksum of what the
+//! client has received in it, and the comparison a replay makes on the new
+//! primary ([`Replay`]). Protocol neutral and pure: the front ends hand in
+//! client frames, the tags of completed commands and their output buffer;
+//! they do the sending and the waiting.
+//!
+//! What the client received is checked byte for byte, as a running checksum
+//! over everything queued for it since the transaction's first unit, so a
+//! replay is accepted only when the new primary answers every statement the
+//! client already saw exactly as the dead one did (rows, command tags,
+//! errors, notices). The answers past that point (the statement that was in
+//! flight) then go to the client as they come.
+
+/// A streaming checksum over the bytes and their count: 8 bytes at a time,
+/// each word multiplied in and rotated (the bytes of a partial word wait
+/// for the next piece). Feeding bytes in any pieces gives the same state;
+/// two streams of one length that differ anywhere almost surely differ in
+/// it. About a fifth of a nanosecond per byte: a checksum of everything a
+/// transaction's client receives costs little beside forwarding it.
+#[derive(Debug, Clone, Copy, Eq)]
+pub struct Checksum {
+    hash: u64,
+    len: u64,
+    /// The bytes of an unfinished word, and how many.
+    pending: [u8; 8],
+    npending: usize,
+}
+
+impl PartialEq for Checksum {
+    /// The same bytes fed: only the unfinished word's own bytes count.
+    fn eq(&self, other: &Checksum) -> bool {
+        self.hash == other.hash
+            && self.len == other.len
+            && self.pending[..self.npending] == other.pending[..other.npending]
+    }
+}
+
+impl Default for Checksum {
+    fn default() -> Checksum {
+        Checksum {
+            hash: 0xcbf2_9ce4_8422_2325,
+            len: 0,
+            pending: [0; 8],
+            npending: 0,
+        }
+    }
+}
+
+impl Checksum {
+    #[inline]
+    fn mix(hash: u64, word: u64) -> u64 {
+        (hash ^ word)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29)
+    }
+
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        if self.npending > 0 {
+            let take = (8 - self.npending).min(bytes.len());
+            self.pending[self.npending..self.npending + take].copy_from_slice(&bytes[..take]);
+            self.npending += take;
+            bytes = &bytes[take..];
+            if self.npending < 8 {
+                return;
+            }
+            self.hash = Self::mix(self.hash, u64::from_le_bytes(self.pending));
+            self.npending = 0;
+        }
+        let mut words = bytes.chunks_exact(8);
+        let mut h = self.hash;
+        for w in &mut words {
+            h = Self::mix(h, u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        }
+        self.hash = h;
+        let rest = words.remainder();
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.npending = rest.len();
+    }
+
+    /// Bytes fed so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// How the client's output is framed, and which of its messages are left
+/// out of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// PostgreSQL messages (a tag, a 4-byte length): ParameterStatus is
+    /// left out (a promoted server reports `in_hot_standby = off` on its
+    /// connections; settings are restored on every connection anyway).
+    Postgres,
+    /// Every byte counts (MySQL: its packets carry nothing that changes
+    /// with the server a statement ran on).
+    Whole,
+}
+
+/// Where a frame-aware feed stands in the output stream: inside a frame's
+/// 5-byte header or its body, and whether that frame is left out.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    framing: Framing,
+    header: [u8; 5],
+    in_header: usize,
+    left: u64,
+    skip: bool,
+}
+
+impl Cursor {
+    fn new(framing: Framing) -> Cursor {
+        Cursor {
+            framing,
+            header: [0; 5],
+            in_header: 0,
+            left: 0,
+            skip: false,
+        }
+    }
+
+    /// Feeds `bytes` to `sum`, leaving out skipped frames, until `sum`
+    /// holds `limit` bytes. Returns how many of `bytes` were consumed.
+    fn feed(&mut self, bytes: &[u8], sum: &mut Checksum, limit: u64) -> usize {
+        if self.framing == Framing::Whole {
+            let n = (limit.saturating_sub(sum.len()) as usize).min(bytes.len());
+            sum.feed(&bytes[..n]);
+            return n;
+        }
+        let mut i = 0;
+        while i < bytes.len() && sum.len() < limit {
+            if self.in_header < 5 {
+                let b = bytes[i];
+                if self.in_header == 0 {
+                    self.skip = b == b'S';
+                }
+                self.header[self.in_header] = b;
+                self.in_header += 1;
+                if !self.skip {
+                    sum.feed(&[b]);
+                }
+                i += 1;
+                if self.in_header == 5 {
+                    let len = u32::from_be_bytes([
+                        self.header[1],
+                        self.header[2],
+                        self.header[3],
+                        self.header[4],
+                    ]);
+                    self.left = (len as u64).saturating_sub(4);
+                    if self.left == 0 {
+                        self.in_header = 0;
+                    }
+                }
+                continue;
+            }
+            let mut take = self.left.min((bytes.len() - i) as u64) as usize;
+            if !self.skip {
+                take = take.min(limit.saturating_sub(sum.len()) as usize);
+                sum.feed(&bytes[i..i + take]);
+            }
+            i += take;
+            self.left -= take as u64;
+            if self.left == 0 {
+                self.in_header = 0;
+            }
+        }
+        i
+    }
+}
+
+/// Where a transaction's log stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogState {
+    /// No unit is being logged (between transactions, or replay is off).
+    Closed,
+    /// Logging the unit (or transaction) that started at the open.
+    Open,
+    /// Open, but the transaction cannot be replayed (too large, COPY, a
+    /// statement ran before its BEGIN, ...): nothing is kept until it ends.
+    Spoiled,
+}
+
+/// The copy of one client's open transaction: its client messages as sent,
+/// the `BEGIN` Fulcrum sent ahead of them (a deferred one), and the
+/// checksum of the client's output since the first of them.
+#[derive(Debug)]
+pub struct TxnLog {
+    /// Most bytes of client messages kept (0: replay is off).
+    max: usize,
+    state: LogState,
+    frames: Vec<u8>,
+    begin: Option<String>,
+    /// The first command completed was the transaction's start.
+    started: bool,
+    /// The unit that opened the log begins with `BEGIN` (its first
+    /// statement may still be in flight: no command completed yet).
+    opens_with_begin: bool,
+    received: Checksum,
+    cursor: Cursor,
+    /// Output position (`Connection::output_position`) up to which the
+    /// client's output has been fed to `received`.
+    absorbed: u64,
+}
+
+impl TxnLog {
+    /// A log keeping up to `max` bytes per transaction; `None`: replay off.
+    pub fn new(max: Option<u64>, framing: Framing) -> TxnLog {
+        TxnLog {
+            max: max.map_or(0, |m| m.min(usize::MAX as u64) as usize),
+            state: LogState::Closed,
+            frames: Vec::new(),
+            begin: None,
+            started: false,
+            opens_with_begin: false,
+            received: Checksum::default(),
+            cursor: Cursor::new(framing),
+            absorbed: 0,
+        }
+    }
+
+    /// Its state, for logs: `closed`, `open`, `spoiled`, `open, not started`.
+    pub fn describe(&self) -> &'static str {
+        match (self.state, self.started) {
+            (LogState::Closed, _) => "closed",
+            (LogState::Spoiled, _) => "spoiled",
+            (LogState::Open, false) => "open, its BEGIN not yet answered",
+            (LogState::Open, true) => "open",
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.max > 0
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state != LogState::Closed
+    }
+
+    /// A unit starts outside a transaction: log from here. `position` is
+    /// the client's output position now (what is queued before belongs to
+    /// earlier units); `begin`, the deferred `BEGIN` sent ahead of it.
+    pub fn open(&mut self, position: u64, begin: Option<String>) {
+        if !self.enabled() {
+            return;
+        }
+        self.state = LogState::Open;
+        self.frames.clear();
+        self.started = begin.is_some();
+        self.opens_with_begin = false;
+        self.begin = begin;
+        self.received = Checksum::default();
+        self.cursor = Cursor::new(self.cursor.framing);
+        self.absorbed = position;
+    }
+
+    /// The transaction (or the unit, if it opened none) ended.
+    pub fn close(&mut self) {
+        self.state = LogState::Closed;
+        self.begin = None;
+        self.started = false;
+        if self.frames.capacity() > 64 * 1024 {
+            self.frames = Vec::new();
+        } else {
+            self.frames.clear();
+        }
+    }
+
+    /// Not replayable until it closes.
+    pub fn spoil(&mut self) {
+        if self.state == LogState::Open {
+            self.state = LogState::Spoiled;
+            self.frames = Vec::new();
+        }
+    }
+
+    /// The unit that opened the log starts with a transaction start: if
+    /// its server dies before anything completed, it can be sent again
+    /// (a first command that completes as something else still spoils it).
+    pub fn opens_with_begin(&mut self) {
+        self.opens_with_begin = true;
+    }
+
+    /// A client message sent to the server in the logged unit.
+    pub fn record(&mut self, frame: &[u8]) {
+        if self.state != LogState::Open {
+            return;
+        }
+        if self.frames.len() + frame.len() > self.max {
+            self.spoil();
+        } else {
+            self.frames.extend_from_slice(frame);
+        }
+    }
+
+    /// A command completed with tag `began` = it started a transaction.
+    /// Only a log whose first command began the transaction is replayable:
+    /// anything before it committed on its own, and would run twice.
+    pub fn command_done(&mut self, began: bool) {
+        if self.state == LogState::Open && !self.started {
+            if began {
+                self.started = true;
+            } else {
+                self.spoil();
+            }
+        }
+    }
+
+    /// Feeds the client's output queued since the last call to the
+    /// checksum. `write_buf` is what is still queued, `position` its end
+    /// (`Connection::output_position`). Output already written without
+    /// being fed (it cannot be checked any more) spoils the log.
+    pub fn absorb(&mut self, write_buf: &[u8], position: u64) {
+        if self.state != LogState::Open {
+            self.absorbed = position;
+            return;
+        }
+        let new = position.saturating_sub(self.absorbed);
+        if new > write_buf.len() as u64 {
+            self.spoil();
+        } else if new > 0 {
+            let out = &write_buf[write_buf.len() - new as usize..];
+            self.cursor.feed(out, &mut self.received, u64::MAX);
+        }
+        self.absorbed = position;
+    }
+
+    /// The open transaction can be replayed: logged whole from the
+    /// statement that began it.
+    pub fn replayable(&self) -> bool {
+        self.state == LogState::Open && (self.started || self.opens_with_begin)
+    }
+
+    /// The replay matched: the client's output so far is what it replayed.
+    /// (The log was reopened at the replay's start; the replayed output
+    /// itself was compared, not absorbed.)
+    pub fn replayed(&mut self, replay: &Replay) {
+        if self.state == LogState::Open {
+            self.received = replay.expected;
+        }
+    }
+
+    /// Starts a replay of the logged transaction: what to send again and
+    /// what the client must be seen to have received. The log starts over
+    /// at `position`, so the replayed messages are logged again (a replay
+    /// that loses its server too can be replayed once more).
+    pub fn start_replay(&mut self, position: u64) -> Replay {
+        let replay = Replay {
+            frames: std::mem::take(&mut self.frames),
+            begin: self.begin.clone(),
+            expected: self.received,
+            got: Checksum::default(),
+            cursor: Cursor::new(self.cursor.framing),
+        };
+        let (started, opens_with_begin) = (self.started, self.opens_with_begin);
+        let begin = self.begin.take();
+        self.reopen(position, begin, started, opens_with_begin);
+        replay
+    }
+
+    /// Logs the same transaction anew from `position`, for a replay that
+    /// starts over: it is known to start with its BEGIN as before.
+    pub fn restart(&mut self, position: u64, replay: &Replay, started: bool) {
+        self.reopen(position, replay.begin.clone(), started, true);
+    }
+
+    fn reopen(&mut self, position: u64, begin: Option<String>, started: bool, with_begin: bool) {
+        self.open(position, begin);
+        self.started |= started;
+        self.opens_with_begin = with_begin;
+    }
+}
+
+/// A replay under way: the transaction's messages, its deferred `BEGIN`,
+/// the checksum of what the client received, and that of the replayed
+/// output so far.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    pub frames: Vec<u8>,
+    pub begin: Option<String>,
+    pub expected: Checksum,
+    got: Checksum,
+    cursor: Cursor,
+}
+
+/// How the replayed output compares with what the client received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// Matching so far; more is needed. All of the output was taken.
+    More,
+    /// All the client had received was replayed identically: the first
+    /// `taken` bytes of the output were replayed ones, the rest is new and
+    /// goes to the client.
+    Matched { taken: usize },
+    /// The replayed answers differ from what the client received.
+    Differs,
+}
+
+impl Replay {
+    /// Takes the replayed output `out` (output queued for the client since
+    /// the replay started, not yet compared) up to the length the client
+    /// had received, and compares once that length is reached.
+    pub fn compare(&mut self, out: &[u8]) -> Compare {
+        let taken = self.cursor.feed(out, &mut self.got, self.expected.len());
+        if self.got.len() < self.expected.len() {
+            Compare::More
+        } else if self.got == self.expected {
+            Compare::Matched { taken }
+        } else {
+            Compare::Differs
+        }
+    }
+
+    /// The replayed output stopped short of what the client received (the
+    /// new primary owes nothing more): the answers differ.
+    pub fn is_short(&self) -> bool {
+        self.got.len() < self.expected.len()
+    }
+
+    /// Starts the comparison over (the replay's own server was lost).
+    pub fn restart(&mut self) {
+        self.got = Checksum::default();
+        self.cursor = Cursor::new(self.cursor.framing);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_is_the_same_whatever_the_pieces() {
+        let mut whole = Checksum::default();
+        whole.feed(b"CBEGIN\0DrowCUPDATE 1\0");
+        let mut parts = Checksum::default();
+        for piece in [&b"CBEG"[..], b"IN\0Dr", b"", b"owCUPDATE 1\0"] {
+            parts.feed(piece);
+        }
+        assert_eq!(whole, parts);
+        let mut other = Checksum::default();
+        other.feed(b"CBEGIN\0DrOwCUPDATE 1\0");
+        assert_ne!(whole, other);
+        // Every split of a longer stream into two and three pieces.
+        let data: Vec<u8> = (0..97u8).map(|b| b.wrapping_mul(31)).collect();
+        let mut one = Checksum::default();
+        one.feed(&data);
+        for i in 0..data.len() {
+            for j in i..data.len() {
+                let mut c = Checksum::default();
+                c.feed(&data[..i]);
+                c.feed(&data[i..j]);
+                c.feed(&data[j..]);
+                assert_eq!(c, one, "pieces at {i}, {j}");
+            }
+        }
+        // One byte changed anywhere, or one byte less, is seen.
+        for i in 0..data.len() {
+            let mut changed = data.clone();
+            changed[i] ^= 0x40;
+            let mut c = Checksum::default();
+            c.feed(&changed);
+            assert_ne!(c, one, "byte {i} changed");
+        }
+        let mut short = Checksum::default();
+        short.feed(&data[..96]);
+        assert_ne!(short, one);
+    }
+
+    fn open_log(max: u64) -> TxnLog {
+        let mut log = TxnLog::new(Some(max), Framing::Whole);
+        log.open(100, None);
+        log
+    }
+
+    #[test]
+    fn off_keeps_nothing() {
+        let mut log = TxnLog::new(None, Framing::Whole);
+        log.open(0, Some("BEGIN".into()));
+        log.record(b"Q...");
+        assert!(!log.is_open() && !log.replayable());
+    }
+
+    #[test]
+    fn replayable_only_from_the_statement_that_began_it() {
+        let mut log = open_log(1024);
+        log.record(b"Qbegin");
+        assert!(!log.replayable(), "not before its BEGIN completed");
+        log.command_done(true);
+        log.record(b"Qupdate");
+        log.command_done(false);
+        assert!(log.replayable());
+
+        let mut log = open_log(1024);
+        log.opens_with_begin();
+        log.record(b"Qbegin; update");
+        assert!(log.replayable(), "a BEGIN in flight");
+        log.command_done(true);
+        assert!(log.replayable());
+
+        let mut log = open_log(1024);
+        log.record(b"Qinsert; begin");
+        log.command_done(false);
+        log.command_done(true);
+        assert!(!log.replayable(), "an INSERT committed before the BEGIN");
+
+        let mut log = TxnLog::new(Some(1024), Framing::Whole);
+        log.open(0, Some("BEGIN".into()));
+        assert!(log.replayable(), "a deferred BEGIN starts it");
+    }
+
+    #[test]
+    fn too_large_a_transaction_is_not_kept() {
+        let mut log = open_log(10);
+        log.command_done(true);
+        log.record(b"0123456");
+        assert!(log.replayable());
+        log.record(b"789ab");
+        assert!(!log.replayable() && log.is_open());
+        log.record(b"x");
+        log.close();
+        log.open(0, Some("BEGIN".into()));
+        assert!(log.replayable(), "the next transaction is kept again");
+    }
+
+    #[test]
+    fn output_written_unchecked_spoils_it() {
+        let mut log = open_log(1024);
+        log.command_done(true);
+        // 5 bytes queued after the open at 100, all still in the buffer.
+        log.absorb(b"xxABCDE", 105);
+        assert!(log.replayable());
+        // 10 more, but only 4 still queued: 6 went out unseen.
+        log.absorb(b"wxyz", 115);
+        assert!(!log.replayable());
+    }
+
+    #[test]
+    fn a_replay_matches_what_the_client_received() {
+        let mut log = open_log(1024);
+        log.command_done(true);
+        log.record(b"Qbegin;Qupdate");
+        log.absorb(b"old|CBEGIN", 106);
+        log.absorb(b"CBEGINCUPDATE 1", 115);
+        let mut replay = log.start_replay(200);
+        assert_eq!(replay.frames, b"Qbegin;Qupdate");
+        assert_eq!(replay.expected.len(), 15);
+        // The replayed output arrives in pieces; the last piece carries the
+        // answer to the statement that was in flight.
+        assert_eq!(replay.compare(b"CBEGIN"), Compare::More);
+        assert!(replay.is_short());
+        assert_eq!(
+            replay.compare(b"CUPDATE 1CSELECT 1"),
+            Compare::Matched { taken: 9 }
+        );
+    }
+
+    #[test]
+    fn a_different_answer_is_caught() {
+        let mut log = open_log(1024);
+        log.command_done(true);
+        log.absorb(b"CBEGINDrow 1CSELECT 1", 121);
+        let mut replay = log.start_replay(0);
+        assert_eq!(replay.compare(b"CBEGINDrow 2CSELECT 1"), Compare::Differs);
+        replay.restart();
+        assert_eq!(
+            replay.compare(b"CBEGINDrow 1CSELECT 1"),
+            Compare::Matched { taken: 21 }
+        );
+    }
+
+    /// PostgreSQL frames: `tag`, length, body.
+    fn pg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![tag];
+        f.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn parameter_status_is_left_out_of_the_comparison() {
+        let begin = pg(b'C', b"BEGIN\0");
+        let ready = pg(b'Z', b"T");
+        let row = pg(b'D', b"\0\x01\0\0\0\x011");
+        let status = pg(b'S', b"in_hot_standby\0off\0");
+        let mut log = TxnLog::new(Some(1024), Framing::Postgres);
+        log.open(0, None);
+        log.command_done(true);
+        let received = [begin.clone(), ready.clone(), row.clone()].concat();
+        // Absorbed in pieces that cut frames anywhere.
+        log.absorb(&received[..3], 3);
+        log.absorb(&received[3..], received.len() as u64);
+        let mut replay = log.start_replay(100);
+        // The new primary reports a parameter in the middle of it.
+        let replayed = [begin, status.clone(), ready, row, pg(b'C', b"SELECT 1\0")].concat();
+        let cut = 7;
+        assert_eq!(replay.compare(&replayed[..cut]), Compare::More);
+        let rest = &replayed[cut..];
+        let tail = pg(b'C', b"SELECT 1\0").len();
+        assert_eq!(
+            replay.compare(rest),
+            Compare::Matched {
+                taken: rest.len() - tail
+            }
+        );
+
+        // A row that differs still differs.
+        let mut log = TxnLog::new(Some(1024), Framing::Postgres);
+        log.open(0, None);
+        log.command_done(true);
+        log.absorb(&received, received.len() as u64);
+        let mut replay = log.start_replay(100);
+        let other = pg(b'D', b"\0\x01\0\0\0\x012");
+        let replayed = [pg(b'C', b"BEGIN\0"), pg(b'Z', b"T"), other].concat();
+        assert_eq!(replay.compare(&replayed), Compare::Differs);
+    }
+
+    #[test]
+    fn a_replay_is_logged_again() {
+        let mut log = TxnLog::new(Some(1024), Framing::Whole);
+        log.open(0, Some("BEGIN".into()));
+        log.record(b"Qupdate");
+        let replay = log.start_replay(50);
+        assert_eq!(replay.begin.as_deref(), Some("BEGIN"));
+        assert!(log.replayable(), "the replayed transaction is logged anew");
+        log.record(b"Qupdate");
+        let again = log.start_replay(60);
+        assert_eq!(again.frames, b"Qupdate");
+    }
+}
