@@ -69,7 +69,11 @@ usage: cargo bench --bench load -- [options]
                   PostgreSQL, so at 0.3 the 2 cores run out before the caps do)
   --only DB       --suite: postgres or mysql only
   --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
-                  pg-connections, pg-capped
+                  pg-connections, pg-capped, my-uncapped, my-s1 (the MariaDB
+                  scenario 1 runs; my-scale-out stays)
+  --mysql-setting K=V
+                  --suite: a mariadbd option for the capped MariaDB cluster
+                  (repeatable), e.g. thread_handling=pool-of-threads
   --no-docs       --suite: write target/bench-suite-<db>.md and target/suite-img/
                   only
 Environment: FULCRUM_BIN=path skips building the daemon.";
@@ -120,8 +124,11 @@ pub(crate) struct Options {
     pub(crate) no_docs: bool,
     /// `--suite`: CPUs per MariaDB server in the capped regime.
     pub(crate) mysql_cpu_quota: f64,
-    /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections, pg-capped).
+    /// `--suite --skip a,b`: parts left out (pg-uncapped, pg-connections,
+    /// pg-capped, my-uncapped, my-s1).
     pub(crate) skip: Vec<String>,
+    /// `--suite --mysql-setting K=V`: options of the capped MariaDB servers.
+    pub(crate) mysql_settings: Vec<(String, String)>,
     /// `--tls`: the default mode with TLS from clients and to the server.
     pub(crate) tls: bool,
 }
@@ -154,6 +161,7 @@ impl Options {
             only: None,
             no_docs: false,
             skip: Vec::new(),
+            mysql_settings: Vec::new(),
             mysql_cpu_quota: 0.1,
             tls: false,
         };
@@ -285,6 +293,16 @@ impl Options {
                     opts.only = Some(value.clone())
                 }
                 "--only" => return Err(format!("--only {value}: expected postgres or mysql")),
+                "--mysql-setting" => match value.split_once('=') {
+                    Some((k, v)) if !k.trim().is_empty() => opts
+                        .mysql_settings
+                        .push((k.trim().to_string(), v.trim().to_string())),
+                    _ => {
+                        return Err(format!(
+                            "--mysql-setting {value}: expected key=value, e.g. thread_handling=pool-of-threads"
+                        ))
+                    }
+                },
                 "--skip" => opts.skip = value.split(',').map(|v| v.trim().to_string()).collect(),
                 _ => return Err(format!("unknown option {flag}")),
             }

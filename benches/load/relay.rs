@@ -24,14 +24,17 @@ pub struct TcpRelay {
 
 impl TcpRelay {
     /// Relays `127.0.0.1:port` to `target` (`host:port`), with TCP_NODELAY
-    /// on both sides as a proxy sets it.
+    /// on both sides as a proxy sets it, and a listen backlog of 128: socat's
+    /// default of 5 dropped the SYNs of sysbench's 16 threads connecting at
+    /// once while it forked, and their retries (1 s, 3 s, 7 s, ...) sometimes
+    /// outlasted sysbench's 30 s for its threads to start.
     pub fn start(port: u16, target: &str) -> Result<TcpRelay> {
         if !std::path::Path::new(SOCAT).exists() {
             return Err(format!("{SOCAT} not found: install Debian's socat (.ci/run does)").into());
         }
         let bench = std::process::id();
         let script = format!(
-            "{SOCAT} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay \
+            "{SOCAT} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay,backlog=128 \
              TCP:{target},nodelay & relay=$!; \
              while kill -0 {bench} 2>/dev/null && kill -0 $relay 2>/dev/null; do sleep 1; done; \
              kill 0"

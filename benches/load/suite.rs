@@ -211,11 +211,23 @@ fn record(opts: &Options, report: &SuiteReport, machine: &Machine, started: Inst
         match &report.caps_skipped {
             None => format!(
                 "capped scenarios: each database server in its own cgroup limited to {} \
-                 CPU (cpu.cfs_quota_us / cpu.max); the proxies and the load generator are \
-                 not capped",
-                opts.cpu_quota
+                 CPU (cpu.cfs_quota_us / cpu.max, CFS period {} ms); the proxies and the \
+                 load generator are not capped",
+                opts.cpu_quota,
+                opts.cpu_period_us / 1000
             ),
             Some(why) => format!("capped scenarios skipped: {why}"),
+        },
+        match opts.mysql_settings.is_empty() {
+            true => "capped MariaDB servers: the harness's settings".to_string(),
+            false => format!(
+                "capped MariaDB servers also run with {} (--mysql-setting)",
+                opts.mysql_settings
+                    .iter()
+                    .map(|(k, v)| format!("`{k}={v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         },
         format!("whole run: {:.0} s", started.elapsed().as_secs_f64()),
     ];

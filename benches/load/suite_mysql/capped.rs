@@ -71,7 +71,11 @@ pub(super) fn run(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         eprintln!("MariaDB capped scenarios SKIPPED (see the report's record)");
         return Ok(());
     };
-    let cluster = MariaCluster::builder().replicas(CAPPED_NODES - 1).start()?;
+    let mut builder = MariaCluster::builder().replicas(CAPPED_NODES - 1);
+    for (key, value) in &opts.mysql_settings {
+        builder = builder.setting(key, value);
+    }
+    let cluster = builder.start()?;
     record_version(&cluster, report)?;
     prepare_tables(opts, &cluster)?;
     let names = cap_nodes(&caps, &cluster, opts.cpu_quota)?;
@@ -115,7 +119,12 @@ pub(super) fn run(opts: &Options, report: &mut SuiteReport) -> Result<()> {
         report.add(bench.scale_out(&scale_listens, relay.as_ref().map(|r| r.addr.as_str()))?);
         Ok(())
     });
-    for workload in &S1_WORKLOADS {
+    let s1 = if opts.skip.iter().any(|s| s == "my-s1") {
+        &[][..]
+    } else {
+        &S1_WORKLOADS[..]
+    };
+    for workload in s1 {
         let what = format!("MariaDB scenario 1, {} ({})", workload.label, workload.id);
         report.attempt(&what, |report| {
             report.add(bench.scenario_1(workload, &s1_listen)?);

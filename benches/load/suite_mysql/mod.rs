@@ -57,9 +57,11 @@ pub fn run(opts: &Options, report: &mut SuiteReport) {
     report.attempt("MariaDB, capped: cluster and Fulcrum", |report| {
         capped::run(opts, report)
     });
-    report.attempt("MariaDB, uncapped: server and Fulcrum", |report| {
-        uncapped(opts, report)
-    });
+    if !opts.skip.iter().any(|s| s == "my-uncapped") {
+        report.attempt("MariaDB, uncapped: server and Fulcrum", |report| {
+            uncapped(opts, report)
+        });
+    }
 }
 
 /// The uncapped regime: one server, one Fulcrum listener in front of it;
