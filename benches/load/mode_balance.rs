@@ -3,8 +3,8 @@
 //! its own CPU-capped cgroup, pgbench -S; PostgreSQL direct (one node),
 //! Pgpool-II on the 3 nodes, and Fulcrum on the 3 nodes with each `balance`
 //! (one daemon, a listener per policy, only one with clients at a time),
-//! and a plain TCP relay (socat) in front of the primary as the control of
-//! the regime: it should come close to direct.
+//! and a plain TCP relay (socat or HAProxy, `--relay`) in front of the
+//! primary as the control of the regime: it should come close to direct.
 //! With `--slow-node`, the second replica runs CPU-heavy queries of its own
 //! during every run (sent to it directly, unseen by the proxies), so one
 //! node of three is slow. The report goes to `target/bench-balance.md`.
@@ -77,12 +77,15 @@ pub(crate) fn run_balance(opts: &Options) -> Result<()> {
         eprintln!("Pgpool-II not installed: left out");
         None
     };
-    // The regime's control: a plain TCP relay (socat) in front of the
-    // primary costs the hop and nothing else; near direct, the caps measure
-    // the nodes, not the hop.
-    let relay = crate::relay::TcpRelay::start(free_port(), &primary)?;
+    // The regime's control: a plain TCP relay (socat or HAProxy) in front
+    // of the primary costs the hop and nothing else; near direct, the caps
+    // measure the nodes, not the hop.
+    let relay = crate::relay::TcpRelay::start(opts.relay, free_port(), &primary)?;
     targets.push(Target::new(
-        "socat relay to the primary",
+        match opts.relay {
+            crate::relay::RelayKind::Socat => "socat relay to the primary",
+            crate::relay::RelayKind::Haproxy => "HAProxy relay to the primary",
+        },
         relay.addr.clone(),
     ));
     let mut sections = Vec::new();

@@ -71,9 +71,12 @@ usage: cargo bench --bench load -- [options]
   --skip LIST     --suite: parts to leave out, comma-separated: pg-uncapped,
                   pg-connections, pg-capped, my-uncapped, my-s1 (the MariaDB
                   scenario 1 runs; my-scale-out stays)
+  --relay KIND    --suite, --balance: the plain TCP relay of the control row,
+                  haproxy (default) or socat
   --mysql-setting K=V
                   --suite: a mariadbd option for the capped MariaDB cluster
-                  (repeatable), e.g. thread_handling=pool-of-threads
+                  (repeatable; after the suite's own thread_handling=
+                  pool-of-threads), e.g. thread_handling=one-thread-per-connection
   --no-docs       --suite: write target/bench-suite-<db>.md and target/suite-img/
                   only
 Environment: FULCRUM_BIN=path skips building the daemon.";
@@ -129,6 +132,8 @@ pub(crate) struct Options {
     pub(crate) skip: Vec<String>,
     /// `--suite --mysql-setting K=V`: options of the capped MariaDB servers.
     pub(crate) mysql_settings: Vec<(String, String)>,
+    /// `--relay`: the control row's TCP relay.
+    pub(crate) relay: crate::relay::RelayKind,
     /// `--tls`: the default mode with TLS from clients and to the server.
     pub(crate) tls: bool,
 }
@@ -162,6 +167,7 @@ impl Options {
             no_docs: false,
             skip: Vec::new(),
             mysql_settings: Vec::new(),
+            relay: crate::relay::RelayKind::Haproxy,
             mysql_cpu_quota: 0.1,
             tls: false,
         };
@@ -299,9 +305,13 @@ impl Options {
                         .push((k.trim().to_string(), v.trim().to_string())),
                     _ => {
                         return Err(format!(
-                            "--mysql-setting {value}: expected key=value, e.g. thread_handling=pool-of-threads"
+                            "--mysql-setting {value}: expected key=value, e.g. thread_handling=one-thread-per-connection"
                         ))
                     }
+                },
+                "--relay" => match crate::relay::RelayKind::parse(value) {
+                    Some(kind) => opts.relay = kind,
+                    None => return Err(format!("--relay {value}: expected socat or haproxy")),
                 },
                 "--skip" => opts.skip = value.split(',').map(|v| v.trim().to_string()).collect(),
                 _ => return Err(format!("unknown option {flag}")),

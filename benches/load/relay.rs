@@ -1,9 +1,12 @@
-//! A plain TCP relay (`socat`) in front of one server: the control target of
-//! the capped MariaDB scale-out. It copies bytes both ways and understands
-//! nothing, so whatever it costs the server is what any proxy's extra hop
-//! costs, and Fulcrum's own share is the difference between the two rows.
+//! A plain TCP relay in front of one server: the control target of the
+//! capped scale-out runs. It copies bytes both ways and understands nothing,
+//! so whatever it costs the server is what any proxy's extra hop costs, and
+//! Fulcrum's own share is the difference between the two rows. Two relays:
+//! `socat` (a process per connection) and HAProxy in TCP mode (one
+//! event-driven thread, as a production relay runs).
 
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +14,59 @@ use crate::Result;
 
 /// Where Debian's `socat` package puts the binary (`.ci/run` installs it).
 const SOCAT: &str = "/usr/bin/socat";
+/// Where Debian's `haproxy` package puts the binary (`.ci/run` installs it).
+const HAPROXY: &str = "/usr/sbin/haproxy";
+
+/// Which relay program (`--relay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayKind {
+    /// `socat TCP-LISTEN:...,fork`: one process per connection, each
+    /// copying with its own read/write pair.
+    Socat,
+    /// HAProxy 2.x `mode tcp`, one thread (`nbthread 1`), TCP_NODELAY on
+    /// both sides (its default): an event loop, as Fulcrum's own worker is.
+    Haproxy,
+}
+
+impl RelayKind {
+    /// `socat` or `haproxy`, as `--relay` takes it.
+    pub fn parse(s: &str) -> Option<RelayKind> {
+        match s {
+            "socat" => Some(RelayKind::Socat),
+            "haproxy" => Some(RelayKind::Haproxy),
+            _ => None,
+        }
+    }
+
+    /// The program's name, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RelayKind::Socat => "socat",
+            RelayKind::Haproxy => "haproxy",
+        }
+    }
+
+    /// What the relay is, one sentence for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RelayKind::Socat => {
+                "`socat` copying bytes between the client and the primary (TCP_NODELAY \
+                 both sides), one process per connection and no parsing"
+            }
+            RelayKind::Haproxy => {
+                "HAProxy in TCP mode copying bytes between the client and the primary \
+                 (one thread, TCP_NODELAY both sides), no parsing"
+            }
+        }
+    }
+
+    fn binary(self) -> &'static str {
+        match self {
+            RelayKind::Socat => SOCAT,
+            RelayKind::Haproxy => HAPROXY,
+        }
+    }
+}
 
 /// A running relay; dropping it stops the relay and every connection it
 /// forked. Its shell also stops it once the bench process is gone, so a
@@ -18,24 +74,50 @@ const SOCAT: &str = "/usr/bin/socat";
 pub struct TcpRelay {
     /// The shell leading the relay's process group.
     group: Child,
+    /// HAProxy's configuration file, removed on drop.
+    config: Option<PathBuf>,
     /// `127.0.0.1:PORT` to connect to.
     pub addr: String,
+    pub kind: RelayKind,
 }
 
 impl TcpRelay {
-    /// Relays `127.0.0.1:port` to `target` (`host:port`), with TCP_NODELAY
-    /// on both sides as a proxy sets it, and a listen backlog of 128: socat's
-    /// default of 5 dropped the SYNs of sysbench's 16 threads connecting at
-    /// once while it forked, and their retries (1 s, 3 s, 7 s, ...) sometimes
-    /// outlasted sysbench's 30 s for its threads to start.
-    pub fn start(port: u16, target: &str) -> Result<TcpRelay> {
-        if !std::path::Path::new(SOCAT).exists() {
-            return Err(format!("{SOCAT} not found: install Debian's socat (.ci/run does)").into());
+    /// Relays `127.0.0.1:port` to `target` (`host:port`) with `kind`.
+    ///
+    /// socat listens with a backlog of 128: its default of 5 dropped the
+    /// SYNs of sysbench's 16 threads connecting at once while it forked, and
+    /// their retries (1 s, 3 s, 7 s, ...) sometimes outlasted sysbench's 30 s
+    /// for its threads to start.
+    pub fn start(kind: RelayKind, port: u16, target: &str) -> Result<TcpRelay> {
+        let binary = kind.binary();
+        if !std::path::Path::new(binary).exists() {
+            return Err(format!(
+                "{binary} not found: install Debian's {} (.ci/run does)",
+                kind.name()
+            )
+            .into());
         }
+        let mut config = None;
+        let command = match kind {
+            RelayKind::Socat => format!(
+                "{binary} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay,backlog=128 \
+                 TCP:{target},nodelay"
+            ),
+            RelayKind::Haproxy => {
+                let path = std::env::temp_dir().join(format!(
+                    "fulcrum-bench-haproxy-{}-{port}.cfg",
+                    std::process::id()
+                ));
+                std::fs::write(&path, haproxy_config(port, target))
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                let cmd = format!("{binary} -db -f {}", path.display());
+                config = Some(path);
+                cmd
+            }
+        };
         let bench = std::process::id();
         let script = format!(
-            "{SOCAT} TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,nodelay,backlog=128 \
-             TCP:{target},nodelay & relay=$!; \
+            "{command} & relay=$!; \
              while kill -0 {bench} 2>/dev/null && kill -0 $relay 2>/dev/null; do sleep 1; done; \
              kill 0"
         );
@@ -47,10 +129,12 @@ impl TcpRelay {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("starting socat: {e}"))?;
+            .map_err(|e| format!("starting {}: {e}", kind.name()))?;
         let relay = TcpRelay {
             group,
+            config,
             addr: format!("127.0.0.1:{port}"),
+            kind,
         };
         relay.wait_listening(Duration::from_secs(10))?;
         Ok(relay)
@@ -65,8 +149,23 @@ impl TcpRelay {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(format!("socat did not listen on {} within {within:?}", self.addr).into())
+        Err(format!(
+            "{} did not listen on {} within {within:?}",
+            self.kind.name(),
+            self.addr
+        )
+        .into())
     }
+}
+
+/// HAProxy's configuration: one TCP listener on loopback relaying to
+/// `target`, one thread, no health checks, timeouts longer than any run.
+fn haproxy_config(port: u16, target: &str) -> String {
+    format!(
+        "global\n    nbthread 1\n    maxconn 4096\n\
+         defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n\
+         listen relay\n    bind 127.0.0.1:{port}\n    server primary {target}\n"
+    )
 }
 
 impl Drop for TcpRelay {
@@ -77,5 +176,8 @@ impl Drop for TcpRelay {
             .stderr(Stdio::null())
             .status();
         let _ = self.group.wait();
+        if let Some(path) = &self.config {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }

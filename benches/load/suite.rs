@@ -35,6 +35,8 @@ pub struct SuiteReport {
     pub versions: Vec<String>,
     /// Why the CPU-capped scenarios were skipped, if they were.
     pub caps_skipped: Option<String>,
+    /// Lines a regime adds to the run's record (its servers' settings, ...).
+    pub records: Vec<String>,
 }
 
 impl SuiteReport {
@@ -122,6 +124,7 @@ fn run_database(opts: &Options, db: &str) -> Result<usize> {
         failures: Vec::new(),
         versions: Vec::new(),
         caps_skipped: None,
+        records: Vec::new(),
     };
     if db == "postgres" {
         crate::suite_pg::run(opts, &mut report);
@@ -218,20 +221,9 @@ fn record(opts: &Options, report: &SuiteReport, machine: &Machine, started: Inst
             ),
             Some(why) => format!("capped scenarios skipped: {why}"),
         },
-        match opts.mysql_settings.is_empty() {
-            true => "capped MariaDB servers: the harness's settings".to_string(),
-            false => format!(
-                "capped MariaDB servers also run with {} (--mysql-setting)",
-                opts.mysql_settings
-                    .iter()
-                    .map(|(k, v)| format!("`{k}={v}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
         format!("whole run: {:.0} s", started.elapsed().as_secs_f64()),
     ];
-    for line in lines {
+    for line in lines.iter().chain(&report.records) {
         let _ = writeln!(out, "- {line}");
     }
     out

@@ -6,7 +6,8 @@
 //! the cgroups) when it ends or fails:
 //!
 //! - **Capped**: a primary and 2 GTID replicas, each `mariadbd` in its own
-//!   CPU-capped cgroup (after `sysbench prepare`, which runs uncapped), and one
+//!   CPU-capped cgroup (after `sysbench prepare`, which runs uncapped), with
+//!   MariaDB's thread pool (see [`capped`] for why), and one
 //!   Fulcrum daemon with a listener per node set. `my-scale-out`: sysbench
 //!   `oltp_point_select` directly and through Fulcrum reading from 1, 2 and 3
 //!   nodes. `my-s1-*` (published scenario 1, MySQL Proxy with 1 master + 1
