@@ -56,6 +56,15 @@ fn delay(replica: &MariaNode) {
 /// it is reported (its SHOW SLAVE STATUS and both clocks, on stderr), delayed
 /// again and probed again; still not delayed after that, the test fails
 /// here, naming the replica, rather than later on a Fulcrum assertion.
+///
+/// The likely way a replica loses its delay: when its I/O thread connects,
+/// MariaDB sets `clock_diff_with_master = time(0) - <the primary's
+/// UNIX_TIMESTAMP()>`, and the event is applied at `its timestamp +
+/// clock_diff + MASTER_DELAY`. `time(0)` reads the kernel's coarse clock,
+/// which lags the precise one by up to a tick (more on a VM whose vCPU was
+/// descheduled); a connect across a second boundary can then measure -1,
+/// and `MASTER_DELAY = 1` delays nothing until the next reconnect.
+/// Delaying again (STOP SLAVE / START SLAVE) reconnects and measures anew.
 fn assert_replicas_delayed(c: &MariaCluster) {
     static NEXT: AtomicI32 = AtomicI32::new(0);
     for attempt in 0..3 {
