@@ -64,6 +64,29 @@ fn start(extra: &str) -> (FulcrumProcess, u16) {
     (p, port)
 }
 
+/// `start` with a metrics listener; returns its port too.
+fn start_with_metrics(extra: &str) -> (FulcrumProcess, u16, u16) {
+    let metrics_port = free_port();
+    let port = free_port();
+    let toml = config(port, extra).replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let p = FulcrumProcess::start(&toml).expect("fulcrum starts");
+    (p, port, metrics_port)
+}
+
+/// The value of the first `name{...}` line whose labels contain `label` in
+/// one scrape of `/metrics` on `metrics_port` (0 when there is none yet).
+fn metric(metrics_port: u16, name: &str, label: &str) -> u64 {
+    scrape(metrics_port)
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn connect(port: u16) -> Conn {
     let opts = OptsBuilder::default()
         .ip_or_hostname("127.0.0.1")
@@ -621,10 +644,12 @@ fn scrape(port: u16) -> String {
 }
 
 /// `server_check_delay = "0s"`: every reuse is checked with COM_PING; a live
-/// connection passes, so the client stays on the same server thread.
+/// connection passes, so the client stays on the same server thread. Each
+/// check is counted in `fulcrum_server_checks_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
-    let (_p, port) = start("server_check_delay = \"0s\"\nreads_on_primary = true\npool_size = 1");
+    let (_p, port, metrics_port) =
+        start_with_metrics("server_check_delay = \"0s\"\nreads_on_primary = true\npool_size = 1");
     let mut conn = connect(port).await;
     conn.query_drop("BEGIN").await.unwrap();
     let first: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await.unwrap();
@@ -635,6 +660,22 @@ async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
         conn.query_drop("COMMIT").await.unwrap();
         assert_eq!(id, first, "the same server connection, checked and kept");
     }
+    // 11 transactions on one pooled connection: the 10 after the first
+    // reused it, checked (counted before it is handed out).
+    let passed = metric(
+        metrics_port,
+        "fulcrum_server_checks_total",
+        "outcome=\"passed\"",
+    );
+    assert!(passed >= 10, "10 checks passed, counted {passed}");
+    assert_eq!(
+        metric(
+            metrics_port,
+            "fulcrum_server_checks_total",
+            "outcome=\"failed\""
+        ),
+        0
+    );
 }
 
 /// `function_catalog` on MariaDB: a function declared MODIFIES SQL DATA runs
@@ -665,7 +706,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
         .expect("functions");
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
-    let (_p, port) = start("");
+    let (_p, port, metrics_port) = start_with_metrics("");
     let mut conn = connect(port).await;
     for _ in 0..4 {
         let v: Option<i64> = conn.query_first("SELECT bump_items()").await.unwrap();
@@ -683,6 +724,12 @@ async fn functions_are_routed_by_the_servers_catalog() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let loaded = metric(
+        metrics_port,
+        "fulcrum_function_catalog_lookups_total",
+        "outcome=\"loaded\"",
+    );
+    assert!(loaded >= 1, "the lookup that routed twice() is counted");
     let (_off, port) = start("function_catalog = false");
     let mut conn = connect(port).await;
     let err = conn.query_drop("SELECT bump_items()").await.unwrap_err();

@@ -451,6 +451,12 @@ async fn an_answer_fulcrum_owes_is_sent_even_when_the_server_owes_nothing() {
 /// `fulcrum_prepared_statements` from one scrape of `/metrics` on `port`
 /// (0 before the first refresh shows it).
 fn prepared_statements_gauge(port: u16) -> u64 {
+    metric(port, "fulcrum_prepared_statements", "")
+}
+
+/// The value of the first `name{...}` line whose labels contain `label`,
+/// from one scrape of `/metrics` on `port` (0 when there is none yet).
+fn metric(port: u16, name: &str, label: &str) -> u64 {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
     s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
@@ -459,9 +465,21 @@ fn prepared_statements_gauge(port: u16) -> u64 {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.lines()
-        .find(|l| l.starts_with("fulcrum_prepared_statements{"))
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Starts Fulcrum on `cfg` with a metrics listener; returns its port too.
+fn start_with_metrics(cfg: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig, u16) {
+    let metrics_port = fulcrum_testkit::free_port();
+    let toml = cfg.to_toml().replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let p = FulcrumProcess::start(&toml).expect("start fulcrum");
+    (p, cfg, metrics_port)
 }
 
 /// 100,000 distinct named statements prepared by clients that then leave
@@ -835,19 +853,37 @@ async fn max_db_connections_caps_connections_across_users() {
 
 /// `server_check_delay = "0s"` checks every idle connection with a round
 /// trip before reuse: a live connection passes, so the client keeps being
-/// served by the same server process, and the answers are unchanged.
+/// served by the same server process, and the answers are unchanged. Each
+/// check is counted in `fulcrum_server_checks_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         .pool_size(1)
         .extra("server_check_delay = \"0s\"");
-    let (_p, cfg) = start(cfg);
+    let (_p, cfg, metrics_port) = start_with_metrics(cfg);
     let client = connect_with(&cfg, None).await;
     let first = one(&client, "SELECT pg_backend_pid()").await;
     for i in 0..20 {
         assert_eq!(one(&client, &format!("SELECT {i}")).await, i.to_string());
         assert_eq!(one(&client, "SELECT pg_backend_pid()").await, first);
     }
+    // 41 units on one pooled connection: every one after the first reused
+    // it, checked. The counter is updated before the connection is handed
+    // out, so all 40 are in.
+    let passed = metric(
+        metrics_port,
+        "fulcrum_server_checks_total",
+        "outcome=\"passed\"",
+    );
+    assert!(passed >= 40, "40 checks passed, counted {passed}");
+    assert_eq!(
+        metric(
+            metrics_port,
+            "fulcrum_server_checks_total",
+            "outcome=\"failed\""
+        ),
+        0
+    );
 }
 
 /// `min_pool_size` with `[[cluster.database]]` listed: the pools of every
@@ -920,7 +956,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
     let primary = c.primary().port().to_string();
-    let (_p, cfg) = start(with_replicas(5));
+    let (_p, cfg, metrics_port) = start_with_metrics(with_replicas(5));
     let client = connect_with(&cfg, None).await;
     for _ in 0..6 {
         assert_eq!(
@@ -942,6 +978,12 @@ async fn functions_are_routed_by_the_servers_catalog() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let loaded = metric(
+        metrics_port,
+        "fulcrum_function_catalog_lookups_total",
+        "outcome=\"loaded\"",
+    );
+    assert!(loaded >= 1, "the lookup that routed price() is counted");
     let (_off, cfg) = start(with_replicas(5).extra("function_catalog = false"));
     let client = connect_with(&cfg, None).await;
     let err = exec(&client, "SELECT bump()").await.unwrap_err();

@@ -175,8 +175,6 @@ impl ClusterMetrics {
         self.causal[outcome as usize].inc();
     }
 
-    /// A client closed by a timeout: `login` (`client_login_timeout`),
-    /// `client_idle` or `idle_transaction`.
     /// A transaction replay ended: `replayed` or `failed`.
     pub fn transaction_replay(&self, outcome: &'static str) {
         self.metrics
@@ -185,6 +183,27 @@ impl ClusterMetrics {
             .inc();
     }
 
+    /// A hook for the cluster's pools: counts each `server_check_delay`
+    /// check as `passed` or `failed`.
+    pub fn server_check_hook(&self) -> Arc<dyn Fn(bool) + Send + Sync> {
+        let counters = [false, true].map(|passed| {
+            self.metrics
+                .server_checks
+                .with_label_values(&[self.name.as_str(), if passed { "passed" } else { "failed" }])
+        });
+        Arc::new(move |passed| counters[passed as usize].inc())
+    }
+
+    /// A read of a database's user functions ended: loaded or failed.
+    pub fn function_lookup(&self, loaded: bool) {
+        self.metrics
+            .function_lookups
+            .with_label_values(&[self.name.as_str(), if loaded { "loaded" } else { "failed" }])
+            .inc();
+    }
+
+    /// A client closed by a timeout: `login` (`client_login_timeout`),
+    /// `client_idle`, `idle_transaction` or `query`.
     pub fn timeout(&self, kind: &'static str) {
         self.metrics
             .client_timeouts

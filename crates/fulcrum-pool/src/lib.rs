@@ -15,5 +15,5 @@ pub use balance::Balance;
 pub use budget::{Budget, Budgets};
 pub use causal::{when_behind, when_behind_now, Causal, Need, UserNeed, UserPositions, WhenBehind};
 pub use coalesce::Coalesced;
-pub use pool::{Checkout, Pool, PoolError, PoolSettings, PoolStats, Poolable};
+pub use pool::{CheckHook, Checkout, Pool, PoolError, PoolSettings, PoolStats, Poolable};
 pub use router::{Admission, BackendId, Route, Router};

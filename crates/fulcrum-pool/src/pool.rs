@@ -107,6 +107,10 @@ impl<C> Clone for Pool<C> {
     }
 }
 
+/// Told the outcome of each `server_check_delay` check (true: it answered),
+/// e.g. to count them in metrics.
+pub type CheckHook = Arc<dyn Fn(bool) + Send + Sync>;
+
 /// An idle connection and what it holds.
 struct Idle<C> {
     conn: C,
@@ -133,6 +137,8 @@ struct Inner<C> {
     retired_ns: AtomicU64,
     /// Of those, how many were in use at the RECONNECT and are not closed yet.
     retiring: AtomicUsize,
+    /// Told each `server_check_delay` check's outcome.
+    on_check: Option<CheckHook>,
 }
 
 /// The clock `retired_ns` counts from.
@@ -191,14 +197,17 @@ impl<C: Poolable> Pool<C> {
             PoolSettings::new(size, timeout, idle_timeout),
             backend_load,
             Vec::new(),
+            None,
         )
     }
 
-    /// A pool with every setting, counted in `backend_load`, under `budgets`.
+    /// A pool with every setting, counted in `backend_load`, under `budgets`,
+    /// telling `on_check` the outcome of each `server_check_delay` check.
     pub fn configured(
         settings: PoolSettings,
         backend_load: Arc<AtomicUsize>,
         budgets: Vec<Arc<Budget>>,
+        on_check: Option<CheckHook>,
     ) -> Pool<C> {
         let inner = Arc::new(Inner {
             settings,
@@ -212,6 +221,7 @@ impl<C: Poolable> Pool<C> {
             backend_load,
             retired_ns: AtomicU64::new(0),
             retiring: AtomicUsize::new(0),
+            on_check,
         });
         for b in &inner.budgets {
             let weak: std::sync::Weak<dyn IdleCloser> =
@@ -247,7 +257,11 @@ impl<C: Poolable> Pool<C> {
             let quiet_for = idle.since.elapsed();
             if inner.settings.check_delay.is_some_and(|d| quiet_for >= d) {
                 let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
-                if !matches!(answered, Ok(true)) {
+                let passed = matches!(answered, Ok(true));
+                if let Some(hook) = &inner.on_check {
+                    hook(passed);
+                }
+                if !passed {
                     // Gone quiet for good (a restarted server, a dropped
                     // NAT entry): closed, and the next one is tried.
                     tracing::debug!(

@@ -354,6 +354,7 @@ impl MyClusterContext {
             Some(functions)
         }
         .await;
+        self.metrics.function_lookup(found.is_some());
         self.functions.settle(&self.config.name, w.database, found);
     }
 
@@ -377,6 +378,7 @@ impl MyClusterContext {
                     fulcrum_cluster::pool_upkeep::pool_settings(&self.config),
                     self.router.load_counter(backend),
                     self.budgets.for_pool(backend, user, None),
+                    Some(self.metrics.server_check_hook()),
                 )
             })
             .clone()

@@ -175,6 +175,7 @@ async fn the_reserve_serves_a_client_that_waited_reserve_timeout() {
         },
         Arc::new(AtomicUsize::new(0)),
         Vec::new(),
+        None,
     );
     let _held = p.get(|| open(1)).await.unwrap();
     let started = Instant::now();
@@ -196,8 +197,8 @@ async fn the_reserve_serves_a_client_that_waited_reserve_timeout() {
 async fn a_budget_caps_connections_across_pools_and_closes_idle_ones_for_room() {
     let db = Budget::new(2, "max_db_connections (2) for database \"app\"");
     let load = Arc::new(AtomicUsize::new(0));
-    let a: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
-    let b: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()]);
+    let a: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()], None);
+    let b: Pool<Conn> = Pool::configured(settings(5, 200), load.clone(), vec![db.clone()], None);
     let a1 = a.get(|| open(1)).await.unwrap();
     let a2 = a.get(|| open(2)).await.unwrap();
     assert_eq!(db.open(), 2);
@@ -235,6 +236,7 @@ async fn fill_keeps_min_size_open_within_size_and_budgets() {
         },
         Arc::new(AtomicUsize::new(0)),
         vec![user.clone()],
+        None,
     );
     assert_eq!(p.fill(|| open(9)).await.unwrap(), 2);
     assert_eq!((p.stats().idle, p.stats().opened), (2, 2));
@@ -257,6 +259,7 @@ async fn fill_keeps_min_size_open_within_size_and_budgets() {
         },
         Arc::new(AtomicUsize::new(0)),
         vec![user.clone()],
+        None,
     );
     assert_eq!(user.open(), 2);
     assert_eq!(q.fill(|| open(9)).await.unwrap(), 1, "room for one only");
@@ -299,6 +302,8 @@ async fn retire_closes_idle_now_and_in_use_when_released() {
 
 #[tokio::test]
 async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead() {
+    let outcomes: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let seen = outcomes.clone();
     let p: Pool<Conn> = Pool::configured(
         PoolSettings {
             check_delay: Some(Duration::from_millis(30)),
@@ -306,6 +311,7 @@ async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead()
         },
         Arc::new(AtomicUsize::new(0)),
         Vec::new(),
+        Some(Arc::new(move |passed| seen.lock().unwrap().push(passed))),
     );
     p.get(|| open(0)).await.unwrap().release();
     // Fresh: handed out without a check, dead or not.
@@ -319,4 +325,9 @@ async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead()
     c.release();
     tokio::time::sleep(Duration::from_millis(40)).await;
     assert_eq!(p.get(|| open(3)).await.unwrap().id, 2, "a live one passes");
+    assert_eq!(
+        *outcomes.lock().unwrap(),
+        vec![false, true],
+        "the hook hears each check: the dead one failed, the live one passed"
+    );
 }

@@ -231,6 +231,7 @@ impl ClusterContext {
                     fulcrum_cluster::pool_upkeep::pool_settings(&self.config),
                     self.router.load_counter(backend),
                     self.budgets.for_pool(backend, user, Some(database)),
+                    Some(self.metrics.server_check_hook()),
                 )
             })
             .clone()
@@ -389,6 +390,7 @@ impl ClusterContext {
             Some(functions)
         }
         .await;
+        self.metrics.function_lookup(found.is_some());
         self.functions.settle(&self.config.name, w.database, found);
     }
 
