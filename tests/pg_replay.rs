@@ -353,8 +353,20 @@ async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
     let _serial = SERIAL.lock().await;
-    let c =
-        tokio::task::block_in_place(|| PgCluster::builder().replicas(0).start()).expect("cluster");
+    // The harness runs with synchronous_commit = off (speed); this test
+    // checks that a commit acknowledged just before an immediate stop is
+    // there after the restart, which needs the commit written first.
+    let c = tokio::task::block_in_place(|| {
+        PgCluster::builder()
+            .replicas(0)
+            .setting("synchronous_commit", "on")
+            .start()
+    })
+    .expect("cluster");
+    assert_eq!(
+        c.primary().sql("SHOW synchronous_commit").unwrap().trim(),
+        "on"
+    );
     c.primary()
         .sql_db(APP_DB, "CREATE TABLE items (id int PRIMARY KEY)")
         .unwrap();
