@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use fulcrum_suite::metric_sum;
 use fulcrum_testkit::{
     free_port, run_mariadb, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
@@ -75,16 +76,6 @@ fn start_with_metrics(extra: &str) -> (FulcrumProcess, u16, u16) {
     );
     let p = FulcrumProcess::start(&toml).expect("fulcrum starts");
     (p, port, metrics_port)
-}
-
-/// The value of the first `name{...}` line whose labels contain `label` in
-/// one scrape of `/metrics` on `metrics_port` (0 when there is none yet).
-fn metric(metrics_port: u16, name: &str, label: &str) -> u64 {
-    scrape(metrics_port)
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 async fn connect(port: u16) -> Conn {
@@ -662,14 +653,14 @@ async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
     }
     // 11 transactions on one pooled connection: the 10 after the first
     // reused it, checked (counted before it is handed out).
-    let passed = metric(
+    let passed = metric_sum(
         metrics_port,
         "fulcrum_server_checks_total",
         "outcome=\"passed\"",
     );
     assert!(passed >= 10, "10 checks passed, counted {passed}");
     assert_eq!(
-        metric(
+        metric_sum(
             metrics_port,
             "fulcrum_server_checks_total",
             "outcome=\"failed\""
@@ -724,7 +715,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let loaded = metric(
+    let loaded = metric_sum(
         metrics_port,
         "fulcrum_function_catalog_lookups_total",
         "outcome=\"loaded\"",

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{metric_sum, PgProxyConfig};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -451,23 +451,7 @@ async fn an_answer_fulcrum_owes_is_sent_even_when_the_server_owes_nothing() {
 /// `fulcrum_prepared_statements` from one scrape of `/metrics` on `port`
 /// (0 before the first refresh shows it).
 fn prepared_statements_gauge(port: u16) -> u64 {
-    metric(port, "fulcrum_prepared_statements", "")
-}
-
-/// The value of the first `name{...}` line whose labels contain `label`,
-/// from one scrape of `/metrics` on `port` (0 when there is none yet).
-fn metric(port: u16, name: &str, label: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.lines()
-        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+    metric_sum(port, "fulcrum_prepared_statements", "")
 }
 
 /// Starts Fulcrum on `cfg` with a metrics listener; returns its port too.
@@ -870,14 +854,14 @@ async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
     // 41 units on one pooled connection: every one after the first reused
     // it, checked. The counter is updated before the connection is handed
     // out, so all 40 are in.
-    let passed = metric(
+    let passed = metric_sum(
         metrics_port,
         "fulcrum_server_checks_total",
         "outcome=\"passed\"",
     );
     assert!(passed >= 40, "40 checks passed, counted {passed}");
     assert_eq!(
-        metric(
+        metric_sum(
             metrics_port,
             "fulcrum_server_checks_total",
             "outcome=\"failed\""
@@ -978,7 +962,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let loaded = metric(
+    let loaded = metric_sum(
         metrics_port,
         "fulcrum_function_catalog_lookups_total",
         "outcome=\"loaded\"",

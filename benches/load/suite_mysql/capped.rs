@@ -36,7 +36,7 @@ const CAPPED_SETTINGS: [(&str, &str); 1] = [("thread_handling", "pool-of-threads
 fn capped_settings_text(opts: &Options) -> String {
     CAPPED_SETTINGS
         .iter()
-        .map(|&(k, v)| (k, v))
+        .copied()
         .chain(
             opts.mysql_settings
                 .iter()
