@@ -729,3 +729,50 @@ async fn functions_are_routed_by_the_servers_catalog() {
         "without the catalog it reaches a replica: {err}"
     );
 }
+
+/// A pinned client that leaves (user variables, a temporary table, a named
+/// lock, a prepared statement) leaves nothing on the server connection the
+/// next client is given (a pool of one to the primary: the next client
+/// would get the same connection if it went back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_client_leaves_nothing_for_the_next_client() {
+    let (_p, port) = start("pool_size = 1\npool_timeout = \"5s\"");
+    let mut pinned = connect(port).await;
+    pinned.query_drop("SET @leak = 42").await.unwrap();
+    pinned
+        .query_drop("CREATE TEMPORARY TABLE leak_tmp (id INT)")
+        .await
+        .unwrap();
+    let got: i64 = pinned
+        .query_first("SELECT GET_LOCK('fulcrum_leak_lock', 0)")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, 1);
+    let stmt = pinned.prep("SELECT ? + 1").await.unwrap();
+    let two: i64 = pinned.exec_first(&stmt, (1,)).await.unwrap().unwrap();
+    assert_eq!(two, 2);
+    pinned.disconnect().await.unwrap();
+
+    let mut next = connect(port).await;
+    let v: Option<i64> = next
+        .query_first("/* fulcrum:primary */ SELECT @leak")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v, None, "the user variable is gone");
+    let free: i64 = next
+        .query_first("/* fulcrum:primary */ SELECT IS_FREE_LOCK('fulcrum_leak_lock')")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(free, 1, "the named lock was released");
+    let missing = next
+        .query_drop("/* fulcrum:primary */ SELECT * FROM leak_tmp")
+        .await
+        .expect_err("the temporary table is gone");
+    assert!(
+        matches!(&missing, mysql_async::Error::Server(s) if s.code == 1146),
+        "{missing:?}"
+    );
+}

@@ -977,3 +977,52 @@ async fn functions_are_routed_by_the_servers_catalog() {
         "without the catalog it reaches a read-only replica: {err:?}"
     );
 }
+
+/// A pinned client that leaves in transaction pooling (a temporary table,
+/// an advisory lock, an SQL PREPARE, a LISTEN) leaves nothing on the one
+/// server connection the next client is given.
+#[tokio::test]
+async fn a_pinned_client_leaves_nothing_for_the_next_client() {
+    let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()).pool_size(1));
+    {
+        let pinned = connect_with(&cfg, None).await;
+        exec(
+            &pinned,
+            "CREATE TEMP TABLE leak_tmp (x int); SELECT pg_advisory_lock(4242); \
+             PREPARE leak_stmt AS SELECT 1; LISTEN leak_channel",
+        )
+        .await
+        .unwrap();
+        let pid = one(&pinned, "SELECT pg_backend_pid()").await;
+        assert_eq!(one(&pinned, "SELECT pg_backend_pid()").await, pid, "pinned");
+    }
+    // The client is gone once its socket is closed; the next one may be
+    // served before Fulcrum has noticed, so it asks until the connection
+    // it gets is the clean one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let next = connect_with(&cfg, None).await;
+        let locks = one(
+            &next,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242",
+        )
+        .await;
+        let tmp = one(&next, "SELECT count(*) FROM pg_class WHERE relname = 'leak_tmp' AND relpersistence = 't' AND pg_table_is_visible(oid)").await;
+        let prepared = one(&next, "SELECT count(*) FROM pg_prepared_statements").await;
+        let listening = one(&next, "SELECT count(*) FROM pg_listening_channels()").await;
+        if (
+            locks.as_str(),
+            tmp.as_str(),
+            prepared.as_str(),
+            listening.as_str(),
+        ) == ("0", "0", "0", "0")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left for the next client: advisory locks {locks}, temporary table {tmp}, prepared {prepared}, listening {listening}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

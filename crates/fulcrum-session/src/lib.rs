@@ -20,12 +20,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod reads;
 pub mod replay;
 pub mod route;
 pub mod state;
 pub mod txn;
+pub mod unit;
 
 pub use fulcrum_pool::Route;
+pub use reads::{Check, Positions, Reads, ReplicaProbe, SettingAnswer, Shared};
 pub use replay::{Compare, Framing, Replay, TxnLog};
 pub use route::{decide, Facts, Routing, Target, Txn};
 pub use state::{Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Status};
+pub use unit::{Retry, Unit};

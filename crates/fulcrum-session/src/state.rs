@@ -184,8 +184,10 @@ pub enum Action {
     Clean { rollback: bool, reset: bool },
 }
 
-/// A small list of actions, in order.
+/// A small list of actions, in order. Every action is carried out by the
+/// front end: dropping the list unread is a compile error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use = "the front end must carry out every action the engine returns"]
 pub struct Actions([Option<Action>; 2]);
 
 impl Actions {
@@ -212,6 +214,30 @@ impl Actions {
     pub fn contains(&self, a: Action) -> bool {
         self.iter().any(|x| x == a)
     }
+
+    /// For events whose transitions ask nothing of the front end but a
+    /// drain's end (`Pin`, `Attached`, `LostEnded`, `Replayed`,
+    /// `ReplayFailed`, `Drain`): whether the session must close now. The
+    /// front end performs that close at its boundary check. Anything else
+    /// here is a transition-table bug (checked in debug builds and by
+    /// `quiet_events_ask_only_for_a_drains_close`).
+    pub fn close_now(self) -> bool {
+        debug_assert!(
+            self.iter()
+                .all(|a| matches!(a, Action::Close(Ending::Drained))),
+            "an action nobody performs: {self:?}"
+        );
+        self.contains(Action::Close(Ending::Drained))
+    }
+
+    /// What a `Clean` asks before the connection goes back, if any:
+    /// `(rollback, reset)`.
+    pub fn clean(self) -> Option<(bool, bool)> {
+        self.iter().find_map(|a| match a {
+            Action::Clean { rollback, reset } => Some((rollback, reset)),
+            _ => None,
+        })
+    }
 }
 
 /// One client's engine: its phase, whether a drain is pending, and (for a
@@ -225,6 +251,9 @@ pub struct Engine {
     /// In `Deferred`: the statements to send ahead of the transaction's
     /// first real one (`BEGIN ...; SET TRANSACTION ...`).
     begin: String,
+    /// The unit in flight: may it write, did it on the primary, a COMMIT
+    /// in flight, when it attached, its retry.
+    pub unit: crate::unit::Unit,
 }
 
 impl Engine {
@@ -236,6 +265,10 @@ impl Engine {
             draining: false,
             quiet: true,
             begin: String::new(),
+            unit: crate::unit::Unit {
+                may_write: true,
+                ..Default::default()
+            },
         }
     }
 
@@ -515,3 +548,7 @@ impl Engine {
 #[cfg(test)]
 #[path = "state/tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "state/tests_span.rs"]
+mod tests_span;

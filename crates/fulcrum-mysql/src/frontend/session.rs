@@ -18,11 +18,11 @@
 //! prepared statements, ...) pins the client to its connection.
 
 mod attach;
-mod causal;
 mod commands;
 mod forward;
 mod options;
 mod prepared;
+mod reads;
 mod replay;
 mod route;
 
@@ -36,7 +36,7 @@ use bytes::BytesMut;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
-use fulcrum_sql::Decision;
+
 use fulcrum_tls::ClientStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
 
@@ -63,67 +63,72 @@ pub struct Session {
     /// answers queued for it (`write_buf`).
     client: Connection<ClientStream>,
     user: Arc<str>,
-    caps: C,
-    /// The client allows several statements in one COM_QUERY.
-    multi_statements: bool,
-    /// The command in flight may commit (a COMMIT, or a text mentioning it).
-    commit_in_flight: bool,
-    /// The command in flight may write (the routing decision's word).
-    unit_may_write: bool,
-    wire_format: C,
-    charset: u8,
+    /// What the handshake settled: capabilities, character set, scramble,
+    /// the id the client was given.
+    hello: Handshake,
     schema: Option<String>,
     /// The client's SET statements, replayed in order.
     desired: Vec<String>,
     server: Option<Checkout<ServerConn>>,
     backend: BackendId,
     /// The client's state between commands (idle, busy, in a transaction,
-    /// pinned): `fulcrum_session::Engine`.
+    /// pinned, replaying) and the unit in flight: `fulcrum_session::Engine`.
     engine: Engine,
     /// Keep the connection for the next command (LAST_INSERT_ID()).
     keep_for_next: bool,
     /// The digest of the statement about to be forwarded (statistics).
     pending_digest: Option<Arc<fulcrum_metrics::Digest>>,
-    /// The command in flight may be sent again if its server dies before
-    /// answering (a read on a replica, outside a transaction).
-    retryable: bool,
-    /// Bytes of the current command's answer already went to the client.
-    answered: bool,
-    /// The id this client was given (what `KILL QUERY` names).
-    connection_id: u32,
-    /// When the current server connection was attached (metrics).
-    attached_at: Option<std::time::Instant>,
     /// Turns true on SIGTERM: the session ends at its next transaction boundary.
     shutdown: tokio::sync::watch::Receiver<bool>,
-    scramble: [u8; 20],
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
-    stmts: HashMap<u32, super::statements::ClientStmt>,
-    next_stmt: u32,
-    last_prepared: Option<u32>,
-    /// Read consistency of this session (`SET fulcrum.consistency`).
-    consistency: fulcrum_config::Consistency,
-    /// The hint of the statement being routed, if it has one.
-    unit_consistency: Option<fulcrum_config::Consistency>,
-    /// The GTID the client's reads must not be older than.
-    causal: fulcrum_pool::Causal<String>,
+    prepared: Prepared,
+    /// Read consistency: the session's mode, the statement's hint, the
+    /// GTID the client's reads must not be older than.
+    reads: fulcrum_session::Reads<reads::Gtid>,
     /// The classified route of the command being forwarded.
     unit_route: Route,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
     /// When the command that started the current unit of work arrived.
     unit_started: Option<std::time::Instant>,
-    /// The open transaction's commands and the checksum of what the client
-    /// received in it (`transaction_replay`).
-    txn_log: fulcrum_session::TxnLog,
-    /// A replay of it under way on a new server connection.
-    replay: Option<replay::ReplayRun>,
-    /// The sequence id of the answer to the command whose server was lost.
-    lost_seq: u8,
+    /// `transaction_replay`: the open transaction's log, a replay under way.
+    txn: TxnReplay,
     /// The server went away while the client was idle in its transaction
     /// (let go at once; the next command handles the loss).
     server_gone: bool,
+}
+
+/// What the client's handshake settled.
+struct Handshake {
+    caps: C,
+    /// The capabilities Fulcrum's server connections must match.
+    wire_format: C,
+    /// The client allows several statements in one COM_QUERY.
+    multi_statements: bool,
+    charset: u8,
+    scramble: [u8; 20],
+    /// The id this client was given (what `KILL QUERY` names).
+    connection_id: u32,
+}
+
+/// The client's prepared statements.
+struct Prepared {
+    map: HashMap<u32, super::statements::ClientStmt>,
+    next: u32,
+    last: Option<u32>,
+}
+
+/// `transaction_replay` for this client.
+struct TxnReplay {
+    /// The open transaction's commands and the checksum of what the client
+    /// received in it.
+    log: fulcrum_session::TxnLog,
+    /// A replay of it under way on a new server connection.
+    run: Option<replay::ReplayRun>,
+    /// The sequence id of the answer to the command whose server was lost.
+    lost_seq: u8,
 }
 
 /// What a command needs besides forwarding.
@@ -145,45 +150,46 @@ impl Session {
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
         let ctx_replay = ctx.config.transaction_replay;
+        let mut engine = Engine::new(None);
+        engine.unit.may_write = false;
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
             client,
             user: login.user,
-            wire_format: login.caps & WIRE_FORMAT,
-            multi_statements: login.caps.contains(C::CLIENT_MULTI_STATEMENTS),
-            commit_in_flight: false,
-            unit_may_write: false,
-            caps: login.caps,
-            charset: login.charset,
+            hello: Handshake {
+                caps: login.caps,
+                wire_format: login.caps & WIRE_FORMAT,
+                multi_statements: login.caps.contains(C::CLIENT_MULTI_STATEMENTS),
+                charset: login.charset,
+                scramble: login.scramble,
+                connection_id: login.connection_id,
+            },
             schema: login.schema,
             desired: Vec::new(),
             server: None,
-            engine: Engine::new(None),
+            engine,
             keep_for_next: false,
             pending_digest: None,
-            retryable: false,
-            answered: false,
-            connection_id: login.connection_id,
-            attached_at: None,
             shutdown,
-            scramble: login.scramble,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
-            stmts: HashMap::new(),
-            next_stmt: 1,
-            last_prepared: None,
-            consistency: ctx_consistency,
-            unit_consistency: None,
-            causal: fulcrum_pool::Causal::default(),
+            prepared: Prepared {
+                map: HashMap::new(),
+                next: 1,
+                last: None,
+            },
+            reads: fulcrum_session::Reads::new(ctx_consistency),
             unit_route: Route::Primary,
             client_entry,
             unit_started: None,
-            txn_log: fulcrum_session::TxnLog::new(
-                ctx_replay.map(|r| r.max_size),
-                fulcrum_session::Framing::Whole,
-            ),
-            replay: None,
-            lost_seq: 1,
+            txn: TxnReplay {
+                log: fulcrum_session::TxnLog::new(
+                    ctx_replay.map(|r| r.max_size),
+                    fulcrum_session::Framing::Whole,
+                ),
+                run: None,
+                lost_seq: 1,
+            },
             server_gone: false,
         }
     }
@@ -200,11 +206,11 @@ impl Session {
         put_ok(
             &mut self.client.write_buf,
             login_seq,
-            self.caps,
+            self.hello.caps,
             self.status,
         );
         self.flush().await?;
-        self.ctx.set_running(self.connection_id, None);
+        self.ctx.set_running(self.hello.connection_id, None);
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
@@ -263,7 +269,7 @@ impl Session {
                 // watches its server: one that goes away (a SWITCHOVER
                 // ends it, a crash) is let go at once, and the transaction
                 // is replayed when the client sends its next command.
-                let watch_server = self.txn_log.replayable() && self.server.is_some();
+                let watch_server = self.txn.log.replayable() && self.server.is_some();
                 tokio::select! {
                     r = read_client_message(&mut self.client, max) => break r?,
                     _ = server_went_away(self.server.as_mut()), if watch_server => {
@@ -317,7 +323,12 @@ impl Session {
             }
             match cmd {
                 Command::Quit => return Ok(false),
-                Command::Ping => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
+                Command::Ping => put_ok(
+                    &mut self.client.write_buf,
+                    seq,
+                    self.hello.caps,
+                    self.status,
+                ),
                 Command::SetOption => self.set_option(first, seq),
                 Command::ResetConnection => self.reset_connection(seq).await?,
                 Command::InitDb => {
@@ -386,8 +397,9 @@ impl Session {
                     if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
                         return Ok(true);
                     }
-                    self.note_hint(text);
-                    self.commit_in_flight = fulcrum_session::txn::may_commit(text.as_bytes());
+                    self.reads.note_hint(text.as_bytes());
+                    self.engine.unit.commit_in_flight =
+                        fulcrum_session::txn::may_commit(text.as_bytes());
                     let (route, effects) = self.route_query(text);
                     self.pending_digest = self.ctx.digests.entry(
                         self.ctx.config.digests.max_entries,
@@ -410,11 +422,11 @@ impl Session {
                     let payload = reassembled(&msg, &span);
                     // A prepared COMMIT in flight may have committed (08007;
                     // never replayed).
-                    self.commit_in_flight = cmd != Command::StmtFetch
+                    self.engine.unit.commit_in_flight = cmd != Command::StmtFetch
                         && payload
                             .get(1..5)
                             .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
-                            .and_then(|id| self.stmts.get(&id))
+                            .and_then(|id| self.prepared.map.get(&id))
                             .is_some_and(|s| fulcrum_session::txn::may_commit(s.sql.as_bytes()));
                     self.stmt_execute(&payload, seq).await?
                 }
@@ -466,46 +478,6 @@ impl Session {
             Ok(true)
         }
     }
-
-    /// Where a COM_QUERY goes, and what it changes in the session.
-    fn route_query(&mut self, text: &str) -> (Route, Effects) {
-        let mut effects = Effects::default();
-        let decision = self.ctx.classify_for(
-            text,
-            &self.user,
-            (self.wire_format.bits(), self.charset),
-            self.schema.as_deref().unwrap_or(""),
-        );
-        let first = text
-            .trim_start()
-            .split(|c: char| c.is_whitespace() || c == ';')
-            .next()
-            .unwrap_or("");
-        if first.eq_ignore_ascii_case("use") {
-            let name = text.trim_start()[first.len()..]
-                .trim()
-                .trim_end_matches(';')
-                .trim()
-                .trim_matches('`');
-            effects.schema = Some(name.to_owned());
-        } else if decision == Decision::Set {
-            if self.desired.len() >= MAX_SETS {
-                self.pin("many session settings");
-            } else if crate::codec::statements::second_statement(text.as_bytes()).is_some()
-                && !self.only_settings(text)
-            {
-                // A setting sent with other statements: replaying the text
-                // would run them again; the client keeps its connection.
-                self.pin("session settings mixed with other statements");
-            } else {
-                effects.set = Some(text.trim().trim_end_matches(';').to_owned());
-            }
-        }
-        // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
-        // connection for the next command.
-        effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
-        (self.route_unit(decision), effects)
-    }
 }
 
 /// Resolves when the idle server connection is closed by the server (or
@@ -526,14 +498,6 @@ fn reassembled(msg: &[u8], span: &crate::codec::packet::MessageSpan) -> Vec<u8> 
         Ok(Some(m)) => m.payload.into_owned(),
         _ => msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)].to_vec(),
     }
-}
-
-fn contains_ignore_case(text: &str, needle: &str) -> bool {
-    text.len() >= needle.len()
-        && text
-            .as_bytes()
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 impl Session {
@@ -589,7 +553,7 @@ impl Drop for Session {
     /// (a refused schema at login, an error, a panic): a stale entry would
     /// point a later `KILL <id>` at a server connection another client uses.
     fn drop(&mut self) {
-        self.ctx.forget_client(self.connection_id);
+        self.ctx.forget_client(self.hello.connection_id);
     }
 }
 
@@ -605,14 +569,5 @@ mod tests {
         assert_eq!(kill_target("KILL QUERY ID 5"), None);
         assert_eq!(kill_target("SELECT 1"), None);
         assert_eq!(kill_target("KILL QUERY x"), None);
-    }
-
-    #[test]
-    fn found_rows_needs_are_seen_in_any_case() {
-        assert!(contains_ignore_case(
-            "SELECT SQL_CALC_FOUND_ROWS * FROM t",
-            "sql_calc_found_rows"
-        ));
-        assert!(!contains_ignore_case("SELECT 1", "sql_calc_found_rows"));
     }
 }

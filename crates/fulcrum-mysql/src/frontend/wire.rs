@@ -76,3 +76,55 @@ pub async fn send_error(client: &mut ClientStream, seq: u8, code: ErrorCode, mes
     let _ = client.write_all(&out).await;
     let _ = client.flush().await;
 }
+
+/// A text result set of one column `name` and one row `value` (Fulcrum's
+/// own answers to `SELECT @@fulcrum_position`, `SHOW fulcrum.consistency`).
+pub fn put_one_row(
+    out: &mut BytesMut,
+    seq: u8,
+    caps: C,
+    status: StatusFlags,
+    name: &str,
+    value: &str,
+) {
+    use crate::codec::response::{build_eof, build_ok_as_eof};
+    use crate::codec::wire::{write_lenenc_int, write_lenenc_str};
+    let mut seq = seq;
+    let mut next = || {
+        let s = seq;
+        seq = seq.wrapping_add(1);
+        s
+    };
+    write_packet(out, next(), &[1]);
+    let mut def = Vec::new();
+    for part in ["def", "", "", "", name, name] {
+        write_lenenc_str(&mut def, part.as_bytes());
+    }
+    write_lenenc_int(&mut def, 0x0c);
+    def.extend_from_slice(&33u16.to_le_bytes()); // utf8_general_ci
+    def.extend_from_slice(&1024u32.to_le_bytes());
+    def.push(0xfd); // VAR_STRING
+    def.extend_from_slice(&0u16.to_le_bytes());
+    def.push(0);
+    def.extend_from_slice(&[0, 0]);
+    write_packet(out, next(), &def);
+    let deprecate_eof = caps.contains(C::CLIENT_DEPRECATE_EOF);
+    if !deprecate_eof {
+        write_packet(out, next(), &build_eof(0, status));
+    }
+    let mut row = Vec::new();
+    write_lenenc_str(&mut row, value.as_bytes());
+    write_packet(out, next(), &row);
+    if deprecate_eof {
+        let ok = build_ok_as_eof(
+            &OkPacket {
+                status,
+                ..Default::default()
+            },
+            caps,
+        );
+        write_packet(out, next(), &ok);
+    } else {
+        write_packet(out, next(), &build_eof(0, status));
+    }
+}

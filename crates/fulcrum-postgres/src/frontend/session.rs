@@ -25,7 +25,6 @@ use fulcrum_sql::{Classified, Decision, Effect, Effects};
 use fulcrum_tls::ClientStream;
 
 mod attach;
-mod causal;
 mod cleanup;
 mod client;
 mod extended;
@@ -33,6 +32,7 @@ mod failure;
 mod idle;
 mod local;
 mod lost;
+mod reads;
 mod replay;
 mod server;
 mod text;
@@ -70,99 +70,112 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Session {
     ctx: Arc<ClusterContext>,
+    /// Who the client is: its login, cancel key and `SHOW CLIENTS` row.
+    id: ClientId,
     /// The client's socket, what it sent and not yet handled (`read_buf`)
     /// and the answers queued for it (`write_buf`).
     client: Connection<ClientStream>,
     to_server: BytesMut,
+    /// Session parameters: at startup, as the client has set them, and
+    /// those set in the open transaction.
+    params: Params,
+    /// The client's prepared statements and portals, as Fulcrum maps them.
+    stmts: Statements,
+    server: Option<Checkout<ServerConn>>,
+    backend: BackendId,
+    pool: Option<(BackendId, Pool<ServerConn>)>,
+    /// What the attached server still owes the client.
+    owed: Owing,
+    /// `query_timeout`: since when the server has owed an answer.
+    timer: QueryTimer,
+    /// Last transaction status the server reported.
+    status: u8,
+    /// The client's state between units (idle, deferred transaction, busy,
+    /// in a transaction, pinned, lost, replaying) and the unit in flight:
+    /// `fulcrum_session::Engine`.
+    engine: Engine,
+    /// The classifier's decision for the Query being routed, reused when it is handled.
+    query_unit: Option<Classified>,
+    /// The transaction (or batch) lost with its server, answered locally,
+    /// and why Fulcrum gave the connection up, when it did.
+    lost: Option<lost::Lost>,
+    lost_because: Option<String>,
+    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Read consistency: the session's mode, the unit's hint, the position
+    /// its reads must not be older than.
+    reads: fulcrum_session::Reads<reads::Lsn>,
+    /// DDL ran in the open transaction (the schema generation moves again
+    /// when it ends).
+    ddl_in_txn: bool,
+    /// `transaction_replay`: the open transaction's log and a replay of it.
+    txn: TxnReplay,
+}
+
+/// Who the client is.
+struct ClientId {
     user: Arc<str>,
     database: Arc<str>,
+    cancel: Arc<CancelSlot>,
+    /// This client's row in `SHOW CLIENTS`.
+    entry: fulcrum_cluster::clients::ClientHandle,
+}
+
+/// The client's session parameters, replayed on each server connection.
+struct Params {
     startup: SessionParams,
-    /// Session parameters as the client has set them.
+    /// As the client has set them.
     desired: SessionParams,
     /// Session ops done inside the open transaction (applied at COMMIT).
     txn_ops: Vec<Effect>,
     txn_committed: Option<bool>,
-    statements: HashMap<Vec<u8>, Arc<ClientStatement>>,
-    server: Option<Checkout<ServerConn>>,
-    backend: BackendId,
-    pool: Option<(BackendId, Pool<ServerConn>)>,
-    expect: Expectations,
-    /// Sync/Query/FunctionCall sent and not yet answered with ReadyForQuery.
-    pending_ready: usize,
-    /// Since when the server has owed an answer (`query_timeout`), and
-    /// whether the cancel for it went out.
-    busy_since: Option<tokio::time::Instant>,
-    query_cancelled: bool,
-    /// Extended-protocol messages sent since the last Sync.
-    unsynced: bool,
-    /// Last transaction status the server reported.
-    status: u8,
-    /// Bytes of a large server frame still to pass through unread.
-    server_stream_left: usize,
-    /// The client's state between units (idle, deferred transaction, busy,
-    /// in a transaction, pinned, lost): `fulcrum_session::Engine`.
-    engine: Engine,
-    rewrite_statements: bool,
+}
+
+/// The client's extended-protocol statements and portals.
+struct Statements {
+    map: HashMap<Vec<u8>, Arc<ClientStatement>>,
+    /// Statement names are rewritten per server connection (transaction pooling).
+    rewrite: bool,
     /// Routing decision of the client's last unnamed Parse.
     unnamed_decision: Decision,
     /// Session-state statements prepared through the extended protocol
     /// (statement name -> ops) and the portals bound to them, so a SET sent
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
-    stmt_ops: HashMap<Vec<u8>, Vec<Effect>>,
+    ops: HashMap<Vec<u8>, Vec<Effect>>,
     portal_ops: HashMap<Vec<u8>, Vec<Effect>>,
     /// Digest statistics: the digest of each prepared statement (by client
     /// name) and of each portal bound from one.
-    stmt_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
+    digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
     portal_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
-    /// The classifier's decision for the Query being routed, reused when it is handled.
-    query_unit: Option<Classified>,
-    /// When the current server connection was attached (unit latency for p2c).
-    attached_at: Option<std::time::Instant>,
-    cancel: Arc<CancelSlot>,
-    /// The transaction (or batch) lost with its server, answered locally.
-    lost: Option<lost::Lost>,
-    /// The client frames of the unit in flight on a replica, kept until its
-    /// first answer reaches the client, to send again if the replica dies.
-    retry_buf: BytesMut,
-    retry_armed: bool,
-    /// `client.write_buf` length when the unit was attached (replies before it stay).
-    retry_client_mark: usize,
-    /// A retried unit is being sent again (no second retry).
-    retrying: bool,
-    /// The backend a retried unit must not go back to.
-    retry_avoid: Option<BackendId>,
-    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    /// Read consistency of this session (`SET fulcrum.consistency`).
-    consistency: fulcrum_config::Consistency,
-    /// The hint of the unit being routed, if it has one.
-    unit_consistency: Option<fulcrum_config::Consistency>,
-    /// The position the client's reads must not be older than.
-    causal: fulcrum_pool::Causal<u64>,
-    /// The unit being routed may write (anything but a plain read).
-    unit_may_write: bool,
-    /// The attached unit is on the primary and may have written.
-    write_unit: bool,
-    /// This client's row in `SHOW CLIENTS`.
-    client_entry: fulcrum_cluster::clients::ClientHandle,
-    /// Why the server connection is being given up, when Fulcrum gives it
-    /// up itself (told to the client with the error).
-    lost_because: Option<String>,
-    /// The unit at the front of the client buffer is held until the
-    /// attached connection has answered (back-pressure applies).
-    held: bool,
-    /// DDL ran in the open transaction (the schema generation moves again
-    /// when it ends).
-    ddl_in_txn: bool,
-    /// A statement that may commit (COMMIT, END, COMMIT PREPARED) was sent
-    /// and not yet answered with ReadyForQuery: if the server dies now, the
-    /// outcome is unknown (SQLSTATE 08007).
-    pub(super) commit_in_flight: bool,
-    /// The open transaction's client frames and the checksum of what the
-    /// client received in it (`transaction_replay`).
-    txn_log: fulcrum_session::TxnLog,
-    /// A replay of it under way on a new server connection.
-    replay: Option<replay::ReplayRun>,
+}
+
+/// What the attached server still owes, in PostgreSQL's terms.
+#[derive(Default)]
+struct Owing {
+    /// The answers expected, in order.
+    expect: Expectations,
+    /// Sync/Query/FunctionCall sent and not yet answered with ReadyForQuery.
+    ready: usize,
+    /// Extended-protocol messages sent since the last Sync.
+    unsynced: bool,
+    /// Bytes of a large server frame still to pass through unread.
+    stream_left: usize,
+}
+
+/// `query_timeout`: since when the server has owed an answer, and whether
+/// the cancel for it went out.
+#[derive(Default)]
+struct QueryTimer {
+    busy_since: Option<tokio::time::Instant>,
+    cancelled: bool,
+}
+
+/// `transaction_replay`: the open transaction's client frames and the
+/// checksum of what the client received in it, and a replay of it under
+/// way on a new server connection.
+struct TxnReplay {
+    log: fulcrum_session::TxnLog,
+    run: Option<replay::ReplayRun>,
 }
 
 impl Session {
@@ -183,57 +196,49 @@ impl Session {
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
+            id: ClientId {
+                user: login.user,
+                database: login.database,
+                cancel,
+                entry: client_entry,
+            },
             client,
             to_server: BytesMut::new(),
-            user: login.user,
-            database: login.database,
-            desired: login.startup.clone(),
-            startup: login.startup,
-            txn_ops: Vec::new(),
-            txn_committed: None,
-            statements: HashMap::new(),
+            params: Params {
+                desired: login.startup.clone(),
+                startup: login.startup,
+                txn_ops: Vec::new(),
+                txn_committed: None,
+            },
+            stmts: Statements {
+                map: HashMap::new(),
+                rewrite: transaction_mode,
+                unnamed_decision: Decision::Write,
+                ops: HashMap::new(),
+                portal_ops: HashMap::new(),
+                digests: HashMap::new(),
+                portal_digests: HashMap::new(),
+            },
             server: None,
             pool: None,
-            expect: Expectations::default(),
-            pending_ready: 0,
-            busy_since: None,
-            query_cancelled: false,
-            unsynced: false,
+            owed: Owing::default(),
+            timer: QueryTimer::default(),
             status: b'I',
-            server_stream_left: 0,
             engine: Engine::new(if transaction_mode {
                 None
             } else {
                 Some("session pool mode")
             }),
-            rewrite_statements: transaction_mode,
-            unnamed_decision: Decision::Write,
-            stmt_ops: HashMap::new(),
-            portal_ops: HashMap::new(),
-            stmt_digests: HashMap::new(),
-            portal_digests: HashMap::new(),
             query_unit: None,
-            attached_at: None,
-            cancel,
             lost: None,
-            retry_buf: BytesMut::new(),
-            retry_armed: false,
-            retry_client_mark: 0,
-            retrying: false,
-            retry_avoid: None,
-            shutdown,
-            consistency: ctx_consistency,
-            unit_consistency: None,
-            causal: fulcrum_pool::Causal::default(),
-            unit_may_write: true,
-            write_unit: false,
-            client_entry,
             lost_because: None,
-            held: false,
+            shutdown,
+            reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
-            commit_in_flight: false,
-            txn_log,
-            replay: None,
+            txn: TxnReplay {
+                log: txn_log,
+                run: None,
+            },
         }
     }
 
@@ -255,8 +260,12 @@ impl Session {
     async fn start(&mut self) -> Result<(), SessionError> {
         let backend = self.ctx.router.primary().unwrap_or(self.backend);
         let cached = if self.engine.pinned().is_none() {
-            self.ctx
-                .cached_welcome(backend, &self.user, &self.database, &self.startup)
+            self.ctx.cached_welcome(
+                backend,
+                &self.id.user,
+                &self.id.database,
+                &self.params.startup,
+            )
         } else {
             None
         };
@@ -269,9 +278,9 @@ impl Session {
                 let server = self.server.as_ref().expect("attached");
                 self.ctx.cache_welcome(
                     self.backend,
-                    &self.user,
-                    &self.database,
-                    &self.startup,
+                    &self.id.user,
+                    &self.id.database,
+                    &self.params.startup,
                     &server.reported,
                 );
                 Arc::new(server.reported.clone())
@@ -282,7 +291,11 @@ impl Session {
         for (name, value) in reported.iter() {
             backend_msg::parameter_status(&mut out, name, value);
         }
-        backend_msg::backend_key_data(&mut out, self.cancel.process_id, self.cancel.secret_key);
+        backend_msg::backend_key_data(
+            &mut out,
+            self.id.cancel.process_id,
+            self.id.cancel.secret_key,
+        );
         backend_msg::ready_for_query(&mut out, b'I');
         self.client.send(&out).await?;
         if self.engine.pinned().is_none() {
@@ -313,7 +326,7 @@ impl Session {
         };
         tokio::pin!(drain_signal);
         // Admin KILL: ends the session wherever it stands.
-        let entry = self.client_entry.clone_entry();
+        let entry = self.id.entry.clone_entry();
         let killed = async move { entry.killed().await };
         tokio::pin!(killed);
         // Armed only while the client is quiet and a timeout is set.
@@ -332,12 +345,12 @@ impl Session {
             // What was queued for the client joins the transaction's
             // checksum before any of it is written.
             self.absorb_output();
-            let replaying = self.replay.is_some();
+            let replaying = self.txn.run.is_some();
             let read_client = !replaying
                 && self.to_server.len() < FORWARD_WINDOW
                 && self
                     .client
-                    .may_read(self.held, self.ctx.config.max_message_size);
+                    .may_read(self.engine.unit.held, self.ctx.config.max_message_size);
             let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
             let idle = self.idle_timeout();
             if let Some((limit, _)) = idle {
@@ -372,7 +385,7 @@ impl Session {
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
                 Event::Killed => {
-                    tracing::info!(user = ?self.user, cluster = %self.ctx.name(), "client killed by an administrator");
+                    tracing::info!(user = ?self.id.user, cluster = %self.ctx.name(), "client killed by an administrator");
                     return Err(self
                         .fatal_client(
                             "57P01",
@@ -382,19 +395,21 @@ impl Session {
                 }
                 Event::Idle(kind) => return Err(self.idle_too_long(kind).await),
                 Event::Shutdown => {
-                    // The session ends at its next boundary (checked above).
-                    self.engine.step(fulcrum_session::Event::Drain);
+                    // Close(Drained), now or at the next boundary: the
+                    // boundary check at the top of the loop performs it.
+                    self.engine.step(fulcrum_session::Event::Drain).close_now();
                 }
                 Event::Io(Io::ClientWrote(r)) => {
                     // The answer has started: a lost replica can no longer be hidden.
-                    self.retry_armed = false;
+                    self.engine.unit.retry.disarm();
                     r?;
                 }
                 Event::Io(Io::ServerWrote(Ok(_))) => {
                     if self.to_server.is_empty() {
                         // Synthetic replies queued ahead of anything the
                         // server owes go out now.
-                        self.expect
+                        self.owed
+                            .expect
                             .drain_synthetic(&mut self.client.write_buf, self.status);
                         self.flush_client().await?;
                     }
@@ -414,7 +429,7 @@ impl Session {
                 Event::Io(Io::ServerRead(Ok(n))) if n > 0 => {
                     self.ctx.metrics.bytes_out.inc_by(n as u64);
                     // Progress: `query_timeout` counts from the last of it.
-                    self.busy_since = None;
+                    self.timer.busy_since = None;
                     self.on_server_input().await?;
                     if self.server.is_none() {
                         // The server closed (a FATAL or shutdown notice): what
@@ -437,30 +452,31 @@ impl Session {
     /// statements or a long result streaming rows is never cut.
     fn query_deadline(&mut self) -> Option<tokio::time::Instant> {
         let limit = self.ctx.config.query_timeout?;
-        let owing = self.server.is_some() && !self.expect.is_empty();
+        let owing = self.server.is_some() && !self.owed.expect.is_empty();
         if !owing {
-            self.busy_since = None;
-            self.query_cancelled = false;
+            self.timer.busy_since = None;
+            self.timer.cancelled = false;
             return None;
         }
         let since = *self
+            .timer
             .busy_since
             .get_or_insert_with(tokio::time::Instant::now);
-        (!self.query_cancelled).then_some(since + limit)
+        (!self.timer.cancelled).then_some(since + limit)
     }
 
     /// `query_timeout`: asks the server to cancel what it is running (a
     /// CancelRequest, as psql's Ctrl-C); its error (57014) then reaches the
     /// client as PostgreSQL sends it, and the session goes on.
     fn cancel_slow_query(&mut self) {
-        self.query_cancelled = true;
+        self.timer.cancelled = true;
         let Some(server) = self.server.as_ref() else {
             return;
         };
         let key = server.cancel.clone();
         let timeout = self.ctx.config.connect_timeout;
         self.ctx.metrics.timeout("query");
-        tracing::info!(user = ?self.user, cluster = %self.ctx.name(), limit = ?self.ctx.config.query_timeout, "query_timeout: cancelling the statement on the server");
+        tracing::info!(user = ?self.id.user, cluster = %self.ctx.name(), limit = ?self.ctx.config.query_timeout, "query_timeout: cancelling the statement on the server");
         tokio::spawn(async move {
             if let Err(e) = crate::backend::connect::send_cancel(&key, timeout).await {
                 tracing::warn!(error = %e, "query_timeout: the cancel request failed");

@@ -10,9 +10,13 @@ impl Session {
     /// Between transactions with nothing in flight (a SIGTERM drain may end
     /// the session here): not in a transaction, no command half-read.
     pub(super) fn at_boundary(&self) -> bool {
-        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-        !in_txn && self.client.read_buf.is_empty()
+        !self.in_transaction() && self.client.read_buf.is_empty()
+    }
+
+    /// In a transaction, by the server's last answer (or autocommit off).
+    pub(super) fn in_transaction(&self) -> bool {
+        self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
     }
 
     /// The route label of the attached server (metrics).
@@ -27,7 +31,7 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason));
+            self.engine.step(Event::Pin(reason)).close_now();
         }
     }
 
@@ -35,19 +39,28 @@ impl Session {
     /// none can be had), or the primary, waiting up to `pool_timeout` for
     /// one during a failover.
     pub(super) async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
-        self.engine.step(Event::Unit(Routing {
+        let attach = self.engine.step(Event::Unit(Routing {
             target: Target::Go(route),
             pin: None,
-            may_write: self.unit_may_write,
-            consistency: self.consistency,
+            may_write: self.engine.unit.may_write,
+            consistency: self.reads.session(),
         }));
+        // The route the engine asks for (a client holding a connection is
+        // asked for none and keeps it).
+        let route = attach
+            .iter()
+            .find_map(|a| match a {
+                Action::Attach(r) => Some(r),
+                _ => None,
+            })
+            .unwrap_or(route);
         self.attach_to(route, seq).await?;
         let actual = if self.ctx.router.is_primary(self.backend) {
             Route::Primary
         } else {
             Route::Replica
         };
-        self.engine.step(Event::Attached(actual));
+        self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
     }
 
@@ -151,21 +164,30 @@ impl Session {
     pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
         self.client_entry.set_active(backend);
         self.backend = backend;
-        self.ctx
-            .set_running(self.connection_id, Some((backend, server.connection_id)));
+        self.ctx.set_running(
+            self.hello.connection_id,
+            Some((backend, server.connection_id)),
+        );
         self.server = Some(server);
-        self.attached_at = Some(std::time::Instant::now());
+        self.engine.unit.attached();
     }
 
     pub(super) async fn checkout(
         &self,
         backend: BackendId,
     ) -> Result<Checkout<ServerConn>, PoolError<crate::backend::ConnectError>> {
-        let pool = self
-            .ctx
-            .pool(backend, &self.user, self.wire_format, self.charset);
+        let pool = self.ctx.pool(
+            backend,
+            &self.user,
+            self.hello.wire_format,
+            self.hello.charset,
+        );
         let ctx = self.ctx.clone();
-        let (user, wire, charset) = (self.user.clone(), self.wire_format, self.charset);
+        let (user, wire, charset) = (
+            self.user.clone(),
+            self.hello.wire_format,
+            self.hello.charset,
+        );
         pool.get(|| async move { ctx.open(backend, &user, wire, charset).await })
             .await
     }
@@ -179,8 +201,7 @@ impl Session {
         if self.server.is_none() {
             return;
         }
-        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let in_txn = self.in_transaction();
         let ready = Event::Ready {
             status: if in_txn {
                 Status::InTransaction
@@ -201,9 +222,9 @@ impl Session {
     /// Returns the server connection to the pool.
     pub(super) fn detach(&mut self) {
         if let Some(server) = self.server.take() {
-            self.ctx.set_running(self.connection_id, None);
+            self.ctx.set_running(self.hello.connection_id, None);
             self.client_entry.set_idle();
-            if let Some(at) = self.attached_at.take() {
+            if let Some(at) = self.engine.unit.attached_at.take() {
                 let took = at.elapsed();
                 self.ctx.router.record_latency(self.backend, took);
                 self.ctx
@@ -240,35 +261,34 @@ impl Session {
         if let Some(s) = self.server.take() {
             s.discard();
         }
-        self.ctx.set_running(self.connection_id, None);
+        self.ctx.set_running(self.hello.connection_id, None);
         self.ctx.router.suspect(backend);
-        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let in_txn = self.in_transaction();
         let replayable = self.replayable();
-        if self.replay.is_some() && !replayable {
+        if self.txn.run.is_some() && !replayable {
             // The replay's own server died past transaction_replay_timeout.
             return self
                 .replay_failed("its server was lost too, and its time is up")
                 .await;
         }
-        if self.txn_log.enabled() && !replayable && in_txn {
+        if self.txn.log.enabled() && !replayable && in_txn {
             tracing::info!(
-                log = self.txn_log.describe(),
+                log = self.txn.log.describe(),
                 "server lost in a transaction that cannot be replayed"
             );
         }
         // A COMMIT, or a write outside a transaction, may have committed
         // before the connection died: only the server knows (08007). The
         // BEGIN that opens a replayable transaction commits nothing.
-        let commit = std::mem::take(&mut self.commit_in_flight);
+        let commit = std::mem::take(&mut self.engine.unit.commit_in_flight);
         let unknown = commit
             || (!in_txn
                 && !replayable
-                && self.unit_may_write
+                && self.engine.unit.may_write
                 && self.ctx.router.is_primary(backend));
         // MySQL can end any answer with an ERR: no "half a message" case.
         let loss = Loss {
-            retryable: self.retryable && !self.answered,
+            retryable: self.engine.unit.retry.armed(),
             commit_in_flight: unknown,
             batch_open: false,
             mid_message: false,
@@ -276,13 +296,13 @@ impl Session {
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
         if action == Some(Action::Replay) {
-            self.lost_seq = seq;
+            self.txn.lost_seq = seq;
             tracing::warn!(server = %self.ctx.address(backend), %why, "server connection lost in a transaction; replaying it");
             return SessionError::Replay;
         }
         if action == Some(Action::Retry) {
             tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
-            self.retryable = false;
+            self.engine.unit.retry.disarm();
             self.client.write_buf.clear();
             return SessionError::Retry;
         }
@@ -295,7 +315,7 @@ impl Session {
         // mid-way ends the session, so that nothing the client sends next
         // runs outside the transaction it believes it is in.
         if commit && action == Some(Action::Fail(Outcome::Unknown)) && self.engine.is_lost() {
-            self.engine.step(Event::LostEnded);
+            self.engine.step(Event::LostEnded).close_now();
         }
         let ends = !matches!(action, Some(Action::Fail(_))) || self.engine.is_lost();
         let (state, advice) = match action {
@@ -329,11 +349,12 @@ impl Session {
     /// The client is gone: a connection in a transaction or pinned is closed
     /// (the server rolls back and forgets); otherwise it goes back.
     pub(super) async fn cleanup(&mut self) {
-        self.engine.step(Event::ClientGone);
+        // The engine says what the connection needs first: a rollback (in
+        // a transaction) or a reset (pinned state); either closes it here.
+        let clean = self.engine.step(Event::ClientGone).clean();
         if let Some(server) = self.server.take() {
-            let dirty = self.engine.pinned().is_some()
-                || self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-                || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+            let dirty =
+                clean.is_some_and(|(rollback, reset)| rollback || reset) || self.in_transaction();
             if dirty || !server.io.read_buf.is_empty() {
                 server.discard();
             } else {

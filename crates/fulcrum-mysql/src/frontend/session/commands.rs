@@ -19,11 +19,21 @@ impl Session {
                 *b"HY000",
                 &format!("Unknown thread id: {id}"),
             ),
-            Some(None) => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
+            Some(None) => put_ok(
+                &mut self.client.write_buf,
+                seq,
+                self.hello.caps,
+                self.status,
+            ),
             Some(Some((backend, thread))) => {
                 let conn = self
                     .ctx
-                    .open(backend, &self.user, self.wire_format, self.charset)
+                    .open(
+                        backend,
+                        &self.user,
+                        self.hello.wire_format,
+                        self.hello.charset,
+                    )
                     .await;
                 let result = match conn {
                     Ok(mut conn) => conn
@@ -36,7 +46,12 @@ impl Session {
                     Err(e) => Err(Err(e.to_string())),
                 };
                 match result {
-                    Ok(()) => put_ok(&mut self.client.write_buf, seq, self.caps, self.status),
+                    Ok(()) => put_ok(
+                        &mut self.client.write_buf,
+                        seq,
+                        self.hello.caps,
+                        self.status,
+                    ),
                     Err(Ok(payload)) => {
                         write_packet(&mut self.client.write_buf, seq, &payload);
                     }
@@ -59,7 +74,7 @@ impl Session {
         payload: &[u8],
         seq: u8,
     ) -> Result<(), SessionError> {
-        let c = match crate::codec::change_user::parse_change_user(payload, self.caps) {
+        let c = match crate::codec::change_user::parse_change_user(payload, self.hello.caps) {
             Ok(c) => c,
             Err(e) => {
                 put_error(
@@ -79,7 +94,12 @@ impl Session {
         let trust = self.ctx.config.client_auth == fulcrum_config::ClientAuth::Trust;
         let ok = password.as_ref().is_some_and(|p| {
             trust
-                || crate::frontend::login::password_ok(plugin, p, &self.scramble, &c.auth_response)
+                || crate::frontend::login::password_ok(
+                    plugin,
+                    p,
+                    &self.hello.scramble,
+                    &c.auth_response,
+                )
         });
         if !ok {
             let m = format!(
@@ -101,12 +121,12 @@ impl Session {
         self.cleanup().await;
         self.engine = Engine::new(None);
         self.desired.clear();
-        self.stmts.clear();
-        self.last_prepared = None;
+        self.prepared.map.clear();
+        self.prepared.last = None;
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
         self.user = c.user.as_str().into();
         if let Some(cs) = c.charset {
-            self.charset = cs;
+            self.hello.charset = cs;
         }
         self.schema = None;
         if let Some(schema) = c.schema {
@@ -116,7 +136,12 @@ impl Session {
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
-        put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
+        put_ok(
+            &mut self.client.write_buf,
+            seq,
+            self.hello.caps,
+            self.status,
+        );
         Ok(())
     }
 
@@ -132,7 +157,12 @@ impl Session {
             }
         }
         self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
-        put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
+        put_ok(
+            &mut self.client.write_buf,
+            seq,
+            self.hello.caps,
+            self.status,
+        );
         // The pinned state is gone with the reset: the engine lifts the pin.
         if self.engine.step(Event::Reset).contains(Action::Detach) {
             self.detach();

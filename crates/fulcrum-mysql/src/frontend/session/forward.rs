@@ -22,17 +22,17 @@ impl Session {
         if !self.ensure_attached(route, seq).await? {
             return Ok(());
         }
-        self.retryable = fresh
+        let retryable = fresh
             && route == Route::Replica
             && self.engine.pinned().is_none()
             && !self.ctx.router.is_primary(self.backend);
-        self.answered = false;
+        self.engine.unit.retry.arm(retryable, 0);
         let first = self.backend;
         let again = effects.clone();
         self.pending_digest = digest.clone();
         match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
-                self.retryable = false;
+                self.engine.unit.retry.disarm();
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
                 // The dead replica is suspect now: the router will not pick it.
                 self.attach(route, seq).await?;
@@ -52,7 +52,7 @@ impl Session {
                 self.forward_bytes(msg, seq, shape, again).await
             }
             r => {
-                self.retryable = false;
+                self.engine.unit.retry.disarm();
                 r
             }
         }
@@ -131,7 +131,7 @@ impl Session {
             }
         }
         // Answered: whatever it was, its outcome is known.
-        self.commit_in_flight = false;
+        self.engine.unit.commit_in_flight = false;
         if let Some(stamp) = stamp {
             stamp.finish(reply.rows, reply.error);
         }
@@ -204,8 +204,8 @@ impl Session {
             self.ctx.clone(),
             self.backend,
             self.user.clone(),
-            self.wire_format,
-            self.charset,
+            self.hello.wire_format,
+            self.hello.charset,
         );
         let server: &mut ServerConn = self.server.as_mut().expect("attached");
         let thread = server.connection_id;
@@ -275,7 +275,7 @@ impl Session {
             return Ok(());
         }
         if !self.client.write_buf.is_empty() {
-            self.answered = true;
+            self.engine.unit.retry.disarm();
             self.client.flush().await?;
         }
         Ok(())

@@ -25,8 +25,8 @@ impl Session {
     pub(super) fn set_option(&mut self, payload: &[u8], seq: u8) {
         let option = payload.get(1..3).map(|b| u16::from_le_bytes([b[0], b[1]]));
         match option {
-            Some(MULTI_STATEMENTS_ON) => self.multi_statements = true,
-            Some(MULTI_STATEMENTS_OFF) => self.multi_statements = false,
+            Some(MULTI_STATEMENTS_ON) => self.hello.multi_statements = true,
+            Some(MULTI_STATEMENTS_OFF) => self.hello.multi_statements = false,
             _ => {
                 put_error(
                     &mut self.client.write_buf,
@@ -37,8 +37,13 @@ impl Session {
                 return;
             }
         }
-        if self.caps.contains(C::CLIENT_DEPRECATE_EOF) {
-            put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
+        if self.hello.caps.contains(C::CLIENT_DEPRECATE_EOF) {
+            put_ok(
+                &mut self.client.write_buf,
+                seq,
+                self.hello.caps,
+                self.status,
+            );
         } else {
             write_packet(&mut self.client.write_buf, seq, &build_eof(0, self.status));
         }
@@ -47,7 +52,7 @@ impl Session {
     /// A COM_QUERY with a second statement from a client that did not
     /// allow them gets the server's syntax error (1064) here; true when so.
     pub(super) fn refuse_second_statement(&mut self, text: &[u8], seq: u8) -> bool {
-        if self.multi_statements {
+        if self.hello.multi_statements {
             return false;
         }
         let Some(at) = second_statement(text) else {

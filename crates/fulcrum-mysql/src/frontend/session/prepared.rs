@@ -55,7 +55,7 @@ impl Session {
         let decision = self.ctx.classify_for(
             &sql,
             &self.user,
-            (self.wire_format.bits(), self.charset),
+            (self.hello.wire_format.bits(), self.hello.charset),
             self.schema.as_deref().unwrap_or(""),
         );
         let route = self.route_unit(decision);
@@ -71,11 +71,11 @@ impl Session {
                 let mut answer = server.prepared[&sql].answer.clone();
                 let num_params =
                     parse_prepare_ok(&answer[HEADER_LEN..]).map_or(0, |p| p.num_params);
-                let id = self.next_stmt;
-                self.next_stmt = self.next_stmt.wrapping_add(1).max(1);
+                let id = self.prepared.next;
+                self.prepared.next = self.prepared.next.wrapping_add(1).max(1);
                 let _ = set_prepare_ok_statement_id(&mut answer[HEADER_LEN..], id);
                 self.client.write_buf.extend_from_slice(&answer);
-                self.stmts.insert(
+                self.prepared.map.insert(
                     id,
                     ClientStmt {
                         digest: self.ctx.digests.entry(
@@ -89,7 +89,7 @@ impl Session {
                         types: None,
                     },
                 );
-                self.last_prepared = Some(id);
+                self.prepared.last = Some(id);
             }
         }
         self.maybe_detach();
@@ -187,11 +187,11 @@ impl Session {
     fn client_stmt(&self, payload: &[u8]) -> Option<(u32, ClientStmt)> {
         let id = statement_id(payload).ok().flatten()?;
         let id = if id == LAST_PREPARED {
-            self.last_prepared?
+            self.prepared.last?
         } else {
             id
         };
-        self.stmts.get(&id).map(|s| (id, s.clone()))
+        self.prepared.map.get(&id).map(|s| (id, s.clone()))
     }
 
     /// COM_STMT_EXECUTE (and MariaDB's BULK_EXECUTE, FETCH): on the
@@ -211,11 +211,11 @@ impl Session {
             return Ok(());
         };
         if let Some(types) = execute_types(payload, stmt.num_params) {
-            if let Some(s) = self.stmts.get_mut(&id) {
+            if let Some(s) = self.prepared.map.get_mut(&id) {
                 s.types = Some(types.to_vec());
             }
         }
-        let types = self.stmts.get(&id).and_then(|s| s.types.clone());
+        let types = self.prepared.map.get(&id).and_then(|s| s.types.clone());
         if payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0 {
             self.pin("cursor");
         }
@@ -259,7 +259,7 @@ impl Session {
     /// for the next client that prepares the same text. No answer.
     pub(super) fn stmt_close(&mut self, payload: &[u8]) {
         if let Some((id, _)) = self.client_stmt(payload) {
-            self.stmts.remove(&id);
+            self.prepared.map.remove(&id);
         }
     }
 
@@ -290,7 +290,12 @@ impl Session {
                     .await
             }
             None => {
-                put_ok(&mut self.client.write_buf, seq, self.caps, self.status);
+                put_ok(
+                    &mut self.client.write_buf,
+                    seq,
+                    self.hello.caps,
+                    self.status,
+                );
                 Ok(())
             }
         }

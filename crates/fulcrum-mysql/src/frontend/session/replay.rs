@@ -12,6 +12,7 @@
 
 use fulcrum_session::{Compare, Replay};
 
+use super::route::contains_ignore_case;
 use super::*;
 use crate::codec::command::Command;
 
@@ -44,9 +45,9 @@ impl Session {
 
     /// The open transaction can be replayed if its server dies now.
     pub(super) fn replayable(&self) -> bool {
-        match &self.replay {
+        match &self.txn.run {
             Some(run) => tokio::time::Instant::now() < run.deadline,
-            None => self.txn_log.replayable() && self.engine.pinned().is_none(),
+            None => self.txn.log.replayable() && self.engine.pinned().is_none(),
         }
     }
 
@@ -54,10 +55,10 @@ impl Session {
     /// a transaction opens the log; in it, every command is kept, and the
     /// ones whose replay would not give the same answer spoil it.
     pub(super) fn log_command(&mut self, cmd: Command, first: &[u8], msg: &[u8]) {
-        if !self.txn_log.enabled() || cmd == Command::Quit {
+        if !self.txn.log.enabled() || cmd == Command::Quit {
             return;
         }
-        if !self.txn_log.is_open() {
+        if !self.txn.log.is_open() {
             if self.in_txn() || self.engine.pinned().is_some() {
                 return;
             }
@@ -68,7 +69,7 @@ impl Session {
                 Command::StmtExecute => first
                     .get(1..5)
                     .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
-                    .and_then(|id| self.stmts.get(&id))
+                    .and_then(|id| self.prepared.map.get(&id))
                     .map(|s| s.sql.as_bytes()),
                 _ => None,
             };
@@ -80,8 +81,8 @@ impl Session {
                 return;
             }
             self.absorb_output();
-            self.txn_log.open(self.client.output_position(), None);
-            self.txn_log.opens_with_begin();
+            self.txn.log.open(self.client.output_position(), None);
+            self.txn.log.opens_with_begin();
         }
         match cmd {
             // New statement ids, files, another user: not the same again.
@@ -89,15 +90,15 @@ impl Session {
             | Command::StmtClose
             | Command::StmtSendLongData
             | Command::ChangeUser
-            | Command::ResetConnection => self.txn_log.spoil(),
+            | Command::ResetConnection => self.txn.log.spoil(),
             Command::Query
                 if query_text(first).is_some_and(|t| {
                     contains_ignore_case(&String::from_utf8_lossy(t), "local infile")
                 }) =>
             {
-                self.txn_log.spoil()
+                self.txn.log.spoil()
             }
-            _ => self.txn_log.record(msg),
+            _ => self.txn.log.record(msg),
         }
     }
 
@@ -109,7 +110,7 @@ impl Session {
             tracing::info!(server = %self.ctx.address(self.backend), "server connection closed under a client idle in its transaction; it is replayed at the client's next command");
             s.discard();
         }
-        self.ctx.set_running(self.connection_id, None);
+        self.ctx.set_running(self.hello.connection_id, None);
         self.ctx.router.suspect(self.backend);
         self.server_gone = true;
     }
@@ -131,11 +132,11 @@ impl Session {
 
     /// After a command's answer: the log ends with the transaction.
     pub(super) fn log_answered(&mut self) {
-        if self.replay.is_none() && self.txn_log.is_open() {
+        if self.txn.run.is_none() && self.txn.log.is_open() {
             if self.in_txn() {
-                self.txn_log.command_done(true);
+                self.txn.log.command_done(true);
             } else {
-                self.txn_log.close();
+                self.txn.log.close();
             }
         }
     }
@@ -143,9 +144,9 @@ impl Session {
     /// Feeds what was queued for the client to the transaction's checksum
     /// (before it is written).
     pub(super) fn absorb_output(&mut self) {
-        if self.replay.is_none() && self.txn_log.is_open() {
+        if self.txn.run.is_none() && self.txn.log.is_open() {
             let position = self.client.output_position();
-            self.txn_log.absorb(&self.client.write_buf, position);
+            self.txn.log.absorb(&self.client.write_buf, position);
         }
     }
 
@@ -167,7 +168,7 @@ impl Session {
     }
 
     fn replay_progress(&mut self) -> Progress {
-        let Some(run) = self.replay.as_mut() else {
+        let Some(run) = self.txn.run.as_mut() else {
             return Progress::Write;
         };
         let out = self.client.write_buf.split_off(run.mark);
@@ -175,9 +176,9 @@ impl Session {
             Compare::More => Progress::Held,
             Compare::Matched { taken } => {
                 self.client.write_buf.extend_from_slice(&out[taken..]);
-                let run = self.replay.take().expect("replaying");
-                self.txn_log.replayed(&run.replay);
-                self.engine.step(Event::Replayed);
+                let run = self.txn.run.take().expect("replaying");
+                self.txn.log.replayed(&run.replay);
+                self.engine.step(Event::Replayed).close_now();
                 self.ctx.metrics.transaction_replay("replayed");
                 tracing::info!(server = %self.ctx.address(self.backend), "transaction replayed; its answers matched what the client had received");
                 Progress::Write
@@ -191,30 +192,30 @@ impl Session {
     /// new server is lost too (then again, until the deadline), or they
     /// cannot match.
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
-        if self.replay.is_none() {
+        if self.txn.run.is_none() {
             self.absorb_output();
             let position = self.client.output_position();
-            let replay = self.txn_log.start_replay(position);
+            let replay = self.txn.log.start_replay(position);
             let limits = self.ctx.config.transaction_replay.expect("replay is on");
             tracing::info!(cluster = %self.ctx.name(), bytes = replay.frames.len(), "replaying the transaction on the primary (transaction_replay)");
-            self.replay = Some(ReplayRun {
+            self.txn.run = Some(ReplayRun {
                 replay,
                 mark: self.client.write_buf.len(),
                 deadline: tokio::time::Instant::now() + limits.timeout,
-                seq: self.lost_seq,
+                seq: self.txn.lost_seq,
             });
         }
         loop {
             self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
             self.keep_for_next = false;
-            self.commit_in_flight = false;
-            let deadline = self.replay.as_ref().expect("replaying").deadline;
+            self.engine.unit.commit_in_flight = false;
+            let deadline = self.txn.run.as_ref().expect("replaying").deadline;
             if !self.attach_for_replay(deadline).await {
                 return Err(self
                     .replay_failed("no primary took it within transaction_replay_timeout")
                     .await);
             }
-            match self.prepare_server(self.lost_seq).await {
+            match self.prepare_server(self.txn.lost_seq).await {
                 Ok(()) => {}
                 Err(Ok(())) => {
                     return Err(self
@@ -228,7 +229,8 @@ impl Session {
                 Err(Err(e)) => return Err(e),
             }
             let frames = self
-                .replay
+                .txn
+                .run
                 .as_ref()
                 .expect("replaying")
                 .replay
@@ -258,7 +260,7 @@ impl Session {
                 self.restart_replay();
                 continue;
             }
-            if self.replay.is_some() {
+            if self.txn.run.is_some() {
                 return Err(self
                     .replay_failed("the replayed transaction answered less than before")
                     .await);
@@ -269,11 +271,11 @@ impl Session {
 
     /// The replay's own server died: start the comparison over.
     fn restart_replay(&mut self) {
-        let run = self.replay.as_mut().expect("replaying");
+        let run = self.txn.run.as_mut().expect("replaying");
         run.replay.restart();
         self.client.write_buf.truncate(run.mark);
         let position = self.client.output_position();
-        self.txn_log.restart(position, &run.replay, true);
+        self.txn.log.restart(position, &run.replay, true);
     }
 
     /// Attaches to whatever primary there is before `deadline`; false: none.
@@ -312,7 +314,7 @@ impl Session {
     /// replay (ERR 1927 for the command in flight; the session ends, its
     /// transaction gone).
     pub(super) async fn replay_failed(&mut self, why: &str) -> SessionError {
-        let Some(run) = self.replay.take() else {
+        let Some(run) = self.txn.run.take() else {
             return SessionError::Refused(why.to_owned());
         };
         tracing::warn!(cluster = %self.ctx.name(), %why, "transaction replay failed");
@@ -322,9 +324,12 @@ impl Session {
             // Closing it rolls the replayed statements back.
             server.discard();
         }
-        self.ctx.set_running(self.connection_id, None);
-        self.txn_log.close();
-        self.engine.step(Event::ReplayFailed);
+        self.ctx.set_running(self.hello.connection_id, None);
+        self.txn.log.close();
+        // Fail(NotCommitted): answered below, and the session ends (a
+        // MySQL client cannot be told its transaction is gone otherwise).
+        let failed = self.engine.step(Event::ReplayFailed);
+        debug_assert!(failed.iter().all(|a| matches!(a, Action::Fail(_))));
         let msg = format!(
             "fulcrum: lost the connection to the primary of cluster \"{}\" (transaction replay failed: {why}); the transaction or session state was lost: reconnect",
             self.ctx.name(),

@@ -1,19 +1,18 @@
 //! The MySQL adapter's one call to the routing decision: a command's
 //! classification and the client's state in, `fulcrum_session::decide` out.
-//! COM_QUERY and the prepared-statement commands route through here alike.
+//! COM_QUERY and the prepared-statement commands route through here alike;
+//! `route_query` also reads what a COM_QUERY changes in the session.
 
-use fulcrum_pool::{Need, Route};
+use fulcrum_pool::Route;
 use fulcrum_session::{decide, Facts, Target, Txn};
 use fulcrum_sql::Decision;
-use mysql_common::constants::StatusFlags;
 
-use super::Session;
+use super::{Effects, Session, MAX_SETS};
 
 impl Session {
     /// Where a command classified `decision` goes; a pin it sets is applied.
     pub(super) fn route_unit(&mut self, decision: Decision) -> Route {
-        let in_txn = self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        let in_txn = self.in_transaction();
         let routing = decide(&Facts {
             decision,
             complete: true,
@@ -21,19 +20,82 @@ impl Session {
             txn: if in_txn { Txn::Open } else { Txn::None },
             pinned: self.engine.pinned().is_some(),
             attached: self.server.is_some(),
-            hint: self.unit_consistency,
-            session: self.consistency,
-            position_unknown: self.causal.need() == &Need::Unknown,
+            hint: self.reads.hint(),
+            session: self.reads.session(),
+            position_unknown: self.reads.position_unknown(),
             default_route: self.ctx.config.default_route,
         });
         if let Some(reason) = routing.pin {
             self.pin(reason);
         }
-        self.unit_may_write = routing.may_write;
+        self.engine.unit.may_write = routing.may_write;
         match routing.target {
             Target::Go(route) => route,
             // On the connection it holds: the route is not used.
             Target::Stay => Route::Primary,
         }
+    }
+
+    /// Where a COM_QUERY goes, and what it changes in the session.
+    pub(super) fn route_query(&mut self, text: &str) -> (Route, Effects) {
+        let mut effects = Effects::default();
+        let decision = self.ctx.classify_for(
+            text,
+            &self.user,
+            (self.hello.wire_format.bits(), self.hello.charset),
+            self.schema.as_deref().unwrap_or(""),
+        );
+        let first = text
+            .trim_start()
+            .split(|c: char| c.is_whitespace() || c == ';')
+            .next()
+            .unwrap_or("");
+        if first.eq_ignore_ascii_case("use") {
+            let name = text.trim_start()[first.len()..]
+                .trim()
+                .trim_end_matches(';')
+                .trim()
+                .trim_matches('`');
+            effects.schema = Some(name.to_owned());
+        } else if decision == Decision::Set {
+            if self.desired.len() >= MAX_SETS {
+                self.pin("many session settings");
+            } else if crate::codec::statements::second_statement(text.as_bytes()).is_some()
+                && !self.only_settings(text)
+            {
+                // A setting sent with other statements: replaying the text
+                // would run them again; the client keeps its connection.
+                self.pin("session settings mixed with other statements");
+            } else {
+                effects.set = Some(text.trim().trim_end_matches(';').to_owned());
+            }
+        }
+        // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
+        // connection for the next command.
+        effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
+        (self.route_unit(decision), effects)
+    }
+}
+
+/// Whether `text` contains `needle`, ASCII case ignored.
+pub(super) fn contains_ignore_case(text: &str, needle: &str) -> bool {
+    text.len() >= needle.len()
+        && text
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_ignore_case;
+
+    #[test]
+    fn found_rows_needs_are_seen_in_any_case() {
+        assert!(contains_ignore_case(
+            "SELECT SQL_CALC_FOUND_ROWS * FROM t",
+            "sql_calc_found_rows"
+        ));
+        assert!(!contains_ignore_case("SELECT 1", "sql_calc_found_rows"));
     }
 }

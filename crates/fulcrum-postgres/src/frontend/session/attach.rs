@@ -13,7 +13,9 @@ impl Session {
         // admission is counted until the server connection is checked out.
         let _admission = self.ctx.router.admit().await;
         if let Some(backend) = self.ctx.router.pick(route) {
-            if !self.ctx.router.is_primary(backend) && self.retry_avoid != Some(backend) {
+            if !self.ctx.router.is_primary(backend)
+                && self.engine.unit.retry.avoid() != Some(backend)
+            {
                 match self.try_attach_replica(backend).await {
                     Ok(true) => return Ok(()),
                     Ok(false) => {} // fall back to the primary below
@@ -22,7 +24,7 @@ impl Session {
             }
         }
         self.attach_primary().await?;
-        self.write_unit = self.unit_may_write;
+        self.engine.unit.wrote_on_primary = self.engine.unit.may_write;
         Ok(())
     }
 
@@ -79,25 +81,25 @@ impl Session {
         &mut self,
         backend: BackendId,
     ) -> Result<bool, SessionError> {
-        let pool = self.ctx.pool(backend, &self.user, &self.database);
+        let pool = self.ctx.pool(backend, &self.id.user, &self.id.database);
         let ctx = self.ctx.clone();
-        let (user, database) = (self.user.clone(), self.database.clone());
+        let (user, database) = (self.id.user.clone(), self.id.database.clone());
         match pool
             .get(|| async move { ctx.open(backend, &user, &database).await })
             .await
         {
             Ok(mut server) => {
-                if server.applied != self.desired
-                    && sync_params(&mut server, &self.desired).await.is_err()
+                if server.applied != self.params.desired
+                    && sync_params(&mut server, &self.params.desired)
+                        .await
+                        .is_err()
                 {
                     server.discard();
                     return Ok(false);
                 }
-                if route_is_causal(self.read_consistency())
-                    && matches!(
-                        self.causal_check(backend, &mut server).await,
-                        causal::Check::Primary
-                    )
+                if route_is_causal(self.reads.for_unit())
+                    && self.causal_check(backend, &mut server).await
+                        == fulcrum_session::Check::Primary
                 {
                     if server.io.read_buf.is_empty() {
                         server.release();
@@ -106,13 +108,13 @@ impl Session {
                     }
                     return Ok(false);
                 }
-                self.write_unit = false;
+                self.engine.unit.wrote_on_primary = false;
                 self.backend = backend;
-                self.cancel.set_target(Some(server.cancel.clone()));
+                self.id.cancel.set_target(Some(server.cancel.clone()));
                 server.prepared.begin_unit();
                 self.server = Some(server);
-                self.attached_at = Some(std::time::Instant::now());
-                self.client_entry.set_active(backend);
+                self.engine.unit.attached();
+                self.id.entry.set_active(backend);
                 Ok(true)
             }
             Err(PoolError::Connect(e)) if e.is_backend_down() => {
@@ -123,7 +125,7 @@ impl Session {
             Err(PoolError::Connect(e)) => {
                 tracing::warn!(replica = %self.ctx.backends[backend], error = %e, "replica refused the connection; using the primary");
                 self.ctx
-                    .forget_pool_if_empty(backend, &self.user, &self.database);
+                    .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
                 self.ctx.router.ban(backend, REPLICA_BAN);
                 Ok(false)
             }
@@ -137,16 +139,16 @@ impl Session {
         let pool = match &self.pool {
             Some((b, p)) if *b == backend => p.clone(),
             _ => {
-                let p = self.ctx.pool(backend, &self.user, &self.database);
+                let p = self.ctx.pool(backend, &self.id.user, &self.id.database);
                 self.pool = Some((backend, p.clone()));
                 p
             }
         };
         let ctx = self.ctx.clone();
-        let (user, database) = (self.user.clone(), self.database.clone());
+        let (user, database) = (self.id.user.clone(), self.id.database.clone());
         let waited = std::time::Instant::now();
         self.ctx.metrics.waiting.inc();
-        self.client_entry.set_waiting();
+        self.id.entry.set_waiting();
         let checkout = pool
             .get(|| async move { ctx.open(backend, &user, &database).await })
             .await;
@@ -158,7 +160,7 @@ impl Session {
         let mut server = match checkout {
             Ok(s) => s,
             Err(PoolError::Connect(ConnectError::Server { fields, .. }))
-                if fields.code.starts_with("57P") && self.rewrite_statements =>
+                if fields.code.starts_with("57P") && self.stmts.rewrite =>
             {
                 // Shutting down, starting up or in recovery: as good as down
                 // for this unit, which may wait for the primary to come back.
@@ -176,7 +178,7 @@ impl Session {
                 tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
                 self.pool = None;
                 self.ctx
-                    .forget_pool_if_empty(backend, &self.user, &self.database);
+                    .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
                 self.client.queue(&frame);
                 let _ = self.client.flush().await;
                 return Err(SessionError::Refused(fields.message));
@@ -207,8 +209,8 @@ impl Session {
             Err(e @ PoolError::Timeout(..)) | Err(e @ PoolError::Closed) => {
                 let msg = format!(
                     "fulcrum: {e} for user \"{}\" database \"{}\" on {}; raise pool_size or pool_timeout for cluster \"{}\"",
-                    self.user,
-                    self.database,
+                    self.id.user,
+                    self.id.database,
                     self.ctx.backends[backend],
                     self.ctx.name()
                 );
@@ -227,8 +229,8 @@ impl Session {
                     .await);
             }
         };
-        if server.applied != self.desired {
-            if let Err(e) = sync_params(&mut server, &self.desired).await {
+        if server.applied != self.params.desired {
+            if let Err(e) = sync_params(&mut server, &self.params.desired).await {
                 return Err(match e {
                     InternalError::Server { frame, fields } => {
                         self.client.queue(&frame);
@@ -250,11 +252,11 @@ impl Session {
     /// Makes `server` (of `backend`) the attached connection.
     pub(super) fn install(&mut self, backend: BackendId, mut server: Checkout<ServerConn>) {
         self.backend = backend;
-        self.cancel.set_target(Some(server.cancel.clone()));
+        self.id.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
         self.server = Some(server);
-        self.attached_at = Some(std::time::Instant::now());
-        self.client_entry.set_active(backend);
+        self.engine.unit.attached();
+        self.id.entry.set_active(backend);
     }
 
     /// Tells the engine where the attached connection stands after the
@@ -281,16 +283,16 @@ impl Session {
 
     /// What the attached connection still owes.
     pub(super) fn owed(&self) -> Owed {
-        if self.pending_ready == 0
-            && !self.unsynced
-            && self.server_stream_left == 0
-            && self.expect.is_empty()
+        if self.owed.ready == 0
+            && !self.owed.unsynced
+            && self.owed.stream_left == 0
+            && self.owed.expect.is_empty()
         {
             Owed::Nothing
-        } else if self.pending_ready == 0
-            && !self.unsynced
-            && self.server_stream_left == 0
-            && self.expect.only_position()
+        } else if self.owed.ready == 0
+            && !self.owed.unsynced
+            && self.owed.stream_left == 0
+            && self.owed.expect.only_position()
         {
             Owed::OwnQuery
         } else {
@@ -301,11 +303,10 @@ impl Session {
     /// Returns the server connection to the pool.
     pub(super) fn detach(&mut self) {
         if let Some(server) = self.server.take() {
-            self.retry_armed = false;
-            self.retry_buf.clear();
-            self.cancel.set_target(None);
+            self.engine.unit.retry.disarm();
+            self.id.cancel.set_target(None);
             self.record_unit();
-            self.client_entry.set_idle();
+            self.id.entry.set_idle();
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
@@ -319,7 +320,7 @@ impl Session {
 
     /// A unit of work is over: its latency, metrics and slow log (once).
     pub(super) fn record_unit(&mut self) {
-        if let Some(at) = self.attached_at.take() {
+        if let Some(at) = self.engine.unit.attached_at.take() {
             let took = at.elapsed();
             self.ctx.router.record_latency(self.backend, took);
             self.ctx
@@ -329,8 +330,8 @@ impl Session {
                 // No statement text: it would carry the query's parameters.
                 tracing::info!(
                     cluster = %self.ctx.name(),
-                    user = ?self.user,
-                    database = ?self.database,
+                    user = ?self.id.user,
+                    database = ?self.id.database,
                     server = %self.ctx.backends[self.backend],
                     took_ms = took.as_millis() as u64,
                     "slow unit of work"
@@ -362,7 +363,7 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason));
+            self.engine.step(Event::Pin(reason)).close_now();
         }
     }
 }

@@ -6,18 +6,20 @@ use super::*;
 impl Session {
     /// The client is gone: give the server connection back clean, or close it.
     pub(super) async fn cleanup(&mut self) {
-        self.cancel.set_target(None);
+        self.id.cancel.set_target(None);
+        // What the engine asks of the connection before it goes back.
+        let clean = self.engine.step(Event::ClientGone).clean();
         let Some(mut server) = self.server.take() else {
             return;
         };
-        if self.expect.only_position()
-            && self.pending_ready == 0
-            && !self.unsynced
-            && self.server_stream_left == 0
+        if self.owed.expect.only_position()
+            && self.owed.ready == 0
+            && !self.owed.unsynced
+            && self.owed.stream_left == 0
         {
             // Only Fulcrum's own position query is in flight: its answer is
             // a moment away; wait for it and keep the connection.
-            let expect = &mut self.expect;
+            let expect = &mut self.owed.expect;
             let drained =
                 tokio::time::timeout(CLEANUP_TIMEOUT, drain_internal(&mut server, expect)).await;
             if !matches!(drained, Ok(true)) {
@@ -25,10 +27,10 @@ impl Session {
                 return;
             }
         }
-        let busy = self.pending_ready > 0
-            || self.unsynced
-            || !self.expect.is_empty()
-            || self.server_stream_left > 0;
+        let busy = self.owed.ready > 0
+            || self.owed.unsynced
+            || !self.owed.expect.is_empty()
+            || self.owed.stream_left > 0;
         if busy || !server.io.read_buf.is_empty() {
             // Mid-query: stop the work and close; the server rolls back.
             let key = server.cancel.clone();
@@ -39,7 +41,7 @@ impl Session {
             });
             return;
         }
-        let reset_session = self.engine.pinned().is_some();
+        let reset_session = clean.is_some_and(|(_, reset)| reset);
         let in_txn = self.status != b'I';
         if !in_txn && !reset_session {
             server.release();

@@ -13,7 +13,7 @@ impl Session {
         loop {
             let held = self.take_client_frames().await?;
             self.settle().await?;
-            self.held = held && self.server.is_some();
+            self.engine.unit.held = held && self.server.is_some();
             if !(held && self.server.is_none()) {
                 return Ok(());
             }
@@ -25,7 +25,8 @@ impl Session {
     /// writes to the client, and detaches when nothing is in flight.
     pub(super) async fn settle(&mut self) -> Result<(), SessionError> {
         self.flush_server().await?;
-        self.expect
+        self.owed
+            .expect
             .drain_synthetic(&mut self.client.write_buf, self.status);
         self.flush_client().await?;
         self.maybe_detach();
@@ -70,9 +71,9 @@ impl Session {
             }
             if header.tag == b'Q' {
                 match self.try_answer_position(header.total).await {
-                    causal::PositionAnswer::No => {}
-                    causal::PositionAnswer::Answered => continue,
-                    causal::PositionAnswer::Hold => break true,
+                    reads::PositionAnswer::No => {}
+                    reads::PositionAnswer::Answered => continue,
+                    reads::PositionAnswer::Hold => break true,
                 }
             }
             if header.tag == b'Q'
@@ -116,9 +117,9 @@ impl Session {
                     if was == Phase::Settling {
                         // It rides along on the primary connection held for
                         // the position query, and counts as a unit.
-                        self.write_unit = routing.may_write;
-                        if self.attached_at.is_none() {
-                            self.attached_at = Some(std::time::Instant::now());
+                        self.engine.unit.wrote_on_primary = routing.may_write;
+                        if self.engine.unit.attached_at.is_none() {
+                            self.engine.unit.attached();
                         }
                         unit_started.get_or_insert_with(std::time::Instant::now);
                     }
@@ -126,14 +127,7 @@ impl Session {
             }
             let frame = self.client.read_buf.split_to(header.total);
             self.log_client_frame(header.tag, &frame);
-            if self.retry_armed {
-                if self.retry_buf.len() + frame.len() <= failure::RETRY_MAX {
-                    self.retry_buf.extend_from_slice(&frame);
-                } else {
-                    self.retry_armed = false;
-                    self.retry_buf.clear();
-                }
-            }
+            self.engine.unit.retry.keep(&frame);
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
@@ -159,7 +153,7 @@ impl Session {
                 if self.server.is_some() {
                     self.queue_to_server(frame);
                     if tag != b'd' {
-                        self.expect.client_copy_end();
+                        self.owed.expect.client_copy_end();
                     }
                 }
                 return Ok(true);
@@ -189,15 +183,15 @@ impl Session {
             b'Q' => {
                 let effects = self.query_effects(&frame[5..]);
                 if query_text(&frame[5..]).is_some_and(may_commit) {
-                    self.commit_in_flight = true;
+                    self.engine.unit.commit_in_flight = true;
                 }
                 let mut replay = Vec::new();
                 for effect in effects.iter() {
                     match effect {
                         Effect::Pin(reason) => self.pin(reason),
                         Effect::Deallocate(None) => {
-                            self.statements.clear();
-                            self.stmt_digests.clear();
+                            self.stmts.map.clear();
+                            self.stmts.digests.clear();
                         }
                         Effect::Deallocate(Some(_)) => {}
                         e => replay.push(e.clone()),
@@ -207,25 +201,25 @@ impl Session {
                     .and_then(|t| std::str::from_utf8(t).ok())
                     .and_then(|t| self.ctx.digest_stamp(t, self.backend));
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Query(replay, stamp));
-                self.pending_ready += 1;
+                self.owed.expect.push(Expect::Query(replay, stamp));
+                self.owed.ready += 1;
             }
             b'F' => {
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Query(Vec::new(), None));
-                self.pending_ready += 1;
+                self.owed.expect.push(Expect::Query(Vec::new(), None));
+                self.owed.ready += 1;
             }
             b'S' => {
                 self.queue_to_server(frame);
-                if !self.expect.sync_is_ignored() {
-                    self.expect.push(Expect::Sync);
-                    self.pending_ready += 1;
-                    self.unsynced = false;
+                if !self.owed.expect.sync_is_ignored() {
+                    self.owed.expect.push(Expect::Sync);
+                    self.owed.ready += 1;
+                    self.owed.unsynced = false;
                 }
             }
             b'H' => {
                 self.queue_to_server(frame);
-                self.unsynced = true;
+                self.owed.unsynced = true;
             }
             b'P' => self.on_parse(frame),
             b'B' => self.on_bind(frame),
@@ -234,8 +228,8 @@ impl Session {
                 let ops = self.execute_ops(&frame[5..]);
                 let stamp = self.execute_stamp(&frame[5..]);
                 self.queue_to_server(frame);
-                self.expect.push(Expect::Execute(ops, stamp));
-                self.unsynced = true;
+                self.owed.expect.push(Expect::Execute(ops, stamp));
+                self.owed.unsynced = true;
             }
             _ => unreachable!("filtered above"),
         }
@@ -251,12 +245,14 @@ impl Session {
             self.ctx.config.max_message_size,
             &|sql| {
                 let unit = self.ctx.classify_unit(sql);
-                let d = self.ctx.catalog_decision(&unit, &self.user, &self.database);
+                let d = self
+                    .ctx
+                    .catalog_decision(&unit, &self.id.user, &self.id.database);
                 *query_unit.borrow_mut() = Some(unit);
                 d
             },
-            &self.statements,
-            self.unnamed_decision,
+            &self.stmts.map,
+            self.stmts.unnamed_decision,
         );
         if self.client.read_buf.first() == Some(&b'Q') {
             self.query_unit = query_unit.into_inner();
@@ -268,7 +264,10 @@ impl Session {
     /// buffer (`fulcrum_session::decide`).
     pub(super) fn route_unit(&mut self) -> Routing {
         let decision = self.next_unit_decision();
-        self.note_hint();
+        match unit_text(&self.client.read_buf) {
+            Some(text) => self.reads.note_hint(text),
+            None => self.reads.clear_hint(),
+        }
         let txn = match (self.engine.deferred(), self.status) {
             (Some(read_only), _) => RouteTxn::Deferred { read_only },
             (None, b'I') => RouteTxn::None,
@@ -281,15 +280,15 @@ impl Session {
             txn,
             pinned: self.engine.pinned().is_some(),
             attached: self.server.is_some(),
-            hint: self.unit_consistency,
-            session: self.consistency,
-            position_unknown: self.causal.need() == &fulcrum_pool::Need::Unknown,
+            hint: self.reads.hint(),
+            session: self.reads.session(),
+            position_unknown: self.reads.position_unknown(),
             default_route: self.ctx.config.default_route,
         });
         if let Some(reason) = routing.pin {
             tracing::debug!(reason, "client pinned to its server connection");
         }
-        self.unit_may_write = routing.may_write;
+        self.engine.unit.may_write = routing.may_write;
         routing
     }
 
@@ -307,18 +306,19 @@ impl Session {
         } else {
             Route::Replica
         };
-        self.engine.step(Event::Attached(actual));
+        self.engine.step(Event::Attached(actual)).close_now();
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
-            if self.txn_log.enabled() && self.engine.pinned().is_none() && self.rewrite_statements {
+            if self.txn.log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite {
                 // The transaction's log starts with the BEGIN sent ahead.
-                self.txn_log
+                self.txn
+                    .log
                     .open(self.client.output_position(), Some(sql.clone()));
             }
             // The transaction starts on the chosen server, in the same
             // write as its first statement.
             put_query(&mut self.to_server, sql.as_str());
-            self.expect.push(Expect::SwallowQuery);
+            self.owed.expect.push(Expect::SwallowQuery);
         }
         Ok(())
     }
@@ -326,7 +326,7 @@ impl Session {
     /// The next client frame starts a unit on an attached connection,
     /// outside a transaction, of an unpinned client.
     fn at_unit_start(&self) -> bool {
-        self.status == b'I' && !self.unsynced && self.engine.pinned().is_none()
+        self.status == b'I' && !self.owed.unsynced && self.engine.pinned().is_none()
     }
 
     /// The session effects of a simple query: those of the classification
@@ -355,13 +355,22 @@ impl Session {
     /// A unit just attached to a replica, outside a transaction, is kept
     /// until it is answered, to be sent elsewhere if the replica dies.
     pub(super) fn arm_retry(&mut self, with_begin: bool) {
-        self.retry_buf.clear();
-        self.retry_armed = !self.retrying
-            && self.rewrite_statements
+        let eligible = self.stmts.rewrite
             && self.engine.pinned().is_none()
             && self.status == b'I'
             && !with_begin
             && !self.ctx.router.is_primary(self.backend);
-        self.retry_client_mark = self.client.write_buf.len();
+        let mark = self.client.write_buf.len();
+        self.engine.unit.retry.arm(eligible, mark);
+    }
+}
+
+/// The statement text of the Query or Parse at the front of `buf`.
+fn unit_text(buf: &[u8]) -> Option<&[u8]> {
+    let body = buf.get(5..)?;
+    match buf[0] {
+        b'Q' => query_text(body),
+        b'P' => parse_msg(body).map(|p| p.query),
+        _ => None,
     }
 }

@@ -9,9 +9,9 @@ const PORTAL_DIGESTS_MAX: usize = 64;
 
 impl Session {
     pub(super) fn on_parse(&mut self, frame: BytesMut) {
-        self.unsynced = true;
+        self.owed.unsynced = true;
         if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
-            self.commit_in_flight = true;
+            self.engine.unit.commit_in_flight = true;
         }
         let unit = parse_msg(&frame[5..])
             .and_then(|p| std::str::from_utf8(p.query).ok())
@@ -20,25 +20,27 @@ impl Session {
             });
         // A statement's decision is kept with it: the function catalog's
         // answer as of now (a function not known yet: the primary).
-        let decision = self.ctx.catalog_decision(&unit, &self.user, &self.database);
+        let decision = self
+            .ctx
+            .catalog_decision(&unit, &self.id.user, &self.id.database);
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }
-        if decision == Decision::Set || !self.stmt_ops.is_empty() {
+        if decision == Decision::Set || !self.stmts.ops.is_empty() {
             self.track_statement_ops(&frame, &unit);
         }
         self.track_statement_digest(&frame);
-        let parsed = if self.rewrite_statements {
+        let parsed = if self.stmts.rewrite {
             parse_msg(&frame[5..])
         } else {
             None
         };
         if parsed.as_ref().is_none_or(|p| p.name.is_empty()) {
-            self.unnamed_decision = decision;
+            self.stmts.unnamed_decision = decision;
         }
         let Some(p) = parsed.filter(|p| !p.name.is_empty()) else {
             self.to_server.extend_from_slice(&frame);
-            self.expect.push(Expect::Parse(None));
+            self.owed.expect.push(Expect::Parse(None));
             return;
         };
         let stmt = self
@@ -50,16 +52,17 @@ impl Session {
         if server.prepared.use_if_present(&stmt.server_name) {
             let mut reply = BytesMut::with_capacity(5);
             backend_msg::parse_complete(&mut reply);
-            self.expect.push(Expect::Synthetic(reply.freeze()));
+            self.owed.expect.push(Expect::Synthetic(reply.freeze()));
         } else {
             self.make_room_for_a_statement();
             let server = self.server.as_mut().expect("attached");
             server.prepared.insert_pending(stmt.server_name.clone());
             self.to_server.extend_from_slice(&stmt.parse);
-            self.expect
+            self.owed
+                .expect
                 .push(Expect::Parse(Some(stmt.server_name.clone())));
         }
-        self.statements.insert(name, stmt);
+        self.stmts.map.insert(name, stmt);
     }
 
     /// Digest statistics: the digest of the statement a Parse names.
@@ -76,24 +79,24 @@ impl Session {
                 .digests
                 .entry(max, q, fulcrum_sql::Dialect::Postgres)
         });
-        match (digest, self.stmt_digests.get_mut(p.name)) {
+        match (digest, self.stmts.digests.get_mut(p.name)) {
             (Some(d), Some(slot)) => *slot = d,
             (Some(d), None) => {
-                self.stmt_digests.insert(p.name.to_vec(), d);
+                self.stmts.digests.insert(p.name.to_vec(), d);
             }
             (None, _) => {
-                self.stmt_digests.remove(p.name);
+                self.stmts.digests.remove(p.name);
             }
         }
     }
 
     /// Digest statistics: a stamp for an Execute of the portal `body` names.
     pub(super) fn execute_stamp(&self, body: &[u8]) -> Option<fulcrum_metrics::Stamp> {
-        if self.portal_digests.is_empty() {
+        if self.stmts.portal_digests.is_empty() {
             return None;
         }
         let portal = body.split(|&b| b == 0).next().unwrap_or_default();
-        self.portal_digests.get(portal).map(|d| {
+        self.stmts.portal_digests.get(portal).map(|d| {
             fulcrum_metrics::Stamp::new(d.clone(), self.ctx.router.is_primary(self.backend))
         })
     }
@@ -117,26 +120,30 @@ impl Session {
             }
         }
         if ops.is_empty() {
-            self.stmt_ops.remove(p.name);
+            self.stmts.ops.remove(p.name);
         } else {
-            self.stmt_ops.insert(p.name.to_vec(), ops);
+            self.stmts.ops.insert(p.name.to_vec(), ops);
         }
     }
 
     /// The ops an Execute of `portal` will apply when it completes.
     pub(super) fn execute_ops(&self, body: &[u8]) -> Vec<Effect> {
-        if self.portal_ops.is_empty() {
+        if self.stmts.portal_ops.is_empty() {
             return Vec::new();
         }
         let portal = body.split(|&b| b == 0).next().unwrap_or_default();
-        self.portal_ops.get(portal).cloned().unwrap_or_default()
+        self.stmts
+            .portal_ops
+            .get(portal)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The shared statement `server_name` went stale on the servers: the
     /// client's statements using it move to a fresh server-side name, so
     /// their next use prepares them again (on this and every connection).
     pub(super) fn renew_statement(&mut self, server_name: &str) {
-        for stmt in self.statements.values_mut() {
+        for stmt in self.stmts.map.values_mut() {
             if &*stmt.server_name == server_name {
                 *stmt = self.ctx.statements.renew(stmt);
             }
@@ -146,11 +153,11 @@ impl Session {
     /// Makes sure the attached server has the client's statement `name`,
     /// injecting its Parse when not; returns the server-side name.
     pub(super) fn ensure_prepared(&mut self, name: &[u8]) -> Option<Arc<str>> {
-        let mut stmt = self.statements.get(name)?.clone();
+        let mut stmt = self.stmts.map.get(name)?.clone();
         if stmt.generation != self.ctx.statements.generation() {
             // DDL ran since it was named: prepare it afresh under a new name.
             stmt = self.ctx.statements.current(&stmt);
-            self.statements.insert(name.to_vec(), stmt.clone());
+            self.stmts.map.insert(name.to_vec(), stmt.clone());
         }
         let server = self.server.as_mut().expect("attached");
         if !server.prepared.use_if_present(&stmt.server_name) {
@@ -158,7 +165,8 @@ impl Session {
             let server = self.server.as_mut().expect("attached");
             server.prepared.insert_pending(stmt.server_name.clone());
             self.to_server.extend_from_slice(&stmt.parse);
-            self.expect
+            self.owed
+                .expect
                 .push(Expect::SwallowParse(stmt.server_name.clone()));
         }
         Some(stmt.server_name.clone())
@@ -172,49 +180,49 @@ impl Session {
         let server = self.server.as_mut().expect("attached");
         for name in server.prepared.evict_for_one(max) {
             put_target(&mut self.to_server, b'C', b'S', name.as_bytes());
-            self.expect.push(Expect::SwallowClose);
+            self.owed.expect.push(Expect::SwallowClose);
         }
     }
 
     pub(super) fn on_bind(&mut self, frame: BytesMut) {
-        self.unsynced = true;
-        if !self.stmt_digests.is_empty() {
+        self.owed.unsynced = true;
+        if !self.stmts.digests.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
-                match self.stmt_digests.get(b.statement) {
+                match self.stmts.digests.get(b.statement) {
                     Some(d) => {
-                        if self.portal_digests.len() >= PORTAL_DIGESTS_MAX {
+                        if self.stmts.portal_digests.len() >= PORTAL_DIGESTS_MAX {
                             // Named portals end with their transaction;
                             // the map only has to stay bounded.
-                            self.portal_digests.clear();
+                            self.stmts.portal_digests.clear();
                         }
                         let d = d.clone();
-                        match self.portal_digests.get_mut(b.portal) {
+                        match self.stmts.portal_digests.get_mut(b.portal) {
                             Some(slot) => *slot = d,
                             None => {
-                                self.portal_digests.insert(b.portal.to_vec(), d);
+                                self.stmts.portal_digests.insert(b.portal.to_vec(), d);
                             }
                         }
                     }
                     None => {
-                        self.portal_digests.remove(b.portal);
+                        self.stmts.portal_digests.remove(b.portal);
                     }
                 }
             }
         }
-        if !self.stmt_ops.is_empty() || !self.portal_ops.is_empty() {
+        if !self.stmts.ops.is_empty() || !self.stmts.portal_ops.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
-                match self.stmt_ops.get(b.statement) {
+                match self.stmts.ops.get(b.statement) {
                     Some(ops) => {
                         let ops = ops.clone();
-                        self.portal_ops.insert(b.portal.to_vec(), ops);
+                        self.stmts.portal_ops.insert(b.portal.to_vec(), ops);
                     }
                     None => {
-                        self.portal_ops.remove(b.portal);
+                        self.stmts.portal_ops.remove(b.portal);
                     }
                 }
             }
         }
-        if self.rewrite_statements {
+        if self.stmts.rewrite {
             if let Some(b) = bind_msg(&frame[5..]).filter(|b| !b.statement.is_empty()) {
                 if let Some(server_name) = self.ensure_prepared(b.statement) {
                     put_bind(
@@ -223,40 +231,40 @@ impl Session {
                         server_name.as_bytes(),
                         b.rest,
                     );
-                    self.expect.push(Expect::Bind(Some(server_name)));
+                    self.owed.expect.push(Expect::Bind(Some(server_name)));
                     return;
                 }
             }
         }
         self.to_server.extend_from_slice(&frame);
-        self.expect.push(Expect::Bind(None));
+        self.owed.expect.push(Expect::Bind(None));
     }
 
     pub(super) fn on_describe_or_close(&mut self, tag: u8, frame: BytesMut) {
-        self.unsynced = true;
-        let target = if self.rewrite_statements {
+        self.owed.unsynced = true;
+        let target = if self.stmts.rewrite {
             target_msg(&frame[5..])
         } else {
             None
         };
         match target {
-            Some((b'S', name)) if !name.is_empty() && self.statements.contains_key(name) => {
+            Some((b'S', name)) if !name.is_empty() && self.stmts.map.contains_key(name) => {
                 let name = name.to_vec();
                 if tag == b'C' {
                     // The shared server-side statement stays; the client's name goes.
-                    self.statements.remove(&name);
-                    self.stmt_digests.remove(&name);
+                    self.stmts.map.remove(&name);
+                    self.stmts.digests.remove(&name);
                     let mut reply = BytesMut::with_capacity(5);
                     backend_msg::close_complete(&mut reply);
-                    self.expect.push(Expect::Synthetic(reply.freeze()));
+                    self.owed.expect.push(Expect::Synthetic(reply.freeze()));
                 } else if let Some(server_name) = self.ensure_prepared(&name) {
                     put_target(&mut self.to_server, b'D', b'S', server_name.as_bytes());
-                    self.expect.push(Expect::Describe(Some(server_name)));
+                    self.owed.expect.push(Expect::Describe(Some(server_name)));
                 }
             }
             _ => {
                 self.to_server.extend_from_slice(&frame);
-                self.expect.push(if tag == b'D' {
+                self.owed.expect.push(if tag == b'D' {
                     Expect::Describe(None)
                 } else {
                     Expect::Close

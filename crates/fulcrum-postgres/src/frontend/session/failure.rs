@@ -18,9 +18,6 @@ use crate::codec::backend_msg::{self, sqlstate};
 use crate::frontend::error::SessionError;
 use crate::frontend::expect::Expectations;
 
-/// Units larger than this are not kept for a retry.
-pub(super) const RETRY_MAX: usize = 1024 * 1024;
-
 impl Session {
     /// The server connection died under the client: the engine decides
     /// (retry, answer and keep the client, or close), this performs it.
@@ -30,35 +27,37 @@ impl Session {
             tracing::warn!(server = %s.cancel.address, "server connection lost during a client's work");
             s.discard();
         }
-        self.cancel.set_target(None);
+        self.id.cancel.set_target(None);
         self.ctx.router.suspect(backend);
         if self.status == b'I' && self.owed() == Owed::OwnQuery {
             // The client's unit was answered in this same read.
-            self.engine.step(Event::Ready {
-                status: Status::Idle,
-                owed: Owed::OwnQuery,
-            });
+            self.engine
+                .step(Event::Ready {
+                    status: Status::Idle,
+                    owed: Owed::OwnQuery,
+                })
+                .close_now();
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
-        if self.txn_log.enabled() && !replayable && self.status != b'I' {
-            tracing::info!(log = self.txn_log.describe(), status = %(self.status as char), "transaction not replayable");
+        if self.txn.log.enabled() && !replayable && self.status != b'I' {
+            tracing::info!(log = self.txn.log.describe(), status = %(self.status as char), "transaction not replayable");
         }
-        if self.replay.is_some() && !replayable {
+        if self.txn.run.is_some() && !replayable {
             // The replay's own server died past transaction_replay_timeout.
             self.replay_failed("its server was lost too, and its time is up".into());
             return Ok(());
         }
         let loss = Loss {
-            retryable: self.retry_armed && !self.retry_buf.is_empty(),
+            retryable: self.engine.unit.retry.has_frames(),
             // A unit at status I on the primary autocommits, unless it is
             // the first of a transaction whose BEGIN went ahead of it.
-            commit_in_flight: self.commit_in_flight
-                || (self.status == b'I' && self.write_unit && !replayable),
-            batch_open: self.unsynced,
+            commit_in_flight: self.engine.unit.commit_in_flight
+                || (self.status == b'I' && self.engine.unit.wrote_on_primary && !replayable),
+            batch_open: self.owed.unsynced,
             // A large frame half forwarded cannot be followed by a clean
             // answer (a pinned client's state is lost too: the engine knows).
-            mid_message: self.server_stream_left > 0,
+            mid_message: self.owed.stream_left > 0,
             replayable,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
@@ -67,10 +66,10 @@ impl Session {
                 // Only Fulcrum's own position query was in flight: the
                 // client is owed nothing; its reads use the primary until
                 // it writes again.
-                self.expect = Expectations::default();
+                self.owed.expect = Expectations::default();
                 self.to_server.clear();
-                self.attached_at = None;
-                self.causal.wrote_unknown();
+                self.engine.unit.attached_at = None;
+                self.on_position(None);
                 Ok(())
             }
             Some(Action::Retry) => self.retry_unit().await,
@@ -95,31 +94,28 @@ impl Session {
 
     /// Forgets everything owed by the dead connection.
     pub(super) fn forget_unit(&mut self) {
-        self.expect = Expectations::default();
-        self.pending_ready = 0;
-        self.unsynced = false;
-        self.server_stream_left = 0;
+        self.owed.expect = Expectations::default();
+        self.owed.ready = 0;
+        self.owed.unsynced = false;
+        self.owed.stream_left = 0;
         self.to_server.clear();
-        self.attached_at = None;
-        self.retry_armed = false;
+        self.engine.unit.attached_at = None;
+        self.engine.unit.retry.disarm();
     }
 
     /// Sends the unit again, from the client's own frames, to whatever the
     /// router picks now (the dead replica is suspect, so not it).
     async fn retry_unit(&mut self) -> Result<(), SessionError> {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
+        let (frames, client_mark) = self.engine.unit.retry.take(self.backend);
         self.forget_unit();
         self.lost_because = None;
-        self.client.write_buf.truncate(self.retry_client_mark);
-        let mut again = std::mem::take(&mut self.retry_buf);
+        self.client.write_buf.truncate(client_mark);
+        let mut again = BytesMut::from(&frames[..]);
         again.extend_from_slice(&self.client.read_buf);
         self.client.read_buf = again;
-        self.retry_buf = BytesMut::new();
-        self.retrying = true;
-        self.retry_avoid = Some(self.backend);
         let r = Box::pin(self.on_client_input()).await;
-        self.retrying = false;
-        self.retry_avoid = None;
+        self.engine.unit.retry.done();
         r
     }
 
@@ -136,12 +132,12 @@ impl Session {
                 .map_or(String::new(), |why| format!(" ({why})")),
             outcome.advice()
         );
-        self.commit_in_flight = false;
-        let owed = self.pending_ready;
-        let unsynced = self.unsynced;
+        self.engine.unit.commit_in_flight = false;
+        let owed = self.owed.ready;
+        let unsynced = self.owed.unsynced;
         self.forget_unit();
-        self.txn_ops.clear();
-        self.txn_committed = None;
+        self.params.txn_ops.clear();
+        self.params.txn_committed = None;
         let status = if in_txn { b'E' } else { b'I' };
         for _ in 0..owed {
             backend_msg::error_response(&mut self.client.write_buf, "ERROR", code, &msg);

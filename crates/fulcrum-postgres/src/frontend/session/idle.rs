@@ -21,10 +21,10 @@ impl Session {
         if config.client_idle_timeout.is_none() && config.idle_transaction_timeout.is_none() {
             return None;
         }
-        let quiet = self.pending_ready == 0
-            && self.expect.is_empty()
-            && !self.unsynced
-            && self.server_stream_left == 0
+        let quiet = self.owed.ready == 0
+            && self.owed.expect.is_empty()
+            && !self.owed.unsynced
+            && self.owed.stream_left == 0
             && self.to_server.is_empty()
             && self.client.read_buf.is_empty()
             && !self.client.has_output();
@@ -62,7 +62,7 @@ impl Session {
         if kind == IdleKind::Transaction {
             msg.push_str("; the transaction was rolled back");
         }
-        tracing::info!(user = ?self.user, cluster = %self.ctx.name(), "{msg}");
+        tracing::info!(user = ?self.id.user, cluster = %self.ctx.name(), "{msg}");
         self.fatal_client(code, &msg).await
     }
 }

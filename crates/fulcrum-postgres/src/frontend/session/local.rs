@@ -22,7 +22,7 @@ impl Session {
         ) {
             lost::Answer::Pass => {
                 self.lost = None;
-                self.engine.step(Event::LostEnded);
+                self.engine.step(Event::LostEnded).close_now();
                 false
             }
             lost::Answer::Held => {
@@ -34,7 +34,7 @@ impl Session {
             }
             lost::Answer::Done => {
                 self.lost = None;
-                self.engine.step(Event::LostEnded);
+                self.engine.step(Event::LostEnded).close_now();
                 self.status = b'I';
                 let _ = self.client.read_buf.split_to(total);
                 true
@@ -47,7 +47,7 @@ impl Session {
     /// by Fulcrum without a server: the first real statement picks the server
     /// (a replica for a read-only transaction) and the BEGIN travels with it.
     pub(super) fn try_defer_transaction_control(&mut self, total: usize) -> bool {
-        if !self.rewrite_statements || self.engine.pinned().is_some() || self.status == b'E' {
+        if !self.stmts.rewrite || self.engine.pinned().is_some() || self.status == b'E' {
             return false;
         }
         let Some(text) = query_text(&self.client.read_buf[5..total]) else {
@@ -81,7 +81,7 @@ impl Session {
     /// `DEALLOCATE name` of a statement Fulcrum mapped is answered here: the
     /// shared server-side statement stays for other clients.
     pub(super) fn try_answer_deallocate(&mut self, body: &[u8]) -> bool {
-        if !self.rewrite_statements {
+        if !self.stmts.rewrite {
             return false;
         }
         let Some(effects) = deallocate_ops(&self.ctx, body) else {
@@ -93,7 +93,7 @@ impl Session {
         };
         let tag = match target {
             Some(name) => {
-                if self.statements.remove(name.as_bytes()).is_none() {
+                if self.stmts.map.remove(name.as_bytes()).is_none() {
                     return false;
                 }
                 "DEALLOCATE"
@@ -102,13 +102,14 @@ impl Session {
                 if self.engine.pinned().is_some() {
                     return false; // SQL-level statements may exist on the server too.
                 }
-                self.statements.clear();
+                self.stmts.map.clear();
                 "DEALLOCATE ALL"
             }
         };
-        self.expect.push(Expect::SyntheticQuery(tag));
+        self.owed.expect.push(Expect::SyntheticQuery(tag));
         if self.server.is_none() {
-            self.expect
+            self.owed
+                .expect
                 .drain_synthetic(&mut self.client.write_buf, self.status);
         }
         true
@@ -117,7 +118,7 @@ impl Session {
     /// `try_answer_deallocate` for the Query at the front of the client
     /// buffer (`total` bytes), before any server is attached.
     pub(super) fn try_answer_local_deallocate(&mut self, total: usize) -> bool {
-        if !self.rewrite_statements
+        if !self.stmts.rewrite
             || deallocate_ops(&self.ctx, &self.client.read_buf[5..total]).is_none()
         {
             return false;

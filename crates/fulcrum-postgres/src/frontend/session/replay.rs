@@ -45,13 +45,13 @@ pub(super) fn log_server_frame(log: &mut TxnLog, tag: u8, body: &[u8]) {
 impl Session {
     /// The open transaction can be replayed if its server dies now.
     pub(super) fn replayable(&self) -> bool {
-        match &self.replay {
+        match &self.txn.run {
             Some(run) => tokio::time::Instant::now() < run.deadline,
             None => {
-                self.txn_log.replayable()
+                self.txn.log.replayable()
                     && self.status != b'E'
                     && self.engine.pinned().is_none()
-                    && self.server_stream_left == 0
+                    && self.owed.stream_left == 0
             }
         }
     }
@@ -59,9 +59,9 @@ impl Session {
     /// Feeds what was queued for the client since the last call to the
     /// transaction's checksum (before it can be written).
     pub(super) fn absorb_output(&mut self) {
-        if self.replay.is_none() && self.txn_log.is_open() {
+        if self.txn.run.is_none() && self.txn.log.is_open() {
             let position = self.client.output_position();
-            self.txn_log.absorb(&self.client.write_buf, position);
+            self.txn.log.absorb(&self.client.write_buf, position);
         }
     }
 
@@ -69,39 +69,39 @@ impl Session {
     /// `BEGIN` with nothing in flight opens the log; every frame of the
     /// transaction is kept.
     pub(super) fn log_client_frame(&mut self, tag: u8, frame: &[u8]) {
-        if !self.txn_log.enabled() {
+        if !self.txn.log.enabled() {
             return;
         }
-        if !self.txn_log.is_open() {
+        if !self.txn.log.is_open() {
             // Only a unit that starts with BEGIN can be replayed: any other
             // (an autocommit statement) is not copied at all.
             if self.status != b'I'
-                || self.pending_ready > 0
-                || self.unsynced
-                || !self.rewrite_statements
+                || self.owed.ready > 0
+                || self.owed.unsynced
+                || !self.stmts.rewrite
                 || self.engine.pinned().is_some()
                 || !self.begins_transaction(tag, frame)
             {
                 return;
             }
-            self.txn_log.open(self.client.output_position(), None);
-            self.txn_log.opens_with_begin();
+            self.txn.log.open(self.client.output_position(), None);
+            self.txn.log.opens_with_begin();
         }
         match tag {
             // COPY and function calls (large objects) are never replayed.
-            b'd' | b'c' | b'f' | b'F' => self.txn_log.spoil(),
-            _ => self.txn_log.record(frame),
+            b'd' | b'c' | b'f' | b'F' => self.txn.log.spoil(),
+            _ => self.txn.log.record(frame),
         }
     }
 
     /// ReadyForQuery: the log ends with the transaction. One that ends with
     /// more work pipelined behind it cannot be told apart from the next.
     pub(super) fn log_ready(&mut self, status: u8) {
-        if status == b'I' && self.txn_log.is_open() && self.replay.is_none() {
-            if self.pending_ready == 0 {
-                self.txn_log.close();
+        if status == b'I' && self.txn.log.is_open() && self.txn.run.is_none() {
+            if self.owed.ready == 0 {
+                self.txn.log.close();
             } else {
-                self.txn_log.spoil();
+                self.txn.log.spoil();
             }
         }
     }
@@ -114,7 +114,7 @@ impl Session {
             b'P' => parse_msg(body).map(|p| p.query),
             b'B' => bind_msg(body)
                 .filter(|b| !b.statement.is_empty())
-                .and_then(|b| self.statements.get(b.statement))
+                .and_then(|b| self.stmts.map.get(b.statement))
                 .map(|s| &s.query[..]),
             _ => None,
         };
@@ -128,12 +128,12 @@ impl Session {
     /// after the replay's own server died, it starts over.
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
         let dead = self.backend;
-        self.cancel.set_target(None);
-        match self.replay.as_mut() {
+        self.id.cancel.set_target(None);
+        match self.txn.run.as_mut() {
             None => {
                 self.absorb_output();
                 let position = self.client.output_position();
-                let replay = self.txn_log.start_replay(position);
+                let replay = self.txn.log.start_replay(position);
                 tracing::info!(
                     server = %self.ctx.backends[dead],
                     cluster = %self.ctx.name(),
@@ -141,12 +141,12 @@ impl Session {
                     "server lost in a transaction; replaying it on the primary (transaction_replay)"
                 );
                 let limits = self.ctx.config.transaction_replay.expect("replay is on");
-                self.replay = Some(ReplayRun {
+                self.txn.run = Some(ReplayRun {
                     replay,
                     mark: self.client.write_buf.len(),
                     rest: std::mem::take(&mut self.client.read_buf),
-                    owed: self.pending_ready,
-                    unsynced: self.unsynced,
+                    owed: self.owed.ready,
+                    unsynced: self.owed.unsynced,
                     deadline: tokio::time::Instant::now() + limits.timeout,
                 });
             }
@@ -155,25 +155,25 @@ impl Session {
                 run.replay.restart();
                 self.client.write_buf.truncate(run.mark);
                 let position = self.client.output_position();
-                self.txn_log.restart(position, &run.replay, false);
+                self.txn.log.restart(position, &run.replay, false);
             }
         }
         self.forget_unit();
         self.status = b'I';
-        self.commit_in_flight = false;
-        self.txn_ops.clear();
-        self.txn_committed = None;
+        self.engine.unit.commit_in_flight = false;
+        self.params.txn_ops.clear();
+        self.params.txn_committed = None;
         self.lost_because = None;
-        let deadline = self.replay.as_ref().expect("replaying").deadline;
+        let deadline = self.txn.run.as_ref().expect("replaying").deadline;
         if !self.attach_for_replay(deadline).await? {
             self.replay_failed("no primary took it within transaction_replay_timeout".into());
             return Ok(());
         }
-        self.write_unit = true;
-        let run = self.replay.as_ref().expect("replaying");
+        self.engine.unit.wrote_on_primary = true;
+        let run = self.txn.run.as_ref().expect("replaying");
         if let Some(sql) = &run.replay.begin {
             put_query(&mut self.to_server, sql);
-            self.expect.push(Expect::SwallowQuery);
+            self.owed.expect.push(Expect::SwallowQuery);
         }
         self.client.read_buf = BytesMut::from(&run.replay.frames[..]);
         Box::pin(self.on_client_input()).await
@@ -200,16 +200,16 @@ impl Session {
                 None => self.ctx.router.wait_primary(None, left).await,
             };
             if let Some(primary) = primary {
-                let pool = self.ctx.pool(primary, &self.user, &self.database);
+                let pool = self.ctx.pool(primary, &self.id.user, &self.id.database);
                 let ctx = self.ctx.clone();
-                let (user, database) = (self.user.clone(), self.database.clone());
+                let (user, database) = (self.id.user.clone(), self.id.database.clone());
                 match pool
                     .get(|| async move { ctx.open(primary, &user, &database).await })
                     .await
                 {
                     Ok(mut server) => {
-                        let synced = server.applied == self.desired
-                            || sync_params(&mut server, &self.desired).await.is_ok();
+                        let synced = server.applied == self.params.desired
+                            || sync_params(&mut server, &self.params.desired).await.is_ok();
                         if synced {
                             self.install(primary, server);
                             return Ok(true);
@@ -237,7 +237,7 @@ impl Session {
             && self.owed() == Owed::Nothing
             && self.to_server.is_empty()
             && self.client.read_buf.is_empty();
-        let Some(run) = self.replay.as_mut() else {
+        let Some(run) = self.txn.run.as_mut() else {
             return false;
         };
         let out = self.client.write_buf.split_off(run.mark);
@@ -251,10 +251,10 @@ impl Session {
             }
             Compare::Matched { taken } => {
                 self.client.write_buf.extend_from_slice(&out[taken..]);
-                let run = self.replay.take().expect("replaying");
-                self.txn_log.replayed(&run.replay);
+                let run = self.txn.run.take().expect("replaying");
+                self.txn.log.replayed(&run.replay);
                 self.client.read_buf = run.rest;
-                self.engine.step(Event::Replayed);
+                self.engine.step(Event::Replayed).close_now();
                 self.ctx.metrics.transaction_replay("replayed");
                 tracing::info!(server = %self.ctx.backends[self.backend], "transaction replayed; its answers matched what the client had received");
                 false
@@ -271,7 +271,7 @@ impl Session {
     /// The replay cannot finish: the client gets what it would have got
     /// without it (08006, the transaction lost), from where it stood.
     pub(super) fn replay_failed(&mut self, why: String) {
-        let Some(run) = self.replay.take() else {
+        let Some(run) = self.txn.run.take() else {
             return;
         };
         tracing::warn!(cluster = %self.ctx.name(), %why, "transaction replay failed");
@@ -281,11 +281,11 @@ impl Session {
             // Closing it rolls the replayed statements back.
             server.discard();
         }
-        self.cancel.set_target(None);
-        self.txn_log.close();
+        self.id.cancel.set_target(None);
+        self.txn.log.close();
         self.forget_unit();
-        self.pending_ready = run.owed;
-        self.unsynced = run.unsynced;
+        self.owed.ready = run.owed;
+        self.owed.unsynced = run.unsynced;
         self.status = b'T';
         self.client.read_buf = run.rest;
         self.lost_because = Some(format!("transaction replay failed: {why}"));

@@ -20,7 +20,8 @@ impl Session {
         }
         if self.to_server.is_empty() {
             // Synthetic replies queued ahead of anything the server owes go out now.
-            self.expect
+            self.owed
+                .expect
                 .drain_synthetic(&mut self.client.write_buf, self.status);
         }
         Ok(())
@@ -35,7 +36,7 @@ impl Session {
         self.absorb_output();
         if self.client.has_output() {
             // The answer has started: a lost replica can no longer be hidden.
-            self.retry_armed = false;
+            self.engine.unit.retry.disarm();
             self.client.write_now()?;
         }
         Ok(())
@@ -45,10 +46,10 @@ impl Session {
         loop {
             let server = self.server.as_mut().expect("attached");
             let buf = &mut server.io.read_buf;
-            if self.server_stream_left > 0 {
-                let take = self.server_stream_left.min(buf.len());
+            if self.owed.stream_left > 0 {
+                let take = self.owed.stream_left.min(buf.len());
                 self.client.write_buf.extend_from_slice(&buf.split_to(take));
-                self.server_stream_left -= take;
+                self.owed.stream_left -= take;
                 if buf.is_empty() {
                     break;
                 }
@@ -77,7 +78,7 @@ impl Session {
             }
             if buf.len() < header.total {
                 if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
-                    self.server_stream_left = header.total - buf.len();
+                    self.owed.stream_left = header.total - buf.len();
                     self.client.write_buf.extend_from_slice(buf);
                     buf.clear();
                 } else {
@@ -92,7 +93,7 @@ impl Session {
                 error_code = Some(fields.code.to_owned());
             }
             if matches!(header.tag, b'E' | b'N')
-                && self.rewrite_statements
+                && self.stmts.rewrite
                 && self.engine.pinned().is_none()
             {
                 let fields = parse_error_fields(&buf[5..header.total]);
@@ -111,14 +112,19 @@ impl Session {
             let mut frame = buf.split_to(header.total);
             tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
             if header.tag == b'A' {
-                own_notification_pid(&mut frame, server.cancel.process_id, self.cancel.process_id);
+                own_notification_pid(
+                    &mut frame,
+                    server.cancel.process_id,
+                    self.id.cancel.process_id,
+                );
             }
-            self.expect
+            self.owed
+                .expect
                 .drain_synthetic(&mut self.client.write_buf, self.status);
-            let (step, fx) = self.expect.on_server(header.tag, &frame[5..]);
-            if step == Step::Forward && self.txn_log.is_open() {
+            let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
+            if step == Step::Forward && self.txn.log.is_open() {
                 // Only what reaches the client (not Fulcrum's own queries).
-                super::replay::log_server_frame(&mut self.txn_log, header.tag, &frame[5..]);
+                super::replay::log_server_frame(&mut self.txn.log, header.tag, &frame[5..]);
             }
             match header.tag {
                 b'S' => {
@@ -127,8 +133,8 @@ impl Session {
                     }
                 }
                 b'C' => match command_tag(&frame[5..]) {
-                    b"COMMIT" => self.txn_committed = Some(true),
-                    b"ROLLBACK" => self.txn_committed = Some(false),
+                    b"COMMIT" => self.params.txn_committed = Some(true),
+                    b"ROLLBACK" => self.params.txn_committed = Some(false),
                     tag if is_ddl_tag(tag) => {
                         // Statements prepared before may now be stale; again
                         // at the end of the transaction, when others see it.
@@ -159,7 +165,7 @@ impl Session {
             if step == Step::Forward {
                 self.client.write_buf.extend_from_slice(&frame);
             }
-            self.pending_ready = self.pending_ready.saturating_sub(fx.ignored_syncs);
+            self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
                 if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
                     self.ctx.statements.schema_changed();
@@ -168,7 +174,7 @@ impl Session {
                 self.log_ready(status);
                 if status != b'I' && self.ctx.router.is_primary(self.backend) {
                     // A transaction on the primary: it may write.
-                    self.write_unit = true;
+                    self.engine.unit.wrote_on_primary = true;
                 }
                 if status == b'I' {
                     self.after_unit();
@@ -178,7 +184,8 @@ impl Session {
                 self.on_position(lsn);
             }
         }
-        self.expect
+        self.owed
+            .expect
             .drain_synthetic(&mut self.client.write_buf, self.status);
         self.flush_client().await?;
         self.flush_server().await?;
@@ -190,9 +197,9 @@ impl Session {
     pub(super) fn on_ready(&mut self, status: u8) {
         let was = self.status;
         self.status = status;
-        self.pending_ready = self.pending_ready.saturating_sub(1);
-        if self.pending_ready == 0 {
-            self.commit_in_flight = false;
+        self.owed.ready = self.owed.ready.saturating_sub(1);
+        if self.owed.ready == 0 {
+            self.engine.unit.commit_in_flight = false;
             // What the next unit prepares may evict what this one used.
             if let Some(server) = self.server.as_mut() {
                 server.prepared.begin_unit();
@@ -203,29 +210,29 @@ impl Session {
         let mut in_txn = was != b'I';
         let mut failed = was == b'E';
         let mut now = Vec::new();
-        for op in self.expect.take_batch_ops() {
+        for op in self.owed.expect.take_batch_ops() {
             match op {
                 Effect::Begin => in_txn = true,
                 Effect::Commit | Effect::Rollback => {
                     let committed = matches!(op, Effect::Commit) && !failed;
-                    let done = std::mem::take(&mut self.txn_ops);
+                    let done = std::mem::take(&mut self.params.txn_ops);
                     if committed {
                         now.extend(done);
                     }
                     in_txn = false;
                     failed = false;
                 }
-                op if in_txn => self.txn_ops.push(op),
+                op if in_txn => self.params.txn_ops.push(op),
                 op => now.push(op),
             }
         }
         match status {
             b'I' => {
-                if self.txn_committed == Some(true) {
-                    now.extend(std::mem::take(&mut self.txn_ops));
+                if self.params.txn_committed == Some(true) {
+                    now.extend(std::mem::take(&mut self.params.txn_ops));
                 }
-                self.txn_ops.clear();
-                self.txn_committed = None;
+                self.params.txn_ops.clear();
+                self.params.txn_committed = None;
             }
             b'E' => {}
             _ => {}
@@ -239,24 +246,24 @@ impl Session {
             match op {
                 Effect::Set { key, stmt } => {
                     server.applied.insert(key.clone(), stmt.clone());
-                    self.desired.insert(key, stmt);
+                    self.params.desired.insert(key, stmt);
                 }
                 Effect::Reset { key } => {
                     server.applied.remove(&key);
-                    match self.startup.get(&key) {
-                        Some(s) => self.desired.insert(key, s.clone()),
-                        None => self.desired.remove(&key),
+                    match self.params.startup.get(&key) {
+                        Some(s) => self.params.desired.insert(key, s.clone()),
+                        None => self.params.desired.remove(&key),
                     };
                 }
                 Effect::ResetAll => {
                     server.applied.clear();
-                    self.desired = self.startup.clone();
+                    self.params.desired = self.params.startup.clone();
                 }
                 Effect::DiscardAll => {
                     server.applied.clear();
                     server.prepared.clear();
-                    self.desired = self.startup.clone();
-                    self.statements.clear();
+                    self.params.desired = self.params.startup.clone();
+                    self.stmts.map.clear();
                 }
                 Effect::Deallocate(_)
                 | Effect::Pin(_)

@@ -1,0 +1,296 @@
+//! MariaDB's side of read consistency (`fulcrum_session::reads` does the
+//! steps; docs/consistency.md): positions are GTID lists; a write's
+//! position comes in its OK (`last_gtid` session tracking, which Fulcrum
+//! turns on for its server connections) or, for a connector that takes no
+//! session-state information, from `SELECT @@last_gtid` once the client
+//! has its answer; a replica is asked `MASTER_GTID_WAIT(gtid, secs)`; and
+//! the causal-token and `fulcrum.consistency` statements are answered in
+//! MySQL's words.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fulcrum_pool::{BackendId, Checkout, Need, Route};
+use fulcrum_session::reads::{Check, Positions, ReplicaProbe, SettingAnswer, Shared};
+use fulcrum_sql::consistency::{position_op, setting_op, PositionOp, SETTING};
+
+use super::Session;
+use crate::backend::ServerConn;
+use crate::frontend::context::MyClusterContext;
+use crate::frontend::error::SessionError;
+use crate::frontend::wire::{put_err, put_ok, put_one_row};
+
+/// ER_WRONG_VALUE_FOR_VAR.
+const WRONG_VALUE_FOR_VAR: u16 = 1231;
+
+/// MariaDB GTID lists (`domain-server-seq[,...]`).
+#[derive(Debug, Clone)]
+pub(crate) struct Gtid;
+
+impl Positions for Gtid {
+    type P = String;
+
+    /// A higher sequence number in the same domain; another domain (or a
+    /// list) replaces it (the newest report wins).
+    fn newer(a: &String, b: &String) -> bool {
+        let split = |g: &str| -> Option<(u64, u64)> {
+            let mut p = g.split('-');
+            let domain = p.next()?.parse().ok()?;
+            let _server = p.next()?;
+            let seq = p.next()?.parse().ok()?;
+            p.next().is_none().then_some((domain, seq))
+        };
+        match (split(a), split(b)) {
+            (Some((da, sa)), Some((db, sb))) if da == db => sa > sb,
+            _ => a != b,
+        }
+    }
+
+    fn parse(text: &str) -> Option<String> {
+        let list = !text.is_empty()
+            && text.split(',').all(|g| {
+                let parts: Vec<&str> = g.trim().split('-').collect();
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            });
+        list.then(|| text.to_owned())
+    }
+
+    /// `@@gtid_binlog_pos` is empty before the first commit.
+    fn is_origin(position: &String) -> bool {
+        position.is_empty()
+    }
+}
+
+/// A replica's connection, asked with `MASTER_GTID_WAIT`.
+struct Replica<'a>(&'a mut Checkout<ServerConn>);
+
+impl ReplicaProbe<String> for Replica<'_> {
+    async fn reached(&mut self, gtid: &String, wait: Duration) -> Option<bool> {
+        let sql = format!(
+            "SELECT MASTER_GTID_WAIT('{}', {})",
+            gtid.replace(['\'', '\\'], ""),
+            wait.as_secs_f64()
+        );
+        match self.0.query_value(&sql).await {
+            Ok(v) => Some(v.as_deref() == Some("0")),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The cluster-wide parts of a session's reads.
+fn shared<'a>(
+    ctx: &'a MyClusterContext,
+    user: &'a Arc<str>,
+    schema: &'a Arc<str>,
+) -> Shared<'a, String> {
+    Shared {
+        config: &ctx.config,
+        router: &ctx.router,
+        metrics: &ctx.metrics,
+        user_positions: &ctx.user_positions,
+        user,
+        database: schema,
+    }
+}
+
+impl Session {
+    /// The schema the user positions are kept under.
+    fn schema_key(&self) -> Arc<str> {
+        self.schema.as_deref().unwrap_or("").into()
+    }
+
+    /// After an answer from the primary: the GTID of a write it committed.
+    /// A connection that cannot report it in the OK is asked `@@last_gtid`
+    /// once the client has its answer; if that fails, the client's reads go
+    /// to the primary until its next write.
+    pub(super) async fn after_primary_answer(
+        &mut self,
+        last_gtid: Option<String>,
+        route: Route,
+    ) -> Result<(), SessionError> {
+        if !self.ctx.router.is_primary(self.backend) {
+            return Ok(());
+        }
+        let schema = self.schema_key();
+        if let Some(g) = last_gtid {
+            self.reads
+                .learnt(&shared(&self.ctx, &self.user, &schema), Some(g));
+            return Ok(());
+        }
+        let Some(server) = self.server.as_ref() else {
+            return Ok(());
+        };
+        // With one backend every read is on the primary already: no GTID
+        // to fetch (a single-node cluster pays nothing).
+        if server.track_gtid
+            || self.ctx.router.backend_count() < 2
+            || route != Route::Primary
+            || self.in_transaction()
+            || !self.reads.tracks_writes()
+        {
+            return Ok(());
+        }
+        // The answer goes out before its GTID is known: another connection
+        // of the user reads on the primary meanwhile.
+        self.reads.learning(&shared(&self.ctx, &self.user, &schema));
+        self.flush().await?;
+        let server = self.server.as_mut().expect("attached");
+        let answer = server.query_value("SELECT @@last_gtid").await;
+        let shared = shared(&self.ctx, &self.user, &schema);
+        match answer {
+            Ok(Some(g)) if !g.is_empty() && self.reads.need() != &Need::At(g.clone()) => {
+                self.reads.learnt(&shared, Some(g))
+            }
+            Ok(_) => self.reads.nothing_learnt(&shared),
+            Err(_) => self.reads.learnt(&shared, None),
+        }
+        Ok(())
+    }
+
+    /// May the replica `backend`, on `server`, serve the read being routed?
+    pub(super) async fn causal_ok(
+        &mut self,
+        backend: BackendId,
+        server: &mut Checkout<ServerConn>,
+    ) -> bool {
+        let schema = self.schema_key();
+        let shared = shared(&self.ctx, &self.user, &schema);
+        let (ctx, user, wire, charset) = (
+            &self.ctx,
+            &self.user,
+            self.hello.wire_format,
+            self.hello.charset,
+        );
+        let strong = || {
+            ctx.primary_position
+                .get(primary_position(ctx, user, wire, charset))
+        };
+        self.reads
+            .check(&shared, backend, &mut Replica(server), strong)
+            .await
+            == Check::Serve
+    }
+
+    /// Answers the causal-token statements itself: `SELECT @@fulcrum_position`
+    /// and `SET @@fulcrum_min_position = '...'`; true when `text` was one.
+    pub(super) async fn try_answer_position(&mut self, text: &str, seq: u8) -> bool {
+        let Some(op) = first_word_in(text, &["select", "set"])
+            .then(|| position_op(text))
+            .flatten()
+        else {
+            return false;
+        };
+        let out = match op {
+            PositionOp::Show => {
+                let schema = self.schema_key();
+                let token = self.reads.token(&shared(&self.ctx, &self.user, &schema));
+                // Nothing tracked: the primary's position now, past every
+                // commit acknowledged so far.
+                let position = match token {
+                    Some(p) => Some(p),
+                    None => {
+                        primary_position(&self.ctx, &self.user, self.hello.wire_format, self.hello.charset)
+                            .await
+                    }
+                };
+                let (caps, status) = (self.hello.caps, self.status);
+                let out = &mut self.client.write_buf;
+                match position {
+                    Some(p) => put_one_row(out, seq, caps, status, "@@fulcrum_position", &p),
+                    None => put_err(
+                        out,
+                        seq,
+                        crate::codec::err::codes::SERVER_SHUTDOWN.code,
+                        *b"08S01",
+                        "fulcrum: the position is not known now (no primary answered)",
+                    ),
+                }
+                return true;
+            }
+            PositionOp::SetMin(v) if self.reads.set_min_position(v) => None,
+            PositionOp::SetMin(v) => Some(format!(
+                "Variable 'fulcrum_min_position' can't be set to the value of '{v}' (fulcrum: a GTID list such as 0-1-42, from SELECT @@fulcrum_position)"
+            )),
+        };
+        self.answer_set(seq, out);
+        true
+    }
+
+    /// Answers `SET/RESET/SHOW fulcrum.consistency`; true when `text` was one.
+    pub(super) fn try_answer_setting(&mut self, text: &str, seq: u8) -> bool {
+        let Some(op) = first_word_in(text, &["set", "reset", "show"])
+            .then(|| setting_op(text))
+            .flatten()
+        else {
+            return false;
+        };
+        let error = match self.reads.setting(op) {
+            SettingAnswer::Set | SettingAnswer::Reset => None,
+            SettingAnswer::Show(name) => {
+                let (caps, status) = (self.hello.caps, self.status);
+                put_one_row(&mut self.client.write_buf, seq, caps, status, SETTING, name);
+                return true;
+            }
+            SettingAnswer::Invalid { value, names } => Some(format!(
+                "Variable '{SETTING}' can't be set to the value of '{value}' (fulcrum: one of {names})"
+            )),
+        };
+        self.answer_set(seq, error);
+        true
+    }
+
+    /// OK for a setting Fulcrum took, or ER_WRONG_VALUE_FOR_VAR with `error`.
+    fn answer_set(&mut self, seq: u8, error: Option<String>) {
+        match error {
+            None => put_ok(
+                &mut self.client.write_buf,
+                seq,
+                self.hello.caps,
+                self.status,
+            ),
+            Some(msg) => put_err(
+                &mut self.client.write_buf,
+                seq,
+                WRONG_VALUE_FOR_VAR,
+                *b"42000",
+                &msg,
+            ),
+        }
+    }
+}
+
+/// `@@gtid_binlog_pos` on a connection to the primary, as of now.
+async fn primary_position(
+    ctx: &MyClusterContext,
+    user: &Arc<str>,
+    wire: mysql_common::constants::CapabilityFlags,
+    charset: u8,
+) -> Option<String> {
+    let primary = ctx.router.primary()?;
+    ctx.metrics.position_queries.inc();
+    let pool = ctx.pool(primary, user, wire, charset);
+    let mut conn = pool
+        .get(|| ctx.open(primary, user, wire, charset))
+        .await
+        .ok()?;
+    match conn.query_value("SELECT @@gtid_binlog_pos").await {
+        Ok(v) => {
+            conn.release();
+            Some(v.unwrap_or_default())
+        }
+        Err(_) => {
+            conn.discard();
+            None
+        }
+    }
+}
+
+/// Whether the first word of `text` is one of `words`.
+fn first_word_in(text: &str, words: &[&str]) -> bool {
+    let first = text.split_whitespace().next().unwrap_or("");
+    words.iter().any(|w| first.eq_ignore_ascii_case(w))
+}

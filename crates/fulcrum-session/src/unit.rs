@@ -1,0 +1,152 @@
+//! The unit of work in flight, as the engine knows it whatever the
+//! protocol: whether it may write, whether it wrote on the primary (its
+//! commit position is then learnt), whether a COMMIT is in flight (a lost
+//! server then leaves the outcome unknown), when its server connection was
+//! attached, and the copy of a replica read's client frames kept to send it
+//! again elsewhere if the replica dies before answering.
+
+use std::time::Instant;
+
+use fulcrum_pool::BackendId;
+
+/// Most bytes of a replica read kept for a retry; a larger unit is not
+/// retried.
+pub const RETRY_MAX: usize = 1024 * 1024;
+
+/// The unit in flight.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unit {
+    /// The routing decision said it may write.
+    pub may_write: bool,
+    /// It runs on the primary and may have written: its position is learnt
+    /// when it ends (read-your-writes).
+    pub wrote_on_primary: bool,
+    /// A statement that may commit (COMMIT, END, COMMIT PREPARED, a write
+    /// outside a transaction) was sent and not answered yet.
+    pub commit_in_flight: bool,
+    /// When its server connection was attached (latency, slow log).
+    pub attached_at: Option<Instant>,
+    /// The next unit needs another connection and waits, buffered, until
+    /// the attached one has answered (the engine's `Hold`).
+    pub held: bool,
+    pub retry: Retry,
+}
+
+impl Unit {
+    /// The unit's server connection was attached now.
+    pub fn attached(&mut self) {
+        self.attached_at = Some(Instant::now());
+    }
+
+    /// The unit is over: how long it held its connection (once).
+    pub fn finished(&mut self) -> Option<std::time::Duration> {
+        self.attached_at.take().map(|at| at.elapsed())
+    }
+}
+
+/// A replica read that may be sent again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retry {
+    /// The client frames sent so far (a protocol that keeps its own copy
+    /// leaves this empty).
+    frames: Vec<u8>,
+    armed: bool,
+    /// Where the client's output stood when the unit was attached: replies
+    /// before it stay when the unit is sent again.
+    client_mark: usize,
+    /// The unit is being sent again, avoiding this backend (no second retry).
+    again: Option<BackendId>,
+}
+
+impl Retry {
+    /// A unit was attached: it may be retried when `eligible` (a read on a
+    /// replica outside a transaction) and it is not a retry itself.
+    pub fn arm(&mut self, eligible: bool, client_mark: usize) {
+        self.frames.clear();
+        self.armed = eligible && self.again.is_none();
+        self.client_mark = client_mark;
+    }
+
+    /// Keeps a client frame of the armed unit; past `RETRY_MAX` the unit is
+    /// no longer retried.
+    pub fn keep(&mut self, frame: &[u8]) {
+        if !self.armed {
+            return;
+        }
+        if self.frames.len() + frame.len() <= RETRY_MAX {
+            self.frames.extend_from_slice(frame);
+        } else {
+            self.disarm();
+        }
+    }
+
+    /// Its answer has started (or the unit is over): a lost replica can no
+    /// longer be hidden.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+        self.frames.clear();
+    }
+
+    pub fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// Armed with frames kept.
+    pub fn has_frames(&self) -> bool {
+        self.armed && !self.frames.is_empty()
+    }
+
+    /// Sends the unit again, avoiding `dead`: the frames to send and where
+    /// the client's output is cut back to.
+    pub fn take(&mut self, dead: BackendId) -> (Vec<u8>, usize) {
+        self.armed = false;
+        self.again = Some(dead);
+        (std::mem::take(&mut self.frames), self.client_mark)
+    }
+
+    /// The retry was sent.
+    pub fn done(&mut self) {
+        self.again = None;
+    }
+
+    /// The backend a unit being retried must not go back to.
+    pub fn avoid(&self) -> Option<BackendId> {
+        self.again
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_armed_read_keeps_its_frames_until_it_is_answered() {
+        let mut r = Retry::default();
+        r.arm(true, 3);
+        r.keep(b"Q....");
+        assert!(r.has_frames());
+        let (frames, mark) = r.take(2);
+        assert_eq!((frames.as_slice(), mark), (&b"Q...."[..], 3));
+        assert_eq!(r.avoid(), Some(2));
+        r.arm(true, 0);
+        assert!(!r.armed(), "a retry is not retried again");
+        r.done();
+        r.arm(true, 0);
+        r.keep(b"x");
+        r.disarm();
+        assert!(!r.has_frames());
+    }
+
+    #[test]
+    fn a_unit_too_large_to_keep_is_not_retried() {
+        let mut r = Retry::default();
+        r.arm(true, 0);
+        r.keep(&vec![0; RETRY_MAX]);
+        assert!(r.has_frames());
+        r.keep(b"one more");
+        assert!(!r.armed());
+        r.arm(false, 0);
+        r.keep(b"Q");
+        assert!(!r.has_frames(), "not eligible: nothing kept");
+    }
+}
