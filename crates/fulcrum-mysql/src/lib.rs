@@ -14,7 +14,10 @@
 //! prepared statements, KILL, COM_CHANGE_USER) owns client sockets and server
 //! connections from `fulcrum_pool` pools; it classifies each query with
 //! `fulcrum_sql` and asks `fulcrum_session::decide` where it goes, and
-//! `fulcrum_pool::Router` which backend serves that route. The codecs and
+//! `fulcrum_pool::Router` which backend serves that route; the client's
+//! phase, the unit in flight and its read consistency are
+//! `fulcrum_session`'s (`Engine`, `Reads`), this crate keeping GTIDs, the
+//! `MASTER_GTID_WAIT` probe and the words of its answers. The codecs and
 //! `auth` stay pure: no sockets, the caller supplies sequence ids and the
 //! random scramble. Protocol constants and the scramble functions are
 //! mysql_common's, re-exported here so callers use the same types.

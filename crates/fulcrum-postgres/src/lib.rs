@@ -7,10 +7,14 @@
 //! PostgreSQL's words).
 //!
 //! It classifies statements through `fulcrum_sql`, which also reports what
-//! each does to the session (`fulcrum_sql::Effects`), but decides nothing about
-//! routing or a client's state: `fulcrum_session::decide` and
-//! `fulcrum_session::Engine` do, and `fulcrum_pool::Router` picks the
-//! backend. Sockets and their buffers are `fulcrum_net::Connection`s.
+//! each does to the session (`fulcrum_sql::Effects`); `fulcrum_session::decide`
+//! places each unit, `fulcrum_session::Engine` holds the client's phase and
+//! the unit in flight, `fulcrum_session::Reads` its read consistency, and
+//! `fulcrum_pool::Router` picks the backend. This crate keeps what is
+//! PostgreSQL's own: frames, the reply queue, statement and portal maps,
+//! session-parameter replay, how a write's LSN is learnt and a replica's is
+//! asked, and the words of every answer. Sockets and their buffers are
+//! `fulcrum_net::Connection`s.
 
 #![forbid(unsafe_code)]
 

@@ -11,11 +11,20 @@
 //! - `replay`: the bounded copy of an open transaction and the checksum of
 //!   what its client received, for `transaction_replay`;
 //! - `txn`: transaction control Fulcrum answers itself (a lone `BEGIN`,
-//!   `SET TRANSACTION`, the `COMMIT` of an empty transaction).
+//!   `SET TRANSACTION`, the `COMMIT` of an empty transaction);
+//! - `unit`: the unit in flight (may write, wrote on the primary, commit in
+//!   flight, attach time, held, the replica-read retry copy), held by the
+//!   `Engine`;
+//! - `reads`: read consistency, its steps written once and generic over
+//!   the protocol's positions and replica probe.
 //!
-//! It never knows sockets, buffers, wire formats, or how statements are
-//! parsed: the front ends read their protocol, classify with `fulcrum-sql`,
-//! feed events in and perform the actions that come out. Pure and
+//! It never knows sockets or buffers: the front ends read their protocol,
+//! classify with `fulcrum-sql`, feed events in and perform the actions that
+//! come out. Two places know a little of the wire, each behind a choice the
+//! front end makes: `replay::Framing` (PostgreSQL's frame header, to leave
+//! `ParameterStatus` out of the replay checksum) and `txn` (the text of a
+//! lone transaction-control statement). `reads::Reads::check` awaits only
+//! what the protocol's `ReplicaProbe` gives it; everything else is
 //! synchronous, so every rule is a unit test without a server.
 
 #![forbid(unsafe_code)]
