@@ -9,6 +9,7 @@ pub mod budget;
 pub mod causal;
 pub mod coalesce;
 pub mod pool;
+pub mod primary_wait;
 pub mod router;
 
 pub use balance::Balance;
@@ -16,4 +17,5 @@ pub use budget::{Budget, Budgets};
 pub use causal::{when_behind, when_behind_now, Causal, Need, UserNeed, UserPositions, WhenBehind};
 pub use coalesce::Coalesced;
 pub use pool::{CheckHook, Checkout, Pool, PoolError, PoolSettings, PoolStats, Poolable};
+pub use primary_wait::PrimaryWait;
 pub use router::{Admission, BackendId, Route, Router};

@@ -71,26 +71,17 @@ impl Session {
             }
         }
         let wait = self.ctx.config.pool_timeout;
+        let ctx = self.ctx.clone();
         let deadline = tokio::time::Instant::now() + wait;
-        let mut why = format!(
-            "the primary {} is down",
-            self.ctx.address(self.ctx.router.last_primary())
-        );
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let primary = match self.ctx.router.primary() {
-                Some(p) => Some(p),
-                None => self.ctx.router.wait_primary(None, left).await,
-            };
-            let Some(primary) = primary else { break };
+        let mut primaries = fulcrum_pool::PrimaryWait::new(&ctx.router, deadline, false);
+        while let Some((primary, _)) = primaries.next().await {
             match self.checkout(primary).await {
                 Ok(server) => {
                     self.install(primary, server);
                     return Ok(());
                 }
                 Err(PoolError::Connect(e)) if e.is_backend_down() => {
-                    self.ctx.router.suspect(primary);
-                    why = e.to_string();
+                    primaries.down(primary, e.to_string());
                 }
                 Err(PoolError::Connect(crate::backend::ConnectError::Server {
                     payload,
@@ -113,14 +104,13 @@ impl Session {
                     return Err(SessionError::Refused(msg));
                 }
             }
-            if deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .is_zero()
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+        let why = primaries.why().unwrap_or_else(|| {
+            format!(
+                "the primary {} is down",
+                ctx.address(ctx.router.last_primary())
+            )
+        });
         let msg = format!(
             "fulcrum: {why}; cluster \"{}\" has no primary to take this work; waited {wait:?}, try again",
             self.ctx.name()

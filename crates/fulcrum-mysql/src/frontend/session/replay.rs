@@ -280,34 +280,21 @@ impl Session {
 
     /// Attaches to whatever primary there is before `deadline`; false: none.
     async fn attach_for_replay(&mut self, deadline: tokio::time::Instant) -> bool {
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            // A SWITCHOVER's pause holds the replay like any new unit.
-            let Ok(_admission) = tokio::time::timeout(left, self.ctx.router.admit()).await else {
-                return false;
-            };
-            let primary = match self.ctx.router.primary() {
-                Some(p) => Some(p),
-                None => self.ctx.router.wait_primary(None, left).await,
-            };
-            if let Some(primary) = primary {
-                match self.checkout(primary).await {
-                    Ok(server) => {
-                        self.install(primary, server);
-                        return true;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "replay: the primary cannot take it yet");
-                        self.ctx.router.suspect(primary);
-                    }
+        let ctx = self.ctx.clone();
+        let mut primaries = fulcrum_pool::PrimaryWait::new(&ctx.router, deadline, true);
+        while let Some((primary, _admission)) = primaries.next().await {
+            match self.checkout(primary).await {
+                Ok(server) => {
+                    self.install(primary, server);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "replay: the primary cannot take it yet");
+                    primaries.down(primary, e.to_string());
                 }
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
         }
+        false
     }
 
     /// The replay cannot finish: the client gets what it gets without

@@ -34,34 +34,22 @@ impl Session {
     /// server yet, so nothing is lost by waiting.
     pub(super) async fn attach_primary(&mut self) -> Result<(), SessionError> {
         let wait = self.ctx.config.pool_timeout;
+        let ctx = self.ctx.clone();
+        // The caller holds the admission already.
         let deadline = tokio::time::Instant::now() + wait;
-        let mut why = format!(
-            "the primary {} is down",
-            self.ctx.backends[self.ctx.router.last_primary()]
-        );
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let primary = match self.ctx.router.primary() {
-                Some(p) => Some(p),
-                None => self.ctx.router.wait_primary(None, left).await,
-            };
-            let Some(primary) = primary else {
-                break;
-            };
+        let mut primaries = fulcrum_pool::PrimaryWait::new(&ctx.router, deadline, false);
+        while let Some((primary, _)) = primaries.next().await {
             match self.attach_to(primary).await {
-                Err(SessionError::BackendDown(e)) => {
-                    self.ctx.router.suspect(primary);
-                    why = e;
-                }
+                Err(SessionError::BackendDown(why)) => primaries.down(primary, why),
                 r => return r,
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            // Until the health loop has looked, the same primary may still be named.
-            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
         }
+        let why = primaries.why().unwrap_or_else(|| {
+            format!(
+                "the primary {} is down",
+                ctx.backends[ctx.router.last_primary()]
+            )
+        });
         let msg = format!(
             "fulcrum: {why}; cluster \"{}\" has no primary to take this work (it is down{}); waited {:?}, try again",
             self.ctx.name(),

@@ -186,47 +186,31 @@ impl Session {
         &mut self,
         deadline: tokio::time::Instant,
     ) -> Result<bool, SessionError> {
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            // A SWITCHOVER's pause holds the replay like any new unit.
-            let Ok(_admission) = tokio::time::timeout(left, self.ctx.router.admit()).await else {
-                return Ok(false);
-            };
-            let primary = match self.ctx.router.primary() {
-                Some(p) => Some(p),
-                None => self.ctx.router.wait_primary(None, left).await,
-            };
-            if let Some(primary) = primary {
-                let pool = self.ctx.pool(primary, &self.id.user, &self.id.database);
-                let ctx = self.ctx.clone();
-                let (user, database) = (self.id.user.clone(), self.id.database.clone());
-                match pool
-                    .get(|| async move { ctx.open(primary, &user, &database).await })
-                    .await
-                {
-                    Ok(mut server) => {
-                        let synced = server.applied == self.params.desired
-                            || sync_params(&mut server, &self.params.desired).await.is_ok();
-                        if synced {
-                            self.install(primary, server);
-                            return Ok(true);
-                        }
-                        server.discard();
+        let ctx = self.ctx.clone();
+        let mut primaries = fulcrum_pool::PrimaryWait::new(&ctx.router, deadline, true);
+        while let Some((primary, _admission)) = primaries.next().await {
+            let pool = ctx.pool(primary, &self.id.user, &self.id.database);
+            let (user, database) = (&self.id.user, &self.id.database);
+            match pool.get(|| ctx.open(primary, user, database)).await {
+                Ok(mut server) => {
+                    let synced = server.applied == self.params.desired
+                        || sync_params(&mut server, &self.params.desired).await.is_ok();
+                    if synced {
+                        self.install(primary, server);
+                        return Ok(true);
                     }
-                    Err(e) => {
-                        // Down, starting, refusing: the next try may find
-                        // it back, or the health loop a new primary.
-                        tracing::debug!(error = %e, "replay: the primary cannot take it yet");
-                        self.ctx.router.suspect(primary);
-                    }
+                    // Not the primary's fault: tried again a moment later.
+                    server.discard();
+                }
+                // Down, starting, refusing: the next try may find it back,
+                // or the health loop a new primary.
+                Err(e) => {
+                    tracing::debug!(error = %e, "replay: the primary cannot take it yet");
+                    primaries.down(primary, e.to_string());
                 }
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
         }
+        Ok(false)
     }
 
     /// Compares the replayed output queued since the replay started with
