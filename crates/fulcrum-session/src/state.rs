@@ -12,8 +12,12 @@
 use fulcrum_pool::Route;
 use fulcrum_sql::{Decision, PinReason};
 
-use crate::route::{Routing, Target};
+use crate::route::Target;
 use crate::txn::{self, Deferral, DeferredTxn};
+
+#[path = "state/vocabulary.rs"]
+mod vocabulary;
+pub use vocabulary::{Action, Actions, Ending, Event, Loss, Outcome};
 
 /// Where the client is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,188 +60,6 @@ pub enum Owed {
     Client,
     /// Only Fulcrum's own query.
     OwnQuery,
-}
-
-/// What was in flight when a server connection died.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Loss {
-    /// A read on a replica outside a transaction whose answer has not
-    /// started: it can be sent elsewhere.
-    pub retryable: bool,
-    /// A COMMIT, or a write outside a transaction, was in flight: it may
-    /// have committed.
-    pub commit_in_flight: bool,
-    /// An extended-protocol batch is open (not synced): the client is
-    /// answered as a failed batch up to its Sync.
-    pub batch_open: bool,
-    /// Part of a server message already went to the client: no clean answer
-    /// can follow.
-    pub mid_message: bool,
-    /// The open transaction can be replayed on a new primary
-    /// (`transaction_replay` is on and its statements were all kept, from
-    /// the one that began it).
-    pub replayable: bool,
-}
-
-/// How a unit whose server died is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A read not answered (08006): retrying is safe.
-    NotAnswered,
-    /// The transaction was rolled back by the server's death (08006).
-    NotCommitted,
-    /// It may have committed (08007, transaction resolution unknown).
-    Unknown,
-}
-
-impl Outcome {
-    /// The SQLSTATE PostgreSQL clients expect for it (MySQL carries it too).
-    pub fn sqlstate(self) -> &'static str {
-        match self {
-            Outcome::Unknown => "08007",
-            Outcome::NotAnswered | Outcome::NotCommitted => "08006",
-        }
-    }
-
-    /// What the client is told to do.
-    pub fn advice(self) -> &'static str {
-        match self {
-            Outcome::NotAnswered => "the read was not answered: retry it",
-            Outcome::NotCommitted => "the transaction was not committed: roll back and retry it",
-            Outcome::Unknown => {
-                "the transaction may or may not have committed: check before retrying it"
-            }
-        }
-    }
-}
-
-/// Why a client session is ended by Fulcrum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// Its server died and its state (pinned, session pooling, a message
-    /// half sent) cannot be rebuilt elsewhere.
-    StateLost,
-    /// A drain reached the client at a transaction boundary.
-    Drained,
-}
-
-/// Something that happened to the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// A unit arrived and `route::decide` placed it.
-    Unit(Routing),
-    /// Fulcrum answered `BEGIN` (or `SET TRANSACTION`) itself.
-    Deferred { read_only: bool },
-    /// Session state that cannot be replayed was set (LISTEN, a temporary
-    /// table, SQL PREPARE, ...): the client keeps its connection.
-    Pin(PinReason),
-    /// The unit's connection was checked out, from a backend of this route
-    /// (a `Replica` route may be served by the primary: `reads_on_primary`,
-    /// or no replica available).
-    Attached(Route),
-    /// The deferred transaction ended before any statement ran.
-    DeferredEnded,
-    /// The server answered: its transaction status, and whether the
-    /// connection still owes anything (pipelined work, Fulcrum's own query).
-    Ready { status: Status, owed: Owed },
-    /// The server connection died.
-    ServerLost(Loss),
-    /// The client ended its lost transaction.
-    LostEnded,
-    /// The replayed transaction's answers matched what the client had
-    /// received: it goes on on the new connection.
-    Replayed,
-    /// The replay cannot finish: no primary in time, or an answer differed
-    /// from what the client had received.
-    ReplayFailed,
-    /// The client's session state was reset (COM_RESET_CONNECTION, DISCARD
-    /// ALL): a pin whose state is gone is lifted.
-    Reset,
-    /// SIGTERM: end the session at its next transaction boundary.
-    Drain,
-    /// The client went away.
-    ClientGone,
-}
-
-/// What the front end must do. At most two per event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Check out a server connection of this route for the unit.
-    Attach(Route),
-    /// The next unit needs another connection: keep it buffered until the
-    /// attached one has answered and gone back (no new wait: the server
-    /// owes an answer).
-    Hold,
-    /// Return the server connection to the pool.
-    Detach,
-    /// Send the unit again to another backend (not the dead one).
-    Retry,
-    /// Send the open transaction's statements again, to the new primary.
-    Replay,
-    /// Answer the work in flight with this outcome; the client stays.
-    Fail(Outcome),
-    /// End the session.
-    Close(Ending),
-    /// Before the connection goes back: roll back its transaction and/or
-    /// reset its session (pinned state); a connection in the middle of a
-    /// unit is closed instead (the server rolls back).
-    Clean { rollback: bool, reset: bool },
-}
-
-/// A small list of actions, in order. Every action is carried out by the
-/// front end: dropping the list unread is a compile error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[must_use = "the front end must carry out every action the engine returns"]
-pub struct Actions([Option<Action>; 2]);
-
-impl Actions {
-    fn none() -> Actions {
-        Actions::default()
-    }
-
-    fn one(a: Action) -> Actions {
-        Actions([Some(a), None])
-    }
-
-    fn two(a: Action, b: Action) -> Actions {
-        Actions([Some(a), Some(b)])
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
-        self.0.iter().flatten().copied()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0[0].is_none()
-    }
-
-    pub fn contains(&self, a: Action) -> bool {
-        self.iter().any(|x| x == a)
-    }
-
-    /// For events whose transitions ask nothing of the front end but a
-    /// drain's end (`Pin`, `Attached`, `LostEnded`, `Replayed`,
-    /// `ReplayFailed`, `Drain`): whether the session must close now. The
-    /// front end performs that close at its boundary check. Anything else
-    /// here is a transition-table bug (checked in debug builds and by
-    /// `quiet_events_ask_only_for_a_drains_close`).
-    pub fn close_now(self) -> bool {
-        debug_assert!(
-            self.iter()
-                .all(|a| matches!(a, Action::Close(Ending::Drained))),
-            "an action nobody performs: {self:?}"
-        );
-        self.contains(Action::Close(Ending::Drained))
-    }
-
-    /// What a `Clean` asks before the connection goes back, if any:
-    /// `(rollback, reset)`.
-    pub fn clean(self) -> Option<(bool, bool)> {
-        self.iter().find_map(|a| match a {
-            Action::Clean { rollback, reset } => Some((rollback, reset)),
-            _ => None,
-        })
-    }
 }
 
 /// One client's engine: its phase, whether a drain is pending, and (for a
@@ -525,9 +347,68 @@ impl Engine {
                 self.begin.clear();
                 (Idle, Actions::none())
             }
-            // Anything else changes nothing (e.g. a Ready for Fulcrum's own
-            // query after the client's unit was already settled).
-            (phase, _) => (phase, Actions::none()),
+            // Every other event changes nothing in the phase it arrives in
+            // (e.g. a Ready for Fulcrum's own query after the client's unit
+            // was already settled). Listed, not a wildcard: a new phase or
+            // event does not compile until it is placed.
+            (Lost { .. } | Replaying, Event::Unit(_))
+            | (
+                Busy { .. } | Settling | InTransaction { .. } | Pinned(_) | Lost { .. } | Replaying,
+                Event::Deferred { .. },
+            )
+            | (
+                Idle
+                | Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Lost { .. }
+                | Replaying,
+                Event::DeferredEnded,
+            )
+            | (
+                Idle
+                | Deferred { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Lost { .. }
+                | Replaying,
+                Event::Attached(_),
+            )
+            | (Deferred { .. } | Pinned(_) | Lost { .. } | Replaying, Event::Pin(_))
+            | (Idle | Deferred { .. } | Lost { .. } | Replaying, Event::Ready { .. })
+            | (
+                Idle
+                | Deferred { .. }
+                | Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Lost { .. }
+                | Replaying,
+                Event::Reset,
+            )
+            | (Idle | Deferred { .. } | Lost { .. }, Event::ServerLost(_))
+            | (
+                Idle
+                | Deferred { .. }
+                | Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Replaying,
+                Event::LostEnded,
+            )
+            | (
+                Idle
+                | Deferred { .. }
+                | Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Lost { .. },
+                Event::Replayed | Event::ReplayFailed,
+            ) => (self.phase, Actions::none()),
         };
         self.phase = next;
         actions
