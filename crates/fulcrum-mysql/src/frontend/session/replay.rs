@@ -38,11 +38,6 @@ enum Progress {
 }
 
 impl Session {
-    fn in_txn(&self) -> bool {
-        self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
-    }
-
     /// The open transaction can be replayed if its server dies now.
     pub(super) fn replayable(&self) -> bool {
         match &self.txn.run {
@@ -59,7 +54,7 @@ impl Session {
             return;
         }
         if !self.txn.log.is_open() {
-            if self.in_txn() || self.engine.pinned().is_some() {
+            if self.in_transaction() || self.engine.pinned().is_some() {
                 return;
             }
             // BEGIN as a query, or as a prepared statement (sysbench's
@@ -133,7 +128,7 @@ impl Session {
     /// After a command's answer: the log ends with the transaction.
     pub(super) fn log_answered(&mut self) {
         if self.txn.run.is_none() && self.txn.log.is_open() {
-            if self.in_txn() {
+            if self.in_transaction() {
                 self.txn.log.command_done(true);
             } else {
                 self.txn.log.close();
