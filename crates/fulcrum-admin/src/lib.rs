@@ -1,14 +1,21 @@
 //! The admin console: a PostgreSQL-protocol listener (`[fulcrum] admin`), so
 //! psql is the client, authenticated by `[[fulcrum.admin_user]]` (SCRAM-SHA-256
-//! or md5, `admin_auth`), any
-//! database name accepted. PgBouncer's `SHOW` commands with its column names
-//! where the concept is the same, plus operator commands (`PAUSE`,
-//! `RESUME`, `DISABLE`, `ENABLE`, `SET log`). The parser (`command.rs`) and
-//! the row encoding (`rows.rs`) are pure; `session.rs` owns the socket.
+//! or md5, `admin_auth`), any database name accepted. PgBouncer's `SHOW`
+//! commands with its column names where the concept is the same, plus
+//! operator commands (`PAUSE`, `RESUME`, `DISABLE`, `ENABLE`, `SWITCHOVER`,
+//! `RELOAD`, `SET log`). The parser (`command.rs`) and the row encoding
+//! (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
+//! command, `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
+//! digest, memory and traffic ones).
+//!
+//! It sees clusters only through `fulcrum_cluster::ClusterAdmin`: it never
+//! knows a cluster's protocol beyond its config, nor a session or a server
+//! connection.
 
 #![forbid(unsafe_code)]
 
 pub mod command;
+mod execute;
 mod queries;
 mod reason;
 pub mod rows;

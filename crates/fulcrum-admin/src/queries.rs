@@ -4,8 +4,8 @@
 
 use bytes::BytesMut;
 
+use crate::execute::Failure;
 use crate::rows::result;
-use crate::show::Failure;
 use crate::Admin;
 
 impl Admin {

@@ -1,6 +1,7 @@
 //! What the admin console asks of a cluster, whatever its protocol: its
-//! config, router and health view, and its pools. Implemented by the
-//! PostgreSQL and MySQL cluster contexts; read by `fulcrum-admin`.
+//! config, router and health view, and its pools. Implemented for every
+//! protocol's cluster context (`context::ProtocolContext`); read by
+//! `fulcrum-admin`.
 
 use std::sync::Arc;
 

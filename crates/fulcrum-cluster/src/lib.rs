@@ -1,20 +1,35 @@
-//! Cluster health and failover, protocol-neutral: the health loop probes
-//! every backend, tracks its state (up, down, lagging, stale), measures
-//! replication lag, decides which backend is the primary, fences a second
-//! writable node, and promotes a replica when the primary is lost. What it
-//! decides is published to `fulcrum_pool::Router`, which sessions read.
+//! The protocol-neutral part of a cluster, which both protocol crates
+//! build on.
 //!
-//! The server-specific part (how to ask a PostgreSQL or MariaDB server its
-//! role and position, how to promote one and re-point the others) is the
-//! [`ServerOps`] trait, implemented by each protocol crate; this crate knows
-//! no wire protocol and no SQL. The decisions (`state`, `lag`, `topology`,
-//! the expansion in `command`) are pure and unit-tested. The I/O is in
-//! `monitor` (the loop and its probes), `switchover` (the planned
-//! switchover it runs), `health_loop` (starting and stopping the loop's
-//! task) and `command` (running `failover_command` through `/bin/sh`).
-//! `clients` and `view` are shared registries the data path and the admin
-//! console read and write with short locks or atomics; `auth_cache` holds
-//! what `auth_query` fetched and what clients proved, for both protocols.
+//! Health and failover: the health loop probes every backend, tracks its
+//! state (up, down, lagging, stale), measures replication lag, decides
+//! which backend is the primary, fences a second writable node, and
+//! promotes a replica when the primary is lost. What it decides is
+//! published to `fulcrum_pool::Router`, which sessions read. The decisions
+//! (`state`, `lag`, `topology`, the expansion in `command`) are pure and
+//! unit-tested. The I/O is in `monitor` (the loop and its probes),
+//! `switchover` (the planned switchover it runs), `health_loop` (starting
+//! and stopping the loop's task) and `command` (running `failover_command`
+//! through `/bin/sh`).
+//!
+//! A cluster's shared state: `context::ClusterCore`, what every protocol's
+//! cluster context holds (config, metrics, router and health view,
+//! classifier, digests, function catalog, causal-read positions, the
+//! server connection pools and their upkeep), and `serve`, the client
+//! listener (accept, pending-login admission, `max_client_connections`, a
+//! task per client, the drain on shutdown). `clients` and `view` are shared
+//! registries the data path and the admin console read and write with
+//! short locks or atomics; `auth_cache` holds what `auth_query` fetched and
+//! what clients proved, for both protocols; `admin` is what the console
+//! asks of a cluster.
+//!
+//! It knows no wire protocol and no SQL text beyond what `fulcrum_sql`
+//! tells it: the server-specific part of health (how to ask a PostgreSQL
+//! or MariaDB server its role and position, how to promote one and
+//! re-point the others) is the [`ServerOps`] trait; opening a server
+//! connection, reading a database's functions, logging a client in and
+//! running its session are [`ProtocolContext`] and [`serve::Frontend`];
+//! each protocol crate implements them.
 
 #![forbid(unsafe_code)]
 
@@ -22,6 +37,7 @@ pub mod admin;
 pub mod auth_cache;
 pub mod clients;
 pub mod command;
+pub mod context;
 pub mod digests;
 pub mod function_catalog;
 pub mod health_loop;
@@ -29,6 +45,7 @@ pub mod lag;
 pub mod monitor;
 pub mod ops;
 pub mod pool_upkeep;
+pub mod serve;
 pub mod state;
 pub mod switchover;
 pub mod topology;
@@ -36,6 +53,7 @@ pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
 pub use auth_cache::{auth_query_backend, AuthCache, AuthQueryError, Looked};
+pub use context::{ClusterCore, PoolScope, ProtocolContext};
 pub use digests::DigestSlot;
 pub use health_loop::HealthLoop;
 pub use monitor::{Monitor, MonitorSettings};

@@ -16,12 +16,15 @@
 //! never knows a wire protocol beyond what its `Framing` says, and nothing
 //! of SQL or routing.
 //!
-//! Beside it, `PendingLogins`: the cap on connections still logging in.
+//! Beside it, `PendingLogins`: the cap on connections still logging in;
+//! and `within`: the deadline on opening a server connection.
 
 #![forbid(unsafe_code)]
 
+mod deadline;
 mod pending;
 
+pub use deadline::within;
 pub use pending::{PendingLogins, PendingTicket};
 
 use std::future::Future;

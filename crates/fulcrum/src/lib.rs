@@ -1,7 +1,11 @@
-//! The daemon's wiring: from a validated config to running listeners, one per
-//! cluster, the metrics endpoint and the admin console, until shutdown; and
-//! reloading the config (SIGHUP or the console's `RELOAD`) without dropping
-//! clients. Protocol work lives in the protocol crates.
+//! The daemon's wiring: from a validated config to running listeners (one
+//! per address; clusters sharing one are picked by the client's database),
+//! each cluster's context with its health loop and background tasks, the
+//! metrics endpoint and the admin console, until shutdown; and reloading
+//! the config (SIGHUP or the console's `RELOAD`) without dropping clients.
+//! It picks a protocol crate per cluster and never knows a wire protocol:
+//! the accept loop is `fulcrum_cluster::serve`'s, logins and sessions are
+//! the protocol crates'.
 
 #![forbid(unsafe_code)]
 
@@ -12,7 +16,7 @@ pub mod systemd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use fulcrum_cluster::ClusterAdmin;
+use fulcrum_cluster::{ClusterAdmin, ProtocolContext};
 use fulcrum_config::{Cluster, Config, Protocol};
 use fulcrum_metrics::Metrics;
 use thiserror::Error;
@@ -45,6 +49,22 @@ enum Current {
     Mysql(watch::Sender<Arc<fulcrum_mysql::frontend::MyClusterContext>>),
 }
 
+impl Current {
+    fn postgres(&self) -> Option<&watch::Sender<Arc<fulcrum_postgres::frontend::ClusterContext>>> {
+        match self {
+            Current::Postgres(tx) => Some(tx),
+            Current::Mysql(_) => None,
+        }
+    }
+
+    fn mysql(&self) -> Option<&watch::Sender<Arc<fulcrum_mysql::frontend::MyClusterContext>>> {
+        match self {
+            Current::Mysql(tx) => Some(tx),
+            Current::Postgres(_) => None,
+        }
+    }
+}
+
 /// What a reload works on.
 struct Live {
     config: Config,
@@ -67,7 +87,6 @@ fn context(
     shutdown: &watch::Receiver<bool>,
     earlier: Option<&Current>,
 ) -> (Arc<dyn ClusterAdmin>, Current) {
-    let name = cluster.name.clone();
     let slow = config.fulcrum.slow_query_threshold;
     match cluster.protocol {
         Protocol::Postgres => {
@@ -76,14 +95,12 @@ fn context(
                 metrics.clone(),
                 slow,
             );
-            if let Some(Current::Postgres(tx)) = earlier {
-                ctx.take_over(&tx.borrow());
-            }
-            metrics.set_source(&name, ctx.clone());
-            ctx.start_health(shutdown.clone());
-            ctx.start_pool_upkeep();
-            ctx.start_function_lookups();
-            let (tx, _) = watch::channel(ctx.clone());
+            let tx = start(
+                ctx.clone(),
+                earlier.and_then(Current::postgres),
+                metrics,
+                shutdown,
+            );
             (ctx, Current::Postgres(tx))
         }
         Protocol::Mysql => {
@@ -92,17 +109,53 @@ fn context(
                 metrics.clone(),
                 slow,
             );
-            if let Some(Current::Mysql(tx)) = earlier {
-                ctx.take_over(&tx.borrow());
-            }
-            metrics.set_source(&name, ctx.clone());
-            ctx.start_health(shutdown.clone());
-            ctx.start_pool_upkeep();
-            ctx.start_function_lookups();
-            let (tx, _) = watch::channel(ctx.clone());
+            let tx = start(
+                ctx.clone(),
+                earlier.and_then(Current::mysql),
+                metrics,
+                shutdown,
+            );
             (ctx, Current::Mysql(tx))
         }
     }
+}
+
+/// Starts `ctx`, a cluster's new context: `earlier` (the one a reload
+/// replaces) hands over first, then it is registered with metrics and its
+/// health loop, pool upkeep and function lookups start. Returns the
+/// channel its listener takes it from.
+fn start<X: ProtocolContext + fulcrum_metrics::Source>(
+    ctx: Arc<X>,
+    earlier: Option<&watch::Sender<Arc<X>>>,
+    metrics: &Arc<Metrics>,
+    shutdown: &watch::Receiver<bool>,
+) -> watch::Sender<Arc<X>> {
+    if let Some(tx) = earlier {
+        ctx.core().take_over(tx.borrow().core());
+    }
+    metrics.set_source(&ctx.core().config.name, ctx.clone());
+    ctx.start_health(shutdown.clone());
+    ctx.start_pool_upkeep();
+    ctx.start_function_lookups();
+    watch::channel(ctx).0
+}
+
+/// Serves `listener` for the clusters `on` it (those `pick` finds: config
+/// validation keeps one protocol per address) until shutdown.
+fn listen<X: fulcrum_cluster::serve::Frontend>(
+    on: &[&Current],
+    pick: impl Fn(&Current) -> Option<&watch::Sender<Arc<X>>>,
+    listener: TcpListener,
+    shutdown: &watch::Receiver<bool>,
+    drain: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    let current = on.iter().filter_map(|c| pick(c)).map(|tx| tx.subscribe());
+    tokio::spawn(fulcrum_cluster::serve::serve(
+        current.collect(),
+        listener,
+        shutdown.clone(),
+        drain,
+    ))
 }
 
 /// Pending connections a client listener queues before the kernel drops
@@ -209,38 +262,11 @@ pub async fn run(
     for (members, listener) in listeners {
         let on: Vec<&Current> = members.iter().map(|&i| &live_clusters[i].1).collect();
         // Config validation keeps one protocol per address.
-        match on[0] {
-            Current::Postgres(_) => {
-                let current = on
-                    .iter()
-                    .filter_map(|c| match c {
-                        Current::Postgres(tx) => Some(tx.subscribe()),
-                        Current::Mysql(_) => None,
-                    })
-                    .collect();
-                tasks.push(tokio::spawn(fulcrum_postgres::frontend::serve(
-                    current,
-                    listener,
-                    shutdown.clone(),
-                    drain,
-                )))
-            }
-            Current::Mysql(_) => {
-                let current = on
-                    .iter()
-                    .filter_map(|c| match c {
-                        Current::Mysql(tx) => Some(tx.subscribe()),
-                        Current::Postgres(_) => None,
-                    })
-                    .collect();
-                tasks.push(tokio::spawn(fulcrum_mysql::frontend::serve(
-                    current,
-                    listener,
-                    shutdown.clone(),
-                    drain,
-                )))
-            }
-        }
+        let task = match on[0] {
+            Current::Postgres(_) => listen(&on, Current::postgres, listener, &shutdown, drain),
+            Current::Mysql(_) => listen(&on, Current::mysql, listener, &shutdown, drain),
+        };
+        tasks.push(task);
     }
     *admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_clusters;
     let admin_config = Arc::new(Mutex::new(config.clone()));

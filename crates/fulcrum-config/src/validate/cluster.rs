@@ -1,20 +1,21 @@
-//! Validates one `[[cluster]]` with its `[[cluster.backend]]` and `[[cluster.user]]` tables:
-//! per-key values, then the rules across them (one primary at most, no duplicates).
-//! The credential keys are in `credentials`.
+//! Validates one `[[cluster]]` with its `[[cluster.user]]` and
+//! `[[cluster.database]]` tables: per-key values, then the rules across
+//! them (no duplicates, budgets that can be met). The credential keys are
+//! in `credentials`, the backends in `backends`, the health and failover
+//! keys in `health`.
 
 use toml::Spanned;
 
+use super::backends::backends;
 use super::credentials;
+use super::health::health;
 use super::table::Table;
-use crate::addr::check_backend_address;
 use crate::error::{Lines, Problem};
-use crate::raw::{RawBackend, RawCluster, SizeValue, Tables, Value};
-use crate::server_tls::RawServerTls;
+use crate::raw::{RawCluster, Tables, Value};
 use crate::types::{
-    defaults, Backend, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute,
-    Failover, Health, MaxLag, PoolMode, Protocol, Role, User,
+    defaults, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute, PoolMode,
+    Protocol,
 };
-use crate::units::{parse_duration, parse_size};
 
 const PROTOCOLS: &[(&str, Protocol)] =
     &[("postgres", Protocol::Postgres), ("mysql", Protocol::Mysql)];
@@ -33,22 +34,11 @@ const DEFAULT_ROUTES: &[(&str, DefaultRoute)] = &[
     ("primary", DefaultRoute::Primary),
     ("replica", DefaultRoute::Replica),
 ];
-const FAILOVERS: &[(&str, Failover)] = &[
-    ("none", Failover::None),
-    ("follow", Failover::Follow),
-    ("promote", Failover::Promote),
-];
 const CAUSAL_WAITS: &[(&str, CausalWait)] = &[
     ("auto", CausalWait::Auto),
     ("always", CausalWait::Always),
     ("never", CausalWait::Never),
 ];
-const ROLES: &[(&str, Role)] = &[
-    ("primary", Role::Primary),
-    ("replica", Role::Replica),
-    ("auto", Role::Auto),
-];
-
 pub(super) fn cluster(
     raw: &Spanned<RawCluster>,
     index: usize,
@@ -379,120 +369,6 @@ fn pool_budgets(
     })
 }
 
-/// The health-loop keys. The probe logs in as `health_user` (default: the
-/// cluster's first user, with its password).
-fn health(
-    t: &Table,
-    c: &RawCluster,
-    protocol: Protocol,
-    users: &[User],
-    auth: Option<&crate::types::AuthQuery>,
-    base: &std::path::Path,
-) -> Result<Health, Problem> {
-    let interval = t.duration(
-        &c.health_interval,
-        "health_interval",
-        defaults::HEALTH_INTERVAL,
-    )?;
-    let timeout = t.duration(
-        &c.health_timeout,
-        "health_timeout",
-        defaults::HEALTH_TIMEOUT,
-    )?;
-    let failures = t.u32_at_least(
-        &c.health_failures,
-        "health_failures",
-        1,
-        defaults::HEALTH_FAILURES,
-    )?;
-    let first = users
-        .first()
-        .map(|u| u.server_user())
-        .or(auth.map(|a| a.user.as_str()))
-        .unwrap_or_default();
-    let user = t.text(&c.health_user, "health_user", Some(first))?;
-    let password = match &c.health_password {
-        Some(p) => t.secret(p, "health_password", base)?,
-        None => users
-            .iter()
-            .find(|u| u.server_user() == user)
-            .map(|u| u.server_password().to_owned())
-            .or(auth.filter(|a| a.user == user).map(|a| a.password.clone()))
-            .unwrap_or_default(),
-    };
-    let default_db = match protocol {
-        Protocol::Postgres => defaults::HEALTH_DATABASE_POSTGRES,
-        Protocol::Mysql => defaults::HEALTH_DATABASE_MYSQL,
-    };
-    let database = t.text(&c.health_database, "health_database", Some(default_db))?;
-    let max_lag = match &c.max_lag {
-        None => None,
-        Some(v) => Some(parse_max_lag(v.get_ref()).map_err(|e| t.error(v, "max_lag", e))?),
-    };
-    let failover = t.choice(&c.failover, "failover", FAILOVERS, Some(defaults::FAILOVER))?;
-    let failover_max_lag = match &c.failover_max_lag {
-        Some(v) => parse_max_lag(v.get_ref()).map_err(|e| t.error(v, "failover_max_lag", e))?,
-        None => max_lag_default(max_lag, protocol),
-    };
-    let failover_timeout = t.duration(
-        &c.failover_timeout,
-        "failover_timeout",
-        defaults::FAILOVER_TIMEOUT,
-    )?;
-    let failover_command = match &c.failover_command {
-        None => None,
-        Some(_) => Some(t.text(&c.failover_command, "failover_command", None)?),
-    };
-    Ok(Health {
-        interval,
-        timeout,
-        failures,
-        user,
-        password,
-        database,
-        max_lag,
-        failover,
-        failover_max_lag,
-        failover_timeout,
-        failover_command,
-    })
-}
-
-/// `failover_max_lag` when not set: `max_lag` if set, else 16 MB of WAL
-/// (PostgreSQL) or 16 s of replay age (MariaDB, whose distance is counted in
-/// transactions, not bytes).
-fn max_lag_default(max_lag: Option<MaxLag>, protocol: Protocol) -> MaxLag {
-    max_lag.unwrap_or(match protocol {
-        Protocol::Postgres => MaxLag::Bytes(16 * 1024 * 1024),
-        Protocol::Mysql => MaxLag::Time(std::time::Duration::from_secs(16)),
-    })
-}
-
-/// `max_lag`: a duration (`"2s"`) or a size (`"16MB"`, or a byte count).
-fn parse_max_lag(v: &SizeValue) -> Result<MaxLag, String> {
-    let lag = match v {
-        SizeValue::Bytes(n) => {
-            MaxLag::Bytes(u64::try_from(*n).map_err(|_| format!("must not be negative, got {n}"))?)
-        }
-        SizeValue::Text(text) => {
-            let unit = text.trim().trim_start_matches(|c: char| c.is_ascii_digit());
-            let unit = unit.trim();
-            if ["us", "ms", "s", "m", "h"].contains(&unit) {
-                MaxLag::Time(parse_duration(text)?)
-            } else {
-                MaxLag::Bytes(parse_size(text).map_err(|e| {
-                    format!("{e}; or a duration such as \"2s\" for a limit in time")
-                })?)
-            }
-        }
-    };
-    match lag {
-        MaxLag::Bytes(0) => Err("must be greater than zero".into()),
-        MaxLag::Time(d) if d.is_zero() => Err("must be greater than zero".into()),
-        lag => Ok(lag),
-    }
-}
-
 /// A list of SQL function names: identifiers, optionally schema-qualified.
 fn function_list(t: &Table, raw: &Value<Vec<String>>, name: &str) -> Result<Vec<String>, Problem> {
     let Some(list) = raw else {
@@ -556,87 +432,6 @@ fn databases(t: &Table, c: &RawCluster) -> Result<Vec<crate::types::Database>, P
             name,
             server_database,
         });
-    }
-    Ok(out)
-}
-
-fn server_tls_keys(b: &RawBackend) -> RawServerTls<'_> {
-    RawServerTls {
-        mode: &b.server_tls,
-        ca: &b.server_tls_ca,
-        certificate: &b.server_tls_certificate,
-        private_key: &b.server_tls_private_key,
-        channel_binding: &b.server_channel_binding,
-    }
-}
-
-fn backends(
-    t: &Table,
-    c: &RawCluster,
-    cluster: &str,
-    base: &std::path::Path,
-) -> Result<Vec<Backend>, Problem> {
-    let raw = &c.backend;
-    let cluster_tls = RawServerTls {
-        mode: &c.server_tls,
-        ca: &c.server_tls_ca,
-        certificate: &c.server_tls_certificate,
-        private_key: &c.server_tls_private_key,
-        channel_binding: &c.server_channel_binding,
-    };
-    let reason = format!("cluster {cluster:?} has no backends; add a [[cluster.backend]]");
-    let items = non_empty(t, raw, "backend", reason)?;
-    let mut out: Vec<Backend> = Vec::with_capacity(items.len());
-    let mut lines: Vec<usize> = Vec::with_capacity(items.len()); // line of each address
-    let mut primary: Option<(usize, usize)> = None; // (index, line)
-    for (i, raw) in items.iter().enumerate() {
-        let bt = t.child(&format!("backend[{i}]"), raw.span());
-        let b = raw.get_ref();
-
-        let address = bt.required(&b.address, "address")?;
-        check_backend_address(address.get_ref()).map_err(|e| bt.error(address, "address", e))?;
-        // Host names are case-insensitive; different names for one server can't be caught here.
-        if let Some(j) = out
-            .iter()
-            .position(|o| o.address.eq_ignore_ascii_case(address.get_ref()))
-        {
-            let reason = format!(
-                "{:?} is already backend[{j}] (line {})",
-                address.get_ref(),
-                lines[j]
-            );
-            return Err(bt.error(address, "address", reason));
-        }
-        lines.push(bt.line(&address.span()));
-
-        let role = bt.choice(&b.role, "role", ROLES, None)?;
-        if let (Role::Primary, Some(role_value)) = (role, &b.role) {
-            if let Some((j, line)) = primary {
-                let reason = format!(
-                    "backend[{j}] (line {line}) is already the primary; a cluster has at most one backend with role \"primary\""
-                );
-                return Err(bt.error(role_value, "role", reason));
-            }
-            primary = Some((i, bt.line(&role_value.span())));
-        }
-
-        let weight = bt.u32_at_least(&b.weight, "weight", 0, defaults::WEIGHT)?;
-        let tls = crate::server_tls::server_tls(&bt, &server_tls_keys(b), t, &cluster_tls, base)?;
-        out.push(Backend {
-            address: address.get_ref().clone(),
-            role,
-            weight,
-            tls,
-        });
-    }
-    if !out
-        .iter()
-        .any(|b| matches!(b.role, Role::Primary | Role::Auto))
-    {
-        let reason = format!(
-            "cluster {cluster:?} has no backend with role \"primary\" or \"auto\", so writes would have nowhere to go"
-        );
-        return Err(t.error(&items[0], "backend", reason));
     }
     Ok(out)
 }

@@ -2,8 +2,10 @@
 //! checks each value and the rules that span keys (unique names, non-overlapping listeners).
 //! Pure (no I/O); stops at the first problem found and reports that one.
 
+mod backends;
 mod cluster;
 mod credentials;
+mod health;
 pub(crate) mod table;
 
 use std::net::SocketAddr;

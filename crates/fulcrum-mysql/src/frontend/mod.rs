@@ -1,5 +1,6 @@
 //! The client-facing side: login, the forwarding loop, what a server's
-//! answer looks like, and the listener.
+//! answer looks like, and MySQL's part of `fulcrum_cluster::serve`'s
+//! listener (`serve`); `context` is what one cluster's sessions share.
 
 pub mod auth_query;
 pub mod context;
@@ -12,4 +13,3 @@ pub mod statements;
 pub mod wire;
 
 pub use context::MyClusterContext;
-pub use serve::serve;

@@ -176,13 +176,11 @@ impl ConnectError {
 
 /// Opens and authenticates a connection within `timeout`.
 pub async fn connect(target: &ServerTarget, timeout: Duration) -> Result<ServerConn, ConnectError> {
-    match tokio::time::timeout(timeout, connect_inner(target)).await {
-        Ok(r) => r,
-        Err(_) => Err(ConnectError::Timeout {
-            address: target.address.clone(),
-            timeout,
-        }),
-    }
+    let timed_out = |timeout| ConnectError::Timeout {
+        address: target.address.clone(),
+        timeout,
+    };
+    fulcrum_net::within(timeout, connect_inner(target), timed_out).await
 }
 
 async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError> {

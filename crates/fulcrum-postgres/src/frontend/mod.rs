@@ -1,5 +1,6 @@
-//! The client-facing side: accept, log in, forward. `serve` runs one
-//! cluster's listener; each client gets its own task.
+//! The client-facing side: log in, forward. `serve` is PostgreSQL's part of
+//! `fulcrum_cluster::serve`'s listener (which accepts, and gives each
+//! client its own task); `context` is what one cluster's sessions share.
 
 pub mod auth_query;
 pub mod cancel;
@@ -14,4 +15,3 @@ pub mod statements;
 pub mod unit_route;
 
 pub use context::ClusterContext;
-pub use serve::serve;

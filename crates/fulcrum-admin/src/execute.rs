@@ -1,0 +1,258 @@
+//! Running one console command: the operator commands (PAUSE, RESUME,
+//! KILL, RECONNECT, WAIT_CLOSE, RESET QUERIES, DISABLE, ENABLE, RELOAD,
+//! SWITCHOVER, SET log) and how a command names its cluster or backend;
+//! `SHOW` tables are `show`'s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fulcrum_cluster::ClusterAdmin;
+use fulcrum_postgres::codec::backend_msg;
+
+use crate::command::Command;
+use crate::Admin;
+
+/// How long PAUSE waits for transactions in progress to finish.
+const PAUSE_WAIT: Duration = Duration::from_secs(60);
+
+pub(crate) type Failure = (&'static str, String);
+
+impl Admin {
+    pub(crate) async fn execute(&self, cmd: Command, out: &mut BytesMut) -> Result<(), Failure> {
+        match cmd {
+            Command::Show(what) => {
+                self.show(what, out);
+                Ok(())
+            }
+            Command::Pause(target) => {
+                let clusters = self.targets(target.as_deref())?;
+                for c in &clusters {
+                    c.router().set_paused(true);
+                }
+                // Wait for the transactions in progress to finish.
+                let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
+                while clusters
+                    .iter()
+                    .any(|c| c.router().total_load() + c.router().admitting() > 0)
+                {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((
+                            "57014",
+                            "fulcrum admin: paused, but transactions still hold server connections after 60s".into(),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                backend_msg::command_complete(out, "PAUSE");
+                Ok(())
+            }
+            Command::ShowQueries(target) => self.show_queries(target.as_deref(), out),
+            Command::Kill(database) => {
+                let mut clients = 0;
+                for e in fulcrum_cluster::clients::registry().snapshot() {
+                    if *e.database == *database {
+                        e.kill();
+                        clients += 1;
+                    }
+                }
+                let mut pools = 0;
+                for c in self.clusters() {
+                    pools += c.reconnect(Some(&database));
+                }
+                tracing::info!(%database, clients, pools, "admin KILL");
+                backend_msg::command_complete(out, "KILL");
+                Ok(())
+            }
+            Command::Reconnect(database) => {
+                for c in self.clusters() {
+                    c.reconnect(database.as_deref());
+                }
+                backend_msg::command_complete(out, "RECONNECT");
+                Ok(())
+            }
+            Command::WaitClose(database) => {
+                let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
+                loop {
+                    let left: usize = self
+                        .clusters()
+                        .iter()
+                        .map(|c| c.retiring(database.as_deref()))
+                        .sum();
+                    if left == 0 {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((
+                            "57014",
+                            format!("fulcrum admin: {left} server connections still in use after 60s; they close when their transactions end"),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                backend_msg::command_complete(out, "WAIT_CLOSE");
+                Ok(())
+            }
+            Command::ResetQueries(target) => {
+                for c in self.targets(target.as_deref())? {
+                    c.digests().reset();
+                }
+                backend_msg::command_complete(out, "RESET");
+                Ok(())
+            }
+            Command::Resume(target) => {
+                for c in self.targets(target.as_deref())? {
+                    c.router().set_paused(false);
+                }
+                backend_msg::command_complete(out, "RESUME");
+                Ok(())
+            }
+            Command::Disable(target) => self.set_disabled(&target, true, out),
+            Command::Enable(target) => self.set_disabled(&target, false, out),
+            Command::Reload => {
+                let tx = self.reload.as_ref().ok_or((
+                    "55000",
+                    "fulcrum admin: reload is not available".to_string(),
+                ))?;
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                tx.send(reply).await.map_err(|_| {
+                    (
+                        "55000",
+                        "fulcrum admin: the daemon is shutting down".to_string(),
+                    )
+                })?;
+                let summary = rx
+                    .await
+                    .map_err(|_| {
+                        (
+                            "55000",
+                            "fulcrum admin: the reload did not answer".to_string(),
+                        )
+                    })?
+                    .map_err(|e| {
+                        (
+                            "F0000",
+                            format!(
+                                "fulcrum admin: config not reloaded, the running config stays: {e}"
+                            ),
+                        )
+                    })?;
+                crate::rows::result(out, &["reload"], &[vec![summary]]);
+                Ok(())
+            }
+            Command::Switchover { cluster, backend } => {
+                let c = self.cluster(&cluster).ok_or_else(|| {
+                    (
+                        "42704",
+                        format!("fulcrum admin: no cluster named {cluster:?}"),
+                    )
+                })?;
+                let target = c
+                    .config()
+                    .backends
+                    .iter()
+                    .position(|b| b.address == backend)
+                    .ok_or_else(|| {
+                        (
+                            "42704",
+                            format!(
+                                "fulcrum admin: cluster {cluster:?} has no backend {backend:?}"
+                            ),
+                        )
+                    })?;
+                let handle = c.monitor().ok_or((
+                    "55000",
+                    "fulcrum admin: the health loop is not running".to_string(),
+                ))?;
+                let held = handle
+                    .switchover(target)
+                    .await
+                    .map_err(|e| ("55000", format!("fulcrum admin: switchover not done: {e}")))?;
+                crate::rows::result(
+                    out,
+                    &["cluster", "new_primary", "held_ms"],
+                    &[vec![cluster, backend, held.as_millis().to_string()]],
+                );
+                Ok(())
+            }
+            Command::SetLog(filter) => {
+                (self.set_log)(&filter).map_err(|e| ("22023", format!("fulcrum admin: {e}")))?;
+                tracing::info!(filter = %filter, "log filter changed");
+                backend_msg::command_complete(out, "SET");
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn targets(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<Arc<dyn ClusterAdmin>>, Failure> {
+        match name {
+            None => Ok(self.clusters()),
+            Some(n) => self
+                .cluster(n)
+                .map(|c| vec![c])
+                .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {n:?}"))),
+        }
+    }
+
+    /// A backend named by address, or `cluster/address` when two clusters share it.
+    fn backend(&self, target: &str) -> Result<(Arc<dyn ClusterAdmin>, usize), Failure> {
+        let (cluster, address) = match target.split_once('/') {
+            Some((c, a))
+                if !c.starts_with('[')
+                    && !c.is_empty()
+                    && !a.is_empty()
+                    && !target.starts_with('/') =>
+            {
+                (Some(c), a)
+            }
+            _ => (None, target),
+        };
+        let found: Vec<(Arc<dyn ClusterAdmin>, usize)> = self
+            .clusters()
+            .iter()
+            .filter(|c| cluster.is_none_or(|n| c.config().name == n))
+            .flat_map(|c| {
+                c.config()
+                    .backends
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.address == address)
+                    .map(|(i, _)| (c.clone(), i))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        match found.len() {
+            1 => Ok(found.into_iter().next().expect("one")),
+            0 => Err((
+                "42704",
+                format!("fulcrum admin: no backend {target:?}; SHOW CLUSTERS lists them"),
+            )),
+            _ => Err((
+                "42725",
+                format!("fulcrum admin: {address:?} is in several clusters; say cluster/address"),
+            )),
+        }
+    }
+
+    pub(crate) fn set_disabled(
+        &self,
+        target: &str,
+        disabled: bool,
+        out: &mut BytesMut,
+    ) -> Result<(), Failure> {
+        let (c, b) = self.backend(target)?;
+        if disabled && c.router().is_primary(b) {
+            return Err((
+                "55000",
+                format!("fulcrum admin: {target} is the primary of cluster {:?}; it cannot be drained (a planned SWITCHOVER would move it)", c.config().name),
+            ));
+        }
+        c.router().set_disabled(b, disabled);
+        tracing::warn!(cluster = %c.config().name, backend = %target, disabled, "backend {} by an operator", if disabled { "disabled" } else { "enabled" });
+        backend_msg::command_complete(out, if disabled { "DISABLE" } else { "ENABLE" });
+        Ok(())
+    }
+}

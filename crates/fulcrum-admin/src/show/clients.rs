@@ -1,0 +1,100 @@
+//! SHOW CLIENTS and SHOW USERS: the clients connected now (from the
+//! client registry), and the users each cluster knows.
+
+use bytes::BytesMut;
+
+use super::pool_mode;
+use crate::rows::result;
+use crate::Admin;
+
+impl Admin {
+    /// SHOW CLIENTS: a row per client connected now.
+    pub(super) fn show_clients(&self, out: &mut BytesMut) {
+        let clusters = self.clusters();
+        let now = crate::rows::now_ms();
+        let rows: Vec<Vec<String>> = fulcrum_cluster::clients::registry()
+            .snapshot()
+            .iter()
+            .map(|e| {
+                let state = e.state();
+                let server = e
+                    .backend()
+                    .and_then(|b| {
+                        let c = clusters.iter().find(|c| *c.config().name == *e.cluster)?;
+                        Some(c.config().backends.get(b)?.address.clone())
+                    })
+                    .unwrap_or_default();
+                let waited_ms = if state == fulcrum_cluster::clients::ClientState::Waiting {
+                    now.saturating_sub(e.since_ms())
+                } else {
+                    0
+                };
+                vec![
+                    "C".into(),
+                    e.user.to_string(),
+                    e.database.to_string(),
+                    state.as_str().into(),
+                    e.peer.ip().to_string(),
+                    e.peer.port().to_string(),
+                    crate::rows::utc_time(e.connected_ms),
+                    crate::rows::utc_time(e.since_ms()),
+                    (waited_ms / 1000).to_string(),
+                    ((waited_ms % 1000) * 1000).to_string(),
+                    e.cluster.to_string(),
+                    server,
+                    e.id.to_string(),
+                ]
+            })
+            .collect();
+        result(
+            out,
+            &[
+                "type",
+                "user",
+                "database",
+                "state",
+                "addr",
+                "port",
+                "connect_time",
+                "request_time",
+                "wait",
+                "wait_us",
+                "cluster",
+                "server",
+                "id",
+            ],
+            &rows,
+        );
+    }
+
+    /// SHOW USERS: the configured users of each cluster, and its auth_query.
+    pub(super) fn show_users(&self, out: &mut BytesMut) {
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            let config = c.config();
+            for u in &config.users {
+                rows.push(vec![
+                    config.name.clone(),
+                    u.name.clone(),
+                    u.server_user().to_owned(),
+                    "config".into(),
+                    pool_mode(config),
+                ]);
+            }
+            if let Some(aq) = &config.auth_query {
+                rows.push(vec![
+                    config.name.clone(),
+                    "*".into(),
+                    "*".into(),
+                    format!("auth_query as {}", aq.user),
+                    pool_mode(config),
+                ]);
+            }
+        }
+        result(
+            out,
+            &["cluster", "name", "server_user", "source", "pool_mode"],
+            &rows,
+        );
+    }
+}

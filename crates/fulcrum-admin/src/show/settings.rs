@@ -1,0 +1,111 @@
+//! SHOW CONFIG, SHOW LISTS, SHOW STATS, SHOW TOTALS and SHOW VERSION: the
+//! running config, counts of what Fulcrum holds, and traffic figures.
+
+use bytes::BytesMut;
+
+use super::{pool_mode, protocol};
+use crate::rows::result;
+use crate::stats::StatFigures;
+use crate::Admin;
+
+impl Admin {
+    /// SHOW VERSION.
+    pub(super) fn show_version(&self, out: &mut BytesMut) {
+        result(
+            out,
+            &["version"],
+            &[vec![format!("Fulcrum {}", env!("CARGO_PKG_VERSION"))]],
+        )
+    }
+
+    /// SHOW STATS (a row per cluster) or, `totals`, SHOW TOTALS (one row).
+    pub(super) fn show_stats(&self, totals: bool, out: &mut BytesMut) {
+        let per_cluster: Vec<(String, StatFigures)> = self
+            .clusters()
+            .iter()
+            .map(|c| {
+                (
+                    c.config().name.clone(),
+                    StatFigures::of(&self.metrics, c.as_ref()),
+                )
+            })
+            .collect();
+        let rows: Vec<Vec<String>> = if totals {
+            let mut all = StatFigures::default();
+            for (_, f) in &per_cluster {
+                all.add(f);
+            }
+            vec![all.row("total")]
+        } else {
+            per_cluster.iter().map(|(n, f)| f.row(n)).collect()
+        };
+        result(out, &StatFigures::COLUMNS, &rows);
+    }
+
+    /// SHOW CONFIG: the global settings and each cluster's main ones.
+    pub(super) fn show_config(&self, out: &mut BytesMut) {
+        let config = self.config();
+        let g = &config.fulcrum;
+        let opt = |a: Option<std::net::SocketAddr>| a.map_or("off".to_owned(), |a| a.to_string());
+        let mut rows = vec![
+            vec!["fulcrum.admin".into(), opt(g.admin)],
+            vec!["fulcrum.metrics".into(), opt(g.metrics)],
+            vec!["fulcrum.log".into(), g.log.clone()],
+            vec!["fulcrum.workers".into(), g.workers.to_string()],
+            vec![
+                "fulcrum.shutdown_timeout".into(),
+                format!("{:?}", g.shutdown_timeout),
+            ],
+            vec!["fulcrum.admin_auth".into(), g.admin_auth.name().into()],
+        ];
+        for c in &config.clusters {
+            let k = |key: &str| format!("cluster.{}.{key}", c.name);
+            rows.extend([
+                vec![k("protocol"), protocol(c)],
+                vec![k("listen"), c.listen.to_string()],
+                vec![k("pool_mode"), pool_mode(c)],
+                vec![k("pool_size"), c.pool_size.to_string()],
+                vec![k("balance"), format!("{:?}", c.balance)],
+                vec![k("failover"), format!("{:?}", c.health.failover)],
+                vec![k("health_interval"), format!("{:?}", c.health.interval)],
+                vec![k("max_lag"), format!("{:?}", c.health.max_lag)],
+                vec![
+                    k("backends"),
+                    c.backends
+                        .iter()
+                        .map(|b| b.address.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ],
+                vec![
+                    k("users"),
+                    c.users
+                        .iter()
+                        .map(|u| u.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ],
+            ]);
+        }
+        result(out, &["key", "value"], &rows);
+    }
+
+    /// SHOW LISTS: how many clusters, backends, pools, clients and admin users.
+    pub(super) fn show_lists(&self, out: &mut BytesMut) {
+        let backends: usize = self
+            .clusters()
+            .iter()
+            .map(|c| c.config().backends.len())
+            .sum();
+        let pools: usize = self.clusters().iter().map(|c| c.pools().len()).sum();
+        let clients: i64 = self.clusters().iter().map(|c| c.clients()).sum();
+        let rows = vec![
+            vec!["clusters".into(), self.clusters().len().to_string()],
+            vec!["backends".into(), backends.to_string()],
+            vec!["pools".into(), pools.to_string()],
+            vec!["clients".into(), clients.to_string()],
+            vec!["admin_users".into(), self.users().len().to_string()],
+        ];
+        result(out, &["list", "items"], &rows);
+    }
+}

@@ -1,0 +1,112 @@
+//! SHOW CLUSTERS and SHOW SERVERS: each backend of each cluster, its role,
+//! state and lag, and its probe and pooled connections.
+
+use bytes::BytesMut;
+
+use super::protocol;
+use crate::rows::result;
+use crate::Admin;
+
+impl Admin {
+    /// SHOW CLUSTERS: a row per backend: role, state, lag, weight, whether disabled or paused, why failover is blocked.
+    pub(super) fn show_clusters(&self, out: &mut BytesMut) {
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            let cfg = c.config();
+            let blocked = c.view().failover_blocked().unwrap_or_default();
+            for (i, v) in c.view().backends().iter().enumerate() {
+                let role = if c.router().is_primary(i) {
+                    "primary"
+                } else if v.writable == Some(true) {
+                    "writable (not the primary)"
+                } else {
+                    "replica"
+                };
+                rows.push(vec![
+                    cfg.name.clone(),
+                    protocol(cfg),
+                    v.address.clone(),
+                    role.into(),
+                    v.state.as_str().into(),
+                    v.lag_bytes.to_string(),
+                    format!("{:.3}", v.lag_time.as_secs_f64()),
+                    cfg.backends[i].weight.to_string(),
+                    c.router().is_disabled(i).to_string(),
+                    c.router().is_paused().to_string(),
+                    blocked.clone(),
+                ]);
+            }
+        }
+        result(
+            out,
+            &[
+                "cluster",
+                "protocol",
+                "backend",
+                "role",
+                "state",
+                "lag_bytes",
+                "lag_seconds",
+                "weight",
+                "disabled",
+                "paused",
+                "failover_blocked",
+            ],
+            &rows,
+        );
+    }
+
+    /// SHOW SERVERS: a row per backend: role, state, the last probe, its pooled connections, and why it serves no reads.
+    pub(super) fn show_servers(&self, out: &mut BytesMut) {
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            let pools = c.pools();
+            for (i, v) in c.view().backends().iter().enumerate() {
+                let mine = pools.iter().filter(|p| p.backend == v.address);
+                let (active, idle) = mine.fold((0, 0), |(a, d), p| (a + p.active, d + p.idle));
+                rows.push(vec![
+                    c.config().name.clone(),
+                    v.address.clone(),
+                    if c.router().is_primary(i) {
+                        "primary"
+                    } else {
+                        "replica"
+                    }
+                    .into(),
+                    v.state.as_str().into(),
+                    if v.probe_login_refused {
+                        "login refused"
+                    } else if v.last_error.is_some() {
+                        "failing"
+                    } else {
+                        "ok"
+                    }
+                    .into(),
+                    active.to_string(),
+                    idle.to_string(),
+                    v.last_error.clone().unwrap_or_default(),
+                    crate::reason::reason(
+                        v,
+                        c.router().is_disabled(i),
+                        c.config().health.max_lag.as_ref(),
+                    ),
+                ]);
+            }
+        }
+        result(
+            out,
+            &[
+                "cluster",
+                "backend",
+                "role",
+                "state",
+                "probe",
+                "sv_active",
+                "sv_idle",
+                "last_error",
+                "reason",
+            ],
+            &rows,
+        );
+    }
+}

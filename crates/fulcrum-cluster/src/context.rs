@@ -1,0 +1,201 @@
+//! The protocol-neutral core of a cluster's context: what the PostgreSQL
+//! and MySQL contexts share. It owns the cluster's config, its metrics
+//! handles, the health loop's handle, the router and health view, the
+//! classifier, the statement digests, the function catalog, the
+//! causal-read positions and the server connection pools (`pools`); it is
+//! generic over the protocol's server connection (`C`), its replication
+//! position (`P`: PostgreSQL's LSN, MariaDB's GTID list) and what besides
+//! (backend, user) tells its pools apart (`S`, a [`PoolScope`]).
+//!
+//! The protocol's context holds one and dereferences to it; what the core
+//! needs of the protocol (opening a server connection, its health
+//! operations, reading a database's functions) is the [`ProtocolContext`]
+//! trait (`protocol`), which also starts the core's background tasks.
+
+mod figures;
+mod pools;
+mod protocol;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fulcrum_config::{BalancePolicy, Cluster, Role};
+use fulcrum_pool::{BackendId, Balance, Budgets, Coalesced, Pool, Router, UserPositions};
+use fulcrum_sql::{Classified, Classifier, ClassifierConfig, Decision, Dialect};
+
+use crate::function_catalog::FunctionCatalog;
+use crate::{ClusterView, DigestSlot, HealthLoop};
+
+pub use pools::PoolScope;
+pub use protocol::ProtocolContext;
+
+/// The pools of one cluster: (backend, user, scope) to the pool.
+type PoolMap<C, S> = HashMap<(BackendId, Arc<str>, S), Pool<C>>;
+
+pub struct ClusterCore<C, P, S> {
+    pub config: Cluster,
+    /// This cluster's handles on the Prometheus families.
+    pub metrics: Arc<fulcrum_metrics::ClusterMetrics>,
+    /// The health loop (probes, lag, failover), once started.
+    health: HealthLoop,
+    /// Statement digest statistics (SHOW QUERIES).
+    pub digests: DigestSlot,
+    /// Units of work slower than this are logged (`[fulcrum] slow_query_threshold`).
+    pub slow_query_threshold: Option<Duration>,
+    pub router: Arc<Router>,
+    /// The health loop's picture of the cluster.
+    pub view: Arc<ClusterView>,
+    pub classifier: Classifier,
+    /// The backends' addresses, in config order.
+    pub backends: Vec<Arc<str>>,
+    pools: Mutex<PoolMap<C, S>>,
+    /// `max_db_connections`, `max_user_connections`.
+    budgets: Budgets,
+    /// `consistency = "strong"`: the primary's position, one fetch shared
+    /// by the reads that ask at the same time.
+    pub primary_position: Coalesced<P>,
+    /// `consistency = "user"`: each (user, database)'s newest commit position.
+    pub user_positions: UserPositions<P>,
+    /// `function_catalog`: what the server says of functions no list decides.
+    pub functions: Arc<FunctionCatalog>,
+}
+
+impl<C, P: Clone, S> ClusterCore<C, P, S> {
+    /// The core of `config`'s cluster, its statements classified in `dialect`.
+    pub fn new(
+        config: Cluster,
+        metrics: Arc<fulcrum_metrics::Metrics>,
+        slow_query_threshold: Option<Duration>,
+        dialect: Dialect,
+    ) -> ClusterCore<C, P, S> {
+        let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
+        ClusterCore {
+            metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
+                metrics,
+                &config.name,
+                &addresses,
+            )),
+            health: HealthLoop::default(),
+            digests: DigestSlot::default(),
+            slow_query_threshold,
+            router: Arc::new(router(&config)),
+            view: Arc::new(ClusterView::new(&addresses)),
+            classifier: Classifier::new(
+                dialect,
+                &ClassifierConfig {
+                    cache_size: config.classifier_cache_size as usize,
+                    write_functions: config.write_functions.clone(),
+                    read_only_functions: config.read_only_functions.clone(),
+                    max_classify_bytes: usize::try_from(config.max_classify_bytes)
+                        .unwrap_or(usize::MAX),
+                },
+            ),
+            backends: addresses.iter().map(|a| a.as_str().into()).collect(),
+            pools: Mutex::new(HashMap::new()),
+            budgets: Budgets::new(
+                config.budgets.max_db_connections,
+                config.budgets.max_user_connections,
+            ),
+            primary_position: Coalesced::new(),
+            user_positions: UserPositions::default(),
+            functions: Arc::new(FunctionCatalog::new(
+                config
+                    .function_catalog
+                    .unwrap_or(fulcrum_config::defaults::FUNCTION_CATALOG_TTL),
+            )),
+            config,
+        }
+    }
+}
+
+impl<C, P, S> ClusterCore<C, P, S> {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The address of `backend`.
+    pub fn address(&self, backend: BackendId) -> &str {
+        &self.backends[backend]
+    }
+
+    /// Takes over from `earlier`, this cluster's context before a reload:
+    /// its health loop stops (this one's, started next, is the only one),
+    /// its digest table carries over, and its router follows this one's
+    /// when the backends are the same, so clients connected before the
+    /// reload route by the same health state.
+    pub fn take_over(&self, earlier: &ClusterCore<C, P, S>) {
+        earlier.health.stop();
+        self.digests
+            .take_over(&earlier.digests, self.config.digests.max_entries);
+        if !self.router.adopt(&earlier.router) {
+            tracing::warn!(cluster = %self.config.name, "backends changed by the reload: clients connected before it keep the routing state of the old list until they reconnect");
+        }
+    }
+
+    /// The digest table (made on first use).
+    pub fn digest_table(&self) -> &Arc<fulcrum_metrics::DigestTable> {
+        self.digests.table(self.config.digests.max_entries)
+    }
+
+    /// A digest stamp for one execution of `sql` on `backend`, starting now.
+    pub fn digest_stamp(&self, sql: &str, backend: BackendId) -> Option<fulcrum_metrics::Stamp> {
+        self.digests.stamp(
+            self.config.digests.max_entries,
+            sql,
+            self.classifier.dialect(),
+            self.router.is_primary(backend),
+        )
+    }
+
+    /// The decision for `unit`, of `user` (with its protocol `options`) on
+    /// `database`: a read calling functions no list decides goes to the
+    /// primary unless the function catalog knows them all to be reads
+    /// (`function_catalog`; without it, the classifier's decision).
+    pub fn decide_with_catalog(
+        &self,
+        unit: &Classified,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+    ) -> Decision {
+        if self.config.function_catalog.is_none() {
+            return unit.decision;
+        }
+        self.functions.decide(unit, user, options, database)
+    }
+}
+
+/// The router of `config`'s backends: the first `primary` (else the first
+/// `auto`, else the first) starts as the write target; the others that are
+/// not `primary` serve reads, by the `balance` policy.
+fn router(config: &Cluster) -> Router {
+    let primary = config
+        .backends
+        .iter()
+        .position(|b| b.role == Role::Primary)
+        .or_else(|| config.backends.iter().position(|b| b.role == Role::Auto))
+        .unwrap_or(0);
+    let replicas: Vec<BackendId> = config
+        .backends
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| *i != primary && b.role != Role::Primary)
+        .map(|(i, _)| i)
+        .collect();
+    let weights: Vec<u32> = config.backends.iter().map(|b| b.weight).collect();
+    let balance = match config.balance {
+        BalancePolicy::RoundRobin => Balance::RoundRobin,
+        BalancePolicy::Weighted => Balance::Weighted,
+        BalancePolicy::LeastConnections => Balance::LeastConnections,
+        BalancePolicy::Random => Balance::Random,
+        BalancePolicy::P2c => Balance::P2c,
+    };
+    Router::with_policy(
+        primary,
+        &weights,
+        &replicas,
+        config.reads_on_primary,
+        balance,
+    )
+}

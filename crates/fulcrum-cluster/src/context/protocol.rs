@@ -1,0 +1,156 @@
+//! What the core asks of the protocol context that holds it
+//! ([`ProtocolContext`]: open a server connection for a pool, the health
+//! loop's server operations, a database's functions), and what it does
+//! with that: start the health loop, `min_pool_size` upkeep and the
+//! function catalog's lookups, and answer the admin console
+//! ([`ClusterAdmin`], for every protocol context).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use fulcrum_config::Cluster;
+use fulcrum_pool::{BackendId, Poolable, Router};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{ClusterCore, PoolScope};
+use crate::admin::{ClusterAdmin, PoolRow};
+use crate::function_catalog::{self, Functions, Wanted};
+use crate::{ClusterView, MonitorHandle, ServerOps};
+
+/// A protocol's cluster context: its protocol-neutral core, and the few
+/// things only the protocol can do for it.
+pub trait ProtocolContext: Send + Sync + Sized + 'static {
+    /// A server connection.
+    type Conn: Poolable;
+    /// A replication position (causal reads).
+    type Position: Clone + Send + Sync + 'static;
+    /// What besides (backend, user) tells pools apart.
+    type Scope: PoolScope;
+    /// The health loop's operations on this protocol's servers.
+    type Ops: ServerOps;
+    /// Why a server connection could not be opened.
+    type OpenError: std::fmt::Display + Send;
+
+    fn core(&self) -> &ClusterCore<Self::Conn, Self::Position, Self::Scope>;
+
+    /// The health loop's server operations for this cluster.
+    fn server_ops(&self) -> Self::Ops;
+
+    /// Opens a server connection for the pool of (backend, user, scope).
+    fn open_pooled(
+        &self,
+        backend: BackendId,
+        user: &Arc<str>,
+        scope: &Self::Scope,
+    ) -> impl Future<Output = Result<Self::Conn, Self::OpenError>> + Send;
+
+    /// Pools kept at `min_pool_size` besides those in use (PostgreSQL:
+    /// each configured user with each listed database).
+    fn configured_pools(&self) -> Vec<(Arc<str>, Self::Scope)> {
+        Vec::new()
+    }
+
+    /// Reads the functions of `wanted`'s database on the primary (`None`:
+    /// the lookup failed).
+    fn read_functions(&self, wanted: &Wanted) -> impl Future<Output = Option<Functions>> + Send;
+
+    /// The prepared statements this cluster's clients hold, where the
+    /// protocol counts them (a gauge).
+    fn prepared_statements(&self) -> Option<usize> {
+        None
+    }
+
+    /// Sets this cluster's figures for a metrics scrape.
+    fn refresh_metrics(&self, metrics: &fulcrum_metrics::Metrics) {
+        self.core()
+            .refresh_metrics(metrics, self.prepared_statements());
+    }
+
+    /// Starts the cluster's health loop (probes, lag, failover) until
+    /// `shutdown` turns true.
+    fn start_health(&self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        let core = self.core();
+        core.health.start(
+            &core.config,
+            Arc::new(self.server_ops()),
+            core.router.clone(),
+            core.view.clone(),
+            shutdown,
+        )
+    }
+
+    /// `min_pool_size`: tops up, on every backend in service, the pools in
+    /// use anywhere and the [`configured_pools`](Self::configured_pools).
+    /// Runs until the health loop stops (start that first).
+    fn start_pool_upkeep(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let shutdown = self.core().health.stopped()?;
+        let weak = Arc::downgrade(self);
+        crate::pool_upkeep::start_upkeep(&self.core().config, shutdown, move || {
+            let ctx = weak.upgrade();
+            async move {
+                if let Some(ctx) = ctx {
+                    let open = |b, user: Arc<str>, scope: Self::Scope| {
+                        let ctx = &ctx;
+                        async move { ctx.open_pooled(b, &user, &scope).await }
+                    };
+                    ctx.core().top_up_pools(ctx.configured_pools(), open).await;
+                }
+            }
+        })
+    }
+
+    /// Runs the function catalog's lookups on the primary until the health
+    /// loop stops (start that first); nothing when `function_catalog` is off.
+    fn start_function_lookups(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let core = self.core();
+        core.config.function_catalog?;
+        let stop = core.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        Some(function_catalog::start_lookups(
+            core.functions.clone(),
+            stop,
+            move |w| {
+                let ctx = weak.upgrade();
+                async move {
+                    if let Some(ctx) = ctx {
+                        let found = ctx.read_functions(&w).await;
+                        let core = ctx.core();
+                        core.metrics.function_lookup(found.is_some());
+                        core.functions.settle(&core.config.name, w.database, found);
+                    }
+                }
+            },
+        ))
+    }
+}
+
+impl<X: ProtocolContext> ClusterAdmin for X {
+    fn config(&self) -> &Cluster {
+        &self.core().config
+    }
+    fn router(&self) -> &Arc<Router> {
+        &self.core().router
+    }
+    fn view(&self) -> &Arc<ClusterView> {
+        &self.core().view
+    }
+    fn pools(&self) -> Vec<PoolRow> {
+        self.core().pool_rows()
+    }
+    fn clients(&self) -> i64 {
+        self.core().metrics.clients.get()
+    }
+    fn reconnect(&self, database: Option<&str>) -> usize {
+        self.core().reconnect(database)
+    }
+    fn retiring(&self, database: Option<&str>) -> usize {
+        self.core().retiring(database)
+    }
+    fn digests(&self) -> Arc<fulcrum_metrics::DigestTable> {
+        self.core().digest_table().clone()
+    }
+    fn monitor(&self) -> Option<MonitorHandle> {
+        self.core().health.handle()
+    }
+}

@@ -1,0 +1,268 @@
+//! A client listener, the same for every protocol: accepts connections,
+//! admits them while they log in (at most `max_pending_logins` at once, the
+//! oldest closed to make room, each within `client_login_timeout`), then
+//! clients up to `max_client_connections` (the first cluster's settings
+//! when several share the port); runs each session on its own task with a
+//! `client` span, and on shutdown stops accepting and waits for the
+//! sessions to end at a transaction boundary.
+//!
+//! What is the protocol's (logging a client in, refusing one in its
+//! protocol's words, running the session) is the [`Frontend`] trait, which
+//! each protocol's cluster context implements.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fulcrum_net::{PendingLogins, PendingTicket};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tracing::Instrument;
+
+use crate::clients::{self, ClientHandle};
+use crate::context::ProtocolContext;
+
+/// A connection that has sent nothing of its login for this long counts as
+/// idle: at `max_pending_logins` it is the first to be closed.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
+/// Why the listener turns a client away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Closed while logging in to make room for a newer connection
+    /// (`max_pending_logins`).
+    Crowded,
+    /// Its login did not finish within `client_login_timeout`.
+    TimedOut,
+    /// Logged in, but `max_client_connections` clients are there already.
+    Full,
+}
+
+/// How a client's task ended, as the listener logs it.
+pub enum Ending<'a> {
+    /// The client left (or went away).
+    Left,
+    /// Fulcrum refused it, and told it why.
+    Refused(&'a str),
+    /// Anything else (logged at debug level).
+    Failed,
+}
+
+/// One protocol's part of a listener: what it does with a client the
+/// listener accepted.
+pub trait Frontend: ProtocolContext {
+    /// A client's socket while it logs in.
+    type Client: Send;
+    /// What a finished login hands the session.
+    type Login: Send;
+    /// Why a login or a session ended other than cleanly.
+    type Error: std::fmt::Display + Send;
+
+    /// The socket just accepted, ready to log in.
+    fn accept(stream: TcpStream) -> Self::Client;
+
+    /// Logs `client` in to one of `clusters` (those sharing the port, in
+    /// config order): that cluster and the login, or `None` when the
+    /// connection needed no session (a cancel request).
+    fn login(
+        clusters: &[Arc<Self>],
+        client: &mut Self::Client,
+        ticket: &PendingTicket,
+    ) -> impl Future<Output = Result<Option<LoggedIn<Self>>, Self::Error>> + Send;
+
+    /// Tells `client` why it is turned away (`login`: where it got that
+    /// far), best effort.
+    fn refuse(
+        client: &mut Self::Client,
+        login: Option<&Self::Login>,
+        why: Refusal,
+        message: &str,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// The login's user and database (its schema, empty for none).
+    fn identity(login: &Self::Login) -> (Arc<str>, Arc<str>);
+
+    /// Runs the session of a logged-in client until it ends.
+    fn run(
+        ctx: Arc<Self>,
+        client: Self::Client,
+        login: Self::Login,
+        shutdown: watch::Receiver<bool>,
+        entry: ClientHandle,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// How `error` ended the client's task.
+    fn ending(error: &Self::Error) -> Ending<'_>;
+}
+
+/// The cluster a client logged in to, and its login.
+pub type LoggedIn<F> = (Arc<F>, <F as Frontend>::Login);
+
+/// Accepts clients on `listener` until `shutdown` turns true.
+/// On shutdown, waits up to `drain` for the sessions to end at their next
+/// transaction boundary. `current` has each cluster's context now, in
+/// config order: a config reload swaps them, and each new client takes the
+/// ones current when it connects. Listener settings are the first cluster's.
+pub async fn serve<F: Frontend>(
+    current: Vec<watch::Receiver<Arc<F>>>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) {
+    let first = current[0].borrow().clone();
+    let config = &first.core().config;
+    let max = config.max_client_connections;
+    let limit = Arc::new(Semaphore::new(max as usize));
+    let pending = PendingLogins::new(
+        config.max_pending_logins as usize,
+        IDLE_GRACE,
+        config.client_login_timeout / 3,
+    );
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let clusters: Vec<Arc<F>> = current.iter().map(|c| c.borrow().clone()).collect();
+        let ctx = clusters[0].clone();
+        let session_shutdown = shutdown.clone();
+        let ticket = pending.admit();
+        let limit = limit.clone();
+        // A debug-level span: disabled (and free) at the usual info level,
+        // where entering it on every poll of the session costs measurably.
+        let span = tracing::debug_span!(
+            "client",
+            cluster = %ctx.core().config.name,
+            peer = %peer,
+            user = tracing::field::Empty,
+            database = tracing::field::Empty
+        );
+        tokio::spawn(
+            async move {
+                let cluster = &ctx.core().config.name;
+                let refused =
+                    |reason: &str| tracing::info!(%peer, %cluster, ?reason, "client refused");
+                match handle(clusters, stream, peer, session_shutdown, ticket, limit).await {
+                    Ok(()) => tracing::debug!("client left"),
+                    Err(Stop::Refused(reason)) => refused(reason),
+                    Err(Stop::Failed(e)) => match F::ending(&e) {
+                        Ending::Left => tracing::debug!("client left"),
+                        Ending::Refused(reason) => refused(reason),
+                        Ending::Failed => tracing::debug!(error = %e, "client session ended"),
+                    },
+                }
+            }
+            .instrument(span),
+        );
+    }
+    drop(listener);
+    let name = &config.name;
+    let busy = max as usize - limit.available_permits();
+    if busy > 0 {
+        tracing::info!(cluster = %name, clients = busy, "draining: waiting up to {drain:?} for transactions in progress");
+    }
+    let drained = tokio::time::timeout(drain, limit.acquire_many(max)).await;
+    match drained {
+        Ok(_) => {
+            tracing::info!(cluster = %name, "drained: every client left at a transaction boundary")
+        }
+        Err(_) => tracing::warn!(
+            cluster = %name,
+            clients = max as usize - limit.available_permits(),
+            "shutdown_timeout reached: closing the clients still in a transaction"
+        ),
+    }
+}
+
+/// Why a client's task stopped short.
+enum Stop<E> {
+    /// The listener refused it (and told it why).
+    Refused(&'static str),
+    /// The protocol's login or session ended with an error.
+    Failed(E),
+}
+
+/// How a login ended.
+enum LoginEnd<T> {
+    Done(T),
+    TimedOut,
+    /// Closed to make room for a newer connection (`max_pending_logins`).
+    Evicted,
+}
+
+/// One accepted client: its login, admission, and session.
+async fn handle<F: Frontend>(
+    clusters: Vec<Arc<F>>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+    ticket: PendingTicket,
+    limit: Arc<Semaphore>,
+) -> Result<(), Stop<F::Error>> {
+    let mut client = F::accept(stream);
+    let first = clusters[0].core();
+    let end = tokio::select! {
+        r = tokio::time::timeout(first.config.client_login_timeout, F::login(&clusters, &mut client, &ticket)) => match r {
+            Ok(r) => LoginEnd::Done(r),
+            Err(_) => LoginEnd::TimedOut,
+        },
+        _ = ticket.evicted() => LoginEnd::Evicted,
+    };
+    drop(ticket);
+    let login = match end {
+        LoginEnd::Done(r) => r.map_err(Stop::Failed)?,
+        LoginEnd::Evicted => {
+            let msg = format!(
+                "fulcrum: too many connections logging in (max_pending_logins = {}); this one waited longest",
+                first.config.max_pending_logins
+            );
+            F::refuse(&mut client, None, Refusal::Crowded, &msg).await;
+            return Err(Stop::Refused(
+                "closed while logging in to make room (max_pending_logins)",
+            ));
+        }
+        LoginEnd::TimedOut => {
+            first.metrics.timeout("login");
+            let msg = format!(
+                "fulcrum: login not finished within client_login_timeout ({:?})",
+                first.config.client_login_timeout
+            );
+            F::refuse(&mut client, None, Refusal::TimedOut, &msg).await;
+            return Err(Stop::Refused("login timed out"));
+        }
+    };
+    let Some((ctx, login)) = login else {
+        return Ok(());
+    };
+    let core = ctx.core();
+    let Ok(_permit) = limit.try_acquire_owned() else {
+        let msg = format!(
+            "fulcrum: too many client connections (max_client_connections = {})",
+            core.config.max_client_connections
+        );
+        F::refuse(&mut client, Some(&login), Refusal::Full, &msg).await;
+        return Err(Stop::Refused("too many client connections"));
+    };
+    let (user, database) = F::identity(&login);
+    let span = tracing::Span::current();
+    span.record("user", &*user);
+    span.record("database", &*database);
+    tracing::debug!("client logged in");
+    let entry = clients::registry().register(&core.config.name, user, database, peer);
+    // Counted until the session ends, however it ends (a panic included).
+    let _counted = core.metrics.client_connected();
+    F::run(ctx.clone(), client, login, shutdown, entry)
+        .await
+        .map_err(Stop::Failed)
+}
