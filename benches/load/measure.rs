@@ -34,6 +34,9 @@ pub(crate) struct Target {
     pub(crate) proxy_pid: Option<u32>,
     /// The proxy's own CPU time (user + system) per transaction, in µs, per round.
     pub(crate) cpu_us_per_txn: Vec<f64>,
+    /// Of that, user-space CPU time per transaction (µs), per round (the
+    /// rest is system time).
+    pub(crate) user_us_per_txn: Vec<f64>,
     /// The proxy's context switches (voluntary + not, all threads) per transaction, per round.
     pub(crate) switches_per_txn: Vec<f64>,
 }
@@ -51,6 +54,7 @@ impl Target {
             latency_pcts: Vec::new(),
             proxy_pid: None,
             cpu_us_per_txn: Vec::new(),
+            user_us_per_txn: Vec::new(),
             switches_per_txn: Vec::new(),
         }
     }
@@ -90,6 +94,14 @@ pub(crate) fn process_usage(pid: u32) -> Option<(f64, u64)> {
     Some((ticks / hz * 1e6, switches))
 }
 
+/// A process's user-space CPU time so far (µs), from /proc.
+pub(crate) fn process_user_us(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let utime: f64 = rest.split_whitespace().nth(11)?.parse().ok()?;
+    Some(utime / 100.0 * 1e6)
+}
+
 /// One warm-up run per target, then `opts.rounds` rounds of one run per
 /// target, recording each run's TPS and latency in its target.
 /// `check_alive` fails if a proxy died during the last run. With `counts`,
@@ -127,6 +139,7 @@ pub(crate) fn measure(
         for i in 0..n {
             let target = &mut targets[(round + i) % n];
             let usage_before = target.proxy_pid.and_then(process_usage);
+            let user_before = target.proxy_pid.and_then(process_user_us);
             let run = bench_run(
                 &target.addr,
                 opts,
@@ -136,6 +149,7 @@ pub(crate) fn measure(
                 log_dir.as_deref(),
             );
             let usage_after = target.proxy_pid.and_then(process_usage);
+            let user_after = target.proxy_pid.and_then(process_user_us);
             let percentiles = match (&run, &log_dir) {
                 (Ok(_), Some(dir)) => Some(latency_percentiles(dir)),
                 _ => None,
@@ -155,6 +169,11 @@ pub(crate) fn measure(
                 target.cpu_us_per_txn.push(us);
                 target.switches_per_txn.push(sw);
                 cpu = format!("  proxy CPU {us:.1} us/txn, {sw:.2} switches/txn");
+                if let (Some(u0), Some(u1)) = (user_before, user_after) {
+                    let user = (u1 - u0) / txns;
+                    target.user_us_per_txn.push(user);
+                    cpu = format!("{cpu} (user {user:.1}, system {:.1})", us - user);
+                }
             }
             if let Some(p) = percentiles {
                 target.latency_pcts.push(p?);

@@ -45,7 +45,10 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
             pgpool::PGPOOL
         );
     }
-    let targets = 2 + u64::from(pgbouncer_found) + u64::from(pgpool_found);
+    let targets = 2
+        + u64::from(opts.baseline.is_some())
+        + u64::from(pgbouncer_found)
+        + u64::from(pgpool_found);
     let init_timeout = init_timeout(opts);
     let (expected, worst) = time_budget(opts, targets, init_timeout);
     eprintln!(
@@ -85,8 +88,20 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
             1,
         );
     }
-    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section]))?;
+    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &[section.clone()]))?;
     eprintln!("Fulcrum {} on {fulcrum_listen}", bin.display());
+    // `--baseline`: the same config on another port, run by the other binary.
+    let baseline = match &opts.baseline {
+        Some(path) => {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let config = fulcrum_config(opts.workers, &[section.replace(&fulcrum_listen, &listen)]);
+            let p = FulcrumProcess::spawn_with(path, &config, &[])?;
+            p.wait_listening(fulcrum_testkit::START_TIMEOUT)?;
+            eprintln!("Fulcrum (baseline) {} on {listen}", path.display());
+            Some((p, listen))
+        }
+        None => None,
+    };
     let pgbouncer = if pgbouncer_found {
         let p = PgBouncer::start_configured(primary.port(), 1000, certs.as_ref())?;
         eprintln!("PgBouncer on {}", p.addr);
@@ -110,6 +125,9 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
         Target::new("PostgreSQL direct", direct),
         Target::new("Fulcrum", fulcrum_listen).proxy(Some(fulcrum.pid())),
     ];
+    if let Some((p, listen)) = &baseline {
+        targets.push(Target::new("Fulcrum (baseline)", listen.clone()).proxy(Some(p.pid())));
+    }
     if let Some(p) = &pgbouncer {
         targets.push(Target::new("PgBouncer", p.addr.clone()).proxy(p.pid()));
     }
@@ -119,6 +137,9 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
 
     let check_alive = || -> Result<()> {
         fulcrum_alive(&fulcrum)?;
+        if let Some((p, _)) = &baseline {
+            fulcrum_alive(p)?;
+        }
         if let Some(p) = &pgbouncer {
             p.check_alive()?;
         }
@@ -143,6 +164,7 @@ pub(crate) fn run_select(opts: &Options) -> Result<()> {
     // failure to write the file.
     drop(pgpool);
     drop(pgbouncer);
+    drop(baseline);
     drop(fulcrum);
     drop(cluster);
 
@@ -170,8 +192,8 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
             ""
         }
     );
-    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | proxy CPU per txn (µs, median) | proxy context switches per txn (median) | TPS per round |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(out, "| target | median TPS | ratio to direct (median of rounds) | avg latency (ms, median of rounds) | proxy CPU per txn (µs, median) | of which user / system (µs) | proxy context switches per txn (median) | TPS per round |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|");
     for target in targets {
         let ratios: Vec<f64> = target.tps.iter().zip(direct).map(|(t, d)| t / d).collect();
         let rounds: Vec<String> = target.tps.iter().map(|t| format!("{t:.0}")).collect();
@@ -182,14 +204,30 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
                 format!("{:.*}", digits, median(v))
             }
         };
+        let split = if target.user_us_per_txn.is_empty() {
+            "-".to_string()
+        } else {
+            let system: Vec<f64> = target
+                .cpu_us_per_txn
+                .iter()
+                .zip(&target.user_us_per_txn)
+                .map(|(t, u)| t - u)
+                .collect();
+            format!(
+                "{:.1} / {:.1}",
+                median(&target.user_us_per_txn),
+                median(&system)
+            )
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.2}x | {:.3} | {} | {} | {} |",
+            "| {} | {:.0} | {:.2}x | {:.3} | {} | {} | {} | {} |",
             target.name,
             median(&target.tps),
             median(&ratios),
             median(&target.latency_ms),
             or_dash(&target.cpu_us_per_txn, 1),
+            split,
             or_dash(&target.switches_per_txn, 2),
             rounds.join(" / ")
         );

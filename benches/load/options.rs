@@ -13,6 +13,9 @@ usage: cargo bench --bench load -- [options]
   --scale N       pgbench -i -s (default 10)
   --protocol P    pgbench -M: simple, extended or prepared (default simple)
   --workers N     Fulcrum's [fulcrum] workers (default 1)
+  --baseline PATH default mode: also measure the Fulcrum binary at PATH
+                  (e.g. an earlier commit's release build) as the target
+                  \"Fulcrum (baseline)\", side by side in the same run
   --replicas N    streaming replicas, listed as Fulcrum replicas (default 0)
   --tls           default mode with TLS on both sides: PostgreSQL with
                   ssl = on, Fulcrum with tls_mode and server_tls = require,
@@ -91,6 +94,8 @@ pub(crate) struct Options {
     pub(crate) protocol: String,
     /// Fulcrum's `[fulcrum] workers` (1: one event-loop thread, like PgBouncer).
     pub(crate) workers: u32,
+    /// `--baseline PATH`: a second Fulcrum binary measured beside this one.
+    pub(crate) baseline: Option<std::path::PathBuf>,
     /// Streaming replicas started and listed in Fulcrum's config.
     pub(crate) replicas: usize,
     /// Direct vs Fulcrum `eventual` vs `session` instead of the proxies.
@@ -148,6 +153,7 @@ impl Options {
             scale: 10,
             protocol: "simple".into(),
             workers: 1,
+            baseline: None,
             replicas: 0,
             consistency_cost: false,
             digest_cost: false,
@@ -246,6 +252,7 @@ impl Options {
                 }
                 "--scale" => opts.scale = number(1)? as u32,
                 "--workers" => opts.workers = number(0)? as u32,
+                "--baseline" => opts.baseline = Some(value.into()),
                 "--nodes" => {
                     let n = number(1)? as usize;
                     if n > SCALE_OUT_NODES {
