@@ -119,6 +119,36 @@ impl<C, P, S> ClusterCore<C, P, S> {
         &self.backends[backend]
     }
 
+    /// The metrics route label of `backend` now: writes on the primary,
+    /// reads elsewhere.
+    pub fn route_label(&self, backend: BackendId) -> fulcrum_metrics::RouteLabel {
+        if self.router.is_primary(backend) {
+            fulcrum_metrics::RouteLabel::Write
+        } else {
+            fulcrum_metrics::RouteLabel::Read
+        }
+    }
+
+    /// A unit of work of `user` on `database` (MariaDB: schema) held a
+    /// connection of `backend` for `took`: its latency (the balancing
+    /// policies read it), the unit metrics by route, and the slow-unit log
+    /// (`slow_query_threshold`; no statement text, it would carry the
+    /// query's parameters).
+    pub fn unit_done(&self, backend: BackendId, took: Duration, user: &str, database: &str) {
+        self.router.record_latency(backend, took);
+        self.metrics.unit(backend, self.route_label(backend), took);
+        if self.slow_query_threshold.is_some_and(|t| took >= t) {
+            tracing::info!(
+                cluster = %self.name(),
+                user,
+                database,
+                server = %self.address(backend),
+                took_ms = took.as_millis() as u64,
+                "slow unit of work"
+            );
+        }
+    }
+
     /// Takes over from `earlier`, this cluster's context before a reload:
     /// its health loop stops (this one's, started next, is the only one),
     /// its digest table carries over, and its router follows this one's

@@ -21,11 +21,7 @@ impl Session {
 
     /// The route label of the attached server (metrics).
     pub(super) fn route_label(&self) -> fulcrum_metrics::RouteLabel {
-        if self.ctx.router.is_primary(self.backend) {
-            fulcrum_metrics::RouteLabel::Write
-        } else {
-            fulcrum_metrics::RouteLabel::Read
-        }
+        self.ctx.route_label(self.backend)
     }
 
     pub(super) fn pin(&mut self, reason: &'static str) {
@@ -214,23 +210,9 @@ impl Session {
         if let Some(server) = self.server.take() {
             self.ctx.set_running(self.hello.connection_id, None);
             self.client_entry.set_idle();
-            if let Some(at) = self.engine.unit.attached_at.take() {
-                let took = at.elapsed();
-                self.ctx.router.record_latency(self.backend, took);
-                self.ctx
-                    .metrics
-                    .unit(self.backend, self.route_label(), took);
-                if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
-                    // No statement text: it would carry the query's parameters.
-                    tracing::info!(
-                        cluster = %self.ctx.name(),
-                        user = ?self.user,
-                        schema = ?self.schema,
-                        server = %self.ctx.address(self.backend),
-                        took_ms = took.as_millis() as u64,
-                        "slow unit of work"
-                    );
-                }
+            if let Some(took) = self.engine.unit.finished() {
+                let schema = self.schema.as_deref().unwrap_or("");
+                self.ctx.unit_done(self.backend, took, &self.user, schema);
             }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.

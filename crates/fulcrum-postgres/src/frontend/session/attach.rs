@@ -308,23 +308,9 @@ impl Session {
 
     /// A unit of work is over: its latency, metrics and slow log (once).
     pub(super) fn record_unit(&mut self) {
-        if let Some(at) = self.engine.unit.attached_at.take() {
-            let took = at.elapsed();
-            self.ctx.router.record_latency(self.backend, took);
+        if let Some(took) = self.engine.unit.finished() {
             self.ctx
-                .metrics
-                .unit(self.backend, self.route_label(), took);
-            if self.ctx.slow_query_threshold.is_some_and(|t| took >= t) {
-                // No statement text: it would carry the query's parameters.
-                tracing::info!(
-                    cluster = %self.ctx.name(),
-                    user = ?self.id.user,
-                    database = ?self.id.database,
-                    server = %self.ctx.backends[self.backend],
-                    took_ms = took.as_millis() as u64,
-                    "slow unit of work"
-                );
-            }
+                .unit_done(self.backend, took, &self.id.user, &self.id.database);
         }
     }
 
@@ -340,11 +326,7 @@ impl Session {
 
     /// The route label of the attached server (metrics).
     pub(super) fn route_label(&self) -> fulcrum_metrics::RouteLabel {
-        if self.ctx.router.is_primary(self.backend) {
-            fulcrum_metrics::RouteLabel::Write
-        } else {
-            fulcrum_metrics::RouteLabel::Read
-        }
+        self.ctx.route_label(self.backend)
     }
 
     /// State that cannot be replayed was set: the client keeps its connection.
