@@ -25,6 +25,7 @@ mod prepared;
 mod reads;
 mod replay;
 mod route;
+mod token;
 
 use commands::kill_target;
 

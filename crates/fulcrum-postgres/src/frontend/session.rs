@@ -36,6 +36,7 @@ mod reads;
 mod replay;
 mod server;
 mod text;
+mod token;
 
 use idle::IdleKind;
 

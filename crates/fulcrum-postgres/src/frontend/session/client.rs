@@ -71,9 +71,9 @@ impl Session {
             }
             if header.tag == b'Q' {
                 match self.try_answer_position(header.total).await {
-                    reads::PositionAnswer::No => {}
-                    reads::PositionAnswer::Answered => continue,
-                    reads::PositionAnswer::Hold => break true,
+                    token::PositionAnswer::No => {}
+                    token::PositionAnswer::Answered => continue,
+                    token::PositionAnswer::Hold => break true,
                 }
             }
             if header.tag == b'Q'
