@@ -2,6 +2,11 @@
 //! primary with two GTID replicas (the testkit's): roles and positions as the
 //! probe reads them, and a lost primary replaced by the most advanced replica
 //! with the other one re-pointed at it, checked by replicating a new write.
+//!
+//! Formerly crates/fulcrum-mysql/tests/maria_failover.rs (it drives that
+//! crate's health operations directly, not the daemon). The test that kills
+//! a primary takes its turn with the binary's other ones
+//! (`fulcrum_suite::serial`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,6 +15,7 @@ use std::time::{Duration, Instant};
 use fulcrum_cluster::{BackendState, ClusterView, Monitor, MonitorSettings, ServerOps};
 use fulcrum_mysql::backend::health::MariaServerOps;
 use fulcrum_pool::Router;
+use fulcrum_suite::serial;
 use fulcrum_testkit::MariaCluster;
 
 fn config(c: &MariaCluster) -> fulcrum_config::Cluster {
@@ -78,6 +84,7 @@ async fn the_probe_reads_roles_and_gtid_positions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_by_the_most_advanced_replica() {
+    let _serial = serial().await;
     let c = MariaCluster::builder()
         .replicas(2)
         .start()

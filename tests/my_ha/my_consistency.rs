@@ -7,19 +7,17 @@
 //! with `causal_wait = "always"` (MASTER_GTID_WAIT), strong sees another
 //! client's write, and the hint and `SET/SHOW fulcrum.consistency` work.
 //!
-//! One cluster for the whole binary; each test starts its own Fulcrum.
+//! One cluster for this module's tests (the binary's others do not use it);
+//! each test starts its own Fulcrum.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::maria_toml;
-use fulcrum_testkit::{
-    free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB, APP_PASSWORD, APP_USER,
-};
+use fulcrum_suite::{maria_connect, maria_toml};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
 
 fn cluster() -> &'static MariaCluster {
     static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
@@ -121,17 +119,6 @@ fn start(extra: &str) -> (FulcrumProcess, u16) {
     (FulcrumProcess::start(&toml).expect("fulcrum starts"), port)
 }
 
-async fn connect(port: u16) -> Conn {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    Conn::new(opts).await.expect("connect through fulcrum")
-}
-
 /// `clients` connections each insert a row then read it back `iterations`
 /// times; returns (stale reads, reads by server port).
 async fn write_then_read(
@@ -143,7 +130,7 @@ async fn write_then_read(
     let tasks: Vec<_> = (0..clients)
         .map(|k| {
             tokio::spawn(async move {
-                let mut c = connect(port).await;
+                let mut c = maria_connect(port).await;
                 let id = base + k;
                 let (mut stale, mut ports) = (0u64, HashMap::new());
                 for i in 0..iterations {
@@ -204,7 +191,7 @@ async fn session_and_strong_never_read_stale_eventual_does() {
 async fn inserted_rows_are_all_counted_every_time() {
     tokio::task::block_in_place(cluster);
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     for round in 0..20i32 {
         for n in 0..50i32 {
             // Binary protocol (COM_STMT_EXECUTE), as connectors use it.
@@ -225,7 +212,7 @@ async fn inserted_rows_are_all_counted_every_time() {
 async fn readers_that_never_write_keep_the_replicas() {
     let c = tokio::task::block_in_place(cluster);
     let (_p, port) = start("");
-    let mut reader = connect(port).await;
+    let mut reader = maria_connect(port).await;
     let mut ports: HashMap<u16, u64> = HashMap::new();
     for _ in 0..40 {
         let p: u16 = reader.query_first("SELECT @@port").await.unwrap().unwrap();
@@ -261,7 +248,7 @@ async fn a_read_waits_for_a_replica_when_told_to() {
     let c = tokio::task::block_in_place(cluster);
     tokio::task::block_in_place(|| assert_replicas_delayed(c));
     let (_p, port) = start("causal_wait = \"always\"\ncausal_timeout = \"5s\"");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let replicas: Vec<u16> = c.replicas().iter().map(|r| r.port()).collect();
     for i in 0..2 {
         // MASTER_DELAY counts whole seconds from the event's timestamp, so a
@@ -293,8 +280,8 @@ async fn a_read_waits_for_a_replica_when_told_to() {
 async fn strong_sees_another_clients_write() {
     tokio::task::block_in_place(cluster);
     let (_p, port) = start("consistency = \"strong\"");
-    let mut writer = connect(port).await;
-    let mut reader = connect(port).await;
+    let mut writer = maria_connect(port).await;
+    let mut reader = maria_connect(port).await;
     let mut stale = 0;
     for i in 0..100 {
         writer
@@ -320,7 +307,7 @@ async fn strong_sees_another_clients_write() {
 async fn hint_and_session_setting_choose_the_mode() {
     tokio::task::block_in_place(cluster);
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let show = "SHOW fulcrum.consistency";
     let mode: String = conn.query_first(show).await.unwrap().unwrap();
     assert_eq!(mode, "session");
@@ -377,14 +364,14 @@ async fn user_consistency_covers_every_connection_of_the_user() {
     let mut stale_by_mode = Vec::new();
     for (mode, id) in [("session", 50_000), ("user", 60_000)] {
         let (_p, port) = start(&format!("consistency = \"{mode}\""));
-        let mut writer = connect(port).await;
+        let mut writer = maria_connect(port).await;
         let mut stale = 0;
         for i in 0..12 {
             writer
                 .query_drop(format!("INSERT INTO rw VALUES ({id}, {i})"))
                 .await
                 .unwrap();
-            let mut reader = connect(port).await;
+            let mut reader = maria_connect(port).await;
             let n: Option<i64> = reader
                 .query_first(format!(
                     "SELECT count(*) FROM rw WHERE client = {id} AND i = {i}"
@@ -414,7 +401,7 @@ async fn user_consistency_covers_every_connection_of_the_user() {
 async fn a_causal_token_carries_a_write_to_another_connection() {
     tokio::task::block_in_place(cluster);
     let (_p, port) = start("");
-    let mut writer = connect(port).await;
+    let mut writer = maria_connect(port).await;
     let id = 70_000;
     for i in 0..8 {
         writer
@@ -427,7 +414,7 @@ async fn a_causal_token_carries_a_write_to_another_connection() {
             .unwrap()
             .unwrap();
         assert_eq!(token.split('-').count(), 3, "a GTID: {token:?}");
-        let mut reader = connect(port).await;
+        let mut reader = maria_connect(port).await;
         let count = format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}");
         let n: Option<i64> = if i % 2 == 0 {
             reader
@@ -444,7 +431,7 @@ async fn a_causal_token_carries_a_write_to_another_connection() {
         assert_eq!(n, Some(1), "round {i}: the token's write is seen");
         reader.disconnect().await.unwrap();
     }
-    let mut reader = connect(port).await;
+    let mut reader = maria_connect(port).await;
     let err = reader
         .query_drop("SET @@fulcrum_min_position = 'nope'")
         .await

@@ -10,12 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::maria_toml;
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_suite::{console_connect, maria_toml, serial, try_maria_connect, with_console};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_USER};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use mysql_async::Conn;
 
 fn config(c: &MariaCluster, port: u16, extra: &str) -> String {
     maria_toml(
@@ -25,20 +23,9 @@ fn config(c: &MariaCluster, port: u16, extra: &str) -> String {
     )
 }
 
-async fn connect(port: u16) -> mysql_async::Result<Conn> {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    Conn::new(opts).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_killed_under_reads_is_ejected_without_errors_and_readmitted() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = MariaCluster::builder()
         .replicas(2)
         .start()
@@ -51,7 +38,7 @@ async fn replica_killed_under_reads_is_ejected_without_errors_and_readmitted() {
         .map(|_| {
             let stop = stop.clone();
             tokio::spawn(async move {
-                let mut conn = connect(port).await.expect("connect");
+                let mut conn = try_maria_connect(port).await.expect("connect");
                 let mut counts: HashMap<u16, u64> = HashMap::new();
                 let mut errors = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
@@ -89,7 +76,7 @@ async fn replica_killed_under_reads_is_ejected_without_errors_and_readmitted() {
         .unwrap();
 
     victim.start().unwrap();
-    let mut conn = connect(port).await.unwrap();
+    let mut conn = try_maria_connect(port).await.unwrap();
     let back = Instant::now();
     loop {
         if conn.query_first::<u16, _>("SELECT @@port").await.unwrap() == Some(victim.port()) {
@@ -109,7 +96,7 @@ async fn replica_killed_under_reads_is_ejected_without_errors_and_readmitted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = MariaCluster::builder()
         .replicas(2)
         .setting("rpl-semi-sync-master-enabled", "1")
@@ -143,7 +130,7 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
                 let mut conn: Option<Conn> = None;
                 while !stop.load(Ordering::Relaxed) {
                     if conn.is_none() {
-                        conn = connect(port).await.ok();
+                        conn = try_maria_connect(port).await.ok();
                         if conn.is_none() {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
@@ -232,7 +219,7 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
 /// (now read-only and replicating from nobody) is `stale`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchover_under_writes_loses_no_write() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = MariaCluster::builder()
         .replicas(2)
         .start()
@@ -242,28 +229,9 @@ async fn switchover_under_writes_loses_no_write() {
         .unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     let (port, admin_port) = (free_port(), free_port());
-    let toml = config(&c, port, "").replacen(
-        "[fulcrum]\n",
-        &format!(
-            "[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n"
-        ),
-        1,
-    );
-    // The admin_user table must come after the [fulcrum] keys: move it.
-    let toml = {
-        let (head, rest) = toml.split_once("\n\n[[cluster]]").unwrap();
-        let (fulcrum, admin) = head.split_once("\n\n[[fulcrum.admin_user]]").unwrap();
-        let (admin, keys) = admin.split_once("\n\n").unwrap_or((admin, ""));
-        format!("{fulcrum}\n{keys}\n\n[[fulcrum.admin_user]]{admin}\n\n[[cluster]]{rest}")
-    };
+    let toml = with_console(&config(&c, port, ""), admin_port);
     let _p = FulcrumProcess::start(&toml).unwrap();
-    let (admin, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let admin = console_connect(admin_port).await;
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
@@ -271,7 +239,7 @@ async fn switchover_under_writes_loses_no_write() {
         .map(|w| {
             let (stop, failed, acked) = (stop.clone(), failed.clone(), acked.clone());
             tokio::spawn(async move {
-                let mut conn = connect(port).await.expect("connect");
+                let mut conn = try_maria_connect(port).await.expect("connect");
                 let mut id = w * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
                     id += 1;
@@ -382,7 +350,7 @@ async fn switchover_under_writes_loses_no_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_flight_when_its_server_dies_may_have_committed() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     // Its own one-node cluster: the test kills its server.
     let c = MariaCluster::builder()
         .replicas(0)
@@ -398,7 +366,7 @@ async fn a_write_in_flight_when_its_server_dies_may_have_committed() {
         .expect("table");
     let port = free_port();
     let _fulcrum = FulcrumProcess::start(&config(&c, port, "")).expect("fulcrum");
-    let mut conn = connect(port).await.expect("connect");
+    let mut conn = try_maria_connect(port).await.expect("connect");
     let write = tokio::spawn(async move {
         // An autocommit write that takes a while: the server dies under it.
         let r = conn

@@ -10,14 +10,14 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{maria_toml, metric_sum};
+use fulcrum_suite::{
+    console_connect, maria_connect, maria_toml, replays, serial, with_console, with_metrics,
+};
 use fulcrum_testkit::{
     free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB, APP_PASSWORD, APP_USER,
 };
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, TxOpts};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use mysql_async::TxOpts;
 
 fn cluster() -> MariaCluster {
     MariaCluster::builder()
@@ -30,29 +30,14 @@ fn cluster() -> MariaCluster {
 }
 
 fn config(c: &MariaCluster, port: u16, metrics_port: u16) -> String {
-    maria_toml(
+    let toml = maria_toml(
         c,
         port,
         "pool_timeout = \"20s\"\nhealth_interval = \"300ms\"\nfailover = \"promote\"\n\
          failover_timeout = \"1s\"\ntransaction_replay = true\n\
          transaction_replay_timeout = \"20s\"",
-    )
-    .replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    )
-}
-
-async fn connect(port: u16) -> Conn {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    Conn::new(opts).await.expect("connect through fulcrum")
+    );
+    with_metrics(&toml, metrics_port)
 }
 
 /// The replica promoted after the kill (waits for it).
@@ -72,18 +57,9 @@ fn promoted(c: &MariaCluster) -> &MariaNode {
     }
 }
 
-/// `fulcrum_transaction_replays_total{outcome}` from `/metrics`.
-fn replays(port: u16, outcome: &str) -> u64 {
-    metric_sum(
-        port,
-        "fulcrum_transaction_replays_total",
-        &format!("outcome=\"{outcome}\""),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(cluster);
     c.primary()
         .sql_db(
@@ -97,7 +73,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     let p = FulcrumProcess::start(&config(&c, port, metrics_port)).unwrap();
 
     // A: idle in its transaction when the primary dies.
-    let mut a = connect(port).await;
+    let mut a = maria_connect(port).await;
     a.query_drop("BEGIN").await.unwrap();
     a.query_drop("INSERT INTO items VALUES (10, 'ten')")
         .await
@@ -108,13 +84,13 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
         .unwrap();
     assert_eq!(note.as_deref(), Some("one"));
     // B: a statement in flight when the primary dies.
-    let mut b = connect(port).await;
+    let mut b = maria_connect(port).await;
     b.query_drop("START TRANSACTION").await.unwrap();
     b.query_drop("INSERT INTO items VALUES (20, 'twenty')")
         .await
         .unwrap();
     // C: server-side prepared statements, prepared before its transaction.
-    let mut c_conn = connect(port).await;
+    let mut c_conn = maria_connect(port).await;
     let insert = c_conn
         .prep("INSERT INTO items VALUES (?, ?)")
         .await
@@ -129,7 +105,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     assert_eq!(note.as_deref(), Some("one"));
     // D: read row 2, which another client then changes (acknowledged, so on
     // a semi-synchronous replica, before the kill): its replay must differ.
-    let mut d = connect(port).await;
+    let mut d = maria_connect(port).await;
     d.query_drop("BEGIN").await.unwrap();
     d.query_drop("INSERT INTO items VALUES (40, 'forty')")
         .await
@@ -139,7 +115,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
         .await
         .unwrap();
     assert_eq!(note.as_deref(), Some("two"));
-    let mut e = connect(port).await;
+    let mut e = maria_connect(port).await;
     e.query_drop("UPDATE items SET note = 'dos' WHERE id = 2")
         .await
         .unwrap();
@@ -187,7 +163,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
         }
         other => panic!("expected ERR 1927, got {other:?}"),
     }
-    let mut d = connect(port).await;
+    let mut d = maria_connect(port).await;
     d.query_drop("INSERT INTO items VALUES (42, 'forty-two')")
         .await
         .expect("a new session writes to the new primary");
@@ -219,7 +195,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
 /// again, so every table still has all its rows: nothing half-replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sysbench_oltp_read_write_through_a_primary_kill() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(cluster);
     let (port, metrics_port) = (free_port(), free_port());
     let p = FulcrumProcess::start(&config(&c, port, metrics_port)).unwrap();
@@ -297,7 +273,7 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
 /// without replay (ERR 1927, the session ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(0).start())
         .expect("cluster");
     c.primary()
@@ -312,7 +288,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
     );
     let _p = FulcrumProcess::start(&toml).unwrap();
 
-    let mut a = connect(port).await;
+    let mut a = maria_connect(port).await;
     a.query_drop("BEGIN").await.unwrap();
     a.query_drop("INSERT INTO items VALUES (1)").await.unwrap();
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
@@ -322,7 +298,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
         .expect("the transaction goes on on the restarted primary");
     a.query_drop("COMMIT").await.unwrap();
 
-    let mut b = connect(port).await;
+    let mut b = maria_connect(port).await;
     b.query_drop("BEGIN").await.unwrap();
     b.query_drop("INSERT INTO items VALUES (3)").await.unwrap();
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
@@ -357,7 +333,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
 /// the client's next statement replays its transaction on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_moves_a_transaction_left_open() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(1).start())
         .expect("cluster");
     c.primary()
@@ -365,33 +341,20 @@ async fn a_switchover_moves_a_transaction_left_open() {
         .unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     let (port, admin_port) = (free_port(), free_port());
-    let toml = maria_toml(
-        &c,
-        port,
-        "pool_timeout = \"20s\"\nhealth_interval = \"300ms\"\ntransaction_replay = true",
-    )
-    .replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n"),
-        1,
-    )
-    .replacen(
-        "[[cluster]]",
-        "[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n[[cluster]]",
-        1,
+    let toml = with_console(
+        &maria_toml(
+            &c,
+            port,
+            "pool_timeout = \"20s\"\nhealth_interval = \"300ms\"\ntransaction_replay = true",
+        ),
+        admin_port,
     );
     let p = FulcrumProcess::start(&toml).unwrap();
 
-    let mut a = connect(port).await;
+    let mut a = maria_connect(port).await;
     a.query_drop("BEGIN").await.unwrap();
     a.query_drop("INSERT INTO items VALUES (1)").await.unwrap();
-    let (admin, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let admin = console_connect(admin_port).await;
     let target = &c.replicas()[0];
     let started = Instant::now();
     admin

@@ -7,17 +7,17 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_suite::{maria_connect, maria_one_replica};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 
-fn setup() -> &'static (MariaCluster, FulcrumProcess, u16) {
-    static S: OnceLock<(MariaCluster, FulcrumProcess, u16)> = OnceLock::new();
-    S.get_or_init(|| {
-        let c = MariaCluster::builder()
-            .replicas(1)
-            .start()
-            .expect("MariaDB cluster");
+/// The binary's shared MariaDB primary and replica (`my_drivers` uses them
+/// too), and this module's Fulcrum in front of them (with its port).
+fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
+    static S: OnceLock<(FulcrumProcess, u16)> = OnceLock::new();
+    let c = maria_one_replica();
+    let (p, port) = S.get_or_init(|| {
         let port = free_port();
         let t = format!(
             "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"bad\"\nprotocol = \"mysql\"\n\
@@ -30,19 +30,9 @@ fn setup() -> &'static (MariaCluster, FulcrumProcess, u16) {
             c.replicas()[0].addr()
         );
         let p = FulcrumProcess::start(&t).expect("fulcrum");
-        (c, p, port)
-    })
-}
-
-async fn connect(port: u16) -> Conn {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    Conn::new(opts).await.expect("connect through fulcrum")
+        (p, port)
+    });
+    (c, p, port)
 }
 
 /// Sends `bytes` after reading the server greeting; returns what comes back
@@ -79,7 +69,7 @@ async fn assert_unharmed(conn: &mut Conn) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_handshake_response_gets_err_1043() {
     let (_, _, port) = setup();
-    let mut bystander = connect(*port).await;
+    let mut bystander = maria_connect(*port).await;
     // A packet of 5 bytes: far too short for a HandshakeResponse41.
     let reply = raw_exchange(*port, &[5, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0x00]);
     assert_eq!(err_code(&reply), Some(1043), "{reply:?}");
@@ -89,7 +79,7 @@ async fn a_garbage_handshake_response_gets_err_1043() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_packet_gets_err_1153_from_its_header_alone() {
     let (_, _, port) = setup();
-    let mut bystander = connect(*port).await;
+    let mut bystander = maria_connect(*port).await;
     // Declares 0xFFFFFF bytes (more to follow): over the limit, refused on
     // the header, before Fulcrum buffers any of it.
     let mut big = vec![0xFF, 0xFF, 0xFF, 1];
@@ -102,7 +92,7 @@ async fn an_oversized_packet_gets_err_1153_from_its_header_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_passwords_and_unknown_users_get_the_same_err_1045() {
     let (_, _, port) = setup();
-    let mut bystander = connect(*port).await;
+    let mut bystander = maria_connect(*port).await;
     for (user, pass) in [(APP_USER, "wrong"), ("nobody", APP_PASSWORD)] {
         let opts = OptsBuilder::default()
             .ip_or_hostname("127.0.0.1")
@@ -128,7 +118,7 @@ async fn wrong_passwords_and_unknown_users_get_the_same_err_1045() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_pass_through_and_load_data_local_is_refused() {
     let (_, _, port) = setup();
-    let mut conn = connect(*port).await;
+    let mut conn = maria_connect(*port).await;
     let e = conn
         .query_drop("SELECT * FROM no_such_table")
         .await
@@ -165,7 +155,7 @@ async fn server_errors_pass_through_and_load_data_local_is_refused() {
 async fn idle_connects_beyond_max_pending_logins_close_the_oldest() {
     fulcrum_testkit::raise_fd_limit();
     let (_, _, port) = setup();
-    let mut bystander = connect(*port).await;
+    let mut bystander = maria_connect(*port).await;
     let mut idle = Vec::new();
     for _ in 0..600 {
         idle.push(TcpStream::connect(("127.0.0.1", *port)).expect("connect"));
@@ -173,7 +163,7 @@ async fn idle_connects_beyond_max_pending_logins_close_the_oldest() {
     // Idle for over a second: no longer connections just made.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let started = std::time::Instant::now();
-    let mut conn = connect(*port).await;
+    let mut conn = maria_connect(*port).await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

@@ -8,20 +8,20 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use fulcrum_suite::maria_toml;
+use fulcrum_suite::{maria_one_replica, maria_toml, try_maria_connect};
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
 
-fn setup() -> &'static (MariaCluster, FulcrumProcess, u16) {
-    static S: OnceLock<(MariaCluster, FulcrumProcess, u16)> = OnceLock::new();
-    S.get_or_init(|| {
-        let c = MariaCluster::builder()
-            .replicas(1)
-            .start()
-            .expect("MariaDB cluster");
+/// The binary's shared MariaDB primary and replica (`my_bad_input` uses
+/// them too), and this module's Fulcrum in front of them (with its port).
+fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
+    static S: OnceLock<(FulcrumProcess, u16)> = OnceLock::new();
+    let c = maria_one_replica();
+    let (p, port) = S.get_or_init(|| {
         let port = free_port();
-        let p = FulcrumProcess::start(&maria_toml(&c, port, "")).expect("fulcrum");
-        (c, p, port)
-    })
+        let p = FulcrumProcess::start(&maria_toml(c, port, "")).expect("fulcrum");
+        (p, port)
+    });
+    (c, p, port)
 }
 
 /// Runs a PyMySQL `script` against `host:port` (HOST, PORT, USER, PASSWORD,
@@ -108,15 +108,9 @@ fn multi_statements_are_refused_unless_the_client_allows_them() {
     assert_eq!(through, direct, "through Fulcrum as directly");
 }
 
+/// A login through Fulcrum; `purpose` names it if it fails.
 async fn connect(port: u16, purpose: &str) -> mysql_async::Conn {
-    let opts = mysql_async::OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    mysql_async::Conn::new(opts)
+    try_maria_connect(port)
         .await
         .unwrap_or_else(|e| panic!("connect through fulcrum ({purpose}): {e}"))
 }

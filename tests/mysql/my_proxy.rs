@@ -8,13 +8,16 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fulcrum_suite::metric_sum;
+use fulcrum_suite::{
+    maria_connect, maria_toml, metric_sum, scrape, start_with_metrics, with_metrics,
+};
 use fulcrum_testkit::{
     free_port, run_mariadb, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
+use mysql_async::Conn;
 
+/// This module's own cluster (64 MiB packets for the 16 MiB payload test).
 fn cluster() -> &'static MariaCluster {
     static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
@@ -37,26 +40,11 @@ fn cluster() -> &'static MariaCluster {
 
 /// Fulcrum's config for the cluster, listening on `port`.
 fn config(port: u16, extra: &str) -> String {
-    let c = cluster();
-    let mut t = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nclient_auth = \"mysql_native_password\"\n\
-         health_user = \"root\"\nhealth_password = \"\"\nhealth_interval = \"500ms\"\n{extra}\n"
-    );
-    t.push_str(&format!(
-        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
-        c.primary().addr()
-    ));
-    for r in c.replicas() {
-        t.push_str(&format!(
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
-            r.addr()
-        ));
-    }
-    t.push_str(&format!(
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
-    ));
-    t
+    maria_toml(
+        cluster(),
+        port,
+        &format!("client_auth = \"mysql_native_password\"\nhealth_interval = \"500ms\"\n{extra}"),
+    )
 }
 
 fn start(extra: &str) -> (FulcrumProcess, u16) {
@@ -66,27 +54,10 @@ fn start(extra: &str) -> (FulcrumProcess, u16) {
 }
 
 /// `start` with a metrics listener; returns its port too.
-fn start_with_metrics(extra: &str) -> (FulcrumProcess, u16, u16) {
-    let metrics_port = free_port();
+fn start_metered(extra: &str) -> (FulcrumProcess, u16, u16) {
     let port = free_port();
-    let toml = config(port, extra).replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let p = FulcrumProcess::start(&toml).expect("fulcrum starts");
+    let (p, metrics_port) = start_with_metrics(&config(port, extra));
     (p, port, metrics_port)
-}
-
-async fn connect(port: u16) -> Conn {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    Conn::new(opts).await.expect("connect through fulcrum")
 }
 
 async fn port_of(conn: &mut Conn, sql: &str) -> u16 {
@@ -103,7 +74,7 @@ fn replica_ports() -> HashSet<u16> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_go_to_both_replicas_and_writes_to_the_primary() {
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let mut seen = HashSet::new();
     for _ in 0..10 {
         let p = port_of(&mut conn, "SELECT @@port").await;
@@ -133,7 +104,7 @@ async fn reads_go_to_both_replicas_and_writes_to_the_primary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_stays_on_the_primary_until_it_ends() {
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let primary = cluster().primary().port();
     conn.query_drop("BEGIN").await.unwrap();
     for _ in 0..4 {
@@ -170,8 +141,8 @@ async fn a_transaction_stays_on_the_primary_until_it_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_settings_follow_the_client_across_servers() {
     let (_p, port) = start("");
-    let mut a = connect(port).await;
-    let mut b = connect(port).await;
+    let mut a = maria_connect(port).await;
+    let mut b = maria_connect(port).await;
     a.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'")
         .await
         .unwrap();
@@ -192,7 +163,7 @@ async fn session_settings_follow_the_client_across_servers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_protocol_prepared_statements_work() {
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let stmt = conn.prep("SELECT ? + 1").await.unwrap();
     for i in 0..5i64 {
         let v: i64 = conn.exec_first(&stmt, (i,)).await.unwrap().unwrap();
@@ -243,15 +214,15 @@ async fn the_mariadb_client_works_and_bad_logins_are_refused() {
         "{text}"
     );
     // Other clients are unharmed.
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     conn.query_drop("SELECT 1").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_query_stops_only_the_named_clients_query() {
     let (_p, port) = start("");
-    let mut victim = connect(port).await;
-    let mut bystander = connect(port).await;
+    let mut victim = maria_connect(port).await;
+    let mut bystander = maria_connect(port).await;
     let victim_id = victim.id();
     let sleeper = tokio::spawn(async move {
         let started = std::time::Instant::now();
@@ -268,7 +239,7 @@ async fn kill_query_stops_only_the_named_clients_query() {
         (started.elapsed(), v)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut killer = connect(port).await;
+    let mut killer = maria_connect(port).await;
     killer
         .query_drop(format!("KILL QUERY {victim_id}"))
         .await
@@ -294,7 +265,7 @@ async fn kill_query_stops_only_the_named_clients_query() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_user_starts_a_fresh_session_and_checks_the_password() {
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     conn.query_drop("SET SESSION sql_mode = 'ANSI_QUOTES'")
         .await
         .unwrap();
@@ -332,7 +303,7 @@ async fn change_user_starts_a_fresh_session_and_checks_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payloads_over_16_mib_cross_in_several_packets() {
     let (_p, port) = start("");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let big = vec![b'x'; 17 * 1024 * 1024 + 3];
     conn.exec_drop("INSERT INTO blobs VALUES (?, ?)", (1, big.clone()))
         .await
@@ -350,7 +321,7 @@ async fn payloads_over_16_mib_cross_in_several_packets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_mode_keeps_every_statement_on_the_primary() {
     let (_p, port) = start("pool_mode = \"session\"");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     for _ in 0..5 {
         assert_eq!(
             port_of(&mut conn, "SELECT @@port").await,
@@ -368,7 +339,7 @@ async fn load_data_local_infile_works_when_allowed() {
         (1..=500).map(|i| format!("{i}\n")).collect::<String>(),
     )
     .unwrap();
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let before: i64 = conn
         .query_first("/* fulcrum:primary */ SELECT COUNT(*) FROM items")
         .await
@@ -454,14 +425,14 @@ async fn idle_clients_and_idle_transactions_are_closed() {
     let (_p, port) = start(
         "pool_size = 1\nclient_idle_timeout = \"1500ms\"\nidle_transaction_timeout = \"1s\"\npool_timeout = \"3s\"",
     );
-    let mut setup = connect(port).await;
+    let mut setup = maria_connect(port).await;
     setup
         .query_drop("CREATE TABLE IF NOT EXISTS idle_rows (id INT)")
         .await
         .unwrap();
     drop(setup);
 
-    let mut idle = connect(port).await;
+    let mut idle = maria_connect(port).await;
     let one: i64 = idle.query_first("SELECT 1").await.unwrap().unwrap();
     assert_eq!(one, 1);
     tokio::time::sleep(Duration::from_millis(2200)).await;
@@ -472,7 +443,7 @@ async fn idle_clients_and_idle_transactions_are_closed() {
         "{text}"
     );
 
-    let mut txn = connect(port).await;
+    let mut txn = maria_connect(port).await;
     txn.query_drop("BEGIN").await.unwrap();
     txn.query_drop("INSERT INTO idle_rows VALUES (4031)")
         .await
@@ -482,7 +453,7 @@ async fn idle_clients_and_idle_transactions_are_closed() {
         txn.query_drop("COMMIT").await.is_err(),
         "closed before COMMIT"
     );
-    let mut other = connect(port).await;
+    let mut other = maria_connect(port).await;
     let started = std::time::Instant::now();
     let n: i64 = other
         .query_first("SELECT COUNT(*) FROM idle_rows WHERE id = 4031")
@@ -505,7 +476,7 @@ async fn idle_clients_and_idle_transactions_are_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_over_the_bound_are_closed_and_prepared_again() {
     let (_p, port) = start("pool_size = 1\nmax_prepared_statements = 10");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let first: u64 = conn
         .query_first("SELECT CONNECTION_ID() /* fulcrum:primary */")
         .await
@@ -537,7 +508,7 @@ async fn statements_over_the_bound_are_closed_and_prepared_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_timeout_kills_a_silent_query_and_the_connection_goes_on() {
     let (_p, port) = start("query_timeout = \"500ms\"");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let started = std::time::Instant::now();
     // Minutes of work on this machine; MariaDB ends an interrupted
     // BENCHMARK early (with ERR 1317, or a plain result).
@@ -564,13 +535,9 @@ async fn query_timeout_kills_a_silent_query_and_the_connection_goes_on() {
 async fn statement_digests_are_counted_and_exported() {
     let metrics_port = free_port();
     let port = free_port();
-    let toml = config(port, "digest_metrics_top = 50").replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
+    let toml = with_metrics(&config(port, "digest_metrics_top = 50"), metrics_port);
     let _p = FulcrumProcess::start(&toml).expect("fulcrum starts");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     for i in 0..6 {
         let n: Option<i64> = conn
             .query_first(format!("SELECT COUNT(*) FROM items WHERE v >= {i}"))
@@ -623,25 +590,14 @@ async fn statement_digests_are_counted_and_exported() {
     );
 }
 
-fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
 /// `server_check_delay = "0s"`: every reuse is checked with COM_PING; a live
 /// connection passes, so the client stays on the same server thread. Each
 /// check is counted in `fulcrum_server_checks_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
     let (_p, port, metrics_port) =
-        start_with_metrics("server_check_delay = \"0s\"\nreads_on_primary = true\npool_size = 1");
-    let mut conn = connect(port).await;
+        start_metered("server_check_delay = \"0s\"\nreads_on_primary = true\npool_size = 1");
+    let mut conn = maria_connect(port).await;
     conn.query_drop("BEGIN").await.unwrap();
     let first: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await.unwrap();
     conn.query_drop("COMMIT").await.unwrap();
@@ -697,8 +653,8 @@ async fn functions_are_routed_by_the_servers_catalog() {
         .expect("functions");
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
-    let (_p, port, metrics_port) = start_with_metrics("");
-    let mut conn = connect(port).await;
+    let (_p, port, metrics_port) = start_metered("");
+    let mut conn = maria_connect(port).await;
     for _ in 0..4 {
         let v: Option<i64> = conn.query_first("SELECT bump_items()").await.unwrap();
         assert_eq!(v, Some(1), "a writing function runs on the primary");
@@ -722,7 +678,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
     );
     assert!(loaded >= 1, "the lookup that routed twice() is counted");
     let (_off, port) = start("function_catalog = false");
-    let mut conn = connect(port).await;
+    let mut conn = maria_connect(port).await;
     let err = conn.query_drop("SELECT bump_items()").await.unwrap_err();
     assert!(
         err.to_string().contains("1290"),

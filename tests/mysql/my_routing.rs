@@ -6,23 +6,13 @@
 
 use std::time::Duration;
 
-use fulcrum_testkit::{
-    free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB, APP_PASSWORD, APP_USER,
-};
+use fulcrum_suite::{com_select, maria_opts, maria_toml};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
+use mysql_async::Conn;
 
 const TABLE: &str = "(id INT AUTO_INCREMENT PRIMARY KEY, k INT NOT NULL DEFAULT 0, \
                      c CHAR(120) NOT NULL DEFAULT '', pad CHAR(60) NOT NULL DEFAULT '', KEY k_1 (k))";
-
-fn com_select(node: &MariaNode) -> u64 {
-    node.sql("SHOW GLOBAL STATUS LIKE 'Com_select'")
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap()
-}
 
 /// (line, label, statement) of every case in the MySQL corpus.
 fn corpus() -> Vec<(usize, String, String)> {
@@ -59,33 +49,10 @@ async fn no_corpus_statement_hits_a_read_only_replica_and_reads_use_the_replicas
         .expect("cluster");
     fresh_tables(&c).await;
     let port = free_port();
-    let mut t = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
-         health_interval = \"1h\"\n"
-    );
-    t.push_str(&format!(
-        "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
-        c.primary().addr()
-    ));
-    for r in c.replicas() {
-        t.push_str(&format!(
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
-            r.addr()
-        ));
-    }
-    t.push_str(&format!(
-        "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
-    ));
+    let t = maria_toml(&c, port, "health_interval = \"1h\"");
     let _p = FulcrumProcess::start(&t).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // the first probe round is done
-    let opts = OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
+    let opts = maria_opts(port);
 
     // Reads first, on clean tables: where do they run?
     let reads: Vec<_> = corpus()

@@ -8,10 +8,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fulcrum_testkit::{
-    free_port, FulcrumProcess, MariaCluster, MariaNode, APP_DB, APP_PASSWORD, APP_USER,
-};
+use fulcrum_suite::{com_select, maria_toml};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
 
+/// This module's own cluster, not shared: its test reads the replicas'
+/// `Com_select` counters, which any other module's reads would move.
 fn cluster() -> &'static MariaCluster {
     static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
@@ -25,25 +26,8 @@ fn cluster() -> &'static MariaCluster {
 fn fulcrum() -> &'static (FulcrumProcess, u16) {
     static P: OnceLock<(FulcrumProcess, u16)> = OnceLock::new();
     P.get_or_init(|| {
-        let c = cluster();
         let port = free_port();
-        let mut t = format!(
-            "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-             listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n"
-        );
-        t.push_str(&format!(
-            "[[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
-            c.primary().addr()
-        ));
-        for r in c.replicas() {
-            t.push_str(&format!(
-                "[[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n",
-                r.addr()
-            ));
-        }
-        t.push_str(&format!(
-            "[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n"
-        ));
+        let t = maria_toml(cluster(), port, "");
         (FulcrumProcess::start(&t).expect("fulcrum"), port)
     })
 }
@@ -82,15 +66,6 @@ fn errors(summary: &str) -> u64 {
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no errors line in:\n{summary}"))
-}
-
-fn com_select(node: &MariaNode) -> u64 {
-    node.sql("SHOW GLOBAL STATUS LIKE 'Com_select'")
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap()
 }
 
 #[test]

@@ -7,12 +7,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fulcrum_suite::{startup_message, PgProxyConfig, PROTOCOL_3_0};
+use fulcrum_suite::{
+    pg_connect, startup_message, try_console_connect, with_console, PgProxyConfig,
+    CONSOLE_PASSWORD, CONSOLE_USER, PROTOCOL_3_0,
+};
 use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-const ADMIN: &str = "ops";
-const ADMIN_PASSWORD: &str = "ops-secret";
 
 struct Setup {
     cluster: PgCluster,
@@ -48,17 +48,10 @@ fn setup() -> Setup {
 /// `cfg`'s daemon with the console on `admin_port`, the `ops` login, and
 /// `global` (more `[fulcrum]` keys).
 fn console_toml(cfg: &PgProxyConfig, admin_port: u16, global: &str) -> String {
-    cfg.to_toml()
-        .replacen(
-            "[fulcrum]\n",
-            &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n{global}"),
-            1,
-        )
-        .replacen(
-            "[[cluster]]",
-            &format!("[[fulcrum.admin_user]]\nname = \"{ADMIN}\"\npassword = \"{ADMIN_PASSWORD}\"\n\n[[cluster]]"),
-            1,
-        )
+    let toml = cfg
+        .to_toml()
+        .replacen("[fulcrum]\n", &format!("[fulcrum]\n{global}"), 1);
+    with_console(&toml, admin_port)
 }
 
 /// The console's first answer to a startup packet for `user`: the
@@ -79,15 +72,6 @@ async fn auth_request(port: u16, user: &str) -> (i32, Vec<u8>) {
     stream.read_exact(&mut rest).await.unwrap();
     let code = i32::from_be_bytes(rest[..4].try_into().unwrap());
     (code, rest[4..].to_vec())
-}
-
-async fn admin(port: u16, password: &str) -> Result<Client, tokio_postgres::Error> {
-    let conn_str = format!(
-        "host=127.0.0.1 port={port} user={ADMIN} password={password} dbname=fulcrum connect_timeout=10"
-    );
-    let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 /// (columns, rows) of a SHOW.
@@ -129,19 +113,13 @@ async fn port_of(c: &Client) -> u16 {
         .unwrap()
 }
 
-async fn app(cfg: &PgProxyConfig) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_show_command_has_its_columns() {
     let s = tokio::task::block_in_place(setup);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
-    let _client = app(&s.cfg).await;
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let _client = pg_connect(&s.cfg).await;
     let expect: &[(&str, &[&str])] = &[
         ("SHOW VERSION", &["version"]),
         (
@@ -303,7 +281,7 @@ async fn every_show_command_has_its_columns() {
         "{clients:?}"
     );
     // A client running a query is active, on the server it runs on.
-    let sleeper = app(&s.cfg).await;
+    let sleeper = pg_connect(&s.cfg).await;
     let running = tokio::spawn(async move { sleeper.simple_query("SELECT pg_sleep(1)").await });
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -353,8 +331,10 @@ async fn every_show_command_has_its_columns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disable_drains_a_backend_and_enable_brings_it_back() {
     let s = tokio::task::block_in_place(setup);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
-    let c = app(&s.cfg).await;
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
     assert_eq!(port_of(&c).await, s.replica);
     a.simple_query(&format!("DISABLE {}", s.replica_addr))
         .await
@@ -399,8 +379,10 @@ async fn disable_drains_a_backend_and_enable_brings_it_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_holds_new_queries_until_resume() {
     let s = tokio::task::block_in_place(setup);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
-    let c = app(&s.cfg).await;
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
     c.simple_query("SELECT 1").await.unwrap();
     a.simple_query("PAUSE").await.unwrap();
     let held = tokio::spawn(async move {
@@ -438,7 +420,9 @@ async fn unknown_databases_leave_no_pools() {
         let code = e.as_db_error().map(|d| d.code().code().to_owned());
         assert_eq!(code.as_deref(), Some("3D000"), "{e:?}");
     }
-    let console = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let console = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     let (columns, rows) = show(&console, "SHOW POOLS").await;
     let db = columns.iter().position(|c| c == "database").unwrap();
     let databases: HashSet<&str> = rows.iter().map(|r| r[db].as_str()).collect();
@@ -453,7 +437,7 @@ async fn unknown_databases_leave_no_pools() {
 async fn bad_commands_get_errors_and_the_session_goes_on() {
     let s = tokio::task::block_in_place(setup);
     // Logins: SCRAM-SHA-256 by default, for known and unknown users alike.
-    for user in [ADMIN, "nobody"] {
+    for user in [CONSOLE_USER, "nobody"] {
         let (code, mechanisms) = auth_request(s.admin_port, user).await;
         assert_eq!(code, 10, "SASL for {user}");
         assert!(
@@ -462,7 +446,7 @@ async fn bad_commands_get_errors_and_the_session_goes_on() {
             String::from_utf8_lossy(&mechanisms)
         );
     }
-    let wrong = admin(s.admin_port, "nope")
+    let wrong = try_console_connect(s.admin_port, "nope")
         .await
         .err()
         .map(|e| format!("{e:?}"));
@@ -477,10 +461,12 @@ async fn bad_commands_get_errors_and_the_session_goes_on() {
     md5_cfg.listen = format!("127.0.0.1:{}", free_port());
     let md5_daemon =
         FulcrumProcess::start(&console_toml(&md5_cfg, md5_port, "admin_auth = \"md5\"\n")).unwrap();
-    assert_eq!(auth_request(md5_port, ADMIN).await.0, 5, "md5 asked");
-    let via_md5 = admin(md5_port, ADMIN_PASSWORD).await.unwrap();
+    assert_eq!(auth_request(md5_port, CONSOLE_USER).await.0, 5, "md5 asked");
+    let via_md5 = try_console_connect(md5_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     assert!(!show(&via_md5, "SHOW VERSION").await.1.is_empty());
-    let wrong = admin(md5_port, "nope")
+    let wrong = try_console_connect(md5_port, "nope")
         .await
         .err()
         .map(|e| format!("{e:?}"));
@@ -489,7 +475,9 @@ async fn bad_commands_get_errors_and_the_session_goes_on() {
         "md5: wrong password refused"
     );
     drop(md5_daemon);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     for bad in [
         "SHOW TABLES",
         "DROP TABLE x",
@@ -522,7 +510,9 @@ async fn switchover_under_writes_loses_no_transaction() {
     s.cluster
         .wait_replicas_caught_up(Duration::from_secs(30))
         .unwrap();
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
@@ -531,7 +521,7 @@ async fn switchover_under_writes_loses_no_transaction() {
             let (cfg, stop, failed, acked) =
                 (s.cfg.clone(), stop.clone(), failed.clone(), acked.clone());
             tokio::spawn(async move {
-                let c = app(&cfg).await;
+                let c = pg_connect(&cfg).await;
                 let mut id = w * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
                     id += 1;
@@ -568,7 +558,7 @@ async fn switchover_under_writes_loses_no_transaction() {
     );
     assert_eq!(failed.load(Ordering::Relaxed), 0, "no transaction failed");
     assert!(held < 2000, "writes held {held} ms");
-    let c = app(&s.cfg).await;
+    let c = pg_connect(&s.cfg).await;
     let msgs = c
         .simple_query("/* fulcrum:primary */ SELECT inet_server_port()")
         .await
@@ -679,7 +669,9 @@ async fn console_connections_are_capped_and_logins_time_out() {
     );
     drop(idle);
     // And the console still serves.
-    let console = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let console = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     show(&console, "SHOW POOLS").await;
 }
 
@@ -689,8 +681,10 @@ async fn console_connections_are_capped_and_logins_time_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_queries_lists_statement_digests() {
     let s = tokio::task::block_in_place(setup);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
-    let c = app(&s.cfg).await;
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
     c.batch_execute("CREATE TABLE IF NOT EXISTS digest_t (id int, v text)")
         .await
         .unwrap();
@@ -791,9 +785,11 @@ async fn show_queries_lists_statement_digests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_wait_close_and_kill() {
     let s = tokio::task::block_in_place(setup);
-    let a = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
-    let idle = app(&s.cfg).await;
-    let busy = app(&s.cfg).await;
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let idle = pg_connect(&s.cfg).await;
+    let busy = pg_connect(&s.cfg).await;
     let pid_in_txn = |c: Client| async move {
         c.batch_execute("BEGIN").await.unwrap();
         let rows = c.simple_query("SELECT pg_backend_pid()").await.unwrap();
@@ -808,7 +804,9 @@ async fn reconnect_wait_close_and_kill() {
     };
     let (busy, before) = pid_in_txn(busy).await;
     show(&a, "RECONNECT app").await;
-    let a2 = admin(s.admin_port, ADMIN_PASSWORD).await.unwrap();
+    let a2 = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
     let waiting = tokio::spawn(async move { a2.simple_query("WAIT_CLOSE app").await });
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
@@ -853,7 +851,7 @@ async fn reconnect_wait_close_and_kill() {
         assert!(std::time::Instant::now() < deadline, "{clients:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let fresh = app(&s.cfg).await;
+    let fresh = pg_connect(&s.cfg).await;
     fresh
         .simple_query("SELECT 1")
         .await

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{pg_connect, PgProxyConfig};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
 use tokio_postgres::NoTls;
 
@@ -18,10 +18,7 @@ async fn json_logs_carry_slow_units_and_no_secrets() {
         1,
     );
     let p = FulcrumProcess::start(&toml).unwrap();
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = pg_connect(&cfg).await;
     client.simple_query("SELECT 1").await.unwrap();
     client
         .simple_query("SELECT pg_sleep(0.3), 'a-secret-parameter'")
@@ -102,10 +99,7 @@ async fn debug_logs_do_not_carry_statements_from_the_parser() {
         .replacen("log = \"info\"", "log = \"debug\"", 1);
     assert!(toml.contains("log = \"debug\""), "{toml}");
     let p = FulcrumProcess::start(&toml).unwrap();
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = pg_connect(&cfg).await;
     client
         .simple_query("SELECT 'a-secret-in-a-literal' AS x")
         .await

@@ -1,6 +1,8 @@
-//! Running Fulcrum: the admin console, metrics, reload, shutdown, shared
-//! ports, logging, the command line and `--check`. One test binary; each
-//! module was a test binary of its own before.
+//! Running Fulcrum: the admin console, metrics and health endpoints,
+//! reloads, shutdown, clusters sharing a port, logging, the command line
+//! (version, completions, systemd notification) and `--check` of configs.
+//! One test binary; each module was a binary of its own before. Every test
+//! starts the clusters it needs (most change them or the daemon's config).
 
 mod admin;
 mod cli;

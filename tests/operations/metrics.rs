@@ -3,43 +3,16 @@
 //! client connections are counted, backends are reported with their role and
 //! state, and a live scrape passes `promtool check metrics`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{
-    free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
+use fulcrum_suite::{
+    family_sum, http_get, maria_connect, maria_toml, pg_connect, pg_connect_str, scrape,
+    with_metrics, PgProxyConfig,
 };
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_USER};
 use mysql_async::prelude::Queryable;
-use tokio_postgres::NoTls;
-
-/// One scrape of `/metrics` on `port`.
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
-}
-
-/// The sum of a family's samples whose labels contain every `filters` pair.
-fn sum(text: &str, family: &str, filters: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
-        .filter(|l| {
-            filters
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 /// `promtool check metrics` on a scrape, when promtool is installed (.ci/run
 /// installs it); its findings fail the test.
@@ -81,16 +54,8 @@ async fn postgres_counters_match_a_known_workload() {
         .client_auth("md5")
         .replica(&c.replicas()[0].addr())
         .extra("health_interval = \"200ms\"");
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let _p = FulcrumProcess::start(&toml).unwrap();
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let _p = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics_port)).unwrap();
+    let client = pg_connect(&cfg).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // a health round or two
     let before = scrape(metrics_port);
     for _ in 0..30 {
@@ -114,8 +79,8 @@ async fn postgres_counters_match_a_known_workload() {
     // be a moment after the client has its answer: scrape until it is in.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut after = scrape(metrics_port);
-    while sum(&after, "fulcrum_transactions_total", &[])
-        - sum(&before, "fulcrum_transactions_total", &[])
+    while family_sum(&after, "fulcrum_transactions_total", &[])
+        - family_sum(&before, "fulcrum_transactions_total", &[])
         < 52.0
         && std::time::Instant::now() < deadline
     {
@@ -123,7 +88,7 @@ async fn postgres_counters_match_a_known_workload() {
         after = scrape(metrics_port);
     }
     let delta = |family: &str, filters: &[(&str, &str)]| {
-        sum(&after, family, filters) - sum(&before, family, filters)
+        family_sum(&after, family, filters) - family_sum(&before, family, filters)
     };
     assert_eq!(delta("fulcrum_causal_reads_total", &[]), 1.0);
     let on_replica = delta("fulcrum_causal_reads_total", &[("outcome", "replica")]);
@@ -158,9 +123,9 @@ async fn postgres_counters_match_a_known_workload() {
         52.0,
         "one unit per statement"
     );
-    assert_eq!(sum(&after, "fulcrum_client_connections", &[]), 1.0);
+    assert_eq!(family_sum(&after, "fulcrum_client_connections", &[]), 1.0);
     assert_eq!(
-        sum(
+        family_sum(
             &after,
             "fulcrum_clients",
             &[("user", APP_USER), ("state", "idle")]
@@ -169,7 +134,7 @@ async fn postgres_counters_match_a_known_workload() {
         "the one client, by user"
     );
     assert_eq!(
-        sum(
+        family_sum(
             &after,
             "fulcrum_backend_primary",
             &[("backend", &c.primary().addr())]
@@ -177,7 +142,7 @@ async fn postgres_counters_match_a_known_workload() {
         1.0
     );
     assert_eq!(
-        sum(&after, "fulcrum_backend_state", &[("state", "up")]),
+        family_sum(&after, "fulcrum_backend_state", &[("state", "up")]),
         2.0
     );
     assert!(delta("fulcrum_bytes_total", &[("direction", "in")]) > 0.0);
@@ -186,7 +151,7 @@ async fn postgres_counters_match_a_known_workload() {
         delta("fulcrum_transactions_total", &[]),
         "the part Fulcrum adds is measured once per unit of work"
     );
-    assert!(sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
+    assert!(family_sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
     promtool_check(&after);
     assert_eq!(
         delta("fulcrum_position_queries_total", &[]),
@@ -202,8 +167,7 @@ async fn postgres_counters_match_a_known_workload() {
     for _ in 0..8 {
         let conn_str = cfg.conn_string(APP_USER, APP_DB);
         clients.push(tokio::spawn(async move {
-            let (client, conn) = tokio_postgres::connect(&conn_str, NoTls).await.unwrap();
-            tokio::spawn(conn);
+            let client = pg_connect_str(&conn_str).await.unwrap();
             client
                 .simple_query("SET fulcrum.consistency = 'strong'")
                 .await
@@ -217,7 +181,7 @@ async fn postgres_counters_match_a_known_workload() {
         c.await.unwrap();
     }
     let after = scrape(metrics_port);
-    let delta = |family: &str| sum(&after, family, &[]) - sum(&before, family, &[]);
+    let delta = |family: &str| family_sum(&after, family, &[]) - family_sum(&before, family, &[]);
     let strong_reads = delta("fulcrum_causal_reads_total");
     let position_queries = delta("fulcrum_position_queries_total");
     assert_eq!(strong_reads, 200.0, "every strong read had a position");
@@ -235,25 +199,9 @@ async fn mysql_counters_match_a_known_workload() {
     c.primary().sql("CREATE TABLE m (n INT)").unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     let (port, metrics_port) = (free_port(), free_port());
-    let toml = format!(
-        "[fulcrum]\nlog = \"info\"\nmetrics = \"127.0.0.1:{metrics_port}\"\n\n[[cluster]]\nname = \"shop\"\n\
-         protocol = \"mysql\"\nlisten = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
-         health_interval = \"200ms\"\n\
-         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
-         [[cluster.backend]]\naddress = \"{}\"\nrole = \"replica\"\n\
-         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
-        c.primary().addr(),
-        c.replicas()[0].addr()
-    );
-    let _p = FulcrumProcess::start(&toml).unwrap();
-    let opts = mysql_async::OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
-        .user(Some(APP_USER))
-        .pass(Some(APP_PASSWORD))
-        .db_name(Some(APP_DB))
-        .prefer_socket(false);
-    let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+    let toml = maria_toml(&c, port, "health_interval = \"200ms\"");
+    let _p = FulcrumProcess::start(&with_metrics(&toml, metrics_port)).unwrap();
+    let mut conn = maria_connect(port).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = scrape(metrics_port);
     for _ in 0..30 {
@@ -273,7 +221,7 @@ async fn mysql_counters_match_a_known_workload() {
     conn.query_drop("SELECT count(*) FROM m").await.unwrap();
     let after = scrape(metrics_port);
     let delta = |family: &str, filters: &[(&str, &str)]| {
-        sum(&after, family, filters) - sum(&before, family, filters)
+        family_sum(&after, family, filters) - family_sum(&before, family, filters)
     };
     assert_eq!(delta("fulcrum_causal_reads_total", &[]), 1.0);
     let on_replica = delta("fulcrum_causal_reads_total", &[("outcome", "replica")]);
@@ -287,11 +235,11 @@ async fn mysql_counters_match_a_known_workload() {
     );
     assert_eq!(delta("fulcrum_errors_total", &[("code", "1146")]), 1.0);
     assert_eq!(
-        sum(&after, "fulcrum_client_connections", &[("cluster", "shop")]),
+        family_sum(&after, "fulcrum_client_connections", &[("cluster", "shop")]),
         1.0
     );
     assert_eq!(
-        sum(
+        family_sum(
             &after,
             "fulcrum_backend_primary",
             &[("backend", &c.primary().addr())]
@@ -299,21 +247,6 @@ async fn mysql_counters_match_a_known_workload() {
         1.0
     );
     promtool_check(&after);
-}
-
-/// One GET of `path` on `port`: (status line, body).
-fn get(port: u16, path: &str) -> (String, String) {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    (
-        head.lines().next().unwrap_or("").to_owned(),
-        body.to_owned(),
-    )
 }
 
 /// `/healthz` answers while the process runs; `/ready` is 200 while every
@@ -326,25 +259,20 @@ async fn healthz_and_ready_follow_the_write_target() {
     let cfg = PgProxyConfig::new(&c.primary().addr())
         .extra("health_interval = \"200ms\"")
         .extra("health_failures = 1");
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let _p = FulcrumProcess::start(&toml).unwrap();
+    let _p = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics_port)).unwrap();
     assert_eq!(
-        get(metrics_port, "/healthz"),
+        http_get(metrics_port, "/healthz"),
         ("HTTP/1.1 200 OK".into(), "ok\n".into())
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while get(metrics_port, "/ready").0 != "HTTP/1.1 200 OK" {
+    while http_get(metrics_port, "/ready").0 != "HTTP/1.1 200 OK" {
         assert!(std::time::Instant::now() < deadline, "never ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, body) = get(metrics_port, "/ready");
+        let (status, body) = http_get(metrics_port, "/ready");
         if status == "HTTP/1.1 503 Service Unavailable" {
             assert_eq!(body, "not ready: cluster \"main\" has no write target\n");
             break;
@@ -355,6 +283,6 @@ async fn healthz_and_ready_follow_the_write_target() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(get(metrics_port, "/healthz").0, "HTTP/1.1 200 OK");
-    assert_eq!(get(metrics_port, "/nope").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(http_get(metrics_port, "/healthz").0, "HTTP/1.1 200 OK");
+    assert_eq!(http_get(metrics_port, "/nope").0, "HTTP/1.1 404 Not Found");
 }

@@ -6,20 +6,12 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, APP_DB, APP_USER};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-async fn connect(cfg: &PgProxyConfig) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-}
+use fulcrum_suite::{console_connect, pg_connect, with_console, PgProxyConfig};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal};
+use tokio_postgres::SimpleQueryMessage;
 
 async fn ports(cfg: &PgProxyConfig, reads: usize) -> HashSet<u16> {
-    let c = connect(cfg).await;
+    let c = pg_connect(cfg).await;
     let mut seen = HashSet::new();
     for _ in 0..reads {
         let msgs = c.simple_query("SELECT inet_server_port()").await.unwrap();
@@ -37,20 +29,14 @@ async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
         tokio::task::block_in_place(|| PgCluster::builder().replicas(2).start()).expect("cluster");
     let (r1, r2) = (&c.replicas()[0], &c.replicas()[1]);
     let admin_port = free_port();
-    let admin_lines = format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n");
     let one = PgProxyConfig::new(&c.primary().addr())
         .client_auth("md5")
         .replica(&r1.addr());
-    let user = "\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n[[cluster]]";
-    let toml = |cfg: &PgProxyConfig| {
-        cfg.to_toml()
-            .replacen("[fulcrum]\n", &admin_lines, 1)
-            .replacen("[[cluster]]", user, 1)
-    };
+    let toml = |cfg: &PgProxyConfig| with_console(&cfg.to_toml(), admin_port);
     let p = FulcrumProcess::start(&toml(&one)).unwrap();
     assert_eq!(ports(&one, 6).await, HashSet::from([r1.port()]));
     // A client connected before the reload, in a transaction across it.
-    let old = connect(&one).await;
+    let old = pg_connect(&one).await;
     old.batch_execute("BEGIN").await.unwrap();
     old.simple_query("SELECT 1").await.unwrap();
 
@@ -87,13 +73,7 @@ async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
     assert_eq!(ports(&two, 10).await, HashSet::from([r1.port(), r2.port()]));
 
     // The console's RELOAD returns the same error.
-    let (admin, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
-        NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let admin = console_connect(admin_port).await;
     let e = admin.simple_query("RELOAD").await.unwrap_err();
     let text = format!("{e:?}");
     assert!(text.contains("pool_sise") && text.contains(":"), "{text}");
@@ -151,7 +131,7 @@ async fn reloads_leave_one_health_loop_per_cluster() {
     };
     let first = cfg(20, "promote");
     let p = FulcrumProcess::start(&first.to_toml()).unwrap();
-    let early = connect(&first).await;
+    let early = pg_connect(&first).await;
     early.simple_query("SELECT 1").await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let before = probe_connections(c.primary());

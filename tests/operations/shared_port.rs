@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use fulcrum_suite::{pg_conn_string, pg_connect_str};
 use fulcrum_testkit::{
     free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
@@ -20,16 +21,9 @@ fn pg_cluster_section(name: &str, listen: &str, primary: &str, databases: &str) 
     )
 }
 
+/// A login to `db` through the shared port.
 async fn connect(port: u16, db: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::connect(
-        &format!(
-            "host=127.0.0.1 port={port} user={APP_USER} password={APP_PASSWORD} dbname={db} connect_timeout=10"
-        ),
-        NoTls,
-    )
-    .await?;
-    tokio::spawn(conn);
-    Ok(client)
+    pg_connect_str(&pg_conn_string(&format!("127.0.0.1:{port}"), APP_USER, db)).await
 }
 
 async fn one(client: &Client, sql: &str) -> String {

@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal, APP_DB, APP_USER};
-use tokio_postgres::NoTls;
+use fulcrum_suite::{pg_connect, try_pg_connect, PgProxyConfig};
+use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal, APP_DB};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_transactions_finish_and_loses_no_commit() {
@@ -32,12 +31,9 @@ async fn sigterm_lets_transactions_finish_and_loses_no_commit() {
             let (cfg, committed, errors, stop) =
                 (cfg.clone(), committed.clone(), mid_txn_errors.clone(), stop.clone());
             tokio::spawn(async move {
-                let Ok((client, conn)) =
-                    tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls).await
-                else {
+                let Ok(client) = try_pg_connect(&cfg).await else {
                     return;
                 };
-                tokio::spawn(conn);
                 let mut id = w * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
                     id += 1;
@@ -114,10 +110,7 @@ async fn sigint_stops_at_once() {
     let c = tokio::task::block_in_place(|| PgCluster::builder().start()).expect("cluster");
     let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = pg_connect(&cfg).await;
     client.batch_execute("BEGIN").await.unwrap();
     client.simple_query("SELECT 1").await.unwrap();
     p.signal(Signal::Int).unwrap();

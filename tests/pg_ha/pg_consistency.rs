@@ -7,19 +7,21 @@
 //! replica with `causal_wait = "always"`, strong sees another client's
 //! write, and the per-statement hint and `SET fulcrum.consistency` work.
 //!
-//! One cluster for the whole binary; each test starts its own Fulcrum.
+//! One cluster for this module's tests (the binary's others do not use it);
+//! each test starts its own Fulcrum.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_USER};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use fulcrum_suite::{pg_connect, PgProxyConfig};
+use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// How late the replicas apply WAL.
 const APPLY_DELAY: &str = "300ms";
 
+/// This module's own cluster: its replicas apply WAL `APPLY_DELAY` late.
 fn cluster() -> &'static PgCluster {
     static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
@@ -56,14 +58,6 @@ fn start(extra: &[&str]) -> (FulcrumProcess, PgProxyConfig) {
     (p, cfg)
 }
 
-async fn connect(cfg: &PgProxyConfig) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-}
-
 /// The first row of a simple query, as text columns.
 async fn row(client: &Client, sql: &str) -> Vec<String> {
     client
@@ -94,7 +88,7 @@ async fn write_then_read(
         .map(|k| {
             let cfg = cfg.clone();
             tokio::spawn(async move {
-                let c = connect(&cfg).await;
+                let c = pg_connect(&cfg).await;
                 let id = base + k;
                 let (mut stale, mut ports) = (0u64, HashMap::new());
                 for i in 0..iterations {
@@ -159,7 +153,7 @@ async fn session_and_strong_never_read_stale_eventual_does() {
 async fn inserted_rows_are_all_counted_every_time() {
     tokio::task::block_in_place(cluster);
     let (_p, cfg) = start(&[]);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     // Extended protocol, as applications use it: prepared insert, prepared count.
     let insert = client
         .prepare("INSERT INTO rows_n VALUES ($1, $2)")
@@ -182,7 +176,7 @@ async fn inserted_rows_are_all_counted_every_time() {
 async fn readers_that_never_write_keep_the_replicas() {
     let c = tokio::task::block_in_place(cluster);
     let (_p, cfg) = start(&[]); // consistency = session, the default
-    let reader = connect(&cfg).await;
+    let reader = pg_connect(&cfg).await;
     let mut ports: HashMap<u16, u64> = HashMap::new();
     for _ in 0..40 {
         let r = row(&reader, "SELECT inet_server_port()").await;
@@ -203,7 +197,7 @@ async fn readers_that_never_write_keep_the_replicas() {
 async fn a_read_waits_for_a_replica_when_told_to() {
     let c = tokio::task::block_in_place(cluster);
     let (_p, cfg) = start(&["causal_wait = \"always\"", "causal_timeout = \"3s\""]);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     let replicas: Vec<u16> = c.replicas().iter().map(|r| r.port()).collect();
     for i in 0..5 {
         client
@@ -233,8 +227,8 @@ async fn strong_sees_another_clients_write_session_may_not() {
     let mut stale = Vec::new();
     for (n, mode) in ["session", "strong"].iter().enumerate() {
         let (_p, cfg) = start(&[&format!("consistency = \"{mode}\"")]);
-        let writer = connect(&cfg).await;
-        let reader = connect(&cfg).await;
+        let writer = pg_connect(&cfg).await;
+        let reader = pg_connect(&cfg).await;
         let id = 20_000 + n as i32;
         let mut s = 0;
         for i in 0..100 {
@@ -268,7 +262,7 @@ async fn strong_sees_another_clients_write_session_may_not() {
 async fn hint_and_session_setting_choose_the_mode() {
     tokio::task::block_in_place(cluster);
     let (_p, cfg) = start(&[]);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     assert_eq!(row(&client, "SHOW fulcrum.consistency").await, ["session"]);
     // The hint makes one read eventual: right after a write it is stale.
     let mut stale = 0;
@@ -337,7 +331,7 @@ async fn the_position_query_follows_writes_only_when_replicas_exist() {
     // write, on the same server connection: the INSERT is no longer that
     // connection's last statement.
     let (_p, cfg) = start(&[]);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     client
         .simple_query("INSERT INTO rw VALUES (40001, 0) /* pos-marker-a */")
         .await
@@ -350,7 +344,7 @@ async fn the_position_query_follows_writes_only_when_replicas_exist() {
     // query (a single-node cluster pays nothing for session mode).
     let single = PgProxyConfig::new(&cluster().primary().addr()).client_auth("md5");
     let _q = FulcrumProcess::start(&single.to_toml()).unwrap();
-    let client = connect(&single).await;
+    let client = pg_connect(&single).await;
     client
         .simple_query("INSERT INTO rw VALUES (40002, 0) /* pos-marker-b */")
         .await
@@ -371,14 +365,14 @@ async fn user_consistency_covers_every_connection_of_the_user() {
     let mut stale_by_mode = Vec::new();
     for (mode, id) in [("session", 50_000), ("user", 60_000)] {
         let (_p, cfg) = start(&[&format!("consistency = \"{mode}\"")]);
-        let writer = connect(&cfg).await;
+        let writer = pg_connect(&cfg).await;
         let mut stale = 0;
         for i in 0..30 {
             writer
                 .simple_query(&format!("INSERT INTO rw VALUES ({id}, {i})"))
                 .await
                 .unwrap();
-            let reader = connect(&cfg).await;
+            let reader = pg_connect(&cfg).await;
             let r = row(
                 &reader,
                 &format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}"),
@@ -408,7 +402,7 @@ async fn user_consistency_covers_every_connection_of_the_user() {
 async fn a_causal_token_carries_a_write_to_another_connection() {
     tokio::task::block_in_place(cluster);
     let (_p, cfg) = start(&[]);
-    let writer = connect(&cfg).await;
+    let writer = pg_connect(&cfg).await;
     let id = 70_000;
     for i in 0..16 {
         writer
@@ -423,7 +417,7 @@ async fn a_causal_token_carries_a_write_to_another_connection() {
             "an LSN: {token:?}"
         );
         // A fresh connection each time: it has written nothing.
-        let reader = connect(&cfg).await;
+        let reader = pg_connect(&cfg).await;
         let count = format!("SELECT count(*) FROM rw WHERE client = {id} AND i = {i}");
         let r = if i % 2 == 0 {
             reader
@@ -436,7 +430,7 @@ async fn a_causal_token_carries_a_write_to_another_connection() {
         };
         assert_eq!(r[0], "1", "round {i}: the token's write is seen");
     }
-    let reader = connect(&cfg).await;
+    let reader = pg_connect(&cfg).await;
     let err = reader
         .simple_query("SET fulcrum.min_position = 'nope'")
         .await

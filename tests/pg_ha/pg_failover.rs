@@ -4,23 +4,18 @@
 //! acknowledged write counted afterwards, the old primary fenced when it
 //! returns), and `failover = "follow"` after an external promotion.
 //!
-//! Each test wrecks its own cluster; they run one at a time (a lock) so
-//! their timings are not distorted by each other on a small machine.
+//! Each test wrecks its own cluster; they run one at a time (a lock, shared
+//! with the binary's other tests that kill servers: `fulcrum_suite::serial`)
+//! so their timings are not distorted by each other on a small machine.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::PgProxyConfig;
-use fulcrum_testkit::{FulcrumProcess, PgCluster, PgNode, APP_DB, APP_USER};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().await
-}
+use fulcrum_suite::{serial, try_pg_connect, try_scrape, with_metrics, PgProxyConfig};
+use fulcrum_testkit::{FulcrumProcess, PgCluster, PgNode, APP_DB};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Fulcrum in front of `c`, probing as the superuser (promotion needs it).
 fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
@@ -38,12 +33,6 @@ fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
         cfg = cfg.extra(e);
     }
     cfg
-}
-
-async fn connect(cfg: &PgProxyConfig) -> Result<Client, tokio_postgres::Error> {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls).await?;
-    tokio::spawn(conn);
-    Ok(client)
 }
 
 async fn port_of(client: &Client, sql: &str) -> Result<u16, tokio_postgres::Error> {
@@ -91,7 +80,7 @@ fn read_load(
             tokio::spawn(async move {
                 let mut counts = HashMap::new();
                 let mut errors = Vec::new();
-                let client = connect(&cfg).await.expect("connect");
+                let client = try_pg_connect(&cfg).await.expect("connect");
                 while !stop.load(Ordering::Relaxed) {
                     match port_of(&client, "SELECT inet_server_port()").await {
                         Ok(p) => *counts.entry(p).or_insert(0) += 1,
@@ -113,7 +102,7 @@ async fn replica_killed_under_read_load_is_ejected_without_errors_and_readmitted
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
     let victim = &c.replicas()[0];
     let stop = Arc::new(AtomicBool::new(false));
-    let probe = connect(&cfg).await.unwrap();
+    let probe = try_pg_connect(&cfg).await.unwrap();
     let mut before = Vec::new();
     for _ in 0..10 {
         before.push(port_of(&probe, "SELECT inet_server_port()").await.unwrap());
@@ -146,7 +135,7 @@ async fn replica_killed_under_read_load_is_ejected_without_errors_and_readmitted
 
     // After a restart, it serves reads again.
     victim.start().unwrap();
-    let client = connect(&cfg).await.unwrap();
+    let client = try_pg_connect(&cfg).await.unwrap();
     let back = Instant::now();
     loop {
         if port_of(&client, "SELECT inet_server_port()").await.unwrap() == victim.port() {
@@ -176,14 +165,14 @@ async fn a_lagging_replica_gets_no_reads_until_it_catches_up() {
     slow.sql("SELECT pg_reload_conf()").unwrap();
     let cfg = config(&c, &["health_interval = \"300ms\"", "max_lag = \"1s\""]);
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let client = connect(&cfg).await.unwrap();
+    let client = try_pg_connect(&cfg).await.unwrap();
     // Writes keep the slow replica's apply queue non-empty: its lag grows.
     let writing = Arc::new(AtomicBool::new(true));
     let writer = {
         let cfg = cfg.clone();
         let writing = writing.clone();
         tokio::spawn(async move {
-            let w = connect(&cfg).await.unwrap();
+            let w = try_pg_connect(&cfg).await.unwrap();
             while writing.load(Ordering::Relaxed) {
                 w.simple_query("INSERT INTO ticks VALUES (1)")
                     .await
@@ -247,7 +236,7 @@ fn write_load(
                 let mut client = None;
                 while !stop.load(Ordering::Relaxed) {
                     if client.as_ref().is_none_or(|c: &Client| c.is_closed()) {
-                        client = connect(&cfg).await.ok();
+                        client = try_pg_connect(&cfg).await.ok();
                         if client.is_none() {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
@@ -305,7 +294,7 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
 
     // A client in a transaction on the primary when it dies.
-    let in_txn = connect(&cfg).await.unwrap();
+    let in_txn = try_pg_connect(&cfg).await.unwrap();
     in_txn
         .batch_execute("BEGIN; INSERT INTO acked VALUES (-1)")
         .await
@@ -441,7 +430,7 @@ async fn primary_killed_under_writes_is_replaced_by_the_most_advanced_replica() 
     c.primary().start().unwrap();
     p.wait_for_log("backend fenced (stale)", Duration::from_secs(10))
         .unwrap();
-    let client = connect(&cfg).await.unwrap();
+    let client = try_pg_connect(&cfg).await.unwrap();
     for _ in 0..20 {
         let port = port_of(&client, "SELECT inet_server_port()").await.unwrap();
         assert_ne!(port, c.primary().port(), "a fenced node serves no reads");
@@ -462,7 +451,7 @@ async fn follow_finds_a_replica_promoted_by_someone_else() {
         &["health_interval = \"300ms\"", "failover = \"follow\""],
     );
     let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let client = connect(&cfg).await.unwrap();
+    let client = try_pg_connect(&cfg).await.unwrap();
     let hint = "/* fulcrum:primary */ SELECT inet_server_port()";
     assert_eq!(port_of(&client, hint).await.unwrap(), c.primary().port());
     c.primary().stop_immediate().unwrap();
@@ -504,7 +493,7 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
         ],
     );
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let client = connect(&cfg).await.unwrap();
+    let client = try_pg_connect(&cfg).await.unwrap();
     client
         .simple_query("INSERT INTO waits VALUES (1)")
         .await
@@ -523,7 +512,7 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
             c.replicas()[0].port()
         );
     }
-    let writer = connect(&cfg).await.unwrap();
+    let writer = try_pg_connect(&cfg).await.unwrap();
     let err = writer
         .simple_query("INSERT INTO waits VALUES (2)")
         .await
@@ -538,7 +527,7 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
     c.primary().start().unwrap();
     let back = Instant::now();
     loop {
-        if let Ok(w) = connect(&cfg).await {
+        if let Ok(w) = try_pg_connect(&cfg).await {
             if w.simple_query("INSERT INTO waits VALUES (3)").await.is_ok() {
                 break;
             }
@@ -557,14 +546,8 @@ async fn none_keeps_reads_going_and_waits_for_the_same_primary() {
 
 /// `fulcrum_failover_blocked` from a scrape of `/metrics` on `port`.
 fn failover_blocked_gauge(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.lines()
+    try_scrape(port)?
+        .lines()
         .find(|l| l.starts_with("fulcrum_failover_blocked{"))
         .and_then(|l| l.rsplit(' ').next().map(str::to_owned))
 }
@@ -587,12 +570,7 @@ async fn no_promotion_of_a_replica_beyond_failover_max_lag() {
             "failover_max_lag = \"1MB\"",
         ],
     );
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let p = FulcrumProcess::start(&toml).unwrap();
+    let p = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics_port)).unwrap();
     let replica = &c.replicas()[0];
     scalar(replica, "SELECT pg_wal_replay_pause()");
     // About 4 MB of WAL the replica receives but does not replay.

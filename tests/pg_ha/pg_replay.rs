@@ -7,16 +7,18 @@
 //! sees errors only where a COMMIT was in flight.
 //!
 //! Each test kills its own cluster's primary; they run one at a time (a
-//! lock) so failover timings are not distorted on a small machine.
+//! lock, shared with the binary's other tests that kill servers:
+//! `fulcrum_suite::serial`) so failover timings are not distorted on a
+//! small machine.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{metric_sum, PgProxyConfig};
+use fulcrum_suite::{
+    console_connect, pg_connect, replays, serial, with_console, with_metrics, PgProxyConfig,
+};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, PgNode, APP_DB, APP_PASSWORD, APP_USER};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Fulcrum in front of `c` with replay on and automatic promotion.
 fn config(c: &PgCluster, metrics_port: u16) -> (PgProxyConfig, String) {
@@ -49,20 +51,8 @@ fn config_with(c: &PgCluster, metrics_port: u16, keys: &[&str]) -> (PgProxyConfi
     {
         cfg = cfg.extra(e);
     }
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
+    let toml = with_metrics(&cfg.to_toml(), metrics_port);
     (cfg, toml)
-}
-
-async fn connect(cfg: &PgProxyConfig) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
-        .await
-        .expect("connect through fulcrum");
-    tokio::spawn(conn);
-    client
 }
 
 /// The first column of the first row of a simple query.
@@ -94,18 +84,9 @@ fn promoted(c: &PgCluster) -> &PgNode {
     }
 }
 
-/// `fulcrum_transaction_replays_total{outcome}` from `/metrics`.
-fn replays(port: u16, outcome: &str) -> u64 {
-    metric_sum(
-        port,
-        "fulcrum_transaction_replays_total",
-        &format!("outcome=\"{outcome}\""),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(|| {
         PgCluster::builder()
             .replicas(2)
@@ -126,7 +107,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     let p = FulcrumProcess::start(&toml).unwrap();
 
     // A: idle in its transaction when the primary dies.
-    let a = connect(&cfg).await;
+    let a = pg_connect(&cfg).await;
     a.batch_execute("BEGIN; INSERT INTO items VALUES (10, 'ten')")
         .await
         .unwrap();
@@ -137,13 +118,13 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
         "one"
     );
     // B: a statement in flight when the primary dies.
-    let b = connect(&cfg).await;
+    let b = pg_connect(&cfg).await;
     b.batch_execute("BEGIN").await.unwrap();
     b.batch_execute("INSERT INTO items VALUES (20, 'twenty')")
         .await
         .unwrap();
     // C: prepared statements (extended protocol, named statements).
-    let mut c_client = connect(&cfg).await;
+    let mut c_client = pg_connect(&cfg).await;
     let c_txn = c_client.transaction().await.unwrap();
     let insert = c_txn
         .prepare("INSERT INTO items VALUES ($1, $2)")
@@ -158,7 +139,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     assert_eq!(row.get::<_, String>(0), "one");
     // D: read row 2, which another client then changes (committed and on
     // the synchronous standby before the kill): its replay must differ.
-    let d = connect(&cfg).await;
+    let d = pg_connect(&cfg).await;
     d.batch_execute("BEGIN; INSERT INTO items VALUES (40, 'forty')")
         .await
         .unwrap();
@@ -168,13 +149,13 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
             .unwrap(),
         "two"
     );
-    let e = connect(&cfg).await;
+    let e = pg_connect(&cfg).await;
     e.batch_execute("UPDATE items SET note = 'dos' WHERE id = 2")
         .await
         .unwrap();
     // F: more than transaction_replay_max_size (4kB) sent in its
     // transaction: not kept, so it fails as without replay.
-    let f = connect(&cfg).await;
+    let f = pg_connect(&cfg).await;
     f.batch_execute("BEGIN; INSERT INTO items VALUES (50, 'fifty')")
         .await
         .unwrap();
@@ -255,7 +236,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
 /// only errors are on `END` (COMMIT in flight: 08007, never replayed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c = tokio::task::block_in_place(|| {
         PgCluster::builder()
             .replicas(1)
@@ -352,7 +333,7 @@ async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
 /// without replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     // The harness runs with synchronous_commit = off (speed); this test
     // checks that a commit acknowledged just before an immediate stop is
     // there after the restart, which needs the commit written first.
@@ -378,7 +359,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
     );
     let _p = FulcrumProcess::start(&toml).unwrap();
 
-    let a = connect(&cfg).await;
+    let a = pg_connect(&cfg).await;
     a.batch_execute("BEGIN; INSERT INTO items VALUES (1)")
         .await
         .unwrap();
@@ -394,7 +375,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
         .expect("the transaction goes on on the restarted primary");
     eprintln!("replayed {:?} after the stop", stopped.elapsed());
 
-    let b = connect(&cfg).await;
+    let b = pg_connect(&cfg).await;
     b.batch_execute("BEGIN; INSERT INTO items VALUES (3)")
         .await
         .unwrap();
@@ -426,7 +407,7 @@ async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
 /// client sees no error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switchover_moves_a_transaction_left_open() {
-    let _serial = SERIAL.lock().await;
+    let _serial = serial().await;
     let c =
         tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
     c.primary()
@@ -435,30 +416,14 @@ async fn a_switchover_moves_a_transaction_left_open() {
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     let (metrics_port, admin_port) = (fulcrum_testkit::free_port(), fulcrum_testkit::free_port());
     let (cfg, toml) = config_with(&c, metrics_port, &[]);
-    let toml = toml
-        .replacen(
-            "[fulcrum]\n",
-            &format!("[fulcrum]\nadmin = \"127.0.0.1:{admin_port}\"\n"),
-            1,
-        )
-        .replacen(
-            "[[cluster]]",
-            "[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"ops-secret\"\n\n[[cluster]]",
-            1,
-        );
+    let toml = with_console(&toml, admin_port);
     let p = FulcrumProcess::start(&toml).unwrap();
 
-    let a = connect(&cfg).await;
+    let a = pg_connect(&cfg).await;
     a.batch_execute("BEGIN; INSERT INTO items VALUES (1)")
         .await
         .unwrap();
-    let (admin, conn) = tokio_postgres::connect(
-        &format!("host=127.0.0.1 port={admin_port} user=ops password=ops-secret dbname=fulcrum"),
-        NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let admin = console_connect(admin_port).await;
     let started = Instant::now();
     admin
         .simple_query(&format!("SWITCHOVER main TO {}", c.replicas()[0].addr()))

@@ -7,23 +7,28 @@
 //! `auth_cache_ttl`; an auth user without rights gives a clear error.
 
 use std::process::Command;
-use std::sync::LazyLock;
+use std::sync::Once;
 use std::time::Duration;
 
+use fulcrum_suite::{pg_conn_string, pg_connect_str, pg_primary, scrape};
 use fulcrum_testkit::{
     free_port, pg_bin, FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_PASSWORD,
     APP_TRUST_USER, APP_USER,
 };
 
-static CLUSTER: LazyLock<PgCluster> = LazyLock::new(|| {
-    let c = PgCluster::builder().start().expect("test cluster");
-    c.primary()
-        .sql(&format!(
-            "CREATE ROLE rotating LOGIN PASSWORD 'first-pw'; GRANT {APP_USER} TO rotating"
-        ))
-        .expect("role");
+/// The binary's shared primary, with the role whose password a test changes.
+fn cluster() -> &'static PgCluster {
+    static ROLE: Once = Once::new();
+    let c = pg_primary();
+    ROLE.call_once(|| {
+        c.primary()
+            .sql(&format!(
+                "CREATE ROLE rotating LOGIN PASSWORD 'first-pw'; GRANT {APP_USER} TO rotating"
+            ))
+            .expect("role");
+    });
     c
-});
+}
 
 /// Fulcrum whose only listed user is `listed` (if any); `auth_user` and the
 /// rest come from `auth`.
@@ -33,7 +38,7 @@ fn fulcrum(auth: &str) -> FulcrumProcess {
          listen = \"127.0.0.1:{port}\"\nhealth_interval = \"200ms\"\n{auth}\n\
          [[cluster.backend]]\naddress = \"{backend}\"\nrole = \"primary\"\n",
         port = free_port(),
-        backend = CLUSTER.primary().addr(),
+        backend = cluster().primary().addr(),
     );
     FulcrumProcess::start(&config).expect("start fulcrum")
 }
@@ -97,7 +102,7 @@ fn pgbench_with_and_without_reconnects() {
         .args(["-i", "-s", "1", "-q", "-h", "127.0.0.1"])
         .args([
             "-p",
-            &CLUSTER.primary().port().to_string(),
+            &cluster().primary().port().to_string(),
             "-U",
             "postgres",
             APP_DB,
@@ -131,14 +136,10 @@ fn pgbench_with_and_without_reconnects() {
 async fn tokio_postgres_logs_in_as_an_unlisted_user() {
     let f = fulcrum(SUPER_AUTH);
     let addr = f.listen_addrs()[0].clone();
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let conn_str = format!(
-        "host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} connect_timeout=10"
-    );
-    let (client, conn) = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls)
+    let conn_str = pg_conn_string(&addr, APP_USER, APP_DB);
+    let client = pg_connect_str(&conn_str)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", f.log_contents()));
-    tokio::spawn(conn);
     let stmt = client.prepare("SELECT $1::int + 1").await.unwrap();
     for i in 0..10 {
         let row = client.query_one(&stmt, &[&i]).await.unwrap();
@@ -163,7 +164,7 @@ fn a_password_changed_on_the_server_is_picked_up_after_the_ttl() {
     let f = fulcrum(&format!("{SUPER_AUTH}\nauth_cache_ttl = \"1s\""));
     let (ok, _, err) = psql(&f, "rotating", "first-pw", "SELECT 1");
     assert!(ok, "{err}");
-    CLUSTER
+    cluster()
         .primary()
         .sql("ALTER ROLE rotating PASSWORD 'second-pw'")
         .expect("alter role");
@@ -232,18 +233,6 @@ fn a_client_user_maps_to_another_server_user() {
     );
 }
 
-/// `/metrics` from the listener on `port`.
-fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 #[test]
 fn a_probe_whose_login_is_refused_keeps_the_backend_in_service() {
     let metrics = free_port();
@@ -255,7 +244,7 @@ fn a_probe_whose_login_is_refused_keeps_the_backend_in_service() {
          [[cluster.backend]]\naddress = \"{backend}\"\nrole = \"primary\"\n\
          [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
         port = free_port(),
-        backend = CLUSTER.primary().addr(),
+        backend = cluster().primary().addr(),
     );
     let f = FulcrumProcess::start(&config).expect("start fulcrum");
     f.wait_for_log("probe login refused", Duration::from_secs(10))

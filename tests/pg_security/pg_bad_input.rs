@@ -13,13 +13,13 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use fulcrum_suite::{startup_message, PROTOCOL_3_0};
+use fulcrum_suite::{pg_connect_str, pg_primary, startup_message, PROTOCOL_3_0};
 use fulcrum_testkit::{
     free_port, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER, START_TIMEOUT,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// Longest any single network step may take before the test fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,17 +30,14 @@ const CANCEL_REQUEST: i32 = 80_877_102;
 
 const PROTOCOL_VIOLATION: &str = "08P01";
 
-static CLUSTER: LazyLock<PgCluster> =
-    LazyLock::new(|| PgCluster::builder().start().expect("test cluster"));
-
 /// SCRAM client auth, defaults otherwise: for the tokio-postgres cases.
 static SCRAM: LazyLock<FulcrumProcess> =
-    LazyLock::new(|| start_fulcrum(&CLUSTER.primary().addr(), "scram-sha-256", ""));
+    LazyLock::new(|| start_fulcrum(&pg_primary().primary().addr(), "scram-sha-256", ""));
 
 /// Trust client auth and a 1 kB message limit: for the raw-byte cases.
 static TRUST: LazyLock<FulcrumProcess> = LazyLock::new(|| {
     start_fulcrum(
-        &CLUSTER.primary().addr(),
+        &pg_primary().primary().addr(),
         "trust",
         "max_message_size = \"1kB\"\n",
     )
@@ -89,13 +86,12 @@ fn conn_string(addr: &str, user: &str, password: &str, db: &str) -> String {
 
 // ---- tokio-postgres clients ----------------------------------------------------
 
+/// A login (`fulcrum_suite::pg_connect_str`) that must be over within
+/// `IO_TIMEOUT`.
 async fn connect(conn_string: &str) -> Result<Client, tokio_postgres::Error> {
-    let connecting = tokio_postgres::connect(conn_string, NoTls);
-    let (client, connection) = tokio::time::timeout(IO_TIMEOUT, connecting)
+    tokio::time::timeout(IO_TIMEOUT, pg_connect_str(conn_string))
         .await
-        .unwrap_or_else(|_| panic!("login hung: {conn_string}"))?;
-    tokio::spawn(connection);
-    Ok(client)
+        .unwrap_or_else(|_| panic!("login hung: {conn_string}"))
 }
 
 /// The SQLSTATE, severity and message of a server error.
@@ -636,7 +632,7 @@ async fn wrong_password_and_unknown_user_fail_alike_with_scram() {
 
 #[tokio::test]
 async fn wrong_password_and_unknown_user_fail_alike_with_md5() {
-    let md5 = start_fulcrum(&CLUSTER.primary().addr(), "md5", "");
+    let md5 = start_fulcrum(&pg_primary().primary().addr(), "md5", "");
     assert_wrong_password_and_unknown_user_fail_alike(&md5).await;
 }
 
@@ -701,7 +697,7 @@ fn memory_kb(pid: u32) -> (u64, u64) {
 /// another client is answered all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_50_mb_nested_query_is_not_parsed_and_harms_no_one() {
-    let fulcrum = start_fulcrum(&CLUSTER.primary().addr(), "trust", "");
+    let fulcrum = start_fulcrum(&pg_primary().primary().addr(), "trust", "");
     let bystander = bystander(&fulcrum).await;
     let client = connect(&conn_string(
         &addr(&fulcrum),
@@ -772,7 +768,7 @@ async fn a_flood_of_idle_connects_does_not_lock_out_a_real_client() {
     // Fewer client places than idle connects: connections still logging in
     // must not take them.
     let fulcrum = start_fulcrum(
-        &CLUSTER.primary().addr(),
+        &pg_primary().primary().addr(),
         "scram-sha-256",
         "max_client_connections = 1000\n",
     );
@@ -824,7 +820,7 @@ async fn a_flood_of_idle_connects_does_not_lock_out_a_real_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_over_max_client_connections_get_53300() {
     let fulcrum = start_fulcrum(
-        &CLUSTER.primary().addr(),
+        &pg_primary().primary().addr(),
         "scram-sha-256",
         "max_client_connections = 2\n",
     );
@@ -855,7 +851,7 @@ async fn clients_over_max_client_connections_get_53300() {
 #[tokio::test]
 async fn a_login_that_stalls_ends_at_client_login_timeout() {
     let fulcrum = start_fulcrum(
-        &CLUSTER.primary().addr(),
+        &pg_primary().primary().addr(),
         "trust",
         "client_login_timeout = \"1s\"\n",
     );

@@ -10,17 +10,14 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use fulcrum_suite::{startup_message, PROTOCOL_3_0};
+use fulcrum_suite::{pg_primary, startup_message, PROTOCOL_3_0};
 use fulcrum_testkit::{
-    free_port, pg_bin, FulcrumProcess, PgCluster, Signal, TestCerts, APP_DB, APP_PASSWORD, APP_USER,
+    free_port, pg_bin, FulcrumProcess, Signal, TestCerts, APP_DB, APP_PASSWORD, APP_USER,
 };
 use fulcrum_tls::rustls;
-
-static CLUSTER: LazyLock<PgCluster> =
-    LazyLock::new(|| PgCluster::builder().start().expect("test cluster"));
 
 /// Fulcrum with `tls_mode = mode`, presenting `certs`, trust auth (so the
 /// raw clients below log in without a password exchange).
@@ -34,7 +31,7 @@ fn start(mode: &str, certs: &TestCerts) -> FulcrumProcess {
         port = free_port(),
         cert = certs.cert.display(),
         key = certs.key.display(),
-        backend = CLUSTER.primary().addr(),
+        backend = pg_primary().primary().addr(),
     );
     FulcrumProcess::start(&config).expect("start fulcrum")
 }

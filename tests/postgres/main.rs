@@ -1,6 +1,13 @@
-//! The PostgreSQL data path end to end (proxying, session state, routing,
-//! pgbench, psycopg) and the routing corpora. One test binary; each module
-//! was a test binary of its own before.
+//! The PostgreSQL data path end to end: real clients (tokio-postgres, psql,
+//! pgbench, psycopg) through a real Fulcrum daemon in front of real
+//! PostgreSQL 15 clusters, and the routing corpora through the classifier.
+//! One test binary; each module was a binary of its own before.
+//!
+//! Clusters: `pg_proxy` and `pg_drivers` share one primary with two
+//! replicas (`fulcrum_suite::pg_two_replicas`); `pg_routing` (which counts
+//! commits per server and times replicas) and `pg_session` (which
+//! terminates server backends by statement) keep their own; `pg_pgbench`
+//! starts one for its test.
 
 mod pg_drivers;
 mod pg_pgbench;

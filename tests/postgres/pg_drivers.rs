@@ -9,30 +9,29 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{pg_two_replicas, PgProxyConfig};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
 
 /// How long one driver script may run before the test calls it a hang.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The binary's shared primary with two replicas (`pg_proxy` uses it too),
+/// where `app` may create the tables and types the scripts make.
 fn cluster() -> &'static PgCluster {
-    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        let c = PgCluster::builder()
-            .replicas(2)
-            .start()
-            .expect("start PostgreSQL cluster");
+    static GRANT: Once = Once::new();
+    let c = pg_two_replicas();
+    GRANT.call_once(|| {
         c.primary()
             .sql(&format!("GRANT CREATE ON SCHEMA public TO {APP_USER}"))
             .expect("grant");
-        c
-    })
+    });
+    c
 }
 
-/// One Fulcrum for the whole binary: transaction pooling over the cluster.
+/// One Fulcrum for this module's tests: transaction pooling over the cluster.
 fn proxy() -> &'static (FulcrumProcess, PgProxyConfig) {
     static PROXY: OnceLock<(FulcrumProcess, PgProxyConfig)> = OnceLock::new();
     PROXY.get_or_init(|| {

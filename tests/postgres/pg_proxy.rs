@@ -1,11 +1,12 @@
 //! End-to-end behaviour of the PostgreSQL data path: real clients (tokio-postgres,
 //! psql) through a real Fulcrum daemon in front of a real primary with two
-//! streaming replicas, started once for this test binary.
+//! streaming replicas, started once for this test binary (shared with
+//! `pg_drivers`).
 
-use std::sync::OnceLock;
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{pg_connect_as, pg_two_replicas, PgProxyConfig};
 use fulcrum_testkit::{
     run_psql, FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER,
     APP_USER,
@@ -13,15 +14,16 @@ use fulcrum_testkit::{
 use futures_util::{SinkExt, StreamExt, TryStreamExt};
 use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
+/// The binary's shared primary with two replicas, with this module's table.
 fn cluster() -> &'static PgCluster {
-    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        let c = PgCluster::builder().replicas(2).start().expect("start PostgreSQL cluster");
+    static TABLE: Once = Once::new();
+    let c = pg_two_replicas();
+    TABLE.call_once(|| {
         c.primary()
             .sql("CREATE TABLE IF NOT EXISTS items (id serial PRIMARY KEY, tag text, n int); GRANT ALL ON items TO PUBLIC; GRANT ALL ON SEQUENCE items_id_seq TO PUBLIC")
             .expect("create table");
-        c
-    })
+    });
+    c
 }
 
 /// Fulcrum in front of the shared cluster (primary and both replicas configured).
@@ -44,14 +46,6 @@ fn default_config() -> PgProxyConfig {
     cfg
 }
 
-async fn connect(cfg: &PgProxyConfig, user: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(user, APP_DB), NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect through fulcrum as {user}: {e}"));
-    tokio::spawn(conn);
-    client
-}
-
 async fn one_string(client: &Client, sql: &str) -> String {
     let rows = client
         .simple_query(sql)
@@ -68,7 +62,7 @@ async fn one_string(client: &Client, sql: &str) -> String {
 #[tokio::test]
 async fn simple_extended_and_pipelined_queries_return_server_results() {
     let (_p, cfg) = proxy(default_config());
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     assert_eq!(one_string(&client, "SELECT 40 + 2").await, "42");
     let row = client
         .query_one("SELECT $1::int * 2, $2::text", &[&21i32, &"x"])
@@ -123,7 +117,7 @@ async fn prepared_statements_work_across_server_connections() {
     for c in 0..6i32 {
         let cfg = cfg.clone();
         tasks.push(tokio::spawn(async move {
-            let client = connect(&cfg, APP_USER).await;
+            let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
             let add = client.prepare("SELECT $1::int + $2::int").await.unwrap();
             let tag = client
                 .prepare(&format!("SELECT 'client{c}'::text, $1::int"))
@@ -162,7 +156,7 @@ async fn prepared_statements_work_across_server_connections() {
 #[tokio::test]
 async fn protocol_statement_errors_keep_the_session_usable() {
     let (_p, cfg) = proxy(default_config().pool_size(1));
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let err = client
         .prepare("SELECT * FROM missing_table_x")
         .await
@@ -184,7 +178,7 @@ async fn protocol_statement_errors_keep_the_session_usable() {
 #[tokio::test]
 async fn sql_deallocate_of_a_protocol_statement_is_answered() {
     let (_p, cfg) = proxy(default_config().pool_size(1));
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let stmt = client.prepare("SELECT 7").await.unwrap();
     assert_eq!(
         client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
@@ -203,8 +197,8 @@ async fn sql_deallocate_of_a_protocol_statement_is_answered() {
 async fn session_settings_do_not_leak_between_clients() {
     // One server connection: both clients are served by the same server session.
     let (_p, cfg) = proxy(default_config().pool_size(1));
-    let a = connect(&cfg, APP_USER).await;
-    let b = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let default_path = one_string(&b, "SHOW search_path").await;
     let default_work_mem = one_string(&b, "SHOW work_mem").await;
     a.batch_execute("SET search_path TO pg_catalog, public")
@@ -258,7 +252,7 @@ async fn session_settings_do_not_leak_between_clients() {
 #[tokio::test]
 async fn temporary_tables_pin_the_client_to_its_server_connection() {
     let (_p, cfg) = proxy(default_config().pool_size(2));
-    let a = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     a.batch_execute("CREATE TEMP TABLE scratch (x int)")
         .await
         .unwrap();
@@ -267,7 +261,7 @@ async fn temporary_tables_pin_the_client_to_its_server_connection() {
             .await
             .unwrap();
         // Another client keeps the other connection busy in between.
-        let b = connect(&cfg, APP_USER).await;
+        let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
         b.simple_query("SELECT 1").await.unwrap();
     }
     assert_eq!(one_string(&a, "SELECT count(*) FROM scratch").await, "20");
@@ -277,7 +271,7 @@ async fn temporary_tables_pin_the_client_to_its_server_connection() {
 async fn session_mode_keeps_state_and_resets_it_for_the_next_client() {
     let (_p, cfg) = proxy(default_config().pool_mode("session").pool_size(1));
     {
-        let a = connect(&cfg, APP_USER).await;
+        let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
         a.batch_execute("SET search_path TO pg_catalog; CREATE TEMP TABLE t_session (x int)")
             .await
             .unwrap();
@@ -290,7 +284,7 @@ async fn session_mode_keeps_state_and_resets_it_for_the_next_client() {
     // The same (only) server connection serves the next client, reset.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let b = connect(&cfg, APP_USER).await;
+        let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
         match b.simple_query("SELECT count(*) FROM t_session").await {
             Err(e) => {
                 assert_eq!(e.code().unwrap().code(), "42P01");
@@ -308,8 +302,8 @@ async fn session_mode_keeps_state_and_resets_it_for_the_next_client() {
 #[tokio::test]
 async fn cancel_reaches_only_the_cancelled_clients_query() {
     let (_p, cfg) = proxy(default_config());
-    let a = connect(&cfg, APP_USER).await;
-    let b = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let token = a.cancel_token();
     let slow_b = tokio::spawn(async move {
         b.simple_query("SELECT pg_sleep(1.5), 'b'")
@@ -339,7 +333,7 @@ async fn cancel_reaches_only_the_cancelled_clients_query() {
 #[tokio::test]
 async fn copy_in_and_copy_out_stream_through() {
     let (_p, cfg) = proxy(default_config());
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     client
         .batch_execute("CREATE TABLE IF NOT EXISTS copy_t (a int, b text); TRUNCATE copy_t")
         .await
@@ -432,9 +426,9 @@ async fn clients_beyond_the_pool_wait_then_get_a_clear_timeout() {
             .pool_size(1)
             .extra("pool_timeout = \"700ms\""),
     );
-    let a = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     a.batch_execute("BEGIN; SELECT 1").await.unwrap();
-    let b = connect(&cfg, APP_USER).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let started = Instant::now();
     let err = b.simple_query("SELECT 1").await.unwrap_err();
     let waited = started.elapsed();
@@ -443,7 +437,7 @@ async fn clients_beyond_the_pool_wait_then_get_a_clear_timeout() {
     assert!(db.message().contains("pool_timeout"), "{}", db.message());
     assert!(waited >= Duration::from_millis(600), "{waited:?}");
     a.batch_execute("COMMIT").await.unwrap();
-    let c = connect(&cfg, APP_USER).await;
+    let c = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     assert_eq!(one_string(&c, "SELECT 'after'").await, "after");
 }
 
@@ -460,7 +454,7 @@ async fn vanished_client_mid_transaction_is_rolled_back_and_the_connection_reuse
     // Drop the socket without Terminate.
     conn_task.abort();
     drop(a);
-    let b = connect(&cfg, APP_USER).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     assert_eq!(
         one_string(&b, "SELECT count(*) FROM items WHERE tag = 'vanished'").await,
         "0"
@@ -479,7 +473,7 @@ async fn vanished_client_mid_transaction_is_rolled_back_and_the_connection_reuse
 #[tokio::test]
 async fn broken_server_connections_are_replaced() {
     let (_p, cfg) = proxy(primary_only_config().pool_size(1));
-    let a = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let pid_before = one_string(&a, "SELECT pg_backend_pid()").await;
     cluster()
         .primary()
@@ -489,7 +483,7 @@ async fn broken_server_connections_are_replaced() {
     // The idle pooled connection is dead; the next transaction gets a new one.
     let pid_after = one_string(&a, "SELECT pg_backend_pid()").await;
     assert_ne!(pid_before, pid_after);
-    let b = connect(&cfg, APP_USER).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     assert_eq!(one_string(&b, "SELECT 1").await, "1");
 }
 
@@ -507,7 +501,7 @@ async fn two_thousand_clients_share_twenty_server_connections() {
         let cfg = cfg.clone();
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
-            let client = connect(&cfg, APP_PLAIN_USER).await;
+            let client = pg_connect_as(&cfg, APP_PLAIN_USER, APP_DB).await;
             barrier.wait().await; // all 2,000 connected at once
             for _ in 0..2 {
                 let r = client
@@ -548,7 +542,7 @@ async fn backends_can_be_reached_over_a_unix_socket() {
     let primary = cluster().primary();
     let address = format!("{}:{}", primary.socket_dir().display(), primary.port());
     let (_p, cfg) = proxy(PgProxyConfig::new(&address));
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     // A Unix-socket session has no server address.
     assert_eq!(
         one_string(&client, "SELECT coalesce(inet_server_port()::text, 'unix')").await,
@@ -564,8 +558,8 @@ async fn backends_can_be_reached_over_a_unix_socket() {
 #[tokio::test]
 async fn set_sent_through_the_extended_protocol_is_replayed_too() {
     let (_p, cfg) = proxy(default_config().pool_size(1));
-    let a = connect(&cfg, APP_USER).await;
-    let b = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
+    let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     // tokio-postgres' execute() uses Parse/Bind/Execute.
     a.execute("SET statement_timeout = '4321ms'", &[])
         .await
@@ -595,7 +589,7 @@ async fn a_connection_keeps_at_most_max_prepared_statements() {
             .pool_size(1)
             .extra("max_prepared_statements = 3"),
     );
-    let a = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let pid = one_string(&a, "SELECT pg_backend_pid()").await;
     for i in 0..5 {
         let s = a.prepare(&format!("SELECT {i}::int")).await.unwrap();
@@ -616,7 +610,7 @@ async fn a_connection_keeps_at_most_max_prepared_statements() {
 #[tokio::test]
 async fn commit_and_chain_after_a_lone_begin_opens_a_new_transaction() {
     let (_p, cfg) = proxy(primary_only_config());
-    let client = connect(&cfg, APP_USER).await;
+    let client = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     client
         .batch_execute("CREATE TABLE IF NOT EXISTS chained (n int)")
         .await
@@ -646,7 +640,7 @@ async fn server_connections_are_renewed_after_server_lifetime() {
             .pool_size(1)
             .extra("server_lifetime = \"1s\""),
     );
-    let a = connect(&cfg, APP_USER).await;
+    let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     let pid = one_string(&a, "SELECT pg_backend_pid()").await;
     assert_eq!(
         one_string(&a, "SELECT pg_backend_pid()").await,

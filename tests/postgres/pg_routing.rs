@@ -6,12 +6,14 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fulcrum_suite::PgProxyConfig;
+use fulcrum_suite::{pg_connect, pg_connect_as, PgProxyConfig};
 use fulcrum_testkit::{
     free_port, pgbench_init, run_pgbench, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
+/// This module's own cluster, not shared: its tests count the commits each
+/// server ran and time the replicas, so no other module's load may land on it.
 fn cluster() -> &'static PgCluster {
     static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
@@ -47,18 +49,6 @@ fn config() -> PgProxyConfig {
     cfg
 }
 
-async fn connect(cfg: &PgProxyConfig) -> Client {
-    connect_db(cfg, APP_DB).await
-}
-
-async fn connect_db(cfg: &PgProxyConfig, db: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, db), NoTls)
-        .await
-        .expect("connect through fulcrum");
-    tokio::spawn(conn);
-    client
-}
-
 async fn port_of(client: &Client, sql: &str) -> u16 {
     let msgs = client
         .simple_query(sql)
@@ -80,7 +70,7 @@ fn replica_ports() -> HashSet<u16> {
 async fn reads_go_to_both_replicas_round_robin() {
     let p = FulcrumProcess::start(&config().to_toml()).unwrap();
     let cfg = config_of(&p);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     let mut seen = HashSet::new();
     for _ in 0..10 {
         let port = port_of(&client, "SELECT inet_server_port()").await;
@@ -100,7 +90,7 @@ async fn reads_go_to_both_replicas_round_robin() {
 async fn transactions_writes_and_hints_go_to_the_primary() {
     let p = FulcrumProcess::start(&config().to_toml()).unwrap();
     let cfg = config_of(&p);
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     let primary = cluster().primary().port();
     client.batch_execute("BEGIN").await.unwrap();
     for _ in 0..5 {
@@ -140,7 +130,7 @@ async fn transactions_writes_and_hints_go_to_the_primary() {
     // A read-only transaction may run on a replica (a client that has not
     // written: this one's writes would make it wait for the replica or use
     // the primary, consistency = "session").
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     client.batch_execute("BEGIN READ ONLY").await.unwrap();
     let port = port_of(&client, "SELECT inet_server_port()").await;
     assert!(
@@ -215,7 +205,7 @@ async fn no_corpus_statement_fails_on_a_read_only_replica() {
             continue;
         }
         // A fresh client each time: no transaction or pin carries over.
-        let client = connect_db(&cfg, "corpus").await;
+        let client = pg_connect_as(&cfg, APP_USER, "corpus").await;
         ran += 1;
         match tokio::time::timeout(Duration::from_secs(10), client.simple_query(&sql)).await {
             Ok(Ok(_)) => ok += 1,
@@ -246,7 +236,7 @@ async fn reads_fall_back_to_the_primary_when_no_replica_answers() {
         .client_auth("md5")
         .replica(&dead);
     let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     for _ in 0..3 {
         assert_eq!(
             port_of(&client, "SELECT inet_server_port()").await,
@@ -259,7 +249,7 @@ async fn reads_fall_back_to_the_primary_when_no_replica_answers() {
 async fn session_mode_keeps_every_statement_on_the_primary() {
     let cfg = config().pool_mode("session");
     let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     for _ in 0..3 {
         assert_eq!(
             port_of(&client, "SELECT inet_server_port()").await,
@@ -330,7 +320,7 @@ async fn configured_write_functions_send_reads_to_the_primary() {
             n.name()
         );
     }
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     let primary = cluster().primary().port();
     for _ in 0..3 {
         assert_eq!(
@@ -350,7 +340,7 @@ async fn configured_write_functions_send_reads_to_the_primary() {
     // primary (`function_catalog`, on by default) ...
     let plain = config();
     let _q = FulcrumProcess::start(&plain.to_toml()).unwrap();
-    let other = connect(&plain).await;
+    let other = pg_connect(&plain).await;
     for _ in 0..3 {
         let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
         assert_eq!(port, primary, "the catalog calls it volatile");
@@ -358,7 +348,7 @@ async fn configured_write_functions_send_reads_to_the_primary() {
     // ... and with neither the same read goes to a replica.
     let blind = config().extra("function_catalog = false");
     let _r = FulcrumProcess::start(&blind.to_toml()).unwrap();
-    let other = connect(&blind).await;
+    let other = pg_connect(&blind).await;
     let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;
     assert!(replica_ports().contains(&port));
 }
@@ -385,7 +375,7 @@ async fn weighted_balance_follows_the_weights() {
     );
     assert!(toml.contains("weight = 3"));
     let _p = FulcrumProcess::start(&toml).unwrap();
-    let client = connect(&cfg).await;
+    let client = pg_connect(&cfg).await;
     let mut counts = std::collections::HashMap::new();
     for _ in 0..200 {
         *counts
@@ -417,7 +407,7 @@ async fn slow_replica_share(policy: &str) -> f64 {
         let cfg = cfg.clone();
         let sql = sql.clone();
         tasks.push(tokio::spawn(async move {
-            let client = connect(&cfg).await;
+            let client = pg_connect(&cfg).await;
             let mut ports = Vec::new();
             for _ in 0..25 {
                 ports.push(port_of(&client, &sql).await);

@@ -8,7 +8,10 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{metric_sum, PgProxyConfig};
+use fulcrum_suite::{
+    metric_sum, pg_connect, pg_connect_as, pg_connect_with_options, start_with_metrics,
+    with_metrics, PgProxyConfig,
+};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -18,6 +21,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A role the app user may take at login (`options=-c role=...`).
 const STARTUP_ROLE: &str = "fulcrum_startup_role";
 
+/// This module's own cluster, not shared: `terminate_running` ends any
+/// backend on the primary running a given statement, another module's too.
 fn cluster() -> &'static PgCluster {
     static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
@@ -65,23 +70,6 @@ fn start(cfg: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig) {
     )
 }
 
-async fn connect_with(cfg: &PgProxyConfig, options: Option<&str>) -> Client {
-    let port: u16 = cfg.listen.rsplit_once(':').unwrap().1.parse().unwrap();
-    let mut c = tokio_postgres::Config::new();
-    c.host("127.0.0.1")
-        .port(port)
-        .user(APP_USER)
-        .password(APP_PASSWORD)
-        .dbname(APP_DB)
-        .connect_timeout(CALL_TIMEOUT);
-    if let Some(o) = options {
-        c.options(o);
-    }
-    let (client, conn) = c.connect(NoTls).await.expect("connect through fulcrum");
-    tokio::spawn(conn);
-    client
-}
-
 /// The first column of the first row of `sql`, within `CALL_TIMEOUT`.
 async fn one(client: &Client, sql: &str) -> String {
     let msgs = tokio::time::timeout(CALL_TIMEOUT, client.simple_query(sql))
@@ -105,7 +93,7 @@ async fn exec(client: &Client, sql: &str) -> Result<(), tokio_postgres::Error> {
 #[tokio::test]
 async fn deallocate_of_a_mapped_statement_is_answered_without_a_server() {
     let (_p, cfg) = start(with_replicas(1));
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     for round in 0..3 {
         let stmt = client.prepare("SELECT 41 + 1").await.unwrap();
         assert_eq!(
@@ -140,14 +128,14 @@ async fn a_startup_role_does_not_leak_to_the_next_client() {
     // One server connection: every client below is served by the same
     // server session, one after the other.
     let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()).pool_size(1));
-    let plain = connect_with(&cfg, None).await;
+    let plain = pg_connect(&cfg).await;
     assert_eq!(one(&plain, "SELECT current_user").await, APP_USER);
-    let with_role = connect_with(&cfg, Some(&format!("-c role={STARTUP_ROLE}"))).await;
+    let with_role = pg_connect_with_options(&cfg, &format!("-c role={STARTUP_ROLE}")).await;
     assert_eq!(one(&with_role, "SELECT current_user").await, STARTUP_ROLE);
     drop(with_role);
     for _ in 0..3 {
         assert_eq!(one(&plain, "SELECT current_user").await, APP_USER);
-        let later = connect_with(&cfg, None).await;
+        let later = pg_connect(&cfg).await;
         assert_eq!(one(&later, "SELECT current_user").await, APP_USER);
     }
 }
@@ -155,7 +143,7 @@ async fn a_startup_role_does_not_leak_to_the_next_client() {
 #[tokio::test]
 async fn set_transaction_read_write_sends_the_transaction_to_the_primary() {
     let (_p, cfg) = start(with_replicas(4));
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     // Each statement on its own: Fulcrum answers BEGIN and SET TRANSACTION
     // itself and lets the transaction's first statement pick the server.
     exec(&client, "BEGIN READ ONLY").await.unwrap();
@@ -167,7 +155,7 @@ async fn set_transaction_read_write_sends_the_transaction_to_the_primary() {
     exec(&client, "COMMIT").await.unwrap();
     // A read-only transaction still goes to a replica (from a client that
     // has not written: this one's reads wait for its insert to replicate).
-    let reader = connect_with(&cfg, None).await;
+    let reader = pg_connect(&cfg).await;
     exec(&reader, "BEGIN READ ONLY").await.unwrap();
     assert_eq!(one(&reader, "SELECT pg_is_in_recovery()").await, "t");
     exec(&reader, "COMMIT").await.unwrap();
@@ -204,7 +192,7 @@ async fn terminate_running(prefix: &str) {
 #[tokio::test]
 async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
     let (_p, cfg) = start(with_replicas(4));
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     exec(&client, "BEGIN").await.unwrap();
     exec(&client, "INSERT INTO slow_commit VALUES (1)")
         .await
@@ -227,7 +215,7 @@ async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
     assert_eq!(one(&client, "SELECT 'next'").await, "next");
 
     // An autocommit write in flight: the same.
-    let writer = connect_with(&cfg, None).await;
+    let writer = pg_connect(&cfg).await;
     let write = tokio::spawn(async move {
         let r = exec(&writer, "INSERT INTO slow_commit VALUES (2)").await;
         (writer, r)
@@ -243,7 +231,7 @@ async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
     assert_eq!(one(&writer, "SELECT 'next'").await, "next");
 
     // A transaction that dies before its COMMIT was sent was not committed.
-    let txn = connect_with(&cfg, None).await;
+    let txn = pg_connect(&cfg).await;
     exec(&txn, "BEGIN").await.unwrap();
     let pid = one(&txn, "SELECT pg_backend_pid()").await;
     let sleeper = tokio::spawn(async move {
@@ -277,7 +265,7 @@ async fn a_server_message_over_max_message_size_closes_that_connection() {
         .pool_size(2)
         .extra("max_message_size = \"1MB\"");
     let (_p, cfg) = start(cfg);
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     // A 2 MB notice is buffered whole by no one: the connection is closed.
     let err = exec(
         &client,
@@ -454,18 +442,6 @@ fn prepared_statements_gauge(port: u16) -> u64 {
     metric_sum(port, "fulcrum_prepared_statements", "")
 }
 
-/// Starts Fulcrum on `cfg` with a metrics listener; returns its port too.
-fn start_with_metrics(cfg: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig, u16) {
-    let metrics_port = fulcrum_testkit::free_port();
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let p = FulcrumProcess::start(&toml).expect("start fulcrum");
-    (p, cfg, metrics_port)
-}
-
 /// 100,000 distinct named statements prepared by clients that then leave
 /// do not stay in Fulcrum: the cluster-wide statement registry (one shared
 /// entry per definition) comes back to its size before.
@@ -480,16 +456,12 @@ async fn statements_of_clients_that_left_are_dropped_from_the_registry() {
         .pool_size(4)
         .extra("connect_timeout = \"15s\"")
         .extra("pool_timeout = \"30s\"");
-    let toml = cfg.to_toml().replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
-        1,
-    );
-    let _p = FulcrumProcess::start(&toml).expect("start fulcrum");
+    let _p =
+        FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics_port)).expect("start fulcrum");
     let before = prepared_statements_gauge(metrics_port);
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        clients.push(connect_with(&cfg, None).await);
+        clients.push(pg_connect(&cfg).await);
     }
     let prepared = futures_util::future::try_join_all(clients.iter().enumerate().map(
         |(c, client)| async move {
@@ -536,7 +508,7 @@ async fn statements_over_the_bound_are_evicted_and_prepared_again() {
         .pool_size(1)
         .extra("max_prepared_statements = 10");
     let (_p, cfg) = start(cfg);
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     let first_pid: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])
         .await
@@ -641,7 +613,7 @@ async fn idle_in_transaction_is_rolled_back_and_the_server_returned() {
     let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
     assert_eq!(db.code().code(), "25P03");
     assert!(db.message().contains("rolled back"), "{}", db.message());
-    let other = connect_with(&cfg, None).await;
+    let other = pg_connect(&cfg).await;
     let started = Instant::now();
     assert_eq!(
         one(&other, "SELECT count(*) FROM ses_rows WHERE id = -25003").await,
@@ -661,7 +633,7 @@ async fn idle_in_transaction_is_rolled_back_and_the_server_returned() {
 async fn query_timeout_cancels_a_silent_statement_and_the_session_goes_on() {
     let cfg = PgProxyConfig::new(&cluster().primary().addr()).extra("query_timeout = \"500ms\"");
     let (_p, cfg) = start(cfg);
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     let started = Instant::now();
     let e = client
         .simple_query("SELECT pg_sleep(10)")
@@ -683,14 +655,6 @@ async fn query_timeout_cancels_a_silent_statement_and_the_session_goes_on() {
             "x"
         );
     }
-}
-
-async fn connect_as(cfg: &PgProxyConfig, user: &str, db: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(&cfg.conn_string(user, db), NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
-    tokio::spawn(conn);
-    client
 }
 
 /// A database of the test's own on the shared cluster (other tests' server
@@ -737,7 +701,7 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
         .extra("reserve_pool_timeout = \"300ms\"")
         .extra("pool_timeout = \"2s\"");
     let (_p, cfg) = start(cfg);
-    let first = connect_as(&cfg, user, db).await;
+    let first = pg_connect_as(&cfg, user, db).await;
     one(&first, "SELECT 1").await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while server_connections(db) < 2 {
@@ -746,8 +710,8 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
     }
     // Two transactions hold the pool's two connections.
     let (a, b) = (
-        connect_as(&cfg, user, db).await,
-        connect_as(&cfg, user, db).await,
+        pg_connect_as(&cfg, user, db).await,
+        pg_connect_as(&cfg, user, db).await,
     );
     for c in [&a, &b] {
         exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
@@ -775,7 +739,7 @@ async fn min_pool_size_keeps_connections_open_and_the_reserve_serves_waiters() {
     assert_eq!(server_connections(db), 3, "one reserve connection");
     // The reserve held too: the next client waits pool_timeout and is told.
     exec(&first, "BEGIN; SELECT txid_current()").await.unwrap();
-    let late = connect_as(&cfg, user, db).await;
+    let late = pg_connect_as(&cfg, user, db).await;
     let err = tokio::time::timeout(CALL_TIMEOUT, late.simple_query("SELECT 3"))
         .await
         .expect("answered")
@@ -803,12 +767,12 @@ async fn max_db_connections_caps_connections_across_users() {
         .extra("max_db_connections = 2")
         .extra("pool_timeout = \"1s\"");
     let (_p, cfg) = start(cfg);
-    let a = connect_as(&cfg, APP_TRUST_USER, db).await;
-    let b = connect_as(&cfg, APP_MD5_USER, db).await;
+    let a = pg_connect_as(&cfg, APP_TRUST_USER, db).await;
+    let b = pg_connect_as(&cfg, APP_MD5_USER, db).await;
     for c in [&a, &b] {
         exec(c, "BEGIN; SELECT txid_current()").await.unwrap();
     }
-    let c = connect_as(&cfg, APP_TRUST_USER, db).await;
+    let c = pg_connect_as(&cfg, APP_TRUST_USER, db).await;
     let err = tokio::time::timeout(CALL_TIMEOUT, c.simple_query("SELECT 1"))
         .await
         .expect("answered")
@@ -823,7 +787,7 @@ async fn max_db_connections_caps_connections_across_users() {
     exec(&a, "COMMIT").await.unwrap();
     // The trust user's connection is idle now; the md5 user's next client
     // takes its place at once.
-    let d = connect_as(&cfg, APP_MD5_USER, db).await;
+    let d = pg_connect_as(&cfg, APP_MD5_USER, db).await;
     let started = Instant::now();
     one(&d, "SELECT 4").await;
     assert!(
@@ -844,8 +808,8 @@ async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         .pool_size(1)
         .extra("server_check_delay = \"0s\"");
-    let (_p, cfg, metrics_port) = start_with_metrics(cfg);
-    let client = connect_with(&cfg, None).await;
+    let (_p, metrics_port) = start_with_metrics(&cfg.to_toml());
+    let client = pg_connect(&cfg).await;
     let first = one(&client, "SELECT pg_backend_pid()").await;
     for i in 0..20 {
         assert_eq!(one(&client, &format!("SELECT {i}")).await, i.to_string());
@@ -940,8 +904,9 @@ async fn functions_are_routed_by_the_servers_catalog() {
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
     let primary = c.primary().port().to_string();
-    let (_p, cfg, metrics_port) = start_with_metrics(with_replicas(5));
-    let client = connect_with(&cfg, None).await;
+    let cfg = with_replicas(5);
+    let (_p, metrics_port) = start_with_metrics(&cfg.to_toml());
+    let client = pg_connect(&cfg).await;
     for _ in 0..6 {
         assert_eq!(
             one(&client, "SELECT bump()").await,
@@ -969,7 +934,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
     );
     assert!(loaded >= 1, "the lookup that routed price() is counted");
     let (_off, cfg) = start(with_replicas(5).extra("function_catalog = false"));
-    let client = connect_with(&cfg, None).await;
+    let client = pg_connect(&cfg).await;
     let err = exec(&client, "SELECT bump()").await.unwrap_err();
     assert_eq!(
         err.as_db_error().map(|d| d.code().code()),
