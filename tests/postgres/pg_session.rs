@@ -90,6 +90,17 @@ async fn exec(client: &Client, sql: &str) -> Result<(), tokio_postgres::Error> {
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
 }
 
+/// The name tokio-postgres gave `stmt` on the wire (`s<N>`). Its accessor is
+/// crate-private; its `Debug` shows the name.
+fn statement_name(stmt: &tokio_postgres::Statement) -> String {
+    let debug = format!("{stmt:?}");
+    let rest = debug
+        .split_once("name: \"")
+        .unwrap_or_else(|| panic!("no name in {debug}"))
+        .1;
+    rest[..rest.find('"').expect("closing quote")].to_owned()
+}
+
 #[tokio::test]
 async fn deallocate_of_a_mapped_statement_is_answered_without_a_server() {
     let (_p, cfg) = start(with_replicas(1));
@@ -100,11 +111,14 @@ async fn deallocate_of_a_mapped_statement_is_answered_without_a_server() {
             client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
             42
         );
-        // tokio-postgres names its statements s0, s1, ...; the client is
-        // between transactions, so no server connection is attached.
-        exec(&client, &format!("DEALLOCATE s{round}"))
+        // tokio-postgres names its statements s0, s1, ... from one counter
+        // for the whole process (other modules of this binary prepare too),
+        // so the name is read from the statement; the client is between
+        // transactions, so no server connection is attached.
+        let name = statement_name(&stmt);
+        exec(&client, &format!("DEALLOCATE {name}"))
             .await
-            .unwrap_or_else(|e| panic!("DEALLOCATE s{round}: {e}"));
+            .unwrap_or_else(|e| panic!("DEALLOCATE {name} (round {round}): {e}"));
         assert_eq!(one(&client, "SELECT 'after'").await, "after");
     }
     // Inside a transaction (attached), and DEALLOCATE ALL, alike.
@@ -114,7 +128,9 @@ async fn deallocate_of_a_mapped_statement_is_answered_without_a_server() {
         client.query_one(&stmt, &[]).await.unwrap().get::<_, i32>(0),
         7
     );
-    exec(&client, "DEALLOCATE s3").await.unwrap();
+    exec(&client, &format!("DEALLOCATE {}", statement_name(&stmt)))
+        .await
+        .unwrap();
     exec(&client, "COMMIT").await.unwrap();
     exec(&client, "DEALLOCATE ALL").await.unwrap();
     // A name the client never prepared is the server's business: its error.
