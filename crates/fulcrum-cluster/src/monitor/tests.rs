@@ -1,6 +1,6 @@
 //! The loop's decisions over scripted servers: a table of what each
 //! backend answers, changed between rounds. (The real servers are in
-//! tests/pg_failover.rs; this pins down the sequencing.)
+//! tests/pg_ha/pg_failover.rs; this pins down the sequencing.)
 
 use std::sync::Mutex;
 

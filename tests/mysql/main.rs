@@ -1,0 +1,19 @@
+//! The MySQL protocol end to end: real clients (mysql_async, the `mariadb`
+//! client, sysbench, PyMySQL) through a real Fulcrum daemon in front of
+//! real MariaDB GTID clusters: proxying, routing by the corpus, sysbench
+//! OLTP, drivers, bad input, credentials and TLS. One test binary; each
+//! module was a binary of its own before.
+//!
+//! Clusters: `my_drivers` and `my_bad_input` share one primary with a
+//! replica (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
+//! packets), `my_sysbench` (which counts `Com_select` per server),
+//! `my_credentials` (its own server-side users) and `my_tls` (a TLS-only
+//! server) keep their own; other tests start one each.
+
+mod my_bad_input;
+mod my_credentials;
+mod my_drivers;
+mod my_proxy;
+mod my_routing;
+mod my_sysbench;
+mod my_tls;

@@ -1,0 +1,874 @@
+//! The admin console through tokio-postgres (psql speaks the same protocol):
+//! every SHOW command's shape, DISABLE draining a backend from reads and
+//! ENABLE bringing it back, PAUSE holding new queries until RESUME, SET log,
+//! clear errors (never a dropped connection) for bad commands, and logins
+//! by SCRAM-SHA-256 (default) or md5 (`admin_auth`).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fulcrum_suite::{
+    pg_connect, startup_message, try_console_connect, with_console, PgProxyConfig,
+    CONSOLE_PASSWORD, CONSOLE_USER, PROTOCOL_3_0,
+};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+struct Setup {
+    cluster: PgCluster,
+    _fulcrum: FulcrumProcess,
+    cfg: PgProxyConfig,
+    admin_port: u16,
+    primary: u16,
+    replica: u16,
+    replica_addr: String,
+}
+
+fn setup() -> Setup {
+    let c = PgCluster::builder().replicas(1).start().expect("cluster");
+    let admin_port = free_port();
+    // Promotion (SWITCHOVER) needs a superuser for the health loop.
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .replica(&c.replicas()[0].addr())
+        .extra("health_user = \"postgres\"")
+        .extra("health_password = \"\"");
+    let p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    Setup {
+        primary: c.primary().port(),
+        replica: c.replicas()[0].port(),
+        replica_addr: c.replicas()[0].addr(),
+        cluster: c,
+        _fulcrum: p,
+        cfg,
+        admin_port,
+    }
+}
+
+/// `cfg`'s daemon with the console on `admin_port`, the `ops` login, and
+/// `global` (more `[fulcrum]` keys).
+fn console_toml(cfg: &PgProxyConfig, admin_port: u16, global: &str) -> String {
+    let toml = cfg
+        .to_toml()
+        .replacen("[fulcrum]\n", &format!("[fulcrum]\n{global}"), 1);
+    with_console(&toml, admin_port)
+}
+
+/// The console's first answer to a startup packet for `user`: the
+/// authentication request code (10 SASL, 5 md5) and the rest of its body
+/// (the SASL mechanisms, or the md5 salt).
+async fn auth_request(port: u16, user: &str) -> (i32, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let msg = startup_message(PROTOCOL_3_0, &[("user", user), ("database", "fulcrum")]);
+    stream.write_all(&msg).await.unwrap();
+    let mut header = [0u8; 5];
+    stream.read_exact(&mut header).await.unwrap();
+    assert_eq!(header[0], b'R', "an authentication request");
+    let len = i32::from_be_bytes(header[1..5].try_into().unwrap()) as usize;
+    let mut rest = vec![0u8; len - 4];
+    stream.read_exact(&mut rest).await.unwrap();
+    let code = i32::from_be_bytes(rest[..4].try_into().unwrap());
+    (code, rest[4..].to_vec())
+}
+
+/// (columns, rows) of a SHOW.
+async fn show(client: &Client, what: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let msgs = client
+        .simple_query(what)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let mut columns = Vec::new();
+    let mut rows = Vec::new();
+    for m in msgs {
+        match m {
+            SimpleQueryMessage::RowDescription(cols) => {
+                columns = cols.iter().map(|c| c.name().to_owned()).collect()
+            }
+            SimpleQueryMessage::Row(r) => {
+                if columns.is_empty() {
+                    columns = r.columns().iter().map(|c| c.name().to_owned()).collect();
+                }
+                rows.push(
+                    (0..r.len())
+                        .map(|i| r.get(i).unwrap_or("").to_owned())
+                        .collect(),
+                )
+            }
+            _ => {}
+        }
+    }
+    (columns, rows)
+}
+
+async fn port_of(c: &Client) -> u16 {
+    let msgs = c.simple_query("SELECT inet_server_port()").await.unwrap();
+    msgs.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_show_command_has_its_columns() {
+    let s = tokio::task::block_in_place(setup);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let _client = pg_connect(&s.cfg).await;
+    let expect: &[(&str, &[&str])] = &[
+        ("SHOW VERSION", &["version"]),
+        (
+            "SHOW CLUSTERS",
+            &[
+                "cluster",
+                "protocol",
+                "backend",
+                "role",
+                "state",
+                "lag_bytes",
+                "lag_seconds",
+                "weight",
+                "disabled",
+                "paused",
+                "failover_blocked",
+            ],
+        ),
+        (
+            "SHOW POOLS",
+            &[
+                "cluster",
+                "database",
+                "user",
+                "backend",
+                "sv_active",
+                "sv_idle",
+                "sv_opened",
+                "sv_closed",
+                "waits",
+                "pool_mode",
+                "pool_size",
+                "min_pool_size",
+                "reserve_pool_size",
+                "sv_reserve",
+                "db_connections",
+                "max_db_connections",
+                "user_connections",
+                "max_user_connections",
+            ],
+        ),
+        (
+            "SHOW SERVERS",
+            &[
+                "cluster",
+                "backend",
+                "role",
+                "state",
+                "probe",
+                "sv_active",
+                "sv_idle",
+                "last_error",
+                "reason",
+            ],
+        ),
+        (
+            "SHOW CLIENTS",
+            &[
+                "type",
+                "user",
+                "database",
+                "state",
+                "addr",
+                "port",
+                "connect_time",
+                "request_time",
+                "wait",
+                "wait_us",
+                "cluster",
+                "server",
+                "id",
+            ],
+        ),
+        (
+            "SHOW STATS",
+            &[
+                "database",
+                "total_xact_count",
+                "total_query_count",
+                "total_received",
+                "total_sent",
+                "total_xact_time",
+                "total_query_time",
+                "total_wait_time",
+                "avg_xact_time",
+                "avg_query_time",
+                "avg_wait_time",
+            ],
+        ),
+        (
+            "SHOW TOTALS",
+            &[
+                "database",
+                "total_xact_count",
+                "total_query_count",
+                "total_received",
+                "total_sent",
+                "total_xact_time",
+                "total_query_time",
+                "total_wait_time",
+                "avg_xact_time",
+                "avg_query_time",
+                "avg_wait_time",
+            ],
+        ),
+        ("SHOW CONFIG", &["key", "value"]),
+        ("SHOW MEM", &["name", "cluster", "items", "bytes"]),
+        ("SHOW LISTS", &["list", "items"]),
+        (
+            "SHOW DATABASES",
+            &[
+                "cluster",
+                "database",
+                "backends",
+                "pools",
+                "pool_size",
+                "pool_mode",
+                "sv_active",
+                "sv_idle",
+            ],
+        ),
+        (
+            "SHOW USERS",
+            &["cluster", "name", "server_user", "source", "pool_mode"],
+        ),
+    ];
+    for (cmd, cols) in expect {
+        let (columns, rows) = show(&a, cmd).await;
+        assert_eq!(
+            columns,
+            cols.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            "{cmd}"
+        );
+        assert!(!rows.is_empty(), "{cmd} has rows");
+    }
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    let roles: HashSet<(String, String)> = clusters
+        .iter()
+        .map(|r| (r[2].clone(), r[3].clone()))
+        .collect();
+    assert!(
+        roles.contains(&(s.replica_addr.clone(), "replica".into())),
+        "{clusters:?}"
+    );
+    assert!(
+        clusters.iter().any(|r| r[3] == "primary" && r[4] == "up"),
+        "{clusters:?}"
+    );
+    let (_, clients) = show(&a, "SHOW CLIENTS").await;
+    assert_eq!(clients.len(), 1, "one app client connected: {clients:?}");
+    assert_eq!(
+        (
+            &clients[0][1][..],
+            &clients[0][3][..],
+            &clients[0][4][..],
+            &clients[0][10][..]
+        ),
+        (APP_USER, "idle", "127.0.0.1", "main"),
+        "{clients:?}"
+    );
+    // A client running a query is active, on the server it runs on.
+    let sleeper = pg_connect(&s.cfg).await;
+    let running = tokio::spawn(async move { sleeper.simple_query("SELECT pg_sleep(1)").await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, clients) = show(&a, "SHOW CLIENTS").await;
+        if let Some(active) = clients.iter().find(|r| r[3] == "active") {
+            assert_eq!(active[11], s.replica_addr, "the read runs on the replica");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{clients:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running.await.unwrap().unwrap();
+    let (_, totals) = show(&a, "SHOW TOTALS").await;
+    assert_eq!(totals.len(), 1, "{totals:?}");
+    assert_eq!(totals[0][0], "total");
+    let n = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap_or_else(|_| panic!("{r:?}"));
+    assert!(n(&totals[0], 1) > 0, "transactions counted: {totals:?}");
+    assert!(
+        n(&totals[0], 5) > 0 && n(&totals[0], 9) > 0,
+        "time columns filled: {totals:?}"
+    );
+    let (_, databases) = show(&a, "SHOW DATABASES").await;
+    assert!(
+        databases.iter().any(|r| r[1] == APP_DB && r[3] != "0"),
+        "the app database and its pools: {databases:?}"
+    );
+    let (_, users) = show(&a, "SHOW USERS").await;
+    assert!(
+        users
+            .iter()
+            .any(|r| r[1] == APP_USER && r[2] == APP_USER && r[3] == "config"),
+        "{users:?}"
+    );
+    let (_, config) = show(&a, "SHOW CONFIG").await;
+    assert!(
+        !config.iter().any(|r| r[1].contains("secret")),
+        "no password in SHOW CONFIG"
+    );
+    assert!(
+        config
+            .iter()
+            .any(|r| r[0] == "fulcrum.admin_auth" && r[1] == "scram-sha-256"),
+        "{config:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_drains_a_backend_and_enable_brings_it_back() {
+    let s = tokio::task::block_in_place(setup);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
+    assert_eq!(port_of(&c).await, s.replica);
+    a.simple_query(&format!("DISABLE {}", s.replica_addr))
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            port_of(&c).await,
+            s.primary,
+            "reads leave the disabled replica"
+        );
+    }
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    assert!(clusters
+        .iter()
+        .any(|r| r[2] == s.replica_addr && r[8] == "true"));
+    let reason_of = |rows: &Vec<Vec<String>>| {
+        rows.iter()
+            .find(|r| r[1] == s.replica_addr)
+            .map(|r| r[8].clone())
+            .unwrap()
+    };
+    let (_, servers) = show(&a, "SHOW SERVERS").await;
+    assert!(
+        reason_of(&servers).starts_with("disabled by an operator"),
+        "SHOW SERVERS says why: {servers:?}"
+    );
+    a.simple_query(&format!("ENABLE {}", s.replica_addr))
+        .await
+        .unwrap();
+    assert_eq!(port_of(&c).await, s.replica);
+    let (_, servers) = show(&a, "SHOW SERVERS").await;
+    assert_eq!(reason_of(&servers), "", "in service again");
+    // The primary cannot be drained.
+    let primary_addr = format!("127.0.0.1:{}", s.primary);
+    let e = a
+        .simple_query(&format!("DISABLE {primary_addr}"))
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("primary"), "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_new_queries_until_resume() {
+    let s = tokio::task::block_in_place(setup);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
+    c.simple_query("SELECT 1").await.unwrap();
+    a.simple_query("PAUSE").await.unwrap();
+    let held = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        c.simple_query("SELECT 1").await.unwrap();
+        started.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!held.is_finished(), "the query waits while paused");
+    a.simple_query("RESUME").await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+/// Logins to databases that do not exist get the server's 3D000 and leave
+/// no pool behind (a client could otherwise grow the pool map one made-up
+/// name at a time); the real database's pool stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_databases_leave_no_pools() {
+    let s = tokio::task::block_in_place(setup);
+    let app = tokio_postgres::connect(&s.cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .expect("login to the real database");
+    tokio::spawn(app.1);
+    app.0.simple_query("SELECT 1").await.unwrap();
+    for i in 0..50 {
+        let db = format!("made_up_{i}");
+        let e = tokio_postgres::connect(&s.cfg.conn_string(APP_USER, &db), NoTls)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("login to {db} succeeded"));
+        let code = e.as_db_error().map(|d| d.code().code().to_owned());
+        assert_eq!(code.as_deref(), Some("3D000"), "{e:?}");
+    }
+    let console = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let (columns, rows) = show(&console, "SHOW POOLS").await;
+    let db = columns.iter().position(|c| c == "database").unwrap();
+    let databases: HashSet<&str> = rows.iter().map(|r| r[db].as_str()).collect();
+    assert!(databases.contains(APP_DB), "{rows:?}");
+    assert!(
+        !databases.iter().any(|d| d.starts_with("made_up_")),
+        "pools left for unknown databases: {databases:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_commands_get_errors_and_the_session_goes_on() {
+    let s = tokio::task::block_in_place(setup);
+    // Logins: SCRAM-SHA-256 by default, for known and unknown users alike.
+    for user in [CONSOLE_USER, "nobody"] {
+        let (code, mechanisms) = auth_request(s.admin_port, user).await;
+        assert_eq!(code, 10, "SASL for {user}");
+        assert!(
+            mechanisms.starts_with(b"SCRAM-SHA-256\0"),
+            "{:?}",
+            String::from_utf8_lossy(&mechanisms)
+        );
+    }
+    let wrong = try_console_connect(s.admin_port, "nope")
+        .await
+        .err()
+        .map(|e| format!("{e:?}"));
+    assert!(
+        wrong.is_some_and(|e| e.contains("28P01")),
+        "wrong password refused"
+    );
+    // `admin_auth = "md5"` for older clients: md5 is asked, and works.
+    // A second daemon: its own client listener, its own console.
+    let md5_port = free_port();
+    let mut md5_cfg = s.cfg.clone();
+    md5_cfg.listen = format!("127.0.0.1:{}", free_port());
+    let md5_daemon =
+        FulcrumProcess::start(&console_toml(&md5_cfg, md5_port, "admin_auth = \"md5\"\n")).unwrap();
+    assert_eq!(auth_request(md5_port, CONSOLE_USER).await.0, 5, "md5 asked");
+    let via_md5 = try_console_connect(md5_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    assert!(!show(&via_md5, "SHOW VERSION").await.1.is_empty());
+    let wrong = try_console_connect(md5_port, "nope")
+        .await
+        .err()
+        .map(|e| format!("{e:?}"));
+    assert!(
+        wrong.is_some_and(|e| e.contains("28P01")),
+        "md5: wrong password refused"
+    );
+    drop(md5_daemon);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    for bad in [
+        "SHOW TABLES",
+        "DROP TABLE x",
+        "DISABLE",
+        "DISABLE 10.9.9.9:1",
+        "SWITCHOVER main",
+        "SET work_mem = 1",
+        "PAUSE nosuch",
+    ] {
+        let e = a.simple_query(bad).await.unwrap_err();
+        assert!(e.as_db_error().is_some(), "{bad}: a clear error, got {e:?}");
+    }
+    let e = a.simple_query("SET log = '[['").await.unwrap_err();
+    assert!(format!("{e:?}").contains("invalid log filter"), "{e:?}");
+    a.simple_query("SET log = 'debug'").await.unwrap();
+    a.simple_query("SET log = 'info'").await.unwrap();
+    let (_, v) = show(&a, "SHOW VERSION").await;
+    assert!(v[0][0].starts_with("Fulcrum"), "still answering: {v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_under_writes_loses_no_transaction() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    let s = tokio::task::block_in_place(setup);
+    s.cluster
+        .primary()
+        .sql_db(APP_DB, "CREATE TABLE switched (id bigint PRIMARY KEY)")
+        .unwrap();
+    s.cluster
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .unwrap();
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let writers: Vec<_> = (0..4i64)
+        .map(|w| {
+            let (cfg, stop, failed, acked) =
+                (s.cfg.clone(), stop.clone(), failed.clone(), acked.clone());
+            tokio::spawn(async move {
+                let c = pg_connect(&cfg).await;
+                let mut id = w * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    id += 1;
+                    let r = c
+                        .batch_execute(&format!(
+                            "BEGIN; INSERT INTO switched VALUES ({id}); COMMIT"
+                        ))
+                        .await;
+                    match r {
+                        Ok(()) => acked.lock().unwrap().push(id),
+                        Err(e) => {
+                            eprintln!("failed: {e:?}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (columns, rows) = show(&a, &format!("SWITCHOVER main TO {}", s.replica_addr)).await;
+    assert_eq!(columns, ["cluster", "new_primary", "held_ms"]);
+    let held: u64 = rows[0][2].parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "switchover held new work for {held} ms; {} transactions committed, {} failed",
+        acked.len(),
+        failed.load(Ordering::Relaxed)
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no transaction failed");
+    assert!(held < 2000, "writes held {held} ms");
+    let c = pg_connect(&s.cfg).await;
+    let msgs = c
+        .simple_query("/* fulcrum:primary */ SELECT inet_server_port()")
+        .await
+        .unwrap();
+    let port: u16 = msgs
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(port, s.replica, "writes go to the new primary");
+    let new_primary = &s.cluster.replicas()[0];
+    let present = new_primary
+        .sql_db(APP_DB, "SELECT count(*) FROM switched")
+        .unwrap();
+    if present.trim() != acked.len().to_string() {
+        let on_new = new_primary
+            .sql_db(APP_DB, "SELECT string_agg(id::text, ',') FROM switched")
+            .unwrap();
+        let on_new: std::collections::HashSet<i64> = on_new
+            .trim()
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let missing: Vec<i64> = acked
+            .iter()
+            .copied()
+            .filter(|i| !on_new.contains(i))
+            .collect();
+        let on_old = s
+            .cluster
+            .primary()
+            .sql_db(
+                APP_DB,
+                &format!(
+                    "SELECT string_agg(id::text, ',') FROM switched WHERE id IN ({})",
+                    missing
+                        .iter()
+                        .map(|i| i.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            )
+            .unwrap();
+        eprintln!("missing on the new primary: {missing:?}; on the old one: {on_old}");
+        eprintln!(
+            "{}",
+            std::fs::read_to_string(s._fulcrum.log_path()).unwrap()
+        );
+    }
+    assert_eq!(
+        present.trim(),
+        acked.len().to_string(),
+        "every committed row is on the new primary"
+    );
+    let (_, clusters) = show(&a, "SHOW CLUSTERS").await;
+    let old = clusters
+        .iter()
+        .find(|r| r[2] == format!("127.0.0.1:{}", s.primary))
+        .unwrap();
+    assert_eq!(old[4], "stale", "the old primary is fenced: {clusters:?}");
+}
+
+/// The console caps its connections and its login time like the data
+/// listeners: with 64 idle connections open the next gets FATAL 53300, and
+/// an idle connection is closed at the login timeout with FATAL 08P01.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_connections_are_capped_and_logins_time_out() {
+    use tokio::io::AsyncReadExt;
+    let s = tokio::task::block_in_place(setup);
+    let started = std::time::Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..64 {
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", s.admin_port))
+                .await
+                .unwrap(),
+        );
+    }
+    // The 65th is refused.
+    let mut extra = tokio::net::TcpStream::connect(("127.0.0.1", s.admin_port))
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut reply))
+        .await
+        .expect("refused at once")
+        .unwrap();
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        reply.first() == Some(&b'E') && text.contains("53300"),
+        "{text}"
+    );
+    // The idle ones are closed at the login timeout, told why.
+    let mut first = idle.swap_remove(0);
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(25), first.read_to_end(&mut reply))
+        .await
+        .expect("closed at the login timeout")
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(14), "{waited:?}");
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.contains("08P01") && text.contains("login not finished"),
+        "{text}"
+    );
+    drop(idle);
+    // And the console still serves.
+    let console = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    show(&console, "SHOW POOLS").await;
+}
+
+/// SHOW QUERIES: simple and extended-protocol executions of one statement
+/// with different literals are one digest, with their rows, errors, time and
+/// where they ran; SHOW QUERIES RESET empties it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_queries_lists_statement_digests() {
+    let s = tokio::task::block_in_place(setup);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let c = pg_connect(&s.cfg).await;
+    c.batch_execute("CREATE TABLE IF NOT EXISTS digest_t (id int, v text)")
+        .await
+        .unwrap();
+    for i in 0..5 {
+        c.simple_query(&format!("INSERT INTO digest_t VALUES ({i}, 'x{i}')"))
+            .await
+            .unwrap();
+    }
+    // Read-your-writes may keep the reads on the primary: wait for the replica.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        c.simple_query(&format!("SELECT * FROM digest_t WHERE id >= {i}"))
+            .await
+            .unwrap();
+    }
+    let stmt = c
+        .prepare("SELECT * FROM digest_t WHERE id >= $1")
+        .await
+        .unwrap();
+    for i in 0..4i32 {
+        c.query(&stmt, &[&i]).await.unwrap();
+    }
+    assert!(c.simple_query("SELECT nope FROM digest_t").await.is_err());
+    let (columns, rows) = show(&a, "SHOW QUERIES").await;
+    assert_eq!(
+        columns,
+        [
+            "cluster",
+            "digest",
+            "query",
+            "calls",
+            "errors",
+            "rows",
+            "total_us",
+            "avg_us",
+            "p50_us",
+            "p99_us",
+            "max_us",
+            "primary",
+            "replica",
+            "first_seen_s",
+            "last_seen_s"
+        ]
+    );
+    let find = |text: &str| {
+        rows.iter()
+            .find(|r| r[2] == text)
+            .unwrap_or_else(|| panic!("{text:?} not in {rows:#?}"))
+            .clone()
+    };
+    let n = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap();
+    let insert = find("insert into digest_t values (?, ?)");
+    assert_eq!((n(&insert, 3), n(&insert, 4), n(&insert, 5)), (5, 0, 5));
+    assert_eq!(
+        (n(&insert, 11), n(&insert, 12)),
+        (5, 0),
+        "writes on the primary"
+    );
+    let select = find("select * from digest_t where id >= ?");
+    assert_eq!(
+        n(&select, 3),
+        3,
+        "the simple-protocol executions: {select:?}"
+    );
+    assert_eq!(n(&select, 5), 5 + 4 + 3, "rows returned");
+    let prepared = find("select * from digest_t where id >= $1");
+    assert_eq!(n(&prepared, 3), 4, "the extended-protocol executions");
+    assert_eq!(n(&prepared, 5), 5 + 4 + 3 + 2);
+    for r in [&insert, &select, &prepared] {
+        assert!(n(r, 6) > 0 && n(r, 7) > 0, "time measured: {r:?}");
+        assert!(
+            n(r, 8) <= n(r, 9) && n(r, 9) <= n(r, 10) * 2,
+            "p50 <= p99 ~ max: {r:?}"
+        );
+        assert_eq!(r[0], "main");
+    }
+    assert_eq!(n(&select, 11) + n(&select, 12), 3);
+    let bad = find("select nope from digest_t");
+    assert_eq!((n(&bad, 3), n(&bad, 4)), (1, 1), "the error is counted");
+    // Ordered by total time.
+    let totals: Vec<u64> = rows.iter().map(|r| n(r, 6)).collect();
+    assert!(totals.windows(2).all(|w| w[0] >= w[1]), "{totals:?}");
+    let (_, _) = show(&a, "SHOW QUERIES RESET").await;
+    let (_, after) = show(&a, "SHOW QUERIES main").await;
+    assert!(after.is_empty(), "{after:?}");
+    let err = a.simple_query("SHOW QUERIES nosuch").await.unwrap_err();
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert!(db.message().contains("no cluster named"), "{db:?}");
+    assert_eq!(db.code().code(), "42704");
+    // The console goes on.
+    let (_, again) = show(&a, "SHOW QUERIES").await;
+    assert!(again.is_empty(), "{again:?}");
+}
+
+/// RECONNECT closes server connections once they are idle (a transaction in
+/// progress keeps its own until it ends), WAIT_CLOSE waits for that, and
+/// KILL ends the database's clients with 57P01 while new ones get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_wait_close_and_kill() {
+    let s = tokio::task::block_in_place(setup);
+    let a = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let idle = pg_connect(&s.cfg).await;
+    let busy = pg_connect(&s.cfg).await;
+    let pid_in_txn = |c: Client| async move {
+        c.batch_execute("BEGIN").await.unwrap();
+        let rows = c.simple_query("SELECT pg_backend_pid()").await.unwrap();
+        let pid: i32 = rows
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse().unwrap()),
+                _ => None,
+            })
+            .unwrap();
+        (c, pid)
+    };
+    let (busy, before) = pid_in_txn(busy).await;
+    show(&a, "RECONNECT app").await;
+    let a2 = try_console_connect(s.admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move { a2.simple_query("WAIT_CLOSE app").await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !waiting.is_finished(),
+        "WAIT_CLOSE waits for the transaction"
+    );
+    busy.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("WAIT_CLOSE returns once the connection closed")
+        .unwrap()
+        .unwrap();
+    let (busy, after) = pid_in_txn(busy).await;
+    assert_ne!(before, after, "a fresh server connection after RECONNECT");
+    busy.batch_execute("COMMIT").await.unwrap();
+    let gone = s
+        .cluster
+        .primary()
+        .sql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = {before}"
+        ))
+        .unwrap();
+    assert_eq!(gone.trim(), "0", "the old server connection is closed");
+
+    show(&a, "KILL app").await;
+    let err = tokio::time::timeout(Duration::from_secs(5), idle.simple_query("SELECT 1"))
+        .await
+        .expect("answered")
+        .unwrap_err();
+    assert!(
+        err.as_db_error()
+            .is_some_and(|d| d.code().code() == "57P01")
+            || idle.is_closed(),
+        "{err:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, clients) = show(&a, "SHOW CLIENTS").await;
+        if clients.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{clients:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fresh = pg_connect(&s.cfg).await;
+    fresh
+        .simple_query("SELECT 1")
+        .await
+        .expect("new clients get in");
+    let (_, mem) = show(&a, "SHOW MEM").await;
+    let rss: u64 = mem.iter().find(|r| r[0] == "process_rss").unwrap()[3]
+        .parse()
+        .unwrap();
+    assert!(rss > 1024 * 1024, "{mem:?}");
+    assert!(
+        mem.iter().any(|r| r[0] == "digests" && r[1] == "main"),
+        "{mem:?}"
+    );
+    let err = a.simple_query("KILL").await.unwrap_err();
+    assert!(
+        err.as_db_error()
+            .is_some_and(|d| d.message().contains("usage: KILL")),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,17 @@
+//! The PostgreSQL data path end to end: real clients (tokio-postgres, psql,
+//! pgbench, psycopg) through a real Fulcrum daemon in front of real
+//! PostgreSQL 15 clusters, and the routing corpora through the classifier.
+//! One test binary; each module was a binary of its own before.
+//!
+//! Clusters: `pg_proxy` and `pg_drivers` share one primary with two
+//! replicas (`fulcrum_suite::pg_two_replicas`); `pg_routing` (which counts
+//! commits per server and times replicas) and `pg_session` (which
+//! terminates server backends by statement) keep their own; `pg_pgbench`
+//! starts one for its test.
+
+mod pg_drivers;
+mod pg_pgbench;
+mod pg_proxy;
+mod pg_routing;
+mod pg_session;
+mod sql_corpus;

@@ -1,0 +1,231 @@
+//! Application drivers through Fulcrum, as their users call them: psycopg 3
+//! with the system libpq 15 (the pure-Python build Debian and Ubuntu users
+//! get) and with its bundled libpq (the binary build), against a real
+//! primary with two streaming replicas behind a transaction-pooling listener.
+//! Each call is bounded: a client that would wait forever fails the test.
+//!
+//! Needs `psycopg` and `psycopg-binary` 3.3 for the machine's `python3`
+//! (`.ci/run` installs them).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Once, OnceLock};
+use std::time::Duration;
+
+use fulcrum_suite::{pg_two_replicas, PgProxyConfig};
+use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
+
+/// How long one driver script may run before the test calls it a hang.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The binary's shared primary with two replicas (`pg_proxy` uses it too),
+/// where `app` may create the tables and types the scripts make.
+fn cluster() -> &'static PgCluster {
+    static GRANT: Once = Once::new();
+    let c = pg_two_replicas();
+    GRANT.call_once(|| {
+        c.primary()
+            .sql(&format!("GRANT CREATE ON SCHEMA public TO {APP_USER}"))
+            .expect("grant");
+    });
+    c
+}
+
+/// One Fulcrum for this module's tests: transaction pooling over the cluster.
+fn proxy() -> &'static (FulcrumProcess, PgProxyConfig) {
+    static PROXY: OnceLock<(FulcrumProcess, PgProxyConfig)> = OnceLock::new();
+    PROXY.get_or_init(|| {
+        let c = cluster();
+        let mut cfg = PgProxyConfig::new(&c.primary().addr()).pool_size(4);
+        for r in c.replicas() {
+            cfg = cfg.replica(&r.addr());
+        }
+        let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
+        (p, cfg)
+    })
+}
+
+/// libpq's conninfo for the proxy.
+fn dsn() -> String {
+    let (host, port) = proxy().1.listen.rsplit_once(':').expect("host:port");
+    format!("host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} connect_timeout=10")
+}
+
+/// The two psycopg builds: `python` uses the system libpq (15 here), `binary`
+/// the libpq bundled with psycopg-binary (17 or later).
+const IMPLS: [&str; 2] = ["python", "binary"];
+
+/// Runs `script` with psycopg's `impl_` build; `DSN` is in its environment.
+/// Returns its standard output; panics (naming the build) if it fails or
+/// runs past `SCRIPT_TIMEOUT`.
+fn psycopg(impl_: &str, script: &str) -> String {
+    let mut child = Command::new("timeout")
+        .arg(format!("{}", SCRIPT_TIMEOUT.as_secs()))
+        .args(["python3", "-"])
+        .env("PSYCOPG_IMPL", impl_)
+        .env("DSN", dsn())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let prelude = "import os, psycopg\nDSN = os.environ['DSN']\nassert psycopg.pq.__impl__ == os.environ['PSYCOPG_IMPL'], psycopg.pq.__impl__\n";
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{prelude}{script}").as_bytes())
+        .expect("write script");
+    let out = child.wait_with_output().expect("wait for python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(124) {
+        panic!("psycopg ({impl_}) waited more than {SCRIPT_TIMEOUT:?}: a hang\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    if stderr.contains("No module named 'psycopg") || stderr.contains("couldn't import psycopg") {
+        panic!("psycopg ({impl_}) is not installed: pip install 'psycopg==3.3.9' 'psycopg-binary==3.3.9' (.ci/run does)\n{stderr}");
+    }
+    assert!(
+        out.status.success(),
+        "psycopg ({impl_}) script failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
+#[test]
+fn executemany_in_a_transaction_is_answered() {
+    // psycopg pipelines Parse/Bind/Describe/Execute per row, with a Flush
+    // and no Sync, inside the transaction Fulcrum answered BEGIN for.
+    let script = r#"
+rows = [(i,) for i in range(20)]
+with psycopg.connect(DSN) as conn:
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.executemany("select %s::int", rows)
+        cur.executemany("select %s::int", rows, returning=True)
+        got = []
+        while True:
+            got.append(cur.fetchone()[0])
+            if not cur.nextset():
+                break
+        print(sum(got))
+    conn.execute("select 1")
+    with conn.transaction():
+        conn.execute("select 1")
+        with conn.transaction():
+            conn.cursor().executemany("select %s::int", rows)
+    print("done")
+"#;
+    for impl_ in IMPLS {
+        let out = psycopg(impl_, script);
+        assert_eq!(out, format!("{}\ndone\n", (0..20).sum::<i32>()), "{impl_}");
+    }
+}
+
+#[test]
+fn a_large_executemany_with_large_answers_completes() {
+    // psycopg writes the whole batch while it reads; its answers are ten
+    // times larger than its requests. Fulcrum must keep reading the server
+    // while it writes to it, or both wait on each other forever.
+    let script = r#"
+rows = [(i,) for i in range(20000)]
+with psycopg.connect(DSN) as conn:
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.executemany("select %s::int, repeat('x', 2000)", rows, returning=True)
+        n = 0
+        while True:
+            n += len(cur.fetchone()[1])
+            if not cur.nextset():
+                break
+        print(n)
+"#;
+    for impl_ in IMPLS {
+        assert_eq!(psycopg(impl_, script), "40000000\n", "{impl_}");
+    }
+}
+
+#[test]
+fn evicting_a_prepared_statement_is_answered() {
+    // prepared_max = 1: the second statement evicts the first. libpq 15 has
+    // no protocol Close, so psycopg sends `DEALLOCATE _pg3_0` as a simple
+    // query; libpq 17+ sends a Close. Both must be answered.
+    let script = r#"
+with psycopg.connect(DSN, autocommit=True, prepare_threshold=0) as conn:
+    conn.prepared_max = 1
+    for i in range(3):
+        print(conn.execute("select %s::bigint", (i,)).fetchone()[0])
+        print(conn.execute("select %s::text", (str(i),)).fetchone()[0])
+with psycopg.connect(DSN, prepare_threshold=0) as conn:
+    conn.prepared_max = 1
+    with conn.transaction():
+        print(conn.execute("select 7::bigint").fetchone()[0])
+        print(conn.execute("select 8::text").fetchone()[0])
+        print(conn.execute("select 9::int").fetchone()[0])
+"#;
+    for impl_ in IMPLS {
+        assert_eq!(
+            psycopg(impl_, script),
+            "0\n0\n1\n1\n2\n2\n7\n8\n9\n",
+            "{impl_}"
+        );
+    }
+}
+
+#[test]
+fn prepared_statements_survive_types_made_again() {
+    // A statement prepared (and shared by Fulcrum across clients) before a
+    // type it uses is dropped and created again is prepared afresh, as on a
+    // direct connection: no "cache lookup failed" or "cached plan must not
+    // change result type", for this client or the next ones.
+    let script = r#"
+with psycopg.connect(DSN, autocommit=True, prepare_threshold=0) as conn:
+    for round in range(2):
+        conn.execute("drop table if exists drv_t")
+        conn.execute("drop type if exists drv_mood")
+        conn.execute("create type drv_mood as enum ('a', 'b')")
+        conn.execute("create table drv_t (id int, m drv_mood)")
+        print(conn.execute("insert into drv_t values (%s, %s) returning m", (1, 'a')).fetchone()[0])
+        print(conn.execute("select m from drv_t where id = %s", (1,)).fetchone()[0])
+        conn.execute("drop table drv_t")
+        conn.execute("drop type drv_mood")
+        conn.execute("create type drv_mood as enum ('a', 'b', 'c')")
+        conn.execute("create table drv_t (id int, m drv_mood, note text)")
+        print(conn.execute("insert into drv_t values (%s, %s) returning m", (2, 'c')).fetchone()[0])
+        print(conn.execute("select m from drv_t where id = %s", (2,)).fetchone()[0])
+"#;
+    // Twice per build: the second run meets the statements the first left
+    // prepared on the pooled server connections.
+    for impl_ in IMPLS.iter().chain(IMPLS.iter()) {
+        assert_eq!(
+            psycopg(impl_, script),
+            "a\na\nc\nc\na\na\nc\nc\n",
+            "{impl_}"
+        );
+    }
+}
+
+#[test]
+fn own_notifications_carry_the_backend_pid_the_client_knows() {
+    // LISTEN pins the client to its server connection; a notification it
+    // sends itself must carry the pid it was given at login, so the common
+    // "skip my own notifications" check works.
+    let script = r#"
+with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN, autocommit=True) as other:
+    conn.execute("listen drv_ch")
+    conn.execute("notify drv_ch, 'mine'")
+    other.execute("notify drv_ch, 'theirs'")
+    seen = []
+    for n in conn.notifies(timeout=5, stop_after=2):
+        seen.append((n.payload, n.pid == conn.info.backend_pid))
+    print(sorted(seen))
+"#;
+    for impl_ in IMPLS {
+        assert_eq!(
+            psycopg(impl_, script),
+            "[('mine', True), ('theirs', False)]\n",
+            "{impl_}"
+        );
+    }
+}
