@@ -693,7 +693,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_client_leaves_nothing_for_the_next_client() {
     let (_p, port) = start("pool_size = 1\npool_timeout = \"5s\"");
-    let mut pinned = connect(port).await;
+    let mut pinned = maria_connect(port).await;
     pinned.query_drop("SET @leak = 42").await.unwrap();
     pinned
         .query_drop("CREATE TEMPORARY TABLE leak_tmp (id INT)")
@@ -710,7 +710,7 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
     assert_eq!(two, 2);
     pinned.disconnect().await.unwrap();
 
-    let mut next = connect(port).await;
+    let mut next = maria_connect(port).await;
     let v: Option<i64> = next
         .query_first("/* fulcrum:primary */ SELECT @leak")
         .await

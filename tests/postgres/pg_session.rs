@@ -966,7 +966,7 @@ async fn functions_are_routed_by_the_servers_catalog() {
 async fn a_pinned_client_leaves_nothing_for_the_next_client() {
     let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()).pool_size(1));
     {
-        let pinned = connect_with(&cfg, None).await;
+        let pinned = pg_connect(&cfg).await;
         exec(
             &pinned,
             "CREATE TEMP TABLE leak_tmp (x int); SELECT pg_advisory_lock(4242); \
@@ -982,7 +982,7 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
     // it gets is the clean one.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let next = connect_with(&cfg, None).await;
+        let next = pg_connect(&cfg).await;
         let locks = one(
             &next,
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242",
