@@ -61,7 +61,7 @@ fn servers_of_an_aborted_test_process_are_stopped_and_their_dir_removed() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    check_child_cleaned_up("child_starts_a_static_cluster_and_aborts");
+    check_child_cleaned_up("reaper::child_starts_a_static_cluster_and_aborts");
 }
 
 #[test]
@@ -69,10 +69,10 @@ fn mariadb_servers_of_an_aborted_test_process_are_stopped_and_their_dir_removed(
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    check_child_cleaned_up("child_starts_a_static_maria_cluster_and_aborts");
+    check_child_cleaned_up("reaper::child_starts_a_static_maria_cluster_and_aborts");
 }
 
-/// Runs the child test `child`, which prints its cluster and aborts; then
+/// Runs the child test `child` (its path in this binary), which prints its cluster and aborts; then
 /// waits until the cluster's ports are closed and its directory is gone.
 fn check_child_cleaned_up(child: &str) {
     let out = Command::new(std::env::current_exe().unwrap())
