@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod attach;
 pub mod auth_cache;
 pub mod clients;
 pub mod command;

@@ -18,7 +18,9 @@
 //! prepared statements, ...) pins the client to its connection.
 
 mod attach;
+mod checkout;
 mod commands;
+mod failure;
 mod forward;
 mod options;
 mod prepared;

@@ -8,9 +8,6 @@ pub enum SessionError {
     Io(#[from] std::io::Error),
     #[error("client closed the connection")]
     ClientGone,
-    /// The backend could not be reached (nothing was sent to the client yet).
-    #[error("{0}")]
-    BackendDown(String),
     /// Fulcrum refused the client and told it why (a FATAL was sent).
     #[error("{0}")]
     Refused(String),

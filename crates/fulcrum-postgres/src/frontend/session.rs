@@ -25,6 +25,7 @@ use fulcrum_sql::{Classified, Decision, Effect, Effects};
 use fulcrum_tls::ClientStream;
 
 mod attach;
+mod checkout;
 mod cleanup;
 mod client;
 mod extended;
@@ -64,8 +65,6 @@ use text::*;
 const STREAM_THRESHOLD: usize = 64 * 1024;
 /// Bytes waiting for one side above which the other side is not read.
 const FORWARD_WINDOW: usize = 256 * 1024;
-/// How long a replica that could not be reached is left out of reads.
-const REPLICA_BAN: Duration = Duration::from_secs(5);
 /// How long cleaning a server connection for reuse may take before it is closed instead.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -278,7 +278,7 @@ impl Session {
         let ctx = self.ctx.clone();
         let mut primaries = fulcrum_pool::PrimaryWait::new(&ctx.router, deadline, true);
         while let Some((primary, _admission)) = primaries.next().await {
-            match self.checkout(primary).await {
+            match self.connection(primary).await {
                 Ok(server) => {
                     self.install(primary, server);
                     return true;

@@ -1,0 +1,127 @@
+//! Checking out a server connection for a unit of work, written once for
+//! both protocols. A unit that may read on a replica tries the one the
+//! router picks (unless it is a retry avoiding that one): a replica that
+//! cannot be reached is made suspect, one that refuses the login is left
+//! out of reads for a while, one that has no connection to give is
+//! skipped, and one behind the client's read position (the protocol's
+//! `fits`) is given back. Then the primary, waited for during a failover
+//! (`fulcrum_pool::PrimaryWait`), with the pool-wait metrics counted.
+//!
+//! The protocol supplies the checkout itself (its pool, the client's
+//! session state) and says what each of its errors means; an error the
+//! client must see is answered by the protocol, in its words.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use fulcrum_pool::{BackendId, PrimaryWait, Route};
+
+use crate::context::ClusterCore;
+
+/// How long a replica that refused a login is left out of reads.
+pub const REPLICA_BAN: Duration = Duration::from_secs(5);
+
+/// What a failed checkout means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The backend cannot be reached, or takes no connections now: a
+    /// replica is made suspect, the primary is waited for.
+    Down(String),
+    /// It refused this login: a replica is left out of reads for
+    /// [`REPLICA_BAN`].
+    Refused(String),
+    /// Anything else: a replica is skipped; on the primary, the client is
+    /// answered.
+    Other,
+}
+
+/// The protocol's side of a checkout.
+pub trait Checkouts {
+    type Conn;
+    type Error;
+    /// A connection of `backend` for this client, its session state applied.
+    fn checkout(
+        &mut self,
+        backend: BackendId,
+    ) -> impl Future<Output = Result<Self::Conn, Self::Error>>;
+    /// What `error` from `backend` means, on the primary or on a replica.
+    fn failure(&self, backend: BackendId, error: &Self::Error, primary: bool) -> Failure;
+    /// Whether a replica's connection may serve the unit (its read
+    /// position); one that may not is given back.
+    fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> impl Future<Output = bool>;
+    /// Gives back a connection the unit does not use.
+    fn give_back(&mut self, conn: Self::Conn);
+    /// A replica refused the login: drop the client's pool there if it
+    /// holds nothing.
+    fn forget(&mut self, _backend: BackendId) {}
+}
+
+/// Why no connection was attached.
+#[derive(Debug)]
+pub enum Unattached<E> {
+    /// No primary took it within `pool_timeout`: the last reason.
+    NoPrimary(String),
+    /// The primary's answer, for the client.
+    Final(E),
+}
+
+/// A connection for a unit of `route` (a `Replica` route falls back to the
+/// primary), and its backend. `avoid` is the replica a retried read must
+/// not go back to.
+pub async fn attach<K: Checkouts, C, P, S>(
+    core: &ClusterCore<C, P, S>,
+    route: Route,
+    avoid: Option<BackendId>,
+    k: &mut K,
+) -> Result<(BackendId, K::Conn), Unattached<K::Error>> {
+    if let Some(b) = core.router.pick(route) {
+        if !core.router.is_primary(b) && avoid != Some(b) {
+            match k.checkout(b).await {
+                Ok(mut conn) => {
+                    if k.fits(b, &mut conn).await {
+                        return Ok((b, conn));
+                    }
+                    k.give_back(conn);
+                }
+                Err(e) => match k.failure(b, &e, false) {
+                    Failure::Down(why) => {
+                        tracing::warn!(replica = %core.address(b), error = %why, "replica unreachable; reads go elsewhere until the health check admits it again");
+                        core.router.suspect(b);
+                    }
+                    Failure::Refused(why) => {
+                        tracing::warn!(replica = %core.address(b), error = %why, "replica refused the connection; using the primary");
+                        k.forget(b);
+                        core.router.ban(b, REPLICA_BAN);
+                    }
+                    Failure::Other => {}
+                },
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + core.config.pool_timeout;
+    let mut primaries = PrimaryWait::new(&core.router, deadline, false);
+    while let Some((primary, _)) = primaries.next().await {
+        let waited = Instant::now();
+        core.metrics.waiting.inc();
+        let got = k.checkout(primary).await;
+        core.metrics.waiting.dec();
+        core.metrics
+            .pool_wait
+            .observe(waited.elapsed().as_secs_f64());
+        match got {
+            Ok(conn) => return Ok((primary, conn)),
+            Err(e) => match k.failure(primary, &e, true) {
+                Failure::Down(why) => primaries.down(primary, why),
+                _ => return Err(Unattached::Final(e)),
+            },
+        }
+    }
+    Err(Unattached::NoPrimary(primaries.why().unwrap_or_else(
+        || {
+            format!(
+                "the primary {} is down",
+                core.address(core.router.last_primary())
+            )
+        },
+    )))
+}

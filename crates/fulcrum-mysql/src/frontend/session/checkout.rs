@@ -1,0 +1,98 @@
+//! MySQL's side of checking out a server connection
+//! (`fulcrum_cluster::attach` does the steps): the client's pool (by its
+//! wire format and character set), what each error means, and the answers
+//! in MySQL's words when the primary cannot take the work.
+
+use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
+
+use super::*;
+use crate::backend::ConnectError;
+
+impl Checkouts for Session {
+    type Conn = Checkout<ServerConn>;
+    type Error = PoolError<ConnectError>;
+
+    async fn checkout(&mut self, backend: BackendId) -> Result<Self::Conn, Self::Error> {
+        self.connection(backend).await
+    }
+
+    fn failure(&self, _backend: BackendId, error: &Self::Error, primary: bool) -> Failure {
+        match error {
+            PoolError::Connect(e) if e.is_backend_down() => Failure::Down(e.to_string()),
+            PoolError::Connect(e) if !primary => Failure::Refused(e.to_string()),
+            _ => Failure::Other,
+        }
+    }
+
+    async fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> bool {
+        self.causal_ok(backend, conn).await
+    }
+
+    fn give_back(&mut self, conn: Self::Conn) {
+        if conn.io.read_buf.is_empty() {
+            conn.release();
+        } else {
+            conn.discard();
+        }
+    }
+}
+
+impl Session {
+    /// A connection of `backend` from the client's pool.
+    pub(super) async fn connection(
+        &self,
+        backend: BackendId,
+    ) -> Result<Checkout<ServerConn>, PoolError<ConnectError>> {
+        let (wire, charset) = (self.hello.wire_format, self.hello.charset);
+        let pool = self.ctx.pool(backend, &self.user, wire, charset);
+        pool.get(|| self.ctx.open(backend, &self.user, wire, charset))
+            .await
+    }
+
+    /// The client's answer when no connection could be attached, in MySQL's
+    /// words (the answer to the command with sequence id `seq`); the
+    /// session ends.
+    pub(super) async fn unattached(
+        &mut self,
+        why: Unattached<PoolError<ConnectError>>,
+        seq: u8,
+    ) -> SessionError {
+        let msg = match why {
+            Unattached::NoPrimary(why) => {
+                let msg = format!(
+                    "fulcrum: {why}; cluster \"{}\" has no primary to take this work; waited {:?}, try again",
+                    self.ctx.name(),
+                    self.ctx.config.pool_timeout
+                );
+                put_error(
+                    &mut self.client.write_buf,
+                    seq,
+                    codes::SERVER_SHUTDOWN,
+                    &msg,
+                );
+                msg
+            }
+            Unattached::Final(PoolError::Connect(ConnectError::Server {
+                payload,
+                message,
+                ..
+            })) => {
+                // The server's own refusal: passed on unchanged.
+                write_packet(&mut self.client.write_buf, seq, &payload);
+                message
+            }
+            Unattached::Final(e) => {
+                let msg = format!(
+                    "fulcrum: {e} for user '{}' on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                    self.user,
+                    self.ctx.address(self.ctx.router.last_primary()),
+                    self.ctx.name()
+                );
+                put_error(&mut self.client.write_buf, seq, codes::CON_COUNT, &msg);
+                msg
+            }
+        };
+        let _ = self.flush().await;
+        SessionError::Refused(msg)
+    }
+}

@@ -1,0 +1,119 @@
+//! When the server connection fails the client: what a lost connection
+//! means for the command in flight (the engine decides: retry, replay,
+//! answer and keep the client, or end the session) and what the connection
+//! needs when the client leaves (the engine's `Clean`).
+
+use super::*;
+use fulcrum_session::Outcome;
+
+impl Session {
+    /// The server connection died under the client: ERR for the command in
+    /// flight; a client that was in a transaction or pinned is disconnected
+    /// (its state is gone, and it must not go on as if it were not).
+    pub(super) async fn lost(&mut self, seq: u8, why: &str) -> SessionError {
+        let backend = self.backend;
+        if let Some(s) = self.server.take() {
+            s.discard();
+        }
+        self.ctx.set_running(self.hello.connection_id, None);
+        self.ctx.router.suspect(backend);
+        let in_txn = self.in_transaction();
+        let replayable = self.replayable();
+        if self.txn.run.is_some() && !replayable {
+            // The replay's own server died past transaction_replay_timeout.
+            return self
+                .replay_failed("its server was lost too, and its time is up")
+                .await;
+        }
+        if self.txn.log.enabled() && !replayable && in_txn {
+            tracing::info!(
+                log = self.txn.log.describe(),
+                "server lost in a transaction that cannot be replayed"
+            );
+        }
+        // A COMMIT, or a write outside a transaction, may have committed
+        // before the connection died: only the server knows (08007). The
+        // BEGIN that opens a replayable transaction commits nothing.
+        let commit = std::mem::take(&mut self.engine.unit.commit_in_flight);
+        let unknown = commit
+            || (!in_txn
+                && !replayable
+                && self.engine.unit.may_write
+                && self.ctx.router.is_primary(backend));
+        // MySQL can end any answer with an ERR: no "half a message" case.
+        let loss = Loss {
+            retryable: self.engine.unit.retry.armed(),
+            commit_in_flight: unknown,
+            batch_open: false,
+            mid_message: false,
+            replayable,
+        };
+        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
+        if action == Some(Action::Replay) {
+            self.txn.lost_seq = seq;
+            tracing::warn!(server = %self.ctx.address(backend), %why, "server connection lost in a transaction; replaying it");
+            return SessionError::Replay;
+        }
+        if action == Some(Action::Retry) {
+            tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
+            self.engine.unit.retry.disarm();
+            self.client.write_buf.clear();
+            return SessionError::Retry;
+        }
+        // A transaction or pinned state lost with its connection ends the
+        // session (the engine is Lost, or says Close); a lone statement
+        // does not.
+        // A COMMIT whose outcome is unknown ended the transaction either
+        // way: the client knows it is out of it, and keeps its session
+        // (as after an autocommit write). Any other transaction lost
+        // mid-way ends the session, so that nothing the client sends next
+        // runs outside the transaction it believes it is in.
+        if commit && action == Some(Action::Fail(Outcome::Unknown)) && self.engine.is_lost() {
+            self.engine.step(Event::LostEnded).close_now();
+        }
+        let ends = !matches!(action, Some(Action::Fail(_))) || self.engine.is_lost();
+        let (state, advice) = match action {
+            Some(Action::Fail(Outcome::Unknown)) => (*b"08007", Outcome::Unknown.advice()),
+            _ if ends => (
+                *b"70100",
+                "the transaction or session state was lost: reconnect",
+            ),
+            Some(Action::Fail(outcome)) => (*b"70100", outcome.advice()),
+            _ => (*b"70100", Outcome::NotAnswered.advice()),
+        };
+        let msg = format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {advice}",
+            self.ctx.address(backend),
+            self.ctx.name(),
+        );
+        tracing::warn!(server = %self.ctx.address(backend), sqlstate = %String::from_utf8_lossy(&state), "server connection lost during a client's work");
+        // ER_CONNECTION_KILLED (MariaDB's 1927; 2013 is client-side), with
+        // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
+        put_err(&mut self.client.write_buf, seq, 1927, state, &msg);
+        let _ = self.flush().await;
+        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.keep_for_next = false;
+        if ends {
+            SessionError::Refused(msg)
+        } else {
+            SessionError::Recoverable
+        }
+    }
+
+    /// The client is gone: a connection in a transaction or pinned is closed
+    /// (the server rolls back and forgets); otherwise it goes back.
+    pub(super) async fn cleanup(&mut self) {
+        // The engine says what the connection needs first: a rollback (in
+        // a transaction) or a reset (pinned state); either closes it here.
+        let clean = self.engine.step(Event::ClientGone).clean();
+        if let Some(server) = self.server.take() {
+            let dirty =
+                clean.is_some_and(|(rollback, reset)| rollback || reset) || self.in_transaction();
+            if dirty || !server.io.read_buf.is_empty() {
+                server.discard();
+            } else {
+                server.release();
+            }
+        }
+    }
+}

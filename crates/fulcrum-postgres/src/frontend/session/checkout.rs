@@ -1,0 +1,162 @@
+//! PostgreSQL's side of checking out a server connection
+//! (`fulcrum_cluster::attach` does the steps): the client's pool and
+//! session parameters, what each error means (a primary shutting down,
+//! starting or in recovery counts as down, so the unit waits for it), and
+//! the answers in PostgreSQL's words when the primary cannot take the work.
+
+use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
+
+use super::*;
+
+/// A checkout that failed: the pool's answer, or the client's session
+/// parameters could not be restored on the connection.
+pub enum CheckoutError {
+    Pool(PoolError<ConnectError>),
+    Params(InternalError),
+}
+
+impl Checkouts for Session {
+    type Conn = Checkout<ServerConn>;
+    type Error = CheckoutError;
+
+    async fn checkout(&mut self, backend: BackendId) -> Result<Self::Conn, CheckoutError> {
+        // The pool handle is kept per backend: no map lookup per transaction.
+        let pool = match &self.pool {
+            Some((b, p)) if *b == backend => p.clone(),
+            _ => {
+                let p = self.ctx.pool(backend, &self.id.user, &self.id.database);
+                self.pool = Some((backend, p.clone()));
+                p
+            }
+        };
+        if self.ctx.router.is_primary(backend) {
+            self.id.entry.set_waiting();
+        }
+        let (ctx, user, database) = (&self.ctx, &self.id.user, &self.id.database);
+        let mut server = pool
+            .get(|| ctx.open(backend, user, database))
+            .await
+            .map_err(CheckoutError::Pool)?;
+        if server.applied != self.params.desired {
+            if let Err(e) = sync_params(&mut server, &self.params.desired).await {
+                if !matches!(e, InternalError::Server { .. }) {
+                    server.discard();
+                }
+                return Err(CheckoutError::Params(e));
+            }
+        }
+        Ok(server)
+    }
+
+    fn failure(&self, backend: BackendId, error: &CheckoutError, primary: bool) -> Failure {
+        let (name, server) = (self.ctx.name(), &self.ctx.backends[backend]);
+        match error {
+            CheckoutError::Pool(PoolError::Connect(ConnectError::Server { fields, .. }))
+                if primary && fields.code.starts_with("57P") && self.stmts.rewrite =>
+            {
+                // Shutting down, starting up or in recovery: as good as down
+                // for this unit, which may wait for the primary to come back.
+                tracing::warn!(code = %fields.code, cluster = name, message = ?fields.message, "primary refused new connections");
+                Failure::Down(format!(
+                    "{server} (primary of cluster \"{name}\") refused the connection: {} ({})",
+                    fields.message, fields.code
+                ))
+            }
+            CheckoutError::Pool(PoolError::Connect(e)) if e.is_backend_down() => {
+                if primary {
+                    tracing::warn!(error = %e, cluster = name, "cannot reach the primary");
+                }
+                Failure::Down(format!(
+                    "cannot open a connection to {server} (primary of cluster \"{name}\"): {e}"
+                ))
+            }
+            CheckoutError::Pool(PoolError::Connect(e)) if !primary => {
+                Failure::Refused(e.to_string())
+            }
+            _ => Failure::Other,
+        }
+    }
+
+    async fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> bool {
+        !route_is_causal(self.reads.for_unit())
+            || self.causal_check(backend, conn).await == fulcrum_session::Check::Serve
+    }
+
+    fn give_back(&mut self, conn: Self::Conn) {
+        if conn.io.read_buf.is_empty() {
+            conn.release();
+        } else {
+            conn.discard();
+        }
+    }
+
+    fn forget(&mut self, backend: BackendId) {
+        self.ctx
+            .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
+    }
+}
+
+impl Session {
+    /// The client's answer when no connection could be attached, in
+    /// PostgreSQL's words; the session ends.
+    pub(super) async fn unattached(&mut self, why: Unattached<CheckoutError>) -> SessionError {
+        let backend = self.ctx.router.last_primary();
+        let server = self.ctx.backends[backend].clone();
+        let cluster = self.ctx.name().to_owned();
+        let (code, msg) = match why {
+            Unattached::NoPrimary(why) => (
+                sqlstate::CONNECTION_FAILURE,
+                format!(
+                    "fulcrum: {why}; cluster \"{cluster}\" has no primary to take this work (it is down{}); waited {:?}, try again",
+                    if self.ctx.config.health.failover == fulcrum_config::Failover::None {
+                        ""
+                    } else {
+                        ", or a failover is under way"
+                    },
+                    self.ctx.config.pool_timeout
+                ),
+            ),
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(ConnectError::Server {
+                frame,
+                fields,
+                ..
+            })))
+            | Unattached::Final(CheckoutError::Params(InternalError::Server { frame, fields })) => {
+                // The server's own refusal (e.g. 3D000 unknown database):
+                // passed on unchanged.
+                tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
+                self.pool = None;
+                self.ctx
+                    .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
+                self.client.queue(&frame);
+                let _ = self.client.flush().await;
+                return SessionError::Refused(fields.message);
+            }
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(e))) => {
+                tracing::warn!(error = %e, %cluster, "cannot open server connection");
+                (
+                    sqlstate::CANNOT_CONNECT_NOW,
+                    format!(
+                        "fulcrum: cannot open a connection to {server} (primary of cluster \"{cluster}\"): {e}; the server may be down, try again when it is back"
+                    ),
+                )
+            }
+            Unattached::Final(CheckoutError::Pool(e @ (PoolError::Timeout(..) | PoolError::Closed))) => (
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!(
+                    "fulcrum: {e} for user \"{}\" database \"{}\" on {server}; raise pool_size or pool_timeout for cluster \"{cluster}\"",
+                    self.id.user, self.id.database
+                ),
+            ),
+            Unattached::Final(CheckoutError::Pool(e @ PoolError::Budget(..))) => (
+                sqlstate::TOO_MANY_CONNECTIONS,
+                format!("fulcrum: {e} on {server}; raise it or pool_timeout for cluster \"{cluster}\""),
+            ),
+            Unattached::Final(CheckoutError::Params(e)) => (
+                sqlstate::CONNECTION_FAILURE,
+                format!("fulcrum: server connection failed while restoring session settings: {e}"),
+            ),
+        };
+        self.fatal_client(code, &msg).await
+    }
+}
