@@ -241,8 +241,20 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
     let out = tokio::task::block_in_place(|| run.join()).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "sysbench failed: {:?}", out.status);
     let log = p.log_contents();
+    // sysbench 1.0.20 has been seen to crash (SIGSEGV) here once in a full
+    // suite run, not alone: what Fulcrum told the clients is printed with
+    // the failure so the cause can be found (issue 30).
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("lost") || l.contains("replay") || l.contains("sqlstate"))
+        .collect();
+    assert!(
+        out.status.success(),
+        "sysbench failed: {:?}; Fulcrum's log on losses and replays:\n{}",
+        out.status,
+        told.join("\n")
+    );
     assert!(
         !log.contains("sqlstate=70100"),
         "a transaction that had not sent COMMIT failed:\n{log}"
