@@ -21,7 +21,9 @@
 //! registries the data path and the admin console read and write with
 //! short locks or atomics; `auth_cache` holds what `auth_query` fetched and
 //! what clients proved, for both protocols; `admin` is what the console
-//! asks of a cluster.
+//! asks of a cluster; `attach` checks out a server connection for a unit
+//! of work (a replica, else the primary, waited for during a failover),
+//! the protocol supplying the checkout through `attach::Checkouts`.
 //!
 //! It knows no wire protocol and no SQL text beyond what `fulcrum_sql`
 //! tells it: the server-specific part of health (how to ask a PostgreSQL

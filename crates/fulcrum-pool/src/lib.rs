@@ -1,6 +1,10 @@
-//! Protocol-neutral pooling and backend selection. Knows nothing about wire
-//! protocols: a pooled connection is any `Poolable` value, and the router only
-//! answers "which backend serves this route".
+//! Protocol-neutral pooling and backend selection: the pools (`pool`, with
+//! their budgets, `budget`), the router that answers "which backend serves
+//! this route" under a balancing policy (`router`, `balance`), waiting for a
+//! primary during a failover (`primary_wait`), and the read-your-writes
+//! bookkeeping positions are kept in (`causal`, `coalesce`). It knows no
+//! wire protocol and no SQL: a pooled connection is any `Poolable` value,
+//! and a position any value the protocol can order.
 
 #![forbid(unsafe_code)]
 
