@@ -65,7 +65,7 @@ pub enum Owed {
 /// One client's engine: its phase, whether a drain is pending, and (for a
 /// pinned client, which keeps its connection) whether that connection is
 /// between transactions with nothing owed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Engine {
     phase: Phase,
     draining: bool,
@@ -76,6 +76,10 @@ pub struct Engine {
     /// The unit in flight: may it write, did it on the primary, a COMMIT
     /// in flight, when it attached, its retry.
     pub unit: crate::unit::Unit,
+    /// `transaction_replay`: the open transaction's client frames and the
+    /// checksum of what the client received in it (disabled unless
+    /// [`Engine::with_txn_log`] gave it a size).
+    pub txn_log: crate::replay::TxnLog,
 }
 
 impl Engine {
@@ -91,7 +95,14 @@ impl Engine {
                 may_write: true,
                 ..Default::default()
             },
+            txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
         }
+    }
+
+    /// The engine with `log` as its transaction log (`transaction_replay`).
+    pub fn with_txn_log(mut self, log: crate::replay::TxnLog) -> Engine {
+        self.txn_log = log;
+        self
     }
 
     /// Fulcrum's answer to a lone transaction-control statement (`sql`,

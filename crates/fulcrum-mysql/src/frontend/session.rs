@@ -123,11 +123,9 @@ struct Prepared {
     last: Option<u32>,
 }
 
-/// `transaction_replay` for this client.
+/// `transaction_replay` for this client (the open transaction's log is the
+/// engine's).
 struct TxnReplay {
-    /// The open transaction's commands and the checksum of what the client
-    /// received in it.
-    log: fulcrum_session::TxnLog,
     /// A replay of it under way on a new server connection.
     run: Option<replay::ReplayRun>,
     /// The sequence id of the answer to the command whose server was lost.
@@ -153,7 +151,10 @@ impl Session {
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
         let ctx_replay = ctx.config.transaction_replay;
-        let mut engine = Engine::new(None);
+        let mut engine = Engine::new(None).with_txn_log(fulcrum_session::TxnLog::new(
+            ctx_replay.map(|r| r.max_size),
+            fulcrum_session::Framing::Whole,
+        ));
         engine.unit.may_write = false;
         Session {
             backend: ctx.router.primary().unwrap_or(0),
@@ -186,10 +187,6 @@ impl Session {
             client_entry,
             unit_started: None,
             txn: TxnReplay {
-                log: fulcrum_session::TxnLog::new(
-                    ctx_replay.map(|r| r.max_size),
-                    fulcrum_session::Framing::Whole,
-                ),
                 run: None,
                 lost_seq: 1,
             },
@@ -272,7 +269,7 @@ impl Session {
                 // watches its server: one that goes away (a SWITCHOVER
                 // ends it, a crash) is let go at once, and the transaction
                 // is replayed when the client sends its next command.
-                let watch_server = self.txn.log.replayable() && self.server.is_some();
+                let watch_server = self.engine.txn_log.replayable() && self.server.is_some();
                 tokio::select! {
                     r = read_client_message(&mut self.client, max) => break r?,
                     _ = server_went_away(self.server.as_mut()), if watch_server => {

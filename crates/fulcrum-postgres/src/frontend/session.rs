@@ -108,7 +108,7 @@ pub struct Session {
     /// DDL ran in the open transaction (the schema generation moves again
     /// when it ends).
     ddl_in_txn: bool,
-    /// `transaction_replay`: the open transaction's log and a replay of it.
+    /// `transaction_replay`: a replay under way.
     txn: TxnReplay,
 }
 
@@ -170,11 +170,9 @@ struct QueryTimer {
     cancelled: bool,
 }
 
-/// `transaction_replay`: the open transaction's client frames and the
-/// checksum of what the client received in it, and a replay of it under
-/// way on a new server connection.
+/// `transaction_replay`: a replay of the open transaction under way on a
+/// new server connection (its log is the engine's).
 struct TxnReplay {
-    log: fulcrum_session::TxnLog,
     run: Option<replay::ReplayRun>,
 }
 
@@ -228,17 +226,15 @@ impl Session {
                 None
             } else {
                 Some("session pool mode")
-            }),
+            })
+            .with_txn_log(txn_log),
             query_unit: None,
             lost: None,
             lost_because: None,
             shutdown,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
-            txn: TxnReplay {
-                log: txn_log,
-                run: None,
-            },
+            txn: TxnReplay { run: None },
         }
     }
 

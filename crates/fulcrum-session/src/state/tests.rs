@@ -37,6 +37,7 @@ pub(super) fn engine(phase: Phase) -> Engine {
         quiet: true,
         begin: String::new(),
         unit: Default::default(),
+        txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
     }
 }
 

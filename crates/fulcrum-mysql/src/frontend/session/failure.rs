@@ -25,9 +25,9 @@ impl Session {
                 .replay_failed("its server was lost too, and its time is up")
                 .await;
         }
-        if self.txn.log.enabled() && !replayable && in_txn {
+        if self.engine.txn_log.enabled() && !replayable && in_txn {
             tracing::info!(
-                log = self.txn.log.describe(),
+                log = self.engine.txn_log.describe(),
                 "server lost in a transaction that cannot be replayed"
             );
         }

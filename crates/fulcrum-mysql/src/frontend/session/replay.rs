@@ -42,7 +42,7 @@ impl Session {
     pub(super) fn replayable(&self) -> bool {
         match &self.txn.run {
             Some(run) => tokio::time::Instant::now() < run.deadline,
-            None => self.txn.log.replayable() && self.engine.pinned().is_none(),
+            None => self.engine.txn_log.replayable() && self.engine.pinned().is_none(),
         }
     }
 
@@ -50,10 +50,10 @@ impl Session {
     /// a transaction opens the log; in it, every command is kept, and the
     /// ones whose replay would not give the same answer spoil it.
     pub(super) fn log_command(&mut self, cmd: Command, first: &[u8], msg: &[u8]) {
-        if !self.txn.log.enabled() || cmd == Command::Quit {
+        if !self.engine.txn_log.enabled() || cmd == Command::Quit {
             return;
         }
-        if !self.txn.log.is_open() {
+        if !self.engine.txn_log.is_open() {
             if self.in_transaction() || self.engine.pinned().is_some() {
                 return;
             }
@@ -76,8 +76,10 @@ impl Session {
                 return;
             }
             self.absorb_output();
-            self.txn.log.open(self.client.output_position(), None);
-            self.txn.log.opens_with_begin();
+            self.engine
+                .txn_log
+                .open(self.client.output_position(), None);
+            self.engine.txn_log.opens_with_begin();
         }
         match cmd {
             // New statement ids, files, another user: not the same again.
@@ -85,15 +87,15 @@ impl Session {
             | Command::StmtClose
             | Command::StmtSendLongData
             | Command::ChangeUser
-            | Command::ResetConnection => self.txn.log.spoil(),
+            | Command::ResetConnection => self.engine.txn_log.spoil(),
             Command::Query
                 if query_text(first).is_some_and(|t| {
                     contains_ignore_case(&String::from_utf8_lossy(t), "local infile")
                 }) =>
             {
-                self.txn.log.spoil()
+                self.engine.txn_log.spoil()
             }
-            _ => self.txn.log.record(msg),
+            _ => self.engine.txn_log.record(msg),
         }
     }
 
@@ -127,11 +129,11 @@ impl Session {
 
     /// After a command's answer: the log ends with the transaction.
     pub(super) fn log_answered(&mut self) {
-        if self.txn.run.is_none() && self.txn.log.is_open() {
+        if self.txn.run.is_none() && self.engine.txn_log.is_open() {
             if self.in_transaction() {
-                self.txn.log.command_done(true);
+                self.engine.txn_log.command_done(true);
             } else {
-                self.txn.log.close();
+                self.engine.txn_log.close();
             }
         }
     }
@@ -139,9 +141,9 @@ impl Session {
     /// Feeds what was queued for the client to the transaction's checksum
     /// (before it is written).
     pub(super) fn absorb_output(&mut self) {
-        if self.txn.run.is_none() && self.txn.log.is_open() {
+        if self.txn.run.is_none() && self.engine.txn_log.is_open() {
             let position = self.client.output_position();
-            self.txn.log.absorb(&self.client.write_buf, position);
+            self.engine.txn_log.absorb(&self.client.write_buf, position);
         }
     }
 
@@ -172,7 +174,7 @@ impl Session {
             Compare::Matched { taken } => {
                 self.client.write_buf.extend_from_slice(&out[taken..]);
                 let run = self.txn.run.take().expect("replaying");
-                self.txn.log.replayed(&run.replay);
+                self.engine.txn_log.replayed(&run.replay);
                 self.engine.step(Event::Replayed).close_now();
                 self.ctx.metrics.transaction_replay("replayed");
                 tracing::info!(server = %self.ctx.address(self.backend), "transaction replayed; its answers matched what the client had received");
@@ -190,7 +192,7 @@ impl Session {
         if self.txn.run.is_none() {
             self.absorb_output();
             let position = self.client.output_position();
-            let replay = self.txn.log.start_replay(position);
+            let replay = self.engine.txn_log.start_replay(position);
             let limits = self.ctx.config.transaction_replay.expect("replay is on");
             tracing::info!(cluster = %self.ctx.name(), bytes = replay.frames.len(), "replaying the transaction on the primary (transaction_replay)");
             self.txn.run = Some(ReplayRun {
@@ -270,7 +272,7 @@ impl Session {
         run.replay.restart();
         self.client.write_buf.truncate(run.mark);
         let position = self.client.output_position();
-        self.txn.log.restart(position, &run.replay, true);
+        self.engine.txn_log.restart(position, &run.replay, true);
     }
 
     /// Attaches to whatever primary there is before `deadline`; false: none.
@@ -307,7 +309,7 @@ impl Session {
             server.discard();
         }
         self.ctx.set_running(self.hello.connection_id, None);
-        self.txn.log.close();
+        self.engine.txn_log.close();
         // Fail(NotCommitted): answered below, and the session ends (a
         // MySQL client cannot be told its transaction is gone otherwise).
         let failed = self.engine.step(Event::ReplayFailed);

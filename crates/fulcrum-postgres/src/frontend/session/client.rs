@@ -309,10 +309,11 @@ impl Session {
         self.engine.step(Event::Attached(actual)).close_now();
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
-            if self.txn.log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite {
+            if self.engine.txn_log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite
+            {
                 // The transaction's log starts with the BEGIN sent ahead.
-                self.txn
-                    .log
+                self.engine
+                    .txn_log
                     .open(self.client.output_position(), Some(sql.clone()));
             }
             // The transaction starts on the chosen server, in the same

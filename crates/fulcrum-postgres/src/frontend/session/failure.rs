@@ -40,8 +40,8 @@ impl Session {
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
-        if self.txn.log.enabled() && !replayable && self.status != b'I' {
-            tracing::info!(log = self.txn.log.describe(), status = %(self.status as char), "transaction not replayable");
+        if self.engine.txn_log.enabled() && !replayable && self.status != b'I' {
+            tracing::info!(log = self.engine.txn_log.describe(), status = %(self.status as char), "transaction not replayable");
         }
         if self.txn.run.is_some() && !replayable {
             // The replay's own server died past transaction_replay_timeout.

@@ -48,7 +48,7 @@ impl Session {
         match &self.txn.run {
             Some(run) => tokio::time::Instant::now() < run.deadline,
             None => {
-                self.txn.log.replayable()
+                self.engine.txn_log.replayable()
                     && self.status != b'E'
                     && self.engine.pinned().is_none()
                     && self.owed.stream_left == 0
@@ -59,9 +59,9 @@ impl Session {
     /// Feeds what was queued for the client since the last call to the
     /// transaction's checksum (before it can be written).
     pub(super) fn absorb_output(&mut self) {
-        if self.txn.run.is_none() && self.txn.log.is_open() {
+        if self.txn.run.is_none() && self.engine.txn_log.is_open() {
             let position = self.client.output_position();
-            self.txn.log.absorb(&self.client.write_buf, position);
+            self.engine.txn_log.absorb(&self.client.write_buf, position);
         }
     }
 
@@ -69,10 +69,10 @@ impl Session {
     /// `BEGIN` with nothing in flight opens the log; every frame of the
     /// transaction is kept.
     pub(super) fn log_client_frame(&mut self, tag: u8, frame: &[u8]) {
-        if !self.txn.log.enabled() {
+        if !self.engine.txn_log.enabled() {
             return;
         }
-        if !self.txn.log.is_open() {
+        if !self.engine.txn_log.is_open() {
             // Only a unit that starts with BEGIN can be replayed: any other
             // (an autocommit statement) is not copied at all.
             if self.status != b'I'
@@ -84,24 +84,26 @@ impl Session {
             {
                 return;
             }
-            self.txn.log.open(self.client.output_position(), None);
-            self.txn.log.opens_with_begin();
+            self.engine
+                .txn_log
+                .open(self.client.output_position(), None);
+            self.engine.txn_log.opens_with_begin();
         }
         match tag {
             // COPY and function calls (large objects) are never replayed.
-            b'd' | b'c' | b'f' | b'F' => self.txn.log.spoil(),
-            _ => self.txn.log.record(frame),
+            b'd' | b'c' | b'f' | b'F' => self.engine.txn_log.spoil(),
+            _ => self.engine.txn_log.record(frame),
         }
     }
 
     /// ReadyForQuery: the log ends with the transaction. One that ends with
     /// more work pipelined behind it cannot be told apart from the next.
     pub(super) fn log_ready(&mut self, status: u8) {
-        if status == b'I' && self.txn.log.is_open() && self.txn.run.is_none() {
+        if status == b'I' && self.engine.txn_log.is_open() && self.txn.run.is_none() {
             if self.owed.ready == 0 {
-                self.txn.log.close();
+                self.engine.txn_log.close();
             } else {
-                self.txn.log.spoil();
+                self.engine.txn_log.spoil();
             }
         }
     }
@@ -133,7 +135,7 @@ impl Session {
             None => {
                 self.absorb_output();
                 let position = self.client.output_position();
-                let replay = self.txn.log.start_replay(position);
+                let replay = self.engine.txn_log.start_replay(position);
                 tracing::info!(
                     server = %self.ctx.backends[dead],
                     cluster = %self.ctx.name(),
@@ -155,7 +157,7 @@ impl Session {
                 run.replay.restart();
                 self.client.write_buf.truncate(run.mark);
                 let position = self.client.output_position();
-                self.txn.log.restart(position, &run.replay, false);
+                self.engine.txn_log.restart(position, &run.replay, false);
             }
         }
         self.forget_unit();
@@ -236,7 +238,7 @@ impl Session {
             Compare::Matched { taken } => {
                 self.client.write_buf.extend_from_slice(&out[taken..]);
                 let run = self.txn.run.take().expect("replaying");
-                self.txn.log.replayed(&run.replay);
+                self.engine.txn_log.replayed(&run.replay);
                 self.client.read_buf = run.rest;
                 self.engine.step(Event::Replayed).close_now();
                 self.ctx.metrics.transaction_replay("replayed");
@@ -266,7 +268,7 @@ impl Session {
             server.discard();
         }
         self.id.cancel.set_target(None);
-        self.txn.log.close();
+        self.engine.txn_log.close();
         self.forget_unit();
         self.owed.ready = run.owed;
         self.owed.unsynced = run.unsynced;

@@ -122,9 +122,9 @@ impl Session {
                 .expect
                 .drain_synthetic(&mut self.client.write_buf, self.status);
             let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
-            if step == Step::Forward && self.txn.log.is_open() {
+            if step == Step::Forward && self.engine.txn_log.is_open() {
                 // Only what reaches the client (not Fulcrum's own queries).
-                super::replay::log_server_frame(&mut self.txn.log, header.tag, &frame[5..]);
+                super::replay::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
             }
             match header.tag {
                 b'S' => {
