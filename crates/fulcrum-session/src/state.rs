@@ -80,6 +80,9 @@ pub struct Engine {
     /// checksum of what the client received in it (disabled unless
     /// [`Engine::with_txn_log`] gave it a size).
     pub txn_log: crate::replay::TxnLog,
+    /// The transaction status the client was last told: by the server's
+    /// answer, or by Fulcrum answering in its place.
+    status: Status,
 }
 
 impl Engine {
@@ -96,7 +99,20 @@ impl Engine {
                 ..Default::default()
             },
             txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
+            status: Status::Idle,
         }
+    }
+
+    /// The transaction status the client was last told.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The client is told `status`: by an answer Fulcrum gives in the
+    /// server's place, or by the server's own before the engine hears
+    /// `Ready` (which also records it).
+    pub fn told(&mut self, status: Status) {
+        self.status = status;
     }
 
     /// The engine with `log` as its transaction log (`transaction_replay`).
@@ -187,6 +203,7 @@ impl Engine {
         match event {
             Event::Unit(_) => self.quiet = false,
             Event::Ready { status, owed } => {
+                self.status = status;
                 self.quiet = status == Status::Idle && owed == Owed::Nothing
             }
             _ => {}

@@ -88,8 +88,6 @@ pub struct Session {
     owed: Owing,
     /// `query_timeout`: since when the server has owed an answer.
     timer: QueryTimer,
-    /// Last transaction status the server reported.
-    status: u8,
     /// The client's state between units (idle, deferred transaction, busy,
     /// in a transaction, pinned, lost, replaying) and the unit in flight:
     /// `fulcrum_session::Engine`.
@@ -221,7 +219,6 @@ impl Session {
             pool: None,
             owed: Owing::default(),
             timer: QueryTimer::default(),
-            status: b'I',
             engine: Engine::new(if transaction_mode {
                 None
             } else {
@@ -404,9 +401,10 @@ impl Session {
                     if self.to_server.is_empty() {
                         // Synthetic replies queued ahead of anything the
                         // server owes go out now.
-                        self.owed
-                            .expect
-                            .drain_synthetic(&mut self.client.write_buf, self.status);
+                        self.owed.expect.drain_synthetic(
+                            &mut self.client.write_buf,
+                            status_byte(self.engine.status()),
+                        );
                         self.flush_client().await?;
                     }
                 }
@@ -493,11 +491,29 @@ impl Session {
         Ok(())
     }
 
+    /// The client is told transaction status `byte` (ReadyForQuery's).
+    pub(super) fn set_status(&mut self, byte: u8) {
+        self.engine.told(match byte {
+            b'I' => Status::Idle,
+            b'E' => Status::Failed,
+            _ => Status::InTransaction,
+        });
+    }
+
     /// Writes what is queued for the client, then ends the session with a
     /// FATAL error.
     pub(super) async fn fatal_client(&mut self, code: &str, msg: &str) -> SessionError {
         let _ = self.client.flush().await;
         fatal(self.client.stream_mut(), code, msg).await
+    }
+}
+
+/// A transaction status as ReadyForQuery writes it.
+pub(super) fn status_byte(status: Status) -> u8 {
+    match status {
+        Status::Idle => b'I',
+        Status::InTransaction => b'T',
+        Status::Failed => b'E',
     }
 }
 

@@ -38,6 +38,7 @@ pub(super) fn engine(phase: Phase) -> Engine {
         begin: String::new(),
         unit: Default::default(),
         txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
+        status: Status::Idle,
     }
 }
 

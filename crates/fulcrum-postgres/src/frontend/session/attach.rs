@@ -45,11 +45,7 @@ impl Session {
         if self.server.is_none() {
             return;
         }
-        let status = match self.status {
-            b'I' => Status::Idle,
-            b'E' => Status::Failed,
-            _ => Status::InTransaction,
-        };
+        let status = self.engine.status();
         let owed = self.owed();
         if self
             .engine
@@ -109,7 +105,7 @@ impl Session {
     /// may end the session without cutting any work.
     pub(super) fn at_boundary(&self) -> bool {
         self.engine.at_boundary()
-            && self.status == b'I'
+            && self.engine.status() == Status::Idle
             && self.owed() == Owed::Nothing
             && self.lost.is_none()
             && self.client.read_buf.is_empty()

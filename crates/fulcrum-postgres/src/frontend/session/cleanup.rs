@@ -42,7 +42,7 @@ impl Session {
             return;
         }
         let reset_session = clean.is_some_and(|(_, reset)| reset);
-        let in_txn = self.status != b'I';
+        let in_txn = self.engine.status() != Status::Idle;
         if !in_txn && !reset_session {
             server.release();
             return;

@@ -25,9 +25,10 @@ impl Session {
     /// writes to the client, and detaches when nothing is in flight.
     pub(super) async fn settle(&mut self) -> Result<(), SessionError> {
         self.flush_server().await?;
-        self.owed
-            .expect
-            .drain_synthetic(&mut self.client.write_buf, self.status);
+        self.owed.expect.drain_synthetic(
+            &mut self.client.write_buf,
+            status_byte(self.engine.status()),
+        );
         self.flush_client().await?;
         self.maybe_detach();
         Ok(())
@@ -268,7 +269,7 @@ impl Session {
             Some(text) => self.reads.note_hint(text),
             None => self.reads.clear_hint(),
         }
-        let txn = match (self.engine.deferred(), self.status) {
+        let txn = match (self.engine.deferred(), status_byte(self.engine.status())) {
             (Some(read_only), _) => RouteTxn::Deferred { read_only },
             (None, b'I') => RouteTxn::None,
             _ => RouteTxn::Open,
@@ -327,7 +328,9 @@ impl Session {
     /// The next client frame starts a unit on an attached connection,
     /// outside a transaction, of an unpinned client.
     fn at_unit_start(&self) -> bool {
-        self.status == b'I' && !self.owed.unsynced && self.engine.pinned().is_none()
+        self.engine.status() == Status::Idle
+            && !self.owed.unsynced
+            && self.engine.pinned().is_none()
     }
 
     /// The session effects of a simple query: those of the classification
@@ -358,7 +361,7 @@ impl Session {
     pub(super) fn arm_retry(&mut self, with_begin: bool) {
         let eligible = self.stmts.rewrite
             && self.engine.pinned().is_none()
-            && self.status == b'I'
+            && self.engine.status() == Status::Idle
             && !with_begin
             && !self.ctx.router.is_primary(self.backend);
         let mark = self.client.write_buf.len();

@@ -29,7 +29,7 @@ impl Session {
         }
         self.id.cancel.set_target(None);
         self.ctx.router.suspect(backend);
-        if self.status == b'I' && self.owed() == Owed::OwnQuery {
+        if self.engine.status() == Status::Idle && self.owed() == Owed::OwnQuery {
             // The client's unit was answered in this same read.
             self.engine
                 .step(Event::Ready {
@@ -40,8 +40,8 @@ impl Session {
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
-        if self.engine.txn_log.enabled() && !replayable && self.status != b'I' {
-            tracing::info!(log = self.engine.txn_log.describe(), status = %(self.status as char), "transaction not replayable");
+        if self.engine.txn_log.enabled() && !replayable && self.engine.status() != Status::Idle {
+            tracing::info!(log = self.engine.txn_log.describe(), status = ?self.engine.status(), "transaction not replayable");
         }
         if self.txn.run.is_some() && !replayable {
             // The replay's own server died past transaction_replay_timeout.
@@ -53,7 +53,9 @@ impl Session {
             // A unit at status I on the primary autocommits, unless it is
             // the first of a transaction whose BEGIN went ahead of it.
             commit_in_flight: self.engine.unit.commit_in_flight
-                || (self.status == b'I' && self.engine.unit.wrote_on_primary && !replayable),
+                || (self.engine.status() == Status::Idle
+                    && self.engine.unit.wrote_on_primary
+                    && !replayable),
             batch_open: self.owed.unsynced,
             // A large frame half forwarded cannot be followed by a clean
             // answer (a pinned client's state is lost too: the engine knows).
@@ -121,7 +123,7 @@ impl Session {
 
     /// Errors the work in flight and keeps the client.
     pub(super) fn fail_unit(&mut self, outcome: Outcome) {
-        let in_txn = self.status != b'I';
+        let in_txn = self.engine.status() != Status::Idle;
         let code = outcome.sqlstate();
         let msg = format!(
             "fulcrum: lost the connection to server {} of cluster \"{}\"{}; {}",
@@ -146,7 +148,7 @@ impl Session {
         if owed == 0 && unsynced {
             backend_msg::error_response(&mut self.client.write_buf, "ERROR", code, &msg);
         }
-        self.status = status;
+        self.set_status(status);
         if self.engine.is_lost() {
             self.lost = Some(Lost {
                 in_txn,

@@ -31,7 +31,7 @@ impl Session {
         if !quiet {
             return None;
         }
-        if self.server.is_some() && self.status != b'I' {
+        if self.server.is_some() && self.engine.status() != Status::Idle {
             config
                 .idle_transaction_timeout
                 .map(|d| (d, IdleKind::Transaction))

@@ -27,7 +27,7 @@ impl Session {
             }
             lost::Answer::Held => {
                 if tag == b'Q' || tag == b'S' || tag == b'F' {
-                    self.status = b'E';
+                    self.set_status(b'E');
                 }
                 let _ = self.client.read_buf.split_to(total);
                 true
@@ -35,7 +35,7 @@ impl Session {
             lost::Answer::Done => {
                 self.lost = None;
                 self.engine.step(Event::LostEnded).close_now();
-                self.status = b'I';
+                self.set_status(b'I');
                 let _ = self.client.read_buf.split_to(total);
                 true
             }
@@ -47,7 +47,10 @@ impl Session {
     /// by Fulcrum without a server: the first real statement picks the server
     /// (a replica for a read-only transaction) and the BEGIN travels with it.
     pub(super) fn try_defer_transaction_control(&mut self, total: usize) -> bool {
-        if !self.stmts.rewrite || self.engine.pinned().is_some() || self.status == b'E' {
+        if !self.stmts.rewrite
+            || self.engine.pinned().is_some()
+            || self.engine.status() == Status::Failed
+        {
             return false;
         }
         let Some(text) = query_text(&self.client.read_buf[5..total]) else {
@@ -74,7 +77,7 @@ impl Session {
         };
         backend_msg::command_complete(&mut self.client.write_buf, tag);
         backend_msg::ready_for_query(&mut self.client.write_buf, status);
-        self.status = status;
+        self.set_status(status);
         true
     }
 
@@ -108,9 +111,10 @@ impl Session {
         };
         self.owed.expect.push(Expect::SyntheticQuery(tag));
         if self.server.is_none() {
-            self.owed
-                .expect
-                .drain_synthetic(&mut self.client.write_buf, self.status);
+            self.owed.expect.drain_synthetic(
+                &mut self.client.write_buf,
+                status_byte(self.engine.status()),
+            );
         }
         true
     }

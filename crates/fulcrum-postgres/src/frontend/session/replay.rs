@@ -49,7 +49,7 @@ impl Session {
             Some(run) => tokio::time::Instant::now() < run.deadline,
             None => {
                 self.engine.txn_log.replayable()
-                    && self.status != b'E'
+                    && self.engine.status() != Status::Failed
                     && self.engine.pinned().is_none()
                     && self.owed.stream_left == 0
             }
@@ -75,7 +75,7 @@ impl Session {
         if !self.engine.txn_log.is_open() {
             // Only a unit that starts with BEGIN can be replayed: any other
             // (an autocommit statement) is not copied at all.
-            if self.status != b'I'
+            if self.engine.status() != Status::Idle
                 || self.owed.ready > 0
                 || self.owed.unsynced
                 || !self.stmts.rewrite
@@ -161,7 +161,7 @@ impl Session {
             }
         }
         self.forget_unit();
-        self.status = b'I';
+        self.set_status(b'I');
         self.engine.unit.commit_in_flight = false;
         self.params.txn_ops.clear();
         self.params.txn_committed = None;
@@ -272,7 +272,7 @@ impl Session {
         self.forget_unit();
         self.owed.ready = run.owed;
         self.owed.unsynced = run.unsynced;
-        self.status = b'T';
+        self.set_status(b'T');
         self.client.read_buf = run.rest;
         self.lost_because = Some(format!("transaction replay failed: {why}"));
         if let Some(Action::Fail(outcome)) = self.engine.step(Event::ReplayFailed).iter().next() {

@@ -20,9 +20,10 @@ impl Session {
         }
         if self.to_server.is_empty() {
             // Synthetic replies queued ahead of anything the server owes go out now.
-            self.owed
-                .expect
-                .drain_synthetic(&mut self.client.write_buf, self.status);
+            self.owed.expect.drain_synthetic(
+                &mut self.client.write_buf,
+                status_byte(self.engine.status()),
+            );
         }
         Ok(())
     }
@@ -118,9 +119,10 @@ impl Session {
                     self.id.cancel.process_id,
                 );
             }
-            self.owed
-                .expect
-                .drain_synthetic(&mut self.client.write_buf, self.status);
+            self.owed.expect.drain_synthetic(
+                &mut self.client.write_buf,
+                status_byte(self.engine.status()),
+            );
             let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
             if step == Step::Forward && self.engine.txn_log.is_open() {
                 // Only what reaches the client (not Fulcrum's own queries).
@@ -184,9 +186,10 @@ impl Session {
                 self.on_position(lsn);
             }
         }
-        self.owed
-            .expect
-            .drain_synthetic(&mut self.client.write_buf, self.status);
+        self.owed.expect.drain_synthetic(
+            &mut self.client.write_buf,
+            status_byte(self.engine.status()),
+        );
         self.flush_client().await?;
         self.flush_server().await?;
         self.maybe_detach();
@@ -195,8 +198,8 @@ impl Session {
 
     /// ReadyForQuery: a unit of work ended; settle its session-state changes.
     pub(super) fn on_ready(&mut self, status: u8) {
-        let was = self.status;
-        self.status = status;
+        let was = status_byte(self.engine.status());
+        self.set_status(status);
         self.owed.ready = self.owed.ready.saturating_sub(1);
         if self.owed.ready == 0 {
             self.engine.unit.commit_in_flight = false;

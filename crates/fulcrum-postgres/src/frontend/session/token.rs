@@ -4,9 +4,11 @@
 //! fulcrum.consistency`. What they mean is `fulcrum_session::Reads`'s.
 
 use fulcrum_session::reads::SettingAnswer;
+use fulcrum_session::Status;
 use fulcrum_sql::consistency::{position_op, setting_op, PositionOp, SETTING};
 
 use super::reads::{primary_position, shared};
+use super::status_byte;
 use super::Session;
 use crate::codec::backend_msg;
 use crate::codec::frontend_msg::query_text;
@@ -110,12 +112,12 @@ impl Session {
             None => write.extend_from_slice(&out),
             Some((code, msg)) => {
                 backend_msg::error_response(write, "ERROR", code, &msg);
-                if self.status == b'T' {
-                    self.status = b'E';
+                if self.engine.status() == Status::InTransaction {
+                    self.engine.told(Status::Failed);
                 }
             }
         }
-        backend_msg::ready_for_query(write, self.status);
+        backend_msg::ready_for_query(write, status_byte(self.engine.status()));
         let _ = self.client.read_buf.split_to(total);
     }
 }
