@@ -119,7 +119,14 @@ impl Session {
         // Forget everything of the old user; a clean connection goes back.
         self.keep_for_next = false;
         self.cleanup().await;
-        self.engine = Engine::new(None);
+        // A new engine for the new user; the transaction log (its
+        // `transaction_replay` limits) carries over.
+        let log = std::mem::replace(
+            &mut self.engine.txn_log,
+            fulcrum_session::TxnLog::new(None, fulcrum_session::Framing::Whole),
+        );
+        self.engine = Engine::new(None).with_txn_log(log);
+        self.engine.unit.may_write = false;
         self.desired.clear();
         self.prepared.map.clear();
         self.prepared.last = None;
