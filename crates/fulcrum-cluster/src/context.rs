@@ -119,6 +119,23 @@ impl<C, P, S> ClusterCore<C, P, S> {
         &self.backends[backend]
     }
 
+    /// What a session's read-consistency steps read of the cluster, for
+    /// `user` on `database` (MariaDB: schema).
+    pub fn reads<'a>(
+        &'a self,
+        user: &'a Arc<str>,
+        database: &'a Arc<str>,
+    ) -> fulcrum_session::reads::Shared<'a, P> {
+        fulcrum_session::reads::Shared {
+            config: &self.config,
+            router: &self.router,
+            metrics: &self.metrics,
+            user_positions: &self.user_positions,
+            user,
+            database,
+        }
+    }
+
     /// The metrics route label of `backend` now: writes on the primary,
     /// reads elsewhere.
     pub fn route_label(&self, backend: BackendId) -> fulcrum_metrics::RouteLabel {

@@ -244,11 +244,6 @@ impl<K: Positions> Reads<K> {
         self.causal.need()
     }
 
-    /// A server's loss left the client's last write without a position.
-    pub fn wrote_unknown(&mut self) {
-        self.causal.wrote_unknown();
-    }
-
     /// May the replica `backend`, reached through `probe`, serve the read
     /// being routed? `strong` fetches the primary's position now (once for
     /// all the reads asking at the same time; called only under `strong`).

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_pool::{BackendId, Checkout, Need, Route};
-use fulcrum_session::reads::{Check, Positions, ReplicaProbe, Shared};
+use fulcrum_session::reads::{Check, Positions, ReplicaProbe};
 
 use super::Session;
 use crate::backend::ServerConn;
@@ -76,22 +76,6 @@ impl ReplicaProbe<String> for Replica<'_> {
     }
 }
 
-/// The cluster-wide parts of a session's reads.
-pub(super) fn shared<'a>(
-    ctx: &'a MyClusterContext,
-    user: &'a Arc<str>,
-    schema: &'a Arc<str>,
-) -> Shared<'a, String> {
-    Shared {
-        config: &ctx.config,
-        router: &ctx.router,
-        metrics: &ctx.metrics,
-        user_positions: &ctx.user_positions,
-        user,
-        database: schema,
-    }
-}
-
 impl Session {
     /// The schema the user positions are kept under.
     pub(super) fn schema_key(&self) -> Arc<str> {
@@ -113,7 +97,7 @@ impl Session {
         let schema = self.schema_key();
         if let Some(g) = last_gtid {
             self.reads
-                .learnt(&shared(&self.ctx, &self.user, &schema), Some(g));
+                .learnt(&self.ctx.reads(&self.user, &schema), Some(g));
             return Ok(());
         }
         let Some(server) = self.server.as_ref() else {
@@ -131,11 +115,11 @@ impl Session {
         }
         // The answer goes out before its GTID is known: another connection
         // of the user reads on the primary meanwhile.
-        self.reads.learning(&shared(&self.ctx, &self.user, &schema));
+        self.reads.learning(&self.ctx.reads(&self.user, &schema));
         self.flush().await?;
         let server = self.server.as_mut().expect("attached");
         let answer = server.query_value("SELECT @@last_gtid").await;
-        let shared = shared(&self.ctx, &self.user, &schema);
+        let shared = self.ctx.reads(&self.user, &schema);
         match answer {
             Ok(Some(g)) if !g.is_empty() && self.reads.need() != &Need::At(g.clone()) => {
                 self.reads.learnt(&shared, Some(g))
@@ -153,7 +137,7 @@ impl Session {
         server: &mut Checkout<ServerConn>,
     ) -> bool {
         let schema = self.schema_key();
-        let shared = shared(&self.ctx, &self.user, &schema);
+        let shared = self.ctx.reads(&self.user, &schema);
         let (ctx, user, wire, charset) = (
             &self.ctx,
             &self.user,

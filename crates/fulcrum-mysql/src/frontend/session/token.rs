@@ -6,7 +6,7 @@
 use fulcrum_session::reads::SettingAnswer;
 use fulcrum_sql::consistency::{position_op, setting_op, PositionOp, SETTING};
 
-use super::reads::{primary_position, shared};
+use super::reads::primary_position;
 use super::Session;
 use crate::frontend::wire::{put_err, put_ok, put_one_row};
 
@@ -26,7 +26,7 @@ impl Session {
         let out = match op {
             PositionOp::Show => {
                 let schema = self.schema_key();
-                let token = self.reads.token(&shared(&self.ctx, &self.user, &schema));
+                let token = self.reads.token(&self.ctx.reads(&self.user, &schema));
                 // Nothing tracked: the primary's position now, past every
                 // commit acknowledged so far.
                 let position = match token {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fulcrum_pool::Checkout;
-use fulcrum_session::reads::{Check, Positions, ReplicaProbe, Shared};
+use fulcrum_session::reads::{Check, Positions, ReplicaProbe};
 
 use super::Session;
 use crate::backend::ServerConn;
@@ -62,22 +62,6 @@ impl ReplicaProbe<u64> for Replica<'_> {
     }
 }
 
-/// The cluster-wide parts of a session's reads.
-pub(super) fn shared<'a>(
-    ctx: &'a ClusterContext,
-    user: &'a Arc<str>,
-    database: &'a Arc<str>,
-) -> Shared<'a, u64> {
-    Shared {
-        config: &ctx.config,
-        router: &ctx.router,
-        metrics: &ctx.metrics,
-        user_positions: &ctx.user_positions,
-        user,
-        database,
-    }
-}
-
 impl Session {
     /// A unit on the primary that may have written is over (ReadyForQuery
     /// 'I', nothing else owed): ask the primary's position on the same
@@ -100,14 +84,14 @@ impl Session {
         // held for Fulcrum's own query.
         self.record_unit();
         self.reads
-            .learning(&shared(&self.ctx, &self.id.user, &self.id.database));
+            .learning(&self.ctx.reads(&self.id.user, &self.id.database));
         put_query(&mut self.to_server, POSITION_SQL);
         self.owed.expect.push(Expect::Position);
     }
 
     /// The answer to the position query arrived (`None`: it failed).
     pub(super) fn on_position(&mut self, lsn: Option<u64>) {
-        let shared = shared(&self.ctx, &self.id.user, &self.id.database);
+        let shared = self.ctx.reads(&self.id.user, &self.id.database);
         self.reads.learnt(&shared, lsn);
     }
 
@@ -118,7 +102,7 @@ impl Session {
         backend: fulcrum_pool::BackendId,
         server: &mut Checkout<ServerConn>,
     ) -> Check {
-        let shared = shared(&self.ctx, &self.id.user, &self.id.database);
+        let shared = self.ctx.reads(&self.id.user, &self.id.database);
         let ctx = &self.ctx;
         let (user, database) = (&self.id.user, &self.id.database);
         let strong = || {

@@ -7,7 +7,7 @@ use fulcrum_session::reads::SettingAnswer;
 use fulcrum_session::Status;
 use fulcrum_sql::consistency::{position_op, setting_op, PositionOp, SETTING};
 
-use super::reads::{primary_position, shared};
+use super::reads::primary_position;
 use super::status_byte;
 use super::Session;
 use crate::codec::backend_msg;
@@ -35,7 +35,7 @@ impl Session {
             PositionOp::Show => {
                 let token = self
                     .reads
-                    .token(&shared(&self.ctx, &self.id.user, &self.id.database));
+                    .token(&self.ctx.reads(&self.id.user, &self.id.database));
                 // Nothing tracked: the primary's position now, past every
                 // commit acknowledged so far.
                 let position = match token {
