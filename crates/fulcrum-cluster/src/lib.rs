@@ -23,7 +23,9 @@
 //! what clients proved, for both protocols; `admin` is what the console
 //! asks of a cluster; `attach` checks out a server connection for a unit
 //! of work (a replica, else the primary, waited for during a failover),
-//! the protocol supplying the checkout through `attach::Checkouts`.
+//! the protocol supplying the checkout through `attach::Checkouts`;
+//! `replay` drives a transaction replay (start, wait for a primary,
+//! compare, match or fail) over the protocol's checkout and client buffer.
 //!
 //! It knows no wire protocol and no SQL text beyond what `fulcrum_sql`
 //! tells it: the server-specific part of health (how to ask a PostgreSQL
@@ -48,6 +50,7 @@ pub mod lag;
 pub mod monitor;
 pub mod ops;
 pub mod pool_upkeep;
+pub mod replay;
 pub mod serve;
 pub mod state;
 pub mod switchover;

@@ -249,6 +249,16 @@ impl Router {
         self.primary.load(Ordering::Acquire) == backend
     }
 
+    /// The route `backend` serves now: `Primary` if it is the write
+    /// target, else `Replica` (what a unit attached to it is told).
+    pub fn route_of(&self, backend: BackendId) -> Route {
+        if self.is_primary(backend) {
+            Route::Primary
+        } else {
+            Route::Replica
+        }
+    }
+
     /// Sets the write target (the health loop's decision) and wakes the
     /// sessions waiting for one.
     pub fn set_primary(&self, primary: Option<BackendId>) {

@@ -265,7 +265,12 @@ impl Engine {
                 Some(reason) => (Pinned(reason), Actions::none()),
                 None => (self.phase, Actions::none()),
             },
-            (Pinned(_), Event::Unit(_)) => (self.phase, Actions::none()),
+            // A pinned client holds its connection (`Stay`); one pinned
+            // before it had any (session pooling) attaches it now.
+            (Pinned(_), Event::Unit(r)) => match r.target {
+                Target::Go(route) => (self.phase, Actions::one(Action::Attach(route))),
+                Target::Stay => (self.phase, Actions::none()),
+            },
             (Busy { .. }, Event::Attached(route)) => (Busy { route }, Actions::none()),
             (Idle | Busy { .. } | Settling | InTransaction { .. }, Event::Pin(reason)) => {
                 (Pinned(reason), Actions::none())

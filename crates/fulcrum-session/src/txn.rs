@@ -109,6 +109,13 @@ pub fn may_commit(text: &[u8]) -> bool {
         || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
 }
 
+/// The statement begins a transaction (`BEGIN`, `START TRANSACTION`):
+/// a unit that starts with one can be logged for `transaction_replay`.
+pub fn begins(text: &[u8]) -> bool {
+    let w = fulcrum_sql::statements::first_word(text);
+    w.eq_ignore_ascii_case(b"BEGIN") || w.eq_ignore_ascii_case(b"START")
+}
+
 /// Whether `text` starts with `prefix`, ignoring ASCII case (never slices
 /// inside a multi-byte character).
 pub fn starts_with_ci(text: &str, prefix: &str) -> bool {

@@ -28,6 +28,7 @@ mod reads;
 mod replay;
 mod route;
 mod token;
+mod txn_log;
 
 use commands::kill_target;
 
@@ -39,6 +40,7 @@ use bytes::BytesMut;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
+use fulcrum_sql::Decision;
 
 use fulcrum_tls::ClientStream;
 use mysql_common::constants::{CapabilityFlags as C, StatusFlags};
@@ -91,7 +93,7 @@ pub struct Session {
     /// GTID the client's reads must not be older than.
     reads: fulcrum_session::Reads<reads::Gtid>,
     /// The classified route of the command being forwarded.
-    unit_route: Route,
+    unit_routing: Routing,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
     /// When the command that started the current unit of work arrived.
@@ -127,7 +129,7 @@ struct Prepared {
 /// engine's).
 struct TxnReplay {
     /// A replay of it under way on a new server connection.
-    run: Option<replay::ReplayRun>,
+    run: Option<replay::Run>,
     /// The sequence id of the answer to the command whose server was lost.
     lost_seq: u8,
 }
@@ -183,7 +185,12 @@ impl Session {
                 last: None,
             },
             reads: fulcrum_session::Reads::new(ctx_consistency),
-            unit_route: Route::Primary,
+            unit_routing: Routing {
+                target: Target::Go(Route::Primary),
+                pin: None,
+                may_write: false,
+                consistency: fulcrum_config::Consistency::Eventual,
+            },
             client_entry,
             unit_started: None,
             txn: TxnReplay {
@@ -223,7 +230,8 @@ impl Session {
     }
 
     async fn check_schema(&mut self, schema: &str, seq: u8) -> Result<(), SessionError> {
-        self.attach(Route::Primary, seq).await?;
+        let routing = self.route_unit(Decision::Primary);
+        self.attach(routing, seq).await?;
         let server = self.server.as_mut().expect("attached");
         match server.use_schema(schema).await {
             Ok(()) => {
@@ -371,11 +379,12 @@ impl Session {
                         schema,
                         ..Default::default()
                     };
+                    let routing = self.route_unit(Decision::Primary);
                     self.forward(
                         renamed.as_deref().unwrap_or(&msg),
                         seq,
                         Shape::Results,
-                        Route::Primary,
+                        routing,
                         effects,
                     )
                     .await?;
@@ -400,13 +409,13 @@ impl Session {
                     self.reads.note_hint(text.as_bytes());
                     self.engine.unit.commit_in_flight =
                         fulcrum_session::txn::may_commit(text.as_bytes());
-                    let (route, effects) = self.route_query(text);
+                    let (routing, effects) = self.route_query(text);
                     self.pending_digest = self.ctx.digests.entry(
                         self.ctx.config.digests.max_entries,
                         text,
                         fulcrum_sql::Dialect::MySql,
                     );
-                    self.forward(&msg, seq, Shape::Results, route, effects)
+                    self.forward(&msg, seq, Shape::Results, routing, effects)
                         .await?;
                     let first = text.split_whitespace().next().unwrap_or("");
                     if ["create", "alter", "drop"]
@@ -437,24 +446,14 @@ impl Session {
                     self.stmt_long_data(&payload, seq).await?
                 }
                 Command::FieldList => {
-                    self.forward(
-                        &msg,
-                        seq,
-                        Shape::FieldList,
-                        Route::Primary,
-                        Effects::default(),
-                    )
-                    .await?
+                    let routing = self.route_unit(Decision::Primary);
+                    self.forward(&msg, seq, Shape::FieldList, routing, Effects::default())
+                        .await?
                 }
                 Command::Statistics => {
-                    self.forward(
-                        &msg,
-                        seq,
-                        Shape::OnePacket,
-                        Route::Primary,
-                        Effects::default(),
-                    )
-                    .await?
+                    let routing = self.route_unit(Decision::Primary);
+                    self.forward(&msg, seq, Shape::OnePacket, routing, Effects::default())
+                        .await?
                 }
                 Command::ChangeUser => {
                     let payload = reassembled(&msg, &span);

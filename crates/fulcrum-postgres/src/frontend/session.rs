@@ -38,6 +38,7 @@ mod replay;
 mod server;
 mod text;
 mod token;
+mod txn_log;
 
 use idle::IdleKind;
 
@@ -171,7 +172,7 @@ struct QueryTimer {
 /// `transaction_replay`: a replay of the open transaction under way on a
 /// new server connection (its log is the engine's).
 struct TxnReplay {
-    run: Option<replay::ReplayRun>,
+    run: Option<replay::Run>,
 }
 
 impl Session {

@@ -562,6 +562,20 @@ fn session_pooling_starts_pinned_and_reads_stay() {
 }
 
 #[test]
+fn a_client_pinned_before_it_has_a_connection_attaches_the_primary() {
+    // Session pooling pins at login; the first unit has nothing to stay on.
+    let mut e = Engine::new(Some("session pool mode"));
+    let mut f = Facts::idle(Decision::Read);
+    f.pinned = true;
+    let a = e.step(Event::Unit(decide(&f)));
+    assert_eq!(
+        a.iter().collect::<Vec<_>>(),
+        vec![Action::Attach(Route::Primary)]
+    );
+    assert_eq!(e.phase(), Phase::Pinned("session pool mode"));
+}
+
+#[test]
 fn outcomes_carry_their_sqlstate() {
     assert_eq!(Outcome::Unknown.sqlstate(), "08007");
     assert_eq!(Outcome::NotCommitted.sqlstate(), "08006");

@@ -11,10 +11,24 @@ impl Session {
         !self.in_transaction() && self.client.read_buf.is_empty()
     }
 
-    /// In a transaction, by the server's last answer (or autocommit off).
+    /// In a transaction, as the engine was last told (autocommit off
+    /// counts as one).
     pub(super) fn in_transaction(&self) -> bool {
-        self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            || !self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
+        self.engine.status() != Status::Idle
+    }
+
+    /// The status flags of the server's last answer (or of Fulcrum's own
+    /// in its place): kept for the OK and EOF packets Fulcrum writes, and
+    /// told to the engine as the client's transaction status.
+    pub(super) fn set_status(&mut self, flags: StatusFlags) {
+        self.status = flags;
+        let open = flags.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+            || !flags.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
+        self.engine.told(if open {
+            Status::InTransaction
+        } else {
+            Status::Idle
+        });
     }
 
     /// The route label of the attached server (metrics).
@@ -29,35 +43,27 @@ impl Session {
         }
     }
 
-    /// Attaches a server connection for `route`: a replica (the primary if
-    /// none can be had), or the primary, waiting up to `pool_timeout` for
-    /// one during a failover.
-    pub(super) async fn attach(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
-        let attach = self.engine.step(Event::Unit(Routing {
-            target: Target::Go(route),
-            pin: None,
-            may_write: self.engine.unit.may_write,
-            consistency: self.reads.session(),
-        }));
-        // The route the engine asks for (a client holding a connection is
-        // asked for none and keeps it).
-        let route = attach
-            .iter()
-            .find_map(|a| match a {
-                Action::Attach(r) => Some(r),
-                _ => None,
-            })
-            .unwrap_or(route);
+    /// Attaches a server connection for a unit routed `routing` (the
+    /// engine says where: a replica, the primary if none can be had, or the
+    /// primary, waited for up to `pool_timeout` during a failover); a
+    /// retried read avoids the replica that was lost under it.
+    pub(super) async fn attach(&mut self, routing: Routing, seq: u8) -> Result<(), SessionError> {
+        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
+            Some(Action::Attach(route)) => route,
+            // A client holding its connection is asked for none.
+            _ if self.server.is_some() => return Ok(()),
+            _ => {
+                debug_assert!(false, "no route for a client without a connection");
+                Route::Primary
+            }
+        };
         let ctx = self.ctx.clone();
-        match fulcrum_cluster::attach::attach(&ctx, route, None, self).await {
+        let avoid = self.engine.unit.retry.avoid();
+        match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
             Ok((backend, server)) => self.install(backend, server),
             Err(why) => return Err(self.unattached(why, seq).await),
         }
-        let actual = if self.ctx.router.is_primary(self.backend) {
-            Route::Primary
-        } else {
-            Route::Replica
-        };
+        let actual = self.ctx.router.route_of(self.backend);
         self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
     }

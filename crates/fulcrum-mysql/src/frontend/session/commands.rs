@@ -130,7 +130,7 @@ impl Session {
         self.desired.clear();
         self.prepared.map.clear();
         self.prepared.last = None;
-        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         self.user = c.user.as_str().into();
         if let Some(cs) = c.charset {
             self.hello.charset = cs;
@@ -163,7 +163,7 @@ impl Session {
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         }
-        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         put_ok(
             &mut self.client.write_buf,
             seq,

@@ -1,7 +1,8 @@
 //! When the server connection fails the client: what a lost connection
 //! means for the command in flight (the engine decides: retry, replay,
-//! answer and keep the client, or end the session) and what the connection
-//! needs when the client leaves (the engine's `Clean`).
+//! answer and keep the client, or end the session), a server lost under a
+//! client idle in a replayable transaction, and what the connection needs
+//! when the client leaves (the engine's `Clean`).
 
 use super::*;
 use fulcrum_session::Outcome;
@@ -56,7 +57,7 @@ impl Session {
         }
         if action == Some(Action::Retry) {
             tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
-            self.engine.unit.retry.disarm();
+            let _ = self.engine.unit.retry.take(backend);
             self.client.write_buf.clear();
             return SessionError::Retry;
         }
@@ -91,7 +92,7 @@ impl Session {
         // SQLSTATE 08007 when the outcome is unknown (docs/failover.md).
         put_err(&mut self.client.write_buf, seq, 1927, state, &msg);
         let _ = self.flush().await;
-        self.status = StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         self.keep_for_next = false;
         if ends {
             SessionError::Refused(msg)
@@ -115,5 +116,33 @@ impl Session {
                 server.release();
             }
         }
+    }
+
+    /// The server of a client idle in a replayable transaction went away:
+    /// its connection is given up now (a SWITCHOVER waits for it), and the
+    /// client's next command replays the transaction.
+    pub(super) fn let_server_go(&mut self) {
+        if let Some(s) = self.server.take() {
+            tracing::info!(server = %self.ctx.address(self.backend), "server connection closed under a client idle in its transaction; it is replayed at the client's next command");
+            s.discard();
+        }
+        self.ctx.set_running(self.hello.connection_id, None);
+        self.ctx.router.suspect(self.backend);
+        self.server_gone = true;
+    }
+
+    /// The client's next command after `let_server_go`: the loss is handled
+    /// as if that command had found the server gone (a replay, or the
+    /// error without one).
+    pub(super) async fn server_gone_before(&mut self, seq: u8) -> Result<(), SessionError> {
+        if std::mem::take(&mut self.server_gone) {
+            return Err(self
+                .lost(
+                    seq,
+                    "the server closed the connection while the client was idle in its transaction",
+                )
+                .await);
+        }
+        Ok(())
     }
 }

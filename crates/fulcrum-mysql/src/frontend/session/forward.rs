@@ -12,18 +12,18 @@ impl Session {
         msg: &[u8],
         seq: u8,
         shape: Shape,
-        route: Route,
+        routing: Routing,
         effects: Effects,
     ) -> Result<(), SessionError> {
         let fresh = self.server.is_none();
         // Given to each attempt: a retried read is recorded once, by the
         // attempt that got the answer.
         let digest = self.pending_digest.take();
-        if !self.ensure_attached(route, seq).await? {
+        if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
         let retryable = fresh
-            && route == Route::Replica
+            && routing.target == Target::Go(Route::Replica)
             && self.engine.pinned().is_none()
             && !self.ctx.router.is_primary(self.backend);
         self.engine.unit.retry.arm(retryable, 0);
@@ -32,14 +32,11 @@ impl Session {
         self.pending_digest = digest.clone();
         match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
-                self.engine.unit.retry.disarm();
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
-                // The dead replica is suspect now: the router will not pick it.
-                self.attach(route, seq).await?;
-                if self.backend == first {
-                    self.maybe_detach();
-                    self.attach(Route::Primary, seq).await?;
-                }
+                // Anywhere but the dead replica (suspect now besides).
+                let attached = self.attach(routing, seq).await;
+                self.engine.unit.retry.done();
+                attached?;
                 match self.prepare_server(seq).await {
                     Ok(()) => {}
                     Err(Ok(())) => {
@@ -62,10 +59,9 @@ impl Session {
     /// schema and settings; false when that failed and an ERR was queued.
     pub(super) async fn ensure_attached(
         &mut self,
-        route: Route,
+        routing: Routing,
         seq: u8,
     ) -> Result<bool, SessionError> {
-        self.unit_route = route;
         if self.server.is_none() {
             self.unit_started = Some(std::time::Instant::now());
         }
@@ -75,7 +71,7 @@ impl Session {
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
         // admission is counted until the server connection is checked out.
         let admission = self.ctx.router.admit().await;
-        self.attach(route, seq).await?;
+        self.attach(routing, seq).await?;
         drop(admission);
         match self.prepare_server(seq).await {
             Ok(()) => Ok(true),
@@ -136,10 +132,10 @@ impl Session {
             stamp.finish(reply.rows, reply.error);
         }
         if let Some(status) = reply.status {
-            self.status = status;
+            self.set_status(status);
         }
         if !reply.error || reply.last_gtid.is_some() {
-            self.after_primary_answer(reply.last_gtid.take(), self.unit_route)
+            self.after_primary_answer(reply.last_gtid.take(), self.unit_routing.target)
                 .await?;
         }
         if let Some(code) = reply.error_code {

@@ -58,8 +58,8 @@ impl Session {
             (self.hello.wire_format.bits(), self.hello.charset),
             self.schema.as_deref().unwrap_or(""),
         );
-        let route = self.route_unit(decision);
-        if !self.ensure_attached(route, seq).await? {
+        let routing = self.route_unit(decision);
+        if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
         match self.ensure_prepared(&sql, seq).await? {
@@ -219,8 +219,8 @@ impl Session {
         if payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0 {
             self.pin("cursor");
         }
-        let route = self.route_unit(stmt.decision);
-        if !self.ensure_attached(route, seq).await? {
+        let routing = self.route_unit(stmt.decision);
+        if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
         let server_id = match self.ensure_prepared(&stmt.sql, seq).await? {
@@ -312,8 +312,8 @@ impl Session {
             return Ok(());
         };
         self.pin("long data");
-        let route = self.route_unit(stmt.decision);
-        if !self.ensure_attached(route, seq).await? {
+        let routing = self.route_unit(stmt.decision);
+        if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
         let Prepared::Ready { id } = self.ensure_prepared(&stmt.sql, seq).await? else {

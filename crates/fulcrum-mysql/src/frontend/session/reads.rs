@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fulcrum_pool::{BackendId, Checkout, Need, Route};
 use fulcrum_session::reads::{Check, Positions, ReplicaProbe};
+use fulcrum_session::Target;
 
 use super::Session;
 use crate::backend::ServerConn;
@@ -89,7 +90,7 @@ impl Session {
     pub(super) async fn after_primary_answer(
         &mut self,
         last_gtid: Option<String>,
-        route: Route,
+        target: Target,
     ) -> Result<(), SessionError> {
         if !self.ctx.router.is_primary(self.backend) {
             return Ok(());
@@ -107,7 +108,7 @@ impl Session {
         // to fetch (a single-node cluster pays nothing).
         if server.track_gtid
             || self.ctx.router.backend_count() < 2
-            || route != Route::Primary
+            || target == Target::Go(Route::Replica)
             || self.in_transaction()
             || !self.reads.tracks_writes()
         {

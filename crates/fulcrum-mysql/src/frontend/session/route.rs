@@ -3,15 +3,19 @@
 //! COM_QUERY and the prepared-statement commands route through here alike;
 //! `route_query` also reads what a COM_QUERY changes in the session.
 
-use fulcrum_pool::Route;
-use fulcrum_session::{decide, Facts, Target, Txn};
+use fulcrum_session::{decide, Action, Event, Facts, Owed, Routing, Txn};
 use fulcrum_sql::Decision;
 
 use super::{Effects, Session, MAX_SETS};
 
 impl Session {
-    /// Where a command classified `decision` goes; a pin it sets is applied.
-    pub(super) fn route_unit(&mut self, decision: Decision) -> Route {
+    /// Where a command classified `decision` goes (a command that is not a
+    /// statement, such as COM_FIELD_LIST, counts as `Decision::Primary`).
+    /// A client holding a connection tells the engine of the unit now (a
+    /// pin it sets is applied; a unit that needs another connection gets
+    /// the held one given back, MySQL having answered the last command
+    /// already); one without tells it when it attaches.
+    pub(super) fn route_unit(&mut self, decision: Decision) -> Routing {
         let in_txn = self.in_transaction();
         let routing = decide(&Facts {
             decision,
@@ -26,18 +30,30 @@ impl Session {
             default_route: self.ctx.config.default_route,
         });
         if let Some(reason) = routing.pin {
-            self.pin(reason);
+            tracing::debug!(reason, "client pinned to its server connection");
         }
         self.engine.unit.may_write = routing.may_write;
-        match routing.target {
-            Target::Go(route) => route,
-            // On the connection it holds: the route is not used.
-            Target::Stay => Route::Primary,
+        self.unit_routing = routing;
+        if self.server.is_some()
+            && self
+                .engine
+                .step(Event::Unit(routing))
+                .contains(Action::Hold)
+        {
+            self.keep_for_next = false;
+            let ready = Event::Ready {
+                status: self.engine.status(),
+                owed: Owed::Nothing,
+            };
+            if self.engine.step(ready).contains(Action::Detach) {
+                self.detach();
+            }
         }
+        routing
     }
 
     /// Where a COM_QUERY goes, and what it changes in the session.
-    pub(super) fn route_query(&mut self, text: &str) -> (Route, Effects) {
+    pub(super) fn route_query(&mut self, text: &str) -> (Routing, Effects) {
         let mut effects = Effects::default();
         let decision = self.ctx.classify_for(
             text,

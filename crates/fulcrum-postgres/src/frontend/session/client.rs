@@ -296,17 +296,17 @@ impl Session {
     /// Attaches a server connection for a unit from a client that has none,
     /// the deferred BEGIN (if any) going ahead of the unit in the same write.
     pub(super) async fn attach_unit(&mut self, routing: Routing) -> Result<(), SessionError> {
+        // A client without a connection is always told where to attach.
         let route = match self.engine.step(Event::Unit(routing)).iter().next() {
             Some(Action::Attach(route)) => route,
-            _ => Route::Primary,
+            _ => {
+                debug_assert!(false, "no route for a client without a connection");
+                Route::Primary
+            }
         };
         let begin = self.engine.take_begin();
         self.attach(route).await?;
-        let actual = if self.ctx.router.is_primary(self.backend) {
-            Route::Primary
-        } else {
-            Route::Replica
-        };
+        let actual = self.ctx.router.route_of(self.backend);
         self.engine.step(Event::Attached(actual)).close_now();
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {

@@ -126,7 +126,7 @@ impl Session {
             let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
             if step == Step::Forward && self.engine.txn_log.is_open() {
                 // Only what reaches the client (not Fulcrum's own queries).
-                super::replay::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
+                super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
             }
             match header.tag {
                 b'S' => {

@@ -1,0 +1,78 @@
+//! What the engine's transaction log (`transaction_replay`) is fed, in
+//! MySQL's words: which command opens it (`BEGIN` / `START TRANSACTION`,
+//! as a query or a prepared statement, outside a transaction), which
+//! commands it keeps and which spoil it (new statement ids, files, another
+//! user), and where it closes (an answer outside a transaction).
+//! `replay.rs` drives a replay of it.
+
+use super::route::contains_ignore_case;
+use super::*;
+use crate::codec::command::Command;
+
+impl Session {
+    /// A command about to be handled: `BEGIN` / `START TRANSACTION` outside
+    /// a transaction opens the log; in it, every command is kept, and the
+    /// ones whose replay would not give the same answer spoil it.
+    pub(super) fn log_command(&mut self, cmd: Command, first: &[u8], msg: &[u8]) {
+        if !self.engine.txn_log.enabled() || cmd == Command::Quit {
+            return;
+        }
+        if !self.engine.txn_log.is_open() {
+            if self.in_transaction() || self.engine.pinned().is_some() {
+                return;
+            }
+            // BEGIN as a query, or as a prepared statement (sysbench's
+            // --db-ps-mode=auto prepares it).
+            let text: Option<&[u8]> = match cmd {
+                Command::Query => query_text(first),
+                Command::StmtExecute => first
+                    .get(1..5)
+                    .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
+                    .and_then(|id| self.prepared.map.get(&id))
+                    .map(|s| s.sql.as_bytes()),
+                _ => None,
+            };
+            if !text.is_some_and(fulcrum_session::txn::begins) {
+                return;
+            }
+            self.absorb_output();
+            self.engine
+                .txn_log
+                .open(self.client.output_position(), None);
+            self.engine.txn_log.opens_with_begin();
+        }
+        match cmd {
+            // New statement ids, files, another user: not the same again.
+            Command::StmtPrepare
+            | Command::StmtClose
+            | Command::StmtSendLongData
+            | Command::ChangeUser
+            | Command::ResetConnection => self.engine.txn_log.spoil(),
+            Command::Query
+                if query_text(first).is_some_and(|t| {
+                    contains_ignore_case(&String::from_utf8_lossy(t), "local infile")
+                }) =>
+            {
+                self.engine.txn_log.spoil()
+            }
+            _ => self.engine.txn_log.record(msg),
+        }
+    }
+
+    /// After a command's answer: the log ends with the transaction.
+    pub(super) fn log_answered(&mut self) {
+        if self.txn.run.is_none() && self.engine.txn_log.is_open() {
+            if self.in_transaction() {
+                self.engine.txn_log.command_done(true);
+            } else {
+                self.engine.txn_log.close();
+            }
+        }
+    }
+
+    /// Feeds what was queued for the client to the transaction's checksum
+    /// (before it is written).
+    pub(super) fn absorb_output(&mut self) {
+        fulcrum_cluster::replay::absorb_output(&mut self.engine, &self.txn.run, &self.client);
+    }
+}
