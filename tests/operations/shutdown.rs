@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{pg_connect, try_pg_connect, PgProxyConfig};
-use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal, APP_DB};
+use fulcrum_suite::{maria_connect, maria_toml, pg_connect, try_pg_connect, PgProxyConfig};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, PgCluster, Signal, APP_DB};
+use mysql_async::prelude::Queryable;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_transactions_finish_and_loses_no_commit() {
@@ -117,4 +118,50 @@ async fn sigint_stops_at_once() {
     let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(5)))
         .expect("SIGINT does not wait for the open transaction");
     assert!(status.success(), "{status:?}");
+}
+
+/// The engine's `Close(Drained)` on MySQL: at SIGTERM an idle client is
+/// closed at once; one in a transaction finishes it (its COMMIT succeeds)
+/// and is closed at that boundary; Fulcrum then exits, the rows there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_sigterm_lets_a_transaction_finish_and_closes_at_its_end() {
+    let c = tokio::task::block_in_place(|| MariaCluster::builder().start()).expect("MariaDB");
+    c.primary()
+        .sql("CREATE TABLE drained (id INT PRIMARY KEY)")
+        .unwrap();
+    let port = free_port();
+    let toml = maria_toml(&c, port, "").replacen(
+        "[fulcrum]\n",
+        "[fulcrum]\nshutdown_timeout = \"10s\"\n",
+        1,
+    );
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let mut idle = maria_connect(port).await;
+    idle.query_drop("SELECT 1").await.unwrap();
+    let mut busy = maria_connect(port).await;
+    busy.query_drop("BEGIN").await.unwrap();
+    busy.query_drop("INSERT INTO drained VALUES (1)")
+        .await
+        .unwrap();
+    p.signal(Signal::Term).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        idle.query_drop("SELECT 1").await.is_err(),
+        "an idle client is closed at SIGTERM"
+    );
+    busy.query_drop("INSERT INTO drained VALUES (2)")
+        .await
+        .expect("the transaction in progress goes on");
+    busy.query_drop("COMMIT")
+        .await
+        .expect("its COMMIT succeeds");
+    assert!(
+        busy.query_drop("SELECT 1").await.is_err(),
+        "closed at the transaction's end"
+    );
+    let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(15)))
+        .expect("fulcrum exits after SIGTERM");
+    assert!(status.success(), "clean exit: {status:?}");
+    let rows = c.primary().sql("SELECT count(*) FROM drained").unwrap();
+    assert_eq!(rows.trim(), "2", "both rows committed");
 }

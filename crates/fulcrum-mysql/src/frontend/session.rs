@@ -284,7 +284,12 @@ impl Session {
                         self.let_server_go();
                         continue;
                     }
-                    _ = self.shutdown.changed(), if !draining => continue,
+                    _ = self.shutdown.changed(), if !draining => {
+                        // Close(Drained), now or at the next boundary: the
+                        // boundary check at the top of the loop performs it.
+                        self.engine.step(Event::Drain).close_now();
+                        continue;
+                    }
                     _ = self.client_entry.killed() => {
                         let msg = "fulcrum: connection killed by an administrator (KILL)";
                         put_error(&mut self.client.write_buf, 1, codes::CONNECTION_KILLED, msg);
