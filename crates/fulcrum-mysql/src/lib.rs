@@ -16,7 +16,8 @@
 //! `fulcrum_sql` and asks `fulcrum_session::decide` where it goes, and
 //! `fulcrum_pool::Router` which backend serves that route; the client's
 //! phase, the unit in flight and its read consistency are
-//! `fulcrum_session`'s (`Engine`, `Reads`), this crate keeping GTIDs, the
+//! `fulcrum_session`'s (`Engine`, `Reads`), attaching and a transaction
+//! replay's run `fulcrum_cluster`'s (`attach`, `replay`), this crate keeping GTIDs, the
 //! `MASTER_GTID_WAIT` probe and the words of its answers. The codecs and
 //! `auth` stay pure: no sockets, the caller supplies sequence ids and the
 //! random scramble. Protocol constants and the scramble functions are

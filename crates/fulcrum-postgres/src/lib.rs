@@ -10,7 +10,9 @@
 //! each does to the session (`fulcrum_sql::Effects`); `fulcrum_session::decide`
 //! places each unit, `fulcrum_session::Engine` holds the client's phase and
 //! the unit in flight, `fulcrum_session::Reads` its read consistency, and
-//! `fulcrum_pool::Router` picks the backend. This crate keeps what is
+//! `fulcrum_pool::Router` picks the backend; attaching a connection and
+//! driving a transaction replay are `fulcrum_cluster`'s (`attach`,
+//! `replay`) over this crate's checkout. This crate keeps what is
 //! PostgreSQL's own: frames, the reply queue, statement and portal maps,
 //! session-parameter replay, how a write's LSN is learnt and a replica's is
 //! asked, and the words of every answer. Sockets and their buffers are
