@@ -195,6 +195,29 @@ impl<C, P, S> ClusterCore<C, P, S> {
         )
     }
 
+    /// `digest_stamp` for a statement the classifier has read (`unit`): its
+    /// fingerprint is not computed again.
+    pub fn digest_stamp_of(
+        &self,
+        unit: &Classified,
+        sql: &[u8],
+        backend: BackendId,
+    ) -> Option<fulcrum_metrics::Stamp> {
+        if unit.key == 0 {
+            return std::str::from_utf8(sql)
+                .ok()
+                .and_then(|t| self.digest_stamp(t, backend));
+        }
+        self.digests
+            .entry_keyed(
+                self.config.digests.max_entries,
+                unit.key,
+                sql,
+                self.classifier.dialect(),
+            )
+            .map(|d| fulcrum_metrics::Stamp::new(d, self.router.is_primary(backend)))
+    }
+
     /// The decision for `unit`, of `user` (with its protocol `options`) on
     /// `database`: a read calling functions no list decides goes to the
     /// primary unless the function catalog knows them all to be reads

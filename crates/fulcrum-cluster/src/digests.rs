@@ -56,8 +56,24 @@ impl DigestSlot {
             return None;
         }
         let key = fulcrum_sql::fingerprint(sql, dialect);
+        self.entry_keyed(max_entries, key, sql.as_bytes(), dialect)
+    }
+
+    /// The entry of `sql` whose fingerprint `key` is known already (the
+    /// classifier's): the text is read only to name a new digest.
+    pub fn entry_keyed(
+        &self,
+        max_entries: u32,
+        key: u64,
+        sql: &[u8],
+        dialect: Dialect,
+    ) -> Option<Arc<fulcrum_metrics::Digest>> {
+        if max_entries == 0 {
+            return None;
+        }
         self.table(max_entries).get(key, || {
-            fulcrum_sql::normalize(sql, dialect, DIGEST_TEXT_MAX)
+            let text = String::from_utf8_lossy(sql);
+            fulcrum_sql::normalize(&text, dialect, DIGEST_TEXT_MAX)
         })
     }
 }

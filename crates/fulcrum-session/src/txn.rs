@@ -91,23 +91,7 @@ impl DeferredTxn {
     }
 }
 
-/// Whether a statement text may commit a transaction if it runs: it
-/// mentions COMMIT anywhere (COMMIT, COMMIT PREPARED, `...; COMMIT`) or
-/// starts with END. A false positive only makes a lost connection's error
-/// say "may have committed" (08007) instead of "not committed".
-pub fn may_commit(text: &[u8]) -> bool {
-    let start = text
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(text.len());
-    let first = &text[start..];
-    let word_end = first
-        .iter()
-        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
-        .unwrap_or(first.len());
-    first[..word_end].eq_ignore_ascii_case(b"end")
-        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
-}
+pub use fulcrum_sql::statements::may_commit;
 
 /// The statement begins a transaction (`BEGIN`, `START TRANSACTION`):
 /// a unit that starts with one can be logged for `transaction_replay`.

@@ -14,7 +14,6 @@ use crate::cache::DecisionCache;
 use crate::decision::Decision;
 use crate::dialect::Dialect;
 use crate::effects::{self, Effect, Effects};
-use crate::fingerprint::fingerprint;
 use crate::functions::{pin_functions, primary_functions};
 use crate::hints::{hint, Hint};
 use crate::mysql;
@@ -30,6 +29,14 @@ pub struct Classified {
     /// A read's calls of functions no list decides (for the cluster's
     /// function catalog); `None` when there are none.
     pub functions: Option<Arc<[Arc<str>]>>,
+    /// It may commit (`statements::may_commit`), read with the decision
+    /// when the text is first classified and cached with it.
+    pub may_commit: bool,
+    /// The text's fingerprint (the cache's key; the digest statistics key
+    /// by it too), 0 for a text too long to classify.
+    pub key: u64,
+    /// The text has a comment: only then can it carry a hint.
+    pub comments: bool,
 }
 
 /// Per-cluster classifier settings.
@@ -114,10 +121,15 @@ impl Classifier {
             // Not parsed (sqlparser would hold the whole token stream in
             // memory, on the async worker), not fingerprinted, not cached.
             self.oversized.fetch_add(1, Ordering::Relaxed);
-            return with_hint(sql, oversized(sql)).into();
+            let mut unit = Classified::from(with_hint(sql, oversized(sql)));
+            unit.may_commit = crate::statements::may_commit(sql.as_bytes());
+            unit.comments = true;
+            return unit;
         }
+        // One pass over the text: the key, and whether a hint may be in it.
+        let scan = crate::fingerprint::scan(sql, self.dialect);
+        let key = scan.key;
         let mut unit = if cacheable(sql) {
-            let key = fingerprint(sql, self.dialect);
             match self.cache.get(key) {
                 Some(c) => {
                     self.hits.fetch_add(1, Ordering::Relaxed);
@@ -136,7 +148,11 @@ impl Classifier {
             self.misses.fetch_add(1, Ordering::Relaxed);
             self.parse_unit(sql)
         };
-        unit.decision = with_hint(sql, unit.decision);
+        unit.key = key;
+        unit.comments = scan.comments;
+        if scan.comments {
+            unit.decision = with_hint(sql, unit.decision);
+        }
         unit
     }
 
@@ -146,6 +162,12 @@ impl Classifier {
     }
 
     fn parse_unit(&self, sql: &str) -> Classified {
+        let mut unit = self.parse_text(sql);
+        unit.may_commit = crate::statements::may_commit(sql.as_bytes());
+        unit
+    }
+
+    fn parse_text(&self, sql: &str) -> Classified {
         let text;
         let sql = if self.dialect == Dialect::MySql && sql.contains("/*") {
             text = open_executable_comments(sql);
@@ -176,6 +198,9 @@ impl Classifier {
                 .unwrap_or(Decision::Unknown),
             effects: self.unparsed_effects(sql),
             functions: None,
+            may_commit: false,
+            key: 0,
+            comments: false,
         }
     }
 
@@ -200,6 +225,9 @@ impl Classifier {
                 decision,
                 effects: Effects::default(),
                 functions,
+                may_commit: false,
+                key: 0,
+                comments: false,
             });
         }
         // Each statement's effect, with the text the client wrote for it
@@ -221,6 +249,9 @@ impl Classifier {
             decision,
             effects: Effects::new(list),
             functions: None,
+            may_commit: false,
+            key: 0,
+            comments: false,
         })
     }
 
@@ -337,6 +368,9 @@ impl From<Decision> for Classified {
             decision,
             effects: Effects::default(),
             functions: None,
+            may_commit: false,
+            key: 0,
+            comments: false,
         }
     }
 }

@@ -11,14 +11,28 @@ use crate::dialect::Dialect;
 /// Where the normalised bytes go: a hash, or the text itself.
 trait Sink {
     fn push(&mut self, b: u8);
+    /// A comment was skipped.
+    fn comment(&mut self) {}
 }
 
-struct Fnv(u64);
+/// What one pass over a statement's text tells: its fingerprint, and
+/// whether it has a comment (only then can it carry a `fulcrum:` hint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    pub key: u64,
+    pub comments: bool,
+}
+
+struct Fnv(Scan);
 
 impl Sink for Fnv {
     fn push(&mut self, b: u8) {
-        self.0 ^= b as u64;
-        self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        self.0.key ^= b as u64;
+        self.0.key = self.0.key.wrapping_mul(0x100_0000_01b3);
+    }
+
+    fn comment(&mut self) {
+        self.0.comments = true;
     }
 }
 
@@ -61,7 +75,15 @@ pub fn block_comment_end(b: &[u8], start: usize) -> Option<usize> {
 
 /// The fingerprint of `sql` in `dialect`.
 pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    scan(sql, dialect).key
+}
+
+/// The fingerprint of `sql` and whether it has comments, in one pass.
+pub fn scan(sql: &str, dialect: Dialect) -> Scan {
+    let mut h = Fnv(Scan {
+        key: 0xcbf2_9ce4_8422_2325,
+        comments: false,
+    });
     walk(sql, dialect, &mut h);
     h.0
 }
@@ -147,16 +169,19 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                 i += 1;
             }
             b'-' if b.get(i + 1) == Some(&b'-') => {
+                h.comment();
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
             }
             b'#' if dialect == Dialect::MySql => {
+                h.comment();
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
+                h.comment();
                 // MySQL executes /*! ... */: keep its text.
                 if dialect == Dialect::MySql && b.get(i + 2) == Some(&b'!') {
                     emit(h, b'!', &mut last);
@@ -298,5 +323,21 @@ mod tests {
             let _ = pg(s);
             let _ = fingerprint(s, Dialect::MySql);
         }
+    }
+
+    #[test]
+    fn a_scan_says_whether_the_text_has_comments() {
+        for (sql, comments) in [
+            ("SELECT 1", false),
+            ("SELECT '/* not a comment */'", false),
+            ("SELECT 1 /* c */", true),
+            ("SELECT 1 -- c", true),
+            ("SELECT 1 # c", false),
+        ] {
+            let s = scan(sql, Dialect::Postgres);
+            assert_eq!(s.comments, comments, "{sql}");
+            assert_eq!(s.key, fingerprint(sql, Dialect::Postgres));
+        }
+        assert!(scan("SELECT 1 # c", Dialect::MySql).comments);
     }
 }

@@ -28,5 +28,5 @@ pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;
 pub use effects::{Effect, Effects};
-pub use fingerprint::{block_comment_end, fingerprint, normalize};
+pub use fingerprint::{block_comment_end, fingerprint, normalize, scan, Scan};
 pub use hints::Hint;

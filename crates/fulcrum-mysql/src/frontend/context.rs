@@ -150,8 +150,20 @@ impl MyClusterContext {
         options: (u32, u8),
         schema: &str,
     ) -> Decision {
+        self.classify_unit_for(sql, user, options, schema).0
+    }
+
+    /// `classify_for`, with the classification itself (its effects,
+    /// may-commit, fingerprint and whether the text has comments).
+    pub fn classify_unit_for(
+        &self,
+        sql: &str,
+        user: &Arc<str>,
+        options: (u32, u8),
+        schema: &str,
+    ) -> (Decision, fulcrum_sql::Classified) {
         let unit = self.classifier.classify_unit(sql);
-        self.decide_with_catalog(&unit, user, options, schema)
+        (self.decide_with_catalog(&unit, user, options, schema), unit)
     }
 
     /// The pool for a client of `user` with `wire_format` and `charset`.

@@ -411,15 +411,21 @@ impl Session {
                     if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
                         return Ok(true);
                     }
-                    self.reads.note_hint(text.as_bytes());
-                    self.engine.unit.commit_in_flight =
-                        fulcrum_session::txn::may_commit(text.as_bytes());
-                    let (routing, effects) = self.route_query(text);
-                    self.pending_digest = self.ctx.digests.entry(
-                        self.ctx.config.digests.max_entries,
-                        text,
-                        fulcrum_sql::Dialect::MySql,
-                    );
+                    let (routing, effects, key) = self.route_query(text);
+                    self.pending_digest = if key == 0 {
+                        self.ctx.digests.entry(
+                            self.ctx.config.digests.max_entries,
+                            text,
+                            fulcrum_sql::Dialect::MySql,
+                        )
+                    } else {
+                        self.ctx.digests.entry_keyed(
+                            self.ctx.config.digests.max_entries,
+                            key,
+                            text.as_bytes(),
+                            fulcrum_sql::Dialect::MySql,
+                        )
+                    };
                     self.forward(&msg, seq, Shape::Results, routing, effects)
                         .await?;
                     let first = text.split_whitespace().next().unwrap_or("");

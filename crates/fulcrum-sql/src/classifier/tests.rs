@@ -263,3 +263,33 @@ fn mysql_executable_comments_are_parsed() {
         "SELECT 1 /* c */"
     );
 }
+
+#[test]
+fn one_pass_gives_key_comments_and_may_commit_from_the_cache_too() {
+    let c = pg();
+    let first = c.classify_unit("SELECT abalance FROM a WHERE aid = 1");
+    let hit = c.classify_unit("SELECT abalance FROM a WHERE aid = 2");
+    assert_eq!(c.stats().hits, 1, "the second text is a cache hit");
+    assert_eq!(first.key, hit.key, "one fingerprint for both");
+    assert_eq!(
+        hit.key,
+        crate::fingerprint("SELECT abalance FROM a WHERE aid = 2", Dialect::Postgres),
+        "the key is the digest statistics' fingerprint"
+    );
+    assert!(!hit.comments && !hit.may_commit);
+    let commit = c.classify_unit("COMMIT");
+    assert!(commit.may_commit);
+    assert!(
+        c.classify_unit("COMMIT").may_commit,
+        "cached with the decision"
+    );
+    // A hint is only read when the text has a comment, and is then applied
+    // per text even on a cache hit.
+    let plain = c.classify_unit("SELECT 1 FROM t");
+    let hinted = c.classify_unit("/* fulcrum:primary */ SELECT 1 FROM t");
+    assert_eq!(plain.key, hinted.key);
+    assert!(!plain.comments && hinted.comments);
+    assert_eq!(plain.decision, Decision::Read);
+    assert_eq!(hinted.decision, Decision::Primary);
+    assert!(c.classify_unit("SELECT 1 -- fulcrum:primary").comments);
+}

@@ -52,15 +52,24 @@ impl Session {
         routing
     }
 
-    /// Where a COM_QUERY goes, and what it changes in the session.
-    pub(super) fn route_query(&mut self, text: &str) -> (Routing, Effects) {
+    /// Where a COM_QUERY goes, and what it changes in the session; its
+    /// hint and whether it may commit are noted, all from one
+    /// classification (a cache hit reads the text only to look it up).
+    /// The statement's fingerprint comes back for its digest.
+    pub(super) fn route_query(&mut self, text: &str) -> (Routing, Effects, u64) {
         let mut effects = Effects::default();
-        let decision = self.ctx.classify_for(
+        let (decision, unit) = self.ctx.classify_unit_for(
             text,
             &self.user,
             (self.hello.wire_format.bits(), self.hello.charset),
             self.schema.as_deref().unwrap_or(""),
         );
+        if unit.comments {
+            self.reads.note_hint(text.as_bytes());
+        } else {
+            self.reads.clear_hint();
+        }
+        self.engine.unit.commit_in_flight = unit.may_commit;
         let first = text
             .trim_start()
             .split(|c: char| c.is_whitespace() || c == ';')
@@ -89,7 +98,7 @@ impl Session {
         // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
         // connection for the next command.
         effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
-        (self.route_unit(decision), effects)
+        (self.route_unit(decision), effects, unit.key)
     }
 }
 

@@ -67,28 +67,26 @@ impl Session {
             {
                 continue;
             }
-            if header.tag == b'Q' && self.try_answer_setting(header.total) {
+            // One look at a Query's first word tells whether Fulcrum may
+            // answer it itself; most statements skip every check below.
+            let local =
+                header.tag == b'Q' && may_answer_locally(&self.client.read_buf[5..header.total]);
+            if local && self.try_answer_setting(header.total) {
                 continue;
             }
-            if header.tag == b'Q' {
+            if local {
                 match self.try_answer_position(header.total).await {
                     token::PositionAnswer::No => {}
                     token::PositionAnswer::Answered => continue,
                     token::PositionAnswer::Hold => break true,
                 }
             }
-            if header.tag == b'Q'
-                && self.server.is_none()
-                && self.try_answer_local_deallocate(header.total)
-            {
+            if local && self.server.is_none() && self.try_answer_local_deallocate(header.total) {
                 // A mapped statement's DEALLOCATE needs no server.
                 let _ = self.client.read_buf.split_to(header.total);
                 continue;
             }
-            if header.tag == b'Q'
-                && self.server.is_none()
-                && self.try_defer_transaction_control(header.total)
-            {
+            if local && self.server.is_none() && self.try_defer_transaction_control(header.total) {
                 let _ = self.client.read_buf.split_to(header.total);
                 continue;
             }
@@ -182,10 +180,13 @@ impl Session {
         }
         match tag {
             b'Q' => {
-                let effects = self.query_effects(&frame[5..]);
-                if query_text(&frame[5..]).is_some_and(may_commit) {
+                let text = query_text(&frame[5..]).unwrap_or_default();
+                let unit = self.query_unit(text);
+                if unit.may_commit {
                     self.engine.unit.commit_in_flight = true;
                 }
+                let stamp = self.ctx.digest_stamp_of(&unit, text, self.backend);
+                let effects = unit.effects;
                 let mut replay = Vec::new();
                 for effect in effects.iter() {
                     match effect {
@@ -198,9 +199,6 @@ impl Session {
                         e => replay.push(e.clone()),
                     }
                 }
-                let stamp = query_text(&frame[5..])
-                    .and_then(|t| std::str::from_utf8(t).ok())
-                    .and_then(|t| self.ctx.digest_stamp(t, self.backend));
                 self.queue_to_server(frame);
                 self.owed.expect.push(Expect::Query(replay, stamp));
                 self.owed.ready += 1;
@@ -255,9 +253,7 @@ impl Session {
             &self.stmts.map,
             self.stmts.unnamed_decision,
         );
-        if self.client.read_buf.first() == Some(&b'Q') {
-            self.query_unit = query_unit.into_inner();
-        }
+        self.query_unit = query_unit.into_inner();
         decision
     }
 
@@ -265,9 +261,11 @@ impl Session {
     /// buffer (`fulcrum_session::decide`).
     pub(super) fn route_unit(&mut self) -> Routing {
         let decision = self.next_unit_decision();
+        // Hints live in comments: a text the classifier saw none in has none.
+        let commented = self.query_unit.as_ref().is_none_or(|u| u.comments);
         match unit_text(&self.client.read_buf) {
-            Some(text) => self.reads.note_hint(text),
-            None => self.reads.clear_hint(),
+            Some(text) if commented => self.reads.note_hint(text),
+            _ => self.reads.clear_hint(),
         }
         let txn = match (self.engine.deferred(), status_byte(self.engine.status())) {
             (Some(read_only), _) => RouteTxn::Deferred { read_only },
@@ -333,16 +331,17 @@ impl Session {
             && self.engine.pinned().is_none()
     }
 
-    /// The session effects of a simple query: those of the classification
-    /// route_unit made of it, or (on an attached connection) a classification
-    /// now, which for a plain statement is a cache hit.
-    fn query_effects(&mut self, body: &[u8]) -> Effects {
+    /// The classification of a simple query's `text`: the one route_unit
+    /// made of it, or (on an attached connection) one now, which for a
+    /// plain statement is a cache hit. Its effects, may-commit and digest
+    /// key are read from it: the text is not scanned again.
+    fn query_unit(&mut self, text: &[u8]) -> fulcrum_sql::Classified {
         if let Some(unit) = self.query_unit.take() {
-            return unit.effects;
+            return unit;
         }
-        match query_text(body).map(std::str::from_utf8) {
-            Some(Ok(text)) => self.ctx.classify_unit(text).effects,
-            _ => Effects::default(),
+        match std::str::from_utf8(text) {
+            Ok(text) => self.ctx.classify_unit(text),
+            _ => fulcrum_sql::Classified::from(Decision::Unknown),
         }
     }
 
@@ -367,6 +366,26 @@ impl Session {
         let mark = self.client.write_buf.len();
         self.engine.unit.retry.arm(eligible, mark);
     }
+}
+
+/// Whether the Query `body` starts with a word one of Fulcrum's own
+/// answers is for (settings and causal tokens, DEALLOCATE, transaction
+/// control): the cheap test before any of them reads the text.
+fn may_answer_locally(body: &[u8]) -> bool {
+    const WORDS: [&[u8]; 10] = [
+        b"set",
+        b"reset",
+        b"show",
+        b"deallocate",
+        b"begin",
+        b"start",
+        b"commit",
+        b"end",
+        b"rollback",
+        b"abort",
+    ];
+    let first = query_text(body).map(first_word).unwrap_or_default();
+    WORDS.iter().any(|w| first.eq_ignore_ascii_case(w))
 }
 
 /// The statement text of the Query or Parse at the front of `buf`.
