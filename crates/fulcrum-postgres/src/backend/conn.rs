@@ -28,7 +28,9 @@ pub use super::server_statements::{Prepared, ServerStatements};
 pub struct ServerConn {
     /// The socket and what was read from it (frames at the front).
     pub io: Connection<ServerStream>,
-    pub cancel: CancelKey,
+    /// Shared with the client's cancel slot on every attach (a reference
+    /// count, not a copy).
+    pub cancel: Arc<CancelKey>,
     /// Latest value of each parameter the server reported (ParameterStatus).
     pub reported: BTreeMap<String, String>,
     /// Session parameters Fulcrum applied (replayed client settings).

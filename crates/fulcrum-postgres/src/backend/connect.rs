@@ -410,7 +410,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     key.ok_or_else(|| protocol("no BackendKeyData before ReadyForQuery"))?;
                 return Ok(ServerConn {
                     io: Connection::with_read_buf(stream, buf).with_chunk(SERVER_READ_CHUNK),
-                    cancel,
+                    cancel: Arc::new(cancel),
                     reported,
                     applied: BTreeMap::new(),
                     prepared: Default::default(),

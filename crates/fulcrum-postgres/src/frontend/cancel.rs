@@ -14,12 +14,12 @@ use crate::backend::connect::send_cancel;
 pub struct CancelSlot {
     pub process_id: i32,
     pub secret_key: i32,
-    target: Mutex<Option<CancelKey>>,
+    target: Mutex<Option<Arc<CancelKey>>>,
 }
 
 impl CancelSlot {
     /// Sets (on attach) or clears (on detach) the server this client is on.
-    pub fn set_target(&self, key: Option<CancelKey>) {
+    pub fn set_target(&self, key: Option<Arc<CancelKey>>) {
         *self.target.lock().unwrap_or_else(|e| e.into_inner()) = key;
     }
 }
@@ -78,7 +78,7 @@ impl CancelRegistry {
 
     /// The server to cancel for a client's key, if the key is right and the
     /// client is running something.
-    pub fn target(&self, process_id: i32, secret_key: i32) -> Option<CancelKey> {
+    pub fn target(&self, process_id: i32, secret_key: i32) -> Option<Arc<CancelKey>> {
         let slot = self
             .clients
             .lock()
@@ -140,8 +140,8 @@ mod tests {
             reg.target(a.slot.process_id, a.slot.secret_key).is_none(),
             "idle client"
         );
-        a.slot.set_target(Some(key(42)));
-        b.slot.set_target(Some(key(43)));
+        a.slot.set_target(Some(Arc::new(key(42))));
+        b.slot.set_target(Some(Arc::new(key(43))));
         assert_eq!(
             reg.target(a.slot.process_id, a.slot.secret_key)
                 .unwrap()
