@@ -1007,3 +1007,43 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `set_config(name, value, false)` is a SET by another name (how
+/// row-level-security apps set their tenant): it follows its client to
+/// every connection it uses and never reaches the next client of the
+/// pooled connection; `set_config(..., true)` lasts only its transaction.
+#[tokio::test]
+async fn set_config_follows_its_client_and_never_the_next_one() {
+    let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()).pool_size(2));
+    let tenant = "SELECT coalesce(current_setting('app.tenant', true), '')";
+    {
+        let a = pg_connect(&cfg).await;
+        assert_eq!(
+            one(&a, "SELECT set_config('app.tenant', '42', false)").await,
+            "42"
+        );
+        for _ in 0..4 {
+            assert_eq!(one(&a, tenant).await, "42", "the client keeps its setting");
+        }
+        exec(
+            &a,
+            "BEGIN; SELECT set_config('app.local', '7', true); COMMIT",
+        )
+        .await
+        .unwrap();
+    }
+    // 20 later clients of the same user, on the same two connections.
+    for i in 0..20 {
+        let next = pg_connect(&cfg).await;
+        assert_eq!(one(&next, tenant).await, "", "client {i} saw the tenant");
+        assert_eq!(
+            one(
+                &next,
+                "SELECT coalesce(current_setting('app.local', true), '')"
+            )
+            .await,
+            "",
+            "client {i} saw a transaction-local setting"
+        );
+    }
+}

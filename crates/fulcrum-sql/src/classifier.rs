@@ -216,7 +216,20 @@ impl Classifier {
             .copied()
             .reduce(Decision::combine)
             .unwrap_or(Decision::Read);
-        if self.dialect != Dialect::Postgres || decisions.iter().all(|d| is_plain(*d)) {
+        // set_config(name, value, false) is a SET by another name.
+        let config = if self.dialect == Dialect::Postgres
+            && sql
+                .as_bytes()
+                .windows(10)
+                .any(|w| w.eq_ignore_ascii_case(b"set_config"))
+        {
+            crate::set_config::effects(&stmts)
+        } else {
+            Vec::new()
+        };
+        if config.is_empty()
+            && (self.dialect != Dialect::Postgres || decisions.iter().all(|d| is_plain(*d)))
+        {
             let functions = (decision == Decision::Read)
                 .then(|| undecided_calls(&stmts, self.dialect, &self.rules))
                 .filter(|f| !f.is_empty())
@@ -245,6 +258,7 @@ impl Classifier {
             };
             list.extend(effects::of_statement(stmt, *d, text));
         }
+        list.extend(config);
         Some(Classified {
             decision,
             effects: Effects::new(list),

@@ -22,6 +22,7 @@ mod functions;
 mod hints;
 mod mysql;
 mod rules;
+mod set_config;
 pub mod statements;
 
 pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};

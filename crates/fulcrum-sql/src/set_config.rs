@@ -1,0 +1,170 @@
+//! PostgreSQL's `set_config(name, value, is_local)` as session state. With
+//! `is_local = false` it is a `SET` by another name (row-level-security
+//! apps set their tenant this way): replayed per client like a `SET`, so a
+//! pooled connection never carries one client's value to the next. With
+//! `is_local = true` it lasts until the transaction ends: nothing to track.
+//! A name or flag that is not a literal cannot be replayed: the client is
+//! pinned. A second walk over the parsed statements, only for statements
+//! that call `set_config`.
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value, Visit, Visitor,
+};
+
+use crate::effects::Effect;
+use crate::rules::function_name;
+
+struct Calls {
+    effects: Vec<Effect>,
+}
+
+/// A literal string argument.
+fn text(arg: &FunctionArg) -> Option<String> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) = arg else {
+        return None;
+    };
+    match &v.value {
+        Value::SingleQuotedString(s) | Value::EscapedStringLiteral(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// A literal boolean argument (`true`, `false`, or a string PostgreSQL
+/// reads as one).
+fn flag(arg: &FunctionArg) -> Option<bool> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) = arg else {
+        return None;
+    };
+    match &v.value {
+        Value::Boolean(b) => Some(*b),
+        Value::SingleQuotedString(s) => match s.to_ascii_lowercase().as_str() {
+            "t" | "true" | "on" | "yes" | "1" => Some(true),
+            "f" | "false" | "off" | "no" | "0" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `SET name = 'value'` with the name as PostgreSQL folds it (GUC names are
+/// case-insensitive) and each part quoted when it is not a plain word.
+fn as_set(name: &str, value: &str) -> Option<(String, String)> {
+    let key = name.to_ascii_lowercase();
+    let parts: Vec<String> = key
+        .split('.')
+        .map(|p| {
+            let plain = p
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if plain {
+                p.to_owned()
+            } else {
+                format!("\"{}\"", p.replace('"', "\"\""))
+            }
+        })
+        .collect();
+    if key.is_empty() || parts.iter().any(|p| p == "\"\"") {
+        return None;
+    }
+    let stmt = format!("SET {} = '{}'", parts.join("."), value.replace('\'', "''"));
+    Some((key, stmt))
+}
+
+impl Visitor for Calls {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        let Expr::Function(f) = e else {
+            return ControlFlow::Continue(());
+        };
+        if function_name(&f.name) != "set_config" {
+            return ControlFlow::Continue(());
+        }
+        let FunctionArguments::List(list) = &f.args else {
+            self.effects.push(Effect::Pin("set_config"));
+            return ControlFlow::Continue(());
+        };
+        let effect = match list.args.as_slice() {
+            [name, value, local] => match (flag(local), text(name), text(value)) {
+                (Some(true), _, _) => None,
+                (Some(false), Some(name), Some(value)) => match as_set(&name, &value) {
+                    Some((key, stmt)) => Some(Effect::Set { key, stmt }),
+                    None => Some(Effect::Pin("set_config")),
+                },
+                _ => Some(Effect::Pin("set_config")),
+            },
+            _ => Some(Effect::Pin("set_config")),
+        };
+        self.effects.extend(effect);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The session effects of the `set_config` calls in `stmts` (none when
+/// there are none, or all are transaction-local).
+pub(crate) fn effects(stmts: &[Statement]) -> Vec<Effect> {
+    let mut v = Calls {
+        effects: Vec::new(),
+    };
+    for s in stmts {
+        let _ = s.visit(&mut v);
+    }
+    v.effects
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Classifier, ClassifierConfig, Decision, Dialect, Effect};
+
+    fn effects(sql: &str) -> (Decision, Vec<Effect>) {
+        let c = Classifier::new(Dialect::Postgres, &ClassifierConfig::default());
+        let u = c.classify_unit(sql);
+        (u.decision, u.effects.iter().cloned().collect())
+    }
+
+    #[test]
+    fn a_session_set_config_is_a_set_and_a_local_one_nothing() {
+        assert_eq!(
+            effects("select set_config('app.tenant', '42', false)"),
+            (
+                Decision::Primary,
+                vec![Effect::Set {
+                    key: "app.tenant".into(),
+                    stmt: "SET app.tenant = '42'".into()
+                }]
+            )
+        );
+        assert_eq!(
+            effects("SELECT set_config('App.Tenant', 'o''k', 'off')").1,
+            vec![Effect::Set {
+                key: "app.tenant".into(),
+                stmt: "SET app.tenant = 'o''k'".into()
+            }]
+        );
+        assert_eq!(effects("SELECT set_config('app.x', '1', true)").1, vec![]);
+        assert_eq!(
+            effects("SELECT set_config('my-app.x', '1', false)").1,
+            vec![Effect::Set {
+                key: "my-app.x".into(),
+                stmt: "SET \"my-app\".x = '1'".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_set_config_that_cannot_be_replayed_pins() {
+        for sql in [
+            "SELECT set_config(name, '1', false) FROM t",
+            "SELECT set_config('app.x', '1', $1)",
+            "SELECT set_config('app.x', v, false) FROM t",
+            "SELECT set_config('app.x', '1')",
+        ] {
+            assert_eq!(effects(sql).1, vec![Effect::Pin("set_config")], "{sql}");
+        }
+    }
+}
