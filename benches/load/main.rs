@@ -49,6 +49,7 @@ mod machine;
 mod measure;
 mod mode_balance;
 mod mode_consistency_cost;
+mod mode_cpu_split;
 mod mode_mysql_consistency_cost;
 mod mode_scale_out;
 mod mode_select;
@@ -133,6 +134,9 @@ fn run(opts: &Options) -> Result<()> {
     }
     if opts.scale_out {
         return mode_scale_out::run_scale_out(opts);
+    }
+    if opts.cpu_split {
+        return mode_cpu_split::run_cpu_split(opts);
     }
     mode_select::run_select(opts)
 }

@@ -17,6 +17,12 @@ usage: cargo bench --bench load -- [options]
                   (e.g. an earlier commit's release build) as the target
                   \"Fulcrum (baseline)\", side by side in the same run
   --replicas N    streaming replicas, listed as Fulcrum replicas (default 0)
+  --cpu-split     each proxy's own user and system CPU and context switches
+                  per pgbench -S transaction, side by side: Fulcrum with
+                  default settings, Fulcrum with workers = 1, PgBouncer
+                  (-M simple only: 1.18 has no prepared statements in
+                  transaction pooling), for -M simple and prepared at 16
+                  and 45 clients; report in target/bench-cpu-split.md
   --tls           default mode with TLS on both sides: PostgreSQL with
                   ssl = on, Fulcrum with tls_mode and server_tls = require,
                   PgBouncer with client_tls_sslmode and server_tls_sslmode =
@@ -141,6 +147,9 @@ pub(crate) struct Options {
     pub(crate) relay: crate::relay::RelayKind,
     /// `--tls`: the default mode with TLS from clients and to the server.
     pub(crate) tls: bool,
+    /// `--cpu-split`: each proxy's user and system CPU and switches per
+    /// transaction, -M simple and prepared, 16 and 45 clients.
+    pub(crate) cpu_split: bool,
 }
 
 impl Options {
@@ -176,6 +185,7 @@ impl Options {
             relay: crate::relay::RelayKind::Haproxy,
             mysql_cpu_quota: 0.1,
             tls: false,
+            cpu_split: false,
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
@@ -226,6 +236,10 @@ impl Options {
             }
             if flag == "--tls" {
                 opts.tls = true;
+                continue;
+            }
+            if flag == "--cpu-split" {
+                opts.cpu_split = true;
                 continue;
             }
             if flag == "--no-docs" {
