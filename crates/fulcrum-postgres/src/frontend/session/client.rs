@@ -158,7 +158,16 @@ impl Session {
                 return Ok(true);
             }
             b'Q' => {
-                if self.try_answer_deallocate(&frame[5..]) {
+                // The classification says whether it deallocates; it is
+                // kept for the Query's handling below (one pass).
+                let text = query_text(&frame[5..]).unwrap_or_default();
+                let unit = self.query_unit(text);
+                let deallocates = unit
+                    .effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Deallocate(_)));
+                self.query_unit = Some(unit);
+                if deallocates && self.try_answer_deallocate(&frame[5..]) {
                     return Ok(true);
                 }
             }
