@@ -208,14 +208,13 @@ impl<C, P, S> ClusterCore<C, P, S> {
                 .ok()
                 .and_then(|t| self.digest_stamp(t, backend));
         }
-        self.digests
-            .entry_keyed(
-                self.config.digests.max_entries,
-                unit.key,
-                sql,
-                self.classifier.dialect(),
-            )
-            .map(|d| fulcrum_metrics::Stamp::new(d, self.router.is_primary(backend)))
+        self.digests.stamp_keyed(
+            self.config.digests.max_entries,
+            unit.key,
+            sql,
+            self.classifier.dialect(),
+            self.router.is_primary(backend),
+        )
     }
 
     /// The decision for `unit`, of `user` (with its protocol `options`) on

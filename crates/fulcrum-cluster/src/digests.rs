@@ -59,6 +59,29 @@ impl DigestSlot {
         self.entry_keyed(max_entries, key, sql.as_bytes(), dialect)
     }
 
+    /// `stamp` for a statement whose fingerprint `key` is known already
+    /// (one clock read for the entry and the stamp).
+    pub fn stamp_keyed(
+        &self,
+        max_entries: u32,
+        key: u64,
+        sql: &[u8],
+        dialect: Dialect,
+        primary: bool,
+    ) -> Option<Stamp> {
+        if max_entries == 0 {
+            return None;
+        }
+        self.table(max_entries).stamp(
+            key,
+            || {
+                let text = String::from_utf8_lossy(sql);
+                fulcrum_sql::normalize(&text, dialect, DIGEST_TEXT_MAX)
+            },
+            primary,
+        )
+    }
+
     /// The entry of `sql` whose fingerprint `key` is known already (the
     /// classifier's): the text is read only to name a new digest.
     pub fn entry_keyed(

@@ -187,13 +187,22 @@ impl DigestTable {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    fn ms_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
     /// The entry of fingerprint `key`, added (with `text()`) when new; `None`
     /// when digests are off.
     pub fn get(&self, key: u64, text: impl FnOnce() -> String) -> Option<Arc<Digest>> {
+        self.get_at(key, Instant::now(), text)
+    }
+
+    /// `get`, seen at `at` (one clock read serves the entry and its stamp).
+    fn get_at(&self, key: u64, at: Instant, text: impl FnOnce() -> String) -> Option<Arc<Digest>> {
         if self.max == 0 {
             return None;
         }
-        let now = self.now_ms();
+        let now = self.ms_at(at);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = map.get(&key) {
             d.last_seen_ms.store(now, Ordering::Relaxed);
@@ -209,8 +218,12 @@ impl DigestTable {
 
     /// A stamp for one execution of `key` starting now.
     pub fn stamp(&self, key: u64, text: impl FnOnce() -> String, primary: bool) -> Option<Stamp> {
-        self.get(key, text)
-            .map(|digest| Stamp::new(digest, primary))
+        let at = Instant::now();
+        self.get_at(key, at, text).map(|digest| Stamp {
+            digest,
+            at,
+            primary,
+        })
     }
 
     /// Drops the least recently used tenth (at least one).
