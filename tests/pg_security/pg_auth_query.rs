@@ -318,3 +318,26 @@ fn listed_databases_only_and_aliases() {
         "{err}"
     );
 }
+
+/// An `auth_query` row whose password is empty is refused as a configured
+/// user without a password is: the client that sends an empty password
+/// gets 28P01, never a login (the user here is one the server trusts, so
+/// only Fulcrum's check stands between the client and a session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_stored_password_is_refused_like_a_wrong_one() {
+    let f = fulcrum(&format!(
+        "{SUPER_AUTH}\nclient_auth = \"md5\"\n\
+         auth_query = \"SELECT usename, '' FROM pg_shadow WHERE usename = $1\""
+    ));
+    let addr = f.listen_addrs()[0].clone();
+    let conn_str = pg_conn_string(&addr, APP_TRUST_USER, APP_DB).replace(APP_PASSWORD, "''");
+    let e = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("an empty password logged in\n{}", f.log_contents()));
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
+        "{e}"
+    );
+}

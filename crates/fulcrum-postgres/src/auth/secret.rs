@@ -32,6 +32,11 @@ impl StoredSecret {
     /// Reads a stored password; `None` for a text that starts like a SCRAM
     /// verifier but is malformed (not taken as a password either).
     pub fn parse(stored: &str) -> Option<StoredSecret> {
+        // No password is no secret: refused as a configured user without
+        // one is, never a login with an empty password.
+        if stored.is_empty() {
+            return None;
+        }
         if let Some(rest) = stored.strip_prefix("SCRAM-SHA-256$") {
             return parse_scram(rest).map(StoredSecret::Scram);
         }
@@ -89,6 +94,7 @@ mod tests {
         );
         assert_eq!(StoredSecret::parse("SCRAM-SHA-256$4096:xx"), None);
         assert_eq!(StoredSecret::parse("SCRAM-SHA-256$0:AAAA$AA:AA"), None);
+        assert_eq!(StoredSecret::parse(""), None, "no password is no secret");
         assert!(!format!("{:?}", StoredSecret::parse(md5).unwrap()).contains("a355"));
     }
 }
