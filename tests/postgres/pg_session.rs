@@ -1047,3 +1047,40 @@ async fn set_config_follows_its_client_and_never_the_next_one() {
         );
     }
 }
+
+/// A unit over `max_classify_bytes` is not parsed: unless it is plainly one
+/// read or write it pins its client, so what it does to the session (here a
+/// `SET` behind a padded `SELECT`) is reset when the client leaves and never
+/// reaches the next client of the connection.
+#[tokio::test]
+async fn an_oversized_unit_that_changes_the_session_pins_and_leaves_nothing() {
+    let (_p, cfg) = start(
+        PgProxyConfig::new(&cluster().primary().addr())
+            .pool_size(1)
+            .extra("max_classify_bytes = \"1kB\""),
+    );
+    let pad = "x".repeat(2000);
+    {
+        let a = pg_connect(&cfg).await;
+        exec(
+            &a,
+            &format!("SELECT '{pad}'; SET search_path = leak_schema, public"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(one(&a, "SHOW search_path").await, "leak_schema, public");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let next = pg_connect(&cfg).await;
+        let path = one(&next, "SHOW search_path").await;
+        if path == "\"$user\", public" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left for the next client: search_path {path}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -121,7 +121,7 @@ impl Classifier {
             // Not parsed (sqlparser would hold the whole token stream in
             // memory, on the async worker), not fingerprinted, not cached.
             self.oversized.fetch_add(1, Ordering::Relaxed);
-            let mut unit = Classified::from(with_hint(sql, oversized(sql)));
+            let mut unit = Classified::from(with_hint(sql, self.oversized(sql)));
             unit.may_commit = crate::statements::may_commit(sql.as_bytes());
             unit.comments = true;
             return unit;
@@ -154,6 +154,46 @@ impl Classifier {
             unit.decision = with_hint(sql, unit.decision);
         }
         unit
+    }
+
+    /// The decision for a statement too long to parse: `Unknown` (placed by
+    /// `default_route`) only when it is plainly one read or write (one
+    /// statement, starting with SELECT, WITH, VALUES, TABLE, INSERT,
+    /// UPDATE, DELETE or MERGE, calling no function that changes session
+    /// state, no `SELECT ... INTO`, no MySQL user variable); anything else
+    /// pins its client, since guessing wrong there would leak the client's
+    /// state to the next one or lose it.
+    fn oversized(&self, sql: &str) -> Decision {
+        let head = &sql.as_bytes()[..sql.len().min(256)];
+        let head = match std::str::from_utf8(head) {
+            Ok(h) => h,
+            Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        let words = crate::statements::head_words(head, 1);
+        let first = words.first().map(String::as_str).unwrap_or("");
+        let plain = matches!(
+            first,
+            "select" | "with" | "values" | "table" | "insert" | "update" | "delete" | "merge"
+        );
+        let pin = Decision::Pin("statement longer than max_classify_bytes");
+        if !plain || !crate::statements::is_single_statement(sql) {
+            return pin;
+        }
+        let lower = sql.to_ascii_lowercase();
+        let session_call = self
+            .rules
+            .pin
+            .iter()
+            .map(String::as_str)
+            .chain(["set_config"])
+            .any(|f| lower.contains(f));
+        let into = first == "select" && lower.split_whitespace().any(|w| w == "into");
+        let variable = self.dialect == Dialect::MySql && lower.contains('@');
+        if session_call || into || variable {
+            pin
+        } else {
+            Decision::Unknown
+        }
     }
 
     /// Parses and applies the rules, without the cache.
@@ -409,40 +449,6 @@ fn with_hint(sql: &str, decision: Decision) -> Decision {
         // write, a transaction or session state never goes to a replica.
         (Some(Hint::Replica), Decision::Primary) if !locks_rows(sql) => Decision::Read,
         (_, d) => d,
-    }
-}
-
-/// The decision for a statement too long to parse: `Unknown` (placed by
-/// `default_route`), or a pin when its first words say it may change session
-/// state (a SET, PREPARE, LISTEN, temporary table... that could not be
-/// replayed), since guessing wrong there would lose the client's state.
-fn oversized(sql: &str) -> Decision {
-    let head = &sql.as_bytes()[..sql.len().min(256)];
-    let head = match std::str::from_utf8(head) {
-        Ok(h) => h,
-        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
-    };
-    let words = crate::statements::head_words(head, 3);
-    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
-    let session = matches!(
-        word(0),
-        "set"
-            | "reset"
-            | "discard"
-            | "prepare"
-            | "listen"
-            | "declare"
-            | "deallocate"
-            | "lock"
-            | "use"
-    ) || word(0) == "create"
-        && words
-            .iter()
-            .any(|w| matches!(w.as_str(), "temp" | "temporary"));
-    if session {
-        Decision::Pin("statement longer than max_classify_bytes")
-    } else {
-        Decision::Unknown
     }
 }
 

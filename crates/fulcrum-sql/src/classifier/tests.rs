@@ -102,6 +102,19 @@ fn statements_over_the_limit_are_not_parsed() {
     // A multi-byte character across the cut is no problem.
     let wide = format!("SELECT '{}'", "é".repeat(200));
     assert_eq!(c.classify(&wide), Decision::Unknown);
+    // Only plainly one read or write is left to default_route.
+    let pad = "x".repeat(100);
+    for pinned in [
+        format!("SELECT '{pad}'; SET search_path = leak"),
+        format!("SELECT pg_advisory_lock(1), '{pad}'"),
+        format!("SELECT set_config('app.t', '{pad}', false)"),
+        format!("SELECT '{pad}' INTO TEMP copy"),
+        format!("NOTIFY c, '{pad}'"),
+    ] {
+        assert!(matches!(c.classify(&pinned), Decision::Pin(_)), "{pinned}");
+    }
+    let insert = format!("INSERT INTO t VALUES ('{pad}')");
+    assert_eq!(c.classify(&insert), Decision::Unknown);
 }
 
 #[test]
