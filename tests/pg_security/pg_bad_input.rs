@@ -940,3 +940,44 @@ async fn backend_down_at_connect_gets_08006_naming_it_and_recovers() {
     // Idle through the outage (so holding no server connection in transaction mode).
     assert_unharmed(&fulcrum, &bystander).await;
 }
+
+/// Fulcrum's virtual memory size in bytes (`VmSize` in /proc).
+fn vm_size(fulcrum: &FulcrumProcess) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", fulcrum.pid())).expect("/proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmSize");
+    kb * 1024
+}
+
+/// A 5-byte header declaring a large message reserves nothing until the
+/// bytes come: 16 clients each announcing 200 MB (under the default 256 MiB
+/// `max_message_size`) and sending 4 bytes of it do not make Fulcrum ask
+/// the kernel for 3 GB.
+#[tokio::test]
+async fn a_declared_length_reserves_memory_only_as_bytes_arrive() {
+    let fulcrum = start_fulcrum(&pg_primary().primary().addr(), "trust", "");
+    let bystander = bystander(&fulcrum).await;
+    let before = vm_size(&fulcrum);
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let (mut raw, _) = Raw::login(&addr(&fulcrum)).await;
+        let mut message = header(b'Q', 200_000_000);
+        message.extend_from_slice(b"SELE");
+        raw.send(&message).await;
+        held.push(raw);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grown = vm_size(&fulcrum).saturating_sub(before);
+    assert!(
+        grown < 256 << 20,
+        "16 announced 200 MB messages grew Fulcrum's address space by {} MB",
+        grown >> 20
+    );
+    drop(held);
+    assert_unharmed(&fulcrum, &bystander).await;
+}

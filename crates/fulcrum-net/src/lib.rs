@@ -48,6 +48,10 @@ pub trait Framing {
     fn frame_len(buf: &[u8], max: u64) -> Result<Option<usize>, Self::Error>;
 }
 
+/// The most reserved ahead of the bytes of a partial frame (a declared
+/// length is the peer's word, not yet its bytes).
+pub const RESERVE_AHEAD: usize = 1024 * 1024;
+
 /// A socket with its read and write buffers.
 #[derive(Debug)]
 pub struct Connection<S> {
@@ -214,11 +218,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         match F::frame_len(&self.read_buf, max)? {
             Some(total) if self.read_buf.len() >= total => Ok(Some(total)),
             Some(total) => {
-                self.read_buf.reserve(total - self.read_buf.len());
+                self.reserve_for(total);
                 Ok(None)
             }
             None => Ok(None),
         }
+    }
+
+    /// Room for a frame of `total` bytes whose start is buffered, reserved
+    /// as its bytes arrive: at most [`RESERVE_AHEAD`] at a time, so a
+    /// header declaring a large frame costs nothing until the peer sends it.
+    pub fn reserve_for(&mut self, total: usize) {
+        let missing = total.saturating_sub(self.read_buf.len());
+        self.read_buf.reserve(missing.min(RESERVE_AHEAD));
     }
 
     /// Takes `n` bytes from the front of `read_buf`.

@@ -48,9 +48,7 @@ impl Session {
             let header = match check_frame(&self.client.read_buf, max) {
                 Ok(Some(h)) if self.client.read_buf.len() >= h.total => h,
                 Ok(Some(h)) => {
-                    self.client
-                        .read_buf
-                        .reserve(h.total - self.client.read_buf.len());
+                    self.client.reserve_for(h.total);
                     break false;
                 }
                 Ok(None) => break false,

@@ -83,7 +83,8 @@ impl Session {
                     self.client.write_buf.extend_from_slice(buf);
                     buf.clear();
                 } else {
-                    buf.reserve(header.total - buf.len());
+                    let missing = header.total - buf.len();
+                    buf.reserve(missing.min(fulcrum_net::RESERVE_AHEAD));
                 }
                 break;
             }
