@@ -190,3 +190,37 @@ async fn idle_connects_beyond_max_pending_logins_close_the_oldest() {
     drop(idle);
     assert_unharmed(&mut bystander).await;
 }
+
+/// One client cannot grow Fulcrum without end by preparing: past
+/// `max_client_prepared_statements` COM_STMT_PREPARE gets the server's own
+/// ERR 1461, the session goes on, and a closed statement frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preparing_past_the_cap_gets_err_1461_and_the_session_goes_on() {
+    let c = maria_one_replica();
+    let port = free_port();
+    let toml = fulcrum_suite::maria_toml(c, port, "max_client_prepared_statements = 3");
+    let _p = FulcrumProcess::start(&toml).expect("fulcrum");
+    let mut conn = maria_connect(port).await;
+    let mut kept = Vec::new();
+    for i in 0..3 {
+        kept.push(
+            conn.prep(format!("SELECT {i}"))
+                .await
+                .expect("within the cap"),
+        );
+    }
+    let err = conn
+        .prep("SELECT 'one too many'")
+        .await
+        .expect_err("over the cap");
+    match err {
+        mysql_async::Error::Server(e) => assert_eq!((e.code, e.state.as_str()), (1461, "42000")),
+        e => panic!("expected ERR 1461, got {e}"),
+    }
+    let one: Option<u32> = conn.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1), "the session goes on");
+    conn.close(kept.pop().unwrap()).await.unwrap();
+    conn.prep("SELECT 'in the freed place'")
+        .await
+        .expect("a closed statement frees its place");
+}

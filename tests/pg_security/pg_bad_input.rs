@@ -981,3 +981,47 @@ async fn a_declared_length_reserves_memory_only_as_bytes_arrive() {
     drop(held);
     assert_unharmed(&fulcrum, &bystander).await;
 }
+
+/// One client cannot grow Fulcrum without end by preparing fresh names:
+/// past `max_client_prepared_statements` its session ends with 54000, and
+/// other clients go on. Statements it closed do not count.
+#[tokio::test]
+async fn a_client_preparing_without_end_is_stopped_at_its_cap() {
+    let fulcrum = start_fulcrum(
+        &pg_primary().primary().addr(),
+        "scram-sha-256",
+        "max_client_prepared_statements = 5\n",
+    );
+    let bystander = bystander(&fulcrum).await;
+    let client = connect(&conn_string(
+        &addr(&fulcrum),
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+    ))
+    .await
+    .expect("login");
+    // Closed statements (dropped: tokio-postgres sends Close) do not count.
+    for i in 0..10 {
+        let s = client
+            .prepare(&format!("SELECT {i}"))
+            .await
+            .expect("prepare");
+        drop(s);
+    }
+    let mut kept = Vec::new();
+    for i in 0..5 {
+        kept.push(
+            client
+                .prepare(&format!("SELECT {i} + 1"))
+                .await
+                .expect("within the cap"),
+        );
+    }
+    let err = client
+        .prepare("SELECT 'one too many'")
+        .await
+        .expect_err("over the cap");
+    assert_eq!(err.code().map(|c| c.code()), Some("54000"), "{err:?}");
+    assert_unharmed(&fulcrum, &bystander).await;
+}

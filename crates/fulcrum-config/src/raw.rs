@@ -65,6 +65,7 @@ pub(crate) struct RawCluster {
     pub max_client_connections: Value<Int>,
     pub max_pending_logins: Value<Int>,
     pub max_prepared_statements: Value<Int>,
+    pub max_client_prepared_statements: Value<Int>,
     pub reads_on_primary: Value<bool>,
     pub balance: Value<String>,
     pub default_route: Value<String>,

@@ -238,6 +238,10 @@ pub struct Cluster {
     pub max_pending_logins: u32,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
+    /// Most protocol-level prepared statements one client may hold at once
+    /// (Fulcrum keeps each in memory; a loop of fresh names would grow it
+    /// without end).
+    pub max_client_prepared_statements: u32,
     /// The primary also serves reads (weighted like the replicas).
     pub reads_on_primary: bool,
     /// How reads are spread over the readers.
@@ -542,6 +546,7 @@ pub mod defaults {
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
+    pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 10_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;

@@ -122,6 +122,12 @@ pub(super) fn cluster(
         0,
         defaults::MAX_PREPARED_STATEMENTS,
     )?;
+    let max_client_prepared_statements = t.u32_at_least(
+        &c.max_client_prepared_statements,
+        "max_client_prepared_statements",
+        1,
+        defaults::MAX_CLIENT_PREPARED_STATEMENTS,
+    )?;
     let reads_on_primary = c.reads_on_primary.as_ref().is_some_and(|v| *v.get_ref());
     let balance = t.choice(&c.balance, "balance", BALANCES, Some(defaults::BALANCE))?;
     let default_route = t.choice(
@@ -252,6 +258,7 @@ pub(super) fn cluster(
         max_client_connections,
         max_pending_logins,
         max_prepared_statements,
+        max_client_prepared_statements,
         reads_on_primary,
         balance,
         default_route,

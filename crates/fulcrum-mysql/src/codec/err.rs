@@ -56,6 +56,8 @@ pub mod codes {
         NOT_SUPPORTED_YET = 1235, b"42000";
         /// ER_UNKNOWN_STMT_HANDLER: unknown prepared statement handler.
         UNKNOWN_STMT_HANDLER = 1243, b"HY000";
+        /// ER_MAX_PREPARED_STMT_COUNT_REACHED: too many prepared statements.
+        MAX_PREPARED_STMT_COUNT = 1461, b"42000";
         /// ER_NOT_SUPPORTED_AUTH_MODE: client does not support the auth protocol.
         NOT_SUPPORTED_AUTH_MODE = 1251, b"08004";
         /// ER_OPTION_PREVENTS_STATEMENT: e.g. a write on a --read-only server.

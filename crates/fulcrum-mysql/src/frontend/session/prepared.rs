@@ -40,6 +40,20 @@ impl Session {
         payload: &[u8],
         seq: u8,
     ) -> Result<(), SessionError> {
+        let max = self.ctx.config.max_client_prepared_statements;
+        if self.prepared.map.len() >= max as usize {
+            // The server's own answer to a session over max_prepared_stmt_count.
+            let msg = format!(
+                "Can't create more than max_prepared_stmt_count statements (current value: {max}); fulcrum: max_client_prepared_statements reached, close statements with COM_STMT_CLOSE"
+            );
+            put_error(
+                &mut self.client.write_buf,
+                seq,
+                codes::MAX_PREPARED_STMT_COUNT,
+                &msg,
+            );
+            return Ok(());
+        }
         let sql: Arc<str> = match prepare_text(payload).and_then(|t| std::str::from_utf8(t).ok()) {
             Some(t) => t.into(),
             None => {

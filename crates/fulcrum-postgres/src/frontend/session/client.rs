@@ -227,7 +227,17 @@ impl Session {
                 self.queue_to_server(frame);
                 self.owed.unsynced = true;
             }
-            b'P' => self.on_parse(frame),
+            b'P' => {
+                if self.one_statement_too_many(&frame) {
+                    let max = self.ctx.config.max_client_prepared_statements;
+                    let msg = format!(
+                        "fulcrum: too many prepared statements for one client (max_client_prepared_statements = {max}); close statements the client no longer uses"
+                    );
+                    self.flush_server().await?;
+                    return Err(self.fatal_client("54000", &msg).await);
+                }
+                self.on_parse(frame)
+            }
             b'B' => self.on_bind(frame),
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
@@ -350,6 +360,15 @@ impl Session {
             Ok(text) => self.ctx.classify_unit(text),
             _ => fulcrum_sql::Classified::from(Decision::Unknown),
         }
+    }
+
+    /// A Parse that would give the client one named statement more than
+    /// `max_client_prepared_statements` (each is kept in Fulcrum's memory).
+    fn one_statement_too_many(&self, frame: &[u8]) -> bool {
+        let max = self.ctx.config.max_client_prepared_statements as usize;
+        self.stmts.map.len() >= max
+            && parse_msg(&frame[5..])
+                .is_some_and(|p| !p.name.is_empty() && !self.stmts.map.contains_key(p.name))
     }
 
     /// Queues a client frame for the server. A large one with nothing ahead
