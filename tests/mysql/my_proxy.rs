@@ -556,7 +556,18 @@ async fn statement_digests_are_counted_and_exported() {
         .await
         .unwrap();
     assert!(conn.query_drop("SELECT nope FROM items").await.is_err());
+    // Double-quoted strings are literals in MySQL: no secret reaches the
+    // exported digests, in or out of an executable comment.
+    conn.query_drop("SELECT COUNT(*) FROM items WHERE \"S3cret-pw\" = \"alice@x\"")
+        .await
+        .unwrap();
+    conn.query_drop("SELECT /*!50000 \"S3cret-in-comment\", */ COUNT(*) FROM items")
+        .await
+        .unwrap();
     let body = scrape(metrics_port);
+    for secret in ["S3cret-pw", "alice@x", "S3cret-in-comment"] {
+        assert!(!body.contains(secret), "{secret} exported:\n{body}");
+    }
     let value = |metric: &str, query: &str| -> f64 {
         let label = format!("query=\"{query}\"");
         body.lines()

@@ -128,7 +128,10 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                 emit(h, b' ', &mut last);
                 i += 1;
             }
-            b'\'' => {
+            // MySQL reads "..." as a string too (unless ANSI_QUOTES, which
+            // Fulcrum does not assume): a literal, never kept in a digest.
+            b'\'' | b'"' if c == b'\'' || dialect == Dialect::MySql => {
+                let q = c;
                 let backslash =
                     dialect == Dialect::MySql || (i > 0 && (b[i - 1] == b'E' || b[i - 1] == b'e'));
                 i += 1;
@@ -138,8 +141,8 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                         i += 2;
                         continue;
                     }
-                    if b[i] == b'\'' {
-                        if b.get(i + 1) == Some(&b'\'') {
+                    if b[i] == q {
+                        if b.get(i + 1) == Some(&q) {
                             i += 2;
                             continue;
                         }
@@ -152,7 +155,7 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                 emit(h, b'?', &mut last);
                 if !closed {
                     // Never the fingerprint of a well-formed statement.
-                    emit(h, b'\'', &mut last);
+                    emit(h, q, &mut last);
                 }
             }
             b'"' | b'`' => {
@@ -295,6 +298,28 @@ mod tests {
         assert_eq!(
             my("SELECT `Id` FROM t WHERE id = 'x\\'y'"),
             my("SELECT `Id` FROM t WHERE id = 'z'")
+        );
+    }
+
+    #[test]
+    fn mysql_double_quoted_strings_are_literals_in_digests() {
+        let n = |s| normalize(s, Dialect::MySql, 200);
+        assert_eq!(
+            n("ALTER USER u IDENTIFIED BY \"S3cret\""),
+            "alter user u identified by ?"
+        );
+        assert_eq!(
+            n("SELECT * FROM t WHERE email = \"alice@x\" AND n = \"a\\\"b\""),
+            "select * from t where email = ? and n = ?"
+        );
+        assert_eq!(
+            n("/*!50000 ALTER USER u IDENTIFIED BY \"S3cret\" */"),
+            "!? alter user u identified by ? */"
+        );
+        // PostgreSQL's "..." is a name, kept.
+        assert_eq!(
+            normalize("SELECT \"Col\"", Dialect::Postgres, 50),
+            "select \"Col\""
         );
     }
 
