@@ -293,4 +293,30 @@ fn listed_databases_only_and_aliases() {
     );
     let (ok, _, err) = run(APP_DB, "use mysql\nSELECT 1");
     assert!(!ok && err.contains("1049"), "{err}");
+    // COM_CHANGE_USER's schema goes through the same list and aliases.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use mysql_async::prelude::Queryable;
+        use mysql_async::ChangeUserOpts;
+        let opts = fulcrum_suite::maria_opts(port);
+        let change = |db: &str| {
+            ChangeUserOpts::default()
+                .with_user(Some(APP_USER.into()))
+                .with_pass(Some(APP_PASSWORD.into()))
+                .with_db_name(Some(db.into()))
+        };
+        let mut conn = mysql_async::Conn::new(opts.clone()).await.expect("login");
+        conn.change_user(change("shop")).await.expect("an alias");
+        let db: Option<String> = conn.query_first("SELECT DATABASE()").await.unwrap();
+        assert_eq!(db.as_deref(), Some(APP_DB));
+        let mut conn = mysql_async::Conn::new(opts).await.expect("login");
+        let e = conn
+            .change_user(change("mysql"))
+            .await
+            .expect_err("an unlisted schema");
+        assert!(e.to_string().contains("1049"), "{e}");
+    });
 }

@@ -262,6 +262,57 @@ async fn kill_query_stops_only_the_named_clients_query() {
     );
 }
 
+/// KILL QUERY names a client by Fulcrum's id: only a client of the same
+/// user may stop it; another user gets the server's own answer to a user
+/// without the PROCESS privilege (ERR 1095), and the query runs on, even
+/// when that user could kill any thread on the server itself (SUPER here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_query_of_another_users_client_is_refused_with_1095() {
+    cluster()
+        .primary()
+        .sql(&format!(
+            "CREATE USER IF NOT EXISTS 'other'@'%' IDENTIFIED BY '{APP_PASSWORD}'; \
+             GRANT ALL ON app.* TO 'other'@'%'; GRANT SUPER ON *.* TO 'other'@'%'"
+        ))
+        .expect("second user");
+    cluster()
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("catch up");
+    let port = free_port();
+    let toml = format!(
+        "{}[[cluster.user]]\nname = \"other\"\npassword = \"{APP_PASSWORD}\"\n",
+        config(port, "")
+    );
+    let _p = FulcrumProcess::start(&toml).expect("fulcrum starts");
+    let mut victim = maria_connect(port).await;
+    let victim_id = victim.id();
+    let sleeper = tokio::spawn(async move {
+        let v: Option<i64> = victim.query_first("SELECT SLEEP(2)").await.unwrap();
+        v
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut other = Conn::new(
+        fulcrum_suite::maria_opts(port)
+            .user(Some("other"))
+            .pass(Some(APP_PASSWORD)),
+    )
+    .await
+    .expect("the other user logs in");
+    let e = other
+        .query_drop(format!("KILL QUERY {victim_id}"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, mysql_async::Error::Server(s) if s.code == 1095),
+        "{e:?}"
+    );
+    assert_eq!(
+        sleeper.await.unwrap(),
+        Some(0),
+        "the other user's KILL stopped nothing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_user_starts_a_fresh_session_and_checks_the_password() {
     let (_p, port) = start("");

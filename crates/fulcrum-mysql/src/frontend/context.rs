@@ -44,6 +44,10 @@ type Sha2Entry = ([u8; 20], [u8; 32]);
 /// `@@gtid_binlog_pos` values, pools per client format.
 pub type MyCore = ClusterCore<ServerConn, String, ClientFormat>;
 
+/// A client's user and what it runs on now (`None`: no server connection):
+/// the server connection and its thread id.
+pub type Running = (Arc<str>, Option<(BackendId, u32)>);
+
 pub struct MyClusterContext {
     core: MyCore,
     pub passwords: HashMap<String, String>,
@@ -58,7 +62,7 @@ pub struct MyClusterContext {
     sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
     /// Client connection id -> the server connection serving it now
     /// (backend, server thread id), for `KILL QUERY <id>`.
-    running: Mutex<HashMap<u32, Option<(BackendId, u32)>>>,
+    running: Mutex<HashMap<u32, Running>>,
 }
 
 impl std::ops::Deref for MyClusterContext {
@@ -109,12 +113,25 @@ impl MyClusterContext {
         NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records which server connection serves client `id` now (None: none).
-    pub fn set_running(&self, id: u32, on: Option<(BackendId, u32)>) {
+    /// Client `id` is logged in as `user` (again after COM_CHANGE_USER),
+    /// with no server connection.
+    pub fn register_client(&self, id: u32, user: Arc<str>) {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, on);
+            .insert(id, (user, None));
+    }
+
+    /// Records which server connection serves client `id` now (None: none).
+    pub fn set_running(&self, id: u32, on: Option<(BackendId, u32)>) {
+        if let Some(entry) = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&id)
+        {
+            entry.1 = on;
+        }
     }
 
     /// The client is gone.
@@ -127,12 +144,12 @@ impl MyClusterContext {
 
     /// What client `id` runs on: `None` for an unknown id, `Some(None)` for a
     /// client with no server connection now.
-    pub fn running_on(&self, id: u32) -> Option<Option<(BackendId, u32)>> {
+    pub fn running_on(&self, id: u32) -> Option<Running> {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&id)
-            .copied()
+            .cloned()
     }
 
     pub fn classify(&self, sql: &str) -> Decision {

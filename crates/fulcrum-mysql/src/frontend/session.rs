@@ -217,7 +217,8 @@ impl Session {
             self.status,
         );
         self.flush().await?;
-        self.ctx.set_running(self.hello.connection_id, None);
+        self.ctx
+            .register_client(self.hello.connection_id, self.user.clone());
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }

@@ -19,13 +19,22 @@ impl Session {
                 *b"HY000",
                 &format!("Unknown thread id: {id}"),
             ),
-            Some(None) => put_ok(
+            // Another user's client: the server's answer to a user without
+            // the PROCESS privilege (Fulcrum does not know the privileges).
+            Some((owner, _)) if owner != self.user => put_err(
+                &mut self.client.write_buf,
+                seq,
+                1095,
+                *b"HY000",
+                &format!("You are not owner of thread {id}"),
+            ),
+            Some((_, None)) => put_ok(
                 &mut self.client.write_buf,
                 seq,
                 self.hello.caps,
                 self.status,
             ),
-            Some(Some((backend, thread))) => {
+            Some((_, Some((backend, thread)))) => {
                 let conn = self
                     .ctx
                     .open(
@@ -132,11 +141,21 @@ impl Session {
         self.prepared.last = None;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         self.user = c.user.as_str().into();
+        self.ctx
+            .register_client(self.hello.connection_id, self.user.clone());
         if let Some(cs) = c.charset {
             self.hello.charset = cs;
         }
         self.schema = None;
-        if let Some(schema) = c.schema {
+        if let Some(asked) = c.schema {
+            // `[[cluster.database]]`, as at login and COM_INIT_DB: an alias
+            // goes by its server name, an unlisted schema is refused.
+            let Some(schema) = self.ctx.config.server_database(&asked).map(str::to_owned) else {
+                let m = format!("Unknown database '{asked}'");
+                put_error(&mut self.client.write_buf, seq, codes::BAD_DB, &m);
+                let _ = self.flush().await;
+                return Err(SessionError::Refused(m));
+            };
             self.schema = Some(schema.clone());
             self.check_schema(&schema, seq).await?;
         }
