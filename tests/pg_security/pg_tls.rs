@@ -195,6 +195,35 @@ impl DirectClient {
     }
 }
 
+/// As PostgreSQL 17: a direct TLS connection that did not agree on
+/// `postgresql` by ALPN is refused (FATAL 08P01) before any login.
+#[test]
+fn direct_tls_without_alpn_is_refused() {
+    let certs = TestCerts::new().expect("certificates");
+    let fulcrum = start("require", &certs);
+    let addr = fulcrum.listen_addrs()[0].clone();
+    let tcp = TcpStream::connect(&addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut config = (*tls_client(&certs.ca)).clone();
+    config.alpn_protocols.clear();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(&startup_message(
+        PROTOCOL_3_0,
+        &[("user", APP_USER), ("database", APP_DB)],
+    ))
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    assert_eq!(answer.first(), Some(&b'E'), "an ErrorResponse: {answer:?}");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("08P01") && text.contains("ALPN"), "{text}");
+    // With ALPN, the same direct connection logs in.
+    let mut ok = DirectClient::connect(&fulcrum, &certs.ca);
+    assert_eq!(ok.query("SELECT 1"), vec!["1"]);
+}
+
 #[test]
 fn direct_tls_negotiation_and_certificates_renewed_by_reload() {
     let certs = TestCerts::new().expect("certificates");

@@ -67,6 +67,14 @@ impl ClientStream {
         }
     }
 
+    /// The application protocol agreed by ALPN in the TLS handshake, if any.
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        match self {
+            ClientStream::Tls(s) => s.get_ref().1.alpn_protocol(),
+            _ => None,
+        }
+    }
+
     /// The TCP socket under it (none once `Closed`).
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {

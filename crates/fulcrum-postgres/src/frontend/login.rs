@@ -96,6 +96,17 @@ pub async fn login(
         };
         if direct {
             start_tls(stream, tls).await?;
+            // As PostgreSQL 17: a direct TLS connection must have agreed on
+            // `postgresql` by ALPN (so a TLS connection meant for another
+            // service cannot be turned against this one).
+            if stream.alpn_protocol() != Some(b"postgresql") {
+                return Err(fatal(
+                    stream,
+                    sqlstate::PROTOCOL_VIOLATION,
+                    "received direct SSL connection request without ALPN protocol negotiation extension",
+                )
+                .await);
+            }
         }
     }
     let params = loop {
