@@ -492,7 +492,13 @@ async fn two_thousand_clients_share_twenty_server_connections() {
     fulcrum_testkit::raise_fd_limit();
     // md5 keeps 2,000 logins cheap for the client side; app_plain is used by
     // no other test, so its server connections are this test's alone.
-    let (_p, cfg) = proxy(default_config().pool_size(20).client_auth("md5"));
+    // app_plain's server login is `password`: cleartext, allowed on loopback.
+    let (_p, cfg) = proxy(
+        default_config()
+            .pool_size(20)
+            .client_auth("md5")
+            .extra("server_cleartext = true"),
+    );
     let n = 2000;
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
     let started = Instant::now();

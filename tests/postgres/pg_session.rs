@@ -859,6 +859,8 @@ async fn min_pool_size_warms_configured_users_and_databases_at_start() {
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         .pool_size(3)
         .extra("min_pool_size = 2")
+        // app_plain's server login is `password` (cleartext, on loopback).
+        .extra("server_cleartext = true")
         .extra(&format!("[[cluster.database]]\nname = \"{db}\""));
     // `extra` lines go before the backends: the database table must not
     // swallow them, so it is moved to the end.
@@ -1083,4 +1085,31 @@ async fn an_oversized_unit_that_changes_the_session_pins_and_leaves_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A server that asks for the password in clear text (`password` in its
+/// pg_hba.conf) gets it only when `server_cleartext = true` (off by
+/// default) and the link cannot be intercepted (here loopback; else a Unix
+/// socket or TLS with a verified certificate). By default the login fails
+/// with an error that names the key.
+#[tokio::test]
+async fn a_cleartext_password_is_sent_only_when_allowed() {
+    let plain = fulcrum_testkit::APP_PLAIN_USER;
+    let (_p, cfg) = start(PgProxyConfig::new(&cluster().primary().addr()));
+    let err = match fulcrum_suite::try_pg_connect_as(&cfg, plain, APP_DB).await {
+        Ok(client) => match client.simple_query("SELECT 1").await {
+            Ok(_) => panic!("the password went out in clear text by default"),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    let message = err
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_else(|| err.to_string());
+    assert!(message.contains("server_cleartext"), "{message}");
+    let (_q, cfg) =
+        start(PgProxyConfig::new(&cluster().primary().addr()).extra("server_cleartext = true"));
+    let client = fulcrum_suite::pg_connect_as(&cfg, plain, APP_DB).await;
+    assert_eq!(one(&client, "SELECT current_user").await, plain);
 }

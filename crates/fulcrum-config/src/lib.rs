@@ -27,7 +27,7 @@ mod validate;
 use std::path::Path;
 
 pub use error::ConfigError;
-pub use server_tls::{ChannelBinding, ServerTls, ServerTlsMode};
+pub use server_tls::{local_link, may_send_password, ChannelBinding, ServerTls, ServerTlsMode};
 pub use tls::{ClientTls, TlsMode, TlsVersion};
 pub use types::*;
 pub use units::{parse_duration, parse_size};

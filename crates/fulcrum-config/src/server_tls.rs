@@ -55,6 +55,38 @@ pub struct ServerTls {
     pub client_config: Option<Arc<fulcrum_tls::rustls::ClientConfig>>,
 }
 
+impl ServerTlsMode {
+    /// The server's certificate is checked (`verify-ca`, `verify-full`).
+    pub fn verifies(self) -> bool {
+        matches!(self, ServerTlsMode::VerifyCa | ServerTlsMode::VerifyFull)
+    }
+}
+
+/// A link no one but this machine can sit in the middle of: a Unix-domain
+/// socket (an address that is a path) or a loopback address.
+pub fn local_link(address: &str) -> bool {
+    if address.starts_with('/') {
+        return true;
+    }
+    let host = match address.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => address,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a password may go to the server at `address` in a form a man in
+/// the middle could read or replay (a cleartext password, caching_sha2's
+/// full authentication): only over a local link, or TLS whose certificate
+/// was verified.
+pub fn may_send_password(address: &str, tls_verified: bool) -> bool {
+    tls_verified || local_link(address)
+}
+
 impl ServerTls {
     /// No TLS to the server.
     pub fn disabled() -> ServerTls {
@@ -265,4 +297,33 @@ fn mode_name(mode: ServerTlsMode) -> &'static str {
         .iter()
         .find(|(_, m)| *m == mode)
         .map_or("?", |(n, _)| n)
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    #[test]
+    fn only_local_links_or_verified_tls_may_carry_a_password() {
+        for local in [
+            "/run/postgresql:5432",
+            "127.0.0.1:5432",
+            "[::1]:3306",
+            "localhost:5432",
+            "127.0.0.2",
+        ] {
+            assert!(local_link(local), "{local}");
+            assert!(may_send_password(local, false), "{local}");
+        }
+        for remote in ["10.0.0.5:5432", "db.example.com:3306", "[2001:db8::1]:5432"] {
+            assert!(!local_link(remote), "{remote}");
+            assert!(!may_send_password(remote, false), "{remote}");
+            assert!(
+                may_send_password(remote, true),
+                "{remote} over verified TLS"
+            );
+        }
+        assert!(ServerTlsMode::VerifyCa.verifies() && ServerTlsMode::VerifyFull.verifies());
+        assert!(!ServerTlsMode::Require.verifies() && !ServerTlsMode::Prefer.verifies());
+    }
 }

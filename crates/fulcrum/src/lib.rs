@@ -180,6 +180,25 @@ pub fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListen
 /// Binds every cluster's listener (and the metrics and admin listeners),
 /// then serves until `shutdown` turns true. `set_log` changes the log filter
 /// (the admin console's `SET log`).
+/// A backend reached over a network (not loopback, not a Unix socket)
+/// whose certificate is not verified: whoever sits in between could be the
+/// server, so say so at start (passwords still only go over verified links,
+/// see `server_cleartext`).
+fn warn_unverified_backends(config: &Config) {
+    for cluster in &config.clusters {
+        for b in &cluster.backends {
+            if !fulcrum_config::local_link(&b.address) && !b.tls.mode.verifies() {
+                tracing::warn!(
+                    cluster = %cluster.name,
+                    backend = %b.address,
+                    server_tls = ?b.tls.mode,
+                    "a backend over the network whose certificate is not verified: set server_tls = \"verify-ca\" or \"verify-full\""
+                );
+            }
+        }
+    }
+}
+
 pub async fn run(
     config: Config,
     shutdown: watch::Receiver<bool>,
@@ -224,6 +243,7 @@ pub async fn run(
         })?;
         listeners.push((vec![i], listener));
     }
+    warn_unverified_backends(&config);
     let metrics = Arc::new(Metrics::new());
     // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
     metrics.set_source("\0clients", Arc::new(ClientsByUser));

@@ -162,7 +162,7 @@ fn every_key_is_read_into_the_config() {
                 max_classify_bytes: 4096,
                 tls: None,
                 allow_local_infile: false,
-                server_cleartext: true,
+                server_cleartext: false,
                 auth_query: None,
                 health: Health {
                     interval: Duration::from_millis(500),
@@ -220,7 +220,7 @@ fn every_key_is_read_into_the_config() {
                 max_classify_bytes: defaults::MAX_CLASSIFY_BYTES,
                 tls: None,
                 allow_local_infile: true,
-                server_cleartext: true,
+                server_cleartext: false,
                 auth_query: None,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,

@@ -198,7 +198,7 @@ pub(super) fn cluster(
         }
     }
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
-    let server_cleartext = c.server_cleartext.as_ref().is_none_or(|v| *v.get_ref());
+    let server_cleartext = c.server_cleartext.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
     let databases = databases(&t, c)?;
     // With auth_user, users may all come from the server.

@@ -51,6 +51,8 @@ pub struct ServerTls {
     pub config: std::sync::Arc<fulcrum_tls::rustls::ClientConfig>,
     /// A server that does not offer SSL is refused (every mode but `prefer`).
     pub required: bool,
+    /// The server's certificate is checked (`verify-ca`, `verify-full`).
+    pub verified: bool,
 }
 
 impl ServerTls {
@@ -59,6 +61,7 @@ impl ServerTls {
         Some(ServerTls {
             config: tls.client_config.clone()?,
             required: tls.mode != fulcrum_config::ServerTlsMode::Prefer,
+            verified: tls.mode.verifies(),
         })
     }
 }
@@ -262,6 +265,12 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     if !on_tls {
                         return Err(protocol(
                             "the server wants caching_sha2_password full authentication, which needs TLS: set server_tls (or give the user a mysql_native_password login)".into(),
+                        ));
+                    }
+                    let verified = target.tls.as_ref().is_some_and(|t| t.verified);
+                    if !fulcrum_config::may_send_password(&target.address, verified) {
+                        return Err(protocol(
+                            "the server wants caching_sha2_password full authentication (the password itself) over TLS whose certificate is not verified: a man in the middle could be asking; set server_tls = \"verify-ca\" or \"verify-full\" (or give the user a mysql_native_password login)".into(),
                         ));
                     }
                     let mut password = target.password.as_bytes().to_vec();

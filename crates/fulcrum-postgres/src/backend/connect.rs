@@ -78,6 +78,8 @@ pub struct ServerTlsTarget {
     /// but `prefer`).
     pub required: bool,
     pub channel_binding: BindingMode,
+    /// The server's certificate is checked (`verify-ca`, `verify-full`).
+    pub verified: bool,
 }
 
 impl ServerTlsTarget {
@@ -87,6 +89,7 @@ impl ServerTlsTarget {
             config: tls.client_config.clone()?,
             required: tls.mode != ServerTlsMode::Prefer,
             channel_binding: tls.channel_binding,
+            verified: tls.mode.verifies(),
         })
     }
 }
@@ -287,8 +290,13 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 if !target.allow_cleartext {
                     return Err(auth("the server asks for the password in clear text and server_cleartext = false: use scram-sha-256 on the server (or set server_cleartext = true)".into()));
                 }
+                let verified =
+                    stream.tls().is_some() && target.tls.as_ref().is_some_and(|t| t.verified);
+                if !fulcrum_config::may_send_password(&target.address, verified) {
+                    return Err(auth("the server asks for the password in clear text over a link whose other end is not verified (not a Unix socket or loopback, and server_tls below verify-ca): a man in the middle could be asking; use scram-sha-256 on the server, or server_tls = \"verify-ca\" / \"verify-full\"".into()));
+                }
                 if stream.tls().is_none() {
-                    tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text (the server asks for password authentication and this connection is not TLS): use scram-sha-256 on the server or server_tls, or set server_cleartext = false to refuse");
+                    tracing::warn!(server = %address, user = ?target.user, "sending the password in clear text on a local link (the server asks for password authentication): use scram-sha-256 on the server, or set server_cleartext = false to refuse");
                 }
                 frontend::password_message(password.as_bytes(), &mut out).map_err(io)?;
             }
