@@ -243,6 +243,19 @@ fn passwords_from_files_and_the_environment() {
     let dir = TempDir::new();
     std::fs::create_dir_all(dir.0.join("secrets")).unwrap();
     std::fs::write(dir.0.join("secrets/app"), "from-a-file\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let secret = dir.0.join("secrets/app");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // Readable by others: refused like PostgreSQL's key file, by file,
+        // line and key.
+        std::fs::write(dir.0.join("secrets/open"), "pw\n").unwrap();
+        std::fs::set_permissions(
+            dir.0.join("secrets/open"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+    }
     let config = |password: &str, admin: &str| {
         format!(
             "[fulcrum]\nadmin = \"127.0.0.1:6480\"\n[[fulcrum.admin_user]]\nname = \"ops\"\npassword = {admin}\n\
@@ -272,6 +285,17 @@ fn passwords_from_files_and_the_environment() {
         "{}{}",
         text(&ok.stdout),
         text(&ok.stderr)
+    );
+    let out = run(&config(
+        "{ file = \"secrets/open\" }",
+        "{ env = \"FULCRUM_TEST_ADMIN_PW\" }",
+    ));
+    assert!(!out.status.success());
+    let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        err.contains("fulcrum.toml:16: cluster[0].user[0].password:")
+            && err.contains("secrets/open is accessible by others (mode 0644)"),
+        "{err}"
     );
     // A missing file and a missing variable name file, line and key.
     let out = run(&config(

@@ -15,6 +15,7 @@
 mod addr;
 mod error;
 mod keypath;
+mod private_file;
 mod raw;
 mod server_tls;
 #[cfg(test)]

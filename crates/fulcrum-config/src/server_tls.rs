@@ -220,7 +220,11 @@ pub(crate) fn server_tls(
         });
     }
     let identity = match (cert, key) {
-        (Some(c), Some(k)) => Some((path(c), path(k))),
+        (Some(c), Some(k)) => {
+            crate::private_file::check(&path(k))
+                .map_err(|why| keyt.error(k, "server_tls_private_key", why))?;
+            Some((path(c), path(k)))
+        }
         (Some(c), None) => {
             return Err(certt.error(
                 c,

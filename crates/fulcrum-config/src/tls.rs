@@ -142,6 +142,8 @@ pub(crate) fn client_tls(
     let client_ca = ca.as_ref().map(|v| base.join(v.get_ref()));
     let certificate = base.join(cert.get_ref());
     let private_key = base.join(key.get_ref());
+    crate::private_file::check(&private_key)
+        .map_err(|why| keyt.error(key, "tls_private_key", why))?;
     let alpn: &[&[u8]] = match protocol {
         Protocol::Postgres => &[b"postgresql"],
         Protocol::Mysql => &[],

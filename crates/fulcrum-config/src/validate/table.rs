@@ -98,6 +98,7 @@ impl<'a> Table<'a> {
             SecretText::Text(t) => Ok(t.clone()),
             SecretText::File(path) => {
                 let full = base.join(path);
+                crate::private_file::check(&full).map_err(|why| self.error(value, name, why))?;
                 let text = std::fs::read_to_string(&full).map_err(|e| {
                     self.error(value, name, format!("cannot read {}: {e}", full.display()))
                 })?;
