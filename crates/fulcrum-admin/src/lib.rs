@@ -60,6 +60,19 @@ impl Admin {
         self.config().fulcrum.admin_users
     }
 
+    /// The console user `name` (if configured) and `admin_auth`, read under
+    /// the lock: a login copies no more of the config than that.
+    fn login_user(&self, name: &str) -> (Option<User>, fulcrum_config::ClientAuth) {
+        let config = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        let user = config
+            .fulcrum
+            .admin_users
+            .iter()
+            .find(|u| u.name == name)
+            .cloned();
+        (user, config.fulcrum.admin_auth)
+    }
+
     fn clusters(&self) -> Vec<Arc<dyn ClusterAdmin>> {
         self.clusters
             .lock()

@@ -64,8 +64,10 @@ async fn login(
     };
     // The password, by `[fulcrum] admin_auth` (SCRAM-SHA-256 or md5); an
     // unknown user goes through the same exchange and fails at its end.
-    let config = admin.config();
-    let known = config.fulcrum.admin_users.iter().find(|u| u.name == user);
+    // Only this user's entry is copied out of the config, not the whole
+    // config with every password in it.
+    let (known, admin_auth) = admin.login_user(&user);
+    let known = known.as_ref();
     let secret = process_secret();
     let salt = stable_salt(secret, &user);
     let verifier = known.map(|u| Verifier::new(&u.password, &salt, ITERATIONS));
@@ -78,7 +80,7 @@ async fn login(
     let ok = match password_exchange(
         stream,
         buf,
-        config.fulcrum.admin_auth,
+        admin_auth,
         &user,
         known
             .zip(verifier.as_ref())
