@@ -89,6 +89,13 @@ impl Admin {
 
 /// Console connections open at once; the next gets FATAL 53300.
 pub const MAX_CONNECTIONS: usize = 64;
+/// Console connections still logging in at once; a new one closes the
+/// oldest of them (as `max_pending_logins` does for clients), so idle
+/// sockets cannot lock operators out.
+pub const MAX_PENDING_LOGINS: usize = 16;
+
+/// Connections still logging in, oldest first, by number.
+type Pending = Arc<Mutex<std::collections::VecDeque<(u64, tokio::task::AbortHandle)>>>;
 
 /// Serves the console on `listener` until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
@@ -98,6 +105,8 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch
         );
     }
     let limit = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let pending: Pending = Arc::default();
+    let mut next = 0u64;
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -107,7 +116,28 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
+        let evicted = {
+            let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let oldest = (p.len() >= MAX_PENDING_LOGINS)
+                .then(|| p.pop_front())
+                .flatten();
+            oldest.map(|(_, task)| task.abort()).is_some()
+        };
+        // An evicted connection's permit comes back as its task ends.
+        let wait = if evicted {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(_) if evicted => tokio::time::timeout(wait, limit.clone().acquire_owned())
+                .await
+                .map_err(|_| ())
+                .and_then(|p| p.map_err(|_| ())),
+            Err(_) => Err(()),
+        };
+        let Ok(permit) = permit else {
             tokio::spawn(async move {
                 let mut out = bytes::BytesMut::new();
                 let msg = format!(
@@ -121,11 +151,24 @@ pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch
             continue;
         };
         let admin = admin.clone();
-        tokio::spawn(async move {
+        let id = next;
+        next += 1;
+        let done = pending.clone();
+        // Held while the task is spawned and listed: its removal at login
+        // always finds it listed.
+        let mut listed = pending.lock().unwrap_or_else(|e| e.into_inner());
+        let task = tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = session::run(stream, &admin).await {
+            let logged_in = || {
+                let mut p = done.lock().unwrap_or_else(|e| e.into_inner());
+                p.retain(|(i, _)| *i != id);
+            };
+            if let Err(e) = session::run(stream, &admin, logged_in).await {
                 tracing::debug!(%peer, error = %e, "admin session ended");
             }
+            let mut p = done.lock().unwrap_or_else(|e| e.into_inner());
+            p.retain(|(i, _)| *i != id);
         });
+        listed.push_back((id, task.abort_handle()));
     }
 }

@@ -119,11 +119,20 @@ async fn login(
     Ok(Some(user))
 }
 
-pub async fn run(mut stream: TcpStream, admin: &Admin) -> std::io::Result<()> {
+/// Serves one console connection; `logged_in` is called once its login
+/// succeeded (until then the listener may close it for a newer one).
+pub async fn run(
+    mut stream: TcpStream,
+    admin: &Admin,
+    logged_in: impl FnOnce(),
+) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(4096);
     let user = match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, admin)).await
     {
-        Ok(Ok(Some(user))) => user,
+        Ok(Ok(Some(user))) => {
+            logged_in();
+            user
+        }
         Ok(Ok(None)) => return Ok(()),
         Ok(Err(e)) => return Err(e),
         Err(_) => {
