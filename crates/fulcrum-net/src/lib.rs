@@ -49,8 +49,24 @@ pub trait Framing {
 }
 
 /// The most reserved ahead of the bytes of a partial frame (a declared
-/// length is the peer's word, not yet its bytes).
+/// length is the peer's word, not yet its bytes) until the peer has sent an
+/// eighth of it.
 pub const RESERVE_AHEAD: usize = 1024 * 1024;
+
+/// How much room to reserve for a frame of `total` bytes of which `len`
+/// have arrived: [`RESERVE_AHEAD`] at a time (the buffer grows with what
+/// arrives) until an eighth of the frame is there, then all that is
+/// missing at once (one allocation of the frame's size, not a series of
+/// copies). A header alone never reserves more than 1 MiB; a peer must
+/// send an eighth of a frame before Fulcrum holds room for all of it.
+pub fn reserve_ahead(len: usize, total: usize) -> usize {
+    let missing = total.saturating_sub(len);
+    if missing <= RESERVE_AHEAD || len >= (total / 8).max(RESERVE_AHEAD) {
+        missing
+    } else {
+        RESERVE_AHEAD
+    }
+}
 
 /// A socket with its read and write buffers.
 #[derive(Debug)]
@@ -226,11 +242,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// Room for a frame of `total` bytes whose start is buffered, reserved
-    /// as its bytes arrive: at most [`RESERVE_AHEAD`] at a time, so a
-    /// header declaring a large frame costs nothing until the peer sends it.
+    /// as its bytes arrive ([`reserve_ahead`]): a header declaring a large
+    /// frame costs nothing until the peer sends it.
     pub fn reserve_for(&mut self, total: usize) {
-        let missing = total.saturating_sub(self.read_buf.len());
-        self.read_buf.reserve(missing.min(RESERVE_AHEAD));
+        let ahead = reserve_ahead(self.read_buf.len(), total);
+        self.read_buf.reserve(ahead);
     }
 
     /// Takes `n` bytes from the front of `read_buf`.
@@ -283,6 +299,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_for_a_large_frame_follows_what_arrived() {
+        const MB: usize = 1024 * 1024;
+        // A bare header: 1 MiB at most, however large the frame says it is.
+        assert_eq!(reserve_ahead(5, 200 * MB), RESERVE_AHEAD);
+        // A small frame: all of it.
+        assert_eq!(reserve_ahead(5, 1000), 995);
+        // An eighth of a large one arrived: the rest at once.
+        assert_eq!(reserve_ahead(25 * MB, 200 * MB), 175 * MB);
+        assert_eq!(reserve_ahead(24 * MB, 200 * MB), RESERVE_AHEAD);
+    }
 
     /// A test framing: one length byte, then that many bytes.
     struct LenByte;

@@ -179,16 +179,32 @@ impl Classifier {
         if !plain || !crate::statements::is_single_statement(sql) {
             return pin;
         }
-        let lower = sql.to_ascii_lowercase();
-        let session_call = self
-            .rules
-            .pin
-            .iter()
-            .map(String::as_str)
-            .chain(["set_config"])
-            .any(|f| lower.contains(f));
-        let into = first == "select" && lower.split_whitespace().any(|w| w == "into");
-        let variable = self.dialect == Dialect::MySql && lower.contains('@');
+        // One pass over the words (the text may be megabytes: no copy).
+        let (mut session_call, mut into) = (false, false);
+        let b = sql.as_bytes();
+        let mut i = 0;
+        while i < b.len() && !(session_call || into) {
+            if b[i].is_ascii_alphabetic() || b[i] == b'_' {
+                let start = i;
+                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$')
+                {
+                    i += 1;
+                }
+                let word = &b[start..i];
+                if word.len() <= 64 {
+                    into = first == "select" && word.eq_ignore_ascii_case(b"into");
+                    session_call = word.eq_ignore_ascii_case(b"set_config")
+                        || self
+                            .rules
+                            .pin
+                            .iter()
+                            .any(|f| word.eq_ignore_ascii_case(f.as_bytes()));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let variable = self.dialect == Dialect::MySql && b.contains(&b'@');
         if session_call || into || variable {
             pin
         } else {

@@ -192,6 +192,36 @@ pub fn client_opts(
     }
 }
 
+/// A mysql_async connection to `backend` as `user` (`database` empty:
+/// none), following its `server_tls` (`prefer` and a server without SSL:
+/// plain text), within `timeout`. `auth_query` and the function catalog
+/// use it, off the data path.
+pub async fn connect_as(
+    backend: &fulcrum_config::Backend,
+    user: &str,
+    password: &str,
+    database: &str,
+    timeout: std::time::Duration,
+) -> Result<Conn, String> {
+    let opts = |tls: &fulcrum_config::ServerTls| {
+        client_opts(&backend.address, tls, user, password, database)
+    };
+    let open = async {
+        match Conn::new(opts(&backend.tls)).await {
+            Err(mysql_async::Error::Driver(
+                mysql_async::DriverError::NoClientSslFlagFromServer,
+            )) if backend.tls.mode == fulcrum_config::ServerTlsMode::Prefer => {
+                Conn::new(opts(&fulcrum_config::ServerTls::disabled())).await
+            }
+            other => other,
+        }
+    };
+    tokio::time::timeout(timeout, open)
+        .await
+        .map_err(|_| "timed out".to_owned())?
+        .map_err(|e| e.to_string())
+}
+
 /// mysql_async's TLS options for a backend's `server_tls` (`None`: plain).
 /// Only `server_tls_ca` is trusted, never the built-in web roots.
 fn ssl_opts(tls: &fulcrum_config::ServerTls) -> Option<mysql_async::SslOpts> {

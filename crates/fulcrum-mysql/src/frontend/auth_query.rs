@@ -34,34 +34,15 @@ async fn fetch(ctx: &MyClusterContext, user: &str) -> Result<Option<[u8; 20]>, A
     };
     let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
     let backend = &ctx.config.backends[primary];
-    let opts = crate::backend::health::client_opts(
-        &backend.address,
-        &backend.tls,
+    let mut conn = crate::backend::health::connect_as(
+        backend,
         &aq.user,
         &aq.password,
         &aq.database,
-    );
-    let connect = async {
-        match mysql_async::Conn::new(opts).await {
-            Err(mysql_async::Error::Driver(
-                mysql_async::DriverError::NoClientSslFlagFromServer,
-            )) if backend.tls.mode == fulcrum_config::ServerTlsMode::Prefer => {
-                let plain = crate::backend::health::client_opts(
-                    &backend.address,
-                    &fulcrum_config::ServerTls::disabled(),
-                    &aq.user,
-                    &aq.password,
-                    &aq.database,
-                );
-                mysql_async::Conn::new(plain).await
-            }
-            other => other,
-        }
-    };
-    let mut conn = tokio::time::timeout(ctx.config.connect_timeout, connect)
-        .await
-        .map_err(|_| AuthQueryError::Login("timed out".into()))?
-        .map_err(|e| AuthQueryError::Login(e.to_string()))?;
+        ctx.config.connect_timeout,
+    )
+    .await
+    .map_err(AuthQueryError::Login)?;
     let row: Option<mysql_async::Row> = conn
         .exec_first(aq.query.as_str(), (user,))
         .await

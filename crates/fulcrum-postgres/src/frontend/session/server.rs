@@ -83,8 +83,7 @@ impl Session {
                     self.client.write_buf.extend_from_slice(buf);
                     buf.clear();
                 } else {
-                    let missing = header.total - buf.len();
-                    buf.reserve(missing.min(fulcrum_net::RESERVE_AHEAD));
+                    buf.reserve(fulcrum_net::reserve_ahead(buf.len(), header.total));
                 }
                 break;
             }
