@@ -546,7 +546,7 @@ pub mod defaults {
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
-    pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 10_000;
+    pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;
