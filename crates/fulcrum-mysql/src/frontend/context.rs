@@ -286,21 +286,12 @@ impl ProtocolContext for MyClusterContext {
     /// default, which it does not enforce), is a write; NO SQL, READS SQL
     /// DATA or deterministic a read.
     async fn read_functions(&self, w: &Wanted) -> Option<Functions> {
-        use mysql_async::prelude::Queryable;
         let primary = self.router.primary()?;
-        // As the health user, whoever asked: every user's routing sees the
-        // routines the health user may see, not only those of the first
-        // user to ask (information_schema shows a user its own rights).
-        let health = &self.config.health;
-        let mut conn = crate::backend::health::connect_as(
-            &self.config.backends[primary],
-            &health.user,
-            &health.password,
-            "",
-            self.config.connect_timeout,
-        )
-        .await
-        .ok()?;
+        let (format, charset) = w.options;
+        let mut conn = self
+            .open(primary, &w.user, C::from_bits_truncate(format), charset)
+            .await
+            .ok()?;
         let sql = format!(
             "SELECT GROUP_CONCAT(CONCAT(LOWER(ROUTINE_NAME), '=', \
              (SQL_DATA_ACCESS = 'MODIFIES SQL DATA' OR \
@@ -308,18 +299,15 @@ impl ProtocolContext for MyClusterContext {
              FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_SCHEMA = {}",
             quote_literal(&w.database)
         );
-        // The list is one value, which GROUP_CONCAT would cut at 1 kB by
-        // default (the connection is this call's own, closed after).
-        // No function in the schema: GROUP_CONCAT is NULL, an empty list.
-        let list: Option<Option<Option<String>>> = async {
-            conn.query_drop("SET SESSION group_concat_max_len = 16777216")
-                .await?;
-            conn.query_first::<Option<String>, _>(sql).await
-        }
+        // A connection of its own (closed after): the list is one value,
+        // which GROUP_CONCAT would cut at 1 kB by default.
+        conn.run_simple(
+            crate::codec::command::Command::Query,
+            b"SET SESSION group_concat_max_len = 16777216",
+        )
         .await
-        .ok();
-        let _ = conn.disconnect().await;
-        let list = list?.flatten().unwrap_or_default();
+        .ok()?;
+        let list = conn.query_value(&sql).await.ok()?.unwrap_or_default();
         let mut functions = Functions::new();
         for entry in list.split(',').filter(|e| !e.is_empty()) {
             if let Some((name, writes)) = entry.rsplit_once('=') {
