@@ -161,6 +161,24 @@ pub fn is_single_statement(text: &str) -> bool {
     split_statements(text).len() == 1
 }
 
+/// Whether a statement text may commit a transaction if it runs: it
+/// mentions COMMIT anywhere (COMMIT, COMMIT PREPARED, `...; COMMIT`) or
+/// starts with END. A false positive only makes a lost connection's error
+/// say "may have committed" (08007) instead of "not committed".
+pub fn may_commit(text: &[u8]) -> bool {
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let first = &text[start..];
+    let word_end = first
+        .iter()
+        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
+        .unwrap_or(first.len());
+    first[..word_end].eq_ignore_ascii_case(b"end")
+        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,22 +230,4 @@ mod tests {
         );
         assert_eq!(head_words("é", 2), vec!["é"]);
     }
-}
-
-/// Whether a statement text may commit a transaction if it runs: it
-/// mentions COMMIT anywhere (COMMIT, COMMIT PREPARED, `...; COMMIT`) or
-/// starts with END. A false positive only makes a lost connection's error
-/// say "may have committed" (08007) instead of "not committed".
-pub fn may_commit(text: &[u8]) -> bool {
-    let start = text
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(text.len());
-    let first = &text[start..];
-    let word_end = first
-        .iter()
-        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
-        .unwrap_or(first.len());
-    first[..word_end].eq_ignore_ascii_case(b"end")
-        || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
 }
