@@ -1113,3 +1113,57 @@ async fn a_cleartext_password_is_sent_only_when_allowed() {
     let client = fulcrum_suite::pg_connect_as(&cfg, plain, APP_DB).await;
     assert_eq!(one(&client, "SELECT current_user").await, plain);
 }
+
+/// `server_reset_query` (PgBouncer's key): what runs on a session-pooled
+/// connection going back. The default, `DISCARD ALL`, drops a client's SQL
+/// prepared statements; `RESET ALL` (configured here) keeps them, which the
+/// next client of the connection sees. `server_reset_query_always` runs it
+/// on every return in transaction pooling too: the statements Fulcrum
+/// prepared on the connection are gone before the next unit.
+#[tokio::test]
+async fn server_reset_query_is_what_runs_when_a_connection_goes_back() {
+    let count = "SELECT count(*) FROM pg_prepared_statements";
+    for (reset, left) in [(None, "0"), (Some("RESET ALL"), "1")] {
+        let mut cfg = PgProxyConfig::new(&cluster().primary().addr())
+            .pool_mode("session")
+            .pool_size(1);
+        if let Some(q) = reset {
+            cfg = cfg.extra(&format!("server_reset_query = \"{q}\""));
+        }
+        let (_p, cfg) = start(cfg);
+        {
+            let a = pg_connect(&cfg).await;
+            exec(&a, "PREPARE kept AS SELECT 1").await.unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let next = pg_connect(&cfg).await;
+            let n = one(&next, count).await;
+            if n == left {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server_reset_query {reset:?}: {n} prepared statements left, expected {left}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for (always, at_least_one) in [(false, true), (true, false)] {
+        let (_p, cfg) = start(
+            PgProxyConfig::new(&cluster().primary().addr())
+                .pool_size(1)
+                .extra(&format!("server_reset_query_always = {always}")),
+        );
+        let a = pg_connect(&cfg).await;
+        let stmt = a.prepare("SELECT 41 + 1").await.unwrap();
+        let row = a.query_one(&stmt, &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 42);
+        let n: i64 = one(&a, count).await.parse().unwrap();
+        assert_eq!(
+            n >= 1,
+            at_least_one,
+            "server_reset_query_always = {always}: {n}"
+        );
+    }
+}

@@ -95,6 +95,8 @@ pub(crate) struct RawCluster {
     pub server_channel_binding: Value<String>,
     pub allow_local_infile: Value<bool>,
     pub server_cleartext: Value<bool>,
+    pub server_reset_query: Value<String>,
+    pub server_reset_query_always: Value<bool>,
     pub health_interval: Value<DurationText>,
     pub health_timeout: Value<DurationText>,
     pub health_failures: Value<Int>,

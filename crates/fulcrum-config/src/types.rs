@@ -272,6 +272,13 @@ pub struct Cluster {
     pub allow_local_infile: bool,
     /// Send the password in clear text when a server asks for it.
     pub server_cleartext: bool,
+    /// PostgreSQL: run on a server connection going back to the pool in
+    /// session pooling, and after a pinned client in transaction pooling
+    /// (`DISCARD ALL` by default; empty: such a connection is closed, never
+    /// returned with its state).
+    pub server_reset_query: String,
+    /// Also run it on every return in transaction pooling.
+    pub server_reset_query_always: bool,
     /// Health checks, lag limit and failover.
     pub health: Health,
     /// Users not listed, looked up on the server (`auth_user`, `auth_query`).

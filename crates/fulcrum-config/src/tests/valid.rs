@@ -162,6 +162,8 @@ fn every_key_is_read_into_the_config() {
                 max_classify_bytes: 4096,
                 tls: None,
                 allow_local_infile: false,
+                server_reset_query: "DISCARD ALL".into(),
+                server_reset_query_always: false,
                 server_cleartext: false,
                 auth_query: None,
                 health: Health {
@@ -220,6 +222,8 @@ fn every_key_is_read_into_the_config() {
                 max_classify_bytes: defaults::MAX_CLASSIFY_BYTES,
                 tls: None,
                 allow_local_infile: true,
+                server_reset_query: "DISCARD ALL".into(),
+                server_reset_query_always: false,
                 server_cleartext: false,
                 auth_query: None,
                 health: Health {

@@ -198,6 +198,14 @@ pub(super) fn cluster(
         }
     }
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
+    let server_reset_query = c.server_reset_query.as_ref().map_or_else(
+        || "DISCARD ALL".to_owned(),
+        |v| v.get_ref().trim().to_owned(),
+    );
+    let server_reset_query_always = c
+        .server_reset_query_always
+        .as_ref()
+        .is_some_and(|v| *v.get_ref());
     let server_cleartext = c.server_cleartext.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
     let databases = databases(&t, c)?;
@@ -271,6 +279,8 @@ pub(super) fn cluster(
         max_classify_bytes,
         tls,
         allow_local_infile,
+        server_reset_query,
+        server_reset_query_always,
         server_cleartext,
         health,
         auth_query,

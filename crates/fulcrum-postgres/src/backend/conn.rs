@@ -37,6 +37,9 @@ pub struct ServerConn {
     pub applied: SessionParams,
     /// Server-side names of statements prepared on this connection.
     pub prepared: ServerStatements,
+    /// `server_reset_query_always`: the reset query is owed before the next
+    /// client uses this connection.
+    pub reset_due: bool,
 }
 
 impl ServerConn {

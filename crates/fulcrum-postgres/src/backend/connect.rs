@@ -422,6 +422,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     reported,
                     applied: BTreeMap::new(),
                     prepared: Default::default(),
+                    reset_due: false,
                 });
             }
             backend::Message::AuthenticationKerberosV5

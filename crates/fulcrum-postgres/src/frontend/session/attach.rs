@@ -77,7 +77,9 @@ impl Session {
 
     /// Returns the server connection to the pool.
     pub(super) fn detach(&mut self) {
-        if let Some(server) = self.server.take() {
+        if let Some(mut server) = self.server.take() {
+            // `server_reset_query_always`: the next checkout runs it first.
+            server.reset_due |= self.ctx.config.server_reset_query_always;
             self.engine.unit.retry.disarm();
             self.id.cancel.set_target(None);
             self.record_unit();

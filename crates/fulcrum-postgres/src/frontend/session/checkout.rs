@@ -37,6 +37,24 @@ impl Checkouts for Session {
             .get(|| ctx.open(backend, user, database))
             .await
             .map_err(CheckoutError::Pool)?;
+        if server.reset_due {
+            let reset = &self.ctx.config.server_reset_query;
+            let ran = if reset.is_empty() {
+                Ok(())
+            } else {
+                server.run_internal(reset).await.map(|_| ())
+            };
+            if let Err(e) = ran {
+                if !matches!(e, InternalError::Server { .. }) {
+                    server.discard();
+                }
+                return Err(CheckoutError::Params(e));
+            }
+            // Whatever the query reset, the connection is taken as bare.
+            server.reset_due = false;
+            server.applied.clear();
+            server.prepared.clear();
+        }
         if server.applied != self.params.desired {
             if let Err(e) = sync_params(&mut server, &self.params.desired).await {
                 if !matches!(e, InternalError::Server { .. }) {

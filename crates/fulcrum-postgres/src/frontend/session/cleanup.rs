@@ -44,7 +44,15 @@ impl Session {
         let reset_session = clean.is_some_and(|(_, reset)| reset);
         let in_txn = self.engine.status() != Status::Idle;
         if !in_txn && !reset_session {
+            server.reset_due |= self.ctx.config.server_reset_query_always;
             server.release();
+            return;
+        }
+        // `server_reset_query` (DISCARD ALL by default); none configured: a
+        // connection that needs a reset is closed, never returned dirty.
+        let reset = self.ctx.config.server_reset_query.clone();
+        if reset_session && reset.is_empty() {
+            server.discard();
             return;
         }
         let clean = async {
@@ -52,7 +60,7 @@ impl Session {
                 server.run_internal("ROLLBACK").await?;
             }
             if reset_session {
-                server.run_internal("DISCARD ALL").await?;
+                server.run_internal(&reset).await?;
                 server.applied.clear();
                 server.prepared.clear();
             }
@@ -94,14 +102,10 @@ pub(super) async fn sync_params(
 ) -> Result<(), InternalError> {
     let mut sql = String::new();
     if !server.applied.is_empty() {
-        // RESET ALL leaves the role and the session user as they are.
-        if server.applied.contains_key("session_authorization") {
-            sql.push_str("RESET SESSION AUTHORIZATION;");
-        }
-        if server.applied.contains_key("role") {
-            sql.push_str("RESET ROLE;");
-        }
-        sql.push_str("RESET ALL");
+        // What a returned connection may still carry is a closed list:
+        // RESET ALL leaves the session user and the role as they are, so
+        // both are reset too, tracked or not.
+        sql.push_str("RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL");
     }
     for stmt in desired.values() {
         if !sql.is_empty() {
