@@ -59,6 +59,21 @@ impl Target {
         }
     }
 
+    /// The medians of the proxy's user and system CPU per transaction (µs);
+    /// `None` for a target whose CPU is not measured.
+    pub(crate) fn user_system(&self) -> Option<(f64, f64)> {
+        if self.user_us_per_txn.is_empty() {
+            return None;
+        }
+        let system: Vec<f64> = self
+            .cpu_us_per_txn
+            .iter()
+            .zip(&self.user_us_per_txn)
+            .map(|(t, u)| t - u)
+            .collect();
+        Some((crate::median(&self.user_us_per_txn), crate::median(&system)))
+    }
+
     /// Measures this proxy process's CPU and context switches per transaction.
     pub(crate) fn proxy(mut self, pid: Option<u32>) -> Target {
         self.proxy_pid = pid;

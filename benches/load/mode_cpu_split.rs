@@ -108,20 +108,13 @@ pub(crate) fn run_cpu_split(opts: &Options) -> Result<()> {
         let direct = &targets[0].tps;
         for t in targets {
             let ratios: Vec<f64> = t.tps.iter().zip(direct).map(|(a, d)| a / d).collect();
-            let (user, system, switches) = if t.user_us_per_txn.is_empty() {
-                ("-".to_string(), "-".to_string(), "-".to_string())
-            } else {
-                let system: Vec<f64> = t
-                    .cpu_us_per_txn
-                    .iter()
-                    .zip(&t.user_us_per_txn)
-                    .map(|(c, u)| c - u)
-                    .collect();
-                (
-                    format!("{:.1}", median(&t.user_us_per_txn)),
-                    format!("{:.1}", median(&system)),
+            let (user, system, switches) = match t.user_system() {
+                None => ("-".to_string(), "-".to_string(), "-".to_string()),
+                Some((u, s)) => (
+                    format!("{u:.1}"),
+                    format!("{s:.1}"),
                     format!("{:.2}", median(&t.switches_per_txn)),
-                )
+                ),
             };
             let _ = writeln!(
                 out,

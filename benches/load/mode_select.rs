@@ -204,21 +204,9 @@ fn render(opts: &Options, machine: &Machine, targets: &[Target], elapsed: Durati
                 format!("{:.*}", digits, median(v))
             }
         };
-        let split = if target.user_us_per_txn.is_empty() {
-            "-".to_string()
-        } else {
-            let system: Vec<f64> = target
-                .cpu_us_per_txn
-                .iter()
-                .zip(&target.user_us_per_txn)
-                .map(|(t, u)| t - u)
-                .collect();
-            format!(
-                "{:.1} / {:.1}",
-                median(&target.user_us_per_txn),
-                median(&system)
-            )
-        };
+        let split = target
+            .user_system()
+            .map_or("-".to_string(), |(u, s)| format!("{u:.1} / {s:.1}"));
         let _ = writeln!(
             out,
             "| {} | {:.0} | {:.2}x | {:.3} | {} | {} | {} | {} |",
