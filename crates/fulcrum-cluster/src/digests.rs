@@ -41,8 +41,11 @@ impl DigestSlot {
         dialect: Dialect,
         primary: bool,
     ) -> Option<Stamp> {
-        self.entry(max_entries, sql, dialect)
-            .map(|digest| Stamp::new(digest, primary))
+        if max_entries == 0 {
+            return None;
+        }
+        let key = fulcrum_sql::fingerprint(sql, dialect);
+        self.stamp_keyed(max_entries, key, sql.as_bytes(), dialect, primary)
     }
 
     /// The entry of `sql` (for a prepared statement, looked up once).
@@ -72,14 +75,8 @@ impl DigestSlot {
         if max_entries == 0 {
             return None;
         }
-        self.table(max_entries).stamp(
-            key,
-            || {
-                let text = String::from_utf8_lossy(sql);
-                fulcrum_sql::normalize(&text, dialect, DIGEST_TEXT_MAX)
-            },
-            primary,
-        )
+        self.table(max_entries)
+            .stamp(key, || digest_text(sql, dialect), primary)
     }
 
     /// The entry of `sql` whose fingerprint `key` is known already (the
@@ -94,9 +91,13 @@ impl DigestSlot {
         if max_entries == 0 {
             return None;
         }
-        self.table(max_entries).get(key, || {
-            let text = String::from_utf8_lossy(sql);
-            fulcrum_sql::normalize(&text, dialect, DIGEST_TEXT_MAX)
-        })
+        self.table(max_entries)
+            .get(key, || digest_text(sql, dialect))
     }
+}
+
+/// The text a new digest is shown by: `sql` normalised, cut at
+/// [`DIGEST_TEXT_MAX`].
+fn digest_text(sql: &[u8], dialect: Dialect) -> String {
+    fulcrum_sql::normalize(&String::from_utf8_lossy(sql), dialect, DIGEST_TEXT_MAX)
 }
