@@ -103,18 +103,6 @@ impl MariaServerOps {
         }
     }
 
-    fn opts(&self, backend: BackendId, with_tls: bool) -> OptsBuilder {
-        let plain = fulcrum_config::ServerTls::disabled();
-        let tls = if with_tls { &self.tls[backend] } else { &plain };
-        client_opts(
-            &self.addresses[backend],
-            tls,
-            &self.user,
-            &self.password,
-            &self.database,
-        )
-    }
-
     /// Runs `f` on `backend`'s kept connection, opening one if needed; any
     /// failure drops the connection.
     async fn with_conn<T>(
@@ -124,18 +112,13 @@ impl MariaServerOps {
     ) -> Result<T, OpsError> {
         let mut slot = self.conns[backend].lock().await;
         if slot.is_none() {
-            let tls = self.tls[backend].mode != fulcrum_config::ServerTlsMode::Disable;
-            let open = async {
-                match Conn::new(self.opts(backend, tls)).await {
-                    // `prefer` and a server without SSL: plain text.
-                    Err(mysql_async::Error::Driver(
-                        mysql_async::DriverError::NoClientSslFlagFromServer,
-                    )) if self.tls[backend].mode == fulcrum_config::ServerTlsMode::Prefer => {
-                        Conn::new(self.opts(backend, false)).await
-                    }
-                    other => other,
-                }
-            };
+            let open = connect(
+                &self.addresses[backend],
+                &self.tls[backend],
+                &self.user,
+                &self.password,
+                &self.database,
+            );
             let conn = tokio::time::timeout(self.connect_timeout, open)
                 .await
                 .map_err(|_| OpsError::Timeout(self.connect_timeout))?
@@ -192,34 +175,27 @@ pub fn client_opts(
     }
 }
 
-/// A mysql_async connection to `backend` as `user` (`database` empty:
-/// none), following its `server_tls` (`prefer` and a server without SSL:
-/// plain text), within `timeout`. `auth_query` and the function catalog
-/// use it, off the data path.
-pub async fn connect_as(
-    backend: &fulcrum_config::Backend,
+/// A mysql_async connection to the server at `address` as `user`
+/// (`database` empty: none), following `tls` (`prefer` and a server
+/// without SSL: plain text). The probes and `auth_query` use it, off the
+/// data path; the caller bounds it in time.
+pub async fn connect(
+    address: &str,
+    tls: &fulcrum_config::ServerTls,
     user: &str,
     password: &str,
     database: &str,
-    timeout: std::time::Duration,
-) -> Result<Conn, String> {
-    let opts = |tls: &fulcrum_config::ServerTls| {
-        client_opts(&backend.address, tls, user, password, database)
-    };
-    let open = async {
-        match Conn::new(opts(&backend.tls)).await {
-            Err(mysql_async::Error::Driver(
-                mysql_async::DriverError::NoClientSslFlagFromServer,
-            )) if backend.tls.mode == fulcrum_config::ServerTlsMode::Prefer => {
-                Conn::new(opts(&fulcrum_config::ServerTls::disabled())).await
-            }
-            other => other,
+) -> Result<Conn, mysql_async::Error> {
+    let opts =
+        |tls: &fulcrum_config::ServerTls| client_opts(address, tls, user, password, database);
+    match Conn::new(opts(tls)).await {
+        Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
+            if tls.mode == fulcrum_config::ServerTlsMode::Prefer =>
+        {
+            Conn::new(opts(&fulcrum_config::ServerTls::disabled())).await
         }
-    };
-    tokio::time::timeout(timeout, open)
-        .await
-        .map_err(|_| "timed out".to_owned())?
-        .map_err(|e| e.to_string())
+        other => other,
+    }
 }
 
 /// mysql_async's TLS options for a backend's `server_tls` (`None`: plain).

@@ -34,15 +34,17 @@ async fn fetch(ctx: &MyClusterContext, user: &str) -> Result<Option<[u8; 20]>, A
     };
     let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
     let backend = &ctx.config.backends[primary];
-    let mut conn = crate::backend::health::connect_as(
-        backend,
+    let connect = crate::backend::health::connect(
+        &backend.address,
+        &backend.tls,
         &aq.user,
         &aq.password,
         &aq.database,
-        ctx.config.connect_timeout,
-    )
-    .await
-    .map_err(AuthQueryError::Login)?;
+    );
+    let mut conn = tokio::time::timeout(ctx.config.connect_timeout, connect)
+        .await
+        .map_err(|_| AuthQueryError::Login("timed out".into()))?
+        .map_err(|e| AuthQueryError::Login(e.to_string()))?;
     let row: Option<mysql_async::Row> = conn
         .exec_first(aq.query.as_str(), (user,))
         .await
