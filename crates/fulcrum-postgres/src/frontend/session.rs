@@ -59,7 +59,7 @@ use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{
     bind_msg, parse_msg, put_bind, put_query, put_target, query_text, target_msg,
 };
-use cleanup::sync_params;
+use cleanup::{run_reset, sync_params};
 use text::*;
 
 /// Server frames of these types larger than this are streamed through, not buffered whole.

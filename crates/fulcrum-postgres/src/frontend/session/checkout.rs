@@ -37,31 +37,19 @@ impl Checkouts for Session {
             .get(|| ctx.open(backend, user, database))
             .await
             .map_err(CheckoutError::Pool)?;
+        let mut ready = Ok(());
         if server.reset_due {
-            let reset = &self.ctx.config.server_reset_query;
-            let ran = if reset.is_empty() {
-                Ok(())
-            } else {
-                server.run_internal(reset).await.map(|_| ())
-            };
-            if let Err(e) = ran {
-                if !matches!(e, InternalError::Server { .. }) {
-                    server.discard();
-                }
-                return Err(CheckoutError::Params(e));
-            }
-            // Whatever the query reset, the connection is taken as bare.
-            server.reset_due = false;
-            server.applied.clear();
-            server.prepared.clear();
+            ready = run_reset(&self.ctx, &mut server).await;
+            server.reset_due = ready.is_err();
         }
-        if server.applied != self.params.desired {
-            if let Err(e) = sync_params(&mut server, &self.params.desired).await {
-                if !matches!(e, InternalError::Server { .. }) {
-                    server.discard();
-                }
-                return Err(CheckoutError::Params(e));
+        if ready.is_ok() && server.applied != self.params.desired {
+            ready = sync_params(&mut server, &self.params.desired).await;
+        }
+        if let Err(e) = ready {
+            if !matches!(e, InternalError::Server { .. }) {
+                server.discard();
             }
+            return Err(CheckoutError::Params(e));
         }
         Ok(server)
     }

@@ -43,26 +43,26 @@ impl Session {
         }
         let reset_session = clean.is_some_and(|(_, reset)| reset);
         let in_txn = self.engine.status() != Status::Idle;
+        // `server_reset_query_always`: the next checkout runs it (unless it
+        // runs here).
+        server.reset_due |= self.ctx.config.server_reset_query_always && !reset_session;
         if !in_txn && !reset_session {
-            server.reset_due |= self.ctx.config.server_reset_query_always;
             server.release();
             return;
         }
         // `server_reset_query` (DISCARD ALL by default); none configured: a
         // connection that needs a reset is closed, never returned dirty.
-        let reset = self.ctx.config.server_reset_query.clone();
-        if reset_session && reset.is_empty() {
+        if reset_session && self.ctx.config.server_reset_query.is_empty() {
             server.discard();
             return;
         }
+        let ctx = &self.ctx;
         let clean = async {
             if in_txn {
                 server.run_internal("ROLLBACK").await?;
             }
             if reset_session {
-                server.run_internal(&reset).await?;
-                server.applied.clear();
-                server.prepared.clear();
+                run_reset(ctx, &mut server).await?;
             }
             Ok::<(), InternalError>(())
         };
@@ -92,6 +92,34 @@ pub(super) async fn drain_internal(server: &mut ServerConn, expect: &mut Expecta
             _ => return false,
         }
     }
+}
+
+/// Runs `server_reset_query` (none configured: nothing) on `server`, and
+/// forgets what it is known to have cleared: `DISCARD ALL` drops the
+/// settings Fulcrum replayed and the statements it prepared there,
+/// `DEALLOCATE ALL` the statements. After any other query Fulcrum's record
+/// stays as it was, so the next checkout still brings the settings to what
+/// its client wants, and no statement is prepared twice or thought gone.
+pub(super) async fn run_reset(
+    ctx: &ClusterContext,
+    server: &mut ServerConn,
+) -> Result<(), InternalError> {
+    let reset = &ctx.config.server_reset_query;
+    if reset.is_empty() {
+        return Ok(());
+    }
+    server.run_internal(reset).await?;
+    let effects = ctx.classify_unit(reset).effects;
+    if effects.iter().any(|e| matches!(e, Effect::DiscardAll)) {
+        server.applied.clear();
+        server.prepared.clear();
+    } else if effects
+        .iter()
+        .any(|e| matches!(e, Effect::Deallocate(None)))
+    {
+        server.prepared.clear();
+    }
+    Ok(())
 }
 
 /// Brings a server connection's session parameters to what the client set:
