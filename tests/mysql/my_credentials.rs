@@ -320,3 +320,122 @@ fn listed_databases_only_and_aliases() {
         assert!(e.to_string().contains("1049"), "{e}");
     });
 }
+
+/// A flood of logins with made-up names from one address, while a real
+/// `auth_query` user keeps logging in: MariaDB never sees more than
+/// `auth_max_connections` (2) connections of the auth user at once, and
+/// the address is soon refused without a lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
+    use mysql_async::prelude::Queryable;
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    root_sql(
+        &CLUSTER,
+        "CREATE USER IF NOT EXISTS 'storm_auth'@'%' IDENTIFIED BY 'storm-pw'; \
+         GRANT SELECT ON mysql.user TO 'storm_auth'@'%'",
+    );
+    let metrics_port = free_port();
+    let (f, port) = {
+        let port = free_port();
+        let config = format!(
+            "[fulcrum]\nlog = \"info\"\nmetrics = \"127.0.0.1:{metrics_port}\"\n\
+             [[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+             listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
+             auth_user = \"storm_auth\"\nauth_password = \"storm-pw\"\n\
+             [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n",
+            CLUSTER.primary().addr()
+        );
+        (FulcrumProcess::start(&config).expect("start fulcrum"), port)
+    };
+    let opts = |user: &str, password: &str| {
+        fulcrum_suite::maria_opts(port)
+            .user(Some(user.to_owned()))
+            .pass(Some(password.to_owned()))
+    };
+    // The real user, looked up once before the storm (then cached).
+    let mut real = mysql_async::Conn::new(opts("reporter", "report-pw"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.log_contents()));
+    let _: Option<i64> = real.query_first("SELECT 1").await.unwrap();
+    drop(real);
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let watcher = {
+        let (stop, most) = (stop.clone(), most.clone());
+        let addr = CLUSTER.primary().addr();
+        let (_, server_port) = addr.rsplit_once(':').unwrap();
+        let root = fulcrum_suite::maria_opts(server_port.parse().unwrap())
+            .user(Some("root"))
+            .pass(Some(""));
+        let mut c = mysql_async::Conn::new(root).await.expect("watcher");
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let n: Option<i64> = c
+                    .query_first(
+                        "SELECT COUNT(*) FROM information_schema.processlist WHERE user = 'storm_auth'",
+                    )
+                    .await
+                    .expect("count");
+                most.fetch_max(n.unwrap_or(0), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let reals = {
+        let stop = stop.clone();
+        let o = opts("reporter", "report-pw");
+        tokio::spawn(async move {
+            let mut done = 0;
+            while !stop.load(Ordering::SeqCst) || done < 3 {
+                let mut c = mysql_async::Conn::new(o.clone()).await.expect("real login");
+                let one: Option<i64> = c.query_first("SELECT 1").await.expect("query");
+                assert_eq!(one, Some(1));
+                let _ = c.disconnect().await;
+                done += 1;
+            }
+            done
+        })
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut denied = 0;
+    for n in 0..600u32 {
+        if tasks.len() >= 30 {
+            denied += tasks.join_next().await.unwrap().unwrap() as u32;
+        }
+        let o = opts(&format!("storm_{n}"), "nope");
+        tasks.spawn(async move {
+            match mysql_async::Conn::new(o).await {
+                Err(mysql_async::Error::Server(e)) => e.code == 1045,
+                _ => false,
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        denied += r.unwrap() as u32;
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    assert!(reals.await.expect("real clients never failed") >= 3);
+    assert_eq!(
+        denied,
+        600,
+        "each made-up user got 1045\n{}",
+        f.log_contents()
+    );
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&most),
+        "MariaDB saw {most} auth connections at once"
+    );
+    let text = fulcrum_suite::scrape(metrics_port);
+    let count = |outcome| {
+        fulcrum_suite::family_sum(
+            &text,
+            "fulcrum_auth_query_lookups_total",
+            &[("outcome", outcome)],
+        )
+    };
+    assert!(count("limited") > 400.0, "{text}");
+    assert!(count("missing") <= 40.0, "{text}");
+}

@@ -71,10 +71,23 @@ fn unlisted_scram_and_md5_users_log_in_without_fulcrum_knowing_the_password() {
     let (ok, out, err) = psql(&f, APP_USER, APP_PASSWORD, "SELECT current_user");
     assert!(ok, "{err}\n{}", f.log_contents());
     assert_eq!(out, APP_USER);
-    // md5 hash: md5 on both sides.
-    let (ok, out, err) = psql(&f, APP_MD5_USER, APP_PASSWORD, "SELECT current_user");
-    assert!(ok, "{err}\n{}", f.log_contents());
+    // md5 hash: md5 on both sides, with client_auth = "md5" (SCRAM
+    // cannot check an md5 hash, and the method offered never depends on
+    // what is stored: see `the_method_offered_does_not_tell_who_exists`).
+    let md5 = fulcrum(&format!("{SUPER_AUTH}\nclient_auth = \"md5\""));
+    let (ok, out, err) = psql(&md5, APP_MD5_USER, APP_PASSWORD, "SELECT current_user");
+    assert!(ok, "{err}\n{}", md5.log_contents());
     assert_eq!(out, APP_MD5_USER);
+    let (ok, _, err) = psql(&f, APP_MD5_USER, APP_PASSWORD, "SELECT 1");
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+    assert!(
+        f.log_contents().contains("stored as md5"),
+        "the log says why\n{}",
+        f.log_contents()
+    );
     // Wrong password and unknown user: the same error.
     let (ok, _, wrong) = psql(&f, APP_USER, "nope", "SELECT 1");
     assert!(!ok);
@@ -88,7 +101,7 @@ fn unlisted_scram_and_md5_users_log_in_without_fulcrum_knowing_the_password() {
         unknown.contains("password authentication failed for user \"nobody_here\""),
         "{unknown}"
     );
-    let (ok, _, wrong_md5) = psql(&f, APP_MD5_USER, "nope", "SELECT 1");
+    let (ok, _, wrong_md5) = psql(&md5, APP_MD5_USER, "nope", "SELECT 1");
     assert!(
         !ok && wrong_md5.contains("password authentication failed"),
         "{wrong_md5}"
@@ -186,9 +199,17 @@ fn an_auth_user_without_rights_is_a_clear_error() {
     ));
     let (ok, _, err) = psql(&f, APP_USER, APP_PASSWORD, "SELECT 1");
     assert!(!ok);
+    // Before login the client learns only that the check failed; the
+    // cause is for the operator.
+    assert!(err.contains("cannot check the password"), "{err}");
     assert!(
-        err.contains("auth_query failed") && err.contains("permission denied"),
+        !err.contains("permission denied") && !err.contains("pg_shadow"),
         "{err}"
+    );
+    let log = f.log_contents();
+    assert!(
+        log.contains("auth_query failed") && log.contains("permission denied"),
+        "{log}"
     );
 }
 
@@ -198,7 +219,7 @@ fn a_listed_user_uses_the_config() {
     // decides the client check (and the server login then fails, as before
     // auth_query existed).
     let f = fulcrum(&format!(
-        "{SUPER_AUTH}\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"config-pw\""
+        "{SUPER_AUTH}\nclient_auth = \"md5\"\n[[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"config-pw\""
     ));
     let (ok, _, err) = psql(&f, APP_USER, APP_PASSWORD, "SELECT 1");
     assert!(
@@ -340,4 +361,165 @@ async fn an_empty_stored_password_is_refused_like_a_wrong_one() {
         Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
         "{e}"
     );
+}
+
+/// The first authentication request Fulcrum sends `user` (its
+/// AuthenticationRequest code: 5 md5, 10 SASL).
+async fn offered_method(addr: &str, user: &str) -> i32 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let hello = fulcrum_suite::startup_message(
+        fulcrum_suite::PROTOCOL_3_0,
+        &[("user", user), ("database", APP_DB)],
+    );
+    s.write_all(&hello).await.unwrap();
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[0], b'R', "an authentication request for {user}");
+    i32::from_be_bytes(head[5..9].try_into().unwrap())
+}
+
+/// The method offered depends on `client_auth` alone: a user stored as
+/// SCRAM, one stored as md5 and one who does not exist are offered the
+/// same, so the offer does not tell who exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_method_offered_does_not_tell_who_exists() {
+    for (auth, want) in [("scram-sha-256", 10), ("md5", 5)] {
+        let f = fulcrum(&format!("{SUPER_AUTH}\nclient_auth = \"{auth}\""));
+        let addr = f.listen_addrs()[0].clone();
+        for user in [APP_USER, APP_MD5_USER, "nobody_at_all"] {
+            assert_eq!(
+                offered_method(&addr, user).await,
+                want,
+                "{auth}: {user}\n{}",
+                f.log_contents()
+            );
+        }
+    }
+}
+
+/// A flood of logins with made-up names, from one address, while real
+/// clients keep working: the primary never sees more than
+/// `auth_max_connections` auth connections (they are pooled: the flood
+/// opens at most that many), the address is soon refused without a
+/// lookup (`auth_failed_lookups_per_minute`), and every real query
+/// succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    use std::sync::Arc;
+    let primary = cluster().primary();
+    primary
+        .sql("DO $$ BEGIN CREATE ROLE storm_auth LOGIN SUPERUSER PASSWORD 'storm-pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        .expect("auth role");
+    let metrics_port = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\n[[cluster]]\nname = \"aq\"\nprotocol = \"postgres\"\n\
+         listen = \"127.0.0.1:{port}\"\nclient_auth = \"md5\"\n\
+         auth_user = \"storm_auth\"\nauth_password = \"storm-pw\"\n\
+         health_user = \"postgres\"\nhealth_password = \"\"\n\
+         [[cluster.backend]]\naddress = \"{backend}\"\nrole = \"primary\"\n",
+        port = free_port(),
+        backend = primary.addr(),
+    );
+    let f = FulcrumProcess::start(&fulcrum_suite::with_metrics(&config, metrics_port))
+        .expect("start fulcrum");
+    let addr = f.listen_addrs()[0].clone();
+
+    // Watches the primary's auth connections.
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let watch_str = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        primary.port()
+    );
+    let watcher = {
+        let (stop, most) = (stop.clone(), most.clone());
+        let watcher_client = pg_connect_str(&watch_str).await.expect("watcher");
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let row = watcher_client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'storm_auth'",
+                        &[],
+                    )
+                    .await
+                    .expect("count");
+                most.fetch_max(row.get::<_, i64>(0), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    // Real clients: an auth_query user (looked up once before the storm,
+    // then cached), logging in again and querying.
+    pg_connect_str(&pg_conn_string(&addr, APP_MD5_USER, APP_DB))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.log_contents()));
+    let real = {
+        let (stop, conn_str) = (stop.clone(), pg_conn_string(&addr, APP_MD5_USER, APP_DB));
+        tokio::spawn(async move {
+            let mut done = 0u32;
+            while !stop.load(Ordering::SeqCst) || done < 5 {
+                let client = pg_connect_str(&conn_str)
+                    .await
+                    .expect("a real client logs in");
+                let row = client.query_one("SELECT 41 + 1", &[]).await.expect("query");
+                assert_eq!(row.get::<_, i32>(0), 42);
+                done += 1;
+            }
+            done
+        })
+    };
+    // The storm: 2,000 made-up names, 50 at a time.
+    let mut refused = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..2000u32 {
+        if tasks.len() >= 50 {
+            refused += tasks.join_next().await.unwrap().unwrap() as u32;
+        }
+        let conn_str = pg_conn_string(&addr, &format!("storm_{n}_{}", rand_suffix(n)), APP_DB);
+        tasks.spawn(async move {
+            let e = tokio_postgres::connect(&conn_str, tokio_postgres::NoTls)
+                .await
+                .err()
+                .expect("a made-up user is refused");
+            e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD)
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        refused += r.unwrap() as u32;
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    let logins = real.await.expect("real clients never failed");
+    assert_eq!(
+        refused,
+        2000,
+        "each made-up user got 28P01\n{}",
+        f.log_contents()
+    );
+    assert!(logins >= 5);
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&most),
+        "the primary saw {most} auth connections at once (auth_max_connections = 2)"
+    );
+    let text = scrape(metrics_port);
+    let limited = fulcrum_suite::family_sum(
+        &text,
+        "fulcrum_auth_query_lookups_total",
+        &[("outcome", "limited")],
+    );
+    let ran = fulcrum_suite::family_sum(
+        &text,
+        "fulcrum_auth_query_lookups_total",
+        &[("outcome", "missing")],
+    );
+    assert!(limited > 1500.0, "the address was limited: {limited}");
+    assert!(ran <= 40.0, "lookups that reached the primary: {ran}");
+}
+
+/// A per-name suffix, so no two storm names are alike.
+fn rand_suffix(n: u32) -> u32 {
+    n.wrapping_mul(2_654_435_761)
 }

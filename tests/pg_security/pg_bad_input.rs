@@ -955,12 +955,16 @@ fn vm_size(fulcrum: &FulcrumProcess) -> u64 {
 }
 
 /// A 5-byte header declaring a large message reserves nothing until the
-/// bytes come: 16 clients each announcing 200 MB (under the default 256 MiB
+/// bytes come: 16 clients each announcing 200 MB (under a 256 MiB
 /// `max_message_size`) and sending 4 bytes of it do not make Fulcrum ask
 /// the kernel for 3 GB.
 #[tokio::test]
 async fn a_declared_length_reserves_memory_only_as_bytes_arrive() {
-    let fulcrum = start_fulcrum(&pg_primary().primary().addr(), "trust", "");
+    let fulcrum = start_fulcrum(
+        &pg_primary().primary().addr(),
+        "trust",
+        "max_message_size = \"256MB\"\n",
+    );
     let bystander = bystander(&fulcrum).await;
     let before = vm_size(&fulcrum);
     let mut held = Vec::new();
@@ -1020,6 +1024,49 @@ async fn a_client_preparing_without_end_is_stopped_at_its_cap() {
     }
     let err = client
         .prepare("SELECT 'one too many'")
+        .await
+        .expect_err("over the cap");
+    assert_eq!(err.code().map(|c| c.code()), Some("54000"), "{err:?}");
+    assert_unharmed(&fulcrum, &bystander).await;
+}
+
+/// The same for session settings (transaction pooling replays each on every
+/// server connection the client uses): past `max_client_settings` distinct
+/// ones the session ends with 54000 before the SET reaches a server; a
+/// setting already tracked may change, RESET frees one, and other clients
+/// go on.
+#[tokio::test]
+async fn a_client_setting_without_end_is_stopped_at_its_cap() {
+    let fulcrum = start_fulcrum(
+        &pg_primary().primary().addr(),
+        "scram-sha-256",
+        "max_client_settings = 5\n",
+    );
+    let bystander = bystander(&fulcrum).await;
+    let client = connect(&conn_string(
+        &addr(&fulcrum),
+        APP_USER,
+        APP_PASSWORD,
+        APP_DB,
+    ))
+    .await
+    .expect("login");
+    for i in 0..5 {
+        client
+            .batch_execute(&format!("SET app.k{i} = '{i}'"))
+            .await
+            .expect("within the cap");
+    }
+    client
+        .batch_execute("SET app.k0 = 'changed'; RESET app.k1")
+        .await
+        .expect("a tracked setting changes, RESET frees one");
+    client
+        .batch_execute("SELECT set_config('app.k5', 'x', false)")
+        .await
+        .expect("the freed place");
+    let err = client
+        .batch_execute("SET app.k6 = 'one too many'")
         .await
         .expect_err("over the cap");
     assert_eq!(err.code().map(|c| c.code()), Some("54000"), "{err:?}");

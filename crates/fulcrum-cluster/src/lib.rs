@@ -58,7 +58,9 @@ pub mod topology;
 pub mod view;
 
 pub use admin::{ClusterAdmin, PoolRow};
-pub use auth_cache::{auth_query_backend, AuthCache, AuthQueryError, Looked};
+pub use auth_cache::{
+    auth_query_backend, AuthCache, AuthLimits, AuthQueryError, Looked, Outcome as AuthOutcome,
+};
 pub use context::{ClusterCore, PoolScope, ProtocolContext};
 pub use digests::DigestSlot;
 pub use health_loop::HealthLoop;

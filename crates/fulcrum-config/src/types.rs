@@ -242,6 +242,8 @@ pub struct Cluster {
     /// (Fulcrum keeps each in memory; a loop of fresh names would grow it
     /// without end).
     pub max_client_prepared_statements: u32,
+    /// Most distinct session settings (SET) one client may have tracked.
+    pub max_client_settings: u32,
     /// The primary also serves reads (weighted like the replicas).
     pub reads_on_primary: bool,
     /// How reads are spread over the readers.
@@ -361,6 +363,11 @@ pub struct AuthQuery {
     pub database: String,
     /// How long a fetched secret is used before it is fetched again.
     pub cache_ttl: Duration,
+    /// `auth_user` connections (and lookups) at once, pooled.
+    pub max_connections: usize,
+    /// Lookups that find nobody allowed per client address and minute
+    /// (0: no limit).
+    pub failed_lookups_per_minute: u32,
 }
 
 impl std::fmt::Debug for AuthQuery {
@@ -371,6 +378,8 @@ impl std::fmt::Debug for AuthQuery {
             .field("query", &self.query)
             .field("database", &self.database)
             .field("cache_ttl", &self.cache_ttl)
+            .field("max_connections", &self.max_connections)
+            .field("failed_lookups_per_minute", &self.failed_lookups_per_minute)
             .finish()
     }
 }
@@ -543,17 +552,20 @@ pub mod defaults {
     pub const AUTH_QUERY_MYSQL: &str =
         "SELECT authentication_string FROM mysql.user WHERE user = ? AND host = '%'";
     pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
+    pub const AUTH_MAX_CONNECTIONS: u32 = 2;
+    pub const AUTH_FAILED_LOOKUPS_PER_MINUTE: u32 = 30;
     pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     pub const CLIENT_LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
     pub const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-    pub const MAX_MESSAGE_SIZE: u64 = 256 * 1024 * 1024;
+    pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;
+    pub const MAX_CLIENT_SETTINGS: u32 = 1_000;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;

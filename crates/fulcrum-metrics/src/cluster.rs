@@ -202,6 +202,15 @@ impl ClusterMetrics {
             .inc();
     }
 
+    /// An `auth_query` lookup ended: `cached`, `found`, `missing`,
+    /// `limited` or `failed`.
+    pub fn auth_lookup(&self, outcome: &'static str) {
+        self.metrics
+            .auth_lookups
+            .with_label_values(&[self.name.as_str(), outcome])
+            .inc();
+    }
+
     /// A client closed by a timeout: `login` (`client_login_timeout`),
     /// `client_idle`, `idle_transaction` or `query`.
     pub fn timeout(&self, kind: &'static str) {

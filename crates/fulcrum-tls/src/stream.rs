@@ -75,6 +75,11 @@ impl ClientStream {
         }
     }
 
+    /// The client's IP address (none once `Closed`).
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.tcp()?.peer_addr().ok().map(|a| a.ip())
+    }
+
     /// The TCP socket under it (none once `Closed`).
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {

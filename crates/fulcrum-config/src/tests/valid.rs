@@ -150,6 +150,7 @@ fn every_key_is_read_into_the_config() {
                 max_pending_logins: 16,
                 max_prepared_statements: 0,
                 max_client_prepared_statements: defaults::MAX_CLIENT_PREPARED_STATEMENTS,
+                max_client_settings: defaults::MAX_CLIENT_SETTINGS,
                 reads_on_primary: true,
                 balance: BalancePolicy::LeastConnections,
                 default_route: DefaultRoute::Replica,
@@ -210,6 +211,7 @@ fn every_key_is_read_into_the_config() {
                 max_pending_logins: defaults::MAX_PENDING_LOGINS,
                 max_prepared_statements: defaults::MAX_PREPARED_STATEMENTS,
                 max_client_prepared_statements: defaults::MAX_CLIENT_PREPARED_STATEMENTS,
+                max_client_settings: defaults::MAX_CLIENT_SETTINGS,
                 reads_on_primary: false,
                 balance: defaults::BALANCE,
                 default_route: defaults::DEFAULT_ROUTE,
@@ -278,7 +280,8 @@ fn omitted_keys_take_their_documented_defaults() {
     assert_eq!(c.client_login_timeout, Duration::from_secs(15));
     assert_eq!(c.server_idle_timeout, Duration::from_secs(600));
     assert_eq!(c.server_lifetime, Some(Duration::from_secs(3600)));
-    assert_eq!(c.max_message_size, 256 * 1024 * 1024);
+    assert_eq!(c.max_message_size, 64 * 1024 * 1024);
+    assert_eq!(c.max_client_settings, 1_000);
     assert_eq!(c.max_client_connections, 10_000);
     assert_eq!(c.max_pending_logins, 512);
     assert_eq!(c.max_prepared_statements, 1_000);

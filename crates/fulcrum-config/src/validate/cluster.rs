@@ -128,6 +128,12 @@ pub(super) fn cluster(
         1,
         defaults::MAX_CLIENT_PREPARED_STATEMENTS,
     )?;
+    let max_client_settings = t.u32_at_least(
+        &c.max_client_settings,
+        "max_client_settings",
+        1,
+        defaults::MAX_CLIENT_SETTINGS,
+    )?;
     let reads_on_primary = c.reads_on_primary.as_ref().is_some_and(|v| *v.get_ref());
     let balance = t.choice(&c.balance, "balance", BALANCES, Some(defaults::BALANCE))?;
     let default_route = t.choice(
@@ -267,6 +273,7 @@ pub(super) fn cluster(
         max_pending_logins,
         max_prepared_statements,
         max_client_prepared_statements,
+        max_client_settings,
         reads_on_primary,
         balance,
         default_route,

@@ -76,6 +76,17 @@ pub(super) fn auth_query(
                 return Err(t.error(v, name, needs));
             }
         }
+        for (value, name) in [
+            (&c.auth_max_connections, "auth_max_connections"),
+            (
+                &c.auth_failed_lookups_per_minute,
+                "auth_failed_lookups_per_minute",
+            ),
+        ] {
+            if let Some(v) = value {
+                return Err(t.error(v, name, needs));
+            }
+        }
         return Ok(None);
     };
     let user = t.text(&c.auth_user, "auth_user", None)?;
@@ -118,12 +129,26 @@ pub(super) fn auth_query(
         "auth_cache_ttl",
         defaults::AUTH_CACHE_TTL,
     )?;
+    let max_connections = t.u32_at_least(
+        &c.auth_max_connections,
+        "auth_max_connections",
+        1,
+        defaults::AUTH_MAX_CONNECTIONS,
+    )? as usize;
+    let failed_lookups_per_minute = t.u32_at_least(
+        &c.auth_failed_lookups_per_minute,
+        "auth_failed_lookups_per_minute",
+        0,
+        defaults::AUTH_FAILED_LOOKUPS_PER_MINUTE,
+    )?;
     Ok(Some(crate::types::AuthQuery {
         user,
         password,
         query,
         database,
         cache_ttl,
+        max_connections,
+        failed_lookups_per_minute,
     }))
 }
 

@@ -11,51 +11,84 @@ use mysql_async::prelude::Queryable;
 
 use super::context::MyClusterContext;
 
-/// SHA1(SHA1(password)) as stored, and SHA1(password) as proven.
-pub type AuthCache = fulcrum_cluster::AuthCache<[u8; 20], [u8; 20]>;
+/// SHA1(SHA1(password)) as stored, SHA1(password) as proven, and the
+/// pooled `auth_user` connections.
+pub type AuthCache = fulcrum_cluster::AuthCache<[u8; 20], [u8; 20], mysql_async::Conn>;
 
-/// `user`'s stored native hash: cached, or fetched.
+/// `user`'s stored native hash for a client at `peer`: cached, or fetched
+/// (bounded as `fulcrum_cluster::AuthCache` says).
 pub async fn lookup(
     ctx: &MyClusterContext,
     user: &str,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<fulcrum_cluster::Looked<[u8; 20]>, AuthQueryError> {
     let Some(aq) = &ctx.config.auth_query else {
-        return Ok(fulcrum_cluster::Looked {
-            secret: None,
-            cached: false,
-        });
-    };
-    ctx.auth.lookup(user, aq.cache_ttl, fetch(ctx, user)).await
-}
-
-async fn fetch(ctx: &MyClusterContext, user: &str) -> Result<Option<[u8; 20]>, AuthQueryError> {
-    let Some(aq) = &ctx.config.auth_query else {
-        return Ok(None);
+        return Ok(fulcrum_cluster::Looked::none());
     };
     let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
-    let backend = &ctx.config.backends[primary];
-    let connect = crate::backend::health::connect(
-        &backend.address,
-        &backend.tls,
-        &aq.user,
-        &aq.password,
-        &aq.database,
-    );
-    let mut conn = tokio::time::timeout(ctx.config.connect_timeout, connect)
-        .await
-        .map_err(|_| AuthQueryError::Login("timed out".into()))?
-        .map_err(|e| AuthQueryError::Login(e.to_string()))?;
-    let row: Option<mysql_async::Row> = conn
-        .exec_first(aq.query.as_str(), (user,))
-        .await
-        .map_err(|e| AuthQueryError::Query(e.to_string()))?;
-    let _ = conn.disconnect().await;
+    let looked = ctx
+        .auth
+        .lookup(user, aq.cache_ttl, peer, primary, |conn| {
+            fetch(ctx, primary, user, conn)
+        })
+        .await;
+    let outcome = match &looked {
+        Ok(l) => l.outcome.label(),
+        Err(_) => "failed",
+    };
+    ctx.metrics.auth_lookup(outcome);
+    looked
+}
+
+/// Runs `auth_query` for `user` on `primary`, over `conn` if given (an
+/// idle `auth_user` connection to it), else a new one; gives back the
+/// connection unless it failed.
+async fn fetch(
+    ctx: &MyClusterContext,
+    primary: fulcrum_pool::BackendId,
+    user: &str,
+    conn: Option<mysql_async::Conn>,
+) -> (
+    Result<Option<[u8; 20]>, AuthQueryError>,
+    Option<mysql_async::Conn>,
+) {
+    let Some(aq) = &ctx.config.auth_query else {
+        return (Ok(None), conn);
+    };
+    let mut conn = match conn {
+        Some(c) => c,
+        None => {
+            let backend = &ctx.config.backends[primary];
+            let connect = crate::backend::health::connect(
+                &backend.address,
+                &backend.tls,
+                &aq.user,
+                &aq.password,
+                &aq.database,
+            );
+            match tokio::time::timeout(ctx.config.connect_timeout, connect).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return (Err(AuthQueryError::Login(e.to_string())), None),
+                Err(_) => return (Err(AuthQueryError::Login("timed out".into())), None),
+            }
+        }
+    };
+    let query = conn.exec_first(aq.query.as_str(), (user,));
+    let row: Option<mysql_async::Row> =
+        match tokio::time::timeout(ctx.config.connect_timeout, query).await {
+            Ok(Ok(row)) => row,
+            Ok(Err(e)) => return (Err(AuthQueryError::Query(e.to_string())), None),
+            Err(_) => return (Err(AuthQueryError::Query("timed out".into())), None),
+        };
     // The last column: `authentication_string` alone, or after the name.
     let stored: Option<String> = row.and_then(|r| {
         let last = r.len().checked_sub(1)?;
         r.get::<Option<String>, _>(last).flatten()
     });
-    Ok(stored
-        .as_deref()
-        .and_then(crate::auth::native::parse_stored_hash))
+    (
+        Ok(stored
+            .as_deref()
+            .and_then(crate::auth::native::parse_stored_hash)),
+        Some(conn),
+    )
 }

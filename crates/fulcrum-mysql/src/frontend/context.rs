@@ -97,7 +97,7 @@ impl MyClusterContext {
                     (u.name.clone(), login)
                 })
                 .collect(),
-            auth: Default::default(),
+            auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
             sha2_cache: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::MySql),

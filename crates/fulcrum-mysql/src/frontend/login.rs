@@ -63,15 +63,24 @@ async fn auth_query_login(
     max: usize,
 ) -> Result<u8, SessionError> {
     let user = hello.username.as_str();
-    let looked = match super::auth_query::lookup(ctx, user).await {
+    let peer = conn.stream().peer_ip();
+    let looked = match super::auth_query::lookup(ctx, user, peer).await {
         Ok(l) => l,
         Err(e) => {
+            // The cause (which may name a server) goes to the log only.
             tracing::warn!(user, error = %e, "auth_query failed");
-            let m = format!("fulcrum: cannot check the password: {e}");
-            send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
-            return Err(SessionError::Refused(m));
+            let m = "fulcrum: cannot check the password now";
+            send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, m).await;
+            return Err(SessionError::Refused(format!("{m}: {e}")));
         }
     };
+    if looked.outcome == fulcrum_cluster::AuthOutcome::Limited {
+        tracing::warn!(
+            user,
+            ?peer,
+            "auth_query not run: this address found no user too often (auth_failed_lookups_per_minute)"
+        );
+    }
     let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
     if plugin == caching_sha2::PLUGIN && conn.stream().is_tls() {
         return caching_sha2_login(ctx, conn, hello, scramble, seq, max, looked).await;
@@ -105,15 +114,7 @@ async fn auth_query_login(
                 // The password may have changed: fetch again next time.
                 ctx.auth.forget(user);
             }
-            let m = format!(
-                "Access denied for user '{user}'@'{}' (using password: {})",
-                conn.stream()
-                    .tcp()
-                    .and_then(|t| t.peer_addr().ok())
-                    .map(|a| a.ip().to_string())
-                    .unwrap_or_default(),
-                if response.is_empty() { "NO" } else { "YES" }
-            );
+            let m = access_denied(conn.stream(), user, !response.is_empty());
             send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
             Err(SessionError::Refused(m))
         }
@@ -176,11 +177,23 @@ async fn caching_sha2_login(
             if looked.cached {
                 ctx.auth.forget(user);
             }
-            let m = format!("Access denied for user '{user}' (using password: YES)");
+            let m = access_denied(conn.stream(), user, true);
             send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
             Err(SessionError::Refused(m))
         }
     }
+}
+
+/// The server's 1045 text, the same for every failed login (listed user,
+/// `auth_query` user, unknown user; any plugin), so it tells nothing but
+/// "refused".
+fn access_denied(stream: &ClientStream, user: &str, used_password: bool) -> String {
+    let host = stream
+        .peer_ip()
+        .map(|ip| ip.to_string())
+        .unwrap_or_default();
+    let used = if used_password { "YES" } else { "NO" };
+    format!("Access denied for user '{user}'@'{host}' (using password: {used})")
 }
 
 /// Whether `response` proves `password` for `plugin` against `scramble`.
@@ -369,19 +382,10 @@ async fn authenticate_client(
         native::verify(expected.as_bytes(), &scramble, &msg[HEADER_LEN..])
     };
     if !ok || password.is_none() {
-        let m = format!(
-            "Access denied for user '{}'@'{}' (using password: {})",
-            hello.username,
-            conn.stream()
-                .tcp()
-                .and_then(|t| t.peer_addr().ok())
-                .map(|a| a.ip().to_string())
-                .unwrap_or_default(),
-            if hello.auth_response.is_empty() {
-                "NO"
-            } else {
-                "YES"
-            }
+        let m = access_denied(
+            conn.stream(),
+            &hello.username,
+            !hello.auth_response.is_empty(),
         );
         send_error(conn.stream_mut(), seq, codes::ACCESS_DENIED, &m).await;
         return Err(refuse(m));

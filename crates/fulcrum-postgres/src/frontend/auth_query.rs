@@ -8,23 +8,36 @@ pub use fulcrum_cluster::AuthQueryError;
 
 use super::context::ClusterContext;
 use crate::auth::secret::StoredSecret;
-use crate::backend::{connect, Credential, ServerTarget, ServerTlsTarget};
+use crate::backend::{connect, Credential, ServerConn, ServerTarget, ServerTlsTarget};
 
-/// The cache of fetched secrets and of what clients proved.
-pub type AuthCache = fulcrum_cluster::AuthCache<StoredSecret, Credential>;
+/// The cache of fetched secrets and of what clients proved, and the
+/// pooled `auth_user` connections.
+pub type AuthCache = fulcrum_cluster::AuthCache<StoredSecret, Credential, ServerConn>;
 
-/// Looks `user` up: the cached secret, or `auth_query` run on the primary.
+/// Looks `user` up for a client at `peer`: the cached secret, or
+/// `auth_query` run on the primary (bounded as `fulcrum_cluster::AuthCache`
+/// says).
 pub async fn lookup(
     ctx: &ClusterContext,
     user: &str,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<fulcrum_cluster::Looked<StoredSecret>, AuthQueryError> {
     let Some(aq) = &ctx.config.auth_query else {
-        return Ok(fulcrum_cluster::Looked {
-            secret: None,
-            cached: false,
-        });
+        return Ok(fulcrum_cluster::Looked::none());
     };
-    ctx.auth.lookup(user, aq.cache_ttl, fetch(ctx, user)).await
+    let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
+    let looked = ctx
+        .auth
+        .lookup(user, aq.cache_ttl, peer, primary, |conn| {
+            fetch(ctx, primary, user, conn)
+        })
+        .await;
+    let outcome = match &looked {
+        Ok(l) => l.outcome.label(),
+        Err(_) => "failed",
+    };
+    ctx.metrics.auth_lookup(outcome);
+    looked
 }
 
 /// `text` as a SQL string literal (PostgreSQL's quote_literal: quotes
@@ -38,43 +51,62 @@ pub fn quote_literal(text: &str) -> String {
     }
 }
 
-/// Runs `auth_query` for `user` on the primary.
-async fn fetch(ctx: &ClusterContext, user: &str) -> Result<Option<StoredSecret>, AuthQueryError> {
+/// Runs `auth_query` for `user` on `primary`, over `conn` if given (an
+/// idle `auth_user` connection to it), else a new one; gives back the
+/// connection unless it failed.
+async fn fetch(
+    ctx: &ClusterContext,
+    primary: fulcrum_pool::BackendId,
+    user: &str,
+    conn: Option<ServerConn>,
+) -> (
+    Result<Option<StoredSecret>, AuthQueryError>,
+    Option<ServerConn>,
+) {
     let Some(aq) = ctx.config.auth_query.as_ref() else {
-        return Ok(None);
+        return (Ok(None), conn);
     };
-    let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
-    let target = ServerTarget {
-        address: ctx.backends[primary].clone(),
-        user: aq.user.clone(),
-        credential: Credential::Password(aq.password.clone()),
-        database: aq.database.clone(),
-        allow_cleartext: ctx.config.server_cleartext,
-        tls: ctx
-            .config
-            .backends
-            .get(primary)
-            .and_then(|b| ServerTlsTarget::from_config(&b.tls)),
-    };
-    let mut conn = connect(&target, ctx.config.connect_timeout)
-        .await
-        .map_err(|e| AuthQueryError::Login(e.to_string()))?;
     // No user input reaches the query but as a quoted literal; a NUL byte
     // cannot be in a PostgreSQL name anyway.
     if user.contains('\0') {
-        return Ok(None);
+        return (Ok(None), conn);
     }
+    let mut conn = match conn {
+        Some(c) => c,
+        None => {
+            let target = ServerTarget {
+                address: ctx.backends[primary].clone(),
+                user: aq.user.clone(),
+                credential: Credential::Password(aq.password.clone()),
+                database: aq.database.clone(),
+                allow_cleartext: ctx.config.server_cleartext,
+                tls: ctx
+                    .config
+                    .backends
+                    .get(primary)
+                    .and_then(|b| ServerTlsTarget::from_config(&b.tls)),
+            };
+            match connect(&target, ctx.config.connect_timeout).await {
+                Ok(c) => c,
+                Err(e) => return (Err(AuthQueryError::Login(e.to_string())), None),
+            }
+        }
+    };
     let sql = aq.query.replace("$1", &quote_literal(user));
-    let rows = conn
-        .query_rows(&sql)
-        .await
-        .map_err(|e| AuthQueryError::Query(e.to_string()))?;
+    let rows = match tokio::time::timeout(ctx.config.connect_timeout, conn.query_rows(&sql)).await {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(e)) => return (Err(AuthQueryError::Query(e.to_string())), None),
+        Err(_) => return (Err(AuthQueryError::Query("timed out".into())), None),
+    };
     // (name, password) as pg_shadow gives them, or the password alone.
     let password = rows
         .first()
         .and_then(|row| row.get(if row.len() >= 2 { 1 } else { 0 }).cloned())
         .flatten();
-    Ok(password.as_deref().and_then(StoredSecret::parse))
+    (
+        Ok(password.as_deref().and_then(StoredSecret::parse)),
+        Some(conn),
+    )
 }
 
 #[cfg(test)]

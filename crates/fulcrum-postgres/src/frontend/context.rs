@@ -98,9 +98,9 @@ impl ClusterContext {
             })
             .collect();
         Arc::new(ClusterContext {
+            auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::Postgres),
             users,
-            auth: Default::default(),
             statements: StatementRegistry::default(),
             cancels: Arc::new(CancelRegistry::default()),
             mock_secret: rand::random(),

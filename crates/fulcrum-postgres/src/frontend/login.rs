@@ -314,20 +314,39 @@ async fn auth_query_login(
     user: &str,
     binding: Option<&[u8]>,
 ) -> Result<(), SessionError> {
-    let looked = match super::auth_query::lookup(ctx, user).await {
+    let looked = match super::auth_query::lookup(ctx, user, stream.peer_ip()).await {
         Ok(l) => l,
         Err(e) => {
+            // The cause (which may name a server) goes to the log only.
             tracing::warn!(user, error = %e, "auth_query failed");
-            let message = format!("fulcrum: cannot check the password: {e}");
-            return Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, &message).await);
+            let message = "fulcrum: cannot check the password now";
+            return Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, message).await);
         }
     };
-    let proof = match looked.secret {
+    if looked.outcome == fulcrum_cluster::AuthOutcome::Limited {
+        tracing::warn!(
+            user,
+            peer = ?stream.peer_ip(),
+            "auth_query not run: this address found no user too often (auth_failed_lookups_per_minute)"
+        );
+    }
+    let method = ctx.config.client_auth;
+    // The method offered depends on client_auth alone, never on what the
+    // server stores: a secret the method cannot check fails like an
+    // unknown user (the same exchange, the same 28P01), and the log says why.
+    let usable = match (&looked.secret, method) {
+        (Some(StoredSecret::Md5(_)), ClientAuth::ScramSha256) => {
+            tracing::warn!(user, "the password is stored as md5, which SCRAM cannot check: set client_auth = \"md5\" or store it as SCRAM");
+            None
+        }
+        (Some(StoredSecret::Scram(_)), ClientAuth::Md5) => {
+            tracing::warn!(user, "the password is stored as SCRAM, which md5 cannot check: set client_auth = \"scram-sha-256\"");
+            None
+        }
+        (secret, _) => secret.clone(),
+    };
+    let proof = match usable {
         Some(StoredSecret::Scram(verifier)) => {
-            if ctx.config.client_auth == ClientAuth::Md5 {
-                let message = format!("fulcrum: the password of \"{user}\" is stored as SCRAM, which md5 cannot check: set client_auth = \"scram-sha-256\"");
-                return Err(fatal(stream, sqlstate::INVALID_AUTHORIZATION, &message).await);
-            }
             let keys = (
                 verifier.server_key,
                 verifier.salt.clone(),
@@ -359,7 +378,7 @@ async fn auth_query_login(
             let ok = password_exchange(
                 stream,
                 buf,
-                ctx.config.client_auth,
+                method,
                 user,
                 Some((&password, &verifier)),
                 binding,
@@ -370,15 +389,9 @@ async fn auth_query_login(
         }
         None => {
             // The same exchange as for a real user, failing at its end.
-            let _ = password_exchange(
-                stream,
-                buf,
-                ctx.config.client_auth,
-                user,
-                None,
-                binding,
-                || mock_verifier(ctx, user),
-            )
+            let _ = password_exchange(stream, buf, method, user, None, binding, || {
+                mock_verifier(ctx, user)
+            })
             .await?;
             None
         }

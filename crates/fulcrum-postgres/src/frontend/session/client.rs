@@ -160,6 +160,9 @@ impl Session {
                 // kept for the Query's handling below (one pass).
                 let text = query_text(&frame[5..]).unwrap_or_default();
                 let unit = self.query_unit(text);
+                if self.one_setting_too_many(unit.effects.iter().as_slice()) {
+                    return Err(self.too_many_settings().await);
+                }
                 let deallocates = unit
                     .effects
                     .iter()
@@ -242,6 +245,10 @@ impl Session {
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
+                if self.one_setting_too_many(&ops) {
+                    self.flush_server().await?;
+                    return Err(self.too_many_settings().await);
+                }
                 let stamp = self.execute_stamp(&frame[5..]);
                 self.queue_to_server(frame);
                 self.owed.expect.push(Expect::Execute(ops, stamp));
@@ -360,6 +367,29 @@ impl Session {
             Ok(text) => self.ctx.classify_unit(text),
             _ => fulcrum_sql::Classified::from(Decision::Unknown),
         }
+    }
+
+    /// Whether `effects` would give the client more tracked settings than
+    /// `max_client_settings` (each is kept and replayed per connection).
+    fn one_setting_too_many(&self, effects: &[Effect]) -> bool {
+        let max = self.ctx.config.max_client_settings as usize;
+        let desired = &self.params.desired;
+        let fresh = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Set { key, .. } if !desired.contains_key(key)))
+            .count();
+        // The startup parameters are always there and do not count.
+        let set = desired.len().saturating_sub(self.params.startup.len());
+        fresh > 0 && set + fresh > max
+    }
+
+    /// Ends the session of a client past `max_client_settings`.
+    async fn too_many_settings(&mut self) -> SessionError {
+        let max = self.ctx.config.max_client_settings;
+        let msg = format!(
+            "fulcrum: too many session settings for one client (max_client_settings = {max}); RESET the ones no longer needed"
+        );
+        self.fatal_client("54000", &msg).await
     }
 
     /// A Parse that would give the client one named statement more than
