@@ -872,3 +872,100 @@ async fn reconnect_wait_close_and_kill() {
         "{err:?}"
     );
 }
+
+/// psql to the console on `port` as `user` with `sslmode` (and the CA for
+/// verify-ca): (success, stdout, stderr).
+fn console_psql(
+    port: u16,
+    user: &str,
+    password: &str,
+    sslmode: &str,
+    ca: &std::path::Path,
+    sql: &str,
+) -> (bool, String, String) {
+    let out = std::process::Command::new(fulcrum_testkit::pg_bin("psql"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", user])
+        .args(["-d", "fulcrum", "-X", "-At", "-c", sql])
+        .env("PGPASSWORD", password)
+        .env("PGSSLMODE", sslmode)
+        .env("PGSSLROOTCERT", ca)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("psql");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+/// With `[fulcrum] tls_mode = "require"` and a certificate, the console
+/// speaks TLS (psql verifies its certificate) and refuses plain logins;
+/// a `stats_users` login runs SHOW commands and nothing else.
+#[test]
+fn console_tls_and_stats_users() {
+    let certs = fulcrum_testkit::TestCerts::new().expect("certificates");
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&fulcrum_suite::pg_primary().primary().addr());
+    // ([fulcrum]'s tls_* keys are the clusters' defaults too: this
+    // cluster's listener requires TLS as well; the test does not use it.)
+    let global = format!(
+        "tls_mode = \"require\"\ntls_certificate = \"{}\"\ntls_private_key = \"{}\"\n\
+         stats_users = [\"watcher\"]\n",
+        certs.cert.display(),
+        certs.key.display()
+    );
+    let toml = console_toml(&cfg, admin_port, &global).replacen(
+        "[[cluster]]",
+        "[[fulcrum.admin_user]]\nname = \"watcher\"\npassword = \"watch-pw\"\n\n[[cluster]]",
+        1,
+    );
+    let f = FulcrumProcess::start(&toml).expect("start fulcrum");
+    let (ok, out, err) = console_psql(
+        admin_port,
+        CONSOLE_USER,
+        CONSOLE_PASSWORD,
+        "verify-ca",
+        &certs.ca,
+        "SHOW VERSION",
+    );
+    assert!(ok, "{err}\n{}", f.log_contents());
+    assert!(out.contains("ulcrum"), "{out}");
+    let (ok, _, err) = console_psql(
+        admin_port,
+        CONSOLE_USER,
+        CONSOLE_PASSWORD,
+        "disable",
+        &certs.ca,
+        "SHOW VERSION",
+    );
+    assert!(!ok && err.contains("requires TLS"), "{err}");
+    // The stats user reads...
+    let (ok, out, err) = console_psql(
+        admin_port,
+        "watcher",
+        "watch-pw",
+        "require",
+        &certs.ca,
+        "SHOW POOLS",
+    );
+    assert!(ok, "{err}");
+    let _ = out;
+    // ...and changes nothing.
+    for command in ["PAUSE", "RELOAD", "SET log = 'debug'", "SHOW QUERIES RESET"] {
+        let (ok, _, err) = console_psql(
+            admin_port, "watcher", "watch-pw", "require", &certs.ca, command,
+        );
+        assert!(!ok && err.contains("stats user"), "{command}: {err}");
+    }
+    // The full admin still can.
+    let (ok, _, err) = console_psql(
+        admin_port,
+        CONSOLE_USER,
+        CONSOLE_PASSWORD,
+        "require",
+        &certs.ca,
+        "RESUME",
+    );
+    assert!(ok, "{err}");
+}

@@ -48,6 +48,14 @@ pub enum Command {
     ResetQueries(Option<String>),
 }
 
+impl Command {
+    /// Whether the command only reads (what a `stats_users` login may run):
+    /// the SHOW commands, but not `SHOW QUERIES RESET`.
+    pub fn only_reads(&self) -> bool {
+        matches!(self, Command::Show(_) | Command::ShowQueries(_))
+    }
+}
+
 /// Parses one command; the error says what is wrong, for the client.
 pub fn parse(text: &str) -> Result<Command, String> {
     let text = text.trim().trim_end_matches(';').trim();

@@ -60,9 +60,10 @@ impl Admin {
         self.config().fulcrum.admin_users
     }
 
-    /// The console user `name` (if configured) and `admin_auth`, read under
-    /// the lock: a login copies no more of the config than that.
-    fn login_user(&self, name: &str) -> (Option<User>, fulcrum_config::ClientAuth) {
+    /// The console user `name` (if configured), `admin_auth`, and whether
+    /// `name` is a stats user (SHOW only), read under the lock: a login
+    /// copies no more of the config than that.
+    fn login_user(&self, name: &str) -> (Option<User>, fulcrum_config::ClientAuth, bool) {
         let config = self.config.lock().unwrap_or_else(|e| e.into_inner());
         let user = config
             .fulcrum
@@ -70,7 +71,14 @@ impl Admin {
             .iter()
             .find(|u| u.name == name)
             .cloned();
-        (user, config.fulcrum.admin_auth)
+        let stats_only = config.fulcrum.stats_users.iter().any(|s| s == name);
+        (user, config.fulcrum.admin_auth, stats_only)
+    }
+
+    /// The console's TLS (`[fulcrum]`'s `tls_*` keys), if any.
+    fn console_tls(&self) -> Option<fulcrum_config::ClientTls> {
+        let config = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        config.fulcrum.admin_tls.clone()
     }
 
     fn clusters(&self) -> Vec<Arc<dyn ClusterAdmin>> {

@@ -1,8 +1,10 @@
-//! One admin connection: startup (SSL/GSS refused with 'N'), a SCRAM-SHA-256
-//! or md5 login (`admin_auth`) against `[[fulcrum.admin_user]]`, then simple
-//! queries, each one command,
-//! until Terminate. Any error is an ErrorResponse and the session goes on;
-//! only a bad startup or login ends it.
+//! One admin connection: startup (TLS when `[fulcrum]` has a certificate,
+//! required with its `tls_mode = "require"`; GSS refused with 'N'), a
+//! SCRAM-SHA-256 or md5 login (`admin_auth`) against
+//! `[[fulcrum.admin_user]]`, then simple queries, each one command, until
+//! Terminate (a `stats_users` login may run SHOW commands only). Any error
+//! is an ErrorResponse and the session goes on; only a bad startup or login
+//! ends it.
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
@@ -13,6 +15,7 @@ use fulcrum_postgres::codec::frontend_msg::query_text;
 use fulcrum_postgres::codec::startup::{parse_startup, StartupPacket};
 use fulcrum_postgres::frontend::error::SessionError;
 use fulcrum_postgres::frontend::login::password_exchange;
+use fulcrum_tls::ClientStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -24,23 +27,56 @@ const MAX_MESSAGE: u64 = 1 << 20;
 /// A console login must finish within this time (as the data listeners').
 pub const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// Who logged in to the console.
+struct Operator {
+    name: String,
+    /// A `stats_users` login: SHOW only.
+    stats_only: bool,
+}
+
 /// The startup and password exchange, answered up to ReadyForQuery:
-/// the admin user's name, or `None` when the login ended (refused, a
-/// cancel request, the client gone).
+/// the admin user, or `None` when the login ended (refused, a cancel
+/// request, the client gone).
 async fn login(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     admin: &Admin,
-) -> std::io::Result<Option<String>> {
+) -> std::io::Result<Option<Operator>> {
+    let tls = admin.console_tls();
     let user = loop {
         match parse_startup(buf) {
-            Ok(Some((StartupPacket::Ssl | StartupPacket::GssEnc, used))) => {
+            Ok(Some((StartupPacket::Ssl, used))) => {
+                let _ = buf.split_to(used);
+                match &tls {
+                    Some(tls) if !stream.is_tls() && buf.is_empty() => {
+                        stream.write_all(b"S").await?;
+                        let acceptor = fulcrum_tls::TlsAcceptor::from(tls.server_config.clone());
+                        if let Err(e) = stream.upgrade(&acceptor).await {
+                            tracing::info!(error = %e, "admin console TLS handshake failed");
+                            return Ok(None);
+                        }
+                    }
+                    _ => stream.write_all(b"N").await?,
+                }
+            }
+            Ok(Some((StartupPacket::GssEnc, used))) => {
                 let _ = buf.split_to(used);
                 stream.write_all(b"N").await?;
             }
             Ok(Some((StartupPacket::Cancel { .. }, _))) => return Ok(None),
             Ok(Some((StartupPacket::Startup { params, .. }, used))) => {
                 let _ = buf.split_to(used);
+                let required = tls
+                    .as_ref()
+                    .is_some_and(|t| t.mode == fulcrum_config::TlsMode::Require);
+                if required && !stream.is_tls() {
+                    return fatal_end(
+                        stream,
+                        sqlstate::INVALID_AUTHORIZATION,
+                        "fulcrum admin: the console requires TLS (tls_mode = \"require\")",
+                    )
+                    .await;
+                }
                 break params
                     .into_iter()
                     .find(|(k, _)| k == "user")
@@ -66,7 +102,7 @@ async fn login(
     // unknown user goes through the same exchange and fails at its end.
     // Only this user's entry is copied out of the config, not the whole
     // config with every password in it.
-    let (known, admin_auth) = admin.login_user(&user);
+    let (known, admin_auth, stats_only) = admin.login_user(&user);
     let known = known.as_ref();
     let secret = process_secret();
     let salt = stable_salt(secret, &user);
@@ -115,17 +151,21 @@ async fn login(
     backend_msg::backend_key_data(&mut out, 0, 0);
     backend_msg::ready_for_query(&mut out, b'I');
     stream.write_all(&out).await?;
-    tracing::info!(admin = ?user, "admin console login");
-    Ok(Some(user))
+    tracing::info!(admin = ?user, stats_only, tls = stream.is_tls(), "admin console login");
+    Ok(Some(Operator {
+        name: user,
+        stats_only,
+    }))
 }
 
 /// Serves one console connection; `logged_in` is called once its login
 /// succeeded (until then the listener may close it for a newer one).
 pub async fn run(
-    mut stream: TcpStream,
+    stream: TcpStream,
     admin: &Admin,
     logged_in: impl FnOnce(),
 ) -> std::io::Result<()> {
+    let mut stream = ClientStream::from(stream);
     let mut buf = BytesMut::with_capacity(4096);
     let user = match tokio::time::timeout(LOGIN_TIMEOUT, login(&mut stream, &mut buf, admin)).await
     {
@@ -157,7 +197,15 @@ pub async fn run(
                     out.extend_from_slice(&[b'I', 0, 0, 0, 4]); // EmptyQueryResponse
                 } else {
                     match parse(text) {
+                        Ok(cmd) if user.stats_only && !cmd.only_reads() => {
+                            let msg = format!(
+                                "fulcrum admin: permission denied: \"{}\" is a stats user (stats_users): SHOW commands only",
+                                user.name
+                            );
+                            backend_msg::error_response(out, "ERROR", "42501", &msg);
+                        }
                         Ok(cmd) => {
+                            let user = &user.name;
                             tracing::info!(admin = ?user, command = ?text.trim(), "admin command");
                             if let Err((code, msg)) = admin.execute(cmd, out).await {
                                 backend_msg::error_response(out, "ERROR", code, &msg);
@@ -195,7 +243,9 @@ pub async fn run(
 }
 
 /// Reads one frame: (tag, body). `None` when the client closed.
-async fn read_frame(conn: &mut Connection<TcpStream>) -> std::io::Result<Option<(u8, BytesMut)>> {
+async fn read_frame(
+    conn: &mut Connection<ClientStream>,
+) -> std::io::Result<Option<(u8, BytesMut)>> {
     loop {
         match conn.complete_frame::<PgFrames>(MAX_MESSAGE) {
             Ok(Some(total)) => {
@@ -224,15 +274,15 @@ async fn read_frame(conn: &mut Connection<TcpStream>) -> std::io::Result<Option<
 }
 
 /// `fatal`, for the login: the login ends with no user.
-async fn fatal_end(
-    stream: &mut TcpStream,
+async fn fatal_end<T>(
+    stream: &mut ClientStream,
     code: &str,
     msg: &str,
-) -> std::io::Result<Option<String>> {
+) -> std::io::Result<Option<T>> {
     fatal(stream, code, msg).await.map(|()| None)
 }
 
-async fn fatal(stream: &mut TcpStream, code: &str, msg: &str) -> std::io::Result<()> {
+async fn fatal(stream: &mut ClientStream, code: &str, msg: &str) -> std::io::Result<()> {
     let mut out = BytesMut::new();
     backend_msg::error_response(&mut out, "FATAL", code, msg);
     stream.write_all(&out).await

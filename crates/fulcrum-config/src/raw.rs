@@ -36,6 +36,7 @@ pub(crate) struct RawGlobal {
     pub shutdown_timeout: Value<DurationText>,
     pub admin_user: Value<Tables<RawAdminUser>>,
     pub admin_auth: Value<String>,
+    pub stats_users: Value<Vec<Spanned<String>>>,
     pub tls_mode: Value<String>,
     pub tls_certificate: Value<String>,
     pub tls_private_key: Value<String>,
@@ -43,7 +44,7 @@ pub(crate) struct RawGlobal {
     pub tls_client_ca: Value<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawCluster {
     pub name: Value<String>,

@@ -194,6 +194,24 @@ pub(crate) fn client_tls(
     }))
 }
 
+/// The admin console's TLS: `[fulcrum]`'s `tls_*` keys, as a cluster that
+/// sets none of its own would take them (PostgreSQL protocol, ALPN
+/// `postgresql`).
+pub(crate) fn console_tls(
+    gt: &Table,
+    g: &RawGlobal,
+    base: &Path,
+) -> Result<Option<ClientTls>, Problem> {
+    client_tls(
+        gt,
+        &RawCluster::default(),
+        Some(gt),
+        Some(g),
+        Protocol::Postgres,
+        base,
+    )
+}
+
 fn mode_name(mode: TlsMode) -> &'static str {
     MODES
         .iter()

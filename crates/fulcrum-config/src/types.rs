@@ -37,6 +37,12 @@ pub struct Global {
     /// How console logins prove their password: SCRAM-SHA-256 or md5
     /// (never `Trust`).
     pub admin_auth: ClientAuth,
+    /// Console users who may only read (`SHOW ...`): PgBouncer's
+    /// `stats_users`, each one of `admin_users`.
+    pub stats_users: Vec<String>,
+    /// The console's TLS: `[fulcrum]`'s `tls_mode`, `tls_certificate` and
+    /// `tls_private_key` (the listeners' defaults); `None`: plain only.
+    pub admin_tls: Option<crate::ClientTls>,
 }
 
 /// The log line format (`log_format`).

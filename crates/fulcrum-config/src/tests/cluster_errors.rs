@@ -49,6 +49,11 @@ fn global_keys_are_validated() {
             "fulcrum.toml:2: fulcrum.admin_auth: unknown value \"trust\", expected one of \
              \"scram-sha-256\", \"md5\"",
         ),
+        (
+            &format!("[fulcrum]\nstats_users = [\"watcher\"]\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.stats_users: \"watcher\" is not a [[fulcrum.admin_user]]; \
+             stats users log in as admin users do",
+        ),
     ]);
 }
 

@@ -39,7 +39,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
         ),
         (
             "[fulcrum]\nlog = \"info\"\nadmn = \"127.0.0.1:6480\"\n",
-            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`, expected one of `admin`, `metrics`, `log`, `workers`, `log_format`, `slow_query_threshold`, `shutdown_timeout`, `admin_user`, `admin_auth`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`",
+            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`, expected one of `admin`, `metrics`, `log`, `workers`, `log_format`, `slow_query_threshold`, `shutdown_timeout`, `admin_user`, `admin_auth`, `stats_users`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`",
         ),
         (
             &unknown_cluster_key,

@@ -128,6 +128,8 @@ fn every_key_is_read_into_the_config() {
             shutdown_timeout: Duration::from_secs(10),
             admin_users: vec![user("ops", "ops secret")],
             admin_auth: ClientAuth::Md5,
+            stats_users: Vec::new(),
+            admin_tls: None,
         },
         clusters: vec![
             Cluster {
@@ -269,6 +271,8 @@ fn omitted_keys_take_their_documented_defaults() {
             shutdown_timeout: Duration::from_secs(30),
             admin_users: vec![],
             admin_auth: ClientAuth::ScramSha256,
+            stats_users: Vec::new(),
+            admin_tls: None,
         }
     );
     let c = &config.clusters[0];

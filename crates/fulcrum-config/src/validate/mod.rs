@@ -83,6 +83,8 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
             admin_users: Vec::new(),
             admin_auth: defaults::ADMIN_AUTH,
+            stats_users: Vec::new(),
+            admin_tls: None,
         });
     };
     let t = Table::new(lines, "fulcrum", raw.span());
@@ -113,6 +115,8 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             "shutdown_timeout",
             defaults::SHUTDOWN_TIMEOUT,
         )?,
+        stats_users: stats_users(&t, g)?,
+        admin_tls: crate::tls::console_tls(&t, g, base)?,
         admin_users: admin_users(&t, g, base)?,
         // No "trust": the console can stop traffic and promote servers.
         admin_auth: t.choice(
@@ -125,6 +129,35 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             Some(defaults::ADMIN_AUTH),
         )?,
     })
+}
+
+/// `stats_users`: names of `[[fulcrum.admin_user]]` entries limited to SHOW.
+fn stats_users(t: &Table, g: &RawGlobal) -> Result<Vec<String>, Problem> {
+    let Some(list) = &g.stats_users else {
+        return Ok(Vec::new());
+    };
+    let admins: Vec<&str> = g
+        .admin_user
+        .as_ref()
+        .map_or(&[][..], |a| a.get_ref().0.as_slice())
+        .iter()
+        .filter_map(|u| u.get_ref().name.as_ref().map(|n| n.get_ref().as_str()))
+        .collect();
+    let mut out = Vec::new();
+    for name in list.get_ref() {
+        if !admins.contains(&name.get_ref().as_str()) {
+            return Err(t.error(
+                list,
+                "stats_users",
+                format!(
+                    "{:?} is not a [[fulcrum.admin_user]]; stats users log in as admin users do",
+                    name.get_ref()
+                ),
+            ));
+        }
+        out.push(name.get_ref().clone());
+    }
+    Ok(out)
 }
 
 /// `[[fulcrum.admin_user]]`: name and non-empty password. Without any, the
