@@ -794,3 +794,62 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
         "{missing:?}"
     );
 }
+
+/// Right from the first query, and the same catalog for every user: on a
+/// fresh Fulcrum the very first statement of the first client reads
+/// through a NO SQL function and goes to a replica (the login waited for
+/// the schema's catalog, `function_catalog_wait`). The catalog is read as
+/// the health user: a first client who may see no routine
+/// (information_schema.ROUTINES lists only a user's own) does not make
+/// another user's writing function look like a built-in read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_is_read_at_login_as_the_health_user() {
+    let c = cluster();
+    for r in c.replicas() {
+        r.sql("SET GLOBAL log_bin_trust_function_creators = 1")
+            .expect("replica setting");
+    }
+    c.primary()
+        .sql_script(
+            APP_DB,
+            &format!(
+                "SET GLOBAL log_bin_trust_function_creators = 1;
+                 CREATE USER IF NOT EXISTS 'narrow'@'%' IDENTIFIED BY 'narrow-pw';
+                 GRANT SELECT ON {APP_DB}.items TO 'narrow'@'%';
+                 DROP FUNCTION IF EXISTS bump_first;
+                 DROP FUNCTION IF EXISTS thrice;
+                 DELIMITER //
+                 CREATE FUNCTION bump_first() RETURNS INT MODIFIES SQL DATA
+                   BEGIN INSERT INTO items (v) VALUES (98); RETURN 1; END//
+                 CREATE FUNCTION thrice(x INT) RETURNS INT DETERMINISTIC NO SQL RETURN x * 3//
+                 DELIMITER ;"
+            ),
+        )
+        .expect("functions and user");
+    c.wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("replicated");
+    // The first statement of a fresh Fulcrum.
+    let (_p, port) = start("");
+    let mut first = maria_connect(port).await;
+    let p = port_of(&mut first, "SELECT @@port + thrice(0)").await;
+    assert!(replica_ports().contains(&p), "the first read went to {p}");
+    // A user who sees no routine logs in first to another Fulcrum.
+    let (_q, port) = start("[[cluster.user]]\nname = \"narrow\"\npassword = \"narrow-pw\"");
+    let narrow = fulcrum_suite::maria_opts(port)
+        .user(Some("narrow"))
+        .pass(Some("narrow-pw"));
+    let mut narrow = Conn::new(narrow).await.expect("narrow logs in");
+    // (It may not run thrice(); the read only makes the catalog wanted.)
+    let _ = narrow
+        .query_drop("SELECT thrice(1) FROM items LIMIT 1")
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut app = maria_connect(port).await;
+    for _ in 0..3 {
+        let v: Option<i64> = app
+            .query_first("SELECT bump_first()")
+            .await
+            .unwrap_or_else(|e| panic!("a writing function reached a replica: {e}"));
+        assert_eq!(v, Some(1));
+    }
+}

@@ -28,6 +28,11 @@ fn cluster() -> &'static PgCluster {
         c.primary()
             .sql("CREATE FUNCTION bump_counter() RETURNS int LANGUAGE sql AS 'SELECT 1'")
             .expect("function");
+        c.primary()
+            .sql(
+                "CREATE FUNCTION twice(x int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT x * 2'",
+            )
+            .expect("immutable function");
         // The corpus test runs DDL: it gets a database of its own.
         c.primary()
             .sql_script("postgres", "CREATE DATABASE corpus OWNER app;")
@@ -302,6 +307,29 @@ fn pgbench_select_only_spreads_over_both_replicas() {
         "primary served {} of {n} reads",
         delta[0]
     );
+}
+
+/// Right from the first query: a fresh Fulcrum, and the very first
+/// statement of its very first client reads through an immutable user
+/// function. The login waited for the database's catalog
+/// (`function_catalog_wait`), so the read goes to a replica, not to the
+/// primary for want of the catalog. Both ways the catalog is read: a
+/// database listed in `[[cluster.database]]` (read at start) and one that
+/// is not (read at the first login).
+#[tokio::test]
+async fn the_first_read_after_start_is_routed_by_the_catalog() {
+    let listed = config().extra(&format!("[[cluster.database]]\nname = \"{APP_DB}\""));
+    for cfg in [config(), listed] {
+        let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
+        let cfg = config_of(&p);
+        let client = pg_connect(&cfg).await;
+        let port = port_of(&client, "SELECT inet_server_port() + twice(0)").await;
+        assert!(
+            replica_ports().contains(&port),
+            "the first read went to {port}\n{}",
+            p.log_contents()
+        );
+    }
 }
 
 #[tokio::test]

@@ -217,6 +217,27 @@ impl<C, P, S> ClusterCore<C, P, S> {
         )
     }
 
+    /// A client of `user` (with its protocol `options`) logged in to
+    /// `database`: when the function catalog has not read that database yet,
+    /// ask for it and wait up to `function_catalog_wait`, so the client's
+    /// first reads are routed by the catalog, not sent to the primary.
+    pub async fn catalog_at_login(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
+        if self.config.function_catalog.is_none() || self.functions.knows(database) {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + self.config.function_catalog_wait;
+        // Twice at most: a lookup as the health user (at start) that could
+        // not log in is followed by one with this client's login.
+        for _ in 0..2 {
+            self.functions.want(user, options, database);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.functions.wait_known(database, left).await;
+            if self.functions.knows(database) || left.is_zero() {
+                return;
+            }
+        }
+    }
+
     /// The decision for `unit`, of `user` (with its protocol `options`) on
     /// `database`: a read calling functions no list decides goes to the
     /// primary unless the function catalog knows them all to be reads

@@ -7,8 +7,12 @@
 //! every such read of a database not read yet; a name that is not a user
 //! function is a built-in (a read), so built-ins cost no lookup. The
 //! lookups run in the background (the protocol context drains
-//! [`FunctionCatalog::wanted`] with its own query): a read never waits for
-//! one. Pgpool-II 4 reads `provolatile` likewise when no list is set.
+//! [`FunctionCatalog::wanted`] with its own query). Every configured
+//! database is asked for at start and when the primary changes, and a
+//! login to a database not read yet waits for its lookup up to
+//! `function_catalog_wait` ([`FunctionCatalog::wait_known`]), so even the
+//! first read after a start is routed by the catalog; a read itself never
+//! waits. Pgpool-II 4 reads `provolatile` likewise when no list is set.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -55,6 +59,8 @@ pub struct FunctionCatalog {
     failed: Mutex<HashMap<Arc<str>, Instant>>,
     queue: Mutex<Vec<Wanted>>,
     wake: Notify,
+    /// Woken when a lookup ends (learned or failed).
+    settled: Notify,
 }
 
 /// How long after a failed lookup a database is asked again.
@@ -72,6 +78,67 @@ impl FunctionCatalog {
             failed: Mutex::default(),
             queue: Mutex::default(),
             wake: Notify::new(),
+            settled: Notify::new(),
+        }
+    }
+
+    /// Whether `database`'s functions are known (fresh or stale).
+    pub fn knows(&self, database: &str) -> bool {
+        self.known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(database)
+    }
+
+    /// Asks for `database`'s functions (read with `user`'s login, or the
+    /// health user's when `user` is empty), unless it is asked for already
+    /// or its last lookup failed less than [`RETRY_AFTER`] ago.
+    pub fn want(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
+        let backing_off = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(database)
+            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if backing_off {
+            return;
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if !pending.contains(database) {
+            let database: Arc<str> = database.into();
+            pending.insert(database.clone());
+            self.queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Wanted {
+                    user: user.clone(),
+                    options,
+                    database,
+                });
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits until `database`'s functions are known, its lookup failed, or
+    /// `limit` passed (a login to a database not read yet: its first reads
+    /// are then routed by the catalog rather than sent to the primary).
+    pub async fn wait_known(&self, database: &str, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let waiting = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(database);
+            if self.knows(database) || !waiting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -99,28 +166,8 @@ impl FunctionCatalog {
                 None => (false, true),
             }
         };
-        let backing_off = ask
-            && self
-                .failed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(database)
-                .is_some_and(|at| at.elapsed() < RETRY_AFTER);
-        if ask && !backing_off {
-            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if !pending.contains(database) {
-                let database: Arc<str> = database.into();
-                pending.insert(database.clone());
-                self.queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Wanted {
-                        user: user.clone(),
-                        options,
-                        database,
-                    });
-                self.wake.notify_one();
-            }
+        if ask {
+            self.want(user, options, database);
         }
         ok
     }
@@ -147,14 +194,24 @@ impl FunctionCatalog {
         }
     }
 
-    /// Records the outcome of a lookup of `database` (`None`: it failed).
-    pub fn settle(&self, cluster: &str, database: Arc<str>, found: Option<Functions>) {
+    /// Records the outcome of lookup `w` (`None`: it failed). A failed
+    /// lookup as the health user (at start, after a failover) holds back
+    /// nothing: the next client's login asks again with its own login.
+    pub fn settle(&self, cluster: &str, w: Wanted, found: Option<Functions>) {
         match found {
             Some(functions) => {
-                tracing::debug!(%cluster, %database, functions = functions.len(), "function catalog read");
-                self.learned(database, functions);
+                tracing::debug!(%cluster, database = %w.database, functions = functions.len(), "function catalog read");
+                self.learned(w.database, functions);
             }
-            None => self.failed(&database),
+            None if w.user.is_empty() => {
+                tracing::debug!(%cluster, database = %w.database, "function catalog: not read as the health user");
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&w.database);
+                self.settled.notify_waiters();
+            }
+            None => self.failed(&w.database),
         }
     }
 
@@ -178,11 +235,14 @@ impl FunctionCatalog {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&database);
-        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= MAX_DATABASES {
-            known.clear();
+        {
+            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+            if known.len() >= MAX_DATABASES {
+                known.clear();
+            }
+            known.insert(database, (Arc::new(functions), Instant::now()));
         }
-        known.insert(database, (Arc::new(functions), Instant::now()));
+        self.settled.notify_waiters();
     }
 
     /// A lookup failed: asked again by a read that needs it after
@@ -192,11 +252,24 @@ impl FunctionCatalog {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(database);
-        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        if failed.len() >= MAX_DATABASES {
-            failed.clear();
+        {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if failed.len() >= MAX_DATABASES {
+                failed.clear();
+            }
+            failed.insert(database.clone(), Instant::now());
         }
-        failed.insert(database.clone(), Instant::now());
+        self.settled.notify_waiters();
+    }
+
+    /// The databases whose functions are known now.
+    pub fn databases(&self) -> Vec<Arc<str>> {
+        self.known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// DDL went through Fulcrum (CREATE / ALTER / DROP FUNCTION, ...):
@@ -221,18 +294,37 @@ impl FunctionCatalog {
 /// Runs `look_up` for each lookup `catalog` wants, until `stop` turns
 /// true (the context's health loop stopped: shutdown, or a reload's next
 /// context took over). One at a time: lookups are rare (once per function
-/// per TTL).
-pub fn start_lookups<F, Fut>(
+/// per TTL). `databases` are asked for at once, and again (with every
+/// database known by then) whenever `primary` names another server.
+pub fn start_lookups<F, Fut, P>(
     catalog: Arc<FunctionCatalog>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    databases: Vec<Arc<str>>,
+    primary: P,
     look_up: F,
 ) -> tokio::task::JoinHandle<()>
 where
     F: Fn(Wanted) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
+    P: Fn() -> Option<usize> + Send + 'static,
 {
+    let by_health_user: Arc<str> = "".into();
+    for database in &databases {
+        catalog.want(&by_health_user, (0, 0), database);
+    }
     tokio::spawn(async move {
+        let mut last_primary = primary();
         loop {
+            let now = primary();
+            if now != last_primary && now.is_some() {
+                // A failover: read everything again on the new primary.
+                last_primary = now;
+                let mut all = catalog.databases();
+                all.extend(databases.iter().cloned());
+                for database in all {
+                    catalog.want(&by_health_user, (0, 0), &database);
+                }
+            }
             for w in catalog.wanted() {
                 look_up(w).await;
             }

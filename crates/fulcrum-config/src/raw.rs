@@ -75,6 +75,7 @@ pub(crate) struct RawCluster {
     pub read_only_functions: Value<Vec<String>>,
     pub function_catalog: Value<bool>,
     pub function_catalog_ttl: Value<DurationText>,
+    pub function_catalog_wait: Value<DurationText>,
     pub classifier_cache_size: Value<Int>,
     pub digest_max_entries: Value<Int>,
     pub digest_metrics_top: Value<Int>,

@@ -264,6 +264,9 @@ pub struct Cluster {
     /// (`function_catalog`); `None`: off. The duration is how long an
     /// answer is used before it is asked again (`function_catalog_ttl`).
     pub function_catalog: Option<Duration>,
+    /// How long a login to a database whose functions are not read yet
+    /// waits for them (`function_catalog_wait`).
+    pub function_catalog_wait: Duration,
     /// Classifier decisions cached per cluster (0: no cache).
     pub classifier_cache_size: u32,
     /// Per-statement digest statistics (`digest_max_entries`, `digest_metrics_top`).
@@ -580,6 +583,7 @@ pub mod defaults {
     pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const SERVER_CHECK_DELAY: Duration = Duration::from_secs(30);
     pub const FUNCTION_CATALOG_TTL: Duration = Duration::from_secs(60);
+    pub const FUNCTION_CATALOG_WAIT: Duration = Duration::from_millis(100);
     pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
     pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
     pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);

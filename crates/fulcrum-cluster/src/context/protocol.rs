@@ -107,9 +107,18 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         core.config.function_catalog?;
         let stop = core.health.stopped()?;
         let weak = Arc::downgrade(self);
+        let databases = core
+            .config
+            .databases
+            .iter()
+            .map(|d| Arc::<str>::from(d.server_database.as_str()))
+            .collect();
+        let router = core.router.clone();
         Some(function_catalog::start_lookups(
             core.functions.clone(),
             stop,
+            databases,
+            move || router.primary(),
             move |w| {
                 let ctx = weak.upgrade();
                 async move {
@@ -117,7 +126,7 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
                         let found = ctx.read_functions(&w).await;
                         let core = ctx.core();
                         core.metrics.function_lookup(found.is_some());
-                        core.functions.settle(&core.config.name, w.database, found);
+                        core.functions.settle(&core.config.name, w, found);
                     }
                 }
             },

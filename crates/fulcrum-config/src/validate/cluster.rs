@@ -149,6 +149,11 @@ pub(super) fn cluster(
         "function_catalog_ttl",
         defaults::FUNCTION_CATALOG_TTL,
     )?;
+    let function_catalog_wait = t.duration(
+        &c.function_catalog_wait,
+        "function_catalog_wait",
+        defaults::FUNCTION_CATALOG_WAIT,
+    )?;
     let function_catalog = c
         .function_catalog
         .as_ref()
@@ -280,6 +285,7 @@ pub(super) fn cluster(
         write_functions,
         read_only_functions,
         function_catalog,
+        function_catalog_wait,
         classifier_cache_size,
         digests,
         budgets,

@@ -285,13 +285,12 @@ impl ProtocolContext for MyClusterContext {
     /// MODIFIES SQL DATA, or CONTAINS SQL and not deterministic (MariaDB's
     /// default, which it does not enforce), is a write; NO SQL, READS SQL
     /// DATA or deterministic a read.
+    ///
+    /// Read as the health user, so one user's privileges (ROUTINES lists
+    /// only the routines a user may see) do not decide every user's
+    /// routing; as the client that asked when the health user cannot log in.
     async fn read_functions(&self, w: &Wanted) -> Option<Functions> {
         let primary = self.router.primary()?;
-        let (format, charset) = w.options;
-        let mut conn = self
-            .open(primary, &w.user, C::from_bits_truncate(format), charset)
-            .await
-            .ok()?;
         let sql = format!(
             "SELECT GROUP_CONCAT(CONCAT(LOWER(ROUTINE_NAME), '=', \
              (SQL_DATA_ACCESS = 'MODIFIES SQL DATA' OR \
@@ -299,15 +298,26 @@ impl ProtocolContext for MyClusterContext {
              FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION' AND ROUTINE_SCHEMA = {}",
             quote_literal(&w.database)
         );
-        // A connection of its own (closed after): the list is one value,
-        // which GROUP_CONCAT would cut at 1 kB by default.
-        conn.run_simple(
-            crate::codec::command::Command::Query,
-            b"SET SESSION group_concat_max_len = 16777216",
-        )
-        .await
-        .ok()?;
-        let list = conn.query_value(&sql).await.ok()?.unwrap_or_default();
+        let list = match self.read_routines_as_health_user(primary, &sql).await {
+            Some(list) => list,
+            None if w.user.is_empty() => return None,
+            None => {
+                let (format, charset) = w.options;
+                let mut conn = self
+                    .open(primary, &w.user, C::from_bits_truncate(format), charset)
+                    .await
+                    .ok()?;
+                // A connection of its own (closed after): the list is one
+                // value, which GROUP_CONCAT would cut at 1 kB by default.
+                conn.run_simple(
+                    crate::codec::command::Command::Query,
+                    b"SET SESSION group_concat_max_len = 16777216",
+                )
+                .await
+                .ok()?;
+                conn.query_value(&sql).await.ok()?.unwrap_or_default()
+            }
+        };
         let mut functions = Functions::new();
         for entry in list.split(',').filter(|e| !e.is_empty()) {
             if let Some((name, writes)) = entry.rsplit_once('=') {
@@ -320,6 +330,35 @@ impl ProtocolContext for MyClusterContext {
             }
         }
         Some(functions)
+    }
+}
+
+impl MyClusterContext {
+    /// `sql` (the ROUTINES list, one value) run on `backend` as the health
+    /// user; `None` when it cannot log in or the query fails.
+    async fn read_routines_as_health_user(&self, backend: BackendId, sql: &str) -> Option<String> {
+        use mysql_async::prelude::Queryable;
+        let b = self.config.backends.get(backend)?;
+        let health = &self.config.health;
+        let connect =
+            crate::backend::health::connect(&b.address, &b.tls, &health.user, &health.password, "");
+        let mut conn = tokio::time::timeout(self.config.connect_timeout, connect)
+            .await
+            .ok()?
+            .map_err(
+                |e| tracing::debug!(error = %e, "function catalog: the health user cannot log in"),
+            )
+            .ok()?;
+        // GROUP_CONCAT of no rows is NULL.
+        let list: Option<Option<Option<String>>> = async {
+            conn.query_drop("SET SESSION group_concat_max_len = 16777216")
+                .await
+                .ok()?;
+            conn.query_first(sql).await.ok()
+        }
+        .await;
+        let _ = conn.disconnect().await;
+        Some(list?.flatten().unwrap_or_default())
     }
 }
 

@@ -210,6 +210,12 @@ impl Session {
                 return Err(e);
             }
         }
+        if let Some(schema) = &self.schema {
+            // Before the OK: the client's first reads find the schema's
+            // functions read (function_catalog_wait at most).
+            let options = (self.hello.wire_format.bits(), self.hello.charset);
+            self.ctx.catalog_at_login(&self.user, options, schema).await;
+        }
         put_ok(
             &mut self.client.write_buf,
             login_seq,

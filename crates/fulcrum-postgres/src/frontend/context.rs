@@ -247,10 +247,30 @@ impl ProtocolContext for ClusterContext {
 
     /// The user functions of a database (outside pg_catalog and
     /// information_schema): volatile in any overload is a write; stable or
-    /// immutable a read.
+    /// immutable a read. Read with the login of the client that asked
+    /// (`pg_proc` shows every user the same), or, at start and after a
+    /// failover (no client asked), as the health user.
     async fn read_functions(&self, w: &Wanted) -> Option<Functions> {
         let primary = self.router.primary()?;
-        let mut conn = self.open(primary, &w.user, &w.database).await.ok()?;
+        let mut conn = if w.user.is_empty() {
+            let target = crate::backend::ServerTarget {
+                address: self.backends[primary].clone(),
+                user: self.config.health.user.clone(),
+                credential: Credential::Password(self.config.health.password.clone()),
+                database: w.database.to_string(),
+                allow_cleartext: self.config.server_cleartext,
+                tls: self
+                    .config
+                    .backends
+                    .get(primary)
+                    .and_then(|b| crate::backend::ServerTlsTarget::from_config(&b.tls)),
+            };
+            crate::backend::connect(&target, self.config.connect_timeout)
+                .await
+                .ok()?
+        } else {
+            self.open(primary, &w.user, &w.database).await.ok()?
+        };
         let rows = conn
             .query_rows(
                 "SELECT p.proname::text, bool_or(p.provolatile = 'v')::text FROM pg_proc p \

@@ -234,6 +234,10 @@ pub async fn login(
         database: database.into(),
         startup,
     };
+    // Before AuthenticationOk's followers: the client's first reads find
+    // the database's functions read (function_catalog_wait at most).
+    ctx.catalog_at_login(&login.user, (0, 0), &login.database)
+        .await;
     Ok(Some((chosen, login)))
 }
 
