@@ -35,11 +35,14 @@ pub use units::{parse_duration, parse_size};
 
 /// Reads and parses the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    let mut text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_owned(),
         error,
     })?;
-    parse(&text, path)
+    let config = parse(&text, path);
+    // The file may hold passwords: its text is cleared once parsed.
+    zeroize::Zeroize::zeroize(&mut text);
+    config
 }
 
 /// Parses configuration `text`; `path` is used in error messages and as [`Config::source`].

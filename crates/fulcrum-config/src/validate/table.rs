@@ -99,11 +99,14 @@ impl<'a> Table<'a> {
             SecretText::File(path) => {
                 let full = base.join(path);
                 crate::private_file::check(&full).map_err(|why| self.error(value, name, why))?;
-                let text = std::fs::read_to_string(&full).map_err(|e| {
+                let mut text = std::fs::read_to_string(&full).map_err(|e| {
                     self.error(value, name, format!("cannot read {}: {e}", full.display()))
                 })?;
-                let text = text.strip_suffix('\n').unwrap_or(&text);
-                Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
+                let trimmed = text.strip_suffix('\n').unwrap_or(&text);
+                let secret = trimmed.strip_suffix('\r').unwrap_or(trimmed).to_owned();
+                // Only the one copy kept stays in memory.
+                zeroize::Zeroize::zeroize(&mut text);
+                Ok(secret)
             }
             SecretText::Env(var) => std::env::var(var).map_err(|e| {
                 let why = match e {

@@ -273,7 +273,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                             "the server wants caching_sha2_password full authentication (the password itself) over TLS whose certificate is not verified: a man in the middle could be asking; set server_tls = \"verify-ca\" or \"verify-full\" (or give the user a mysql_native_password login)".into(),
                         ));
                     }
-                    let mut password = target.password.as_bytes().to_vec();
+                    let mut password = zeroize::Zeroizing::new(target.password.as_bytes().to_vec());
                     password.push(0);
                     send_packet(&mut conn, seq, &password)
                         .await
@@ -288,7 +288,10 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
 async fn send_packet(conn: &mut ServerConn, seq: u8, payload: &[u8]) -> std::io::Result<()> {
     let mut out = BytesMut::new();
     write_packet(&mut out, seq, payload);
-    conn.io.send(&out).await
+    let sent = conn.io.send(&out).await;
+    // A login packet may hold the password (caching_sha2 full authentication).
+    zeroize::Zeroize::zeroize(&mut out[..]);
+    sent
 }
 
 /// A connection before login: nothing set on it yet.

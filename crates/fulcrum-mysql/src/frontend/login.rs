@@ -151,7 +151,7 @@ async fn caching_sha2_login(
         write_packet(&mut out, seq, &caching_sha2::perform_full_authentication());
         conn.send(&out).await?;
         let span = read_client_message(conn, max).await?;
-        let msg = conn.take(span.total);
+        let mut msg = conn.take(span.total);
         seq = span.last_seq.wrapping_add(1);
         let sent = &msg[HEADER_LEN..];
         let password = sent.strip_suffix(&[0]).unwrap_or(sent);
@@ -159,14 +159,17 @@ async fn caching_sha2_login(
         let holds = looked
             .secret
             .is_some_and(|stored| crate::auth::constant_time_eq(&native::stage2(&stage1), &stored));
-        holds.then(|| {
+        let proven = holds.then(|| {
             ctx.set_sha2_cache(
                 user,
                 native::stage2(&stage1),
                 caching_sha2::cached_hash(password),
             );
             stage1
-        })
+        });
+        // The password itself (inside TLS): cleared once checked.
+        zeroize::Zeroize::zeroize(&mut msg[..]);
+        proven
     };
     match proven {
         Some(stage1) => {
@@ -361,9 +364,12 @@ async fn authenticate_client(
             write_packet(&mut out, seq, &caching_sha2::perform_full_authentication());
             conn.send(&out).await?;
             let span = read_client_message(conn, max).await?;
-            let msg = conn.take(span.total);
+            let mut msg = conn.take(span.total);
             seq = span.last_seq.wrapping_add(1);
-            caching_sha2::verify_cleartext(expected.as_bytes(), &msg[HEADER_LEN..])
+            let ok = caching_sha2::verify_cleartext(expected.as_bytes(), &msg[HEADER_LEN..]);
+            // The password itself (inside TLS): cleared once checked.
+            zeroize::Zeroize::zeroize(&mut msg[..]);
+            ok
         } else {
             false
         }

@@ -434,7 +434,10 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             _ => return Err(protocol("unexpected message during login")),
         }
         if !out.is_empty() {
-            stream.write_all(&out).await.map_err(io)?;
+            let sent = stream.write_all(&out).await.map_err(io);
+            // It may have held the password (cleartext authentication).
+            zeroize::Zeroize::zeroize(&mut out[..]);
+            sent?;
         }
         let _ = one.remaining();
     }
