@@ -308,3 +308,88 @@ fn a_server_side_cursor_is_fetched_whole() {
     }
     panic!("no LAST_ROW_SENT after 10 fetches: {ids:?}");
 }
+
+const STORED_PROGRAMS: &str = r#"
+def run(conn, sql):
+    cur = conn.cursor()
+    try:
+        cur.execute(sql)
+        sets = [cur.fetchall()]
+        while cur.nextset():
+            sets.append(cur.fetchall())
+        print(repr(sql[:40]), "ok", sets)
+    except pymysql.err.MySQLError as e:
+        print(repr(sql[:40]), "error", e.args[0])
+
+c = connect()
+for sql in [
+    "DROP PROCEDURE IF EXISTS fulcrum_two",
+    "CREATE PROCEDURE fulcrum_two() BEGIN SELECT 1; SELECT 2; END",
+    "CALL fulcrum_two()",
+    "DROP FUNCTION IF EXISTS fulcrum_f",
+    "CREATE FUNCTION fulcrum_f(x INT) RETURNS INT DETERMINISTIC BEGIN DECLARE y INT; SET y = x * 2; IF y > 2 THEN SET y = y + 1; END IF; RETURN y; END",
+    "SELECT fulcrum_f(1), fulcrum_f(2)",
+    "BEGIN NOT ATOMIC DECLARE z INT DEFAULT 3; SELECT z; END",
+    "IF 1 = 1 THEN SELECT 'yes'; ELSE SELECT 'no'; END IF",
+    "CREATE PROCEDURE fulcrum_two() BEGIN SELECT 1; END; SELECT 2",
+    "DROP PROCEDURE fulcrum_two",
+    "DROP FUNCTION fulcrum_f",
+]:
+    run(c, sql)
+"#;
+
+/// A stored program's body holds `;` of its own: a client without
+/// CLIENT_MULTI_STATEMENTS (PyMySQL's default, and Connector/J's, so
+/// Flyway's and Liquibase's) creates procedures and functions, and runs
+/// MariaDB's compound statements, through Fulcrum as directly; a statement
+/// stacked after one is still refused with the server's 1064.
+#[test]
+fn stored_programs_are_created_as_directly() {
+    let (cluster, _fulcrum, port) = setup();
+    let direct = pymysql(&cluster.primary().addr(), STORED_PROGRAMS);
+    let through = pymysql(&format!("127.0.0.1:{port}"), STORED_PROGRAMS);
+    assert!(
+        direct.contains("'CALL fulcrum_two()' ok [((1,),), ((2,),)"),
+        "{direct}"
+    );
+    assert!(direct.contains("error 1064"), "the stacked one: {direct}");
+    assert_eq!(through, direct, "through Fulcrum as directly");
+}
+
+const WAIT_TIMEOUT: &str = r#"
+import time
+c = connect()
+c.cursor().execute("SET wait_timeout = 1")
+time.sleep(2.5)
+try:
+    c.cursor().execute("SELECT 1")
+    print("still open")
+except pymysql.err.OperationalError as e:
+    print("closed", e.args[0])
+"#;
+
+/// A client's own `SET wait_timeout = 1`, then idle: directly the server
+/// resets the connection and PyMySQL reports it lost (2006 here, as its
+/// next write meets the reset; 2013 when a read does); through Fulcrum the
+/// same, in transaction and in session pooling (not an ERR 1927 from a
+/// server connection the server closed).
+#[test]
+fn a_clients_own_wait_timeout_closes_it_as_the_server_would() {
+    let (cluster, _fulcrum, port) = setup();
+    let direct = pymysql(&cluster.primary().addr(), WAIT_TIMEOUT);
+    assert!(
+        direct == "closed 2006\n" || direct == "closed 2013\n",
+        "{direct}"
+    );
+    let through = pymysql(&format!("127.0.0.1:{port}"), WAIT_TIMEOUT);
+    assert_eq!(through, direct, "transaction pooling");
+    let session_port = free_port();
+    let _session = FulcrumProcess::start(&maria_toml(
+        cluster,
+        session_port,
+        "pool_mode = \"session\"",
+    ))
+    .expect("fulcrum");
+    let through = pymysql(&format!("127.0.0.1:{session_port}"), WAIT_TIMEOUT);
+    assert_eq!(through, direct, "session pooling");
+}

@@ -828,8 +828,9 @@ async fn the_catalog_is_read_at_login_as_the_health_user() {
         .expect("functions and user");
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
-    // The first statement of a fresh Fulcrum.
-    let (_p, port) = start("");
+    // The first statement of a fresh Fulcrum (a wait longer than the
+    // default 100 ms: a busy machine's lookup may take longer).
+    let (_p, port) = start("function_catalog_wait = \"5s\"");
     let mut first = maria_connect(port).await;
     let p = port_of(&mut first, "SELECT @@port + thrice(0)").await;
     assert!(replica_ports().contains(&p), "the first read went to {p}");

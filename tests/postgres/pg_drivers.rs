@@ -59,11 +59,16 @@ const IMPLS: [&str; 2] = ["python", "binary"];
 /// Returns its standard output; panics (naming the build) if it fails or
 /// runs past `SCRIPT_TIMEOUT`.
 fn psycopg(impl_: &str, script: &str) -> String {
+    psycopg_at(impl_, &dsn(), script)
+}
+
+/// `psycopg`, against the conninfo `dsn`.
+fn psycopg_at(impl_: &str, dsn: &str, script: &str) -> String {
     let mut child = Command::new("timeout")
         .arg(format!("{}", SCRIPT_TIMEOUT.as_secs()))
         .args(["python3", "-"])
         .env("PSYCOPG_IMPL", impl_)
-        .env("DSN", dsn())
+        .env("DSN", dsn)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -228,4 +233,64 @@ with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN, autocom
             "{impl_}"
         );
     }
+}
+
+/// Session pooling: the client's server connection is its own for the
+/// session, so it is given that server's process id and cancel key: the
+/// pid psycopg reports is `pg_backend_pid()`, `pg_terminate_backend` on it
+/// ends this client, and a cancel with that key still goes through Fulcrum
+/// (psycopg's own suite had 4 failures of this kind). Transaction pooling
+/// keeps Fulcrum's own pid (the client has no server of its own).
+#[test]
+fn session_pooling_gives_the_client_its_servers_pid() {
+    let c = cluster();
+    let cfg = PgProxyConfig::new(&c.primary().addr()).pool_mode("session");
+    let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
+    let (host, port) = p.listen_addrs()[0]
+        .rsplit_once(':')
+        .map(|(h, p)| (h.to_owned(), p.to_owned()))
+        .unwrap();
+    let dsn = format!("host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} connect_timeout=10");
+    let script = r#"
+import threading
+with psycopg.connect(DSN, autocommit=True) as conn:
+    pid = conn.execute("select pg_backend_pid()").fetchone()[0]
+    print("same pid", pid == conn.info.backend_pid)
+    threading.Timer(0.5, conn.cancel).start()
+    try:
+        conn.execute("select pg_sleep(10)")
+        print("not cancelled")
+    except psycopg.errors.QueryCanceled:
+        print("cancelled")
+    print("after cancel", conn.execute("select 1").fetchone()[0])
+    with psycopg.connect(DSN, autocommit=True) as other:
+        print("terminated", other.execute("select pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+    try:
+        conn.execute("select 1")
+        print("still alive")
+    except psycopg.OperationalError:
+        print("ended")
+"#;
+    for impl_ in IMPLS {
+        assert_eq!(
+            psycopg_at(impl_, &dsn, script),
+            "same pid True\ncancelled\nafter cancel 1\nterminated True\nended\n",
+            "{impl_}\n{}",
+            p.log_contents()
+        );
+    }
+    // Transaction pooling: Fulcrum's own pid, and cancel still works.
+    let script = r#"
+import threading
+with psycopg.connect(DSN, autocommit=True) as conn:
+    pid = conn.execute("select pg_backend_pid()").fetchone()[0]
+    print("same pid", pid == conn.info.backend_pid)
+    threading.Timer(0.5, conn.cancel).start()
+    try:
+        conn.execute("select pg_sleep(10)")
+        print("not cancelled")
+    except psycopg.errors.QueryCanceled:
+        print("cancelled")
+"#;
+    assert_eq!(psycopg("python", script), "same pid False\ncancelled\n");
 }

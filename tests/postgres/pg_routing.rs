@@ -318,8 +318,14 @@ fn pgbench_select_only_spreads_over_both_replicas() {
 /// is not (read at the first login).
 #[tokio::test]
 async fn the_first_read_after_start_is_routed_by_the_catalog() {
-    let listed = config().extra(&format!("[[cluster.database]]\nname = \"{APP_DB}\""));
-    for cfg in [config(), listed] {
+    // A busy machine (the whole suite, a debug build) may take longer
+    // than the default 100 ms for a lookup: the wait is raised so the
+    // test shows the mechanism, not the machine's speed.
+    let waits = config().extra("function_catalog_wait = \"5s\"");
+    let listed = waits
+        .clone()
+        .extra(&format!("[[cluster.database]]\nname = \"{APP_DB}\""));
+    for cfg in [waits, listed] {
         let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
         let cfg = config_of(&p);
         let client = pg_connect(&cfg).await;

@@ -74,6 +74,9 @@ pub struct Session {
     schema: Option<String>,
     /// The client's SET statements, replayed in order.
     desired: Vec<String>,
+    /// The client's own `SET wait_timeout`: it is closed as the server
+    /// would close it, after that long idle.
+    wait_timeout: Option<Duration>,
     server: Option<Checkout<ServerConn>>,
     backend: BackendId,
     /// The client's state between commands (idle, busy, in a transaction,
@@ -173,6 +176,7 @@ impl Session {
             },
             schema: login.schema,
             desired: Vec::new(),
+            wait_timeout: None,
             server: None,
             engine,
             keep_for_next: false,
@@ -305,6 +309,16 @@ impl Session {
                     }
                     _ = tokio::time::sleep(limit), if idle.is_some() => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);
+                        if kind == "wait_timeout" {
+                            // As the server ends it: the connection is
+                            // reset, with no message (the client reports
+                            // it lost, 2006 / 2013).
+                            self.ctx.metrics.timeout(kind);
+                            if let Some(tcp) = self.client.stream().tcp() {
+                                let _ = tcp.set_zero_linger();
+                            }
+                            return Err(SessionError::ClientGone);
+                        }
                         return Err(self.idle_too_long(kind).await);
                     }
                 }
@@ -521,16 +535,23 @@ impl Session {
     /// The idle timeout that applies while waiting for the next command:
     /// `idle_transaction_timeout` inside a transaction on a server
     /// connection, `client_idle_timeout` otherwise.
+    /// The client's own `SET wait_timeout` wins when shorter: the server
+    /// would close it after that long, in a transaction or not.
     fn idle_timeout(&self) -> Option<(Duration, &'static str)> {
         let config = &self.ctx.config;
         let in_txn =
             self.server.is_some() && self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS);
-        if in_txn {
+        let ours = if in_txn {
             config
                 .idle_transaction_timeout
                 .map(|d| (d, "idle_transaction"))
         } else {
             config.client_idle_timeout.map(|d| (d, "client_idle"))
+        };
+        match (ours, self.wait_timeout) {
+            (Some((d, _)), Some(w)) if w < d => Some((w, "wait_timeout")),
+            (None, Some(w)) => Some((w, "wait_timeout")),
+            (ours, _) => ours,
         }
     }
 

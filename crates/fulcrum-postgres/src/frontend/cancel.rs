@@ -1,6 +1,9 @@
-//! Cancel keys: each client gets a Fulcrum-issued process id and secret; a
-//! CancelRequest carrying them is sent on to the server connection running
-//! that client's work at that moment, and to no other.
+//! Cancel keys: each client gets a Fulcrum-issued process id and secret, or,
+//! when its server connection is its own for the whole session (session
+//! pooling), that server's ([`CancelRegistry::alias`]), so the pid it sees
+//! is the one `pg_stat_activity`, `pg_terminate_backend` and notifications
+//! show. A CancelRequest carrying either is sent on to the server
+//! connection running that client's work at that moment, and to no other.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -27,6 +30,8 @@ impl CancelSlot {
 #[derive(Debug)]
 pub struct CancelRegistry {
     clients: Mutex<HashMap<i32, Arc<CancelSlot>>>,
+    /// Clients given their server's key: (server pid, server secret).
+    aliases: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
     next: AtomicI32,
 }
 
@@ -34,8 +39,25 @@ impl Default for CancelRegistry {
     fn default() -> Self {
         CancelRegistry {
             clients: Mutex::new(HashMap::new()),
+            aliases: Mutex::new(HashMap::new()),
             next: AtomicI32::new(rand::random_range(1..1 << 30)),
         }
+    }
+}
+
+/// A client known by its server's key; removed when dropped.
+pub struct Alias {
+    registry: Arc<CancelRegistry>,
+    key: (i32, i32),
+}
+
+impl Drop for Alias {
+    fn drop(&mut self) {
+        self.registry
+            .aliases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
     }
 }
 
@@ -76,18 +98,41 @@ impl CancelRegistry {
         }
     }
 
+    /// Makes `slot`'s client known by its server's key too (the key it was
+    /// sent); `None` when another client already is (the same pid and
+    /// secret on two servers), and it keeps its Fulcrum-issued key.
+    pub fn alias(self: &Arc<Self>, server: &CancelKey, slot: &Arc<CancelSlot>) -> Option<Alias> {
+        let key = (server.process_id, server.secret_key);
+        let mut aliases = self.aliases.lock().unwrap_or_else(|e| e.into_inner());
+        if aliases.contains_key(&key) {
+            return None;
+        }
+        aliases.insert(key, slot.clone());
+        Some(Alias {
+            registry: self.clone(),
+            key,
+        })
+    }
+
     /// The server to cancel for a client's key, if the key is right and the
     /// client is running something.
     pub fn target(&self, process_id: i32, secret_key: i32) -> Option<Arc<CancelKey>> {
-        let slot = self
+        let issued = self
             .clients
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&process_id)
-            .cloned()?;
-        if slot.secret_key != secret_key {
-            return None;
-        }
+            .filter(|slot| slot.secret_key == secret_key)
+            .cloned();
+        let slot = match issued {
+            Some(slot) => slot,
+            None => self
+                .aliases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(process_id, secret_key))
+                .cloned()?,
+        };
         let target = slot
             .target
             .lock()
@@ -155,5 +200,13 @@ mod tests {
         drop(a);
         assert!(reg.target(pid, 0).is_none());
         assert_eq!(reg.len(), 1);
+        // b known by its server's key too, until the alias goes.
+        let server = key(43);
+        let alias = reg.alias(&server, &b.slot).expect("free");
+        assert!(reg.alias(&server, &b.slot).is_none(), "taken");
+        assert_eq!(reg.target(43, 9).unwrap().process_id, 43);
+        assert!(reg.target(43, 8).is_none(), "wrong secret");
+        drop(alias);
+        assert!(reg.target(43, 9).is_none());
     }
 }

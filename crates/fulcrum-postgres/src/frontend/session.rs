@@ -116,6 +116,8 @@ struct ClientId {
     user: Arc<str>,
     database: Arc<str>,
     cancel: Arc<CancelSlot>,
+    /// Session pooling: the client is known by its server's cancel key.
+    server_key: Option<super::cancel::Alias>,
     /// This client's row in `SHOW CLIENTS`.
     entry: fulcrum_cluster::clients::ClientHandle,
 }
@@ -197,6 +199,7 @@ impl Session {
                 user: login.user,
                 database: login.database,
                 cancel,
+                server_key: None,
                 entry: client_entry,
             },
             client,
@@ -285,11 +288,21 @@ impl Session {
         for (name, value) in reported.iter() {
             backend_msg::parameter_status(&mut out, name, value);
         }
-        backend_msg::backend_key_data(
-            &mut out,
-            self.id.cancel.process_id,
-            self.id.cancel.secret_key,
-        );
+        // Session pooling: the server connection is the client's for the
+        // whole session, so it gets that server's pid and key (what
+        // pg_stat_activity, pg_terminate_backend and notifications show);
+        // a cancel with them still comes through Fulcrum.
+        let mut key = (self.id.cancel.process_id, self.id.cancel.secret_key);
+        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+            if let Some(server) = &self.server {
+                let server_key = server.cancel.clone();
+                self.id.server_key = self.ctx.cancels.alias(&server_key, &self.id.cancel);
+                if self.id.server_key.is_some() {
+                    key = (server_key.process_id, server_key.secret_key);
+                }
+            }
+        }
+        backend_msg::backend_key_data(&mut out, key.0, key.1);
         backend_msg::ready_for_query(&mut out, b'I');
         self.client.send(&out).await?;
         if self.engine.pinned().is_none() {

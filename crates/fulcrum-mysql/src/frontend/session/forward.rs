@@ -144,6 +144,9 @@ impl Session {
         if !reply.error {
             let server = self.server.as_mut().expect("attached");
             if let Some(set) = effects.set {
+                if let Some(t) = crate::codec::wait_timeout::session_wait_timeout(&set) {
+                    self.wait_timeout = Some(t);
+                }
                 self.desired.push(set);
                 server.applied = self.desired.clone();
             }
