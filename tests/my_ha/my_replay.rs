@@ -210,7 +210,7 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
         "--table-size=100000".into(),
     ];
     let prepare = tokio::task::block_in_place(|| {
-        Command::new("sysbench")
+        Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
             .args(&base)
             .args(["oltp_read_write", "prepare"])
             .output()
@@ -219,7 +219,7 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
     assert!(prepare.status.success(), "{prepare:?}");
     c.wait_replicas_caught_up(Duration::from_secs(60)).unwrap();
     let run = std::thread::spawn(move || {
-        Command::new("sysbench")
+        Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
             .args(&base)
             .args([
                 "oltp_read_write",

@@ -175,7 +175,7 @@ fn auth_query_logs_in_a_native_user_fulcrum_does_not_list() {
     assert!(!ok && unknown.contains("1045"), "{unknown}");
     // sysbench as that user, prepared statements and all.
     let sysbench = |args: &[&str]| {
-        let out = Command::new("sysbench")
+        let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
             .args([
                 "--db-driver=mysql",
                 "--mysql-host=127.0.0.1",

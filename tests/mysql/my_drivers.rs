@@ -2,7 +2,8 @@
 //! same calls made directly to the MariaDB primary: PyMySQL, which does
 //! not enable CLIENT_MULTI_STATEMENTS unless asked, and COM_SET_OPTION.
 //!
-//! Needs `PyMySQL` for the machine's `python3` (`.ci/run` installs it).
+//! PyMySQL runs in the test kit's Python environment
+//! (`fulcrum_testkit::python`, made on first use).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -29,7 +30,9 @@ fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
 fn pymysql(host_port: &str, script: &str) -> String {
     let (host, port) = host_port.rsplit_once(':').expect("host:port");
     let mut child = Command::new("timeout")
-        .args(["30", "python3", "-"])
+        .arg("30")
+        .arg(fulcrum_testkit::python())
+        .arg("-")
         .env("HOST", host)
         .env("PORT", port)
         .env("USER", APP_USER)
@@ -56,7 +59,7 @@ fn pymysql(host_port: &str, script: &str) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("No module named 'pymysql'"),
-        "PyMySQL is not installed: pip install PyMySQL (.ci/run does)"
+        "PyMySQL is missing from the test kit's Python environment (target/fulcrum-python): remove that directory to make it again"
     );
     assert!(
         out.status.success(),

@@ -34,7 +34,7 @@ fn fulcrum() -> &'static (FulcrumProcess, u16) {
 
 /// Runs sysbench `args` against `port`; returns its stdout (panics on failure).
 fn sysbench(port: u16, args: &[&str]) -> String {
-    let out = Command::new("sysbench")
+    let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
         .args([
             "--db-driver=mysql",
             "--mysql-host=127.0.0.1",

@@ -179,7 +179,7 @@ fn sysbench_and_mysql_async_over_tls() {
     std::fs::copy(&client_cert, work.join("client-cert.pem")).unwrap();
     std::fs::copy(&client_key, work.join("client-key.pem")).unwrap();
     let sysbench = |args: &[&str]| {
-        let out = Command::new("sysbench")
+        let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
             .current_dir(&work)
             .args([
                 "--db-driver=mysql",

@@ -14,10 +14,11 @@ use fulcrum_suite::{
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_USER};
 use mysql_async::prelude::Queryable;
 
-/// `promtool check metrics` on a scrape, when promtool is installed (.ci/run
-/// installs it); its findings fail the test.
+/// `promtool check metrics` on a scrape (Debian's prometheus package,
+/// installed by the test kit if missing); its findings fail the test.
 fn promtool_check(text: &str) {
-    let Ok(mut child) = Command::new("promtool")
+    let promtool = fulcrum_testkit::tool("/usr/bin/promtool", "prometheus");
+    let Ok(mut child) = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -4,8 +4,8 @@
 //! primary with two streaming replicas behind a transaction-pooling listener.
 //! Each call is bounded: a client that would wait forever fails the test.
 //!
-//! Needs `psycopg` and `psycopg-binary` 3.3 for the machine's `python3`
-//! (`.ci/run` installs them).
+//! psycopg and psycopg-binary 3.3 run in the test kit's Python
+//! environment (`fulcrum_testkit::python`, made on first use).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -66,7 +66,8 @@ fn psycopg(impl_: &str, script: &str) -> String {
 fn psycopg_at(impl_: &str, dsn: &str, script: &str) -> String {
     let mut child = Command::new("timeout")
         .arg(format!("{}", SCRIPT_TIMEOUT.as_secs()))
-        .args(["python3", "-"])
+        .arg(fulcrum_testkit::python())
+        .arg("-")
         .env("PSYCOPG_IMPL", impl_)
         .env("DSN", dsn)
         .stdin(Stdio::piped())
@@ -88,7 +89,7 @@ fn psycopg_at(impl_: &str, dsn: &str, script: &str) -> String {
         panic!("psycopg ({impl_}) waited more than {SCRIPT_TIMEOUT:?}: a hang\nstdout:\n{stdout}\nstderr:\n{stderr}");
     }
     if stderr.contains("No module named 'psycopg") || stderr.contains("couldn't import psycopg") {
-        panic!("psycopg ({impl_}) is not installed: pip install 'psycopg==3.3.9' 'psycopg-binary==3.3.9' (.ci/run does)\n{stderr}");
+        panic!("psycopg ({impl_}) is missing from the test kit's Python environment (target/fulcrum-python): remove that directory to make it again\n{stderr}");
     }
     assert!(
         out.status.success(),

@@ -39,7 +39,9 @@ pub use maria_node::MariaNode;
 pub use pg_cluster::{PgCluster, PgClusterBuilder, KEEP_ENV, VERBOSE_ENV};
 pub use pg_node::PgNode;
 pub use ports::{free_port, wait_for_tcp, RESERVED_PORTS};
+pub mod provision;
 pub use process::{find_maria_bin, find_pg_bin, is_root, maria_bin, pg_bin, raise_fd_limit};
+pub use provision::{python, tool};
 pub use roles::{
     APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
     MARIA_REPL_PASSWORD, MARIA_REPL_USER, MARIA_SUPERUSER, SUPERUSER,

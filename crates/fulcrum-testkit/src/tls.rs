@@ -49,7 +49,7 @@ impl TestCerts {
             "-nodes",
         ];
         let target = format!("test certificates in {}", dir.display());
-        let mut make_ca = Command::new("openssl");
+        let mut make_ca = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         make_ca
             .args(["req", "-x509"])
             .args(ec)
@@ -64,7 +64,7 @@ impl TestCerts {
             .arg("-out")
             .arg(&ca);
         process::run(&mut make_ca, None, &target)?;
-        let mut request = Command::new("openssl");
+        let mut request = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         request
             .arg("req")
             .args(ec)
@@ -74,7 +74,7 @@ impl TestCerts {
             .arg("-out")
             .arg(&csr);
         process::run(&mut request, None, &target)?;
-        let mut sign = Command::new("openssl");
+        let mut sign = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         sign.args(["x509", "-req", "-days", "2", "-set_serial", "1"])
             .arg("-in")
             .arg(&csr)
@@ -114,7 +114,7 @@ impl TestCerts {
         // Extensions make it an X.509 v3 certificate, which webpki requires.
         std::fs::write(&ext, "extendedKeyUsage=clientAuth\n")
             .map_err(|e| crate::TestkitError::io(format!("writing {}", ext.display()), e))?;
-        let mut request = Command::new("openssl");
+        let mut request = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         request
             .args([
                 "req",
@@ -129,7 +129,7 @@ impl TestCerts {
             .arg("-out")
             .arg(&csr);
         process::run(&mut request, None, &target)?;
-        let mut sign = Command::new("openssl");
+        let mut sign = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         sign.args(["x509", "-req", "-days", "2", "-set_serial", "7"])
             .arg("-in")
             .arg(&csr)
@@ -174,14 +174,14 @@ impl TestCerts {
         )
         .map_err(|e| io(&conf, e))?;
         let target = "an expired server certificate".to_string();
-        let mut request = Command::new("openssl");
+        let mut request = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         request
             .args(["req", "-new", "-key"])
             .arg(&self.key)
             .args(["-subj", "/CN=localhost", "-out"])
             .arg(&csr);
         process::run(&mut request, None, &target)?;
-        let mut sign = Command::new("openssl");
+        let mut sign = Command::new(crate::tool("/usr/bin/openssl", "openssl"));
         sign.args(["ca", "-batch", "-notext", "-config"])
             .arg(&conf)
             .args([
