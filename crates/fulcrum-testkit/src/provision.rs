@@ -138,7 +138,7 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
     let updated = std::env::temp_dir().join("fulcrum-apt-updated");
     if !updated.exists() {
         let ok = Command::new("apt-get")
-            .args(["update", "-qq"])
+            .args(["-o", "DPkg::Lock::Timeout=300", "update", "-qq"])
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
@@ -154,6 +154,8 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
             .status()
             .is_ok_and(|s| s.success());
     let out = Command::new("apt-get")
+        // Another apt-get (another checkout's tests, CI) may hold dpkg's lock.
+        .args(["-o", "DPkg::Lock::Timeout=300"])
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive")
