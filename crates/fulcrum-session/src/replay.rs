@@ -79,6 +79,13 @@ impl Checksum {
         self.npending = rest.len();
     }
 
+    /// The bytes of the unfinished word, as a word (0 when none).
+    fn pending_word(&self) -> u64 {
+        let mut w = [0u8; 8];
+        w[..self.npending].copy_from_slice(&self.pending[..self.npending]);
+        u64::from_le_bytes(w) ^ (self.npending as u64) << 56
+    }
+
     /// Bytes fed so far.
     pub fn len(&self) -> u64 {
         self.len
@@ -102,15 +109,111 @@ pub enum Framing {
     Whole,
 }
 
+/// One message of the output as the comparison saw it: its type (the
+/// PostgreSQL tag; a MySQL packet's first byte), its length, and a hash
+/// of its bytes, so a mismatch can name the first message that differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMark {
+    pub kind: u8,
+    pub len: u32,
+    hash: u64,
+}
+
+impl std::fmt::Display for FrameMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.kind;
+        if kind.is_ascii_graphic() {
+            write!(f, "{}({})", kind as char, self.len)
+        } else {
+            write!(f, "0x{kind:02x}({})", self.len)
+        }
+    }
+}
+
+/// Messages traced per transaction at most (the rest is still checked,
+/// by the running checksum, but not named in a mismatch).
+const TRACE_MAX: usize = 512;
+
+/// The messages of one stream, in order ([`TRACE_MAX`] at most), and the
+/// one being read.
+#[derive(Debug, Clone, Default)]
+struct Trace {
+    marks: Vec<FrameMark>,
+    /// The message being read: its type, length and hash so far.
+    kind: u8,
+    len: u32,
+    sum: Checksum,
+    /// MySQL: the packet header being read, and the body bytes left.
+    packet_header: [u8; 4],
+    in_packet_header: usize,
+    packet_left: u64,
+}
+
+impl Trace {
+    fn start(&mut self, kind: u8, len: u32) {
+        self.kind = kind;
+        self.len = len;
+        self.sum = Checksum::default();
+    }
+
+    fn end(&mut self) {
+        if self.marks.len() < TRACE_MAX {
+            self.marks.push(FrameMark {
+                kind: self.kind,
+                len: self.len,
+                hash: self.sum.hash ^ self.sum.pending_word(),
+            });
+        }
+    }
+
+    /// MySQL packets: a 4-byte header (3-byte length, sequence id), then
+    /// the body, whose first byte is the packet's type.
+    fn feed_packets(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.in_packet_header < 4 {
+                self.packet_header[self.in_packet_header] = bytes[0];
+                self.in_packet_header += 1;
+                bytes = &bytes[1..];
+                if self.in_packet_header == 4 {
+                    let h = self.packet_header;
+                    let len = u32::from_le_bytes([h[0], h[1], h[2], 0]);
+                    self.start(bytes.first().copied().unwrap_or(0), len);
+                    self.sum.feed(&h);
+                    self.packet_left = u64::from(len);
+                    if len == 0 {
+                        self.end();
+                        self.in_packet_header = 0;
+                    }
+                }
+                continue;
+            }
+            if self.len == self.packet_left as u32 && self.sum.len() == 4 {
+                // The type byte may come in a later piece than the header.
+                self.kind = bytes[0];
+            }
+            let take = (self.packet_left as usize).min(bytes.len());
+            self.sum.feed(&bytes[..take]);
+            self.packet_left -= take as u64;
+            bytes = &bytes[take..];
+            if self.packet_left == 0 {
+                self.end();
+                self.in_packet_header = 0;
+            }
+        }
+    }
+}
+
 /// Where a frame-aware feed stands in the output stream: inside a frame's
-/// 5-byte header or its body, and whether that frame is left out.
-#[derive(Debug, Clone, Copy)]
+/// 5-byte header or its body, and whether that frame is left out; and the
+/// trace of the messages fed.
+#[derive(Debug, Clone)]
 struct Cursor {
     framing: Framing,
     header: [u8; 5],
     in_header: usize,
     left: u64,
     skip: bool,
+    trace: Trace,
 }
 
 impl Cursor {
@@ -121,6 +224,7 @@ impl Cursor {
             in_header: 0,
             left: 0,
             skip: false,
+            trace: Trace::default(),
         }
     }
 
@@ -130,6 +234,7 @@ impl Cursor {
         if self.framing == Framing::Whole {
             let n = (limit.saturating_sub(sum.len()) as usize).min(bytes.len());
             sum.feed(&bytes[..n]);
+            self.trace.feed_packets(&bytes[..n]);
             return n;
         }
         let mut i = 0;
@@ -153,8 +258,15 @@ impl Cursor {
                         self.header[4],
                     ]);
                     self.left = (len as u64).saturating_sub(4);
+                    if !self.skip {
+                        self.trace.start(self.header[0], len);
+                        self.trace.sum.feed(&self.header);
+                    }
                     if self.left == 0 {
                         self.in_header = 0;
+                        if !self.skip {
+                            self.trace.end();
+                        }
                     }
                 }
                 continue;
@@ -163,11 +275,15 @@ impl Cursor {
             if !self.skip {
                 take = take.min(limit.saturating_sub(sum.len()) as usize);
                 sum.feed(&bytes[i..i + take]);
+                self.trace.sum.feed(&bytes[i..i + take]);
             }
             i += take;
             self.left -= take as u64;
             if self.left == 0 {
                 self.in_header = 0;
+                if !self.skip {
+                    self.trace.end();
+                }
             }
         }
         i
@@ -342,6 +458,7 @@ impl TxnLog {
     pub fn replayed(&mut self, replay: &Replay) {
         if self.state == LogState::Open {
             self.received = replay.expected;
+            self.cursor.trace.marks = replay.expected_trace.clone();
         }
     }
 
@@ -354,6 +471,7 @@ impl TxnLog {
             frames: std::mem::take(&mut self.frames),
             begin: self.begin.clone(),
             expected: self.received,
+            expected_trace: std::mem::take(&mut self.cursor.trace.marks),
             got: Checksum::default(),
             cursor: Cursor::new(self.cursor.framing),
         };
@@ -384,6 +502,8 @@ pub struct Replay {
     pub frames: Vec<u8>,
     pub begin: Option<String>,
     pub expected: Checksum,
+    /// The messages the client received, as traced.
+    expected_trace: Vec<FrameMark>,
     got: Checksum,
     cursor: Cursor,
 }
@@ -420,6 +540,60 @@ impl Replay {
     /// new primary owes nothing more): the answers differ.
     pub fn is_short(&self) -> bool {
         self.got.len() < self.expected.len()
+    }
+
+    /// The first message that differs (0-based), by the traces.
+    fn first_difference(&self) -> usize {
+        let (want, got) = (&self.expected_trace, &self.cursor.trace.marks);
+        want.iter()
+            .zip(got.iter())
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.len().min(got.len()))
+    }
+
+    /// How many statements had completed before the first message that
+    /// differs (`completes`: the message types that end one), to name the
+    /// statement that produced it.
+    pub fn completed_before_difference(&self, completes: impl Fn(u8) -> bool) -> usize {
+        let at = self.first_difference();
+        self.expected_trace[..at.min(self.expected_trace.len())]
+            .iter()
+            .filter(|m| completes(m.kind))
+            .count()
+    }
+
+    /// Where the replayed messages part from what the client received:
+    /// `expected D(12) C(13), got D(12) E(97) at message 7 of 9` (the
+    /// differing message, with two before it and one after).
+    pub fn difference(&self) -> String {
+        let (want, got) = (&self.expected_trace, &self.cursor.trace.marks);
+        let at = self.first_difference();
+        let from = at.saturating_sub(2);
+        let show = |marks: &[FrameMark]| {
+            let shown: Vec<String> = marks
+                .iter()
+                .skip(from)
+                .take(at + 2 - from)
+                .map(ToString::to_string)
+                .collect();
+            if shown.is_empty() {
+                "nothing".to_owned()
+            } else {
+                shown.join(" ")
+            }
+        };
+        let note = if want.len() >= TRACE_MAX {
+            format!(" (messages past the first {TRACE_MAX} are not traced)")
+        } else {
+            String::new()
+        };
+        format!(
+            "expected {}, got {} at message {} of {}{note}",
+            show(want),
+            show(got),
+            at + 1,
+            want.len()
+        )
     }
 
     /// Starts the comparison over (the replay's own server was lost).

@@ -198,3 +198,72 @@ fn a_replay_is_logged_again() {
     let again = log.start_replay(60);
     assert_eq!(again.frames, b"Qupdate");
 }
+
+#[test]
+fn a_mismatch_names_the_first_message_that_differs() {
+    let mut log = TxnLog::new(Some(1 << 20), Framing::Postgres);
+    log.open(0, None);
+    log.command_done(true);
+    let received: Vec<u8> = [
+        pg(b'C', b"BEGIN\0"),
+        pg(b'D', b"\0\x01\0\0\0\x02-5"),
+        pg(b'C', b"SELECT 1\0"),
+    ]
+    .concat();
+    log.absorb(&received, received.len() as u64);
+    let mut replay = log.start_replay(received.len() as u64);
+    // The same, in two pieces, matches.
+    let mut same = replay.clone();
+    assert_eq!(same.compare(&received[..9]), Compare::More);
+    assert!(matches!(
+        same.compare(&received[9..]),
+        Compare::Matched { .. }
+    ));
+    // Another value in the row: the row is named, with what came before.
+    let other: Vec<u8> = [
+        pg(b'C', b"BEGIN\0"),
+        pg(b'D', b"\0\x01\0\0\0\x02-7"),
+        pg(b'C', b"SELECT 1\0"),
+    ]
+    .concat();
+    assert_eq!(replay.compare(&other), Compare::Differs);
+    assert_eq!(
+        replay.difference(),
+        "expected C(10) D(12) C(13), got C(10) D(12) C(13) at message 2 of 3"
+    );
+    assert_eq!(replay.completed_before_difference(|k| k == b'C'), 1);
+    // An error where a row was: the kinds show it.
+    let mut replay = {
+        let mut log = TxnLog::new(Some(1 << 20), Framing::Postgres);
+        log.open(0, None);
+        log.command_done(true);
+        log.absorb(&received, received.len() as u64);
+        log.start_replay(received.len() as u64)
+    };
+    let error = [pg(b'C', b"BEGIN\0"), pg(b'E', b"SERROR\0C40001\0\0")].concat();
+    replay.compare(&error);
+    assert!(replay.is_short() || replay.compare(&[]) == Compare::Differs);
+    assert!(
+        replay
+            .difference()
+            .starts_with("expected C(10) D(12) C(13), got C(10) E("),
+        "{}",
+        replay.difference()
+    );
+}
+
+#[test]
+fn mysql_packets_are_traced_by_their_first_byte() {
+    let mut log = TxnLog::new(Some(1 << 20), Framing::Whole);
+    log.open(0, None);
+    log.command_done(true);
+    let ok = [7u8, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0];
+    log.absorb(&ok, ok.len() as u64);
+    let mut replay = log.start_replay(ok.len() as u64);
+    let err = [7u8, 0, 0, 1, 0xff, 0x15, 0x04, b'#', b'4', b'2', b'0'];
+    assert_eq!(replay.compare(&err), Compare::Differs);
+    assert_eq!(
+        replay.difference(),
+        "expected 0x00(7), got 0xff(7) at message 1 of 1"
+    );
+}

@@ -39,11 +39,13 @@ impl Session {
                 self.absorb_output();
                 Ok(true)
             }
-            Progress::Differs => Err(self
-                .replay_failed(
-                    "the replayed transaction answered differently than before (a row changed, or NOW() or RAND() in it)",
-                )
-                .await),
+            Progress::Differs => {
+                let why = format!(
+                    "the replayed transaction answered differently than before (a row changed, or NOW() or RAND() in it): {}",
+                    run.replay.difference()
+                );
+                Err(self.replay_failed(&why).await)
+            }
         }
     }
 

@@ -99,9 +99,15 @@ impl Session {
                 false
             }
             Progress::Differs => {
-                self.replay_failed(
-                    "the replayed transaction answered differently than before (a row changed, or now() or random() in it)".into(),
+                let n = run
+                    .replay
+                    .completed_before_difference(|k| matches!(k, b'C' | b'E' | b'I' | b's'));
+                let why = format!(
+                    "the replayed transaction answered differently than before (a row changed, or now() or random() in it): {}; in {}",
+                    run.replay.difference(),
+                    nth_statement(&run.replay.frames, n)
                 );
+                self.replay_failed(why);
                 false
             }
         }
@@ -129,4 +135,64 @@ impl Session {
             self.fail_unit(outcome);
         }
     }
+}
+
+/// The `n`th statement (0-based) of logged client frames, for a log line:
+/// a simple query's text, or the prepared statement an Execute ran (its
+/// portal's Bind names it; the text if the Parse is in the log too).
+fn nth_statement(frames: &[u8], n: usize) -> String {
+    use crate::codec::frontend_msg::{bind_msg, parse_msg, query_text};
+    let mut texts: std::collections::HashMap<Vec<u8>, String> = std::collections::HashMap::new();
+    let mut bound = String::new();
+    let mut seen = 0;
+    let mut at = 0;
+    while at + 5 <= frames.len() {
+        let len = u32::from_be_bytes([
+            frames[at + 1],
+            frames[at + 2],
+            frames[at + 3],
+            frames[at + 4],
+        ]);
+        let end = (at + 1 + len as usize).min(frames.len());
+        let body = &frames[at + 5..end];
+        let short = |t: &[u8]| {
+            let t = String::from_utf8_lossy(t);
+            t.chars().take(200).collect::<String>()
+        };
+        match frames[at] {
+            b'Q' => {
+                if seen == n {
+                    return format!(
+                        "the query {:?}",
+                        short(query_text(body).unwrap_or_default())
+                    );
+                }
+                seen += 1;
+            }
+            b'P' => {
+                if let Some(p) = parse_msg(body) {
+                    texts.insert(p.name.to_vec(), short(p.query));
+                }
+            }
+            b'B' => {
+                if let Some(b) = bind_msg(body) {
+                    bound = texts.get(b.statement).cloned().unwrap_or_else(|| {
+                        format!(
+                            "prepared statement {:?}",
+                            String::from_utf8_lossy(b.statement)
+                        )
+                    });
+                }
+            }
+            b'E' => {
+                if seen == n {
+                    return format!("the execute of {bound:?}");
+                }
+                seen += 1;
+            }
+            _ => {}
+        }
+        at = end;
+    }
+    format!("statement {} (past the log)", n + 1)
 }
