@@ -135,7 +135,14 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
             )
         })
         .collect();
-    let fulcrum = FulcrumProcess::start(&fulcrum_config(opts.workers, &sections))?;
+    // A metrics listener: where each variant's reads went (its own cluster).
+    let metrics_port = free_port();
+    let config = fulcrum_config(opts.workers, &sections).replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nmetrics = \"127.0.0.1:{metrics_port}\"\n"),
+        1,
+    );
+    let fulcrum = FulcrumProcess::start(&config)?;
     for (v, listen) in variants.iter().zip(&listens) {
         eprintln!("{} ({}) on {listen}", v.name, bin.display());
     }
@@ -157,6 +164,7 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
             // so the process's CPU is this variant's.
             targets.push(Target::new(v.name, listen.clone()).proxy(Some(fulcrum.pid())));
         }
+        let before = causal_reads(metrics_port, variants.len());
         let measured = measure(
             opts,
             workload,
@@ -169,7 +177,13 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
             let _ = std::fs::remove_file(&script);
             return Err(e);
         }
-        results.push((workload, targets));
+        let after = causal_reads(metrics_port, variants.len());
+        let reads: Vec<[f64; 3]> = after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| [a[0] - b[0], a[1] - b[1], a[2] - b[2]])
+            .collect();
+        results.push((workload, targets, reads));
     }
     let _ = std::fs::remove_file(&script);
 
@@ -181,11 +195,33 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
     Ok(())
 }
 
+/// Per variant (cluster `v0`, `v1`, ...): `fulcrum_causal_reads_total`
+/// by outcome (replica at once, waited, primary), from the metrics page.
+fn causal_reads(metrics_port: u16, variants: usize) -> Vec<[f64; 3]> {
+    let text = fulcrum_suite::try_scrape(metrics_port).unwrap_or_default();
+    (0..variants)
+        .map(|i| {
+            let cluster = format!("v{i}");
+            ["replica", "waited", "primary"].map(|outcome| {
+                fulcrum_suite::family_sum(
+                    &text,
+                    "fulcrum_causal_reads_total",
+                    &[("cluster", cluster.as_str()), ("outcome", outcome)],
+                )
+            })
+        })
+        .collect()
+}
+
+/// What a workload measured: its targets, and per variant the reads that
+/// had a position to respect, by where they ran.
+type Measured = (Workload, Vec<Target>, Vec<[f64; 3]>);
+
 /// `--consistency-cost`: one table per workload, then the machine.
 fn render_consistency(
     opts: &Options,
     machine: &Machine,
-    results: &[(Workload, Vec<Target>)],
+    results: &[Measured],
     elapsed: Duration,
 ) -> String {
     let mut out = String::new();
@@ -194,7 +230,7 @@ fn render_consistency(
         1 => "a primary and 1 streaming replica (listed in every Fulcrum cluster)".to_string(),
         n => format!("a primary and {n} streaming replicas (listed in every Fulcrum cluster)"),
     };
-    for (workload, targets) in results {
+    for (workload, targets, reads) in results {
         let direct = &targets[0].tps;
         let eventual = &targets[1].tps;
         let base = targets[1].name.trim_start_matches("Fulcrum ");
@@ -251,6 +287,27 @@ fn render_consistency(
             targets[2].name.trim_start_matches("Fulcrum "),
             session.join(" / ")
         );
+        let _ = writeln!(
+            out,
+            "Reads that had a position to respect (`fulcrum_causal_reads_total`, \
+             all rounds), by where they ran:\n\n\
+             | target | on a replica at once | on a replica after waiting | on the primary | share on replicas |\n\
+             |---|---:|---:|---:|---:|"
+        );
+        for (target, [replica, waited, primary]) in targets[1..].iter().zip(reads) {
+            let all = replica + waited + primary;
+            let share = if all > 0.0 {
+                format!("{:.1} %", 100.0 * (replica + waited) / all)
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {replica:.0} | {waited:.0} | {primary:.0} | {share} |",
+                target.name
+            );
+        }
+        out.push('\n');
     }
     let _ = writeln!(
         out,

@@ -48,7 +48,8 @@ usage: cargo bench --bench load -- [options]
                   --mysql-consistency-cost; target/bench-mysql-replay.md
   --workload LIST comma-separated: select (pgbench -S), tpcb (pgbench's
                   default script), write-read (UPDATE then SELECT of one row,
-                  autocommit); default select, or tpcb,select with
+                  autocommit), mixed (each transaction TPC-B 1 in 10, -S 9
+                  in 10, one user); default select, or tpcb,select with
                   --consistency-cost
   --mysql-consistency-cost
                   the same on MariaDB (a primary and --replicas GTID replicas,

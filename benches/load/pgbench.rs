@@ -29,6 +29,11 @@ pub(crate) enum Workload {
     TpcB,
     /// [`WRITE_READ_SCRIPT`]: two autocommit statements.
     WriteRead,
+    /// Every client draws each transaction: TPC-B one time in ten, `-S`
+    /// nine times (`-b tpcb-like@1 -b select-only@9`), all as one user:
+    /// writers beside readers, what read-your-writes across an
+    /// application's connections (`consistency = "user"`) costs.
+    Mixed,
 }
 
 impl Workload {
@@ -37,6 +42,7 @@ impl Workload {
             "select" => Some(Workload::Select),
             "tpcb" => Some(Workload::TpcB),
             "write-read" => Some(Workload::WriteRead),
+            "mixed" => Some(Workload::Mixed),
             _ => None,
         }
     }
@@ -47,6 +53,7 @@ impl Workload {
             Workload::Select => "pgbench -S",
             Workload::TpcB => "pgbench TPC-B (default script)",
             Workload::WriteRead => "pgbench -f write-read (UPDATE, then SELECT, autocommit)",
+            Workload::Mixed => "pgbench TPC-B 1 in 10, -S 9 in 10 (-b tpcb-like@1 -b select-only@9)",
         }
     }
 
@@ -56,6 +63,9 @@ impl Workload {
             Workload::Select => vec!["-S".into()],
             Workload::TpcB => Vec::new(),
             Workload::WriteRead => vec!["-f".into(), script.display().to_string()],
+            Workload::Mixed => ["-b", "tpcb-like@1", "-b", "select-only@9"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 }

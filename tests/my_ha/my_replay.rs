@@ -226,7 +226,12 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
                 "run",
                 "--threads=4",
                 "--time=10",
-                "--db-ps-mode=disable",
+                // FULCRUM_SYSBENCH_PS_MODE: the loop tool (tools/replay-loop)
+                // runs it with `auto` as well.
+                &format!(
+                    "--db-ps-mode={}",
+                    std::env::var("FULCRUM_SYSBENCH_PS_MODE").unwrap_or_else(|_| "disable".into())
+                ),
                 // Range reads of 100 rows would often meet a row another
                 // thread changed before the kill: a true mismatch, which
                 // fails the transaction (the other test shows it).

@@ -246,7 +246,7 @@ async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
     .expect("cluster");
     let metrics_port = fulcrum_testkit::free_port();
     let (cfg, toml) = config(&c, metrics_port);
-    let _p = FulcrumProcess::start(&toml).unwrap();
+    let p = FulcrumProcess::start(&toml).unwrap();
     let via = cfg.listen.clone();
     let port = via.rsplit_once(':').unwrap().1.to_owned();
     tokio::task::block_in_place(|| {
@@ -297,11 +297,17 @@ async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
         .lines()
         .filter(|l| l.contains("aborted in command"))
         .collect();
+    let log = p.log_contents();
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("lost") || l.contains("replay") || l.contains("sqlstate"))
+        .collect();
     for line in &aborted {
         assert!(
             line.contains("aborted in command 10 ")
                 && line.contains("may or may not have committed"),
-            "an error outside a COMMIT in flight: {line}"
+            "an error outside a COMMIT in flight: {line}\nFulcrum's log on losses and replays:\n{}",
+            told.join("\n")
         );
     }
     assert!(
