@@ -53,7 +53,9 @@ impl Workload {
             Workload::Select => "pgbench -S",
             Workload::TpcB => "pgbench TPC-B (default script)",
             Workload::WriteRead => "pgbench -f write-read (UPDATE, then SELECT, autocommit)",
-            Workload::Mixed => "pgbench TPC-B 1 in 10, -S 9 in 10 (-b tpcb-like@1 -b select-only@9)",
+            Workload::Mixed => {
+                "pgbench TPC-B 1 in 10, -S 9 in 10 (-b tpcb-like@1 -b select-only@9)"
+            }
         }
     }
 

@@ -30,6 +30,7 @@ fn config(c: &PgCluster, metrics_port: u16) -> (PgProxyConfig, String) {
             "failover_timeout = \"1s\"",
             "transaction_replay_timeout = \"20s\"",
             "transaction_replay_max_size = \"4kB\"",
+            "transaction_replay_debug = true",
         ],
     )
 }

@@ -319,6 +319,9 @@ pub struct TransactionReplay {
     pub max_size: u64,
     /// Longest wait for a primary to take the replay (`transaction_replay_timeout`).
     pub timeout: Duration,
+    /// Keep the client's output too, to log the bytes of a mismatch
+    /// (`transaction_replay_debug`).
+    pub debug: bool,
 }
 
 /// One `[[cluster.database]]`.

@@ -117,6 +117,9 @@ pub struct FrameMark {
     pub kind: u8,
     pub len: u32,
     hash: u64,
+    /// Where it starts in the stream, and its whole size.
+    at: u64,
+    size: u64,
 }
 
 impl std::fmt::Display for FrameMark {
@@ -143,6 +146,8 @@ struct Trace {
     kind: u8,
     len: u32,
     sum: Checksum,
+    at: u64,
+    size: u64,
     /// MySQL: the packet header being read, and the body bytes left.
     packet_header: [u8; 4],
     in_packet_header: usize,
@@ -150,10 +155,12 @@ struct Trace {
 }
 
 impl Trace {
-    fn start(&mut self, kind: u8, len: u32) {
+    fn start(&mut self, kind: u8, len: u32, at: u64, size: u64) {
         self.kind = kind;
         self.len = len;
         self.sum = Checksum::default();
+        self.at = at;
+        self.size = size;
     }
 
     fn end(&mut self) {
@@ -162,22 +169,27 @@ impl Trace {
                 kind: self.kind,
                 len: self.len,
                 hash: self.sum.hash ^ self.sum.pending_word(),
+                at: self.at,
+                size: self.size,
             });
         }
     }
 
     /// MySQL packets: a 4-byte header (3-byte length, sequence id), then
     /// the body, whose first byte is the packet's type.
-    fn feed_packets(&mut self, mut bytes: &[u8]) {
+    /// `pos`: where `bytes` start in the stream.
+    fn feed_packets(&mut self, mut bytes: &[u8], mut pos: u64) {
         while !bytes.is_empty() {
             if self.in_packet_header < 4 {
                 self.packet_header[self.in_packet_header] = bytes[0];
                 self.in_packet_header += 1;
                 bytes = &bytes[1..];
+                pos += 1;
                 if self.in_packet_header == 4 {
                     let h = self.packet_header;
                     let len = u32::from_le_bytes([h[0], h[1], h[2], 0]);
-                    self.start(bytes.first().copied().unwrap_or(0), len);
+                    let kind = bytes.first().copied().unwrap_or(0);
+                    self.start(kind, len, pos - 4, 4 + u64::from(len));
                     self.sum.feed(&h);
                     self.packet_left = u64::from(len);
                     if len == 0 {
@@ -195,6 +207,7 @@ impl Trace {
             self.sum.feed(&bytes[..take]);
             self.packet_left -= take as u64;
             bytes = &bytes[take..];
+            pos += take as u64;
             if self.packet_left == 0 {
                 self.end();
                 self.in_packet_header = 0;
@@ -214,6 +227,8 @@ struct Cursor {
     left: u64,
     skip: bool,
     trace: Trace,
+    /// Bytes of the stream consumed so far.
+    pos: u64,
 }
 
 impl Cursor {
@@ -225,6 +240,7 @@ impl Cursor {
             left: 0,
             skip: false,
             trace: Trace::default(),
+            pos: 0,
         }
     }
 
@@ -234,9 +250,16 @@ impl Cursor {
         if self.framing == Framing::Whole {
             let n = (limit.saturating_sub(sum.len()) as usize).min(bytes.len());
             sum.feed(&bytes[..n]);
-            self.trace.feed_packets(&bytes[..n]);
+            self.trace.feed_packets(&bytes[..n], self.pos);
+            self.pos += n as u64;
             return n;
         }
+        let n = self.feed_frames(bytes, sum, limit);
+        self.pos += n as u64;
+        n
+    }
+
+    fn feed_frames(&mut self, bytes: &[u8], sum: &mut Checksum, limit: u64) -> usize {
         let mut i = 0;
         while i < bytes.len() && sum.len() < limit {
             if self.in_header < 5 {
@@ -259,7 +282,9 @@ impl Cursor {
                     ]);
                     self.left = (len as u64).saturating_sub(4);
                     if !self.skip {
-                        self.trace.start(self.header[0], len);
+                        let at = (self.pos + i as u64).saturating_sub(5);
+                        self.trace
+                            .start(self.header[0], len, at, 1 + u64::from(len));
                         self.trace.sum.feed(&self.header);
                     }
                     if self.left == 0 {
@@ -322,6 +347,10 @@ pub struct TxnLog {
     /// Output position (`Connection::output_position`) up to which the
     /// client's output has been fed to `received`.
     absorbed: u64,
+    /// `transaction_replay_debug`: the client's output itself is kept too
+    /// (up to `max`), so a mismatch can show the bytes that differ.
+    debug: bool,
+    output: Vec<u8>,
 }
 
 impl TxnLog {
@@ -337,7 +366,15 @@ impl TxnLog {
             received: Checksum::default(),
             cursor: Cursor::new(framing),
             absorbed: 0,
+            debug: false,
+            output: Vec::new(),
         }
+    }
+
+    /// Keeps the client's output as well (`transaction_replay_debug`).
+    pub fn with_debug(mut self, debug: bool) -> TxnLog {
+        self.debug = debug;
+        self
     }
 
     /// Its state, for logs: `closed`, `open`, `spoiled`, `open, not started`.
@@ -373,6 +410,7 @@ impl TxnLog {
         self.received = Checksum::default();
         self.cursor = Cursor::new(self.cursor.framing);
         self.absorbed = position;
+        self.output.clear();
     }
 
     /// The transaction (or the unit, if it opened none) ended.
@@ -442,6 +480,9 @@ impl TxnLog {
         } else if new > 0 {
             let out = &write_buf[write_buf.len() - new as usize..];
             self.cursor.feed(out, &mut self.received, u64::MAX);
+            if self.debug && self.output.len() + out.len() <= self.max {
+                self.output.extend_from_slice(out);
+            }
         }
         self.absorbed = position;
     }
@@ -474,6 +515,9 @@ impl TxnLog {
             expected_trace: std::mem::take(&mut self.cursor.trace.marks),
             got: Checksum::default(),
             cursor: Cursor::new(self.cursor.framing),
+            debug: self
+                .debug
+                .then(|| (std::mem::take(&mut self.output), Vec::new())),
         };
         let (started, opens_with_begin) = (self.started, self.opens_with_begin);
         let begin = self.begin.take();
@@ -506,6 +550,9 @@ pub struct Replay {
     expected_trace: Vec<FrameMark>,
     got: Checksum,
     cursor: Cursor,
+    /// `transaction_replay_debug`: the output the client received and the
+    /// replayed output compared so far.
+    debug: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// How the replayed output compares with what the client received.
@@ -527,6 +574,9 @@ impl Replay {
     /// had received, and compares once that length is reached.
     pub fn compare(&mut self, out: &[u8]) -> Compare {
         let taken = self.cursor.feed(out, &mut self.got, self.expected.len());
+        if let Some((_, got)) = &mut self.debug {
+            got.extend_from_slice(&out[..taken]);
+        }
         if self.got.len() < self.expected.len() {
             Compare::More
         } else if self.got == self.expected {
@@ -587,19 +637,37 @@ impl Replay {
         } else {
             String::new()
         };
-        format!(
+        let mut text = format!(
             "expected {}, got {} at message {} of {}{note}",
             show(want),
             show(got),
             at + 1,
             want.len()
-        )
+        );
+        if let Some((want_bytes, got_bytes)) = &self.debug {
+            let bytes = |marks: &[FrameMark], stream: &[u8]| -> String {
+                marks.get(at).map_or("none".to_owned(), |m| {
+                    let from = (m.at as usize).min(stream.len());
+                    let to = ((m.at + m.size) as usize).min(stream.len());
+                    format!("\"{}\"", stream[from..to].escape_ascii())
+                })
+            };
+            text.push_str(&format!(
+                "; the message received: {}, replayed: {}",
+                bytes(want, want_bytes),
+                bytes(got, got_bytes)
+            ));
+        }
+        text
     }
 
     /// Starts the comparison over (the replay's own server was lost).
     pub fn restart(&mut self) {
         self.got = Checksum::default();
         self.cursor = Cursor::new(self.cursor.framing);
+        if let Some((_, got)) = &mut self.debug {
+            got.clear();
+        }
     }
 }
 

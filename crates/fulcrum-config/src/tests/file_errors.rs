@@ -49,7 +49,7 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
              `max_pending_logins`, `max_prepared_statements`, `max_client_prepared_statements`, `max_client_settings`, `reads_on_primary`, `balance`, `default_route`, `write_functions`, \
              `read_only_functions`, `function_catalog`, `function_catalog_ttl`, `function_catalog_wait`, `classifier_cache_size`, `digest_max_entries`, `digest_metrics_top`, `min_pool_size`, `reserve_pool_size`, `reserve_pool_timeout`, `server_check_delay`, `max_db_connections`, `max_user_connections`, `max_classify_bytes`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`, `allow_local_infile`, `server_cleartext`, `server_reset_query`, `server_reset_query_always`, `health_interval`, `health_timeout`, \
              `health_failures`, `health_user`, `health_password`, `health_database`, `auth_user`, `auth_password`, `auth_query`, `auth_database`, `auth_cache_ttl`, `auth_max_connections`, `auth_failed_lookups_per_minute`, `max_lag`, `failover_max_lag`, \
-             `failover`, `failover_timeout`, `failover_command`, `consistency`, `causal_timeout`, `causal_wait`, `transaction_replay`, `transaction_replay_max_size`, `transaction_replay_timeout`, `backend`, `user`, `database`",
+             `failover`, `failover_timeout`, `failover_command`, `consistency`, `causal_timeout`, `causal_wait`, `transaction_replay`, `transaction_replay_max_size`, `transaction_replay_timeout`, `transaction_replay_debug`, `backend`, `user`, `database`",
         ),
         (
             &unknown_backend_key,

@@ -324,7 +324,15 @@ fn transaction_replay(
         defaults::TRANSACTION_REPLAY_TIMEOUT,
     )?;
     let on = c.transaction_replay.as_ref().is_some_and(|v| *v.get_ref());
-    Ok(on.then_some(crate::types::TransactionReplay { max_size, timeout }))
+    let debug = c
+        .transaction_replay_debug
+        .as_ref()
+        .is_some_and(|v| *v.get_ref());
+    Ok(on.then_some(crate::types::TransactionReplay {
+        max_size,
+        timeout,
+        debug,
+    }))
 }
 
 /// PgBouncer's pool budgets. `min_pool_size` above `pool_size` could never

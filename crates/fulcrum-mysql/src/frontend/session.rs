@@ -156,10 +156,13 @@ impl Session {
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
         let ctx_replay = ctx.config.transaction_replay;
-        let mut engine = Engine::new(None).with_txn_log(fulcrum_session::TxnLog::new(
-            ctx_replay.map(|r| r.max_size),
-            fulcrum_session::Framing::Whole,
-        ));
+        let mut engine = Engine::new(None).with_txn_log(
+            fulcrum_session::TxnLog::new(
+                ctx_replay.map(|r| r.max_size),
+                fulcrum_session::Framing::Whole,
+            )
+            .with_debug(ctx_replay.is_some_and(|r| r.debug)),
+        );
         engine.unit.may_write = false;
         Session {
             backend: ctx.router.primary().unwrap_or(0),

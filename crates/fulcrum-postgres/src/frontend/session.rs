@@ -191,7 +191,8 @@ impl Session {
         let txn_log = fulcrum_session::TxnLog::new(
             ctx.config.transaction_replay.map(|r| r.max_size),
             fulcrum_session::Framing::Postgres,
-        );
+        )
+        .with_debug(ctx.config.transaction_replay.is_some_and(|r| r.debug));
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
