@@ -141,6 +141,17 @@ fn systemd_hears_ready_and_stopping() {
     };
     assert!(ready.starts_with("READY=1"), "{ready}");
     assert!(ready.contains("STATUS=serving 1 cluster(s)"), "{ready}");
+    // The signal handlers are in place by READY: a SIGHUP at once reloads
+    // (before, it could end the process when it came first).
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let reloading = next(&socket, Duration::from_secs(20));
+    assert!(reloading.starts_with("RELOADING=1"), "{reloading}");
+    let reloaded = next(&socket, Duration::from_secs(20));
+    assert!(reloaded.contains("config reloaded"), "{reloaded}");
     // Ready means the listener accepts.
     assert!(wait_for_tcp(
         &format!("127.0.0.1:{port}"),
@@ -152,7 +163,7 @@ fn systemd_hears_ready_and_stopping() {
         .status()
         .unwrap();
     assert!(kill.success());
-    let stopping = next(&socket, Duration::from_secs(10));
+    let stopping = next(&socket, Duration::from_secs(20));
     assert!(stopping.starts_with("STOPPING=1"), "{stopping}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {

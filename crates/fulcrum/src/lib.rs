@@ -311,7 +311,8 @@ pub async fn run(
         shutdown: shutdown.clone(),
     };
     let cluster_count = live.clusters.len();
-    tokio::spawn(reloads(live, reload_rx, reload_tx));
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    tokio::spawn(reloads(live, reload_rx, reload_tx, hup));
     // Every listener is open and serving: tell systemd (Type=notify), and
     // tell it again when draining starts.
     systemd::notify(&format!(
@@ -360,14 +361,15 @@ impl fulcrum_metrics::http::Readiness for Readiness {
     }
 }
 
-/// Serves reload requests (the console's RELOAD) and SIGHUP.
+/// Serves reload requests (the console's RELOAD) and SIGHUP (`hup`: its
+/// handler, installed before READY is told, so a SIGHUP right after it
+/// reloads rather than ending the process).
 async fn reloads(
     mut live: Live,
     mut requests: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
     _keep: mpsc::Sender<fulcrum_admin::ReloadRequest>,
+    mut hup: Option<tokio::signal::unix::Signal>,
 ) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).ok();
     let mut shutdown = live.shutdown.clone();
     loop {
         let reply: Option<oneshot::Sender<Result<String, String>>> = tokio::select! {

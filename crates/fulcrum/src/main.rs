@@ -96,7 +96,18 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let (tx, rx) = watch::channel(false);
-        tokio::spawn(watch_signals(tx));
+        // Installed here, before the daemon tells systemd READY: a SIGTERM
+        // right after it drains instead of ending the process at once.
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => {
+                tokio::spawn(watch_signals(tx, term, int));
+            }
+            _ => tracing::error!("cannot install signal handlers"),
+        }
         match fulcrum::run(config, rx, set_log).await {
             Ok(()) => {
                 tracing::info!("stopped");
@@ -166,15 +177,11 @@ fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admi
 /// SIGTERM stops accepting and lets clients finish their transactions (up to
 /// `shutdown_timeout`); SIGINT stops at once. (SIGHUP reloads the config: the
 /// daemon's own handler, in `fulcrum::run`.)
-async fn watch_signals(tx: watch::Sender<bool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+async fn watch_signals(
+    tx: watch::Sender<bool>,
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+) {
     tokio::select! {
         _ = term.recv() => {
             tracing::info!("SIGTERM: no new clients; waiting for transactions in progress to finish");

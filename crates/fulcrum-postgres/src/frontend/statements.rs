@@ -24,6 +24,9 @@ pub struct ClientStatement {
     pub query: Bytes,
     /// How its query routes (classified once, at Parse).
     pub decision: Decision,
+    /// Its query may commit (COMMIT, END, ...): an Execute of it in flight
+    /// when the server dies may have committed, so it is never replayed.
+    pub may_commit: bool,
     /// The registry's schema generation when the name was given.
     pub generation: u64,
 }
@@ -93,6 +96,7 @@ impl StatementRegistry {
             parse: parse.freeze(),
             query: Bytes::copy_from_slice(query),
             decision,
+            may_commit: fulcrum_sql::statements::may_commit(query),
             generation,
         });
         names

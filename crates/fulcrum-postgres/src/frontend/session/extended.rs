@@ -186,6 +186,23 @@ impl Session {
 
     pub(super) fn on_bind(&mut self, frame: BytesMut) {
         self.owed.unsynced = true;
+        // A statement prepared earlier (pgbench -M prepared, JDBC, ...)
+        // is only bound and executed: a COMMIT among them must be known
+        // to be in flight, or a lost server would replay a transaction
+        // that may have committed, and apply it twice.
+        if let Some(b) = bind_msg(&frame[5..]) {
+            let commits = if b.statement.is_empty() {
+                false // the unnamed statement: its Parse said so
+            } else {
+                self.stmts
+                    .map
+                    .get(b.statement)
+                    .is_some_and(|s| s.may_commit)
+            };
+            if commits {
+                self.engine.unit.commit_in_flight = true;
+            }
+        }
         if !self.stmts.digests.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
                 match self.stmts.digests.get(b.statement) {
