@@ -455,3 +455,73 @@ async fn a_switchover_moves_a_transaction_left_open() {
         .log_contents()
         .contains("ended sessions idle in a transaction on the old primary"));
 }
+
+/// A COMMIT executed from a statement prepared earlier (Bind and Execute
+/// only, as pgbench -M prepared and JDBC send it) whose server dies while
+/// it runs may have committed: the client gets 08007 and the transaction
+/// is not replayed (before, it was, and a transaction that had committed
+/// could be applied twice). The COMMIT is made slow by a deferred
+/// constraint trigger, so the kill lands inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_commit_in_flight_is_never_replayed() {
+    let _serial = serial().await;
+    let c = tokio::task::block_in_place(|| {
+        PgCluster::builder()
+            .replicas(1)
+            .synchronous_standby(true)
+            .start()
+    })
+    .expect("cluster");
+    c.primary()
+        .sql_db(
+            APP_DB,
+            &format!(
+                "CREATE TABLE slow_commit (id int PRIMARY KEY);
+                 GRANT ALL ON slow_commit TO {APP_USER};
+                 CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+                 CREATE CONSTRAINT TRIGGER slow_at_commit AFTER INSERT ON slow_commit
+                   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow();"
+            ),
+        )
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let metrics_port = fulcrum_testkit::free_port();
+    let (cfg, toml) = config(&c, metrics_port);
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let client = pg_connect(&cfg).await;
+    let begin = client.prepare("BEGIN").await.unwrap();
+    let insert = client
+        .prepare("INSERT INTO slow_commit VALUES ($1)")
+        .await
+        .unwrap();
+    let commit = client.prepare("COMMIT").await.unwrap();
+    // A first transaction commits (slowly): the statements are now prepared
+    // on a server, and later ones are only bound and executed.
+    client.execute(&begin, &[]).await.unwrap();
+    client.execute(&insert, &[&1i32]).await.unwrap();
+    client.execute(&commit, &[]).await.unwrap();
+    client.execute(&begin, &[]).await.unwrap();
+    client.execute(&insert, &[&2i32]).await.unwrap();
+    let in_flight = tokio::spawn(async move { client.execute(&commit, &[]).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), in_flight)
+        .await
+        .expect("the COMMIT is answered")
+        .unwrap();
+    let err = outcome.expect_err("a COMMIT in flight at the kill is not acknowledged");
+    assert_eq!(
+        err.code().map(|s| s.code()),
+        Some("08007"),
+        "{err:?}\n{}",
+        p.log_contents()
+    );
+    assert_eq!(replays(metrics_port, "replayed"), 0, "it was replayed");
+    // Whatever the new primary has, it has it once.
+    let new_primary = tokio::task::block_in_place(|| promoted(&c));
+    let rows = new_primary
+        .sql_db(APP_DB, "SELECT count(*) FROM slow_commit WHERE id = 2")
+        .unwrap();
+    assert!(rows.trim() == "0" || rows.trim() == "1", "{rows}");
+}

@@ -112,7 +112,7 @@ pub enum Framing {
 /// One message of the output as the comparison saw it: its type (the
 /// PostgreSQL tag; a MySQL packet's first byte), its length, and a hash
 /// of its bytes, so a mismatch can name the first message that differs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Eq)]
 pub struct FrameMark {
     pub kind: u8,
     pub len: u32,
@@ -120,6 +120,14 @@ pub struct FrameMark {
     /// Where it starts in the stream, and its whole size.
     at: u64,
     size: u64,
+}
+
+impl PartialEq for FrameMark {
+    /// The same message: type, length and bytes (not where it stands: a
+    /// left-out ParameterStatus before it moves it).
+    fn eq(&self, o: &FrameMark) -> bool {
+        (self.kind, self.len, self.hash) == (o.kind, o.len, o.hash)
+    }
 }
 
 impl std::fmt::Display for FrameMark {
