@@ -150,7 +150,7 @@ fn invalid_configs_fail_check_with_file_line_key_and_reason() {
             toml: with_cluster_key("pool_sise = 5"),
             line: 5,
             key: "cluster[0].pool_sise",
-            reason: "unknown key `pool_sise`, expected one of `name`, `protocol`, `listen`",
+            reason: "unknown key `pool_sise`: did you mean `pool_size`?",
         },
         Case {
             what: "wrong type",

@@ -18,6 +18,7 @@ mod keypath;
 mod private_file;
 mod raw;
 mod server_tls;
+mod suggest;
 #[cfg(test)]
 mod tests;
 mod tls;

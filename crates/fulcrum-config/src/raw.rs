@@ -173,7 +173,7 @@ pub(crate) fn deserialize(text: &str, lines: &Lines) -> Result<RawConfig, Proble
         let span = e.span().unwrap_or(0..0);
         let key = key_path_at(text, span.clone()).unwrap_or_else(|| "(document)".into());
         // Users write TOML keys, not serde fields.
-        let reason = e.message().replacen("unknown field", "unknown key", 1);
+        let reason = crate::suggest::unknown_key(e.message());
         Problem::new(lines.line(span.start), key, reason)
     })
 }

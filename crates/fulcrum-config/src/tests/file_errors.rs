@@ -32,6 +32,8 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
     let unknown_user_key = format!("{MINIMAL}    pasword = \"x\"\n");
     let unknown_cluster_key =
         format!("{MINIMAL}    [[cluster]]\n    name = \"b\"\n    pool_sise = 5\n");
+    let pgbouncer_key =
+        format!("{MINIMAL}    [[cluster]]\n    name = \"b\"\n    default_pool_size = 5\n");
     assert_errors(&[
         (
             "clusters = []\n",
@@ -39,29 +41,32 @@ fn unknown_keys_are_reported_with_their_path_and_line() {
         ),
         (
             "[fulcrum]\nlog = \"info\"\nadmn = \"127.0.0.1:6480\"\n",
-            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`, expected one of `admin`, `metrics`, `log`, `workers`, `log_format`, `slow_query_threshold`, `shutdown_timeout`, `admin_user`, `admin_auth`, `stats_users`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`",
+            "fulcrum.toml:3: fulcrum.admn: unknown key `admn`: did you mean `admin`?",
         ),
         (
             &unknown_cluster_key,
-            "fulcrum.toml:13: cluster[1].pool_sise: unknown key `pool_sise`, expected one of `name`, \
-             `protocol`, `listen`, `pool_mode`, `pool_size`, `client_auth`, `pool_timeout`, \
-             `connect_timeout`, `server_connect_timeout`, `client_login_timeout`, `client_idle_timeout`, `idle_transaction_timeout`, `query_timeout`, `server_idle_timeout`, `server_lifetime`, `max_message_size`, `max_client_connections`, \
-             `max_pending_logins`, `max_prepared_statements`, `max_client_prepared_statements`, `max_client_settings`, `reads_on_primary`, `balance`, `default_route`, `write_functions`, \
-             `read_only_functions`, `function_catalog`, `function_catalog_ttl`, `function_catalog_wait`, `classifier_cache_size`, `digest_max_entries`, `digest_metrics_top`, `min_pool_size`, `reserve_pool_size`, `reserve_pool_timeout`, `server_check_delay`, `max_db_connections`, `max_user_connections`, `max_classify_bytes`, `tls_mode`, `tls_certificate`, `tls_private_key`, `tls_min_version`, `tls_client_ca`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`, `allow_local_infile`, `server_cleartext`, `server_reset_query`, `server_reset_query_always`, `health_interval`, `health_timeout`, \
-             `health_failures`, `health_user`, `health_password`, `health_database`, `auth_user`, `auth_password`, `auth_query`, `auth_database`, `auth_cache_ttl`, `auth_max_connections`, `auth_failed_lookups_per_minute`, `max_lag`, `failover_max_lag`, \
-             `failover`, `failover_timeout`, `failover_command`, `consistency`, `causal_timeout`, `causal_wait`, `transaction_replay`, `transaction_replay_max_size`, `transaction_replay_timeout`, `transaction_replay_debug`, `backend`, `user`, `database`",
+            "fulcrum.toml:13: cluster[1].pool_sise: unknown key `pool_sise`: did you mean `pool_size`?",
+        ),
+        (
+            &pgbouncer_key,
+            "fulcrum.toml:13: cluster[1].default_pool_size: unknown key `default_pool_size` (PgBouncer's name): did you mean `pool_size`?",
         ),
         (
             &unknown_backend_key,
-            "fulcrum.toml:8: cluster[0].backend[0].wieght: unknown key `wieght`, expected one of `address`, `role`, `weight`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`",
+            "fulcrum.toml:8: cluster[0].backend[0].wieght: unknown key `wieght`: did you mean `weight`?",
         ),
         (
             &unknown_user_key,
-            "fulcrum.toml:11: cluster[0].user[0].pasword: unknown key `pasword`, expected one of `name`, `password`, `server_user`, `server_password`",
+            "fulcrum.toml:11: cluster[0].user[0].pasword: unknown key `pasword`: did you mean `password`?",
         ),
         (
             "[[cluster]]\nbackend = [{ address = \"a:1\" }, { adress = \"b:1\" }]\n",
-            "fulcrum.toml:2: cluster[0].backend[1].adress: unknown key `adress`, expected one of `address`, `role`, `weight`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`",
+            "fulcrum.toml:2: cluster[0].backend[1].adress: unknown key `adress`: did you mean `address`?",
+        ),
+        // Nothing near: every key of the table is listed.
+        (
+            "[[cluster]]\nbackend = [{ colour = \"b:1\" }]\n",
+            "fulcrum.toml:2: cluster[0].backend[0].colour: unknown key `colour`, expected one of `address`, `role`, `weight`, `server_tls`, `server_tls_ca`, `server_tls_certificate`, `server_tls_private_key`, `server_channel_binding`",
         ),
     ]);
 }
