@@ -570,6 +570,8 @@ pub mod defaults {
     pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     pub const CLIENT_LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
+    /// `client_login_timeout = "0s"`: off (ten years).
+    pub const CLIENT_LOGIN_TIMEOUT_OFF: Duration = Duration::from_secs(10 * 365 * 86_400);
     pub const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;

@@ -402,3 +402,14 @@ fn passwords_never_appear_in_debug_output() {
     let config = parse_ok(MINIMAL);
     assert!(!format!("{config:?}").contains("secret"));
 }
+
+#[test]
+fn a_zero_login_timeout_is_off_as_in_pgbouncer() {
+    let text = MINIMAL.replace(
+        "listen = \"127.0.0.1:6432\"",
+        "listen = \"127.0.0.1:6432\"\n    client_login_timeout = \"0s\"",
+    );
+    let c = &parse_ok(&text).clusters[0];
+    assert_eq!(c.client_login_timeout, defaults::CLIENT_LOGIN_TIMEOUT_OFF);
+    assert!(c.client_login_timeout > Duration::from_secs(365 * 86_400));
+}

@@ -81,11 +81,13 @@ pub(super) fn cluster(
             defaults::CONNECT_TIMEOUT,
         )?,
     };
-    let client_login_timeout = t.duration(
-        &c.client_login_timeout,
-        "client_login_timeout",
-        defaults::CLIENT_LOGIN_TIMEOUT,
-    )?;
+    // "0s" is off, as 0 is in PgBouncer: no limit but max_pending_logins.
+    let client_login_timeout = match &c.client_login_timeout {
+        None => defaults::CLIENT_LOGIN_TIMEOUT,
+        Some(_) => t
+            .duration_or_off(&c.client_login_timeout, "client_login_timeout")?
+            .unwrap_or(defaults::CLIENT_LOGIN_TIMEOUT_OFF),
+    };
     let client_idle_timeout = t.duration_or_off(&c.client_idle_timeout, "client_idle_timeout")?;
     let idle_transaction_timeout =
         t.duration_or_off(&c.idle_transaction_timeout, "idle_transaction_timeout")?;
