@@ -396,3 +396,53 @@ fn a_clients_own_wait_timeout_closes_it_as_the_server_would() {
     let through = pymysql(&format!("127.0.0.1:{session_port}"), WAIT_TIMEOUT);
     assert_eq!(through, direct, "session pooling");
 }
+
+/// mysql_async's everyday calls for the same: a procedure created and
+/// called (its text protocol, CLIENT_MULTI_STATEMENTS on), and its own
+/// `SET wait_timeout` honoured (the next query after the idle time fails
+/// with the same kind of error as directly), through Fulcrum as directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_async_stored_programs_and_wait_timeout_as_directly() {
+    use mysql_async::prelude::Queryable;
+    let (cluster, _fulcrum, port) = setup();
+    let server_port: u16 = cluster
+        .primary()
+        .addr()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let mut outcomes = Vec::new();
+    for port in [server_port, *port] {
+        let mut c = fulcrum_suite::maria_connect(port).await;
+        c.query_drop("DROP PROCEDURE IF EXISTS fulcrum_async_two")
+            .await
+            .unwrap();
+        c.query_drop("CREATE PROCEDURE fulcrum_async_two() BEGIN SELECT 1; SELECT 2; END")
+            .await
+            .unwrap();
+        let mut result = c.query_iter("CALL fulcrum_async_two()").await.unwrap();
+        let mut sets = Vec::new();
+        while !result.is_empty() {
+            let rows: Vec<i64> = result.collect().await.unwrap();
+            sets.push(rows);
+        }
+        drop(result);
+        c.query_drop("DROP PROCEDURE fulcrum_async_two")
+            .await
+            .unwrap();
+        c.query_drop("SET wait_timeout = 1").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        let after = match c.query_drop("SELECT 1").await {
+            Ok(()) => "still open".to_owned(),
+            Err(mysql_async::Error::Io(_)) => "closed (io)".to_owned(),
+            Err(mysql_async::Error::Driver(_)) => "closed (driver)".to_owned(),
+            Err(e) => format!("other: {e}"),
+        };
+        outcomes.push((sets, after));
+    }
+    assert_eq!(outcomes[0].0, vec![vec![1], vec![2]], "directly");
+    assert!(outcomes[0].1.starts_with("closed"), "{:?}", outcomes[0]);
+    assert_eq!(outcomes[1], outcomes[0], "through Fulcrum as directly");
+}
