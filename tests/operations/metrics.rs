@@ -153,6 +153,20 @@ async fn postgres_counters_match_a_known_workload() {
         "the part Fulcrum adds is measured once per unit of work"
     );
     assert!(family_sum(&after, "fulcrum_classifier_cache_hits_total", &[]) > 0.0);
+    // The build and the standard process series.
+    assert_eq!(
+        family_sum(
+            &after,
+            "fulcrum_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    assert!(family_sum(&after, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(family_sum(&after, "process_open_fds", &[]) > 3.0);
+    // (Whole seconds in this client library: a young process may show 0.)
+    assert!(after.contains("\nprocess_cpu_seconds_total "), "{after}");
+    assert!(family_sum(&after, "process_start_time_seconds", &[]) > 1.7e9);
     promtool_check(&after);
     assert_eq!(
         delta("fulcrum_position_queries_total", &[]),

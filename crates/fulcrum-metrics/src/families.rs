@@ -124,6 +124,22 @@ impl Metrics {
         };
         let digest_seconds = float_gauge("fulcrum_query_digest_seconds", "Total time of a digest's executions (from the statement's hand-over to the server to its last reply), for the top digest_metrics_top digests by that time, since the digest entered the table.");
         let digest_p99_seconds = float_gauge("fulcrum_query_digest_p99_seconds", "99th percentile latency of a top digest's executions, from a histogram of √2-wide buckets (the bucket's upper edge).");
+        // The standard process series (process_cpu_seconds_total,
+        // process_resident_memory_bytes, process_open_fds, ...), read from
+        // /proc at each scrape.
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("registered once");
+        gauge(
+            &r,
+            "fulcrum_build_info",
+            "Always 1: the running Fulcrum's version, as a label.",
+            &["version"],
+        )
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
         Metrics {
             queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
             transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),
