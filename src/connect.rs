@@ -33,9 +33,12 @@ pub async fn try_pg_connect(cfg: &PgProxyConfig) -> Result<Client, tokio_postgre
 
 /// [`try_pg_connect_as`], failing the test if the login fails.
 pub async fn pg_connect_as(cfg: &PgProxyConfig, user: &str, db: &str) -> Client {
-    try_pg_connect_as(cfg, user, db)
-        .await
-        .unwrap_or_else(|e| panic!("connect through fulcrum as {user} to {db}: {e}"))
+    try_pg_connect_as(cfg, user, db).await.unwrap_or_else(|e| {
+        panic!(
+            "connect through fulcrum as {user} to {db}: {e}: {:?}",
+            e.as_db_error()
+        )
+    })
 }
 
 /// [`try_pg_connect`], failing the test if the login fails.
