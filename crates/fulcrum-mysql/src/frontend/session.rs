@@ -471,7 +471,7 @@ impl Session {
                             .get(1..5)
                             .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
                             .and_then(|id| self.prepared.map.get(&id))
-                            .is_some_and(|s| fulcrum_session::txn::may_commit(s.sql.as_bytes()));
+                            .is_some_and(|s| s.may_commit);
                     self.stmt_execute(&payload, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,

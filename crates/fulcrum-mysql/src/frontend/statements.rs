@@ -19,6 +19,9 @@ pub struct ClientStmt {
     pub sql: Arc<str>,
     pub num_params: u16,
     pub decision: Decision,
+    /// Its text may commit (read once, at prepare): an execute of it in
+    /// flight when the server dies is never replayed.
+    pub may_commit: bool,
     /// The parameter types the client bound last (2 bytes each).
     pub types: Option<Vec<u8>>,
     /// Its digest (statistics), when digests are on.

@@ -97,6 +97,7 @@ impl Session {
                             &sql,
                             fulcrum_sql::Dialect::MySql,
                         ),
+                        may_commit: fulcrum_session::txn::may_commit(sql.as_bytes()),
                         sql,
                         num_params,
                         decision,
