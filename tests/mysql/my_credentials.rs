@@ -398,6 +398,7 @@ async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
         })
     };
     let mut tasks = tokio::task::JoinSet::new();
+    let storm_started = std::time::Instant::now();
     let mut denied = 0;
     for n in 0..600u32 {
         if tasks.len() >= 30 {
@@ -436,6 +437,9 @@ async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
             &[("outcome", outcome)],
         )
     };
-    assert!(count("limited") > 400.0, "{text}");
-    assert!(count("missing") <= 40.0, "{text}");
+    // 30 misses per minute and address: a slow machine may spread the
+    // storm over more than one window.
+    let windows = 1.0 + (storm_started.elapsed().as_secs() / 60) as f64;
+    assert!(count("limited") > 600.0 - 40.0 * windows, "{text}");
+    assert!(count("missing") <= 40.0 * windows, "{text}");
 }

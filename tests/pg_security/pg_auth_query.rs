@@ -8,7 +8,7 @@
 
 use std::process::Command;
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fulcrum_suite::{pg_conn_string, pg_connect_str, pg_primary, scrape};
 use fulcrum_testkit::{
@@ -471,6 +471,7 @@ async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
         })
     };
     // The storm: 2,000 made-up names, 50 at a time.
+    let storm_started = Instant::now();
     let mut refused = 0;
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..2000u32 {
@@ -515,8 +516,17 @@ async fn a_login_storm_never_reaches_the_primary_past_the_cap() {
         "fulcrum_auth_query_lookups_total",
         &[("outcome", "missing")],
     );
-    assert!(limited > 1500.0, "the address was limited: {limited}");
-    assert!(ran <= 40.0, "lookups that reached the primary: {ran}");
+    // 30 misses per minute and address: a slow machine may spread the
+    // storm over more than one window.
+    let windows = 1.0 + (storm_started.elapsed().as_secs() / 60) as f64;
+    assert!(
+        limited > 2000.0 - 40.0 * windows,
+        "the address was limited: {limited}"
+    );
+    assert!(
+        ran <= 40.0 * windows,
+        "lookups that reached the primary: {ran}"
+    );
 }
 
 /// A per-name suffix, so no two storm names are alike.
