@@ -35,7 +35,7 @@ fn config(c: &MariaCluster, port: u16, metrics_port: u16) -> String {
         port,
         "pool_timeout = \"20s\"\nhealth_interval = \"300ms\"\nfailover = \"promote\"\n\
          failover_timeout = \"1s\"\ntransaction_replay = true\n\
-         transaction_replay_timeout = \"20s\"",
+         transaction_replay_timeout = \"20s\"\ntransaction_replay_debug = true",
     );
     with_metrics(&toml, metrics_port)
 }
