@@ -26,16 +26,24 @@ pub(crate) enum SysbenchWorkload {
     /// `oltp_read_only --skip-trx=on`: the same 14 selects, autocommit, so
     /// Fulcrum may send them to a replica.
     ReadOnly,
+    /// `oltp_read_write --skip-trx=on`: the 14 selects and 4 writes of
+    /// `oltp_read_write`, each autocommit: every thread (one user) writes
+    /// beside its reads, what `consistency = "user"` costs.
+    Mixed,
 }
 
 impl SysbenchWorkload {
-    pub(crate) const ALL: [SysbenchWorkload; 2] =
-        [SysbenchWorkload::ReadWrite, SysbenchWorkload::ReadOnly];
+    pub(crate) const ALL: [SysbenchWorkload; 3] = [
+        SysbenchWorkload::ReadWrite,
+        SysbenchWorkload::ReadOnly,
+        SysbenchWorkload::Mixed,
+    ];
 
     fn args(self) -> &'static [&'static str] {
         match self {
             SysbenchWorkload::ReadWrite => &["oltp_read_write"],
             SysbenchWorkload::ReadOnly => &["oltp_read_only", "--skip-trx=on"],
+            SysbenchWorkload::Mixed => &["oltp_read_write", "--skip-trx=on"],
         }
     }
 
@@ -43,6 +51,7 @@ impl SysbenchWorkload {
         match self {
             SysbenchWorkload::ReadWrite => "sysbench oltp_read_write",
             SysbenchWorkload::ReadOnly => "sysbench oltp_read_only --skip-trx=on",
+            SysbenchWorkload::Mixed => "sysbench oltp_read_write --skip-trx=on (autocommit writes beside reads)",
         }
     }
 }
