@@ -51,7 +51,9 @@ impl SysbenchWorkload {
         match self {
             SysbenchWorkload::ReadWrite => "sysbench oltp_read_write",
             SysbenchWorkload::ReadOnly => "sysbench oltp_read_only --skip-trx=on",
-            SysbenchWorkload::Mixed => "sysbench oltp_read_write --skip-trx=on (autocommit writes beside reads)",
+            SysbenchWorkload::Mixed => {
+                "sysbench oltp_read_write --skip-trx=on (autocommit writes beside reads)"
+            }
         }
     }
 }

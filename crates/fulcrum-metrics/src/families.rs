@@ -223,3 +223,46 @@ impl Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod documented {
+    use super::*;
+
+    /// Every family this file defines (each `"fulcrum_..."` name in it,
+    /// registered or not yet sampled) and every family the registry
+    /// gathers (the process series) is in docs/metrics.md.
+    #[test]
+    fn every_metric_is_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/metrics.md"
+        ))
+        .expect("docs/metrics.md");
+        let source = include_str!("families.rs");
+        let mut names: Vec<String> = source
+            .split("\"fulcrum_")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            })
+            .map(|n| format!("fulcrum_{n}"))
+            .collect();
+        names.extend(
+            Metrics::new()
+                .registry
+                .gather()
+                .iter()
+                .map(|f| f.name().to_owned()),
+        );
+        names.sort();
+        names.dedup();
+        assert!(names.len() > 30, "{names:?}");
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|name| !docs.contains(&format!("`{name}`")))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+    }
+}
