@@ -46,6 +46,7 @@ fn config_with(c: &PgCluster, metrics_port: u16, keys: &[&str]) -> (PgProxyConfi
         "pool_timeout = \"20s\"",
         "health_interval = \"300ms\"",
         "transaction_replay = true",
+        "digest_metrics_top = 100",
     ]
     .iter()
     .chain(keys)
@@ -230,6 +231,22 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     assert!(replays(metrics_port, "replayed") >= 3);
     assert!(replays(metrics_port, "failed") >= 1);
     assert!(p.log_contents().contains("transaction replay failed"));
+    // Replayed statements are not counted again: `SELECT note FROM items
+    // WHERE id = <literal>` ran three times (A's id = 1 and id = 10, D's
+    // id = 2), though A's and D's first ones were sent again by replays.
+    let text = fulcrum_suite::scrape(metrics_port);
+    let calls = |query: &str| {
+        fulcrum_suite::family_sum(&text, "fulcrum_query_digest_calls", &[("query", query)])
+    };
+    assert_eq!(calls("select note from items where id = ?"), 3.0, "{text}");
+    // A, D and F began their transactions once each; C's prepared insert
+    // ran twice (30 before the kill, 31 after).
+    assert_eq!(
+        calls("begin; insert into items values (?, ?)"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(calls("insert into items values ($1, $2)"), 2.0, "{text}");
 }
 
 /// pgbench TPC-B (4 clients, prepared statements) through a primary kill:

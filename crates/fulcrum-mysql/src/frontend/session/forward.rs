@@ -91,15 +91,22 @@ impl Session {
         shape: Shape,
         effects: Effects,
     ) -> Result<(), SessionError> {
-        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) {
+        // A replay sends the logged commands again: they were counted (and
+        // their digests stamped) when the client sent them.
+        let replaying = self.txn.run.is_some();
+        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) && !replaying {
             self.ctx
                 .metrics
                 .queries(self.backend, self.route_label(), 1);
         }
         let keep_was = std::mem::take(&mut self.keep_for_next);
-        let stamp = self.pending_digest.take().map(|digest| {
-            fulcrum_metrics::Stamp::new(digest, self.ctx.router.is_primary(self.backend))
-        });
+        let stamp = self
+            .pending_digest
+            .take()
+            .filter(|_| !replaying)
+            .map(|digest| {
+                fulcrum_metrics::Stamp::new(digest, self.ctx.router.is_primary(self.backend))
+            });
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);

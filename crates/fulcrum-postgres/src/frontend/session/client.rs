@@ -183,7 +183,10 @@ impl Session {
             let routing = self.route_unit();
             self.attach_unit(routing).await?;
         }
-        if matches!(tag, b'Q' | b'E' | b'F') {
+        // A replay sends the logged frames again: they were counted (and
+        // their digests stamped) when the client sent them.
+        let replaying = self.txn.run.is_some();
+        if matches!(tag, b'Q' | b'E' | b'F') && !replaying {
             self.ctx
                 .metrics
                 .queries(self.backend, self.route_label(), 1);
@@ -195,7 +198,11 @@ impl Session {
                 if unit.may_commit {
                     self.engine.unit.commit_in_flight = true;
                 }
-                let stamp = self.ctx.digest_stamp_of(&unit, text, self.backend);
+                let stamp = if replaying {
+                    None
+                } else {
+                    self.ctx.digest_stamp_of(&unit, text, self.backend)
+                };
                 let effects = unit.effects;
                 let mut replay = Vec::new();
                 for effect in effects.iter() {
@@ -245,11 +252,16 @@ impl Session {
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
+                let replaying = self.txn.run.is_some();
                 if self.one_setting_too_many(&ops) {
                     self.flush_server().await?;
                     return Err(self.too_many_settings().await);
                 }
-                let stamp = self.execute_stamp(&frame[5..]);
+                let stamp = if replaying {
+                    None
+                } else {
+                    self.execute_stamp(&frame[5..])
+                };
                 self.queue_to_server(frame);
                 self.owed.expect.push(Expect::Execute(ops, stamp));
                 self.owed.unsynced = true;
