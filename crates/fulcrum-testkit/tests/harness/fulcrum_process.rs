@@ -117,6 +117,16 @@ fn a_daemon_that_exits_at_start_is_reported_with_its_log() {
 fn a_daemon_that_never_listens_times_out_with_its_log() {
     let config = format!("# deaf\nlisten = \"127.0.0.1:{}\"\n", free_port());
     let daemon = FulcrumProcess::spawn_with(&fake_daemon(), &config, &[]).unwrap();
+    // The fake daemon has started (its log says so) before the wait that
+    // must time out: on a busy machine perl alone may take longer than it.
+    let started = std::time::Instant::now();
+    while !daemon.log_contents().contains("fake fulcrum ready") {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the fake daemon never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let err = match daemon.wait_listening(Duration::from_millis(800)) {
         Err(e) => e.to_string(),
         Ok(()) => {
