@@ -183,16 +183,21 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     assert!(p.log_contents().contains("transaction replay failed"));
 }
 
-/// sysbench oltp_read_write (4 threads, text protocol) through a
-/// primary kill. sysbench stops on an error it is not told to ignore:
-/// its own deadlocks, and 1927 (a COMMIT in flight at the kill: outcome
-/// unknown, 08007; the session stays) are ignored here, and Fulcrum's log
-/// shows that every 1927 was a COMMIT in flight. (sysbench 1.0.20 crashes
-/// when it reconnects with prepared statements: the test also shows that
-/// no session ended.) The text protocol: with `--db-ps-mode=auto` about one
-/// run in seven had a replay fail on a difference (then sysbench crashed on
-/// its reconnect); the cause is not found yet (docs/failover.md). Each transaction deletes a row and inserts it
-/// again, so every table still has all its rows: nothing half-replayed.
+/// sysbench oltp_read_write (4 threads, prepared statements: sysbench's
+/// default `--db-ps-mode=auto`) through a primary kill. sysbench stops on
+/// an error it is not told to ignore: its own deadlocks, and 1927 (a COMMIT
+/// in flight at the kill: outcome unknown, 08007; the session stays) are
+/// ignored here, and Fulcrum's log shows that every 1927 was a COMMIT in
+/// flight. (sysbench 1.0.20 crashes when it reconnects with prepared
+/// statements: the test also shows that no session ended.) Rows are drawn
+/// uniformly: with sysbench's default skewed draw (`--rand-type=special`,
+/// most accesses on a few hot rows) the transactions in flight at the kill
+/// often read rows another of them wrote, and the replays, committed in
+/// another order, read them changed: a true difference, which fails the
+/// replay (captured with transaction_replay_debug: a point select's `c`
+/// came back with another client's new random string; docs/failover.md).
+/// Each transaction deletes a row and inserts it again, so every table
+/// still has all its rows: nothing half-replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sysbench_oltp_read_write_through_a_primary_kill() {
     let _serial = serial().await;
@@ -227,11 +232,12 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
                 "--threads=4",
                 "--time=10",
                 // FULCRUM_SYSBENCH_PS_MODE: the loop tool (tools/replay-loop)
-                // runs it with `auto` as well.
+                // may run it with `disable` (the text protocol) as well.
                 &format!(
                     "--db-ps-mode={}",
-                    std::env::var("FULCRUM_SYSBENCH_PS_MODE").unwrap_or_else(|_| "disable".into())
+                    std::env::var("FULCRUM_SYSBENCH_PS_MODE").unwrap_or_else(|_| "auto".into())
                 ),
+                "--rand-type=uniform",
                 // Range reads of 100 rows would often meet a row another
                 // thread changed before the kill: a true mismatch, which
                 // fails the transaction (the other test shows it).
