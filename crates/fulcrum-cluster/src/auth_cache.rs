@@ -121,6 +121,15 @@ impl<S> Looked<S> {
             outcome: Outcome::Missing,
         }
     }
+
+    /// No lookup: the client's address found nobody too often.
+    fn limited() -> Looked<S> {
+        Looked {
+            secret: None,
+            cached: false,
+            outcome: Outcome::Limited,
+        }
+    }
 }
 
 /// `S`: what the server stores for a user; `P`: what a client proved;
@@ -232,13 +241,8 @@ impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
         if let Some(hit) = self.cached(user, ttl) {
             return Ok(hit);
         }
-        let limited = Looked {
-            secret: None,
-            cached: false,
-            outcome: Outcome::Limited,
-        };
         if self.limited(peer) {
-            return Ok(limited);
+            return Ok(Looked::limited());
         }
         let name_lock = lock(&self.fetching)
             .entry(user.to_owned())
@@ -274,11 +278,7 @@ impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
         let _permit = self.permits.acquire().await.expect("never closed");
         // Checked again: a flood waiting for a permit may have used it up.
         if self.limited(peer) {
-            return Ok(Looked {
-                secret: None,
-                cached: false,
-                outcome: Outcome::Limited,
-            });
+            return Ok(Looked::limited());
         }
         let conn = self.take_idle(backend);
         let (secret, conn) = fetch(conn).await;

@@ -217,6 +217,41 @@ impl<C, P, S> ClusterCore<C, P, S> {
         )
     }
 
+    /// `user`'s stored secret for a client at `peer`, from `cache` or
+    /// by `auth_query` on the primary (`fetch`: the protocol's query, given
+    /// the primary and an idle auth connection to it), the outcome counted
+    /// in `fulcrum_auth_query_lookups_total`. No secret without `auth_user`.
+    pub async fn auth_lookup<Secret, Proof, Conn, F, Fut>(
+        &self,
+        cache: &crate::AuthCache<Secret, Proof, Conn>,
+        user: &str,
+        peer: Option<std::net::IpAddr>,
+        fetch: F,
+    ) -> Result<crate::Looked<Secret>, crate::AuthQueryError>
+    where
+        Secret: Clone,
+        Proof: Clone,
+        F: FnOnce(BackendId, Option<Conn>) -> Fut,
+        Fut: std::future::Future<
+            Output = (Result<Option<Secret>, crate::AuthQueryError>, Option<Conn>),
+        >,
+    {
+        let Some(aq) = &self.config.auth_query else {
+            return Ok(crate::Looked::none());
+        };
+        let primary = crate::auth_query_backend(&self.router, &self.config)?;
+        let looked = cache
+            .lookup(user, aq.cache_ttl, peer, primary, |conn| {
+                fetch(primary, conn)
+            })
+            .await;
+        self.metrics.auth_lookup(match &looked {
+            Ok(l) => l.outcome.label(),
+            Err(_) => "failed",
+        });
+        looked
+    }
+
     /// A client of `user` (with its protocol `options`) logged in to
     /// `database`: when the function catalog has not read that database yet,
     /// ask for it and wait up to `function_catalog_wait`, so the client's

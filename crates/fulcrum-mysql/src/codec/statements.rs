@@ -218,10 +218,7 @@ fn block_depth(text: &[u8], start: usize, end: usize, depth: u32) -> (u32, usize
                 )
             });
             let after = match closes {
-                Some(w) => {
-                    let (at, _) = next_non_blank(text, end).expect("a word follows");
-                    at + w.len()
-                }
+                Some(w) => next_non_blank(text, end).map_or(end, |(at, _)| at + w.len()),
                 None => end,
             };
             (depth.saturating_sub(1), after)

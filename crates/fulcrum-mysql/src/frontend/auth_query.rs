@@ -22,22 +22,10 @@ pub async fn lookup(
     user: &str,
     peer: Option<std::net::IpAddr>,
 ) -> Result<fulcrum_cluster::Looked<[u8; 20]>, AuthQueryError> {
-    let Some(aq) = &ctx.config.auth_query else {
-        return Ok(fulcrum_cluster::Looked::none());
-    };
-    let primary = fulcrum_cluster::auth_query_backend(&ctx.router, &ctx.config)?;
-    let looked = ctx
-        .auth
-        .lookup(user, aq.cache_ttl, peer, primary, |conn| {
-            fetch(ctx, primary, user, conn)
-        })
-        .await;
-    let outcome = match &looked {
-        Ok(l) => l.outcome.label(),
-        Err(_) => "failed",
-    };
-    ctx.metrics.auth_lookup(outcome);
-    looked
+    ctx.auth_lookup(&ctx.auth, user, peer, |primary, conn| {
+        fetch(ctx, primary, user, conn)
+    })
+    .await
 }
 
 /// Runs `auth_query` for `user` on `primary`, over `conn` if given (an
