@@ -14,7 +14,7 @@ use fulcrum_postgres::codec::frame::PgFrames;
 use fulcrum_postgres::codec::frontend_msg::query_text;
 use fulcrum_postgres::codec::startup::{parse_startup, StartupPacket};
 use fulcrum_postgres::frontend::error::SessionError;
-use fulcrum_postgres::frontend::login::password_exchange;
+use fulcrum_postgres::frontend::login::{password_exchange, start_tls};
 use fulcrum_tls::ClientStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -50,8 +50,7 @@ async fn login(
                 match &tls {
                     Some(tls) if !stream.is_tls() && buf.is_empty() => {
                         stream.write_all(b"S").await?;
-                        let acceptor = fulcrum_tls::TlsAcceptor::from(tls.server_config.clone());
-                        if let Err(e) = stream.upgrade(&acceptor).await {
+                        if let Err(e) = start_tls(stream, tls).await {
                             tracing::info!(error = %e, "admin console TLS handshake failed");
                             return Ok(None);
                         }

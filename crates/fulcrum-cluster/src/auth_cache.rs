@@ -164,17 +164,19 @@ impl<S, P, C> AuthCache<S, P, C> {
     }
 }
 
-impl<S, P, C> Default for AuthCache<S, P, C> {
-    fn default() -> Self {
-        AuthCache::new(AuthLimits {
-            max_connections: 2,
-            failed_per_minute: 0,
-        })
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Room for one more entry in `map`, kept under `max`: when full, the
+/// entries that are no longer `fresh` go, and if that is not enough, all.
+fn make_room<K, V>(map: &mut HashMap<K, V>, max: usize, fresh: impl FnMut(&K, &mut V) -> bool) {
+    if map.len() >= max {
+        map.retain(fresh);
+        if map.len() >= max {
+            map.clear();
+        }
+    }
 }
 
 impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
@@ -209,11 +211,10 @@ impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
     fn count_miss(&self, peer: Option<IpAddr>) {
         let Some(peer) = peer else { return };
         let mut misses = lock(&self.misses);
-        if misses.len() >= MAX_ADDRESSES && !misses.contains_key(&peer) {
-            misses.retain(|_, (since, _)| since.elapsed() < MISS_WINDOW);
-            if misses.len() >= MAX_ADDRESSES {
-                misses.clear();
-            }
+        if !misses.contains_key(&peer) {
+            make_room(&mut misses, MAX_ADDRESSES, |_, (since, _)| {
+                since.elapsed() < MISS_WINDOW
+            });
         }
         let now = Instant::now();
         let slot = misses.entry(peer).or_insert((now, 0));
@@ -290,12 +291,7 @@ impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
             self.count_miss(peer);
         }
         let mut entries = lock(&self.entries);
-        if entries.len() >= MAX_ENTRIES {
-            entries.retain(|_, e| e.fetched.elapsed() < ttl);
-            if entries.len() >= MAX_ENTRIES {
-                entries.clear();
-            }
-        }
+        make_room(&mut entries, MAX_ENTRIES, |_, e| e.fetched.elapsed() < ttl);
         entries.insert(
             user.to_owned(),
             Entry {
@@ -373,7 +369,10 @@ mod tests {
 
     #[test]
     fn fresh_entries_are_served_from_the_cache_and_misses_expire_sooner() {
-        let cache = Cache::default();
+        let cache = Cache::new(AuthLimits {
+            max_connections: 2,
+            failed_per_minute: 0,
+        });
         let opened = AtomicUsize::new(0);
         let ttl = Duration::from_secs(60);
         let first = run(cache.lookup("a", ttl, None, 0, answer(Ok(Some("s1")), &opened))).unwrap();

@@ -117,9 +117,8 @@ pub struct FrameMark {
     pub kind: u8,
     pub len: u32,
     hash: u64,
-    /// Where it starts in the stream, and its whole size.
+    /// Where it starts in the stream (its header).
     at: u64,
-    size: u64,
 }
 
 impl PartialEq for FrameMark {
@@ -155,7 +154,6 @@ struct Trace {
     len: u32,
     sum: Checksum,
     at: u64,
-    size: u64,
     /// MySQL: the packet header being read, and the body bytes left.
     packet_header: [u8; 4],
     in_packet_header: usize,
@@ -163,12 +161,11 @@ struct Trace {
 }
 
 impl Trace {
-    fn start(&mut self, kind: u8, len: u32, at: u64, size: u64) {
+    fn start(&mut self, kind: u8, len: u32, at: u64) {
         self.kind = kind;
         self.len = len;
         self.sum = Checksum::default();
         self.at = at;
-        self.size = size;
     }
 
     fn end(&mut self) {
@@ -178,7 +175,6 @@ impl Trace {
                 len: self.len,
                 hash: self.sum.hash ^ self.sum.pending_word(),
                 at: self.at,
-                size: self.size,
             });
         }
     }
@@ -197,7 +193,7 @@ impl Trace {
                     let h = self.packet_header;
                     let len = u32::from_le_bytes([h[0], h[1], h[2], 0]);
                     let kind = bytes.first().copied().unwrap_or(0);
-                    self.start(kind, len, pos - 4, 4 + u64::from(len));
+                    self.start(kind, len, pos - 4);
                     self.sum.feed(&h);
                     self.packet_left = u64::from(len);
                     if len == 0 {
@@ -291,8 +287,7 @@ impl Cursor {
                     self.left = (len as u64).saturating_sub(4);
                     if !self.skip {
                         let at = (self.pos + i as u64).saturating_sub(5);
-                        self.trace
-                            .start(self.header[0], len, at, 1 + u64::from(len));
+                        self.trace.start(self.header[0], len, at);
                         self.trace.sum.feed(&self.header);
                     }
                     if self.left == 0 {
@@ -653,10 +648,16 @@ impl Replay {
             want.len()
         );
         if let Some((want_bytes, got_bytes)) = &self.debug {
+            // A message's whole size: its length and what precedes it
+            // (PostgreSQL: the tag; MySQL: the 4-byte header, not counted).
+            let header = match self.cursor.framing {
+                Framing::Postgres => 1,
+                Framing::Whole => 4,
+            };
             let bytes = |marks: &[FrameMark], stream: &[u8]| -> String {
                 marks.get(at).map_or("none".to_owned(), |m| {
                     let from = (m.at as usize).min(stream.len());
-                    let to = ((m.at + m.size) as usize).min(stream.len());
+                    let to = ((m.at + header + u64::from(m.len)) as usize).min(stream.len());
                     format!("\"{}\"", stream[from..to].escape_ascii())
                 })
             };

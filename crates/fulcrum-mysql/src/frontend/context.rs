@@ -307,11 +307,9 @@ impl ProtocolContext for MyClusterContext {
                     .open(primary, &w.user, C::from_bits_truncate(format), charset)
                     .await
                     .ok()?;
-                // A connection of its own (closed after): the list is one
-                // value, which GROUP_CONCAT would cut at 1 kB by default.
                 conn.run_simple(
                     crate::codec::command::Command::Query,
-                    b"SET SESSION group_concat_max_len = 16777216",
+                    LONG_GROUP_CONCAT.as_bytes(),
                 )
                 .await
                 .ok()?;
@@ -333,6 +331,11 @@ impl ProtocolContext for MyClusterContext {
     }
 }
 
+/// The function catalog's list is one GROUP_CONCAT value, which MariaDB
+/// cuts at 1 kB by default: its connection (of its own, closed after) says
+/// this first.
+const LONG_GROUP_CONCAT: &str = "SET SESSION group_concat_max_len = 16777216";
+
 impl MyClusterContext {
     /// `sql` (the ROUTINES list, one value) run on `backend` as the health
     /// user; `None` when it cannot log in or the query fails.
@@ -351,9 +354,7 @@ impl MyClusterContext {
             .ok()?;
         // GROUP_CONCAT of no rows is NULL.
         let list: Option<Option<Option<String>>> = async {
-            conn.query_drop("SET SESSION group_concat_max_len = 16777216")
-                .await
-                .ok()?;
+            conn.query_drop(LONG_GROUP_CONCAT).await.ok()?;
             conn.query_first(sql).await.ok()
         }
         .await;

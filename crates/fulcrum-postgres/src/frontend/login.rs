@@ -64,7 +64,7 @@ pub async fn fatal<S: Stream>(stream: &mut S, code: &str, message: &str) -> Sess
 /// The TLS handshake, on a listener with TLS: after an SSLRequest answered
 /// `S`, or at once when the client opens with a TLS record (PostgreSQL 17's
 /// direct negotiation, `sslnegotiation=direct`).
-async fn start_tls(
+pub async fn start_tls(
     stream: &mut ClientStream,
     tls: &fulcrum_config::ClientTls,
 ) -> Result<(), SessionError> {

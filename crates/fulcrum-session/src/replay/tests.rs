@@ -267,3 +267,25 @@ fn mysql_packets_are_traced_by_their_first_byte() {
         "expected 0x00(7), got 0xff(7) at message 1 of 1"
     );
 }
+
+#[test]
+fn with_debug_a_mismatch_shows_the_bytes_of_the_differing_message() {
+    let mut log = TxnLog::new(Some(1 << 20), Framing::Postgres).with_debug(true);
+    log.open(0, None);
+    log.command_done(true);
+    // A ParameterStatus before the row is left out of the comparison but
+    // is in the stream: the bytes shown are still the row's.
+    let received: Vec<u8> = [pg(b'S', b"a\0b\0"), pg(b'D', b"\0\x01\0\0\0\x02-5")].concat();
+    log.absorb(&received, received.len() as u64);
+    let mut replay = log.start_replay(received.len() as u64);
+    let other = pg(b'D', b"\0\x01\0\0\0\x02-7");
+    assert_eq!(replay.compare(&other), Compare::Differs);
+    let text = replay.difference();
+    assert!(
+        text.ends_with(
+            "the message received: \"D\\x00\\x00\\x00\\x0c\\x00\\x01\\x00\\x00\\x00\\x02-5\", \
+             replayed: \"D\\x00\\x00\\x00\\x0c\\x00\\x01\\x00\\x00\\x00\\x02-7\""
+        ),
+        "{text}"
+    );
+}
