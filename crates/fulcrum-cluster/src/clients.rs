@@ -3,11 +3,18 @@
 //! process-wide registry, so clients still served by a cluster's old context
 //! after a reload are listed too. A session updates its entry with one
 //! atomic store when it attaches or releases a server connection.
+//!
+//! An entry is also how a session learns it must stop: the console's
+//! `KILL` and the drain on shutdown raise a flag on it and wake the
+//! session, which watches both with one [`Watcher`] (an atomic load per
+//! wake-up, not a lock).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What a client is doing.
@@ -47,9 +54,24 @@ pub struct ClientEntry {
     backend: AtomicUsize,
     /// When the state last changed (ms since the Unix epoch).
     since_ms: AtomicU64,
-    /// Set by the admin console's KILL; the session ends at once.
-    killed: std::sync::atomic::AtomicBool,
-    kill: tokio::sync::Notify,
+    /// [`KILLED`] and [`DRAIN`], as raised.
+    interrupts: AtomicU8,
+    /// The session's task, woken when a flag is raised.
+    waker: Mutex<Option<Waker>>,
+}
+
+/// Raised by the admin console's KILL: the session ends at once.
+const KILLED: u8 = 1;
+/// Raised on shutdown: the session ends at its next transaction boundary.
+const DRAIN: u8 = 2;
+
+/// Why a session must stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// The admin console's KILL.
+    Killed,
+    /// Shutdown (SIGTERM): at the next transaction boundary.
+    Drain,
 }
 
 fn now_ms() -> u64 {
@@ -85,20 +107,24 @@ impl ClientEntry {
 
     /// Ends the client's session (admin `KILL`): it is told and closed.
     pub fn kill(&self) {
-        self.killed.store(true, Ordering::SeqCst);
-        self.kill.notify_waiters();
+        self.raise(KILLED);
     }
 
-    /// Resolves once [`ClientEntry::kill`] was called.
-    pub async fn killed(&self) {
-        loop {
-            let notified = self.kill.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.killed.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
+    /// The session ends at its next transaction boundary (shutdown).
+    pub fn drain(&self) {
+        self.raise(DRAIN);
+    }
+
+    /// The drain was raised.
+    pub fn draining(&self) -> bool {
+        self.interrupts.load(Ordering::Acquire) & DRAIN != 0
+    }
+
+    fn raise(&self, flag: u8) {
+        self.interrupts.fetch_or(flag, Ordering::AcqRel);
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = waker.as_ref() {
+            w.wake_by_ref();
         }
     }
 
@@ -124,6 +150,8 @@ impl ClientEntry {
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
     next: AtomicU64,
+    /// Shutdown: every client, present and to come, drains.
+    draining: AtomicBool,
     map: Mutex<HashMap<u64, Arc<ClientEntry>>>,
 }
 
@@ -145,6 +173,69 @@ impl ClientHandle {
     /// The entry itself, for a task that outlives a borrow of the handle.
     pub fn clone_entry(&self) -> Arc<ClientEntry> {
         self.entry.clone()
+    }
+
+    /// What the session polls to learn of a KILL or the drain.
+    pub fn watcher(&self) -> Watcher {
+        Watcher {
+            entry: self.entry.clone(),
+            seen: 0,
+            registered: None,
+        }
+    }
+}
+
+/// A session's watch on its entry's interrupts. Polling it costs an
+/// atomic load while the session's waker stays the same (it is stored on
+/// the entry once, not on every poll).
+#[derive(Debug)]
+pub struct Watcher {
+    entry: Arc<ClientEntry>,
+    /// Interrupts already reported (each is reported once).
+    seen: u8,
+    /// The waker stored on the entry.
+    registered: Option<Waker>,
+}
+
+impl Watcher {
+    /// Ready with an interrupt not reported before; otherwise the task is
+    /// woken when one is raised.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Interrupt> {
+        if let Some(i) = self.fresh() {
+            return Poll::Ready(i);
+        }
+        if !self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            let waker = cx.waker().clone();
+            *self.entry.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(waker.clone());
+            self.registered = Some(waker);
+            // Raised before the waker was stored: seen now.
+            if let Some(i) = self.fresh() {
+                return Poll::Ready(i);
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Resolves with the next interrupt not reported before.
+    pub async fn next(&mut self) -> Interrupt {
+        std::future::poll_fn(|cx| self.poll(cx)).await
+    }
+
+    fn fresh(&mut self) -> Option<Interrupt> {
+        let raised = self.entry.interrupts.load(Ordering::Acquire) & !self.seen;
+        if raised & KILLED != 0 {
+            self.seen |= KILLED;
+            Some(Interrupt::Killed)
+        } else if raised & DRAIN != 0 {
+            self.seen |= DRAIN;
+            Some(Interrupt::Drain)
+        } else {
+            None
+        }
     }
 }
 
@@ -181,14 +272,28 @@ impl ClientRegistry {
             state: AtomicU8::new(ClientState::Idle as u8),
             backend: AtomicUsize::new(NO_BACKEND),
             since_ms: AtomicU64::new(now),
-            killed: Default::default(),
-            kill: tokio::sync::Notify::new(),
+            interrupts: AtomicU8::new(0),
+            waker: Mutex::new(None),
         });
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.insert(entry.id, entry.clone());
+        // Under the map's lock, so a drain under way cannot miss it.
+        if self.draining.load(Ordering::Acquire) {
+            entry.interrupts.fetch_or(DRAIN, Ordering::AcqRel);
+        }
         ClientHandle {
             entry,
             registry: self,
+        }
+    }
+
+    /// Shutdown: every session ends at its next transaction boundary
+    /// (and one logging in now, as soon as it starts).
+    pub fn drain_all(&self) {
+        self.draining.store(true, Ordering::Release);
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in map.values() {
+            entry.drain();
         }
     }
 
@@ -222,5 +327,33 @@ mod tests {
         let left = r.snapshot();
         assert_eq!(left.len(), 1);
         assert_eq!(&*left[0].user, "app");
+    }
+
+    #[tokio::test]
+    async fn a_watcher_reports_the_drain_then_a_kill_each_once() {
+        let r: &'static ClientRegistry = Box::leak(Box::default());
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let a = r.register("main", "app".into(), "db".into(), peer);
+        let mut watch = a.watcher();
+        let waiting = tokio::spawn(async move {
+            let first = watch.next().await;
+            let second = watch.next().await;
+            (first, second)
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        r.drain_all();
+        assert!(a.draining());
+        tokio::task::yield_now().await;
+        a.kill();
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(seen, (Interrupt::Drain, Interrupt::Killed));
+        // A client logging in during the drain drains at once.
+        let b = r.register("main", "late".into(), "db".into(), peer);
+        assert!(b.draining());
+        assert_eq!(b.watcher().next().await, Interrupt::Drain);
     }
 }

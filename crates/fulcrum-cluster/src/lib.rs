@@ -24,6 +24,8 @@
 //! asks of a cluster; `attach` checks out a server connection for a unit
 //! of work (a replica, else the primary, waited for during a failover),
 //! the protocol supplying the checkout through `attach::Checkouts`;
+//! `workers` runs each session on one worker event loop for life
+//! (`workers` > 1);
 //! `replay` drives a transaction replay (start, wait for a primary,
 //! compare, match or fail) over the protocol's checkout and client buffer.
 //!
@@ -56,6 +58,7 @@ pub mod state;
 pub mod switchover;
 pub mod topology;
 pub mod view;
+pub mod workers;
 
 pub use admin::{ClusterAdmin, PoolRow};
 pub use auth_cache::{

@@ -4,7 +4,8 @@
 //! clients up to `max_client_connections` (the first cluster's settings
 //! when several share the port); runs each session on its own task with a
 //! `client` span, and on shutdown stops accepting and waits for the
-//! sessions to end at a transaction boundary.
+//! sessions to end at a transaction boundary. With `workers` > 1 each
+//! session runs on a worker event loop (`crate::workers`).
 //!
 //! What is the protocol's (logging a client in, refusing one in its
 //! protocol's words, running the session) is the [`Frontend`] trait, which
@@ -88,7 +89,6 @@ pub trait Frontend: ProtocolContext {
         ctx: Arc<Self>,
         client: Self::Client,
         login: Self::Login,
-        shutdown: watch::Receiver<bool>,
         entry: ClientHandle,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
@@ -136,7 +136,6 @@ pub async fn serve<F: Frontend>(
         let _ = stream.set_nodelay(true);
         let clusters: Vec<Arc<F>> = current.iter().map(|c| c.borrow().clone()).collect();
         let ctx = clusters[0].clone();
-        let session_shutdown = shutdown.clone();
         let ticket = pending.admit();
         let limit = limit.clone();
         // A debug-level span: disabled (and free) at the usual info level,
@@ -148,12 +147,12 @@ pub async fn serve<F: Frontend>(
             user = tracing::field::Empty,
             database = tracing::field::Empty
         );
-        tokio::spawn(
+        crate::workers::spawn(stream, move |stream| {
             async move {
                 let cluster = &ctx.core().config.name;
                 let refused =
                     |reason: &str| tracing::info!(%peer, %cluster, ?reason, "client refused");
-                match handle(clusters, stream, peer, session_shutdown, ticket, limit).await {
+                match handle(clusters, stream, peer, ticket, limit).await {
                     Ok(()) => tracing::debug!("client left"),
                     Err(Stop::Refused(reason)) => refused(reason),
                     Err(Stop::Failed(e)) => match F::ending(&e) {
@@ -163,10 +162,12 @@ pub async fn serve<F: Frontend>(
                     },
                 }
             }
-            .instrument(span),
-        );
+            .instrument(span)
+        });
     }
     drop(listener);
+    // Every session ends at its next transaction boundary.
+    clients::registry().drain_all();
     let name = &config.name;
     let busy = max as usize - limit.available_permits();
     if busy > 0 {
@@ -206,7 +207,6 @@ async fn handle<F: Frontend>(
     clusters: Vec<Arc<F>>,
     stream: TcpStream,
     peer: SocketAddr,
-    shutdown: watch::Receiver<bool>,
     ticket: PendingTicket,
     limit: Arc<Semaphore>,
 ) -> Result<(), Stop<F::Error>> {
@@ -262,7 +262,7 @@ async fn handle<F: Frontend>(
     let entry = clients::registry().register(&core.config.name, user, database, peer);
     // Counted until the session ends, however it ends (a panic included).
     let _counted = core.metrics.client_connected();
-    F::run(ctx.clone(), client, login, shutdown, entry)
+    F::run(ctx.clone(), client, login, entry)
         .await
         .map_err(Stop::Failed)
 }

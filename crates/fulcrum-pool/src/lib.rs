@@ -2,7 +2,9 @@
 //! their budgets, `budget`), the router that answers "which backend serves
 //! this route" under a balancing policy (`router`, `balance`), waiting for a
 //! primary during a failover (`primary_wait`), and the read-your-writes
-//! bookkeeping positions are kept in (`causal`, `coalesce`). It knows no
+//! bookkeeping positions are kept in (`causal`, `coalesce`), and which
+//! worker event loop a thread is, so pools keep connections on the loop
+//! that opened them (`worker`). It knows no
 //! wire protocol and no SQL: a pooled connection is any `Poolable` value,
 //! and a position any value the protocol can order.
 
@@ -15,6 +17,7 @@ pub mod coalesce;
 pub mod pool;
 pub mod primary_wait;
 pub mod router;
+pub mod worker;
 
 pub use balance::Balance;
 pub use budget::{Budget, Budgets};

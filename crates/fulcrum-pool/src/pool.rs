@@ -21,6 +21,7 @@ use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::budget::{Budget, IdleCloser};
+use crate::worker;
 
 /// A connection the pool can hold.
 pub trait Poolable: Send + 'static {
@@ -111,11 +112,16 @@ impl<C> Clone for Pool<C> {
 /// e.g. to count them in metrics.
 pub type CheckHook = Arc<dyn Fn(bool) + Send + Sync>;
 
-/// An idle connection and what it holds.
+/// An idle connection and what it holds. The connection is boxed: it
+/// moves between the idle list and a session on every unit of work, and
+/// a pointer moves for free where a server connection's state would be
+/// copied.
 struct Idle<C> {
-    conn: C,
+    conn: Box<C>,
     since: Instant,
     born: Instant,
+    /// The worker event loop that opened it (`crate::worker`).
+    worker: usize,
     /// One permit per budget over the pool.
     budget: Vec<OwnedSemaphorePermit>,
 }
@@ -173,9 +179,11 @@ impl<C: Send> IdleCloser for Inner<C> {
 /// A connection checked out of a pool. Call `release` to give it back clean;
 /// dropping it closes the connection instead.
 pub struct Checkout<C> {
-    conn: Option<C>,
+    conn: Option<Box<C>>,
     /// When the connection was opened.
     born: Instant,
+    /// The worker event loop that opened it.
+    worker: usize,
     budget: Vec<OwnedSemaphorePermit>,
     pool: Arc<Inner<C>>,
     _permit: OwnedSemaphorePermit,
@@ -276,18 +284,20 @@ impl<C: Poolable> Pool<C> {
             return Ok(Checkout {
                 conn: Some(idle.conn),
                 born: idle.born,
+                worker: idle.worker,
                 budget: idle.budget,
                 pool: inner.clone(),
                 _permit: permit,
             });
         }
         let budget = self.budget_permits(Some(deadline)).await?;
-        let conn = connect().await.map_err(PoolError::Connect)?;
+        let conn = Box::new(connect().await.map_err(PoolError::Connect)?);
         inner.opened.fetch_add(1, Ordering::Relaxed);
         inner.backend_load.fetch_add(1, Ordering::Relaxed);
         Ok(Checkout {
             conn: Some(conn),
             born: Instant::now(),
+            worker: worker::current(),
             budget,
             pool: inner.clone(),
             _permit: permit,
@@ -401,7 +411,7 @@ impl<C: Poolable> Pool<C> {
             let Ok(budget) = self.budget_permits::<E>(None).await else {
                 break;
             };
-            let conn = connect().await?;
+            let conn = Box::new(connect().await?);
             inner.opened.fetch_add(1, Ordering::Relaxed);
             opened += 1;
             let now = Instant::now();
@@ -413,6 +423,7 @@ impl<C: Poolable> Pool<C> {
                     conn,
                     since: now,
                     born: now,
+                    worker: worker::current(),
                     budget,
                 });
             drop(permit);
@@ -421,28 +432,50 @@ impl<C: Poolable> Pool<C> {
     }
 
     /// Most recently used first (keeps few connections warm); expired and
-    /// unusable ones are closed on the way.
+    /// unusable ones are closed on the way. One the current worker opened
+    /// comes first; another worker's only when opening a new one would
+    /// take the pool past its size (or a budget governs the pool), since
+    /// its socket's wake-ups go through that worker's thread.
     fn take_idle(&self) -> Option<Idle<C>> {
         let now = Instant::now();
-        let settings = &self.inner.settings;
-        let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = &self.inner;
+        let settings = &inner.settings;
+        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
         while idle
             .front()
             .is_some_and(|i| now.duration_since(i.since) > settings.idle_timeout)
         {
             idle.pop_front();
-            self.inner.closed.fetch_add(1, Ordering::Relaxed);
+            inner.closed.fetch_add(1, Ordering::Relaxed);
         }
-        while let Some(mut i) = idle.pop_back() {
+        loop {
+            let me = worker::current();
+            let own = idle.iter().rposition(|i| i.worker == me);
+            let i = match own {
+                Some(at) => idle.remove(at),
+                None => {
+                    // Every permit held (this caller's included) may become
+                    // an open connection beside the idle ones.
+                    let held = settings.size as usize - inner.permits.available_permits()
+                        + settings.reserve_size as usize
+                        - inner.reserve.available_permits();
+                    let full = idle.len() + held > settings.size as usize;
+                    if full || !inner.budgets.is_empty() {
+                        idle.pop_back()
+                    } else {
+                        None
+                    }
+                }
+            };
+            let mut i = i?;
             let too_old = settings
                 .lifetime
                 .is_some_and(|l| now.duration_since(i.born) >= l);
             if !too_old && i.conn.is_usable() {
                 return Some(i);
             }
-            self.inner.closed.fetch_add(1, Ordering::Relaxed);
+            inner.closed.fetch_add(1, Ordering::Relaxed);
         }
-        None
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -519,6 +552,7 @@ impl<C> Checkout<C> {
                 conn,
                 since: now,
                 born: self.born,
+                worker: self.worker,
                 budget,
             });
         }

@@ -103,29 +103,38 @@ pub fn normalize(sql: &str, dialect: Dialect, max: usize) -> String {
 fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
     let b = sql.as_bytes();
     let mut i = 0;
-    let mut last = b' ';
     // White space is emitted lazily, so trailing space and comments vanish.
-    let mut pending_space = false;
-    let mut emit = |h: &mut S, c: u8, last: &mut u8| {
-        if c == b' ' {
-            if *last != b' ' {
-                pending_space = true;
-                *last = b' ';
-            }
-            return;
-        }
-        if pending_space {
-            h.push(b' ');
-            pending_space = false;
-        }
-        h.push(c);
-        *last = c;
+    let mut out = Emit {
+        last: b' ',
+        pending_space: false,
     };
     while i < b.len() {
         let c = b[i];
+        // A name or keyword (most of a statement): a run of letters,
+        // digits and `_` hashed in one tight loop. Not an `E'...'` prefix.
+        if (c.is_ascii_alphabetic() || c == b'_')
+            && !((c == b'E' || c == b'e') && b.get(i + 1) == Some(&b'\''))
+        {
+            out.space_before(h);
+            let mut lower = c;
+            while let Some(&w) = b.get(i) {
+                lower = LOWER_WORD[w as usize];
+                if lower == 0 {
+                    break;
+                }
+                h.push(lower);
+                i += 1;
+            }
+            out.last = if lower == 0 {
+                b[i - 1].to_ascii_lowercase()
+            } else {
+                lower
+            };
+            continue;
+        }
         match c {
             b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {
-                emit(h, b' ', &mut last);
+                out.emit(h, b' ');
                 i += 1;
             }
             // MySQL reads "..." as a string too (unless ANSI_QUOTES, which
@@ -152,22 +161,22 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                     i += 1;
                 }
                 i += 1;
-                emit(h, b'?', &mut last);
+                out.emit(h, b'?');
                 if !closed {
                     // Never the fingerprint of a well-formed statement.
-                    emit(h, q, &mut last);
+                    out.emit(h, q);
                 }
             }
             b'"' | b'`' => {
                 let q = c;
-                emit(h, c, &mut last);
+                out.emit(h, c);
                 i += 1;
                 while i < b.len() && b[i] != q {
-                    emit(h, b[i], &mut last);
+                    out.emit(h, b[i]);
                     i += 1;
                 }
                 if i < b.len() {
-                    emit(h, q, &mut last);
+                    out.emit(h, q);
                 }
                 i += 1;
             }
@@ -187,7 +196,7 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                 h.comment();
                 // MySQL executes /*! ... */: keep its text.
                 if dialect == Dialect::MySql && b.get(i + 2) == Some(&b'!') {
-                    emit(h, b'!', &mut last);
+                    out.emit(h, b'!');
                     i += 3;
                     continue;
                 }
@@ -206,34 +215,81 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
                             Some(p) => e + 1 + p + tag.len(),
                             None => b.len(),
                         };
-                        emit(h, b'?', &mut last);
+                        out.emit(h, b'?');
                     }
                     _ => {
-                        emit(h, c, &mut last);
+                        out.emit(h, c);
                         i += 1;
                     }
                 }
             }
-            b'0'..=b'9' if !(last.is_ascii_alphanumeric() || last == b'_' || last == b'$') => {
+            b'0'..=b'9'
+                if !(out.last.is_ascii_alphanumeric() || out.last == b'_' || out.last == b'$') =>
+            {
                 while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
                     i += 1;
                 }
-                emit(h, b'?', &mut last);
+                out.emit(h, b'?');
             }
             // E'...' escape strings: the prefix belongs to the literal.
             b'E' | b'e'
                 if b.get(i + 1) == Some(&b'\'')
-                    && !(last.is_ascii_alphanumeric() || last == b'_') =>
+                    && !(out.last.is_ascii_alphanumeric() || out.last == b'_') =>
             {
                 i += 1;
             }
             _ => {
-                emit(h, c.to_ascii_lowercase(), &mut last);
+                out.emit(h, c.to_ascii_lowercase());
                 i += 1;
             }
         }
     }
 }
+
+/// What has been emitted: the last byte, and a space owed before the next.
+struct Emit {
+    last: u8,
+    pending_space: bool,
+}
+
+impl Emit {
+    /// Emits `c`; white space collapses into one space, emitted only
+    /// before something else.
+    fn emit<S: Sink>(&mut self, h: &mut S, c: u8) {
+        if c == b' ' {
+            if self.last != b' ' {
+                self.pending_space = true;
+                self.last = b' ';
+            }
+            return;
+        }
+        self.space_before(h);
+        h.push(c);
+        self.last = c;
+    }
+
+    fn space_before<S: Sink>(&mut self, h: &mut S) {
+        if self.pending_space {
+            h.push(b' ');
+            self.pending_space = false;
+        }
+    }
+}
+
+/// For each byte: its lower case when it is an ASCII letter, digit or `_`
+/// (part of a name or keyword), else 0.
+static LOWER_WORD: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        if b.is_ascii_alphanumeric() || b == b'_' {
+            t[c] = b.to_ascii_lowercase();
+        }
+        c += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
@@ -269,6 +325,10 @@ mod tests {
         assert_eq!(
             normalize("select * from `T` where a = 'x' # c", Dialect::MySql, 100),
             "select * from `T` where a = ?"
+        );
+        assert_eq!(
+            n("SELECT A_1, T2.x9 FROM Tab_2 WHERE c=3 AND xe'q' = $1 AND e'r'=E'\\s'"),
+            "select a_1, t2.x9 from tab_2 where c=? and xe? = $1 and ?=?"
         );
         assert_eq!(
             normalize("SELECT 123456", Dialect::Postgres, 6),

@@ -122,20 +122,23 @@ fn main() -> ExitCode {
     })
 }
 
-/// `workers = 1`: one event-loop thread (no cross-thread wake-ups; best when
-/// Fulcrum shares a small machine with the database). Otherwise a
-/// work-stealing pool of `workers` threads (0 = one per CPU).
+/// The control thread's runtime (listeners, health loop, console,
+/// metrics). `workers = 1`: client sessions run on it too, one event loop
+/// for everything. Otherwise `workers` threads (0 = one per CPU) each run
+/// an event loop of their own, and each client's session runs on one of
+/// them for life with the server connections that loop opened
+/// (`fulcrum_cluster::workers`): no cross-thread wake-ups per unit.
 fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
-    if workers == 1 {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
-    }
-    let mut b = tokio::runtime::Builder::new_multi_thread();
+    let workers = match workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    };
     if workers > 1 {
-        b.worker_threads(workers as usize);
+        fulcrum_cluster::workers::start(workers)?;
     }
-    b.enable_all().build()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// Installs the log subscriber; returns what `SET log = '...'` in the

@@ -10,7 +10,6 @@ use fulcrum_cluster::serve::{Ending, Frontend, Refusal};
 use fulcrum_net::{Connection, PendingTicket};
 use fulcrum_tls::ClientStream;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use super::context::MyClusterContext;
 use super::error::SessionError;
@@ -64,13 +63,10 @@ impl Frontend for MyClusterContext {
         ctx: Arc<MyClusterContext>,
         conn: Connection<ClientStream>,
         login: Login,
-        shutdown: watch::Receiver<bool>,
         entry: ClientHandle,
     ) -> Result<(), SessionError> {
         let seq = login.next_seq;
-        Session::new(ctx, conn, login, shutdown, entry)
-            .run(seq)
-            .await
+        Session::new(ctx, conn, login, entry).run(seq).await
     }
 
     fn ending(error: &SessionError) -> Ending<'_> {

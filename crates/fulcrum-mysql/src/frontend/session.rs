@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use fulcrum_cluster::clients::Interrupt;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
 use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
@@ -86,8 +87,9 @@ pub struct Session {
     keep_for_next: bool,
     /// The digest of the statement about to be forwarded (statistics).
     pending_digest: Option<Arc<fulcrum_metrics::Digest>>,
-    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
-    shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The admin console's KILL and the drain on SIGTERM (the session ends
+    /// at its next transaction boundary), watched on the client's entry.
+    interrupts: fulcrum_cluster::clients::Watcher,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -151,7 +153,6 @@ impl Session {
         ctx: Arc<MyClusterContext>,
         client: Connection<ClientStream>,
         login: Login,
-        shutdown: tokio::sync::watch::Receiver<bool>,
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
@@ -184,7 +185,7 @@ impl Session {
             engine,
             keep_for_next: false,
             pending_digest: None,
-            shutdown,
+            interrupts: client_entry.watcher(),
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {
                 map: HashMap::new(),
@@ -281,7 +282,7 @@ impl Session {
         let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
         {
             let span = loop {
-                let draining = *self.shutdown.borrow();
+                let draining = self.client_entry.draining();
                 if draining && self.at_boundary() {
                     return Ok(false);
                 }
@@ -293,22 +294,24 @@ impl Session {
                 // is replayed when the client sends its next command.
                 let watch_server = self.engine.txn_log.replayable() && self.server.is_some();
                 tokio::select! {
-                    r = read_client_message(&mut self.client, max) => break r?,
-                    _ = server_went_away(self.server.as_mut()), if watch_server => {
-                        self.let_server_go();
-                        continue;
-                    }
-                    _ = self.shutdown.changed(), if !draining => {
-                        // Close(Drained), now or at the next boundary: the
-                        // boundary check at the top of the loop performs it.
-                        self.engine.step(Event::Drain).close_now();
-                        continue;
-                    }
-                    _ = self.client_entry.killed() => {
+                    // An interrupt first: an atomic load.
+                    biased;
+                    i = self.interrupts.next() => {
+                        if i == Interrupt::Drain {
+                            // Close(Drained), now or at the next boundary: the
+                            // boundary check at the top of the loop performs it.
+                            self.engine.step(Event::Drain).close_now();
+                            continue;
+                        }
                         let msg = "fulcrum: connection killed by an administrator (KILL)";
                         put_error(&mut self.client.write_buf, 1, codes::CONNECTION_KILLED, msg);
                         let _ = self.client.flush().await;
                         return Err(SessionError::Refused(msg.into()));
+                    }
+                    r = read_client_message(&mut self.client, max) => break r?,
+                    _ = server_went_away(self.server.as_mut()), if watch_server => {
+                        self.let_server_go();
+                        continue;
                     }
                     _ = tokio::time::sleep(limit), if idle.is_some() => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);

@@ -331,3 +331,27 @@ async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead()
         "the hook hears each check: the dead one failed, the live one passed"
     );
 }
+
+#[tokio::test]
+async fn a_worker_reuses_its_own_connections_and_another_workers_only_when_full() {
+    // The tokio test runs on one thread: it plays worker 1, then worker 2.
+    let p = pool(2, 100);
+    crate::worker::enter(1);
+    p.get(|| open(1)).await.unwrap().release();
+    crate::worker::enter(2);
+    let c = p.get(|| open(2)).await.unwrap();
+    assert_eq!(c.id, 2, "room for one more: worker 2 opens its own");
+    c.release();
+    let c = p.get(|| open(3)).await.unwrap();
+    assert_eq!(c.id, 2, "its own idle connection first");
+    // Pool full (one idle of worker 1's, one in use): worker 2 takes worker 1's.
+    let d = p.get(|| open(4)).await.unwrap();
+    assert_eq!(d.id, 1);
+    assert_eq!(p.stats().opened, 2);
+    c.release();
+    d.release();
+    crate::worker::enter(1);
+    let c = p.get(|| open(5)).await.unwrap();
+    assert_eq!(c.id, 1, "the connection went back as worker 1's");
+    crate::worker::enter(crate::worker::NONE);
+}

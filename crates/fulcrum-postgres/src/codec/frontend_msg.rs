@@ -7,7 +7,7 @@ use bytes::{BufMut, BytesMut};
 use super::frame::put_header;
 
 fn split_cstr(body: &[u8]) -> Option<(&[u8], &[u8])> {
-    let nul = body.iter().position(|&b| b == 0)?;
+    let nul = memchr::memchr(0, body)?;
     Some((&body[..nul], &body[nul + 1..]))
 }
 

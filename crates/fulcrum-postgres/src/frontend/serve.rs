@@ -12,7 +12,6 @@ use fulcrum_net::PendingTicket;
 use fulcrum_tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use super::context::ClusterContext;
 use super::error::SessionError;
@@ -65,7 +64,6 @@ impl Frontend for ClusterContext {
         ctx: Arc<ClusterContext>,
         (stream, buf): (ClientStream, BytesMut),
         login: Login,
-        shutdown: watch::Receiver<bool>,
         entry: ClientHandle,
     ) -> Result<(), SessionError> {
         let registration = ctx.cancels.register();
@@ -74,7 +72,6 @@ impl Frontend for ClusterContext {
             fulcrum_net::Connection::with_read_buf(stream, buf),
             login,
             registration.slot.clone(),
-            shutdown,
             entry,
         );
         let r = session.run().await;

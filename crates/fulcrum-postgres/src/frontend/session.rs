@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use fulcrum_cluster::clients::Interrupt;
 use fulcrum_config::PoolMode;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
@@ -99,8 +100,6 @@ pub struct Session {
     /// and why Fulcrum gave the connection up, when it did.
     lost: Option<lost::Lost>,
     lost_because: Option<String>,
-    /// Turns true on SIGTERM: the session ends at its next transaction boundary.
-    shutdown: tokio::sync::watch::Receiver<bool>,
     /// Read consistency: the session's mode, the unit's hint, the position
     /// its reads must not be older than.
     reads: fulcrum_session::Reads<reads::Lsn>,
@@ -183,7 +182,6 @@ impl Session {
         client: Connection<ClientStream>,
         login: Login,
         cancel: Arc<CancelSlot>,
-        shutdown: tokio::sync::watch::Receiver<bool>,
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
@@ -233,7 +231,6 @@ impl Session {
             query_unit: None,
             lost: None,
             lost_because: None,
-            shutdown,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
             txn: TxnReplay { run: None },
@@ -327,16 +324,9 @@ impl Session {
             QueryTimeout,
             Killed,
         }
-        // One wait for SIGTERM for the whole session, not one per event.
-        let mut signal = self.shutdown.clone();
-        let drain_signal = async move {
-            let _ = signal.wait_for(|draining| *draining).await;
-        };
-        tokio::pin!(drain_signal);
-        // Admin KILL: ends the session wherever it stands.
-        let entry = self.id.entry.clone_entry();
-        let killed = async move { entry.killed().await };
-        tokio::pin!(killed);
+        // Admin KILL (ends the session wherever it stands) and the drain
+        // on SIGTERM: one watch, an atomic load per wake-up.
+        let mut interrupts = self.id.entry.watcher();
         // Armed only while the client is quiet and a timeout is set.
         let idle_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(idle_sleep);
@@ -344,7 +334,7 @@ impl Session {
         let query_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(query_sleep);
         loop {
-            let draining = *self.shutdown.borrow();
+            let draining = self.id.entry.draining();
             if draining && self.at_boundary() {
                 let msg =
                     "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
@@ -381,14 +371,20 @@ impl Session {
                     !replaying,
                 )
             });
+            let interrupted = std::future::poll_fn(|cx| interrupts.poll(cx));
             let event = tokio::select! {
+                // An interrupt first (an atomic load), so a stream that keeps
+                // the sockets busy cannot hold off a KILL.
+                biased;
+                i = interrupted => match i {
+                    Interrupt::Killed => Event::Killed,
+                    Interrupt::Drain => Event::Shutdown,
+                },
                 io = io => Event::Io(io),
-                _ = &mut drain_signal, if !draining => Event::Shutdown,
                 _ = &mut idle_sleep, if idle.is_some() => {
                     Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
                 }
                 _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
-                _ = &mut killed => Event::Killed,
             };
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),

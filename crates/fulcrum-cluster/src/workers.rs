@@ -1,0 +1,156 @@
+//! The worker event loops behind `workers` > 1: each worker thread runs a
+//! single-threaded runtime of its own, and a client's session runs on one
+//! of them for life (the one with the fewest sessions when it logs in).
+//! Its server connections are those its worker opened
+//! (`fulcrum_pool::worker`), so the I/O of a unit (client socket, server
+//! socket, the session's task) stays on one thread: no wake-up crosses
+//! threads, as none does with `workers = 1`. Without workers (`workers =
+//! 1`, tests) a session runs on the caller's runtime.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+
+/// The process's workers, once started.
+static WORKERS: OnceLock<Workers> = OnceLock::new();
+
+struct Workers {
+    loops: Vec<Loop>,
+}
+
+struct Loop {
+    handle: Handle,
+    /// Sessions running on it now.
+    sessions: Arc<AtomicUsize>,
+}
+
+/// Starts `n` worker threads, each with its own runtime, for the process's
+/// lifetime (they end with it). A second call does nothing.
+pub fn start(n: usize) -> std::io::Result<()> {
+    if WORKERS.get().is_some() {
+        return Ok(());
+    }
+    let mut loops = Vec::with_capacity(n);
+    for id in 0..n {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name(format!("fulcrum-worker-{id}"))
+            .spawn(move || {
+                fulcrum_pool::worker::enter(id);
+                runtime.block_on(std::future::pending::<()>());
+            })?;
+        loops.push(Loop {
+            handle,
+            sessions: Arc::new(AtomicUsize::new(0)),
+        });
+    }
+    let _ = WORKERS.set(Workers { loops });
+    Ok(())
+}
+
+/// How many worker threads run sessions (0: sessions run on the caller's
+/// runtime).
+pub fn count() -> usize {
+    WORKERS.get().map_or(0, |w| w.loops.len())
+}
+
+/// Runs `session` with the accepted `stream` on the least busy worker (its
+/// socket moved to that worker's event loop), or on the current runtime
+/// when there are no workers.
+pub(crate) fn spawn<F, Fut>(stream: TcpStream, session: F)
+where
+    F: FnOnce(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(workers) = WORKERS.get() else {
+        tokio::spawn(session(stream));
+        return;
+    };
+    let Some(chosen) = workers
+        .loops
+        .iter()
+        .min_by_key(|l| l.sessions.load(Ordering::Relaxed))
+    else {
+        tokio::spawn(session(stream));
+        return;
+    };
+    // Registered with this (the accepting) event loop; re-registered with
+    // the worker's below.
+    let std_stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot hand an accepted client to a worker");
+            return;
+        }
+    };
+    let sessions = chosen.sessions.clone();
+    sessions.fetch_add(1, Ordering::Relaxed);
+    chosen.handle.spawn(async move {
+        let _running = Running(sessions);
+        match TcpStream::from_std(std_stream) {
+            Ok(stream) => session(stream).await,
+            Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted client"),
+        }
+    });
+}
+
+/// Counts a session on its worker while it runs.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sessions run on worker threads, spread over both, and the
+    /// socket works there.
+    #[test]
+    fn sessions_run_on_the_workers_spread_by_load() {
+        start(2).unwrap();
+        assert_eq!(count(), 2);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut clients = Vec::new();
+            for _ in 0..4 {
+                clients.push(TcpStream::connect(addr).await.unwrap());
+                let (stream, _) = listener.accept().await.unwrap();
+                let tx = tx.clone();
+                spawn(stream, move |mut stream| async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut byte = [0u8; 1];
+                    let read = stream.read_exact(&mut byte).await.is_ok();
+                    let _ = tx.send((fulcrum_pool::worker::current(), read));
+                    // Held until the test ends, so the next one is spread.
+                    std::future::pending::<()>().await;
+                });
+            }
+            use tokio::io::AsyncWriteExt;
+            for c in &mut clients {
+                c.write_all(b"x").await.unwrap();
+            }
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                seen.push(rx.recv().await.unwrap());
+            }
+            seen.sort();
+            assert_eq!(seen, vec![(0, true), (0, true), (1, true), (1, true)]);
+        });
+    }
+}
