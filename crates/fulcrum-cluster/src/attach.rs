@@ -98,7 +98,8 @@ pub async fn attach<K: Checkouts, C, P, S>(
             }
         }
     }
-    let deadline = tokio::time::Instant::now() + core.config.pool_timeout;
+    let deadline =
+        tokio::time::Instant::from_std(fulcrum_pool::coarse::now()) + core.config.pool_timeout;
     let mut primaries = PrimaryWait::new(&core.router, deadline, false);
     while let Some((primary, _)) = primaries.next().await {
         let waited = Instant::now();

@@ -102,7 +102,8 @@ impl ClientEntry {
     fn set(&self, state: ClientState, backend: usize) {
         self.backend.store(backend, Ordering::Relaxed);
         self.state.store(state as u8, Ordering::Relaxed);
-        self.since_ms.store(now_ms(), Ordering::Relaxed);
+        self.since_ms
+            .store(fulcrum_pool::coarse::unix_ms(), Ordering::Relaxed);
     }
 
     /// Ends the client's session (admin `KILL`): it is told and closed.

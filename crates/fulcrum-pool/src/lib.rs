@@ -4,7 +4,8 @@
 //! primary during a failover (`primary_wait`), and the read-your-writes
 //! bookkeeping positions are kept in (`causal`, `coalesce`), and which
 //! worker event loop a thread is, so pools keep connections on the loop
-//! that opened them (`worker`). It knows no
+//! that opened them (`worker`); `coarse` is the clock the data path reads
+//! for deadlines and idle checks. It knows no
 //! wire protocol and no SQL: a pooled connection is any `Poolable` value,
 //! and a position any value the protocol can order.
 
@@ -14,6 +15,7 @@ pub mod balance;
 pub mod budget;
 pub mod causal;
 pub mod coalesce;
+pub mod coarse;
 pub mod pool;
 pub mod primary_wait;
 pub mod router;

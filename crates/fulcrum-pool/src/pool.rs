@@ -21,7 +21,7 @@ use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::budget::{Budget, IdleCloser};
-use crate::worker;
+use crate::{coarse, worker};
 
 /// A connection the pool can hold.
 pub trait Poolable: Send + 'static {
@@ -259,10 +259,10 @@ impl<C: Poolable> Pool<C> {
         Fut: Future<Output = Result<C, E>>,
     {
         let inner = &self.inner;
-        let deadline = tokio::time::Instant::now() + inner.settings.timeout;
+        let deadline = tokio::time::Instant::from_std(coarse::now()) + inner.settings.timeout;
         let permit = self.permit(deadline).await?;
         while let Some(mut idle) = self.take_idle() {
-            let quiet_for = idle.since.elapsed();
+            let quiet_for = coarse::now().saturating_duration_since(idle.since);
             if inner.settings.check_delay.is_some_and(|d| quiet_for >= d) {
                 let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
                 let passed = matches!(answered, Ok(true));
@@ -437,7 +437,7 @@ impl<C: Poolable> Pool<C> {
     /// take the pool past its size (or a budget governs the pool), since
     /// its socket's wake-ups go through that worker's thread.
     fn take_idle(&self) -> Option<Idle<C>> {
-        let now = Instant::now();
+        let now = coarse::now();
         let inner = &self.inner;
         let settings = &inner.settings;
         let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -531,7 +531,7 @@ impl<C> Checkout<C> {
     /// Gives a clean connection back to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
-            let now = Instant::now();
+            let now = coarse::now();
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
             if self.pool.is_retired(self.born)
                 || self

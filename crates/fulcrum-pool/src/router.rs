@@ -435,7 +435,10 @@ impl Router {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
+        crate::coarse::now()
+            .saturating_duration_since(self.epoch)
+            .as_millis() as u64
+            + 1
     }
 
     fn is_banned(&self, b: BackendId, now: u64) -> bool {

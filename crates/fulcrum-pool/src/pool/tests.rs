@@ -46,13 +46,14 @@ async fn connections_past_their_lifetime_are_closed_not_reused() {
     c.release();
     let c = p.get(|| open(2)).await.unwrap();
     assert_eq!(c.id, 1, "young enough: reused");
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // Past it by more than the coarse clock's tick.
+    tokio::time::sleep(Duration::from_millis(120)).await;
     c.release();
     assert_eq!(p.stats().closed, 1, "closed when it came back too old");
     let c = p.get(|| open(3)).await.unwrap();
     assert_eq!(c.id, 3);
     c.release();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
     let c = p.get(|| open(4)).await.unwrap();
     assert_eq!(c.id, 4, "an idle one past its lifetime is not handed out");
     assert_eq!(p.stats().closed, 2);
@@ -318,12 +319,12 @@ async fn an_idle_connection_past_check_delay_is_checked_and_replaced_when_dead()
     let c = p.get(|| open(1)).await.unwrap();
     assert_eq!(c.id, 0);
     c.release();
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    tokio::time::sleep(Duration::from_millis(80)).await;
     let c = p.get(|| open(2)).await.unwrap();
     assert_eq!(c.id, 2, "the dead one failed its check and was closed");
     assert_eq!(p.stats().closed, 1);
     c.release();
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    tokio::time::sleep(Duration::from_millis(80)).await;
     assert_eq!(p.get(|| open(3)).await.unwrap().id, 2, "a live one passes");
     assert_eq!(
         *outcomes.lock().unwrap(),
