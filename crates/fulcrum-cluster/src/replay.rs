@@ -51,12 +51,12 @@ pub enum Progress {
 /// Feeds what was queued for the client since the last call to the open
 /// transaction's checksum (before it can be written). Nothing while a
 /// replay runs: its output is compared, not absorbed.
-pub fn absorb_output<S: AsyncRead + AsyncWrite + Unpin, X>(
+pub fn absorb_output<S: AsyncRead + AsyncWrite + Unpin>(
     engine: &mut Engine,
-    run: &Option<ReplayRun<X>>,
+    replaying: bool,
     client: &Connection<S>,
 ) {
-    if run.is_none() && engine.txn_log.is_open() {
+    if !replaying && engine.txn_log.is_open() {
         let position = client.output_position();
         engine.txn_log.absorb(&client.write_buf, position);
     }
@@ -71,7 +71,7 @@ impl<X> ReplayRun<X> {
         client: &Connection<S>,
         lost: X,
     ) -> ReplayRun<X> {
-        absorb_output::<S, X>(engine, &None, client);
+        absorb_output(engine, false, client);
         let replay = engine.txn_log.start_replay(client.output_position());
         let timeout = core
             .config

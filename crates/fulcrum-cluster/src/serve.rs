@@ -213,7 +213,9 @@ async fn handle<F: Frontend>(
     let mut client = F::accept(stream);
     let first = clusters[0].core();
     let end = tokio::select! {
-        r = tokio::time::timeout(first.config.client_login_timeout, F::login(&clusters, &mut client, &ticket)) => match r {
+        // Boxed: the login's state is freed before the session runs, not
+        // kept in the task beside it for the client's lifetime.
+        r = tokio::time::timeout(first.config.client_login_timeout, Box::pin(F::login(&clusters, &mut client, &ticket))) => match r {
             Ok(r) => LoginEnd::Done(r),
             Err(_) => LoginEnd::TimedOut,
         },

@@ -39,6 +39,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// this much when less than a quarter of it is free).
 pub const READ_CHUNK: usize = 8 * 1024;
 
+/// A client's read buffer and reads: statements are small, and an idle
+/// client keeps its buffer, so this is most of what it holds (PgBouncer's
+/// `pkt_buf` is 4 kB). A larger message gets room for all of it as it
+/// arrives (`reserve_for`).
+pub const CLIENT_READ_CHUNK: usize = 2 * 1024;
+
 /// How a protocol delimits its frames.
 pub trait Framing {
     type Error;

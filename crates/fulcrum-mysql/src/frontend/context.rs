@@ -252,7 +252,10 @@ impl MyClusterContext {
                 .get(backend)
                 .and_then(|b| crate::backend::connect::ServerTls::from_config(&b.tls)),
         };
-        connect(&target, self.config.connect_timeout).await
+        // Boxed: a login's state (handshake, authentication, TLS) is large
+        // and rarely alive, and every future awaiting a pool checkout would
+        // otherwise carry its size, idle clients' sessions included.
+        Box::pin(connect(&target, self.config.connect_timeout)).await
     }
 }
 

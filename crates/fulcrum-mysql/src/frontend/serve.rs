@@ -26,8 +26,9 @@ impl Frontend for MyClusterContext {
     fn accept(stream: TcpStream) -> Connection<ClientStream> {
         Connection::with_read_buf(
             ClientStream::from(stream),
-            BytesMut::with_capacity(8 * 1024),
+            BytesMut::with_capacity(fulcrum_net::CLIENT_READ_CHUNK),
         )
+        .with_chunk(fulcrum_net::CLIENT_READ_CHUNK)
     }
 
     async fn login(
@@ -66,7 +67,8 @@ impl Frontend for MyClusterContext {
         entry: ClientHandle,
     ) -> Result<(), SessionError> {
         let seq = login.next_seq;
-        Session::new(ctx, conn, login, entry).run(seq).await
+        let mut session = Session::new(ctx, conn, login, entry);
+        session.run(seq).await
     }
 
     fn ending(error: &SessionError) -> Ending<'_> {

@@ -211,7 +211,9 @@ impl Session {
 
     /// Completes the login (the schema asked for is checked on a server),
     /// then serves commands until the client quits.
-    pub async fn run(mut self, login_seq: u8) -> Result<(), SessionError> {
+    /// (By reference: an `async fn` taking `self` by value would keep the
+    /// session twice in its state, a copy per idle client.)
+    pub async fn run(&mut self, login_seq: u8) -> Result<(), SessionError> {
         if let Some(schema) = self.schema.clone() {
             if let Err(e) = self.check_schema(&schema, login_seq).await {
                 let _ = self.flush().await;

@@ -28,7 +28,7 @@ impl Frontend for ClusterContext {
     fn accept(stream: TcpStream) -> (ClientStream, BytesMut) {
         (
             ClientStream::from(stream),
-            BytesMut::with_capacity(8 * 1024),
+            BytesMut::with_capacity(fulcrum_net::CLIENT_READ_CHUNK),
         )
     }
 
@@ -67,9 +67,10 @@ impl Frontend for ClusterContext {
         entry: ClientHandle,
     ) -> Result<(), SessionError> {
         let registration = ctx.cancels.register();
-        let session = Session::new(
+        let mut session = Session::new(
             ctx.clone(),
-            fulcrum_net::Connection::with_read_buf(stream, buf),
+            fulcrum_net::Connection::with_read_buf(stream, buf)
+                .with_chunk(fulcrum_net::CLIENT_READ_CHUNK),
             login,
             registration.slot.clone(),
             entry,

@@ -173,7 +173,8 @@ struct QueryTimer {
 /// `transaction_replay`: a replay of the open transaction under way on a
 /// new server connection (its log is the engine's).
 struct TxnReplay {
-    run: Option<replay::Run>,
+    /// Boxed: rare, and every client's session would carry its size.
+    run: Option<Box<replay::Run>>,
 }
 
 impl Session {
@@ -239,7 +240,9 @@ impl Session {
 
     /// Finishes login (first server contact validates the database and the
     /// startup parameters), then forwards until the client leaves.
-    pub async fn run(mut self) -> Result<(), SessionError> {
+    /// (By reference: an `async fn` taking `self` by value would keep the
+    /// session twice in its state, a copy per idle client.)
+    pub async fn run(&mut self) -> Result<(), SessionError> {
         let result = self.start().await;
         let result = match result {
             Ok(()) => self.forward().await,

@@ -25,7 +25,10 @@ impl Checkouts for Session {
     }
 
     async fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> bool {
-        self.causal_ok(backend, conn).await
+        // Boxed: the check may ask the primary its position (a checkout,
+        // perhaps a login), a state every client's task would carry.
+        self.reads.for_unit() == fulcrum_config::Consistency::Eventual
+            || Box::pin(self.causal_ok(backend, conn)).await
     }
 
     fn give_back(&mut self, conn: Self::Conn) {

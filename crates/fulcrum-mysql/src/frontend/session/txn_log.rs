@@ -73,6 +73,10 @@ impl Session {
     /// Feeds what was queued for the client to the transaction's checksum
     /// (before it is written).
     pub(super) fn absorb_output(&mut self) {
-        fulcrum_cluster::replay::absorb_output(&mut self.engine, &self.txn.run, &self.client);
+        fulcrum_cluster::replay::absorb_output(
+            &mut self.engine,
+            self.txn.run.is_some(),
+            &self.client,
+        );
     }
 }

@@ -84,8 +84,10 @@ impl Checkouts for Session {
     }
 
     async fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> bool {
+        // Boxed: the check may ask the primary its position (a checkout,
+        // perhaps a login), a state every client's task would carry.
         !route_is_causal(self.reads.for_unit())
-            || self.causal_check(backend, conn).await == fulcrum_session::Check::Serve
+            || Box::pin(self.causal_check(backend, conn)).await == fulcrum_session::Check::Serve
     }
 
     fn give_back(&mut self, conn: Self::Conn) {

@@ -49,7 +49,7 @@ impl Session {
                     unsynced: self.owed.unsynced,
                 };
                 let run = Run::start(&self.ctx, &mut self.engine, &self.client, held);
-                self.txn.run = Some(run);
+                self.txn.run = Some(Box::new(run));
             }
             Some(run) => run.restart(&mut self.engine, &mut self.client, false),
         }
@@ -94,7 +94,7 @@ impl Session {
             }
             Progress::Held => true,
             Progress::Matched => {
-                let run = self.txn.run.take().expect("replaying");
+                let run = *self.txn.run.take().expect("replaying");
                 self.client.read_buf = run.matched(&self.ctx, &mut self.engine, self.backend).rest;
                 false
             }
@@ -116,7 +116,7 @@ impl Session {
     /// The replay cannot finish: the client gets what it would have got
     /// without it (08006, the transaction lost), from where it stood.
     pub(super) fn replay_failed(&mut self, why: String) {
-        let Some(run) = self.txn.run.take() else {
+        let Some(run) = self.txn.run.take().map(|r| *r) else {
             return;
         };
         let held = run.failed(&self.ctx, &mut self.engine, &mut self.client, &why);

@@ -26,7 +26,11 @@ impl Session {
     /// Feeds what was queued for the client since the last call to the
     /// transaction's checksum (before it can be written).
     pub(super) fn absorb_output(&mut self) {
-        fulcrum_cluster::replay::absorb_output(&mut self.engine, &self.txn.run, &self.client);
+        fulcrum_cluster::replay::absorb_output(
+            &mut self.engine,
+            self.txn.run.is_some(),
+            &self.client,
+        );
     }
 
     /// Before a client frame goes to the server: a unit that starts with
