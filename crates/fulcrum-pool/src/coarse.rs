@@ -51,6 +51,12 @@ pub fn now() -> Instant {
     c.start + Duration::from_millis(c.ms.load(Ordering::Relaxed))
 }
 
+/// Milliseconds since the clock started, to within [`TICK`]: for
+/// comparisons without `Instant` arithmetic.
+pub fn ms() -> u64 {
+    clock().ms.load(Ordering::Relaxed)
+}
+
 /// The wall clock, in ms since the Unix epoch, to within [`TICK`] (it
 /// follows the monotonic clock from the first read: a step of the system
 /// clock after that is not seen).

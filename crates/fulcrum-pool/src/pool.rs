@@ -118,8 +118,11 @@ pub type CheckHook = Arc<dyn Fn(bool) + Send + Sync>;
 /// copied.
 struct Idle<C> {
     conn: Box<C>,
-    since: Instant,
+    /// When it went idle ([`coarse::ms`]).
+    since_ms: u64,
     born: Instant,
+    /// When it was opened ([`coarse::ms`]), for `lifetime`.
+    born_ms: u64,
     /// The worker event loop that opened it (`crate::worker`).
     worker: usize,
     /// One permit per budget over the pool.
@@ -180,8 +183,10 @@ impl<C: Send> IdleCloser for Inner<C> {
 /// dropping it closes the connection instead.
 pub struct Checkout<C> {
     conn: Option<Box<C>>,
-    /// When the connection was opened.
+    /// When the connection was opened (precise, for a RECONNECT's cut;
+    /// coarse, for `lifetime`).
     born: Instant,
+    born_ms: u64,
     /// The worker event loop that opened it.
     worker: usize,
     budget: Vec<OwnedSemaphorePermit>,
@@ -262,8 +267,8 @@ impl<C: Poolable> Pool<C> {
         let deadline = tokio::time::Instant::from_std(coarse::now()) + inner.settings.timeout;
         let permit = self.permit(deadline).await?;
         while let Some(mut idle) = self.take_idle() {
-            let quiet_for = coarse::now().saturating_duration_since(idle.since);
-            if inner.settings.check_delay.is_some_and(|d| quiet_for >= d) {
+            let quiet_for = || Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms));
+            if inner.settings.check_delay.is_some_and(|d| quiet_for() >= d) {
                 let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
                 let passed = matches!(answered, Ok(true));
                 if let Some(hook) = &inner.on_check {
@@ -273,7 +278,7 @@ impl<C: Poolable> Pool<C> {
                     // Gone quiet for good (a restarted server, a dropped
                     // NAT entry): closed, and the next one is tried.
                     tracing::debug!(
-                        ?quiet_for,
+                        quiet_for = ?quiet_for(),
                         "server_check_delay: an idle server connection failed its check; closed"
                     );
                     inner.closed.fetch_add(1, Ordering::Relaxed);
@@ -284,6 +289,7 @@ impl<C: Poolable> Pool<C> {
             return Ok(Checkout {
                 conn: Some(idle.conn),
                 born: idle.born,
+                born_ms: idle.born_ms,
                 worker: idle.worker,
                 budget: idle.budget,
                 pool: inner.clone(),
@@ -297,6 +303,7 @@ impl<C: Poolable> Pool<C> {
         Ok(Checkout {
             conn: Some(conn),
             born: Instant::now(),
+            born_ms: coarse::ms(),
             worker: worker::current(),
             budget,
             pool: inner.clone(),
@@ -414,15 +421,15 @@ impl<C: Poolable> Pool<C> {
             let conn = Box::new(connect().await?);
             inner.opened.fetch_add(1, Ordering::Relaxed);
             opened += 1;
-            let now = Instant::now();
             inner
                 .idle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back(Idle {
                     conn,
-                    since: now,
-                    born: now,
+                    since_ms: coarse::ms(),
+                    born: Instant::now(),
+                    born_ms: coarse::ms(),
                     worker: worker::current(),
                     budget,
                 });
@@ -437,13 +444,14 @@ impl<C: Poolable> Pool<C> {
     /// take the pool past its size (or a budget governs the pool), since
     /// its socket's wake-ups go through that worker's thread.
     fn take_idle(&self) -> Option<Idle<C>> {
-        let now = coarse::now();
+        let now = coarse::ms();
         let inner = &self.inner;
         let settings = &inner.settings;
+        let idle_ms = settings.idle_timeout.as_millis() as u64;
         let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
         while idle
             .front()
-            .is_some_and(|i| now.duration_since(i.since) > settings.idle_timeout)
+            .is_some_and(|i| now.saturating_sub(i.since_ms) > idle_ms)
         {
             idle.pop_front();
             inner.closed.fetch_add(1, Ordering::Relaxed);
@@ -470,7 +478,7 @@ impl<C: Poolable> Pool<C> {
             let mut i = i?;
             let too_old = settings
                 .lifetime
-                .is_some_and(|l| now.duration_since(i.born) >= l);
+                .is_some_and(|l| now.saturating_sub(i.born_ms) >= l.as_millis() as u64);
             if !too_old && i.conn.is_usable() {
                 return Some(i);
             }
@@ -531,14 +539,14 @@ impl<C> Checkout<C> {
     /// Gives a clean connection back to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
-            let now = coarse::now();
+            let now = coarse::ms();
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
             if self.pool.is_retired(self.born)
                 || self
                     .pool
                     .settings
                     .lifetime
-                    .is_some_and(|l| now.duration_since(self.born) >= l)
+                    .is_some_and(|l| now.saturating_sub(self.born_ms) >= l.as_millis() as u64)
             {
                 drop(idle);
                 // Past `server_lifetime`: closed, a fresh one is opened
@@ -550,8 +558,9 @@ impl<C> Checkout<C> {
             let budget = std::mem::take(&mut self.budget);
             idle.push_back(Idle {
                 conn,
-                since: now,
+                since_ms: now,
                 born: self.born,
+                born_ms: self.born_ms,
                 worker: self.worker,
                 budget,
             });

@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -53,7 +53,7 @@ pub struct Router {
     backends: usize,
     reads_on_primary: bool,
     next: AtomicUsize,
-    /// Per backend: banned until this many ms after `epoch` (0 = not banned).
+    /// Per backend: banned until this `coarse::ms() + 1` (0 = not banned).
     banned_until: Vec<AtomicU64>,
     /// Per backend: may serve reads (health: up, not lagging, not fenced).
     readable: Vec<AtomicBool>,
@@ -71,7 +71,6 @@ pub struct Router {
     suspects_changed: Notify,
     /// Wakes sessions waiting for a primary.
     primary_changed: Notify,
-    epoch: Instant,
     balance: Balance,
     /// Per backend: read weight.
     weights: Vec<u32>,
@@ -142,7 +141,6 @@ impl Router {
             resumed: Notify::new(),
             suspects_changed: Notify::new(),
             primary_changed: Notify::new(),
-            epoch: Instant::now(),
             balance,
             weights: weights.to_vec(),
             loads: (0..backends)
@@ -435,10 +433,7 @@ impl Router {
     }
 
     fn now_ms(&self) -> u64 {
-        crate::coarse::now()
-            .saturating_duration_since(self.epoch)
-            .as_millis() as u64
-            + 1
+        crate::coarse::ms() + 1
     }
 
     fn is_banned(&self, b: BackendId, now: u64) -> bool {
