@@ -155,12 +155,16 @@ impl DigestRow {
     }
 }
 
+/// Digests by fingerprint. Looked up on every statement: foldhash
+/// (randomly seeded per process) instead of SipHash.
+type DigestMap = HashMap<u64, Arc<Digest>, foldhash::fast::RandomState>;
+
 /// The digests of one cluster, at most `max` of them.
 #[derive(Debug)]
 pub struct DigestTable {
     max: usize,
     epoch: Instant,
-    map: Mutex<HashMap<u64, Arc<Digest>>>,
+    map: Mutex<DigestMap>,
     evicted: AtomicU64,
 }
 
@@ -170,7 +174,7 @@ impl DigestTable {
         DigestTable {
             max,
             epoch: Instant::now(),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(DigestMap::default()),
             evicted: AtomicU64::new(0),
         }
     }
@@ -227,7 +231,7 @@ impl DigestTable {
     }
 
     /// Drops the least recently used tenth (at least one).
-    fn evict(&self, map: &mut HashMap<u64, Arc<Digest>>) {
+    fn evict(&self, map: &mut DigestMap) {
         let mut ages: Vec<(u64, u64)> = map
             .values()
             .map(|d| (d.last_seen_ms.load(Ordering::Relaxed), d.key))
