@@ -57,6 +57,18 @@ fn config_with(c: &PgCluster, metrics_port: u16, keys: &[&str]) -> (PgProxyConfi
     (cfg, toml)
 }
 
+/// A primary and `replicas` streaming replicas, the first synchronous (so
+/// a commit the client saw is on the replica that gets promoted).
+fn synchronous_cluster(replicas: usize) -> PgCluster {
+    tokio::task::block_in_place(|| {
+        PgCluster::builder()
+            .replicas(replicas)
+            .synchronous_standby(true)
+            .start()
+    })
+    .expect("cluster")
+}
+
 /// The first column of the first row of a simple query.
 async fn first(client: &Client, sql: &str) -> Result<String, tokio_postgres::Error> {
     let msgs = client.simple_query(sql).await?;
@@ -89,13 +101,7 @@ fn promoted(c: &PgCluster) -> &PgNode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     let _serial = serial().await;
-    let c = tokio::task::block_in_place(|| {
-        PgCluster::builder()
-            .replicas(2)
-            .synchronous_standby(true)
-            .start()
-    })
-    .expect("cluster");
+    let c = synchronous_cluster(2);
     c.primary()
         .sql_db(
             APP_DB,
@@ -255,13 +261,7 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
     let _serial = serial().await;
-    let c = tokio::task::block_in_place(|| {
-        PgCluster::builder()
-            .replicas(1)
-            .synchronous_standby(true)
-            .start()
-    })
-    .expect("cluster");
+    let c = synchronous_cluster(1);
     let metrics_port = fulcrum_testkit::free_port();
     let (cfg, toml) = config(&c, metrics_port);
     let p = FulcrumProcess::start(&toml).unwrap();
@@ -482,13 +482,7 @@ async fn a_switchover_moves_a_transaction_left_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepared_commit_in_flight_is_never_replayed() {
     let _serial = serial().await;
-    let c = tokio::task::block_in_place(|| {
-        PgCluster::builder()
-            .replicas(1)
-            .synchronous_standby(true)
-            .start()
-    })
-    .expect("cluster");
+    let c = synchronous_cluster(1);
     c.primary()
         .sql_db(
             APP_DB,

@@ -15,7 +15,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What a client is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,12 +71,6 @@ pub enum Interrupt {
     Killed,
     /// Shutdown (SIGTERM): at the next transaction boundary.
     Drain,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl ClientEntry {
@@ -262,7 +255,7 @@ impl ClientRegistry {
         database: Arc<str>,
         peer: SocketAddr,
     ) -> ClientHandle {
-        let now = now_ms();
+        let now = fulcrum_pool::coarse::unix_ms();
         let entry = Arc::new(ClientEntry {
             id: self.next.fetch_add(1, Ordering::Relaxed) + 1,
             cluster: cluster.into(),

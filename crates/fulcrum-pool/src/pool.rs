@@ -456,8 +456,8 @@ impl<C: Poolable> Pool<C> {
             idle.pop_front();
             inner.closed.fetch_add(1, Ordering::Relaxed);
         }
+        let me = worker::current();
         loop {
-            let me = worker::current();
             let own = idle.iter().rposition(|i| i.worker == me);
             let i = match own {
                 Some(at) => idle.remove(at),

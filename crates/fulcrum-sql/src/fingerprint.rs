@@ -116,20 +116,16 @@ fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
             && !((c == b'E' || c == b'e') && b.get(i + 1) == Some(&b'\''))
         {
             out.space_before(h);
-            let mut lower = c;
             while let Some(&w) = b.get(i) {
-                lower = LOWER_WORD[w as usize];
+                let lower = LOWER_WORD[w as usize];
                 if lower == 0 {
                     break;
                 }
                 h.push(lower);
                 i += 1;
             }
-            out.last = if lower == 0 {
-                b[i - 1].to_ascii_lowercase()
-            } else {
-                lower
-            };
+            // The run holds at least `c`.
+            out.last = LOWER_WORD[b[i - 1] as usize];
             continue;
         }
         match c {
