@@ -3,15 +3,15 @@
 //! statement in flight, through prepared statements) go on on the promoted
 //! replica with no error and every row they wrote; one whose rows another
 //! client changed meanwhile is caught by the checksum and fails as without
-//! replay; pgbench TPC-B through the kill loses nothing acknowledged and
-//! sees errors only where a COMMIT was in flight.
+//! replay; a COMMIT in flight at the kill is resolved on the new primary
+//! (confirmed when it committed, replayed when it did not); pgbench TPC-B
+//! through ten kills gets no error and loses nothing acknowledged.
 //!
 //! Each test kills its own cluster's primary; they run one at a time (a
 //! lock, shared with the binary's other tests that kill servers:
 //! `fulcrum_suite::serial`) so failover timings are not distorted on a
 //! small machine.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{
@@ -255,11 +255,14 @@ async fn open_transactions_go_on_on_the_new_primary_and_a_changed_one_fails() {
     assert_eq!(calls("insert into items values ($1, $2)"), 2.0, "{text}");
 }
 
-/// pgbench TPC-B (4 clients, prepared statements) through a primary kill:
-/// every transaction pgbench counts as done is on the new primary, and the
-/// only errors are on `END` (COMMIT in flight: 08007, never replayed).
+/// pgbench TPC-B (4 clients, prepared statements) through ten primary
+/// kills, the killed primary rebuilt each time as the new one's
+/// synchronous standby: no client gets an error (a COMMIT in flight at a
+/// kill is resolved on the new primary: confirmed, or replayed there), and
+/// every transaction pgbench counts is on the last primary exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
+async fn pgbench_tpcb_through_ten_primary_kills_gets_no_error_and_loses_nothing() {
+    const KILLS: usize = 10;
     let _serial = serial().await;
     let c = synchronous_cluster(1);
     let metrics_port = fulcrum_testkit::free_port();
@@ -272,83 +275,125 @@ async fn pgbench_tpcb_through_a_primary_kill_fails_only_commits_in_flight() {
     })
     .unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
-
-    let bench = std::thread::spawn(move || {
-        fulcrum_testkit::pgbench(
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                APP_USER,
-                "-M",
-                "prepared",
-                "-c",
-                "4",
-                "-j",
-                "2",
-                "-T",
-                "10",
-                "-n",
-                APP_DB,
-            ],
-            Some(APP_PASSWORD),
-        )
-        .unwrap()
-    });
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
-    let out = tokio::task::block_in_place(|| bench.join()).unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("{stdout}\n{stderr}");
-    let processed: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|n| n.split_whitespace().next()?.parse().ok())
-        .expect("pgbench's summary");
-    // A client aborts on its first error. The only one allowed is on END
-    // (the built-in script's command 10) with its COMMIT in flight: 08007,
-    // "may or may not have committed".
-    let aborted: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("aborted in command"))
-        .collect();
-    let log = p.log_contents();
-    let told: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("lost") || l.contains("replay") || l.contains("sqlstate"))
-        .collect();
-    for line in &aborted {
+    let nodes = [c.primary(), &c.replicas()[0]];
+    let mut primary = 0;
+    let mut processed = 0u64;
+    let mut failovers = Vec::new();
+    for kill in 1..=KILLS {
+        let port = port.clone();
+        let bench = std::thread::spawn(move || {
+            fulcrum_testkit::pgbench(
+                &[
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    APP_USER,
+                    "-M",
+                    "prepared",
+                    "-c",
+                    "4",
+                    "-j",
+                    "2",
+                    "-T",
+                    "6",
+                    "-n",
+                    APP_DB,
+                ],
+                Some(APP_PASSWORD),
+            )
+            .unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let killed_at = Instant::now();
+        let (old, new) = (nodes[primary], nodes[1 - primary]);
+        tokio::task::block_in_place(|| old.stop_immediate()).unwrap();
+        let out = tokio::task::block_in_place(|| bench.join()).unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let aborted: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("aborted") || l.contains("ERROR"))
+            .collect();
+        let log = p.log_contents();
+        let told: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("lost") || l.contains("replay") || l.contains("COMMIT"))
+            .collect();
         assert!(
-            line.contains("aborted in command 10 ")
-                && line.contains("may or may not have committed"),
-            "an error outside a COMMIT in flight: {line}\nFulcrum's log on losses and replays:\n{}",
+            aborted.is_empty(),
+            "kill {kill}: a client got an error: {aborted:?}\n{stdout}\nFulcrum's log on losses and replays:\n{}",
             told.join("\n")
         );
+        processed += stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+            .and_then(|n| n.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("kill {kill}: pgbench's summary\n{stdout}\n{stderr}"));
+        // The survivor was promoted by Fulcrum; the killed node comes back
+        // as its synchronous standby for the next kill.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while new.is_in_recovery().unwrap_or(true) {
+            assert!(Instant::now() < deadline, "kill {kill}: no promotion");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        failovers.push(killed_at.elapsed());
+        let history: u64 = tokio::task::block_in_place(|| {
+            new.sql_db(APP_DB, "SELECT count(*) FROM pgbench_history")
+        })
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+        eprintln!("ROUND kill {kill}: processed so far {processed}, history {history}");
+        tokio::task::block_in_place(|| {
+            old.rebuild_as_replica_of(new).unwrap();
+            new.sql_script(
+                "postgres",
+                "ALTER SYSTEM SET synchronous_standby_names = '*';\n\
+                 ALTER SYSTEM SET synchronous_commit = 'on';\n\
+                 SELECT pg_reload_conf();\n",
+            )
+            .unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let sync = tokio::task::block_in_place(|| {
+                new.sql("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+            })
+            .unwrap_or_default();
+            if sync.trim() == "1" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kill {kill}: no synchronous standby again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        primary = 1 - primary;
     }
-    assert!(
-        replays(metrics_port, "replayed") >= 1,
-        "nothing was replayed"
-    );
-    let new_primary = tokio::task::block_in_place(|| promoted(&c));
-    let history: u64 = new_primary
+    let history: u64 = nodes[primary]
         .sql_db(APP_DB, "SELECT count(*) FROM pgbench_history")
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    let confirmed = replays(metrics_port, "commit_confirmed");
+    let not_committed = replays(metrics_port, "commit_not_committed");
+    let replayed = replays(metrics_port, "replayed");
     eprintln!(
-        "{processed} transactions acknowledged, {history} history rows on the new primary, {} clients aborted on END",
-        aborted.len()
+        "{KILLS} kills: {processed} transactions acknowledged, {history} history rows on the last primary; \
+         COMMITs in flight confirmed {confirmed}, not committed {not_committed}; {replayed} transactions replayed; \
+         kill to promotion {failovers:?}"
     );
-    // Each TPC-B transaction inserts one history row; a COMMIT in flight at
-    // the kill may or may not have committed (at most one per client).
-    assert!(history >= processed, "acknowledged transactions lost");
-    assert!(history <= processed + aborted.len() as u64);
-    let unique: HashSet<&str> = aborted.iter().copied().collect();
-    assert_eq!(unique.len(), aborted.len());
+    assert_eq!(
+        history, processed,
+        "every acknowledged transaction, exactly once"
+    );
+    assert_eq!(replays(metrics_port, "commit_unknown"), 0);
+    assert_eq!(replays(metrics_port, "failed"), 0);
 }
 
 /// Without a failover (`failover = "none"`), a replay waits for the same
@@ -473,14 +518,12 @@ async fn a_switchover_moves_a_transaction_left_open() {
         .contains("ended sessions idle in a transaction on the old primary"));
 }
 
-/// A COMMIT executed from a statement prepared earlier (Bind and Execute
-/// only, as pgbench -M prepared and JDBC send it) whose server dies while
-/// it runs may have committed: the client gets 08007 and the transaction
-/// is not replayed (before, it was, and a transaction that had committed
-/// could be applied twice). The COMMIT is made slow by a deferred
-/// constraint trigger, so the kill lands inside it.
+/// A prepared COMMIT in flight when the primary dies, which the new
+/// primary never got (it waited in a deferred trigger, before its commit
+/// record): the new primary says so, and the transaction is replayed and
+/// committed there; the client gets its COMMIT's success, the row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prepared_commit_in_flight_is_never_replayed() {
+async fn a_commit_in_flight_that_did_not_commit_is_replayed_once() {
     let _serial = serial().await;
     let c = synchronous_cluster(1);
     c.primary()
@@ -521,18 +564,68 @@ async fn a_prepared_commit_in_flight_is_never_replayed() {
         .await
         .expect("the COMMIT is answered")
         .unwrap();
-    let err = outcome.expect_err("a COMMIT in flight at the kill is not acknowledged");
-    assert_eq!(
-        err.code().map(|s| s.code()),
-        Some("08007"),
-        "{err:?}\n{}",
-        p.log_contents()
-    );
-    assert_eq!(replays(metrics_port, "replayed"), 0, "it was replayed");
-    // Whatever the new primary has, it has it once.
+    outcome.unwrap_or_else(|e| panic!("the COMMIT failed: {e:?}\n{}", p.log_contents()));
+    assert_eq!(replays(metrics_port, "commit_not_committed"), 1);
+    assert_eq!(replays(metrics_port, "replayed"), 1);
     let new_primary = tokio::task::block_in_place(|| promoted(&c));
     let rows = new_primary
         .sql_db(APP_DB, "SELECT count(*) FROM slow_commit WHERE id = 2")
         .unwrap();
-    assert!(rows.trim() == "0" || rows.trim() == "1", "{rows}");
+    assert_eq!(rows.trim(), "1", "the replayed transaction, once");
+}
+
+/// A COMMIT in flight when the primary dies that the new primary has
+/// (the standby flushed its commit record but, replay paused, had not
+/// applied it, so `remote_apply` held the answer back): the new primary
+/// says it committed, and the client gets its COMMIT's success with
+/// nothing replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_in_flight_that_committed_is_confirmed_not_replayed() {
+    let _serial = serial().await;
+    let c = synchronous_cluster(1);
+    c.primary()
+        .sql_db(
+            APP_DB,
+            &format!(
+                "CREATE TABLE confirmed (id int PRIMARY KEY); GRANT ALL ON confirmed TO {APP_USER}"
+            ),
+        )
+        .unwrap();
+    c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+    let metrics_port = fulcrum_testkit::free_port();
+    let (cfg, toml) = config(&c, metrics_port);
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let client = pg_connect(&cfg).await;
+    for sql in [
+        "BEGIN",
+        "SET LOCAL synchronous_commit = remote_apply",
+        "INSERT INTO confirmed VALUES (7)",
+    ] {
+        client.simple_query(sql).await.unwrap();
+    }
+    tokio::task::block_in_place(|| c.replicas()[0].sql("SELECT pg_wal_replay_pause()")).unwrap();
+    let in_flight = tokio::spawn(async move { client.simple_query("COMMIT").await });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        !in_flight.is_finished(),
+        "the COMMIT waits for the standby to apply it"
+    );
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), in_flight)
+        .await
+        .expect("the COMMIT is answered")
+        .unwrap();
+    outcome.unwrap_or_else(|e| panic!("the COMMIT failed: {e:?}\n{}", p.log_contents()));
+    assert_eq!(
+        replays(metrics_port, "commit_confirmed"),
+        1,
+        "{}",
+        p.log_contents()
+    );
+    assert_eq!(replays(metrics_port, "replayed"), 0, "nothing replayed");
+    let new_primary = tokio::task::block_in_place(|| promoted(&c));
+    let rows = new_primary
+        .sql_db(APP_DB, "SELECT count(*) FROM confirmed WHERE id = 7")
+        .unwrap();
+    assert_eq!(rows.trim(), "1");
 }

@@ -445,6 +445,17 @@ impl<S: ServerOps> Monitor<S> {
             }
         }
         self.view.count_failover();
+        // Read before the router sends it any write: a transaction id below
+        // it is one the old primary gave out (docs/failover.md).
+        let floor = match tokio::time::timeout(PROMOTE_TIMEOUT, self.ops.commit_floor(new)).await {
+            Ok(Ok(floor)) => floor,
+            Ok(Err(e)) => {
+                tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(new), error = %e, "could not read the new primary's first free transaction id: COMMITs in flight at the failover get 08007");
+                None
+            }
+            Err(_) => None,
+        };
+        self.router.set_commit_floor(new, floor);
         if let Some(o) = self.observed[new].as_mut() {
             o.writable = true;
         }

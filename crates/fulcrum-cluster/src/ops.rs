@@ -75,6 +75,17 @@ pub trait ServerOps: Send + Sync + 'static {
         async { Ok(0) }
     }
 
+    /// The first transaction id `backend`, just promoted and given no
+    /// write yet, has not handed out (PostgreSQL: the xmax of a snapshot):
+    /// what a COMMIT in flight at the failover is resolved against
+    /// (`Router::commit_floor`). `None` where the protocol has no such id.
+    fn commit_floor(
+        &self,
+        _backend: BackendId,
+    ) -> impl Future<Output = Result<Option<u64>, OpsError>> + Send {
+        async { Ok(None) }
+    }
+
     /// Re-points the replica `replica` at `primary`.
     fn follow(
         &self,

@@ -92,6 +92,12 @@ pub struct Router {
     /// The router this one follows, once a reload replaced it: sessions'
     /// suspect reports go on to it (its health loop is the one that looks).
     leader: Mutex<Weak<Router>>,
+    /// The primary Fulcrum promoted and its first transaction id not
+    /// taken when the promotion finished, read before any write went to
+    /// it: an id below it is a transaction of the old primary's that the
+    /// new one replayed; one at or above it never reached the new primary
+    /// (see [`Router::commit_floor`]).
+    commit_floor: Mutex<Option<(BackendId, u64)>>,
 }
 
 impl Router {
@@ -151,6 +157,7 @@ impl Router {
             last_pick: (0..backends).map(|_| AtomicU64::new(0)).collect(),
             followers: Mutex::new(Vec::new()),
             leader: Mutex::new(Weak::new()),
+            commit_floor: Mutex::new(None),
         }
     }
 
@@ -171,6 +178,10 @@ impl Router {
             self.disabled[b].store(earlier.is_disabled(b), Ordering::Release);
         }
         self.paused.store(earlier.is_paused(), Ordering::SeqCst);
+        *self.commit_floor.lock().unwrap_or_else(|e| e.into_inner()) = *earlier
+            .commit_floor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let mut followers = self.followers.lock().unwrap_or_else(|e| e.into_inner());
         let theirs =
             std::mem::take(&mut *earlier.followers.lock().unwrap_or_else(|e| e.into_inner()));
@@ -269,9 +280,41 @@ impl Router {
         if value != NO_PRIMARY {
             self.last_primary.store(value, Ordering::Release);
         }
+        let mut floor = self.commit_floor.lock().unwrap_or_else(|e| e.into_inner());
+        if floor.is_some_and(|(b, _)| b != value) {
+            // Another primary, or none (one that comes back restarted may
+            // hand out again ids it had given before its crash): the
+            // floor no longer tells anything.
+            *floor = None;
+        }
+        drop(floor);
         if self.primary.swap(value, Ordering::AcqRel) != value {
             self.primary_changed.notify_waiters();
         }
+    }
+
+    /// Records `floor` for `primary`, just promoted by Fulcrum and not yet
+    /// the write target (set before [`Router::set_primary`]).
+    pub fn set_commit_floor(&self, primary: BackendId, floor: Option<u64>) {
+        let value = floor.map(|f| (primary, f));
+        *self.commit_floor.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        self.each_follower(|f| {
+            *f.commit_floor.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        });
+    }
+
+    /// The commit floor of `primary`, if Fulcrum promoted it and read one:
+    /// a transaction id below it was the old primary's (the new one's
+    /// `pg_xact_status` speaks of that transaction); at or above it, the
+    /// transaction never reached this primary. `None` (not promoted by
+    /// Fulcrum, or the same primary restarted): ids cannot be told apart
+    /// from ones the new primary handed out itself.
+    pub fn commit_floor(&self, primary: BackendId) -> Option<u64> {
+        self.commit_floor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .filter(|(b, _)| *b == primary)
+            .map(|(_, f)| f)
     }
 
     /// Waits up to `timeout` for a primary other than `not` (the one that

@@ -40,5 +40,7 @@ pub use fulcrum_pool::Route;
 pub use reads::{Check, Positions, Reads, ReplicaProbe, SettingAnswer, Shared};
 pub use replay::{Compare, Framing, Replay, TxnLog};
 pub use route::{decide, Facts, Routing, Target, Txn};
-pub use state::{Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Status};
-pub use unit::{Retry, Unit};
+pub use state::{
+    Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Resolution, Status,
+};
+pub use unit::{CommitId, Retry, Unit};

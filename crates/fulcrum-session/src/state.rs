@@ -17,7 +17,7 @@ use crate::txn::{self, Deferral, DeferredTxn};
 
 #[path = "state/vocabulary.rs"]
 mod vocabulary;
-pub use vocabulary::{Action, Actions, Ending, Event, Loss, Outcome};
+pub use vocabulary::{Action, Actions, Ending, Event, Loss, Outcome, Resolution};
 
 /// Where the client is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,10 @@ pub enum Phase {
     /// being sent again to a new primary (`transaction_replay`); the client
     /// sees nothing until the replayed answers match what it already got.
     Replaying,
+    /// Its server died with its COMMIT in flight, the transaction's id
+    /// known: the new primary is asked whether it committed (then the
+    /// client gets the COMMIT's success, or the transaction is replayed).
+    Resolving,
 }
 
 /// The transaction status a server reported with its answer.
@@ -304,6 +308,26 @@ impl Engine {
             {
                 (Replaying, Actions::one(Action::Replay))
             }
+            (Busy { .. } | InTransaction { failed: false }, Event::ServerLost(l))
+                if l.replayable && l.commit_in_flight && l.commit_resolvable && !l.mid_message =>
+            {
+                (Resolving, Actions::one(Action::Resolve))
+            }
+            (Resolving, Event::Resolved(Resolution::Committed)) => {
+                (Idle, self.boundary(Actions::none()))
+            }
+            (Resolving, Event::Resolved(Resolution::NotCommitted)) => {
+                (Replaying, Actions::one(Action::Replay))
+            }
+            (Resolving, Event::Resolved(Resolution::Unknown)) => (
+                Lost { in_txn: true },
+                Actions::one(Action::Fail(Outcome::Unknown)),
+            ),
+            // The replayed COMMIT itself was in flight: it may have committed.
+            (Replaying, Event::ServerLost(l)) if l.commit_in_flight => (
+                Lost { in_txn: true },
+                Actions::one(Action::Fail(Outcome::Unknown)),
+            ),
             (Replaying, Event::ServerLost(_) | Event::ReplayFailed) => (
                 Lost { in_txn: true },
                 Actions::one(Action::Fail(Outcome::NotCommitted)),
@@ -376,7 +400,7 @@ impl Engine {
                     reset: true,
                 }),
             ),
-            (Idle | Deferred { .. } | Lost { .. }, Event::ClientGone) => {
+            (Idle | Deferred { .. } | Lost { .. } | Resolving, Event::ClientGone) => {
                 self.begin.clear();
                 (Idle, Actions::none())
             }
@@ -384,9 +408,15 @@ impl Engine {
             // (e.g. a Ready for Fulcrum's own query after the client's unit
             // was already settled). Listed, not a wildcard: a new phase or
             // event does not compile until it is placed.
-            (Lost { .. } | Replaying, Event::Unit(_))
+            (Lost { .. } | Replaying | Resolving, Event::Unit(_))
             | (
-                Busy { .. } | Settling | InTransaction { .. } | Pinned(_) | Lost { .. } | Replaying,
+                Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Lost { .. }
+                | Replaying
+                | Resolving,
                 Event::Deferred { .. },
             )
             | (
@@ -396,7 +426,8 @@ impl Engine {
                 | InTransaction { .. }
                 | Pinned(_)
                 | Lost { .. }
-                | Replaying,
+                | Replaying
+                | Resolving,
                 Event::DeferredEnded,
             )
             | (
@@ -406,11 +437,12 @@ impl Engine {
                 | InTransaction { .. }
                 | Pinned(_)
                 | Lost { .. }
-                | Replaying,
+                | Replaying
+                | Resolving,
                 Event::Attached(_),
             )
-            | (Deferred { .. } | Pinned(_) | Lost { .. } | Replaying, Event::Pin(_))
-            | (Idle | Deferred { .. } | Lost { .. } | Replaying, Event::Ready { .. })
+            | (Deferred { .. } | Pinned(_) | Lost { .. } | Replaying | Resolving, Event::Pin(_))
+            | (Idle | Deferred { .. } | Lost { .. } | Replaying | Resolving, Event::Ready { .. })
             | (
                 Idle
                 | Deferred { .. }
@@ -418,10 +450,11 @@ impl Engine {
                 | Settling
                 | InTransaction { .. }
                 | Lost { .. }
-                | Replaying,
+                | Replaying
+                | Resolving,
                 Event::Reset,
             )
-            | (Idle | Deferred { .. } | Lost { .. }, Event::ServerLost(_))
+            | (Idle | Deferred { .. } | Lost { .. } | Resolving, Event::ServerLost(_))
             | (
                 Idle
                 | Deferred { .. }
@@ -429,7 +462,8 @@ impl Engine {
                 | Settling
                 | InTransaction { .. }
                 | Pinned(_)
-                | Replaying,
+                | Replaying
+                | Resolving,
                 Event::LostEnded,
             )
             | (
@@ -439,8 +473,20 @@ impl Engine {
                 | Settling
                 | InTransaction { .. }
                 | Pinned(_)
-                | Lost { .. },
+                | Lost { .. }
+                | Resolving,
                 Event::Replayed | Event::ReplayFailed,
+            )
+            | (
+                Idle
+                | Deferred { .. }
+                | Busy { .. }
+                | Settling
+                | InTransaction { .. }
+                | Pinned(_)
+                | Lost { .. }
+                | Replaying,
+                Event::Resolved(_),
             ) => (self.phase, Actions::none()),
         };
         self.phase = next;

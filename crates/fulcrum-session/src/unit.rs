@@ -24,6 +24,10 @@ pub struct Unit {
     /// A statement that may commit (COMMIT, END, COMMIT PREPARED, a write
     /// outside a transaction) was sent and not answered yet.
     pub commit_in_flight: bool,
+    /// What the server said of the transaction whose COMMIT is in flight,
+    /// asked just ahead of it: a new primary can then say whether it
+    /// committed (`transaction_replay`; docs/failover.md).
+    pub commit_id: CommitId,
     /// When its server connection was attached (latency, slow log).
     pub attached_at: Option<Instant>,
     /// The next unit needs another connection and waits, buffered, until
@@ -42,6 +46,19 @@ impl Unit {
     pub fn finished(&mut self) -> Option<std::time::Duration> {
         self.attached_at.take().map(|at| at.elapsed())
     }
+}
+
+/// The identity of a committing transaction, as its server gave it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CommitId {
+    /// Not asked, or not answered.
+    #[default]
+    Unknown,
+    /// The transaction had no id: it wrote nothing, so whether its COMMIT
+    /// ran changes nothing.
+    NothingWritten,
+    /// The server's id of the transaction (PostgreSQL: its 64-bit xid8).
+    Id(u64),
 }
 
 /// A replica read that may be sent again.

@@ -179,9 +179,62 @@ pub fn may_commit(text: &[u8]) -> bool {
         || text.windows(6).any(|w| w.eq_ignore_ascii_case(b"commit"))
 }
 
+/// True when `text` is one plain `COMMIT` or `END` (optionally `WORK` or
+/// `TRANSACTION`, trailing semicolons and whitespace): the statement whose
+/// outcome a new primary can be asked about (`pg_xact_status`) when its
+/// server dies with it in flight. `COMMIT AND CHAIN`, `COMMIT PREPARED`,
+/// comments and anything stacked with it are not plain.
+pub fn is_plain_commit(text: &[u8]) -> bool {
+    let mut words = text
+        .split(|b| b.is_ascii_whitespace() || *b == b';')
+        .filter(|w| !w.is_empty());
+    let first = words.next().unwrap_or_default();
+    if !(first.eq_ignore_ascii_case(b"commit") || first.eq_ignore_ascii_case(b"end")) {
+        return false;
+    }
+    let rest: Vec<&[u8]> = words.collect();
+    let plain = match rest.as_slice() {
+        [] => true,
+        [w] => w.eq_ignore_ascii_case(b"work") || w.eq_ignore_ascii_case(b"transaction"),
+        _ => false,
+    };
+    // Semicolons only at the end: `COMMIT; COMMIT` is two statements.
+    let body_end = text
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace() && *b != b';')
+        .map_or(0, |i| i + 1);
+    plain && !text[..body_end].contains(&b';')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_commit_is_one_commit_or_end_alone() {
+        for yes in [
+            &b"COMMIT"[..],
+            b"commit;",
+            b"  END ;\n",
+            b"end",
+            b"COMMIT WORK",
+            b"commit transaction;;",
+        ] {
+            assert!(is_plain_commit(yes), "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &b"COMMIT AND CHAIN"[..],
+            b"COMMIT PREPARED 'x'",
+            b"COMMIT; COMMIT",
+            b"UPDATE t SET a = 1; COMMIT",
+            b"/* c */ COMMIT",
+            b"ROLLBACK",
+            b"",
+            b"ENDX",
+        ] {
+            assert!(!is_plain_commit(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
 
     #[test]
     fn first_word_skips_comments() {

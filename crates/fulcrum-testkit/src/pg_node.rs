@@ -221,6 +221,48 @@ impl PgNode {
     }
 
     /// Appends text to this node's postgresql.conf (last setting wins).
+    /// Makes this node (a killed old primary, say) a fresh streaming
+    /// replica of `primary`, on its own port: its data directory is cloned
+    /// again with `pg_basebackup -R`, as an operator re-joins a failed
+    /// primary without pg_rewind, and it starts. It does not ask to be a
+    /// synchronous standby of anyone itself (`synchronous_standby_names`
+    /// inherited from the clone is cleared).
+    pub fn rebuild_as_replica_of(&self, primary: &PgNode) -> Result<()> {
+        if self.is_running() {
+            self.stop_immediate()?;
+        }
+        if self.data_dir.exists() {
+            std::fs::remove_dir_all(&self.data_dir).map_err(|e| {
+                TestkitError::io(format!("removing {}", self.data_dir.display()), e)
+            })?;
+        }
+        let mut cmd = server_command("pg_basebackup", &self.cluster_dir);
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary.port().to_string(),
+            "-U",
+            SUPERUSER,
+        ])
+        .arg("-D")
+        .arg(&self.data_dir)
+        .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+        process::run(&mut cmd, None, &format!("pg_basebackup for {}", self.name))?;
+        let block = pg_conf::render(
+            &format!("node {}", self.name),
+            &pg_conf::node_settings(&self.name, self.port, &self.socket_dir),
+        );
+        self.append_conf(&block)?;
+        let auto = self.data_dir.join("postgresql.auto.conf");
+        OpenOptions::new()
+            .append(true)
+            .open(&auto)
+            .and_then(|mut f| f.write_all(b"synchronous_standby_names = ''\n"))
+            .map_err(|e| TestkitError::io(format!("appending to {}", auto.display()), e))?;
+        self.start()
+    }
+
     pub(crate) fn append_conf(&self, text: &str) -> Result<()> {
         let path = self.data_dir.join("postgresql.conf");
         OpenOptions::new()

@@ -226,3 +226,29 @@ fn a_router_replaced_by_a_reload_follows_its_successor() {
     let other = Arc::new(Router::new(0, 2, &[1], false));
     assert!(!other.adopt(&newer));
 }
+
+#[test]
+fn the_commit_floor_belongs_to_the_primary_it_was_read_on() {
+    let r = Router::new(0, 3, &[1, 2], false);
+    assert_eq!(r.commit_floor(0), None, "the configured primary has none");
+    r.set_primary(None);
+    r.set_commit_floor(1, Some(740));
+    r.set_primary(Some(1));
+    assert_eq!(r.commit_floor(1), Some(740));
+    assert_eq!(r.commit_floor(0), None);
+    r.set_primary(Some(1));
+    assert_eq!(r.commit_floor(1), Some(740), "the same primary keeps it");
+    r.set_primary(None);
+    assert_eq!(r.commit_floor(1), None, "gone with the primary");
+    r.set_primary(Some(1));
+    assert_eq!(
+        r.commit_floor(1),
+        None,
+        "a primary back from a restart has none"
+    );
+    r.set_commit_floor(2, Some(900));
+    r.set_primary(Some(2));
+    assert_eq!(r.commit_floor(2), Some(900));
+    r.set_primary(Some(0));
+    assert_eq!(r.commit_floor(2), None, "another primary");
+}

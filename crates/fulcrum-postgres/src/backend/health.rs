@@ -224,6 +224,23 @@ impl ServerOps for PgServerOps {
             .unwrap_or(0))
     }
 
+    /// A snapshot's xmax: every transaction the old primary committed and
+    /// this server replayed is below it; every id it hands out from now on
+    /// is at or above it.
+    async fn commit_floor(&self, backend: BackendId) -> Result<Option<u64>, OpsError> {
+        let rows = self
+            .query(
+                backend,
+                "SELECT pg_snapshot_xmax(pg_current_snapshot())::text",
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|c| c.as_deref())
+            .and_then(|x| x.parse().ok()))
+    }
+
     async fn follow(&self, replica: BackendId, primary: BackendId) -> Result<(), OpsError> {
         let rows = self.query(replica, "SHOW primary_conninfo").await?;
         let current = rows

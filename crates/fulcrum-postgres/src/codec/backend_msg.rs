@@ -98,6 +98,20 @@ pub fn close_complete(out: &mut BytesMut) {
     put_header(out, b'3', 0);
 }
 
+pub fn bind_complete(out: &mut BytesMut) {
+    put_header(out, b'2', 0);
+}
+
+pub fn no_data(out: &mut BytesMut) {
+    put_header(out, b'n', 0);
+}
+
+/// ParameterDescription of a statement that takes no parameter.
+pub fn parameter_description_none(out: &mut BytesMut) {
+    put_header(out, b't', 2);
+    out.put_u16(0);
+}
+
 pub fn command_complete(out: &mut BytesMut, tag: &str) {
     put_header(out, b'C', tag.len() + 1);
     cstr(out, tag);

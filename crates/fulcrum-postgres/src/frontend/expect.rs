@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::codec::backend_msg;
 use fulcrum_metrics::Stamp;
+use fulcrum_session::CommitId;
 use fulcrum_sql::Effect;
 
 #[derive(Debug)]
@@ -28,8 +29,9 @@ pub enum Expect {
     /// shared statement evicted): not shown to the client.
     SwallowClose,
     /// ends at RowDescription or NoData (ParameterDescription first for
-    /// statements); the shared server-side statement it describes, if mapped.
-    Describe(Option<Arc<str>>),
+    /// statements); the shared server-side statement it describes, if
+    /// mapped, and what it describes (`b'S'` statement, `b'P'` portal).
+    Describe(Option<Arc<str>>, u8),
     /// ends at CommandComplete, EmptyQueryResponse or PortalSuspended; its
     /// digest stamp (statistics) when digests are on.
     Execute(Vec<Effect>, Option<Stamp>),
@@ -45,6 +47,11 @@ pub enum Expect {
     /// A simple query Fulcrum sent for itself ahead of the client's work (a
     /// deferred BEGIN): its replies are not shown, except an error.
     SwallowQuery,
+    /// `SELECT pg_current_xact_id_if_assigned()` Fulcrum sent behind a
+    /// replayable transaction's first write (or ahead of its COMMIT):
+    /// nothing of it is shown; its value lets a new primary say whether
+    /// the COMMIT ran.
+    CommitId,
     /// `SELECT pg_current_wal_insert_lsn()` Fulcrum sent after a unit that
     /// wrote (consistency `session`): nothing of it is shown; its value is
     /// the client's read position.
@@ -83,6 +90,9 @@ pub struct Effects {
     /// A client's Query or Execute finished: its digest stamp, the rows its
     /// CommandComplete tags reported, and whether it failed.
     pub finished: Option<(Stamp, u64, bool)>,
+    /// The answer to an `Expect::CommitId` ended: the transaction's id
+    /// (`NothingWritten`: none assigned; `Unknown`: no answer).
+    pub commit_id: Option<CommitId>,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +106,8 @@ pub struct Expectations {
     batch_ops: Vec<Effect>,
     /// The value read so far for an `Expect::Position`.
     position: Option<u64>,
+    /// The value read so far for an `Expect::CommitId`.
+    commit_id: CommitId,
     /// Rows the CommandCompletes of the Query at the front reported so far.
     query_rows: u64,
 }
@@ -158,6 +170,54 @@ impl Expectations {
         }
     }
 
+    /// The server died with a lone COMMIT in flight, and a new primary
+    /// says it committed: queues on `out` the replies the server owed for
+    /// it, as it would have sent them, and empties the queue. False (and
+    /// nothing queued) when what is owed is not one COMMIT's answer.
+    pub fn answer_commit(&mut self, out: &mut BytesMut) -> bool {
+        let mut answer = BytesMut::new();
+        let mut statements = 0;
+        for e in &self.queue {
+            match e {
+                Expect::Parse(_) => backend_msg::parse_complete(&mut answer),
+                Expect::Bind(_) => backend_msg::bind_complete(&mut answer),
+                Expect::Close => backend_msg::close_complete(&mut answer),
+                Expect::Describe(_, b'S') => {
+                    backend_msg::parameter_description_none(&mut answer);
+                    backend_msg::no_data(&mut answer);
+                }
+                Expect::Describe(..) => backend_msg::no_data(&mut answer),
+                Expect::Execute(..) => {
+                    statements += 1;
+                    backend_msg::command_complete(&mut answer, "COMMIT");
+                }
+                Expect::Sync => backend_msg::ready_for_query(&mut answer, b'I'),
+                Expect::Query(..) => {
+                    statements += 1;
+                    backend_msg::command_complete(&mut answer, "COMMIT");
+                    backend_msg::ready_for_query(&mut answer, b'I');
+                }
+                Expect::Synthetic(bytes) => answer.extend_from_slice(bytes),
+                Expect::SwallowParse(_)
+                | Expect::SwallowClose
+                | Expect::SwallowQuery
+                | Expect::CommitId
+                | Expect::CopyEnd => {}
+                Expect::SyntheticQuery(_) | Expect::Position => return false,
+            }
+        }
+        if statements != 1 {
+            return false;
+        }
+        for e in self.queue.drain(..) {
+            if let Expect::Execute(_, Some(stamp)) | Expect::Query(_, Some(stamp)) = e {
+                stamp.finish(0, false);
+            }
+        }
+        out.extend_from_slice(&answer);
+        true
+    }
+
     /// Extended protocol after an error: the server discards everything up
     /// to the next Sync.
     fn skip_to_sync(&mut self) {
@@ -187,6 +247,43 @@ impl Expectations {
                 _ => {}
             }
             return (Step::Drop, fx);
+        }
+        if matches!(self.queue.front(), Some(Expect::CommitId)) {
+            return match tag {
+                b'D' => {
+                    let value =
+                        backend_msg::parse_data_row(body).and_then(|cols| cols.first().copied());
+                    self.commit_id = match value {
+                        Some(None) => CommitId::NothingWritten,
+                        Some(Some(v)) => std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|v| v.parse().ok())
+                            .map_or(CommitId::Unknown, CommitId::Id),
+                        None => CommitId::Unknown,
+                    };
+                    (Step::Drop, fx)
+                }
+                b'Z' => {
+                    self.queue.pop_front();
+                    let id = std::mem::take(&mut self.commit_id);
+                    // Outside a transaction (or in a failed one) the answer
+                    // says nothing of the client's transaction.
+                    fx.commit_id = Some(if body.first() == Some(&b'T') {
+                        id
+                    } else {
+                        CommitId::Unknown
+                    });
+                    (Step::Drop, fx)
+                }
+                b'E' => {
+                    // Fulcrum's own question failed (a cancel, an aborted
+                    // transaction): not the client's error.
+                    self.commit_id = CommitId::Unknown;
+                    (Step::Drop, fx)
+                }
+                b'N' | b'S' | b'A' => (Step::Forward, fx),
+                _ => (Step::Drop, fx),
+            };
         }
         if matches!(self.queue.front(), Some(Expect::SwallowQuery)) {
             return match tag {
@@ -248,7 +345,7 @@ impl Expectations {
                 Step::Forward
             }
             b'T' | b'n' => {
-                if matches!(self.queue.front(), Some(Expect::Describe(_))) {
+                if matches!(self.queue.front(), Some(Expect::Describe(..))) {
                     self.queue.pop_front();
                 }
                 Step::Forward
@@ -267,7 +364,7 @@ impl Expectations {
                 Step::Forward
             }
             b'E' => {
-                if let Some(Expect::Bind(Some(name)) | Expect::Describe(Some(name))) =
+                if let Some(Expect::Bind(Some(name)) | Expect::Describe(Some(name), _)) =
                     self.queue.front()
                 {
                     fx.failed_statement = Some(name.clone());
@@ -376,6 +473,79 @@ mod tests {
         );
         assert_eq!(fx.position, Some(Some(0x3062A10)));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn the_commit_id_query_is_hidden_and_its_id_read() {
+        let mut q = Expectations::default();
+        q.push(Expect::CommitId);
+        q.push(Expect::Query(vec![], None));
+        assert_eq!(q.on_server(b'T', b"...").0, Step::Drop);
+        assert_eq!(q.on_server(b'D', &row(b"7421")).0, Step::Drop);
+        assert_eq!(q.on_server(b'C', b"SELECT 1\0").0, Step::Drop);
+        let (step, fx) = q.on_server(b'Z', b"T");
+        assert_eq!((step, fx.ready), (Step::Drop, None), "not the client's");
+        assert_eq!(fx.commit_id, Some(CommitId::Id(7421)));
+        assert_eq!(q.on_server(b'C', b"COMMIT\0").0, Step::Forward);
+        let (_, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(fx.ready, Some(b'I'));
+        assert!(q.is_empty());
+        // Asked behind a statement that ended the transaction: no id.
+        q.push(Expect::CommitId);
+        q.on_server(b'D', &row(b"7422"));
+        let (_, fx) = q.on_server(b'Z', b"I");
+        assert_eq!(fx.commit_id, Some(CommitId::Unknown));
+        // A failed question is not the client's error.
+        q.push(Expect::CommitId);
+        assert_eq!(q.on_server(b'E', b"SERROR\0").0, Step::Drop);
+        let (_, fx) = q.on_server(b'Z', b"E");
+        assert_eq!(fx.commit_id, Some(CommitId::Unknown));
+        // A transaction that wrote nothing has no id: a NULL column.
+        q.push(Expect::CommitId);
+        q.on_server(b'D', &[0, 1, 0xff, 0xff, 0xff, 0xff]);
+        let (_, fx) = q.on_server(b'Z', b"T");
+        assert_eq!(fx.commit_id, Some(CommitId::NothingWritten));
+    }
+
+    #[test]
+    fn a_commit_that_committed_is_answered_as_the_server_would_have() {
+        // pgbench -M prepared: Bind, Describe portal, Execute, Sync.
+        let mut q = Expectations::default();
+        q.push(Expect::Bind(None));
+        q.push(Expect::Describe(None, b'P'));
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::Sync);
+        let mut out = BytesMut::new();
+        assert!(q.answer_commit(&mut out));
+        assert_eq!(
+            &out[..],
+            b"2\0\0\0\x04n\0\0\0\x04C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I"
+        );
+        assert!(q.is_empty());
+        // A simple query; a statement describe gets its parameters too.
+        q.push(Expect::Query(vec![], None));
+        let mut out = BytesMut::new();
+        assert!(q.answer_commit(&mut out));
+        assert_eq!(&out[..], b"C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I");
+        q.push(Expect::Parse(None));
+        q.push(Expect::Describe(None, b'S'));
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::Sync);
+        let mut out = BytesMut::new();
+        assert!(q.answer_commit(&mut out));
+        assert!(out.starts_with(b"1\0\0\0\x04t\0\0\0\x06\0\0n\0\0\0\x04C"));
+    }
+
+    #[test]
+    fn only_a_lone_commit_is_answered() {
+        let mut q = Expectations::default();
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::Sync);
+        let mut out = BytesMut::new();
+        assert!(!q.answer_commit(&mut out), "two statements in flight");
+        assert!(out.is_empty());
+        assert!(!q.is_empty(), "left as it was");
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod local;
 mod lost;
 mod reads;
 mod replay;
+mod resolve;
 mod server;
 mod text;
 mod token;
@@ -175,6 +176,9 @@ struct QueryTimer {
 struct TxnReplay {
     /// Boxed: rare, and every client's session would carry its size.
     run: Option<Box<replay::Run>>,
+    /// The unit being queued may write: the transaction's id is asked
+    /// behind it (`resolve.rs`).
+    unit_writes: bool,
 }
 
 impl Session {
@@ -234,7 +238,10 @@ impl Session {
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
-            txn: TxnReplay { run: None },
+            txn: TxnReplay {
+                run: None,
+                unit_writes: false,
+            },
         }
     }
 

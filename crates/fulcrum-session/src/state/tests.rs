@@ -420,6 +420,74 @@ fn rows() -> Vec<Row> {
             vec![Fail(Outcome::Unknown)],
         ),
         (
+            "a COMMIT in flight whose transaction id is known is resolved",
+            in_txn,
+            lost(|l| {
+                l.replayable = true;
+                l.commit_in_flight = true;
+                l.commit_resolvable = true;
+            }),
+            Resolving,
+            vec![Resolve],
+        ),
+        (
+            "a COMMIT in flight and half a message sent is never resolved",
+            in_txn,
+            lost(|l| {
+                l.replayable = true;
+                l.commit_in_flight = true;
+                l.commit_resolvable = true;
+                l.mid_message = true;
+            }),
+            Idle,
+            vec![Close(Ending::StateLost)],
+        ),
+        (
+            "a COMMIT that committed is the client's success",
+            Resolving,
+            Event::Resolved(Resolution::Committed),
+            Idle,
+            vec![],
+        ),
+        (
+            "a COMMIT that did not commit is replayed",
+            Resolving,
+            Event::Resolved(Resolution::NotCommitted),
+            Replaying,
+            vec![Replay],
+        ),
+        (
+            "a COMMIT nobody can resolve is 08007",
+            Resolving,
+            Event::Resolved(Resolution::Unknown),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::Unknown)],
+        ),
+        (
+            "the replayed COMMIT in flight may have committed",
+            Replaying,
+            lost(|l| {
+                l.replayable = true;
+                l.commit_in_flight = true;
+            }),
+            Lost { in_txn: true },
+            vec![Fail(Outcome::Unknown)],
+        ),
+        (
+            "client gone while resolving",
+            Resolving,
+            Event::ClientGone,
+            Idle,
+            vec![],
+        ),
+        (
+            "drain while resolving waits",
+            Resolving,
+            Event::Drain,
+            Resolving,
+            vec![],
+        ),
+        (
             "a failed transaction is never replayed",
             InTransaction { failed: true },
             lost(|l| l.replayable = true),

@@ -19,6 +19,7 @@ fn every_wait_has_an_end() {
         Phase::Lost { in_txn: true },
         Phase::Lost { in_txn: false },
         Phase::Replaying,
+        Phase::Resolving,
     ];
     let endings = [
         ready(Status::Idle, Owed::Nothing),
@@ -27,6 +28,7 @@ fn every_wait_has_an_end() {
         Event::Reset,
         lost(|_| {}),
         Event::ClientGone,
+        Event::Resolved(Resolution::Committed),
     ];
     for phase in phases {
         let ends = endings.iter().any(|ev| {
@@ -62,6 +64,7 @@ fn quiet_events_ask_only_for_a_drains_close() {
         Phase::Lost { in_txn: true },
         Phase::Lost { in_txn: false },
         Phase::Replaying,
+        Phase::Resolving,
     ];
     let quiet = [
         Event::Pin("p"),
@@ -70,6 +73,7 @@ fn quiet_events_ask_only_for_a_drains_close() {
         Event::LostEnded,
         Event::Replayed,
         Event::ReplayFailed,
+        Event::Resolved(Resolution::Committed),
         Event::Drain,
     ];
     for phase in phases {

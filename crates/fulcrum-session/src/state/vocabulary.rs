@@ -28,6 +28,23 @@ pub struct Loss {
     /// (`transaction_replay` is on and its statements were all kept, from
     /// the one that began it).
     pub replayable: bool,
+    /// The COMMIT in flight has a known outcome source: its transaction's
+    /// id was learnt ahead of it, and the new primary can say whether it
+    /// committed (`Unit::commit_id`).
+    pub commit_resolvable: bool,
+}
+
+/// What a new primary said of a transaction whose COMMIT was in flight
+/// when its server died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// It committed (or wrote nothing): the client gets its COMMIT's success.
+    Committed,
+    /// It did not commit (aborted by the crash, or never reached the new
+    /// primary): it is replayed and committed there.
+    NotCommitted,
+    /// No answer: the client gets 08007, as without resolution.
+    Unknown,
 }
 
 /// How a unit whose server died is answered.
@@ -101,6 +118,8 @@ pub enum Event {
     /// The replay cannot finish: no primary in time, or an answer differed
     /// from what the client had received.
     ReplayFailed,
+    /// The new primary said what became of the COMMIT in flight.
+    Resolved(Resolution),
     /// The client's session state was reset (COM_RESET_CONNECTION, DISCARD
     /// ALL): a pin whose state is gone is lifted.
     Reset,
@@ -125,6 +144,9 @@ pub enum Action {
     Retry,
     /// Send the open transaction's statements again, to the new primary.
     Replay,
+    /// Ask the new primary whether the transaction whose COMMIT was in
+    /// flight committed, then answer `Event::Resolved`.
+    Resolve,
     /// Answer the work in flight with this outcome; the client stays.
     Fail(Outcome),
     /// End the session.

@@ -48,6 +48,9 @@ impl Session {
             batch_open: false,
             mid_message: false,
             replayable,
+            // MariaDB has no way to ask a new primary whether a given
+            // transaction committed (docs/failover.md).
+            commit_resolvable: false,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
         if action == Some(Action::Replay) {

@@ -122,12 +122,16 @@ impl Session {
                     }
                 }
             }
+            self.ask_commit_id_ahead(header.tag, header.total);
             let frame = self.client.read_buf.split_to(header.total);
             self.log_client_frame(header.tag, &frame);
             self.engine.unit.retry.keep(&frame);
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
+            }
+            if matches!(header.tag, b'Q' | b'S') {
+                self.ask_commit_id_behind();
             }
         };
         if let Some(t) = unit_started {
@@ -198,6 +202,7 @@ impl Session {
                 if unit.may_commit {
                     self.engine.unit.commit_in_flight = true;
                 }
+                self.txn.unit_writes = may_write(unit.decision);
                 let stamp = if replaying {
                     None
                 } else {

@@ -202,6 +202,15 @@ impl Session {
             if commits {
                 self.engine.unit.commit_in_flight = true;
             }
+            let decision = if b.statement.is_empty() {
+                self.stmts.unnamed_decision
+            } else {
+                self.stmts
+                    .map
+                    .get(b.statement)
+                    .map_or(Decision::Unknown, |s| s.decision)
+            };
+            self.txn.unit_writes |= may_write(decision);
         }
         if !self.stmts.digests.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
@@ -276,13 +285,16 @@ impl Session {
                     self.owed.expect.push(Expect::Synthetic(reply.freeze()));
                 } else if let Some(server_name) = self.ensure_prepared(&name) {
                     put_target(&mut self.to_server, b'D', b'S', server_name.as_bytes());
-                    self.owed.expect.push(Expect::Describe(Some(server_name)));
+                    self.owed
+                        .expect
+                        .push(Expect::Describe(Some(server_name), b'S'));
                 }
             }
             _ => {
+                let kind = frame.get(5).copied().unwrap_or(b'P');
                 self.to_server.extend_from_slice(&frame);
                 self.owed.expect.push(if tag == b'D' {
-                    Expect::Describe(None)
+                    Expect::Describe(None, kind)
                 } else {
                     Expect::Close
                 });

@@ -10,7 +10,7 @@
 
 use bytes::BytesMut;
 
-use fulcrum_session::{Action, Event, Loss, Outcome, Owed, Phase, Status};
+use fulcrum_session::{Action, CommitId, Event, Loss, Outcome, Owed, Phase, Status};
 
 use super::lost::Lost;
 use super::Session;
@@ -24,7 +24,7 @@ impl Session {
     pub(super) async fn server_lost(&mut self) -> Result<(), SessionError> {
         let backend = self.backend;
         if let Some(s) = self.server.take() {
-            tracing::warn!(server = %s.cancel.address, "server connection lost during a client's work");
+            tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit.commit_in_flight, commit_id = ?self.engine.unit.commit_id, "server connection lost during a client's work");
             s.discard();
         }
         self.id.cancel.set_target(None);
@@ -61,6 +61,7 @@ impl Session {
             // answer (a pinned client's state is lost too: the engine knows).
             mid_message: self.owed.stream_left > 0,
             replayable,
+            commit_resolvable: self.engine.unit.commit_id != CommitId::Unknown,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
         match action {
@@ -76,6 +77,7 @@ impl Session {
             }
             Some(Action::Retry) => self.retry_unit().await,
             Some(Action::Replay) => self.replay_transaction().await,
+            Some(Action::Resolve) => self.resolve_commit().await,
             Some(Action::Fail(outcome)) => {
                 self.fail_unit(outcome);
                 Ok(())
@@ -135,6 +137,7 @@ impl Session {
             outcome.advice()
         );
         self.engine.unit.commit_in_flight = false;
+        self.engine.unit.commit_id = CommitId::Unknown;
         let owed = self.owed.ready;
         let unsynced = self.owed.unsynced;
         self.forget_unit();

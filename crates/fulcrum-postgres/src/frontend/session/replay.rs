@@ -56,6 +56,8 @@ impl Session {
         self.forget_unit();
         self.set_status(b'I');
         self.engine.unit.commit_in_flight = false;
+        // The transaction gets a new id where it is replayed.
+        self.engine.unit.commit_id = fulcrum_session::CommitId::Unknown;
         self.params.txn_ops.clear();
         self.params.txn_committed = None;
         self.lost_because = None;

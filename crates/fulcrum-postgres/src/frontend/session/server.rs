@@ -185,6 +185,9 @@ impl Session {
             if let Some(lsn) = fx.position {
                 self.on_position(lsn);
             }
+            if let Some(id) = fx.commit_id {
+                self.engine.unit.commit_id = id;
+            }
         }
         self.owed.expect.drain_synthetic(
             &mut self.client.write_buf,
@@ -201,6 +204,10 @@ impl Session {
         let was = status_byte(self.engine.status());
         self.set_status(status);
         self.owed.ready = self.owed.ready.saturating_sub(1);
+        if status == b'I' {
+            // The transaction is over: its id with it.
+            self.engine.unit.commit_id = fulcrum_session::CommitId::Unknown;
+        }
         if self.owed.ready == 0 {
             self.engine.unit.commit_in_flight = false;
             // What the next unit prepares may evict what this one used.

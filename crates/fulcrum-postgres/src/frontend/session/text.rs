@@ -117,3 +117,11 @@ mod unit_executes_tests {
         );
     }
 }
+
+/// A statement so decided may write (and so get a transaction id).
+pub(super) fn may_write(decision: Decision) -> bool {
+    matches!(
+        decision,
+        Decision::Write | Decision::Primary | Decision::Unknown
+    )
+}

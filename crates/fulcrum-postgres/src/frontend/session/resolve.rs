@@ -1,0 +1,222 @@
+//! A COMMIT in flight when its server died, resolved instead of answered
+//! 08007 (`transaction_replay`; docs/failover.md, "A COMMIT in flight").
+//! Behind the first unit of a replayable transaction that may write,
+//! Fulcrum pipelines `SELECT pg_current_xact_id_if_assigned()` on the same
+//! write (no extra round trip) and keeps its answer out of the client's
+//! stream; a COMMIT reached with the id still unknown gets the question
+//! ahead of it instead. If the server dies before the COMMIT is answered,
+//! the new primary is asked `pg_xact_status(xid)`: committed, the client
+//! gets its COMMIT's success; not committed, the transaction is replayed
+//! there; no answer (or the id's answer never came), 08007.
+//!
+//! A transaction id is only meaningful below the new primary's commit
+//! floor (`Router::commit_floor`, read by Fulcrum right after it promoted
+//! it): ids at or above it were never the old primary's on this server
+//! and may already name a transaction of the new one's.
+
+use fulcrum_cluster::replay::attach_primary;
+use fulcrum_session::{CommitId, Resolution};
+use fulcrum_sql::statements::is_plain_commit;
+
+use super::*;
+
+/// Asked ahead of the COMMIT: the transaction's id, NULL if it wrote nothing.
+const COMMIT_ID_SQL: &str = "SELECT pg_current_xact_id_if_assigned()::text";
+
+impl Session {
+    /// Whether Fulcrum may ask the server for the open transaction's id
+    /// now: a replayable transaction on an attached connection whose id is
+    /// not known yet.
+    fn may_ask_commit_id(&self) -> bool {
+        self.server.is_some()
+            && !matches!(self.engine.unit.commit_id, CommitId::Id(_))
+            && self.engine.txn_log.is_open()
+            && self.engine.status() != Status::Failed
+            && self.replayable()
+    }
+
+    /// Queues the question behind (or ahead of) the client's work; the
+    /// id is unknown until its answer arrives.
+    fn ask_commit_id(&mut self) {
+        put_query(&mut self.to_server, COMMIT_ID_SQL);
+        self.owed.expect.push(Expect::CommitId);
+        self.engine.unit.commit_id = CommitId::Unknown;
+    }
+
+    /// A unit of a replayable transaction was just queued (a Query, or an
+    /// extended-protocol batch up to its Sync): if it may write and the
+    /// transaction's id is not known, the id is asked right behind it, so
+    /// it is known, a round trip before, when the COMMIT comes.
+    pub(super) fn ask_commit_id_behind(&mut self) {
+        let writes = std::mem::take(&mut self.txn.unit_writes);
+        if writes
+            && !self.owed.unsynced
+            && !self.engine.unit.commit_in_flight
+            && self.may_ask_commit_id()
+        {
+            self.ask_commit_id();
+        }
+    }
+
+    /// Before the client frame at the front (`tag`, `total` bytes) goes to
+    /// the server: when it starts a lone COMMIT of a replayable transaction
+    /// whose id is not known yet (a write Fulcrum did not see as one, or
+    /// pipelined right before it), with nothing else in flight, the id is
+    /// asked ahead of it, on the same write.
+    pub(super) fn ask_commit_id_ahead(&mut self, tag: u8, total: usize) {
+        if self.engine.status() != Status::InTransaction
+            || self.owed.unsynced
+            || self.owed.ready > 0
+            || !self.owed.expect.is_empty()
+            || !self.may_ask_commit_id()
+        {
+            return;
+        }
+        let body = &self.client.read_buf[5..total];
+        let commits = match tag {
+            b'Q' => query_text(body).is_some_and(is_plain_commit),
+            b'P' => parse_msg(body).is_some_and(|p| is_plain_commit(p.query)),
+            // A statement prepared earlier; not the unnamed one (a simple
+            // query ahead of its Bind would drop it).
+            b'B' => bind_msg(body).is_some_and(|b| {
+                !b.statement.is_empty()
+                    && self
+                        .stmts
+                        .map
+                        .get(b.statement)
+                        .is_some_and(|s| s.may_commit && is_plain_commit(&s.query))
+            }),
+            _ => false,
+        };
+        if commits {
+            self.ask_commit_id();
+        }
+    }
+
+    /// The engine said Resolve: asks the new primary what became of the
+    /// transaction whose COMMIT was in flight, and acts on the answer.
+    pub(super) async fn resolve_commit(&mut self) -> Result<(), SessionError> {
+        let id = std::mem::take(&mut self.engine.unit.commit_id);
+        let (resolution, position) = match id {
+            CommitId::NothingWritten => (Resolution::Committed, None),
+            CommitId::Id(xid) => self.ask_new_primary(xid).await,
+            CommitId::Unknown => (Resolution::Unknown, None),
+        };
+        let label = match resolution {
+            Resolution::Committed => "commit_confirmed",
+            Resolution::NotCommitted => "commit_not_committed",
+            Resolution::Unknown => "commit_unknown",
+        };
+        self.ctx.metrics.transaction_replay(label);
+        tracing::info!(commit_id = ?id, outcome = label, "server lost with a COMMIT in flight; asked the primary");
+        let mut committed = false;
+        if resolution == Resolution::Committed {
+            let mut out = BytesMut::new();
+            committed = self.owed.expect.answer_commit(&mut out);
+            if committed {
+                self.client.write_buf.extend_from_slice(&out);
+            }
+        }
+        let resolution = if resolution == Resolution::Committed && !committed {
+            Resolution::Unknown
+        } else {
+            resolution
+        };
+        let actions = self.engine.step(Event::Resolved(resolution));
+        if committed {
+            self.committed_without_server(position);
+        }
+        // A pending drain's Close is performed by the session loop's
+        // boundary check.
+        for action in actions.iter() {
+            match action {
+                Action::Replay => return self.replay_transaction().await,
+                Action::Fail(outcome) => self.fail_unit(outcome),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `pg_xact_status` of `xid` on whatever primary takes it within
+    /// `transaction_replay_timeout`, and that primary's position.
+    async fn ask_new_primary(&mut self, xid: u64) -> (Resolution, Option<u64>) {
+        let timeout = self
+            .ctx
+            .config
+            .transaction_replay
+            .map(|l| l.timeout)
+            .unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let ctx = self.ctx.clone();
+        let Some((primary, mut conn)) = attach_primary(&ctx, deadline, self).await else {
+            return (Resolution::Unknown, None);
+        };
+        let floor = ctx.router.commit_floor(primary);
+        let sql = format!(
+            "SELECT CASE WHEN '{xid}'::xid8 < '{}'::xid8 THEN pg_xact_status('{xid}'::xid8) END, \
+             pg_current_wal_flush_lsn()::text",
+            floor.unwrap_or(0)
+        );
+        let answer = match floor {
+            // Not promoted by Fulcrum (or the same primary back from a
+            // restart): its ids cannot be told from the old one's.
+            None => None,
+            Some(_) => conn.query_rows(&sql).await.ok(),
+        };
+        let row = answer.as_ref().and_then(|rows| rows.first());
+        let cell = |i: usize| row.and_then(|r| r.get(i)).and_then(|c| c.as_deref());
+        let resolution = match (floor, cell(0)) {
+            (None, _) => Resolution::Unknown,
+            // At or above the floor: it never reached this primary.
+            (Some(f), _) if xid >= f => Resolution::NotCommitted,
+            _ if row.is_none() => Resolution::Unknown,
+            (_, Some("committed")) => Resolution::Committed,
+            (_, Some("aborted")) => Resolution::NotCommitted,
+            _ => Resolution::Unknown,
+        };
+        let position = cell(1).and_then(fulcrum_cluster::lag::parse_lsn);
+        if row.is_some() || floor.is_none() {
+            conn.release();
+        } else {
+            conn.discard();
+        }
+        (resolution, position)
+    }
+
+    /// The COMMIT committed with its server gone: the client is between
+    /// transactions, what it set in the transaction is its session's now,
+    /// and its reads must see what it wrote (`position`, the new primary's).
+    fn committed_without_server(&mut self, position: Option<u64>) {
+        self.owed.ready = 0;
+        self.owed.unsynced = false;
+        self.owed.stream_left = 0;
+        self.to_server.clear();
+        self.engine.unit.commit_in_flight = false;
+        self.engine.unit.attached_at = None;
+        self.engine.unit.retry.disarm();
+        self.engine.txn_log.close();
+        self.set_status(b'I');
+        for op in std::mem::take(&mut self.params.txn_ops) {
+            match op {
+                Effect::Set { key, stmt } => {
+                    self.params.desired.insert(key, stmt);
+                }
+                Effect::Reset { key } => {
+                    match self.params.startup.get(&key) {
+                        Some(s) => self.params.desired.insert(key, s.clone()),
+                        None => self.params.desired.remove(&key),
+                    };
+                }
+                Effect::ResetAll | Effect::DiscardAll => {
+                    self.params.desired = self.params.startup.clone();
+                }
+                _ => {}
+            }
+        }
+        self.params.txn_committed = None;
+        self.reads
+            .learning(&self.ctx.reads(&self.id.user, &self.id.database));
+        self.on_position(position);
+    }
+}
