@@ -125,6 +125,7 @@ pub(crate) struct RawCluster {
     pub transaction_replay_max_size: Value<SizeValue>,
     pub transaction_replay_timeout: Value<DurationText>,
     pub transaction_replay_debug: Value<bool>,
+    pub transaction_replay_resolve_commits: Value<bool>,
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
     pub database: Value<Tables<RawDatabase>>,

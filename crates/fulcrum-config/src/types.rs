@@ -322,6 +322,10 @@ pub struct TransactionReplay {
     /// Keep the client's output too, to log the bytes of a mismatch
     /// (`transaction_replay_debug`).
     pub debug: bool,
+    /// Learn each replayable transaction's id so that a COMMIT in flight
+    /// when its server dies can be resolved on the new primary
+    /// (`transaction_replay_resolve_commits`, PostgreSQL).
+    pub resolve_commits: bool,
 }
 
 /// One `[[cluster.database]]`.

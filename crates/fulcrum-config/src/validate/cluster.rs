@@ -330,10 +330,15 @@ fn transaction_replay(
         .transaction_replay_debug
         .as_ref()
         .is_some_and(|v| *v.get_ref());
+    let resolve_commits = c
+        .transaction_replay_resolve_commits
+        .as_ref()
+        .is_none_or(|v| *v.get_ref());
     Ok(on.then_some(crate::types::TransactionReplay {
         max_size,
         timeout,
         debug,
+        resolve_commits,
     }))
 }
 

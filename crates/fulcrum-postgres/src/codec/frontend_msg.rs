@@ -94,6 +94,14 @@ pub fn put_target(out: &mut BytesMut, tag: u8, kind: u8, name: &[u8]) {
 }
 
 /// Writes a simple Query.
+/// Execute of `portal`, all its rows.
+pub fn put_execute(out: &mut BytesMut, portal: &[u8]) {
+    put_header(out, b'E', portal.len() + 1 + 4);
+    out.extend_from_slice(portal);
+    out.put_u8(0);
+    out.put_u32(0);
+}
+
 pub fn put_query(out: &mut BytesMut, text: &str) {
     put_header(out, b'Q', text.len() + 1);
     out.extend_from_slice(text.as_bytes());

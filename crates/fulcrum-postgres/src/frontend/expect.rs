@@ -50,8 +50,13 @@ pub enum Expect {
     /// `SELECT pg_current_xact_id_if_assigned()` Fulcrum sent behind a
     /// replayable transaction's first write (or ahead of its COMMIT):
     /// nothing of it is shown; its value lets a new primary say whether
-    /// the COMMIT ran.
-    CommitId,
+    /// the COMMIT ran. `in_batch`: sent as Bind, Execute and Close of
+    /// Fulcrum's own prepared statement before the client's Sync (its
+    /// answer ends at CloseComplete, flushed with the client's); otherwise
+    /// a simple query of its own (ends at ReadyForQuery).
+    CommitId {
+        in_batch: bool,
+    },
     /// `SELECT pg_current_wal_insert_lsn()` Fulcrum sent after a unit that
     /// wrote (consistency `session`): nothing of it is shown; its value is
     /// the client's read position.
@@ -201,7 +206,7 @@ impl Expectations {
                 Expect::SwallowParse(_)
                 | Expect::SwallowClose
                 | Expect::SwallowQuery
-                | Expect::CommitId
+                | Expect::CommitId { .. }
                 | Expect::CopyEnd => {}
                 Expect::SyntheticQuery(_) | Expect::Position => return false,
             }
@@ -248,8 +253,8 @@ impl Expectations {
             }
             return (Step::Drop, fx);
         }
-        if matches!(self.queue.front(), Some(Expect::CommitId)) {
-            return match tag {
+        if let Some(&Expect::CommitId { in_batch }) = self.queue.front() {
+            match tag {
                 b'D' => {
                     let value =
                         backend_msg::parse_data_row(body).and_then(|cols| cols.first().copied());
@@ -261,9 +266,9 @@ impl Expectations {
                             .map_or(CommitId::Unknown, CommitId::Id),
                         None => CommitId::Unknown,
                     };
-                    (Step::Drop, fx)
+                    return (Step::Drop, fx);
                 }
-                b'Z' => {
+                b'Z' if !in_batch => {
                     self.queue.pop_front();
                     let id = std::mem::take(&mut self.commit_id);
                     // Outside a transaction (or in a failed one) the answer
@@ -273,17 +278,35 @@ impl Expectations {
                     } else {
                         CommitId::Unknown
                     });
-                    (Step::Drop, fx)
+                    return (Step::Drop, fx);
+                }
+                // In a client's batch it ends at its portal's CloseComplete.
+                b'3' if in_batch => {
+                    self.queue.pop_front();
+                    fx.commit_id = Some(std::mem::take(&mut self.commit_id));
+                    return (Step::Drop, fx);
+                }
+                b'E' if in_batch => {
+                    // The client's transaction failed with it: the client
+                    // is told (the usual error path below skips to Sync).
+                    self.commit_id = CommitId::Unknown;
                 }
                 b'E' => {
-                    // Fulcrum's own question failed (a cancel, an aborted
-                    // transaction): not the client's error.
                     self.commit_id = CommitId::Unknown;
-                    (Step::Drop, fx)
+                    // Behind a statement that failed, the transaction was
+                    // already aborted: that error is not news. Any other
+                    // (a cancel) aborted the client's transaction: shown.
+                    let code = backend_msg::parse_error_fields(body).code;
+                    let step = if code == backend_msg::sqlstate::IN_FAILED_TRANSACTION {
+                        Step::Drop
+                    } else {
+                        Step::Forward
+                    };
+                    return (step, fx);
                 }
-                b'N' | b'S' | b'A' => (Step::Forward, fx),
-                _ => (Step::Drop, fx),
-            };
+                b'N' | b'S' | b'A' => return (Step::Forward, fx),
+                _ => return (Step::Drop, fx),
+            }
         }
         if matches!(self.queue.front(), Some(Expect::SwallowQuery)) {
             return match tag {
@@ -478,7 +501,7 @@ mod tests {
     #[test]
     fn the_commit_id_query_is_hidden_and_its_id_read() {
         let mut q = Expectations::default();
-        q.push(Expect::CommitId);
+        q.push(Expect::CommitId { in_batch: false });
         q.push(Expect::Query(vec![], None));
         assert_eq!(q.on_server(b'T', b"...").0, Step::Drop);
         assert_eq!(q.on_server(b'D', &row(b"7421")).0, Step::Drop);
@@ -491,17 +514,17 @@ mod tests {
         assert_eq!(fx.ready, Some(b'I'));
         assert!(q.is_empty());
         // Asked behind a statement that ended the transaction: no id.
-        q.push(Expect::CommitId);
+        q.push(Expect::CommitId { in_batch: false });
         q.on_server(b'D', &row(b"7422"));
         let (_, fx) = q.on_server(b'Z', b"I");
         assert_eq!(fx.commit_id, Some(CommitId::Unknown));
-        // A failed question is not the client's error.
-        q.push(Expect::CommitId);
-        assert_eq!(q.on_server(b'E', b"SERROR\0").0, Step::Drop);
+        // Behind a failed statement, "transaction aborted" is not news.
+        q.push(Expect::CommitId { in_batch: false });
+        assert_eq!(q.on_server(b'E', b"SERROR\0C25P02\0\0").0, Step::Drop);
         let (_, fx) = q.on_server(b'Z', b"E");
         assert_eq!(fx.commit_id, Some(CommitId::Unknown));
         // A transaction that wrote nothing has no id: a NULL column.
-        q.push(Expect::CommitId);
+        q.push(Expect::CommitId { in_batch: false });
         q.on_server(b'D', &[0, 1, 0xff, 0xff, 0xff, 0xff]);
         let (_, fx) = q.on_server(b'Z', b"T");
         assert_eq!(fx.commit_id, Some(CommitId::NothingWritten));

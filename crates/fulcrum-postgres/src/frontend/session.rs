@@ -59,7 +59,7 @@ use crate::codec::backend_msg::{
 };
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{
-    bind_msg, parse_msg, put_bind, put_query, put_target, query_text, target_msg,
+    bind_msg, parse_msg, put_bind, put_execute, put_query, put_target, query_text, target_msg,
 };
 use cleanup::{run_reset, sync_params};
 use text::*;
@@ -179,6 +179,8 @@ struct TxnReplay {
     /// The unit being queued may write: the transaction's id is asked
     /// behind it (`resolve.rs`).
     unit_writes: bool,
+    /// Fulcrum's own statement asking it, once the client has asked.
+    commit_id_statement: Option<Arc<ClientStatement>>,
 }
 
 impl Session {
@@ -241,6 +243,7 @@ impl Session {
             txn: TxnReplay {
                 run: None,
                 unit_writes: false,
+                commit_id_statement: None,
             },
         }
     }

@@ -123,6 +123,9 @@ impl Session {
                 }
             }
             self.ask_commit_id_ahead(header.tag, header.total);
+            if header.tag == b'S' {
+                self.ask_commit_id_before_sync();
+            }
             let frame = self.client.read_buf.split_to(header.total);
             self.log_client_frame(header.tag, &frame);
             self.engine.unit.retry.keep(&frame);
@@ -130,7 +133,7 @@ impl Session {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
             }
-            if matches!(header.tag, b'Q' | b'S') {
+            if header.tag == b'Q' {
                 self.ask_commit_id_behind();
             }
         };

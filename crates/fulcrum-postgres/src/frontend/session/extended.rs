@@ -175,7 +175,7 @@ impl Session {
     /// At `max_prepared_statements` on the attached connection, closes the
     /// least recently used shared statements no part of this unit uses; a
     /// client that uses one later has it prepared again.
-    fn make_room_for_a_statement(&mut self) {
+    pub(super) fn make_room_for_a_statement(&mut self) {
         let max = self.ctx.config.max_prepared_statements as usize;
         let server = self.server.as_mut().expect("attached");
         for name in server.prepared.evict_for_one(max) {

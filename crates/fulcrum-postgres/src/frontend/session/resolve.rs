@@ -20,8 +20,10 @@ use fulcrum_sql::statements::is_plain_commit;
 
 use super::*;
 
-/// Asked ahead of the COMMIT: the transaction's id, NULL if it wrote nothing.
+/// The transaction's id, NULL if it wrote nothing.
 const COMMIT_ID_SQL: &str = "SELECT pg_current_xact_id_if_assigned()::text";
+/// The portal Fulcrum's own question runs in (closed right after).
+const COMMIT_ID_PORTAL: &[u8] = b"fulcrum_commit_id";
 
 impl Session {
     /// Whether Fulcrum may ask the server for the open transaction's id
@@ -29,32 +31,89 @@ impl Session {
     /// not known yet.
     fn may_ask_commit_id(&self) -> bool {
         self.server.is_some()
+            && self
+                .ctx
+                .config
+                .transaction_replay
+                .is_some_and(|r| r.resolve_commits)
             && !matches!(self.engine.unit.commit_id, CommitId::Id(_))
             && self.engine.txn_log.is_open()
             && self.engine.status() != Status::Failed
             && self.replayable()
     }
 
-    /// Queues the question behind (or ahead of) the client's work; the
-    /// id is unknown until its answer arrives.
+    /// Queues the question as a simple query of its own (behind or ahead
+    /// of the client's work); the id is unknown until its answer arrives.
     fn ask_commit_id(&mut self) {
         put_query(&mut self.to_server, COMMIT_ID_SQL);
-        self.owed.expect.push(Expect::CommitId);
+        self.owed.expect.push(Expect::CommitId { in_batch: false });
         self.engine.unit.commit_id = CommitId::Unknown;
     }
 
-    /// A unit of a replayable transaction was just queued (a Query, or an
-    /// extended-protocol batch up to its Sync): if it may write and the
-    /// transaction's id is not known, the id is asked right behind it, so
-    /// it is known, a round trip before, when the COMMIT comes.
-    pub(super) fn ask_commit_id_behind(&mut self) {
-        let writes = std::mem::take(&mut self.txn.unit_writes);
-        if writes
-            && !self.owed.unsynced
+    /// Queues the question inside the client's extended-protocol batch,
+    /// just before its Sync: Bind, Execute and Close of Fulcrum's own
+    /// statement (prepared on the connection when missing, as shared
+    /// statements are), so the answer comes in the same flush as the
+    /// client's and costs the server no parse or plan.
+    fn ask_commit_id_in_batch(&mut self) {
+        // Held by the session, so every client shares one server-side name
+        // (the registry keeps only what someone holds).
+        let stmt = match self.txn.commit_id_statement.take() {
+            Some(s) if s.generation == self.ctx.statements.generation() => s,
+            Some(s) => self.ctx.statements.current(&s),
+            None => {
+                let definition = [COMMIT_ID_SQL.as_bytes(), b"\0\0\0"].concat();
+                self.ctx
+                    .statements
+                    .statement(&definition, COMMIT_ID_SQL.as_bytes(), Decision::Read)
+            }
+        };
+        self.txn.commit_id_statement = Some(stmt.clone());
+        let server = self.server.as_mut().expect("attached");
+        if !server.prepared.use_if_present(&stmt.server_name) {
+            self.make_room_for_a_statement();
+            let server = self.server.as_mut().expect("attached");
+            server.prepared.insert_pending(stmt.server_name.clone());
+            self.to_server.extend_from_slice(&stmt.parse);
+            self.owed
+                .expect
+                .push(Expect::SwallowParse(stmt.server_name.clone()));
+        }
+        put_bind(
+            &mut self.to_server,
+            COMMIT_ID_PORTAL,
+            stmt.server_name.as_bytes(),
+            &[0, 0, 0, 0, 0, 0],
+        );
+        put_execute(&mut self.to_server, COMMIT_ID_PORTAL);
+        put_target(&mut self.to_server, b'C', b'P', COMMIT_ID_PORTAL);
+        self.owed.expect.push(Expect::CommitId { in_batch: true });
+        self.engine.unit.commit_id = CommitId::Unknown;
+    }
+
+    /// Whether the unit being queued may write, read once (a Query's
+    /// classification or a Bind's statement set it).
+    fn unit_may_write(&mut self) -> bool {
+        std::mem::take(&mut self.txn.unit_writes)
             && !self.engine.unit.commit_in_flight
             && self.may_ask_commit_id()
-        {
+    }
+
+    /// A simple Query of a replayable transaction was just queued: if it
+    /// may write and the transaction's id is not known, the id is asked
+    /// right behind it, so it is known, a round trip before, when the
+    /// COMMIT comes.
+    pub(super) fn ask_commit_id_behind(&mut self) {
+        if self.unit_may_write() {
             self.ask_commit_id();
+        }
+    }
+
+    /// The client's Sync is next: if its batch may write and the
+    /// transaction's id is not known, the id is asked inside the batch.
+    pub(super) fn ask_commit_id_before_sync(&mut self) {
+        if self.owed.unsynced && !self.owed.expect.sync_is_ignored() && self.unit_may_write() {
+            self.ask_commit_id_in_batch();
         }
     }
 
