@@ -94,6 +94,10 @@ pub fn put_target(out: &mut BytesMut, tag: u8, kind: u8, name: &[u8]) {
 }
 
 /// Writes a simple Query.
+pub fn put_sync(out: &mut BytesMut) {
+    put_header(out, b'S', 0);
+}
+
 /// Execute of `portal`, all its rows.
 pub fn put_execute(out: &mut BytesMut, portal: &[u8]) {
     put_header(out, b'E', portal.len() + 1 + 4);

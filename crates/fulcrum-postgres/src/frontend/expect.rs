@@ -53,7 +53,7 @@ pub enum Expect {
     /// the COMMIT ran. `in_batch`: sent as Bind, Execute and Close of
     /// Fulcrum's own prepared statement before the client's Sync (its
     /// answer ends at CloseComplete, flushed with the client's); otherwise
-    /// a simple query of its own (ends at ReadyForQuery).
+    /// with a Sync of its own (ends at ReadyForQuery).
     CommitId {
         in_batch: bool,
     },
@@ -228,7 +228,7 @@ impl Expectations {
     fn skip_to_sync(&mut self) {
         while !matches!(
             self.queue.front(),
-            Some(Expect::Sync | Expect::Query(..)) | None
+            Some(Expect::Sync | Expect::Query(..) | Expect::CommitId { in_batch: false }) | None
         ) {
             self.queue.pop_front();
         }
@@ -528,6 +528,58 @@ mod tests {
         q.on_server(b'D', &[0, 1, 0xff, 0xff, 0xff, 0xff]);
         let (_, fx) = q.on_server(b'Z', b"T");
         assert_eq!(fx.commit_id, Some(CommitId::NothingWritten));
+    }
+
+    #[test]
+    fn the_commit_id_asked_in_a_clients_batch_ends_at_its_close() {
+        // Client: Bind, Execute, [Fulcrum: Parse, Bind, Execute, Close], Sync.
+        let mut q = Expectations::default();
+        q.push(Expect::Bind(None));
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::SwallowParse("fulcrum_9".into()));
+        q.push(Expect::CommitId { in_batch: true });
+        q.push(Expect::Sync);
+        assert_eq!(q.on_server(b'2', b"").0, Step::Forward);
+        assert_eq!(q.on_server(b'C', b"UPDATE 1\0").0, Step::Forward);
+        assert_eq!(q.on_server(b'1', b"").0, Step::Drop);
+        for (tag, body) in [
+            (b'2', &b""[..]),
+            (b'D', &row(b"880")),
+            (b'C', b"SELECT 1\0"),
+        ] {
+            assert_eq!(q.on_server(tag, body).0, Step::Drop);
+        }
+        let (step, fx) = q.on_server(b'3', b"");
+        assert_eq!((step, fx.commit_id), (Step::Drop, Some(CommitId::Id(880))));
+        let (step, fx) = q.on_server(b'Z', b"T");
+        assert_eq!((step, fx.ready), (Step::Forward, Some(b'T')));
+        assert!(q.is_empty());
+        // The client's statement failed: the server skips Fulcrum's part too.
+        q.push(Expect::Execute(vec![], None));
+        q.push(Expect::CommitId { in_batch: true });
+        q.push(Expect::Sync);
+        let (step, fx) = q.on_server(b'E', b"SERROR\0C23505\0\0");
+        assert_eq!((step, fx.skipped_to_sync), (Step::Forward, true));
+        let (_, fx) = q.on_server(b'Z', b"E");
+        assert_eq!((fx.ready, fx.commit_id), (Some(b'E'), None));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_failed_parse_of_the_question_skips_only_to_its_own_sync() {
+        let mut q = Expectations::default();
+        q.push(Expect::SwallowParse("fulcrum_9".into()));
+        q.push(Expect::CommitId { in_batch: false });
+        q.push(Expect::Query(vec![], None));
+        q.on_server(b'E', b"SERROR\0C42883\0\0");
+        let (step, fx) = q.on_server(b'Z', b"T");
+        assert_eq!(
+            (step, fx.ready, fx.commit_id),
+            (Step::Drop, None, Some(CommitId::Unknown))
+        );
+        assert_eq!(q.on_server(b'C', b"INSERT 0 1\0").0, Step::Forward);
+        let (_, fx) = q.on_server(b'Z', b"T");
+        assert_eq!(fx.ready, Some(b'T'), "the client's Query ends at its own");
     }
 
     #[test]

@@ -59,7 +59,8 @@ use crate::codec::backend_msg::{
 };
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{
-    bind_msg, parse_msg, put_bind, put_execute, put_query, put_target, query_text, target_msg,
+    bind_msg, parse_msg, put_bind, put_execute, put_query, put_sync, put_target, query_text,
+    target_msg,
 };
 use cleanup::{run_reset, sync_params};
 use text::*;

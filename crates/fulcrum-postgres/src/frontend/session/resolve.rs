@@ -1,13 +1,16 @@
 //! A COMMIT in flight when its server died, resolved instead of answered
 //! 08007 (`transaction_replay`; docs/failover.md, "A COMMIT in flight").
-//! Behind the first unit of a replayable transaction that may write,
-//! Fulcrum pipelines `SELECT pg_current_xact_id_if_assigned()` on the same
-//! write (no extra round trip) and keeps its answer out of the client's
-//! stream; a COMMIT reached with the id still unknown gets the question
-//! ahead of it instead. If the server dies before the COMMIT is answered,
-//! the new primary is asked `pg_xact_status(xid)`: committed, the client
-//! gets its COMMIT's success; not committed, the transaction is replayed
-//! there; no answer (or the id's answer never came), 08007.
+//! With the first unit of a replayable transaction that may write,
+//! Fulcrum asks `pg_current_xact_id_if_assigned()` through a statement of
+//! its own, shared and prepared like clients' statements: inside the
+//! client's extended-protocol batch before its Sync (answered in the same
+//! flush), or with a Sync of its own behind a simple query; a COMMIT
+//! reached with the id still unknown gets the question ahead of it. The
+//! answer never reaches the client. If the server dies before the COMMIT
+//! is answered, the new primary is asked `pg_xact_status(xid)`:
+//! committed, the client gets its COMMIT's success; not committed, the
+//! transaction is replayed there; no answer (or the id's answer never
+//! came), 08007 as before.
 //!
 //! A transaction id is only meaningful below the new primary's commit
 //! floor (`Router::commit_floor`, read by Fulcrum right after it promoted
@@ -30,7 +33,9 @@ impl Session {
     /// now: a replayable transaction on an attached connection whose id is
     /// not known yet.
     fn may_ask_commit_id(&self) -> bool {
-        self.server.is_some()
+        self.server
+            .as_ref()
+            .is_some_and(|s| knows_commit_ids(&s.reported))
             && self
                 .ctx
                 .config
@@ -42,20 +47,14 @@ impl Session {
             && self.replayable()
     }
 
-    /// Queues the question as a simple query of its own (behind or ahead
-    /// of the client's work); the id is unknown until its answer arrives.
-    fn ask_commit_id(&mut self) {
-        put_query(&mut self.to_server, COMMIT_ID_SQL);
-        self.owed.expect.push(Expect::CommitId { in_batch: false });
-        self.engine.unit.commit_id = CommitId::Unknown;
-    }
-
-    /// Queues the question inside the client's extended-protocol batch,
-    /// just before its Sync: Bind, Execute and Close of Fulcrum's own
+    /// Queues the question: Bind, Execute and Close of Fulcrum's own
     /// statement (prepared on the connection when missing, as shared
-    /// statements are), so the answer comes in the same flush as the
-    /// client's and costs the server no parse or plan.
-    fn ask_commit_id_in_batch(&mut self) {
+    /// statements are: the server neither parses nor plans it again).
+    /// `in_batch`: inside the client's extended-protocol batch, just before
+    /// its Sync, so the answer comes in the same flush as the client's;
+    /// otherwise with a Sync of its own. The id is unknown until the
+    /// answer arrives.
+    fn ask_commit_id(&mut self, in_batch: bool) {
         // Held by the session, so every client shares one server-side name
         // (the registry keeps only what someone holds).
         let stmt = match self.txn.commit_id_statement.take() {
@@ -87,7 +86,10 @@ impl Session {
         );
         put_execute(&mut self.to_server, COMMIT_ID_PORTAL);
         put_target(&mut self.to_server, b'C', b'P', COMMIT_ID_PORTAL);
-        self.owed.expect.push(Expect::CommitId { in_batch: true });
+        if !in_batch {
+            put_sync(&mut self.to_server);
+        }
+        self.owed.expect.push(Expect::CommitId { in_batch });
         self.engine.unit.commit_id = CommitId::Unknown;
     }
 
@@ -105,7 +107,7 @@ impl Session {
     /// COMMIT comes.
     pub(super) fn ask_commit_id_behind(&mut self) {
         if self.unit_may_write() {
-            self.ask_commit_id();
+            self.ask_commit_id(false);
         }
     }
 
@@ -113,7 +115,7 @@ impl Session {
     /// transaction's id is not known, the id is asked inside the batch.
     pub(super) fn ask_commit_id_before_sync(&mut self) {
         if self.owed.unsynced && !self.owed.expect.sync_is_ignored() && self.unit_may_write() {
-            self.ask_commit_id_in_batch();
+            self.ask_commit_id(true);
         }
     }
 
@@ -148,7 +150,7 @@ impl Session {
             _ => false,
         };
         if commits {
-            self.ask_commit_id();
+            self.ask_commit_id(false);
         }
     }
 
@@ -277,5 +279,38 @@ impl Session {
         self.reads
             .learning(&self.ctx.reads(&self.id.user, &self.id.database));
         self.on_position(position);
+    }
+}
+
+/// `pg_current_xact_id_if_assigned()` and `pg_xact_status(xid8)` exist
+/// from PostgreSQL 13 on (the server's `server_version`, as it reported
+/// it at login); older servers are not asked, and keep 08007.
+fn knows_commit_ids(reported: &std::collections::BTreeMap<String, String>) -> bool {
+    reported
+        .get("server_version")
+        .and_then(|v| {
+            v.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|major| major.parse::<u32>().ok())
+        })
+        .is_some_and(|major| major >= 13)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::knows_commit_ids;
+
+    #[test]
+    fn only_servers_from_13_on_are_asked() {
+        let version = |v: &str| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("server_version".to_owned(), v.to_owned());
+            knows_commit_ids(&m)
+        };
+        assert!(version("15.20 (Debian 15.20-0+deb12u1)"));
+        assert!(version("13.0"));
+        assert!(!version("12.19"));
+        assert!(!version("9.6.24"));
+        assert!(!knows_commit_ids(&Default::default()));
     }
 }
