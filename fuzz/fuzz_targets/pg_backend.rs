@@ -22,15 +22,15 @@ use postgres_protocol::message::backend::Message;
 
 fn expect(choice: u8) -> Expect {
     let name = || Arc::<str>::from("fulcrum_1");
-    match choice % 16 {
+    match choice % 19 {
         0 => Expect::Parse(None),
         1 => Expect::Parse(Some(name())),
         2 => Expect::SwallowParse(name()),
         3 => Expect::Bind(None),
         4 => Expect::Bind(Some(name())),
         5 => Expect::Close,
-        6 => Expect::Describe(None),
-        7 => Expect::Describe(Some(name())),
+        6 => Expect::Describe(None, b'P'),
+        7 => Expect::Describe(Some(name()), b'S'),
         8 => Expect::Execute(Vec::new(), None),
         9 => Expect::Sync,
         10 => Expect::Query(Vec::new(), None),
@@ -38,6 +38,9 @@ fn expect(choice: u8) -> Expect {
         12 => Expect::SyntheticQuery("DEALLOCATE"),
         13 => Expect::SwallowQuery,
         14 => Expect::Position,
+        15 => Expect::CommitId { in_batch: false },
+        16 => Expect::CommitId { in_batch: true },
+        17 => Expect::SwallowClose,
         _ => Expect::CopyEnd,
     }
 }
@@ -121,5 +124,15 @@ fuzz_target!(|data: &[u8]| {
             queue.sync_is_ignored(),
         );
         buf = &buf[h.total..];
+    }
+    // A server lost now, its COMMIT in flight committed: whatever is owed
+    // is either answered whole or left as it was.
+    let before = queue.is_empty();
+    let mut answer = BytesMut::new();
+    if !queue.answer_commit(&mut answer) {
+        assert!(answer.is_empty());
+        assert_eq!(queue.is_empty(), before);
+    } else {
+        assert!(queue.is_empty());
     }
 });
