@@ -309,6 +309,13 @@ async fn pgbench_tpcb_through_ten_primary_kills_gets_no_error_and_loses_nothing(
         let killed_at = Instant::now();
         let (old, new) = (nodes[primary], nodes[1 - primary]);
         tokio::task::block_in_place(|| old.stop_immediate()).unwrap();
+        // The survivor is promoted by Fulcrum while pgbench runs on.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::task::block_in_place(|| new.is_in_recovery()).unwrap_or(true) {
+            assert!(Instant::now() < deadline, "kill {kill}: no promotion");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        failovers.push(killed_at.elapsed());
         let out = tokio::task::block_in_place(|| bench.join()).unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -331,14 +338,8 @@ async fn pgbench_tpcb_through_ten_primary_kills_gets_no_error_and_loses_nothing(
             .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
             .and_then(|n| n.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("kill {kill}: pgbench's summary\n{stdout}\n{stderr}"));
-        // The survivor was promoted by Fulcrum; the killed node comes back
-        // as its synchronous standby for the next kill.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while new.is_in_recovery().unwrap_or(true) {
-            assert!(Instant::now() < deadline, "kill {kill}: no promotion");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        failovers.push(killed_at.elapsed());
+        // The killed node comes back as the new primary's synchronous
+        // standby for the next kill.
         let history: u64 = tokio::task::block_in_place(|| {
             new.sql_db(APP_DB, "SELECT count(*) FROM pgbench_history")
         })
