@@ -81,6 +81,27 @@ async fn first(client: &Client, sql: &str) -> Result<String, tokio_postgres::Err
         .unwrap_or_default())
 }
 
+/// The COMMIT spawned before the primary's kill: answered in time, and a
+/// success.
+async fn commit_succeeds<T, E: std::fmt::Debug>(
+    in_flight: tokio::task::JoinHandle<Result<T, E>>,
+    p: &FulcrumProcess,
+) {
+    let outcome = tokio::time::timeout(Duration::from_secs(30), in_flight)
+        .await
+        .expect("the COMMIT is answered")
+        .unwrap();
+    if let Err(e) = outcome {
+        panic!("the COMMIT failed: {e:?}\n{}", p.log_contents());
+    }
+}
+
+/// The one value `sql` reads on the replica promoted after the kill.
+fn rows_on_new_primary(c: &PgCluster, sql: &str) -> String {
+    let new_primary = tokio::task::block_in_place(|| promoted(c));
+    new_primary.sql_db(APP_DB, sql).unwrap().trim().to_owned()
+}
+
 /// The replica promoted after the kill (waits for it).
 fn promoted(c: &PgCluster) -> &PgNode {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -561,18 +582,14 @@ async fn a_commit_in_flight_that_did_not_commit_is_replayed_once() {
     let in_flight = tokio::spawn(async move { client.execute(&commit, &[]).await });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(30), in_flight)
-        .await
-        .expect("the COMMIT is answered")
-        .unwrap();
-    outcome.unwrap_or_else(|e| panic!("the COMMIT failed: {e:?}\n{}", p.log_contents()));
+    commit_succeeds(in_flight, &p).await;
     assert_eq!(replays(metrics_port, "commit_not_committed"), 1);
     assert_eq!(replays(metrics_port, "replayed"), 1);
-    let new_primary = tokio::task::block_in_place(|| promoted(&c));
-    let rows = new_primary
-        .sql_db(APP_DB, "SELECT count(*) FROM slow_commit WHERE id = 2")
-        .unwrap();
-    assert_eq!(rows.trim(), "1", "the replayed transaction, once");
+    assert_eq!(
+        rows_on_new_primary(&c, "SELECT count(*) FROM slow_commit WHERE id = 2"),
+        "1",
+        "the replayed transaction, once"
+    );
 }
 
 /// A COMMIT in flight when the primary dies that the new primary has
@@ -612,11 +629,7 @@ async fn a_commit_in_flight_that_committed_is_confirmed_not_replayed() {
         "the COMMIT waits for the standby to apply it"
     );
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(30), in_flight)
-        .await
-        .expect("the COMMIT is answered")
-        .unwrap();
-    outcome.unwrap_or_else(|e| panic!("the COMMIT failed: {e:?}\n{}", p.log_contents()));
+    commit_succeeds(in_flight, &p).await;
     assert_eq!(
         replays(metrics_port, "commit_confirmed"),
         1,
@@ -624,9 +637,8 @@ async fn a_commit_in_flight_that_committed_is_confirmed_not_replayed() {
         p.log_contents()
     );
     assert_eq!(replays(metrics_port, "replayed"), 0, "nothing replayed");
-    let new_primary = tokio::task::block_in_place(|| promoted(&c));
-    let rows = new_primary
-        .sql_db(APP_DB, "SELECT count(*) FROM confirmed WHERE id = 7")
-        .unwrap();
-    assert_eq!(rows.trim(), "1");
+    assert_eq!(
+        rows_on_new_primary(&c, "SELECT count(*) FROM confirmed WHERE id = 7"),
+        "1"
+    );
 }

@@ -159,6 +159,13 @@ impl Session {
             stmt = self.ctx.statements.current(&stmt);
             self.stmts.map.insert(name.to_vec(), stmt.clone());
         }
+        self.prepare_on_server(&stmt);
+        Some(stmt.server_name.clone())
+    }
+
+    /// Makes sure the attached server has the shared statement `stmt`,
+    /// injecting its Parse (room made first) when not.
+    pub(super) fn prepare_on_server(&mut self, stmt: &ClientStatement) {
         let server = self.server.as_mut().expect("attached");
         if !server.prepared.use_if_present(&stmt.server_name) {
             self.make_room_for_a_statement();
@@ -169,13 +176,12 @@ impl Session {
                 .expect
                 .push(Expect::SwallowParse(stmt.server_name.clone()));
         }
-        Some(stmt.server_name.clone())
     }
 
     /// At `max_prepared_statements` on the attached connection, closes the
     /// least recently used shared statements no part of this unit uses; a
     /// client that uses one later has it prepared again.
-    pub(super) fn make_room_for_a_statement(&mut self) {
+    fn make_room_for_a_statement(&mut self) {
         let max = self.ctx.config.max_prepared_statements as usize;
         let server = self.server.as_mut().expect("attached");
         for name in server.prepared.evict_for_one(max) {

@@ -58,7 +58,7 @@ impl Session {
         // Held by the session, so every client shares one server-side name
         // (the registry keeps only what someone holds).
         let stmt = match self.txn.commit_id_statement.take() {
-            Some(s) if s.generation == self.ctx.statements.generation() => s,
+            // Renamed when DDL started a new schema generation.
             Some(s) => self.ctx.statements.current(&s),
             None => {
                 let definition = [COMMIT_ID_SQL.as_bytes(), b"\0\0\0"].concat();
@@ -67,17 +67,8 @@ impl Session {
                     .statement(&definition, COMMIT_ID_SQL.as_bytes(), Decision::Read)
             }
         };
+        self.prepare_on_server(&stmt);
         self.txn.commit_id_statement = Some(stmt.clone());
-        let server = self.server.as_mut().expect("attached");
-        if !server.prepared.use_if_present(&stmt.server_name) {
-            self.make_room_for_a_statement();
-            let server = self.server.as_mut().expect("attached");
-            server.prepared.insert_pending(stmt.server_name.clone());
-            self.to_server.extend_from_slice(&stmt.parse);
-            self.owed
-                .expect
-                .push(Expect::SwallowParse(stmt.server_name.clone()));
-        }
         put_bind(
             &mut self.to_server,
             COMMIT_ID_PORTAL,
@@ -214,16 +205,17 @@ impl Session {
             return (Resolution::Unknown, None);
         };
         let floor = ctx.router.commit_floor(primary);
-        let sql = format!(
-            "SELECT CASE WHEN '{xid}'::xid8 < '{}'::xid8 THEN pg_xact_status('{xid}'::xid8) END, \
-             pg_current_wal_flush_lsn()::text",
-            floor.unwrap_or(0)
-        );
         let answer = match floor {
             // Not promoted by Fulcrum (or the same primary back from a
             // restart): its ids cannot be told from the old one's.
             None => None,
-            Some(_) => conn.query_rows(&sql).await.ok(),
+            Some(f) => {
+                let sql = format!(
+                    "SELECT CASE WHEN '{xid}'::xid8 < '{f}'::xid8 THEN pg_xact_status('{xid}'::xid8) END, \
+                     pg_current_wal_flush_lsn()::text"
+                );
+                conn.query_rows(&sql).await.ok()
+            }
         };
         let row = answer.as_ref().and_then(|rows| rows.first());
         let cell = |i: usize| row.and_then(|r| r.get(i)).and_then(|c| c.as_deref());
