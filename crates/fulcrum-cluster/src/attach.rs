@@ -5,7 +5,9 @@
 //! out of reads for a while, one that has no connection to give is
 //! skipped, and one behind the client's read position (the protocol's
 //! `fits`) is given back. Then the primary, waited for during a failover
-//! (`fulcrum_pool::PrimaryWait`), with the pool-wait metrics counted.
+//! (`fulcrum_pool::PrimaryWait`), with the pool-wait metrics counted. The
+//! clock is read only when a checkout had to wait: an idle connection at
+//! hand costs no read, and its wait is counted as zero.
 //!
 //! The protocol supplies the checkout itself (its pool, the client's
 //! session state) and says what each of its errors means; an error the
@@ -65,6 +67,44 @@ pub enum Unattached<E> {
     Final(E),
 }
 
+/// A connection attached for a unit.
+#[derive(Debug)]
+pub struct Attached<C> {
+    pub backend: BackendId,
+    pub conn: C,
+    /// When the checkout ended, if it had to wait (the clock was read
+    /// then); `None`: a connection was at hand, at the time the unit
+    /// already holds.
+    pub waited_until: Option<Instant>,
+}
+
+/// A wait: from the first time a future could not finish to its end.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    from: Instant,
+    until: Instant,
+}
+
+/// Polls `f` to its end; when it had to wait, from when to when (the
+/// clock is read only then).
+async fn clocked<F: Future>(f: F) -> (F::Output, Option<Wait>) {
+    let mut f = std::pin::pin!(f);
+    let mut from = None;
+    let out = std::future::poll_fn(|cx| {
+        let p = f.as_mut().poll(cx);
+        if p.is_pending() && from.is_none() {
+            from = Some(Instant::now());
+        }
+        p
+    })
+    .await;
+    let wait = from.map(|from| Wait {
+        from,
+        until: Instant::now(),
+    });
+    (out, wait)
+}
+
 /// A connection for a unit of `route` (a `Replica` route falls back to the
 /// primary), and its backend. `avoid` is the replica a retried read must
 /// not go back to.
@@ -73,17 +113,22 @@ pub async fn attach<K: Checkouts, C, P, S>(
     route: Route,
     avoid: Option<BackendId>,
     k: &mut K,
-) -> Result<(BackendId, K::Conn), Unattached<K::Error>> {
+) -> Result<Attached<K::Conn>, Unattached<K::Error>> {
     if let Some(b) = core.router.pick(route) {
         if !core.router.is_primary(b) && avoid != Some(b) {
-            match k.checkout(b).await {
-                Ok(mut conn) => {
-                    if k.fits(b, &mut conn).await {
-                        return Ok((b, conn));
+            match clocked(k.checkout(b)).await {
+                (Ok(mut conn), waited) => {
+                    let (fits, checked) = clocked(k.fits(b, &mut conn)).await;
+                    if fits {
+                        return Ok(Attached {
+                            backend: b,
+                            conn,
+                            waited_until: checked.or(waited).map(|w| w.until),
+                        });
                     }
                     k.give_back(conn);
                 }
-                Err(e) => match k.failure(b, &e, false) {
+                (Err(e), _) => match k.failure(b, &e, false) {
                     Failure::Down(why) => {
                         tracing::warn!(replica = %core.address(b), error = %why, "replica unreachable; reads go elsewhere until the health check admits it again");
                         core.router.suspect(b);
@@ -102,15 +147,20 @@ pub async fn attach<K: Checkouts, C, P, S>(
         tokio::time::Instant::from_std(fulcrum_pool::coarse::now()) + core.config.pool_timeout;
     let mut primaries = PrimaryWait::new(&core.router, deadline, false);
     while let Some((primary, _)) = primaries.next().await {
-        let waited = Instant::now();
         core.metrics.waiting.inc();
-        let got = k.checkout(primary).await;
+        let (got, waited) = clocked(k.checkout(primary)).await;
         core.metrics.waiting.dec();
-        core.metrics
-            .pool_wait
-            .observe(waited.elapsed().as_secs_f64());
+        core.metrics.pool_wait.observe(waited.map_or(0.0, |w| {
+            w.until.saturating_duration_since(w.from).as_secs_f64()
+        }));
         match got {
-            Ok(conn) => return Ok((primary, conn)),
+            Ok(conn) => {
+                return Ok(Attached {
+                    backend: primary,
+                    conn,
+                    waited_until: waited.map(|w| w.until),
+                })
+            }
             Err(e) => match k.failure(primary, &e, true) {
                 Failure::Down(why) => primaries.down(primary, why),
                 _ => return Err(Unattached::Final(e)),

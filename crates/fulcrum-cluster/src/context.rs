@@ -185,13 +185,19 @@ impl<C, P, S> ClusterCore<C, P, S> {
         self.digests.table(self.config.digests.max_entries)
     }
 
-    /// A digest stamp for one execution of `sql` on `backend`, starting now.
-    pub fn digest_stamp(&self, sql: &str, backend: BackendId) -> Option<fulcrum_metrics::Stamp> {
+    /// A digest stamp for one execution of `sql` on `backend`, starting `at`.
+    pub fn digest_stamp(
+        &self,
+        sql: &str,
+        backend: BackendId,
+        at: std::time::Instant,
+    ) -> Option<fulcrum_metrics::Stamp> {
         self.digests.stamp(
             self.config.digests.max_entries,
             sql,
             self.classifier.dialect(),
             self.router.is_primary(backend),
+            at,
         )
     }
 
@@ -202,11 +208,12 @@ impl<C, P, S> ClusterCore<C, P, S> {
         unit: &Classified,
         sql: &[u8],
         backend: BackendId,
+        at: std::time::Instant,
     ) -> Option<fulcrum_metrics::Stamp> {
         if unit.key == 0 {
             return std::str::from_utf8(sql)
                 .ok()
-                .and_then(|t| self.digest_stamp(t, backend));
+                .and_then(|t| self.digest_stamp(t, backend, at));
         }
         self.digests.stamp_keyed(
             self.config.digests.max_entries,
@@ -214,6 +221,7 @@ impl<C, P, S> ClusterCore<C, P, S> {
             sql,
             self.classifier.dialect(),
             self.router.is_primary(backend),
+            at,
         )
     }
 

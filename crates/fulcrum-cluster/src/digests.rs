@@ -3,6 +3,7 @@
 //! reload keeps the statistics when `digest_max_entries` is unchanged).
 
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use fulcrum_metrics::{DigestTable, Stamp};
 use fulcrum_sql::Dialect;
@@ -32,20 +33,21 @@ impl DigestSlot {
         }
     }
 
-    /// A stamp for one execution of `sql` starting now (`None` when digests
-    /// are off).
+    /// A stamp for one execution of `sql` starting `at` (`None` when
+    /// digests are off).
     pub fn stamp(
         &self,
         max_entries: u32,
         sql: &str,
         dialect: Dialect,
         primary: bool,
+        at: Instant,
     ) -> Option<Stamp> {
         if max_entries == 0 {
             return None;
         }
         let key = fulcrum_sql::fingerprint(sql, dialect);
-        self.stamp_keyed(max_entries, key, sql.as_bytes(), dialect, primary)
+        self.stamp_keyed(max_entries, key, sql.as_bytes(), dialect, primary, at)
     }
 
     /// The entry of `sql` (for a prepared statement, looked up once).
@@ -62,8 +64,8 @@ impl DigestSlot {
         self.entry_keyed(max_entries, key, sql.as_bytes(), dialect)
     }
 
-    /// `stamp` for a statement whose fingerprint `key` is known already
-    /// (one clock read for the entry and the stamp).
+    /// `stamp` for a statement whose fingerprint `key` is known already,
+    /// run on the primary or not, starting at the given time.
     pub fn stamp_keyed(
         &self,
         max_entries: u32,
@@ -71,12 +73,13 @@ impl DigestSlot {
         sql: &[u8],
         dialect: Dialect,
         primary: bool,
+        at: Instant,
     ) -> Option<Stamp> {
         if max_entries == 0 {
             return None;
         }
         self.table(max_entries)
-            .stamp(key, || digest_text(sql, dialect), primary)
+            .stamp(key, || digest_text(sql, dialect), primary, at)
     }
 
     /// The entry of `sql` whose fingerprint `key` is known already (the

@@ -56,19 +56,24 @@ impl PartialEq for Stamp {
 impl Eq for Stamp {}
 
 impl Stamp {
-    /// An execution of `digest` starting now, on the primary or a replica.
-    pub fn new(digest: Arc<Digest>, primary: bool) -> Stamp {
+    /// An execution of `digest` starting `at`, on the primary or a replica.
+    pub fn new(digest: Arc<Digest>, at: Instant, primary: bool) -> Stamp {
         Stamp {
             digest,
-            at: Instant::now(),
+            at,
             primary,
         }
     }
 
-    /// The execution ended: `rows` returned or affected, or an error.
-    pub fn finish(&self, rows: u64, error: bool) {
-        self.digest
-            .record(self.at.elapsed(), rows, error, self.primary);
+    /// The execution ended at `now`: `rows` returned or affected, or an
+    /// error.
+    pub fn finish(&self, rows: u64, error: bool, now: Instant) {
+        self.digest.record(
+            now.saturating_duration_since(self.at),
+            rows,
+            error,
+            self.primary,
+        );
     }
 }
 
@@ -220,9 +225,15 @@ impl DigestTable {
         Some(d)
     }
 
-    /// A stamp for one execution of `key` starting now.
-    pub fn stamp(&self, key: u64, text: impl FnOnce() -> String, primary: bool) -> Option<Stamp> {
-        let at = Instant::now();
+    /// A stamp for one execution of `key` starting `at` (one clock read
+    /// serves the entry and its stamp).
+    pub fn stamp(
+        &self,
+        key: u64,
+        text: impl FnOnce() -> String,
+        primary: bool,
+        at: Instant,
+    ) -> Option<Stamp> {
         self.get_at(key, at, text).map(|digest| Stamp {
             digest,
             at,
@@ -421,12 +432,12 @@ mod tests {
         assert!(off.get(1, || "x".into()).is_none());
         assert!(!off.enabled());
         let t = DigestTable::new(5);
-        let s = t.stamp(3, || "x".into(), true).unwrap();
-        s.finish(4, false);
+        let s = t.stamp(3, || "x".into(), true, Instant::now()).unwrap();
+        s.finish(4, false, Instant::now());
         assert_eq!(t.rows()[0].rows, 4);
         t.reset();
         assert!(t.rows().is_empty());
-        s.finish(1, false);
+        s.finish(1, false, Instant::now());
         assert!(
             t.rows().is_empty(),
             "a finished stamp of a reset entry is not listed"

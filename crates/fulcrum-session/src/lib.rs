@@ -43,4 +43,4 @@ pub use route::{decide, Facts, Routing, Target, Txn};
 pub use state::{
     Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Resolution, Status,
 };
-pub use unit::{CommitId, Retry, Unit};
+pub use unit::{CommitId, Now, Retry, Unit};

@@ -2,7 +2,7 @@
 //! protocol: whether it may write, whether it wrote on the primary (its
 //! commit position is then learnt), whether a COMMIT is in flight (a lost
 //! server then leaves the outcome unknown), when its server connection was
-//! attached, and the copy of a replica read's client frames kept to send it
+//! attached, the time as read once per wake-up (`Now`), and the copy of a replica read's client frames kept to send it
 //! again elsewhere if the replica dies before answering.
 
 use std::time::Instant;
@@ -30,6 +30,10 @@ pub struct Unit {
     pub commit_id: CommitId,
     /// When its server connection was attached (latency, slow log).
     pub attached_at: Option<Instant>,
+    /// The time, read at most once per wake-up of the session: the unit's
+    /// start, its attach, its digest stamps, and on the way back their
+    /// finishes and the unit's end share one read each way.
+    pub now: Now,
     /// The next unit needs another connection and waits, buffered, until
     /// the attached one has answered (the engine's `Hold`).
     pub held: bool,
@@ -37,14 +41,42 @@ pub struct Unit {
 }
 
 impl Unit {
-    /// The unit's server connection was attached now.
-    pub fn attached(&mut self) {
-        self.attached_at = Some(Instant::now());
+    /// The unit's server connection was attached at `at` (the time of
+    /// the wake-up that attached it, or the end of a checkout that waited).
+    pub fn attached(&mut self, at: Instant) {
+        self.attached_at = Some(at);
     }
 
-    /// The unit is over: how long it held its connection (once).
+    /// The unit is over: how long it held its connection (once), as of
+    /// this wake-up.
     pub fn finished(&mut self) -> Option<std::time::Duration> {
-        self.attached_at.take().map(|at| at.elapsed())
+        let at = self.attached_at.take()?;
+        Some(self.now.get().saturating_duration_since(at))
+    }
+}
+
+/// The time as read once for one wake-up of a session (issue 28: one clock
+/// read serves every stamp made while handling what arrived). A precise
+/// read costs a `clock_gettime` (an `rdtsc` in a VM and its conversion);
+/// a unit used to make eight.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Now(Option<Instant>);
+
+impl Now {
+    /// A new wake-up: the next [`get`](Self::get) reads the clock.
+    pub fn reset(&mut self) {
+        self.0 = None;
+    }
+
+    /// The time of this wake-up (read on first use).
+    pub fn get(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+
+    /// The clock was read at `at` (after a wait within the wake-up): later
+    /// stamps use it.
+    pub fn set(&mut self, at: Instant) {
+        self.0 = Some(at);
     }
 }
 

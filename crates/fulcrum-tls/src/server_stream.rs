@@ -1,13 +1,15 @@
 //! A connection to a server, whatever carries it: TCP, a Unix-domain
 //! socket, or TLS over TCP (after the protocol's own request for it:
-//! PostgreSQL's SSLRequest, MySQL's SSL request). Both protocol crates'
-//! server connections use it, so the delegation lives once.
+//! PostgreSQL's SSLRequest, MySQL's SSL request), or an in-process pipe
+//! (`Memory`: the session benchmarks drive a whole session without
+//! sockets). Both protocol crates' server connections use it, so the
+//! delegation lives once.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::client::TlsStream;
 
@@ -15,6 +17,8 @@ pub enum ServerStream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<TlsStream<TcpStream>>),
+    /// One end of `tokio::io::duplex`: a server in the same process.
+    Memory(DuplexStream),
 }
 
 impl ServerStream {
@@ -22,7 +26,7 @@ impl ServerStream {
     /// EOF, no error. Consumes nothing on TLS (the bytes there would be a
     /// record the TLS layer must read); on plain sockets an unasked byte
     /// means the connection is not reused anyway.
-    pub fn is_quiet(&self) -> bool {
+    pub fn is_quiet(&mut self) -> bool {
         let mut probe = [0u8; 1];
         match self {
             ServerStream::Tcp(s) => would_block(s.try_read(&mut probe)),
@@ -31,6 +35,11 @@ impl ServerStream {
                 let mut cx = Context::from_waker(std::task::Waker::noop());
                 let mut buf = ReadBuf::new(&mut probe);
                 s.get_ref().0.poll_peek(&mut cx, &mut buf).is_pending()
+            }
+            ServerStream::Memory(s) => {
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                let mut buf = ReadBuf::new(&mut probe);
+                Pin::new(s).poll_read(&mut cx, &mut buf).is_pending()
             }
         }
     }
@@ -72,6 +81,7 @@ impl AsyncRead for ServerStream {
             ServerStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             ServerStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ServerStream::Memory(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -86,6 +96,7 @@ impl AsyncWrite for ServerStream {
             ServerStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             ServerStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            ServerStream::Memory(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -94,6 +105,7 @@ impl AsyncWrite for ServerStream {
             ServerStream::Tcp(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Unix(s) => Pin::new(s).poll_flush(cx),
             ServerStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ServerStream::Memory(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -102,6 +114,7 @@ impl AsyncWrite for ServerStream {
             ServerStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             ServerStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ServerStream::Memory(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! A client connection: plain TCP, or TLS over it once the protocol's
-//! handshake asked for it.
+//! handshake asked for it, or an in-process pipe (`Memory`: the session
+//! benchmarks drive a whole session without sockets).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -13,6 +14,9 @@ use tokio_rustls::TlsAcceptor;
 pub enum ClientStream {
     Plain(TcpStream),
     Tls(Box<TlsStream<Prefixed>>),
+    /// One end of `tokio::io::duplex`: a client in the same process (no
+    /// TLS, no peer address).
+    Memory(DuplexStream),
     /// Given up: a TLS handshake on it failed. Every read and write fails.
     Closed,
 }
@@ -85,7 +89,7 @@ impl ClientStream {
         match self {
             ClientStream::Plain(s) => Some(s),
             ClientStream::Tls(s) => Some(&s.get_ref().0.tcp),
-            ClientStream::Closed => None,
+            ClientStream::Memory(_) | ClientStream::Closed => None,
         }
     }
 }
@@ -151,6 +155,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ClientStream::Memory(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -165,6 +170,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            ClientStream::Memory(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -177,6 +183,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            ClientStream::Memory(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
     }
@@ -185,6 +192,7 @@ impl AsyncWrite for ClientStream {
         match self {
             ClientStream::Plain(s) => s.is_write_vectored(),
             ClientStream::Tls(s) => s.is_write_vectored(),
+            ClientStream::Memory(s) => s.is_write_vectored(),
             ClientStream::Closed => false,
         }
     }
@@ -193,6 +201,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ClientStream::Memory(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Closed => Poll::Ready(Ok(())),
         }
     }
@@ -201,6 +210,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ClientStream::Memory(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Closed => Poll::Ready(Ok(())),
         }
     }

@@ -86,7 +86,7 @@ impl fulcrum_pool::Poolable for ServerConn {
         if !self.io.read_buf.is_empty() {
             return false;
         }
-        self.io.stream().is_quiet()
+        self.io.stream_mut().is_quiet()
     }
 
     /// `server_check_delay`: COM_PING, answered with OK by a live server.

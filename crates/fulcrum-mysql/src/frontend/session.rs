@@ -333,6 +333,8 @@ impl Session {
             };
             let msg = self.client.read_buf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
+            // A new command: the stamps made handling it share one clock read.
+            self.engine.unit.now.reset();
             self.dispatch(msg, span).await
         }
     }

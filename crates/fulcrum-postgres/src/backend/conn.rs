@@ -24,6 +24,7 @@ pub struct CancelKey {
 pub type SessionParams = BTreeMap<String, String>;
 
 pub use super::server_statements::{Prepared, ServerStatements};
+pub use super::settings::Settings;
 
 pub struct ServerConn {
     /// The socket and what was read from it (frames at the front).
@@ -34,7 +35,7 @@ pub struct ServerConn {
     /// Latest value of each parameter the server reported (ParameterStatus).
     pub reported: BTreeMap<String, String>,
     /// Session parameters Fulcrum applied (replayed client settings).
-    pub applied: SessionParams,
+    pub applied: Settings,
     /// Server-side names of statements prepared on this connection.
     pub prepared: ServerStatements,
     /// `server_reset_query_always`: the reset query is owed before the next
@@ -57,7 +58,7 @@ impl fulcrum_pool::Poolable for ServerConn {
         if !self.io.read_buf.is_empty() {
             return false;
         }
-        self.io.stream().is_quiet()
+        self.io.stream_mut().is_quiet()
     }
 
     /// `server_check_delay`: an empty query, answered with

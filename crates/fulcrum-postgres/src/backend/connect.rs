@@ -420,7 +420,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     io: Connection::with_read_buf(stream, buf).with_chunk(SERVER_READ_CHUNK),
                     cancel: Arc::new(cancel),
                     reported,
-                    applied: BTreeMap::new(),
+                    applied: Default::default(),
                     prepared: Default::default(),
                     reset_due: false,
                 });

@@ -7,6 +7,7 @@ pub mod conninfo;
 pub mod health;
 pub mod internal;
 pub mod server_statements;
+pub mod settings;
 pub mod stream;
 
 pub use conn::ServerConn;

@@ -179,7 +179,8 @@ impl Expectations {
     /// says it committed: queues on `out` the replies the server owed for
     /// it, as it would have sent them, and empties the queue. False (and
     /// nothing queued) when what is owed is not one COMMIT's answer.
-    pub fn answer_commit(&mut self, out: &mut BytesMut) -> bool {
+    /// Their digest stamps finish at `now`.
+    pub fn answer_commit(&mut self, out: &mut BytesMut, now: std::time::Instant) -> bool {
         let mut answer = BytesMut::new();
         let mut statements = 0;
         for e in &self.queue {
@@ -216,7 +217,7 @@ impl Expectations {
         }
         for e in self.queue.drain(..) {
             if let Expect::Execute(_, Some(stamp)) | Expect::Query(_, Some(stamp)) = e {
-                stamp.finish(0, false);
+                stamp.finish(0, false, now);
             }
         }
         out.extend_from_slice(&answer);

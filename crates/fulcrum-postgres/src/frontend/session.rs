@@ -51,7 +51,7 @@ use super::expect::{Expect, Expectations, Step};
 use super::login::{fatal, Login};
 use super::statements::ClientStatement;
 use super::unit_route::unit_decision;
-use crate::backend::conn::SessionParams;
+use crate::backend::conn::{SessionParams, Settings};
 use crate::backend::internal::InternalError;
 use crate::backend::{ConnectError, ServerConn};
 use crate::codec::backend_msg::{
@@ -127,7 +127,7 @@ struct ClientId {
 struct Params {
     startup: SessionParams,
     /// As the client has set them.
-    desired: SessionParams,
+    desired: Settings,
     /// Session ops done inside the open transaction (applied at COMMIT).
     txn_ops: Vec<Effect>,
     txn_committed: Option<bool>,
@@ -212,7 +212,7 @@ impl Session {
             client,
             to_server: BytesMut::new(),
             params: Params {
-                desired: login.startup.clone(),
+                desired: Settings::new(login.startup.clone()),
                 startup: login.startup,
                 txn_ops: Vec::new(),
                 txn_committed: None,
@@ -400,6 +400,8 @@ impl Session {
                 }
                 _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
             };
+            // A new wake-up: the stamps made handling it share one clock read.
+            self.engine.unit.now.reset();
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
                 Event::Killed => {

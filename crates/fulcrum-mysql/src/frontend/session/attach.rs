@@ -60,7 +60,12 @@ impl Session {
         let ctx = self.ctx.clone();
         let avoid = self.engine.unit.retry.avoid();
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
-            Ok((backend, server)) => self.install(backend, server),
+            Ok(a) => {
+                if let Some(at) = a.waited_until {
+                    self.engine.unit.now.set(at);
+                }
+                self.install(a.backend, a.conn)
+            }
             Err(why) => return Err(self.unattached(why, seq).await),
         }
         let actual = self.ctx.router.route_of(self.backend);
@@ -77,7 +82,8 @@ impl Session {
             Some((backend, server.connection_id)),
         );
         self.server = Some(server);
-        self.engine.unit.attached();
+        let now = self.engine.unit.now.get();
+        self.engine.unit.attached(now);
     }
 
     /// Returns the server connection to the pool unless the client needs it.

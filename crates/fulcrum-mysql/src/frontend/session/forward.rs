@@ -63,7 +63,7 @@ impl Session {
         seq: u8,
     ) -> Result<bool, SessionError> {
         if self.server.is_none() {
-            self.unit_started = Some(std::time::Instant::now());
+            self.unit_started = Some(self.engine.unit.now.get());
         }
         if self.server.is_some() {
             return Ok(true);
@@ -105,7 +105,8 @@ impl Session {
             .take()
             .filter(|_| !replaying)
             .map(|digest| {
-                fulcrum_metrics::Stamp::new(digest, self.ctx.router.is_primary(self.backend))
+                let primary = self.ctx.router.is_primary(self.backend);
+                fulcrum_metrics::Stamp::new(digest, self.engine.unit.now.get(), primary)
             });
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
@@ -133,10 +134,12 @@ impl Session {
                 self.flush().await?;
             }
         }
-        // Answered: whatever it was, its outcome is known.
+        // Answered: whatever it was, its outcome is known. The answer's end
+        // is read from the clock once, for its digest and the unit's end.
         self.engine.unit.commit_in_flight = false;
+        self.engine.unit.now.reset();
         if let Some(stamp) = stamp {
-            stamp.finish(reply.rows, reply.error);
+            stamp.finish(reply.rows, reply.error, self.engine.unit.now.get());
         }
         if let Some(status) = reply.status {
             self.set_status(status);

@@ -69,6 +69,8 @@ impl Session {
                     .replay_failed("no primary took it within transaction_replay_timeout")
                     .await);
             };
+            // After a wait for the primary: the clock is read again.
+            self.engine.unit.now.reset();
             self.install(primary, server);
             match self.prepare_server(self.txn.lost_seq).await {
                 Ok(()) => {}

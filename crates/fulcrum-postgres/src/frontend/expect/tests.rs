@@ -142,7 +142,7 @@ fn a_commit_that_committed_is_answered_as_the_server_would_have() {
     q.push(Expect::Execute(vec![], None));
     q.push(Expect::Sync);
     let mut out = BytesMut::new();
-    assert!(q.answer_commit(&mut out));
+    assert!(q.answer_commit(&mut out, std::time::Instant::now()));
     assert_eq!(
         &out[..],
         b"2\0\0\0\x04n\0\0\0\x04C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I"
@@ -151,14 +151,14 @@ fn a_commit_that_committed_is_answered_as_the_server_would_have() {
     // A simple query; a statement describe gets its parameters too.
     q.push(Expect::Query(vec![], None));
     let mut out = BytesMut::new();
-    assert!(q.answer_commit(&mut out));
+    assert!(q.answer_commit(&mut out, std::time::Instant::now()));
     assert_eq!(&out[..], b"C\0\0\0\x0bCOMMIT\0Z\0\0\0\x05I");
     q.push(Expect::Parse(None));
     q.push(Expect::Describe(None, b'S'));
     q.push(Expect::Execute(vec![], None));
     q.push(Expect::Sync);
     let mut out = BytesMut::new();
-    assert!(q.answer_commit(&mut out));
+    assert!(q.answer_commit(&mut out, std::time::Instant::now()));
     assert!(out.starts_with(b"1\0\0\0\x04t\0\0\0\x06\0\0n\0\0\0\x04C"));
 }
 
@@ -169,7 +169,10 @@ fn only_a_lone_commit_is_answered() {
     q.push(Expect::Execute(vec![], None));
     q.push(Expect::Sync);
     let mut out = BytesMut::new();
-    assert!(!q.answer_commit(&mut out), "two statements in flight");
+    assert!(
+        !q.answer_commit(&mut out, std::time::Instant::now()),
+        "two statements in flight"
+    );
     assert!(out.is_empty());
     assert!(!q.is_empty(), "left as it was");
 }

@@ -18,10 +18,13 @@ impl Session {
         let _admission = ctx.router.admit().await;
         let avoid = self.engine.unit.retry.avoid();
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
-            Ok((backend, server)) => {
+            Ok(a) => {
                 self.engine.unit.wrote_on_primary =
-                    ctx.router.is_primary(backend) && self.engine.unit.may_write;
-                self.install(backend, server);
+                    ctx.router.is_primary(a.backend) && self.engine.unit.may_write;
+                if let Some(at) = a.waited_until {
+                    self.engine.unit.now.set(at);
+                }
+                self.install(a.backend, a.conn);
                 Ok(())
             }
             Err(why) => Err(self.unattached(why).await),
@@ -34,7 +37,8 @@ impl Session {
         self.id.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
         self.server = Some(server);
-        self.engine.unit.attached();
+        let now = self.engine.unit.now.get();
+        self.engine.unit.attached(now);
         self.id.entry.set_active(backend);
     }
 

@@ -126,7 +126,7 @@ pub(super) async fn run_reset(
 /// `RESET ALL` then the client's statements, in one round trip.
 pub(super) async fn sync_params(
     server: &mut ServerConn,
-    desired: &SessionParams,
+    desired: &Settings,
 ) -> Result<(), InternalError> {
     let mut sql = String::new();
     if !server.applied.is_empty() {

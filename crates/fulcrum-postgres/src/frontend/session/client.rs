@@ -93,7 +93,7 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
-                    unit_started.get_or_insert_with(std::time::Instant::now);
+                    unit_started.get_or_insert_with(|| self.engine.unit.now.get());
                     let routing = self.route_unit();
                     self.attach_unit(routing).await?;
                 } else if self.at_unit_start() {
@@ -115,10 +115,11 @@ impl Session {
                         // It rides along on the primary connection held for
                         // the position query, and counts as a unit.
                         self.engine.unit.wrote_on_primary = routing.may_write;
+                        let now = self.engine.unit.now.get();
                         if self.engine.unit.attached_at.is_none() {
-                            self.engine.unit.attached();
+                            self.engine.unit.attached(now);
                         }
-                        unit_started.get_or_insert_with(std::time::Instant::now);
+                        unit_started.get_or_insert(now);
                     }
                 }
             }
@@ -209,7 +210,8 @@ impl Session {
                 let stamp = if replaying {
                     None
                 } else {
-                    self.ctx.digest_stamp_of(&unit, text, self.backend)
+                    let now = self.engine.unit.now.get();
+                    self.ctx.digest_stamp_of(&unit, text, self.backend, now)
                 };
                 let effects = unit.effects;
                 let mut replay = Vec::new();

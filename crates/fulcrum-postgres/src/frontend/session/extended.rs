@@ -91,14 +91,18 @@ impl Session {
     }
 
     /// Digest statistics: a stamp for an Execute of the portal `body` names.
-    pub(super) fn execute_stamp(&self, body: &[u8]) -> Option<fulcrum_metrics::Stamp> {
+    pub(super) fn execute_stamp(&mut self, body: &[u8]) -> Option<fulcrum_metrics::Stamp> {
         if self.stmts.portal_digests.is_empty() {
             return None;
         }
         let portal = body.split(|&b| b == 0).next().unwrap_or_default();
-        self.stmts.portal_digests.get(portal).map(|d| {
-            fulcrum_metrics::Stamp::new(d.clone(), self.ctx.router.is_primary(self.backend))
-        })
+        let digest = self.stmts.portal_digests.get(portal)?.clone();
+        let primary = self.ctx.router.is_primary(self.backend);
+        Some(fulcrum_metrics::Stamp::new(
+            digest,
+            self.engine.unit.now.get(),
+            primary,
+        ))
     }
 
     /// Remembers the session ops of a prepared SET (or forgets a name reused).

@@ -67,6 +67,8 @@ impl Session {
             self.replay_failed("no primary took it within transaction_replay_timeout".into());
             return Ok(());
         };
+        // After a wait for the primary: the clock is read again.
+        self.engine.unit.now.reset();
         self.install(primary, server);
         self.engine.unit.wrote_on_primary = true;
         let run = self.txn.run.as_ref().expect("replaying");

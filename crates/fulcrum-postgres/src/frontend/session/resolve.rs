@@ -164,7 +164,10 @@ impl Session {
         let mut committed = false;
         if resolution == Resolution::Committed {
             let mut out = BytesMut::new();
-            committed = self.owed.expect.answer_commit(&mut out);
+            committed = self
+                .owed
+                .expect
+                .answer_commit(&mut out, self.engine.unit.now.get());
             if committed {
                 self.client.write_buf.extend_from_slice(&out);
             }
@@ -262,7 +265,7 @@ impl Session {
                     };
                 }
                 Effect::ResetAll | Effect::DiscardAll => {
-                    self.params.desired = self.params.startup.clone();
+                    self.params.desired = Settings::new(self.params.startup.clone());
                 }
                 _ => {}
             }

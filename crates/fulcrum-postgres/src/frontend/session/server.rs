@@ -153,7 +153,7 @@ impl Session {
                 server.prepared.confirm(name);
             }
             if let Some((stamp, rows, failed)) = &fx.finished {
-                stamp.finish(*rows, *failed);
+                stamp.finish(*rows, *failed, self.engine.unit.now.get());
             }
             if fx.skipped_to_sync {
                 server.drop_pending_statements();
@@ -267,12 +267,12 @@ impl Session {
                 }
                 Effect::ResetAll => {
                     server.applied.clear();
-                    self.params.desired = self.params.startup.clone();
+                    self.params.desired = Settings::new(self.params.startup.clone());
                 }
                 Effect::DiscardAll => {
                     server.applied.clear();
                     server.prepared.clear();
-                    self.params.desired = self.params.startup.clone();
+                    self.params.desired = Settings::new(self.params.startup.clone());
                     self.stmts.map.clear();
                 }
                 Effect::Deallocate(_)
