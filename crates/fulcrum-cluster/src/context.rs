@@ -209,20 +209,23 @@ impl<C, P, S> ClusterCore<C, P, S> {
         sql: &[u8],
         backend: BackendId,
         at: std::time::Instant,
+        memo: &mut fulcrum_metrics::DigestMemo,
     ) -> Option<fulcrum_metrics::Stamp> {
         if unit.key == 0 {
             return std::str::from_utf8(sql)
                 .ok()
                 .and_then(|t| self.digest_stamp(t, backend, at));
         }
-        self.digests.stamp_keyed(
+        let digest = self.digests.entry_remembered(
             self.config.digests.max_entries,
+            memo,
             unit.key,
             sql,
             self.classifier.dialect(),
-            self.router.is_primary(backend),
             at,
-        )
+        )?;
+        let primary = self.router.is_primary(backend);
+        Some(fulcrum_metrics::Stamp::new(digest, at, primary))
     }
 
     /// `user`'s stored secret for a client at `peer`, from `cache` or

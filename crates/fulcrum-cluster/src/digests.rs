@@ -50,6 +50,25 @@ impl DigestSlot {
         self.stamp_keyed(max_entries, key, sql.as_bytes(), dialect, primary, at)
     }
 
+    /// The entry of a statement whose fingerprint `key` is known already,
+    /// seen at `at`: without the table's lock when `memo` (the session's)
+    /// holds it.
+    pub fn entry_remembered(
+        &self,
+        max_entries: u32,
+        memo: &mut fulcrum_metrics::DigestMemo,
+        key: u64,
+        sql: &[u8],
+        dialect: Dialect,
+        at: Instant,
+    ) -> Option<Arc<fulcrum_metrics::Digest>> {
+        if max_entries == 0 {
+            return None;
+        }
+        self.table(max_entries)
+            .remembered(memo, key, at, || digest_text(sql, dialect))
+    }
+
     /// The entry of `sql` (for a prepared statement, looked up once).
     pub fn entry(
         &self,

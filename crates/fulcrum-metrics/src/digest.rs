@@ -3,14 +3,17 @@
 //! normalised text, calls, errors, rows, total time, a latency histogram
 //! (p50 / p99) and the primary / replica split.
 //!
-//! The table's lock is taken once per statement, to find (or add) its entry;
-//! the statement's outcome is then recorded on the entry with atomic adds,
-//! no lock. When the table is full, the least recently used tenth of it is
+//! The table's lock is taken to find (or add) a statement's entry, but not
+//! when the session's [`DigestMemo`] holds it already (the same statement
+//! as the session's last, the usual case: an application runs the same
+//! statements over and over): the entry is then known to be listed by an
+//! atomic flag. The statement's outcome is recorded on the entry with
+//! atomic adds, no lock. When the table is full, the least recently used tenth of it is
 //! evicted in one pass, so a stream of new digests costs one sort per
 //! `max / 10` of them, not a scan each.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +38,15 @@ pub struct Digest {
     first_seen_ms: u64,
     last_seen_ms: AtomicU64,
     buckets: [AtomicU64; BUCKETS],
+    /// In its table still (cleared when evicted or reset).
+    listed: AtomicBool,
 }
+
+/// The entry of the last statement a session looked up, kept by the
+/// session: the next execution of the same fingerprint finds it without the
+/// table's lock, while the entry is listed.
+#[derive(Debug, Default)]
+pub struct DigestMemo(Option<Arc<Digest>>);
 
 /// One execution under way: its digest, when it was sent and where.
 #[derive(Debug, Clone)]
@@ -91,6 +102,7 @@ impl Digest {
             first_seen_ms: now_ms,
             last_seen_ms: AtomicU64::new(now_ms),
             buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            listed: AtomicBool::new(true),
         }
     }
 
@@ -225,6 +237,30 @@ impl DigestTable {
         Some(d)
     }
 
+    /// The entry of fingerprint `key`, seen at `at`: the one `memo` holds
+    /// when it is `key`'s and still listed (no lock), else looked up (or
+    /// added, with `text()`) and kept in `memo`. `None` when digests are off.
+    pub fn remembered(
+        &self,
+        memo: &mut DigestMemo,
+        key: u64,
+        at: Instant,
+        text: impl FnOnce() -> String,
+    ) -> Option<Arc<Digest>> {
+        if self.max == 0 {
+            return None;
+        }
+        if let Some(d) = &memo.0 {
+            if d.key == key && d.listed.load(Ordering::Relaxed) {
+                d.last_seen_ms.store(self.ms_at(at), Ordering::Relaxed);
+                return Some(d.clone());
+            }
+        }
+        let d = self.get_at(key, at, text)?;
+        memo.0 = Some(d.clone());
+        Some(d)
+    }
+
     /// A stamp for one execution of `key` starting `at` (one clock read
     /// serves the entry and its stamp).
     pub fn stamp(
@@ -250,7 +286,9 @@ impl DigestTable {
         let n = (self.max / 10).max(1).min(ages.len());
         ages.select_nth_unstable(n - 1);
         for (_, key) in &ages[..n] {
-            map.remove(key);
+            if let Some(d) = map.remove(key) {
+                d.listed.store(false, Ordering::Relaxed);
+            }
         }
         self.evicted.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -258,7 +296,11 @@ impl DigestTable {
     /// Forgets every digest (`SHOW QUERIES RESET`); executions under way
     /// record on entries no longer listed.
     pub fn reset(&self) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for d in map.values() {
+            d.listed.store(false, Ordering::Relaxed);
+        }
+        map.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -375,6 +417,42 @@ mod tests {
                 "{v} -> {edge}"
             );
         }
+    }
+
+    #[test]
+    fn a_memo_finds_its_entry_until_it_leaves_the_table() {
+        let t = DigestTable::new(10);
+        let mut memo = DigestMemo::default();
+        let at = Instant::now();
+        let a = t.remembered(&mut memo, 1, at, || "a".into()).unwrap();
+        let again = t.remembered(&mut memo, 1, at, || unreachable!()).unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "the memo's entry, no lookup");
+        let b = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        assert_eq!(b.key, 2, "another fingerprint is looked up");
+        // Reset: the memo's entry is no longer listed; a new one is made
+        // and listed, so executions are seen again.
+        t.reset();
+        let b2 = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        assert!(!Arc::ptr_eq(&b, &b2));
+        assert_eq!(t.len(), 1);
+        // Eviction unlists too: fill the table past its size.
+        for k in 10..21 {
+            t.get(k, || "x".into());
+        }
+        let b3 = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        assert!(!Arc::ptr_eq(&b2, &b3), "evicted, made again");
+        assert!(t.rows().is_empty() || t.len() <= 10);
+        assert_eq!(
+            t.remembered(&mut DigestMemo::default(), 2, at, || "b".into())
+                .map(|d| d.key),
+            Some(2)
+        );
+        assert!(
+            DigestTable::new(0)
+                .remembered(&mut memo, 2, at, || "b".into())
+                .is_none(),
+            "digests off"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod http;
 mod refresh;
 
 pub use cluster::{CausalOutcome, ClientCount, ClusterMetrics, RouteLabel};
-pub use digest::{Digest, DigestRow, DigestTable, Stamp};
+pub use digest::{Digest, DigestMemo, DigestRow, DigestTable, Stamp};
 pub use families::Metrics;
 pub use refresh::{BackendFigures, ClusterFigures};
 

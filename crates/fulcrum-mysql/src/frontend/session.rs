@@ -85,8 +85,9 @@ pub struct Session {
     engine: Engine,
     /// Keep the connection for the next command (LAST_INSERT_ID()).
     keep_for_next: bool,
-    /// The digest of the statement about to be forwarded (statistics).
-    pending_digest: Option<Arc<fulcrum_metrics::Digest>>,
+    /// Digest statistics: the digest of the statement about to be
+    /// forwarded, and the last one looked up.
+    digests: Digests,
     /// The admin console's KILL and the drain on SIGTERM (the session ends
     /// at its next transaction boundary), watched on the client's entry.
     interrupts: fulcrum_cluster::clients::Watcher,
@@ -148,6 +149,16 @@ struct Effects {
     keep_next: bool,
 }
 
+/// Digest statistics of the session's statements.
+#[derive(Default)]
+struct Digests {
+    /// The digest of the statement about to be forwarded.
+    pending: Option<Arc<fulcrum_metrics::Digest>>,
+    /// The last one looked up: the next of the same fingerprint skips the
+    /// digest table's lock.
+    last: fulcrum_metrics::DigestMemo,
+}
+
 impl Session {
     pub fn new(
         ctx: Arc<MyClusterContext>,
@@ -184,7 +195,7 @@ impl Session {
             server: None,
             engine,
             keep_for_next: false,
-            pending_digest: None,
+            digests: Digests::default(),
             interrupts: client_entry.watcher(),
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {
@@ -443,18 +454,19 @@ impl Session {
                         return Ok(true);
                     }
                     let (routing, effects, key) = self.route_query(text);
-                    self.pending_digest = if key == 0 {
-                        self.ctx.digests.entry(
-                            self.ctx.config.digests.max_entries,
-                            text,
-                            fulcrum_sql::Dialect::MySql,
-                        )
+                    let max = self.ctx.config.digests.max_entries;
+                    self.digests.pending = if key == 0 {
+                        self.ctx
+                            .digests
+                            .entry(max, text, fulcrum_sql::Dialect::MySql)
                     } else {
-                        self.ctx.digests.entry_keyed(
-                            self.ctx.config.digests.max_entries,
+                        self.ctx.digests.entry_remembered(
+                            max,
+                            &mut self.digests.last,
                             key,
                             text.as_bytes(),
                             fulcrum_sql::Dialect::MySql,
+                            self.engine.unit.now.get(),
                         )
                     };
                     self.forward(&msg, seq, Shape::Results, routing, effects)

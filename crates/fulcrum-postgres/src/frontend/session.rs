@@ -149,6 +149,9 @@ struct Statements {
     /// name) and of each portal bound from one.
     digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
     portal_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
+    /// The digest of the last statement looked up: the next of the same
+    /// fingerprint skips the digest table's lock.
+    last_digest: fulcrum_metrics::DigestMemo,
 }
 
 /// What the attached server still owes, in PostgreSQL's terms.
@@ -225,6 +228,7 @@ impl Session {
                 portal_ops: HashMap::new(),
                 digests: HashMap::new(),
                 portal_digests: HashMap::new(),
+                last_digest: Default::default(),
             },
             server: None,
             pool: None,

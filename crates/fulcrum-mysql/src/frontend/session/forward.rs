@@ -18,7 +18,7 @@ impl Session {
         let fresh = self.server.is_none();
         // Given to each attempt: a retried read is recorded once, by the
         // attempt that got the answer.
-        let digest = self.pending_digest.take();
+        let digest = self.digests.pending.take();
         if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
@@ -29,7 +29,7 @@ impl Session {
         self.engine.unit.retry.arm(retryable, 0);
         let first = self.backend;
         let again = effects.clone();
-        self.pending_digest = digest.clone();
+        self.digests.pending = digest.clone();
         match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
@@ -45,7 +45,7 @@ impl Session {
                     }
                     Err(Err(e)) => return Err(e),
                 }
-                self.pending_digest = digest;
+                self.digests.pending = digest;
                 self.forward_bytes(msg, seq, shape, again).await
             }
             r => {
@@ -101,7 +101,8 @@ impl Session {
         }
         let keep_was = std::mem::take(&mut self.keep_for_next);
         let stamp = self
-            .pending_digest
+            .digests
+            .pending
             .take()
             .filter(|_| !replaying)
             .map(|digest| {

@@ -265,7 +265,7 @@ impl Session {
         let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut msg, 0, &body);
         let shape = if fetch { Shape::Fetch } else { Shape::Results };
-        self.pending_digest = if fetch { None } else { stmt.digest.clone() };
+        self.digests.pending = if fetch { None } else { stmt.digest.clone() };
         self.forward_bytes(&msg, seq, shape, Effects::default())
             .await
     }

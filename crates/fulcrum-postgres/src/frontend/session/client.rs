@@ -211,7 +211,9 @@ impl Session {
                     None
                 } else {
                     let now = self.engine.unit.now.get();
-                    self.ctx.digest_stamp_of(&unit, text, self.backend, now)
+                    let memo = &mut self.stmts.last_digest;
+                    self.ctx
+                        .digest_stamp_of(&unit, text, self.backend, now, memo)
                 };
                 let effects = unit.effects;
                 let mut replay = Vec::new();

@@ -29,7 +29,7 @@ impl Session {
         if decision == Decision::Set || !self.stmts.ops.is_empty() {
             self.track_statement_ops(&frame, &unit);
         }
-        self.track_statement_digest(&frame);
+        self.track_statement_digest(&frame, &unit);
         let parsed = if self.stmts.rewrite {
             parse_msg(&frame[5..])
         } else {
@@ -65,8 +65,10 @@ impl Session {
         self.stmts.map.insert(name, stmt);
     }
 
-    /// Digest statistics: the digest of the statement a Parse names.
-    fn track_statement_digest(&mut self, frame: &[u8]) {
+    /// Digest statistics: the digest of the statement a Parse names (by
+    /// the classifier's fingerprint, `unit`'s, when it has one: the text is
+    /// not read again).
+    fn track_statement_digest(&mut self, frame: &[u8], unit: &Classified) {
         let max = self.ctx.config.digests.max_entries;
         if max == 0 {
             return;
@@ -74,11 +76,22 @@ impl Session {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
-        let digest = std::str::from_utf8(p.query).ok().and_then(|q| {
-            self.ctx
-                .digests
-                .entry(max, q, fulcrum_sql::Dialect::Postgres)
-        });
+        let digest = if unit.key != 0 {
+            self.ctx.digests.entry_remembered(
+                max,
+                &mut self.stmts.last_digest,
+                unit.key,
+                p.query,
+                fulcrum_sql::Dialect::Postgres,
+                self.engine.unit.now.get(),
+            )
+        } else {
+            std::str::from_utf8(p.query).ok().and_then(|q| {
+                self.ctx
+                    .digests
+                    .entry(max, q, fulcrum_sql::Dialect::Postgres)
+            })
+        };
         match (digest, self.stmts.digests.get_mut(p.name)) {
             (Some(d), Some(slot)) => *slot = d,
             (Some(d), None) => {
