@@ -24,6 +24,11 @@
 //!
 //! `cargo test --bench session` runs each once, as a smoke test (it fails
 //! if a unit does not come back with its row).
+//!
+//! `FULCRUM_SESSION_UNITS=N FULCRUM_SESSION_TARGET=pg|pg-direct|my|my-direct`
+//! runs N units through one target and exits, without criterion: what
+//! `tools/instructions-per-unit` counts under callgrind (a figure the
+//! machine's load does not move).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -32,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use fulcrum_cluster::clients;
 use fulcrum_cluster::serve::Frontend;
 use fulcrum_mysql::CapabilityFlags as Caps;
@@ -458,6 +463,31 @@ fn sessions(c: &mut Criterion) {
     );
 }
 
+/// Where a unit goes: the client's end, the unit's bytes, and the test for
+/// the end of its answer.
+type Target = (DuplexStream, BytesMut, fn(&[u8]) -> bool);
+
+/// `FULCRUM_SESSION_UNITS`: `n` units through `target`, nothing else.
+fn units_only(target: &str, n: u64) {
+    let rt = runtime();
+    let (mut client, unit, done): Target = match target {
+        "pg" => (pg::session(&rt), pg::unit(), pg::ready),
+        "my" => (my::session(&rt), my::unit(), my::done),
+        "pg-direct" | "my-direct" => {
+            let (client, server_end) = tokio::io::duplex(PIPE);
+            if target == "pg-direct" {
+                rt.spawn(pg::server(server_end));
+                (client, pg::unit(), pg::ready)
+            } else {
+                rt.spawn(my::server(server_end));
+                (client, my::unit(), my::done)
+            }
+        }
+        other => panic!("FULCRUM_SESSION_TARGET: pg, pg-direct, my or my-direct, not {other:?}"),
+    };
+    within(&rt, "the units", round_trips(&mut client, &unit, n, done));
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
@@ -466,4 +496,13 @@ criterion_group! {
         .measurement_time(Duration::from_secs(3));
     targets = sessions
 }
-criterion_main!(benches);
+fn main() {
+    if let Ok(n) = std::env::var("FULCRUM_SESSION_UNITS") {
+        let n = n.parse().expect("FULCRUM_SESSION_UNITS: a number of units");
+        let target = std::env::var("FULCRUM_SESSION_TARGET").unwrap_or_else(|_| "pg".into());
+        units_only(&target, n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
