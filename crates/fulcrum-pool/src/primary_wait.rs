@@ -46,7 +46,16 @@ impl<'a> PrimaryWait<'a> {
     /// `None` when the deadline passed first.
     pub async fn next(&mut self) -> Option<(BackendId, Option<Admission>)> {
         loop {
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            // A first try reads the coarse clock (never ahead of the precise
+            // one; the deadline is counted in milliseconds): a unit that finds
+            // its primary at once reads no precise clock here. Retries, rare,
+            // read the precise one.
+            let now = if self.tried {
+                Instant::now()
+            } else {
+                Instant::from_std(crate::coarse::now())
+            };
+            let left = self.deadline.saturating_duration_since(now);
             if left.is_zero() {
                 return None;
             }
