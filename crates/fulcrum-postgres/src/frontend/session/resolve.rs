@@ -163,6 +163,9 @@ impl Session {
         tracing::info!(commit_id = ?id, outcome = label, "server lost with a COMMIT in flight; asked the primary");
         let mut committed = false;
         if resolution == Resolution::Committed {
+            // After waiting for the new primary: the clock is read again
+            // for the digests the answer ends.
+            self.engine.unit.now.reset();
             let mut out = BytesMut::new();
             committed = self
                 .owed
