@@ -107,28 +107,38 @@ async fn clocked<F: Future>(f: F) -> (F::Output, Option<Wait>) {
 
 /// A connection for a unit of `route` (a `Replica` route falls back to the
 /// primary), and its backend. `avoid` is the replica a retried read must
-/// not go back to.
+/// not go back to. Any wait on the way (a checkout, a replica's position
+/// check, a failover's wait for the primary) sets `waited_until`.
 pub async fn attach<K: Checkouts, C, P, S>(
     core: &ClusterCore<C, P, S>,
     route: Route,
     avoid: Option<BackendId>,
     k: &mut K,
 ) -> Result<Attached<K::Conn>, Unattached<K::Error>> {
+    let (attached, waited) = clocked(attach_to(core, route, avoid, k)).await;
+    attached.map(|(backend, conn)| Attached {
+        backend,
+        conn,
+        waited_until: waited.map(|w| w.until),
+    })
+}
+
+async fn attach_to<K: Checkouts, C, P, S>(
+    core: &ClusterCore<C, P, S>,
+    route: Route,
+    avoid: Option<BackendId>,
+    k: &mut K,
+) -> Result<(BackendId, K::Conn), Unattached<K::Error>> {
     if let Some(b) = core.router.pick(route) {
         if !core.router.is_primary(b) && avoid != Some(b) {
-            match clocked(k.checkout(b)).await {
-                (Ok(mut conn), waited) => {
-                    let (fits, checked) = clocked(k.fits(b, &mut conn)).await;
-                    if fits {
-                        return Ok(Attached {
-                            backend: b,
-                            conn,
-                            waited_until: checked.or(waited).map(|w| w.until),
-                        });
+            match k.checkout(b).await {
+                Ok(mut conn) => {
+                    if k.fits(b, &mut conn).await {
+                        return Ok((b, conn));
                     }
                     k.give_back(conn);
                 }
-                (Err(e), _) => match k.failure(b, &e, false) {
+                Err(e) => match k.failure(b, &e, false) {
                     Failure::Down(why) => {
                         tracing::warn!(replica = %core.address(b), error = %why, "replica unreachable; reads go elsewhere until the health check admits it again");
                         core.router.suspect(b);
@@ -154,13 +164,7 @@ pub async fn attach<K: Checkouts, C, P, S>(
             w.until.saturating_duration_since(w.from).as_secs_f64()
         }));
         match got {
-            Ok(conn) => {
-                return Ok(Attached {
-                    backend: primary,
-                    conn,
-                    waited_until: waited.map(|w| w.until),
-                })
-            }
+            Ok(conn) => return Ok((primary, conn)),
             Err(e) => match k.failure(primary, &e, true) {
                 Failure::Down(why) => primaries.down(primary, why),
                 _ => return Err(Unattached::Final(e)),
