@@ -73,10 +73,12 @@ impl Now {
         *self.0.get_or_insert_with(Instant::now)
     }
 
-    /// The clock was read at `at` (after a wait within the wake-up): later
-    /// stamps use it.
-    pub fn set(&mut self, at: Instant) {
-        self.0 = Some(at);
+    /// A wait within the wake-up ended at `until` (when there was one, as
+    /// `fulcrum_cluster::attach` reports it): later stamps use that time.
+    pub fn waited(&mut self, until: Option<Instant>) {
+        if until.is_some() {
+            self.0 = until;
+        }
     }
 }
 

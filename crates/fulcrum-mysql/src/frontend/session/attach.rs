@@ -61,9 +61,7 @@ impl Session {
         let avoid = self.engine.unit.retry.avoid();
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
             Ok(a) => {
-                if let Some(at) = a.waited_until {
-                    self.engine.unit.now.set(at);
-                }
+                self.engine.unit.now.waited(a.waited_until);
                 self.install(a.backend, a.conn)
             }
             Err(why) => return Err(self.unattached(why, seq).await),

@@ -21,9 +21,7 @@ impl Session {
             Ok(a) => {
                 self.engine.unit.wrote_on_primary =
                     ctx.router.is_primary(a.backend) && self.engine.unit.may_write;
-                if let Some(at) = a.waited_until {
-                    self.engine.unit.now.set(at);
-                }
+                self.engine.unit.now.waited(a.waited_until);
                 self.install(a.backend, a.conn);
                 Ok(())
             }
