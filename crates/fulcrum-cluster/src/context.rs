@@ -185,24 +185,30 @@ impl<C, P, S> ClusterCore<C, P, S> {
         self.digests.table(self.config.digests.max_entries)
     }
 
-    /// A digest stamp for one execution of `sql` on `backend`, starting `at`.
-    pub fn digest_stamp(
+    /// The digest entry of `sql`, whose classifier fingerprint is `key` (0
+    /// when the classifier gave none: the text is fingerprinted here), seen
+    /// at `at`: without the table's lock when `memo` (the session's) holds
+    /// it. `None` when digests are off.
+    pub fn digest_entry_of(
         &self,
-        sql: &str,
-        backend: BackendId,
+        key: u64,
+        sql: &[u8],
         at: std::time::Instant,
-    ) -> Option<fulcrum_metrics::Stamp> {
-        self.digests.stamp(
-            self.config.digests.max_entries,
-            sql,
-            self.classifier.dialect(),
-            self.router.is_primary(backend),
-            at,
-        )
+        memo: &mut fulcrum_metrics::DigestMemo,
+    ) -> Option<std::sync::Arc<fulcrum_metrics::Digest>> {
+        let (max, dialect) = (self.config.digests.max_entries, self.classifier.dialect());
+        if key == 0 {
+            return std::str::from_utf8(sql)
+                .ok()
+                .and_then(|t| self.digests.entry(max, t, dialect));
+        }
+        self.digests
+            .entry_remembered(max, memo, key, sql, dialect, at)
     }
 
-    /// `digest_stamp` for a statement the classifier has read (`unit`): its
-    /// fingerprint is not computed again.
+    /// A digest stamp for one execution, starting `at`, of `sql` on
+    /// `backend`, which the classifier has read (`unit`): its fingerprint is
+    /// not computed again.
     pub fn digest_stamp_of(
         &self,
         unit: &Classified,
@@ -211,19 +217,7 @@ impl<C, P, S> ClusterCore<C, P, S> {
         at: std::time::Instant,
         memo: &mut fulcrum_metrics::DigestMemo,
     ) -> Option<fulcrum_metrics::Stamp> {
-        if unit.key == 0 {
-            return std::str::from_utf8(sql)
-                .ok()
-                .and_then(|t| self.digest_stamp(t, backend, at));
-        }
-        let digest = self.digests.entry_remembered(
-            self.config.digests.max_entries,
-            memo,
-            unit.key,
-            sql,
-            self.classifier.dialect(),
-            at,
-        )?;
+        let digest = self.digest_entry_of(unit.key, sql, at, memo)?;
         let primary = self.router.is_primary(backend);
         Some(fulcrum_metrics::Stamp::new(digest, at, primary))
     }

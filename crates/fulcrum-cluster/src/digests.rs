@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use fulcrum_metrics::{DigestTable, Stamp};
+use fulcrum_metrics::DigestTable;
 use fulcrum_sql::Dialect;
 
 /// Longest normalised text kept per digest.
@@ -31,23 +31,6 @@ impl DigestSlot {
                 let _ = self.table.set(t.clone());
             }
         }
-    }
-
-    /// A stamp for one execution of `sql` starting `at` (`None` when
-    /// digests are off).
-    pub fn stamp(
-        &self,
-        max_entries: u32,
-        sql: &str,
-        dialect: Dialect,
-        primary: bool,
-        at: Instant,
-    ) -> Option<Stamp> {
-        if max_entries == 0 {
-            return None;
-        }
-        let key = fulcrum_sql::fingerprint(sql, dialect);
-        self.stamp_keyed(max_entries, key, sql.as_bytes(), dialect, primary, at)
     }
 
     /// The entry of a statement whose fingerprint `key` is known already,
@@ -81,24 +64,6 @@ impl DigestSlot {
         }
         let key = fulcrum_sql::fingerprint(sql, dialect);
         self.entry_keyed(max_entries, key, sql.as_bytes(), dialect)
-    }
-
-    /// `stamp` for a statement whose fingerprint `key` is known already,
-    /// run on the primary or not, starting at the given time.
-    pub fn stamp_keyed(
-        &self,
-        max_entries: u32,
-        key: u64,
-        sql: &[u8],
-        dialect: Dialect,
-        primary: bool,
-        at: Instant,
-    ) -> Option<Stamp> {
-        if max_entries == 0 {
-            return None;
-        }
-        self.table(max_entries)
-            .stamp(key, || digest_text(sql, dialect), primary, at)
     }
 
     /// The entry of `sql` whose fingerprint `key` is known already (the

@@ -454,21 +454,10 @@ impl Session {
                         return Ok(true);
                     }
                     let (routing, effects, key) = self.route_query(text);
-                    let max = self.ctx.config.digests.max_entries;
-                    self.digests.pending = if key == 0 {
+                    let now = self.engine.unit.now.get();
+                    self.digests.pending =
                         self.ctx
-                            .digests
-                            .entry(max, text, fulcrum_sql::Dialect::MySql)
-                    } else {
-                        self.ctx.digests.entry_remembered(
-                            max,
-                            &mut self.digests.last,
-                            key,
-                            text.as_bytes(),
-                            fulcrum_sql::Dialect::MySql,
-                            self.engine.unit.now.get(),
-                        )
-                    };
+                            .digest_entry_of(key, text.as_bytes(), now, &mut self.digests.last);
                     self.forward(&msg, seq, Shape::Results, routing, effects)
                         .await?;
                     let first = text.split_whitespace().next().unwrap_or("");

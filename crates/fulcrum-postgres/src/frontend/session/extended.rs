@@ -76,22 +76,9 @@ impl Session {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
-        let digest = if unit.key != 0 {
-            self.ctx.digests.entry_remembered(
-                max,
-                &mut self.stmts.last_digest,
-                unit.key,
-                p.query,
-                fulcrum_sql::Dialect::Postgres,
-                self.engine.unit.now.get(),
-            )
-        } else {
-            std::str::from_utf8(p.query).ok().and_then(|q| {
-                self.ctx
-                    .digests
-                    .entry(max, q, fulcrum_sql::Dialect::Postgres)
-            })
-        };
+        let now = self.engine.unit.now.get();
+        let memo = &mut self.stmts.last_digest;
+        let digest = self.ctx.digest_entry_of(unit.key, p.query, now, memo);
         match (digest, self.stmts.digests.get_mut(p.name)) {
             (Some(d), Some(slot)) => *slot = d,
             (Some(d), None) => {
