@@ -120,6 +120,7 @@ async fn a_killed_primary_is_replaced_by_the_most_advanced_replica() {
         health: cfg.health.clone(),
         roles: cfg.backends.iter().map(|b| b.role).collect(),
         replay: false,
+        topology: fulcrum_config::Topology::Probe,
     };
     let ops = Arc::new(MariaServerOps::new(&cfg));
     let mut monitor = Monitor::new(settings, ops, router.clone(), view.clone());

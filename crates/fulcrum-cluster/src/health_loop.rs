@@ -36,10 +36,13 @@ impl HealthLoop {
             health: config.health.clone(),
             roles: config.backends.iter().map(|b| b.role).collect(),
             replay: config.transaction_replay.is_some(),
+            topology: config.topology.clone(),
         };
-        let monitor = Monitor::new(settings, ops, router, view);
-        let _ = self.monitor.set(monitor.handle());
         let (stop_tx, stop_rx) = watch::channel(false);
+        let authority =
+            fulcrum_coordination::Authority::start(&config.name, &config.topology, stop_rx.clone());
+        let monitor = Monitor::new(settings, ops, router, view).with_authority(authority);
+        let _ = self.monitor.set(monitor.handle());
         let stop_tx = Arc::new(stop_tx);
         let _ = self.stop.set(stop_tx.clone());
         let forward = Arc::downgrade(&stop_tx);

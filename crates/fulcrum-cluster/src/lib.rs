@@ -45,6 +45,7 @@ pub mod auth_cache;
 pub mod clients;
 pub mod command;
 pub mod context;
+pub mod coordinated;
 pub mod digests;
 pub mod function_catalog;
 pub mod health_loop;

@@ -41,6 +41,9 @@ pub struct MonitorSettings {
     /// `transaction_replay` is on: a switchover may end sessions idle in a
     /// transaction on the old primary (they are replayed).
     pub replay: bool,
+    /// Who decides the primary (`topology`); the coordinator itself is
+    /// given with [`Monitor::with_authority`].
+    pub topology: fulcrum_config::Topology,
 }
 
 pub struct Monitor<S: ServerOps> {
@@ -66,6 +69,9 @@ pub struct Monitor<S: ServerOps> {
     handle: crate::switchover::MonitorHandle,
     /// Whether "no replica to promote" was logged for this outage.
     told_no_candidate: bool,
+    /// The coordinator (`topology`), and what it said this round.
+    pub(crate) authority: fulcrum_coordination::Authority,
+    pub(crate) verdict: Option<fulcrum_coordination::Verdict>,
 }
 
 impl<S: ServerOps> Monitor<S> {
@@ -98,9 +104,17 @@ impl<S: ServerOps> Monitor<S> {
             last_primary,
             primary_position: None,
             told_no_candidate: false,
+            authority: fulcrum_coordination::Authority::Probe,
+            verdict: None,
             requests,
             handle: crate::switchover::MonitorHandle { tx },
         }
+    }
+
+    /// Routes by `authority` (etcd, Patroni) instead of this loop's probes alone.
+    pub fn with_authority(mut self, authority: fulcrum_coordination::Authority) -> Monitor<S> {
+        self.authority = authority;
+        self
     }
 
     /// A handle for requests to this loop (planned switchover).
@@ -115,6 +129,7 @@ impl<S: ServerOps> Monitor<S> {
 
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let interval = self.settings.health.interval;
+        let mut changes = self.authority.changes();
         loop {
             self.round().await;
             let failing = self.primary.is_none()
@@ -139,6 +154,14 @@ impl<S: ServerOps> Monitor<S> {
                     let r = self.switchover(req.target).await;
                     let _ = req.reply.send(r);
                 }
+                Some(()) = async {
+                    match changes.as_mut() {
+                        Some(c) => c.changed().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    // A new epoch or a lead won or lost: act on it now.
+                }
                 _ = shutdown.changed() => {}
             }
             if *shutdown.borrow() {
@@ -149,7 +172,9 @@ impl<S: ServerOps> Monitor<S> {
 
     /// One probe of every backend, and what follows from it.
     pub async fn round(&mut self) {
-        let results = self.probe_all().await;
+        // Patroni is read beside the probes, so a round takes no longer.
+        let (results, ()) = tokio::join!(self.probe_all(), self.authority.refresh());
+        self.take_verdict();
         let now = Instant::now();
         let (interval, failures) = (self.settings.health.interval, self.settings.health.failures);
         for (b, result) in results.into_iter().enumerate() {
@@ -207,11 +232,20 @@ impl<S: ServerOps> Monitor<S> {
                 None => {}
             }
         }
-        self.apply_topology();
+        let raw = self.apply_topology();
         self.measure_lag();
         self.publish();
-        if self.settings.health.failover == Failover::Promote && self.primary.is_none() {
-            self.maybe_promote(now).await;
+        self.lead(&raw, now).await;
+        if self.settings.health.failover == Failover::Promote
+            && self.primary.is_none()
+            && self.may_promote()
+            && self.verdict.as_ref().is_none_or(|v| {
+                v.published
+                    .as_ref()
+                    .is_some_and(|p| p.stage == fulcrum_coordination::Stage::Ready)
+            })
+        {
+            self.maybe_promote(now, None).await;
         }
     }
 
@@ -252,18 +286,23 @@ impl<S: ServerOps> Monitor<S> {
             .collect()
     }
 
-    fn apply_topology(&mut self) {
+    /// Decides the primary and the fenced nodes from this round's probes,
+    /// bounded by the coordinator's verdict; returns what the probes alone
+    /// decided (what an etcd leader may publish).
+    fn apply_topology(&mut self) -> crate::topology::Topology {
         let last_timeline = self
             .last_primary
             .and_then(|p| self.observed[p])
             .map_or(0, |o| o.timeline);
-        let t = decide(
+        let nodes = self.nodes();
+        let raw = decide(
             self.primary,
             self.last_primary,
             last_timeline,
-            &self.nodes(),
+            &nodes,
             self.settings.health.failover,
         );
+        let t = self.constrain(raw.clone(), &nodes);
         for (b, &f) in t.fenced.iter().enumerate() {
             if f && !self.fenced[b] {
                 tracing::error!(
@@ -289,9 +328,15 @@ impl<S: ServerOps> Monitor<S> {
         if let Some(p) = self.primary {
             if self.last_primary != Some(p) {
                 self.told_no_candidate = false;
+                // A primary another instance promoted: its floor comes
+                // with the published topology.
+                if let Some((b, floor)) = self.published_floor().filter(|(b, _)| *b == p) {
+                    self.router.set_commit_floor(b, Some(floor));
+                }
             }
             self.last_primary = Some(p);
         }
+        raw
     }
 
     fn measure_lag(&mut self) {
@@ -365,6 +410,10 @@ impl<S: ServerOps> Monitor<S> {
             });
         }
         self.router.set_primary(self.primary);
+        self.router.set_primary_valid_until(
+            self.primary_valid_until()
+                .map(tokio::time::Instant::from_std),
+        );
         self.view.publish(statuses);
     }
 
@@ -394,8 +443,11 @@ impl<S: ServerOps> Monitor<S> {
 
     /// `failover = "promote"`: once the last primary has been down for
     /// `failover_timeout`, promote the most advanced replica and re-point the
-    /// others at it.
-    async fn maybe_promote(&mut self, now: Instant) {
+    /// others at it. Under etcd (only the leader gets here) the choice is
+    /// published first, as `promoting` under the next epoch (`after`: the
+    /// epoch of a promotion abandoned because its node died), and as
+    /// `ready` once done; a lost compare-and-swap promotes nothing.
+    pub(crate) async fn maybe_promote(&mut self, now: Instant, after: Option<u64>) {
         let Some(old) = self.last_primary else {
             return; // never had a primary: nothing to replace
         };
@@ -426,6 +478,14 @@ impl<S: ServerOps> Monitor<S> {
             return;
         }
         self.view.set_failover_blocked(None);
+        let epoch = after.map(|e| e + 1).or(self.next_epoch());
+        if let Some(epoch) = epoch {
+            let intent = self.decision(epoch, new, fulcrum_coordination::Stage::Promoting, None);
+            if let Err(crate::coordinated::NotDecided(why)) = self.publish_decision(&intent).await {
+                tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(new), "not promoting: {why}");
+                return;
+            }
+        }
         let position = positions[new].unwrap_or(0);
         tracing::warn!(
             cluster = %self.settings.cluster, old = %self.ops.address(old), new = %self.ops.address(new),
@@ -455,6 +515,15 @@ impl<S: ServerOps> Monitor<S> {
             }
             Err(_) => None,
         };
+        if let Some(epoch) = epoch {
+            let ready = self.decision(epoch, new, fulcrum_coordination::Stage::Ready, floor);
+            if let Err(crate::coordinated::NotDecided(why)) = self.publish_decision(&ready).await {
+                // Promoted, not yet published as ready: a next round (or a
+                // next leader) finishes it under the same epoch.
+                tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(new), "promoted, but {why}");
+                return;
+            }
+        }
         self.router.set_commit_floor(new, floor);
         if let Some(o) = self.observed[new].as_mut() {
             o.writable = true;

@@ -49,6 +49,19 @@ impl MonitorHandle {
 
 impl<S: ServerOps> Monitor<S> {
     pub(crate) async fn switchover(&mut self, target: BackendId) -> Result<Duration, String> {
+        if let fulcrum_coordination::Authority::Patroni(patroni) = &self.authority {
+            return self.patroni_switchover(patroni.clone(), target).await;
+        }
+        if !self.may_promote() {
+            let leader = self
+                .verdict
+                .as_ref()
+                .and_then(|v| v.leader.clone())
+                .unwrap_or_else(|| "nobody now".into());
+            return Err(format!(
+                "this instance does not lead the cluster's topology in etcd; run SWITCHOVER on the leader ({leader})"
+            ));
+        }
         let old = self
             .primary
             .ok_or("the cluster has no primary now; nothing to switch over")?;
@@ -142,11 +155,25 @@ impl<S: ServerOps> Monitor<S> {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let epoch = self.next_epoch();
+        if let Some(epoch) = epoch {
+            let intent = self.decision(epoch, target, fulcrum_coordination::Stage::Promoting, None);
+            self.publish_decision(&intent)
+                .await
+                .map_err(|crate::coordinated::NotDecided(why)| why)?;
+        }
         self.ops
             .promote(target)
             .await
             .map_err(|e| format!("promotion failed: {e}"))?;
         self.view.count_failover();
+        if let Some(epoch) = epoch {
+            let floor = self.ops.commit_floor(target).await.ok().flatten();
+            let ready = self.decision(epoch, target, fulcrum_coordination::Stage::Ready, floor);
+            self.publish_decision(&ready)
+                .await
+                .map_err(|crate::coordinated::NotDecided(why)| format!("promoted, but {why}"))?;
+        }
         if let Some(o) = self.observed[target].as_mut() {
             o.writable = true;
         }
@@ -164,5 +191,33 @@ impl<S: ServerOps> Monitor<S> {
             }
         }
         Ok(())
+    }
+
+    /// `topology = "patroni"`: Patroni switches over; this loop follows
+    /// once Patroni names the target its running leader.
+    async fn patroni_switchover(
+        &mut self,
+        patroni: std::sync::Arc<fulcrum_coordination::Followed>,
+        target: BackendId,
+    ) -> Result<Duration, String> {
+        let started = Instant::now();
+        let address = self.ops.address(target).to_owned();
+        let said = patroni
+            .switchover(&address)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::warn!(cluster = %self.settings.cluster, target = %address, patroni = %said.trim(), "switchover asked of Patroni");
+        let deadline = Instant::now() + STEP_TIMEOUT * 6;
+        while Instant::now() < deadline {
+            self.round().await;
+            if self.primary == Some(target) {
+                return Ok(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!(
+            "Patroni accepted the switchover, but {address} did not become the primary within {:?}",
+            STEP_TIMEOUT * 6
+        ))
     }
 }

@@ -23,8 +23,28 @@ pub struct BackendStatus {
     pub probe_login_refused: bool,
 }
 
+/// Who decides the primary, as of the health loop's last round
+/// (`topology`; SHOW CLUSTERS and the `fulcrum_topology_*` metrics).
+#[derive(Debug, Clone, Default)]
+pub struct CoordinationStatus {
+    /// `probe`, `etcd` or `patroni`.
+    pub source: &'static str,
+    /// The newest published epoch seen (Patroni: its leader's timeline).
+    pub epoch: u64,
+    /// Who leads (etcd: the instance holding the leader key; Patroni: the
+    /// leader member's name).
+    pub leader: Option<String>,
+    /// This instance leads (etcd).
+    pub leading: bool,
+    /// When the coordinator last answered.
+    pub last_heard: Option<std::time::Instant>,
+    /// Not heard from for longer than the lease.
+    pub cut_off: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct ClusterView {
+    coordination: Mutex<Option<CoordinationStatus>>,
     backends: Mutex<Vec<BackendStatus>>,
     failovers: Mutex<u64>,
     /// Why the health loop does not promote now (`failover_max_lag`).
@@ -51,6 +71,7 @@ impl ClusterView {
             ),
             failovers: Mutex::new(0),
             failover_blocked: Mutex::new(None),
+            coordination: Mutex::new(None),
         }
     }
 
@@ -87,5 +108,17 @@ impl ClusterView {
 
     pub(crate) fn count_failover(&self) {
         *self.failovers.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    /// The coordinator's status; `None` with `topology = "probe"`.
+    pub fn coordination(&self) -> Option<CoordinationStatus> {
+        self.coordination
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_coordination(&self, status: CoordinationStatus) {
+        *self.coordination.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
     }
 }

@@ -56,6 +56,11 @@ pub struct Metrics {
     pub auth_lookups: IntCounterVec,
     pub prepared_statements: IntGaugeVec,
     pub failover_blocked: IntGaugeVec,
+    pub topology_source: IntGaugeVec,
+    pub topology_epoch: IntGaugeVec,
+    pub topology_leader: IntGaugeVec,
+    pub topology_cut_off: IntGaugeVec,
+    pub topology_contact_age: GaugeVec,
     pub probe_login_refused: IntGaugeVec,
     pub causal_reads: IntCounterVec,
     pub position_queries: IntCounterVec,
@@ -72,6 +77,12 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn gauge_f(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
     r.register(Box::new(g.clone())).expect("registered once");
     g
 }
@@ -167,6 +178,11 @@ impl Metrics {
             unparsed: counter(&r, "fulcrum_unparsed_statements_total", "Statements the SQL parser could not parse (routed by default_route).", &["cluster"]),
             probe_login_refused: gauge(&r, "fulcrum_probe_login_refused", "1 while the health probe's own login to this backend is refused (health_user / health_password, or its rights): the backend stays in service on its configured role, unobserved (no lag, not promoted), else 0.", &["cluster", "backend"]),
             failover_blocked: gauge(&r, "fulcrum_failover_blocked", "1 while the health loop holds back an automatic promotion because every candidate is further behind than failover_max_lag (SHOW CLUSTERS says why), else 0.", &["cluster"]),
+            topology_source: gauge(&r, "fulcrum_topology_source", "1 for the source that decides the cluster's primary (topology = \"etcd\" or \"patroni\"; absent with \"probe\").", &["cluster", "source"]),
+            topology_epoch: gauge(&r, "fulcrum_topology_epoch", "The newest topology epoch this instance has seen (etcd: the leader's published epoch; Patroni: the leader's timeline, or a count of leader changes).", &["cluster"]),
+            topology_leader: gauge(&r, "fulcrum_topology_leader", "1 while this instance leads the cluster's topology in etcd (only the leader promotes), else 0.", &["cluster"]),
+            topology_cut_off: gauge(&r, "fulcrum_topology_cut_off", "1 while this instance has not heard from etcd or Patroni for longer than etcd_lease / patroni_timeout: it promotes nothing and writes follow on_coordinator_loss.", &["cluster"]),
+            topology_contact_age: gauge_f(&r, "fulcrum_topology_contact_age_seconds", "Seconds since etcd or Patroni last answered this instance (-1: never).", &["cluster"]),
             prepared_statements: gauge(&r, "fulcrum_prepared_statements", "Distinct protocol-level prepared statements the cluster's clients hold now (PostgreSQL, transaction pooling).", &["cluster"]),
             transaction_replays: counter(&r, "fulcrum_transaction_replays_total", "Transactions whose server died before COMMIT was sent, sent again to a primary (transaction_replay): outcome replayed (the client saw nothing) or failed (no primary in time, or an answer differed: the client got the error it gets without replay).", &["cluster", "outcome"]),
             server_checks: counter(&r, "fulcrum_server_checks_total", "Idle server connections checked before reuse (server_check_delay): outcome passed (handed out) or failed (closed, the next one tried).", &["cluster", "outcome"]),

@@ -15,7 +15,7 @@ mod refresh;
 pub use cluster::{CausalOutcome, ClientCount, ClusterMetrics, RouteLabel};
 pub use digest::{Digest, DigestMemo, DigestRow, DigestTable, Stamp};
 pub use families::Metrics;
-pub use refresh::{BackendFigures, ClusterFigures};
+pub use refresh::{BackendFigures, ClusterFigures, CoordinationFigures};
 
 /// Something that refreshes its scrape-time figures (pool sizes, backend
 /// states, lag, ...) into the families just before they are encoded.

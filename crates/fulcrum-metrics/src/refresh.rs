@@ -35,6 +35,18 @@ pub struct ClusterFigures<'a> {
     pub failover_blocked: bool,
     /// The top digests to export (`digest_metrics_top`; empty when off).
     pub digests: Vec<crate::DigestRow>,
+    /// Who decides the primary (`topology`); `None` with `probe`.
+    pub coordination: Option<CoordinationFigures<'a>>,
+}
+
+/// A coordinated cluster's figures (`topology = "etcd"` / `"patroni"`).
+pub struct CoordinationFigures<'a> {
+    pub source: &'a str,
+    pub epoch: u64,
+    pub leading: bool,
+    /// Seconds since the coordinator last answered (`None`: never).
+    pub heard_ago: Option<f64>,
+    pub cut_off: bool,
 }
 
 /// Longest statement text in a digest's `query` label.
@@ -88,6 +100,23 @@ impl Metrics {
         self.failover_blocked
             .with_label_values(&[c])
             .set(i64::from(f.failover_blocked));
+        if let Some(k) = &f.coordination {
+            self.topology_source
+                .with_label_values(&[c, k.source])
+                .set(1);
+            self.topology_epoch
+                .with_label_values(&[c])
+                .set(k.epoch.min(i64::MAX as u64) as i64);
+            self.topology_leader
+                .with_label_values(&[c])
+                .set(i64::from(k.leading));
+            self.topology_cut_off
+                .with_label_values(&[c])
+                .set(i64::from(k.cut_off));
+            self.topology_contact_age
+                .with_label_values(&[c])
+                .set(k.heard_ago.unwrap_or(-1.0));
+        }
         for d in &f.digests {
             let key = format!("{:016x}", d.key);
             let text = match d.text.char_indices().nth(QUERY_LABEL_MAX) {
@@ -137,6 +166,7 @@ mod tests {
                 prepared_statements: None,
                 failover_blocked: false,
                 digests: self.0.top(self.1),
+                coordination: None,
             });
         }
     }

@@ -51,6 +51,11 @@ pub fn now() -> Instant {
     c.start + Duration::from_millis(c.ms.load(Ordering::Relaxed))
 }
 
+/// Milliseconds from the clock's start to `at` (precise; 0 before it).
+pub fn since_base_ms(at: Instant) -> u64 {
+    at.saturating_duration_since(clock().start).as_millis() as u64
+}
+
 /// Milliseconds since the clock started, to within [`TICK`]: for
 /// comparisons without `Instant` arithmetic.
 pub fn ms() -> u64 {

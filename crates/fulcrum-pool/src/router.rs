@@ -50,6 +50,9 @@ pub struct Router {
     primary: AtomicUsize,
     /// The last write target there was (for error messages while there is none).
     last_primary: AtomicUsize,
+    /// Until when (ms on the coarse clock's base) the primary takes writes
+    /// without news from the coordinator; 0: no bound.
+    primary_valid_ms: AtomicU64,
     backends: usize,
     reads_on_primary: bool,
     next: AtomicUsize,
@@ -133,6 +136,7 @@ impl Router {
         Router {
             primary: AtomicUsize::new(primary),
             last_primary: AtomicUsize::new(primary),
+            primary_valid_ms: AtomicU64::new(0),
             backends,
             reads_on_primary,
             next: AtomicUsize::new(0),
@@ -243,8 +247,32 @@ impl Router {
     pub fn primary(&self) -> Option<BackendId> {
         match self.primary.load(Ordering::Acquire) {
             NO_PRIMARY => None,
+            _ if self.primary_expired() => None,
             p => Some(p),
         }
+    }
+
+    /// The primary's validity ran out (`set_primary_valid_until`): this
+    /// instance has not heard from its coordinator within the lease, so
+    /// the primary it last knew may have been replaced elsewhere.
+    fn primary_expired(&self) -> bool {
+        match self.primary_valid_ms.load(Ordering::Acquire) {
+            0 => false,
+            until => crate::coarse::since_base_ms(std::time::Instant::now()) >= until,
+        }
+    }
+
+    /// Bounds how long the primary takes writes without a word from the
+    /// coordinator (`topology = "etcd"` / `"patroni"`, the health loop sets
+    /// it each round); `None`: no bound. Past it, [`Router::primary`] is
+    /// `None` and writes wait, even before the health loop runs again (a
+    /// process resumed after a freeze never writes to a primary its lease
+    /// no longer vouches for).
+    pub fn set_primary_valid_until(&self, until: Option<tokio::time::Instant>) {
+        let ms = until.map_or(0, |u| crate::coarse::since_base_ms(u.into_std()).max(1));
+        self.primary_valid_ms.store(ms, Ordering::Release);
+        self.each_follower(|f| f.primary_valid_ms.store(ms, Ordering::Release));
+        self.primary_changed.notify_waiters();
     }
 
     /// The last backend that was the write target (the configured primary

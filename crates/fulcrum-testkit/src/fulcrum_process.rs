@@ -85,6 +85,10 @@ pub enum Signal {
     Kill,
     Usr1,
     Usr2,
+    /// Freezes the process (SIGSTOP), as a stalled VM or a long GC pause would.
+    Stop,
+    /// Resumes a frozen process (SIGCONT).
+    Cont,
 }
 
 impl Signal {
@@ -97,6 +101,8 @@ impl Signal {
             Signal::Kill => libc::SIGKILL,
             Signal::Usr1 => libc::SIGUSR1,
             Signal::Usr2 => libc::SIGUSR2,
+            Signal::Stop => libc::SIGSTOP,
+            Signal::Cont => libc::SIGCONT,
         }
     }
 }

@@ -8,12 +8,33 @@ use crate::rows::result;
 use crate::Admin;
 
 impl Admin {
-    /// SHOW CLUSTERS: a row per backend: role, state, lag, weight, whether disabled or paused, why failover is blocked.
+    /// SHOW CLUSTERS: a row per backend: role, state, lag, weight, whether
+    /// disabled or paused, why failover is blocked; and the cluster's
+    /// topology source, its epoch, its leader, whether this instance leads
+    /// and how long ago the coordinator last answered (empty with `probe`).
     pub(super) fn show_clusters(&self, out: &mut BytesMut) {
         let mut rows = Vec::new();
         for c in &self.clusters() {
             let cfg = c.config();
             let blocked = c.view().failover_blocked().unwrap_or_default();
+            let coord = c.view().coordination();
+            let source = coord.as_ref().map_or(cfg.topology.name(), |s| s.source);
+            let epoch = coord
+                .as_ref()
+                .map_or(String::new(), |s| s.epoch.to_string());
+            let leader = coord
+                .as_ref()
+                .and_then(|s| s.leader.clone())
+                .unwrap_or_default();
+            let leads = coord
+                .as_ref()
+                .map_or(String::new(), |s| s.leading.to_string());
+            let heard = coord
+                .as_ref()
+                .and_then(|s| s.last_heard)
+                .map_or(String::new(), |t| {
+                    format!("{:.3}", t.elapsed().as_secs_f64())
+                });
             for (i, v) in c.view().backends().iter().enumerate() {
                 let role = if c.router().is_primary(i) {
                     "primary"
@@ -34,6 +55,11 @@ impl Admin {
                     c.router().is_disabled(i).to_string(),
                     c.router().is_paused().to_string(),
                     blocked.clone(),
+                    source.into(),
+                    epoch.clone(),
+                    leader.clone(),
+                    leads.clone(),
+                    heard.clone(),
                 ]);
             }
         }
@@ -51,6 +77,11 @@ impl Admin {
                 "disabled",
                 "paused",
                 "failover_blocked",
+                "topology",
+                "epoch",
+                "leader",
+                "leads",
+                "coordinator_heard_seconds_ago",
             ],
             &rows,
         );

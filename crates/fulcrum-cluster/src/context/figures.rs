@@ -14,6 +14,7 @@ impl<C: Poolable, P, S: PoolScope> ClusterCore<C, P, S> {
         let (active, idle) = self.pool_totals();
         let view = self.view.backends();
         let c = self.classifier.stats();
+        let coordination = self.view.coordination();
         metrics.set_cluster(&ClusterFigures {
             cluster: &self.config.name,
             backends: view
@@ -41,6 +42,15 @@ impl<C: Poolable, P, S: PoolScope> ClusterCore<C, P, S> {
                 n => self.digest_table().top(n as usize),
             },
             prepared_statements,
+            coordination: coordination
+                .as_ref()
+                .map(|k| fulcrum_metrics::CoordinationFigures {
+                    source: k.source,
+                    epoch: k.epoch,
+                    leading: k.leading,
+                    heard_ago: k.last_heard.map(|t| t.elapsed().as_secs_f64()),
+                    cut_off: k.cut_off,
+                }),
         });
     }
 }

@@ -105,6 +105,7 @@ fn monitor_with(
         },
         roles: vec![Role::Primary, Role::Replica, Role::Replica],
         replay: false,
+        topology: fulcrum_config::Topology::Probe,
     };
     let view = Arc::new(ClusterView::new(&ops.addresses));
     let m = Monitor::new(settings, ops.clone(), router.clone(), view);
@@ -318,4 +319,125 @@ async fn no_promotion_beyond_failover_max_lag_until_it_catches_up() {
     m.round().await;
     assert_eq!(*ops.promoted.lock().unwrap(), vec![1]);
     assert_eq!(m.view.failover_blocked(), None);
+}
+
+/// A coordinator's verdict naming `primary` (an address) at `stage`.
+fn verdict(
+    primary: &str,
+    stage: fulcrum_coordination::Stage,
+    cut_off: bool,
+) -> fulcrum_coordination::Verdict {
+    fulcrum_coordination::Verdict {
+        published: Some(fulcrum_coordination::Published {
+            epoch: 2,
+            primary: Some(primary.into()),
+            replicas: vec![],
+            stage,
+            by: "leader".into(),
+            at_ms: 0,
+            commit_floor: None,
+        }),
+        leading: false,
+        leader: Some("leader".into()),
+        cut_off,
+        last_heard: Some(Instant::now()),
+        valid_until: Some(Instant::now() + Duration::from_secs(60)),
+        last_error: None,
+    }
+}
+
+#[tokio::test]
+async fn under_a_coordinator_only_the_named_primary_takes_writes() {
+    use fulcrum_coordination::Stage;
+    let (mut m, ops, router) = monitor(Failover::Follow, None);
+    // Two writable nodes; the coordinator names the second.
+    script(&ops, vec![primary(100), primary(120), replica(90, 95, 5)]);
+    m.verdict = Some(verdict("r1:2", Stage::Ready, false));
+    m.round().await;
+    assert_eq!(
+        router.primary(),
+        Some(1),
+        "the named node, not this loop's pick"
+    );
+    assert_eq!(
+        m.view.backends()[0].state,
+        BackendState::Stale,
+        "the other writable node is fenced"
+    );
+    // Promoting: nobody writes until it is ready.
+    m.verdict = Some(verdict("r2:3", Stage::Promoting, false));
+    script(&ops, vec![primary(100), primary(120), primary(130)]);
+    m.round().await;
+    assert_eq!(
+        router.primary(),
+        None,
+        "a promotion under way takes no writes"
+    );
+    m.verdict = Some(verdict("r2:3", Stage::Ready, false));
+    m.round().await;
+    assert_eq!(router.primary(), Some(2));
+    // Named but not writable by this instance's own probe: no writes.
+    script(&ops, vec![primary(100), primary(120), replica(130, 130, 0)]);
+    m.round().await;
+    assert_eq!(router.primary(), None, "named, but read-only here");
+    assert!(
+        ops.promoted.lock().unwrap().is_empty(),
+        "follow never promotes"
+    );
+}
+
+#[tokio::test]
+async fn cut_off_from_the_coordinator_writes_hold_and_the_router_expires_its_primary() {
+    use fulcrum_coordination::Stage;
+    let (mut m, ops, router) = monitor(Failover::Follow, None);
+    script(
+        &ops,
+        vec![primary(100), replica(90, 95, 5), replica(90, 95, 5)],
+    );
+    m.verdict = Some(verdict("p:1", Stage::Ready, false));
+    m.round().await;
+    assert_eq!(router.primary(), Some(0));
+    // The lease the router was given runs out before the loop runs again
+    // (a process frozen and resumed): the router alone stops writes.
+    let mut v = verdict("p:1", Stage::Ready, false);
+    v.valid_until = Some(Instant::now() + Duration::from_millis(30));
+    m.verdict = Some(v);
+    m.round().await;
+    assert_eq!(router.primary(), Some(0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        router.primary(),
+        None,
+        "expired without news from the coordinator"
+    );
+    // The loop's next round, still cut off: hold.
+    m.verdict = Some(verdict("p:1", Stage::Ready, true));
+    m.round().await;
+    assert_eq!(router.primary(), None, "hold while cut off");
+    assert!(
+        router.is_readable(1) && router.is_readable(2),
+        "reads go on"
+    );
+    // last_known: the last named primary while it answers as one.
+    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni {
+        endpoints: vec![],
+        timeout: Duration::from_secs(5),
+        on_loss: fulcrum_config::CoordinatorLoss::LastKnown,
+    });
+    m.round().await;
+    assert_eq!(
+        router.primary(),
+        Some(0),
+        "last_known keeps the named primary"
+    );
+    script(
+        &ops,
+        vec![replica(100, 100, 0), replica(90, 95, 5), replica(90, 95, 5)],
+    );
+    m.round().await;
+    assert_eq!(
+        router.primary(),
+        None,
+        "but not once it answers as a replica"
+    );
 }

@@ -408,3 +408,65 @@ fn clusters_of_one_protocol_share_a_port_by_database() {
         ),
     ]);
 }
+
+#[test]
+fn topology_keys_are_validated() {
+    assert_errors(&[
+        (
+            &with_key("topology = \"consul\""),
+            "fulcrum.toml:5: cluster[0].topology: unknown value \"consul\", expected one of \"probe\", \"etcd\", \"patroni\"",
+        ),
+        (
+            &with_key("topology = \"etcd\""),
+            "fulcrum.toml:1: cluster[0].etcd_endpoints: required key is missing",
+        ),
+        (
+            &with_key("etcd_endpoints = [\"127.0.0.1:2379\"]"),
+            "fulcrum.toml:5: cluster[0].etcd_endpoints: is set but topology is not \"etcd\" (it is \"probe\")",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1\"]"),
+            "fulcrum.toml:6: cluster[0].etcd_endpoints: \"127.0.0.1\" is not host:port",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = []"),
+            "fulcrum.toml:6: cluster[0].etcd_endpoints: must list at least one endpoint",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1:2379\"]\n    etcd_prefix = \"fulcrum\""),
+            "fulcrum.toml:7: cluster[0].etcd_prefix: must start with \"/\"",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1:2379\"]\n    etcd_lease = \"1s\""),
+            "fulcrum.toml:7: cluster[0].etcd_lease: must be at least 2s (etcd's own minimum lease)",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1:2379\"]\n    etcd_user = \"root\""),
+            "fulcrum.toml:7: cluster[0].etcd_user: needs etcd_password as well",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1:2379\"]\n    etcd_tls_certificate = \"c.pem\""),
+            "fulcrum.toml:7: cluster[0].etcd_tls_certificate: needs etcd_tls_ca as well (TLS to etcd is on when it is set)",
+        ),
+        (
+            &with_key("topology = \"etcd\"\n    etcd_endpoints = [\"127.0.0.1:2379\"]\n    on_coordinator_loss = \"panic\""),
+            "fulcrum.toml:7: cluster[0].on_coordinator_loss: unknown value \"panic\", expected one of \"hold\", \"last_known\"",
+        ),
+        (
+            &with_key("on_coordinator_loss = \"hold\""),
+            "fulcrum.toml:5: cluster[0].on_coordinator_loss: is set but topology is \"probe\": there is no coordinator to lose",
+        ),
+        (
+            &with_key("topology = \"patroni\"\n    patroni_endpoints = [\"127.0.0.1:8008\"]"),
+            "fulcrum.toml:6: cluster[0].patroni_endpoints: \"127.0.0.1:8008\" is not a Patroni REST URL (http://host:port)",
+        ),
+        (
+            &with_key("topology = \"patroni\"\n    patroni_endpoints = [\"http://127.0.0.1:8008\"]\n    failover = \"promote\""),
+            "fulcrum.toml:7: cluster[0].failover: failover = \"promote\" cannot go with topology = \"patroni\": Patroni promotes, Fulcrum follows (use failover = \"follow\")",
+        ),
+        (
+            &with_key("topology = \"patroni\"\n    patroni_endpoints = [\"http://127.0.0.1:8008\"]\n    etcd_prefix = \"/x\""),
+            "fulcrum.toml:7: cluster[0].etcd_prefix: is set but topology is not \"etcd\" (it is \"patroni\")",
+        ),
+    ]);
+}

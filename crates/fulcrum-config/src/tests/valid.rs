@@ -170,6 +170,7 @@ fn every_key_is_read_into_the_config() {
                 server_reset_query_always: false,
                 server_cleartext: false,
                 auth_query: None,
+                topology: crate::Topology::Probe,
                 health: Health {
                     interval: Duration::from_millis(500),
                     timeout: Duration::from_millis(250),
@@ -232,6 +233,7 @@ fn every_key_is_read_into_the_config() {
                 server_reset_query_always: false,
                 server_cleartext: false,
                 auth_query: None,
+                topology: crate::Topology::Probe,
                 health: Health {
                     interval: defaults::HEALTH_INTERVAL,
                     timeout: defaults::HEALTH_TIMEOUT,

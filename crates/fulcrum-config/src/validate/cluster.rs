@@ -242,6 +242,7 @@ pub(super) fn cluster(
         ));
     }
     let health = health(&t, c, protocol, &users, auth_query.as_ref(), base)?;
+    let topology = super::topology::topology(&t, c, &health, base)?;
     let consistency = t.choice(
         &c.consistency,
         "consistency",
@@ -298,6 +299,7 @@ pub(super) fn cluster(
         server_reset_query_always,
         server_cleartext,
         health,
+        topology,
         auth_query,
         consistency,
         causal_timeout,

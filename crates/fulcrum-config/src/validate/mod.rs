@@ -7,6 +7,7 @@ mod cluster;
 mod credentials;
 mod health;
 pub(crate) mod table;
+mod topology;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,0 +1,287 @@
+//! The health loop under a coordinator (`topology = "etcd"` or
+//! `"patroni"`): what the coordinator says bounds what this instance's
+//! probes may decide. Only the primary the coordinator names, once ready
+//! and seen writable by this instance's own probe, takes writes; any other
+//! writable node is fenced here (no traffic). Cut off from the
+//! coordinator for longer than its lease, an instance holds writes (or,
+//! with `on_coordinator_loss = "last_known"`, keeps the last named primary
+//! while it still answers as one) and never promotes. The etcd leader's
+//! duties (publish the first topology, follow a primary promoted by
+//! someone else, promote under a new epoch, finish a promotion a dead
+//! leader began) are here too; the promotion itself is the monitor's.
+
+use std::time::Instant;
+
+use fulcrum_config::{CoordinatorLoss, Failover, Topology as Source};
+use fulcrum_coordination::{Authority, Published, Stage};
+use fulcrum_pool::BackendId;
+
+use crate::monitor::Monitor;
+use crate::ops::ServerOps;
+use crate::topology::{NodeView, Topology};
+use crate::view::CoordinationStatus;
+
+/// A promotion's publication failed: someone else decided, or this
+/// instance no longer leads.
+pub(crate) struct NotDecided(pub String);
+
+impl<S: ServerOps> Monitor<S> {
+    /// The backend configured at `address`.
+    pub(crate) fn backend_at(&self, address: &str) -> Option<BackendId> {
+        (0..self.settings.roles.len()).find(|&b| self.ops.address(b) == address)
+    }
+
+    fn on_loss(&self) -> CoordinatorLoss {
+        match &self.settings.topology {
+            Source::Etcd(e) => e.on_loss,
+            Source::Patroni(p) => p.on_loss,
+            Source::Probe => CoordinatorLoss::Hold,
+        }
+    }
+
+    /// The primary the coordinator names, whatever its stage.
+    pub(crate) fn named(&self) -> Option<BackendId> {
+        let p = self.verdict.as_ref()?.published.as_ref()?;
+        self.backend_at(p.primary.as_deref()?)
+    }
+
+    /// Bounds the probes' decision `t` by the coordinator's verdict.
+    pub(crate) fn constrain(&self, t: Topology, nodes: &[NodeView]) -> Topology {
+        let Some(v) = &self.verdict else {
+            return t;
+        };
+        let writable = |b: BackendId| nodes[b].reachable && nodes[b].writable == Some(true);
+        let named = self.named();
+        let ready = v
+            .published
+            .as_ref()
+            .is_some_and(|p| p.stage == Stage::Ready);
+        let primary = match (v.cut_off, self.on_loss()) {
+            (true, CoordinatorLoss::Hold) => None,
+            _ => named.filter(|&b| ready && writable(b)),
+        };
+        let fenced = (0..nodes.len())
+            .map(|b| {
+                writable(b)
+                    && Some(b) != named
+                    && (named.is_some() || t.fenced.get(b).copied().unwrap_or(false))
+            })
+            .collect();
+        Topology { primary, fenced }
+    }
+
+    /// Reads the coordinator's state again (polling Patroni) and takes
+    /// its verdict.
+    pub(crate) async fn hear(&mut self) {
+        self.authority.refresh().await;
+        self.take_verdict();
+    }
+
+    /// Takes the coordinator's verdict as it stands.
+    pub(crate) fn take_verdict(&mut self) {
+        if matches!(self.authority, Authority::Probe) {
+            return;
+        }
+        let v = self.authority.verdict(Instant::now());
+        if let Some(v) = &v {
+            // A coordinator never heard from yet (at start) was not "lost".
+            let was_cut = self
+                .verdict
+                .as_ref()
+                .is_some_and(|o| o.cut_off && o.last_heard.is_some());
+            if v.cut_off && !was_cut && v.last_heard.is_some() {
+                tracing::error!(cluster = %self.settings.cluster, source = self.authority.source(), error = v.last_error.as_deref().unwrap_or(""), on_loss = ?self.on_loss(), "cut off from the coordinator: no promotion; writes follow on_coordinator_loss");
+            } else if !v.cut_off && was_cut {
+                tracing::warn!(cluster = %self.settings.cluster, source = self.authority.source(), "the coordinator answers again");
+            }
+            self.view.set_coordination(CoordinationStatus {
+                source: self.authority.source(),
+                epoch: v.published.as_ref().map_or(0, |p| p.epoch),
+                leader: v.leader.clone(),
+                leading: v.leading,
+                last_heard: v.last_heard,
+                cut_off: v.cut_off,
+            });
+        }
+        self.verdict = v;
+    }
+
+    /// Until when the router's primary may take writes without news from
+    /// the coordinator (`None`: no bound).
+    pub(crate) fn primary_valid_until(&self) -> Option<Instant> {
+        let v = self.verdict.as_ref()?;
+        match self.on_loss() {
+            CoordinatorLoss::Hold => v.valid_until.or(Some(Instant::now())),
+            CoordinatorLoss::LastKnown => None,
+        }
+    }
+
+    /// The etcd leader's duties after this round's probes; `raw` is what
+    /// the probes alone decided.
+    pub(crate) async fn lead(&mut self, raw: &Topology, now: Instant) {
+        let Authority::Etcd(elected) = &self.authority else {
+            return;
+        };
+        let elected = elected.clone();
+        let Some(v) = self.verdict.clone().filter(|v| v.leading && !v.cut_off) else {
+            return;
+        };
+        let Some(current) = v.published.clone() else {
+            // The first topology: what this leader's probes see.
+            if let Some(p) = raw.primary {
+                let first = self.decision(1, p, Stage::Ready, None);
+                match elected.publish(&first).await {
+                    Ok(true) => {
+                        tracing::warn!(cluster = %self.settings.cluster, primary = %self.ops.address(p), "published the first topology (epoch 1)")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(cluster = %self.settings.cluster, error = %e, "could not publish the topology")
+                    }
+                }
+                self.hear().await;
+            }
+            return;
+        };
+        let named = current.primary.as_deref().and_then(|a| self.backend_at(a));
+        if current.stage == Stage::Promoting {
+            if let Some(target) = named {
+                self.finish_promotion(&current, target, now).await;
+            }
+            return;
+        }
+        let named_writable = named.is_some_and(|b| {
+            self.trackers[b].reachable() && self.observed[b].is_some_and(|o| o.writable)
+        });
+        if named_writable || self.settings.health.failover == Failover::None {
+            return;
+        }
+        // A primary promoted by someone else (failover = follow, or an
+        // operator): publish it under the next epoch.
+        if let Some(p) = raw.primary.filter(|&p| Some(p) != named) {
+            let next = self.decision(current.epoch + 1, p, Stage::Ready, None);
+            if let Ok(true) = elected.publish(&next).await {
+                tracing::warn!(cluster = %self.settings.cluster, primary = %self.ops.address(p), epoch = next.epoch, "published a primary promoted outside Fulcrum");
+            }
+            self.hear().await;
+        }
+    }
+
+    /// A promotion published but not finished (this leader's, or a dead
+    /// leader's): promote the same node under the same epoch; if it is
+    /// gone for `failover_timeout`, the next round picks another under a
+    /// new epoch.
+    async fn finish_promotion(&mut self, current: &Published, target: BackendId, now: Instant) {
+        let timeout = self.settings.health.failover_timeout;
+        if self.trackers[target]
+            .down_for(now)
+            .is_some_and(|d| d >= timeout)
+        {
+            tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(target), epoch = current.epoch, "the node being promoted is down: choosing another under a new epoch");
+            self.primary = None;
+            self.last_primary = Some(target);
+            self.maybe_promote(now, Some(current.epoch)).await;
+            return;
+        }
+        if !self.trackers[target].reachable() {
+            return;
+        }
+        let done = self.observed[target].is_some_and(|o| o.writable);
+        if !done {
+            tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(target), epoch = current.epoch, "finishing a published promotion");
+            if let Err(e) = self.ops.promote(target).await {
+                tracing::error!(cluster = %self.settings.cluster, backend = %self.ops.address(target), error = %e, "promotion failed; will try again");
+                return;
+            }
+            self.view.count_failover();
+        }
+        let floor = self.ops.commit_floor(target).await.ok().flatten();
+        let ready = self.decision(
+            current.epoch,
+            target,
+            Stage::Ready,
+            floor.or(current.commit_floor),
+        );
+        if let Err(NotDecided(why)) = self.publish_decision(&ready).await {
+            tracing::warn!(cluster = %self.settings.cluster, "{why}");
+        }
+    }
+
+    /// A decision to publish, with the other backends as replicas.
+    pub(crate) fn decision(
+        &self,
+        epoch: u64,
+        primary: BackendId,
+        stage: Stage,
+        commit_floor: Option<u64>,
+    ) -> Published {
+        let me = match &self.authority {
+            Authority::Etcd(e) => e.me().to_owned(),
+            _ => String::new(),
+        };
+        Published {
+            epoch,
+            primary: Some(self.ops.address(primary).to_owned()),
+            replicas: (0..self.settings.roles.len())
+                .filter(|&b| b != primary)
+                .map(|b| self.ops.address(b).to_owned())
+                .collect(),
+            stage,
+            by: me,
+            at_ms: fulcrum_coordination::published::unix_ms(),
+            commit_floor,
+        }
+    }
+
+    /// Publishes `d` (etcd); then reads the verdict again. Nothing to do
+    /// with `topology = "probe"`.
+    pub(crate) async fn publish_decision(&mut self, d: &Published) -> Result<(), NotDecided> {
+        let Authority::Etcd(elected) = &self.authority else {
+            return Ok(());
+        };
+        let r = elected.publish(d).await;
+        self.hear().await;
+        match r {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(NotDecided(format!(
+                "epoch {} not published: another decision came first, or this instance no longer leads",
+                d.epoch
+            ))),
+            Err(e) => Err(NotDecided(format!("epoch {} not published: {e}", d.epoch))),
+        }
+    }
+
+    /// Whether this instance may promote: always with `probe`; with etcd
+    /// only the leader, in contact; with Patroni never.
+    pub(crate) fn may_promote(&self) -> bool {
+        match &self.authority {
+            Authority::Probe => true,
+            Authority::Etcd(_) => self
+                .verdict
+                .as_ref()
+                .is_some_and(|v| v.leading && !v.cut_off),
+            Authority::Patroni(_) => false,
+        }
+    }
+
+    /// The epoch a promotion now would publish, and the floor: `None`
+    /// without a coordinator.
+    pub(crate) fn next_epoch(&self) -> Option<u64> {
+        match &self.authority {
+            Authority::Etcd(_) => Some(
+                self.verdict
+                    .as_ref()
+                    .and_then(|v| v.published.as_ref())
+                    .map_or(1, |p| p.epoch + 1),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The commit floor the published topology carries for the primary
+    /// this instance adopts (promoted by the leader, maybe elsewhere).
+    pub(crate) fn published_floor(&self) -> Option<(BackendId, u64)> {
+        let p = self.verdict.as_ref()?.published.as_ref()?;
+        Some((self.backend_at(p.primary.as_deref()?)?, p.commit_floor?))
+    }
+}
