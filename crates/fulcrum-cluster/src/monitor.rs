@@ -451,6 +451,12 @@ impl<S: ServerOps> Monitor<S> {
         let Some(old) = self.last_primary else {
             return; // never had a primary: nothing to replace
         };
+        // Under a coordinator, only the primary it names is replaced: one a
+        // finished promotion has just named is not lost (this round's
+        // decision predates it).
+        if self.verdict.is_some() && self.named() != Some(old) {
+            return;
+        }
         let timeout = self.settings.health.failover_timeout;
         if self.trackers[old].down_for(now).is_none_or(|d| d < timeout) {
             return;

@@ -15,6 +15,7 @@
 
 mod clients;
 mod error;
+mod etcd_cluster;
 mod fulcrum_process;
 mod maria_cluster;
 mod maria_conf;
@@ -31,6 +32,7 @@ mod tls;
 
 pub use clients::{pgbench, pgbench_init, run_mariadb, run_pgbench, run_psql, PgbenchResult};
 pub use error::{Result, TestkitError};
+pub use etcd_cluster::EtcdCluster;
 pub use fulcrum_process::{
     fulcrum_bin, listen_addrs, FulcrumProcess, Signal, FULCRUM_BIN_ENV, START_TIMEOUT,
 };

@@ -286,8 +286,15 @@ impl Session {
             Some(r) => r,
             None => {
                 // First client with these parameters: a server validates the
-                // database and the startup parameters, and tells their values.
-                self.attach(Route::Primary).await?;
+                // database and the startup parameters, and tells their values:
+                // the primary, or while there is none (a failover, a
+                // coordinator cut off) a replica, so that reads go on.
+                let route = if self.ctx.router.primary().is_some() {
+                    Route::Primary
+                } else {
+                    Route::Replica
+                };
+                self.attach(route).await?;
                 let server = self.server.as_ref().expect("attached");
                 self.ctx.cache_welcome(
                     self.backend,

@@ -1,0 +1,11 @@
+//! Several Fulcrum instances in front of one cluster, coordinated through
+//! a real etcd (three members on loopback, started by the test kit) or
+//! following a real Patroni: one promotion per failover, every instance on
+//! the new primary, no write to an old primary from an instance that was
+//! frozen or cut off. Each test wrecks its own clusters; they take turns
+//! (`fulcrum_suite::serial`).
+
+mod fleet;
+mod several_etcd;
+mod several_maria;
+// mod several_patroni;
