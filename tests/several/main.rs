@@ -8,4 +8,4 @@
 mod fleet;
 mod several_etcd;
 mod several_maria;
-// mod several_patroni;
+mod several_patroni;

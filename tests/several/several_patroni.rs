@@ -15,7 +15,7 @@ use fulcrum_suite::{
 use fulcrum_testkit::{free_port, EtcdCluster, FulcrumProcess, PatroniCluster};
 use tokio_postgres::Client;
 
-use crate::fleet::{wait_for, write_port};
+use crate::fleet::write_port;
 
 struct Follower {
     cfg: PgProxyConfig,
@@ -196,7 +196,7 @@ async fn two_instances_follow_a_patroni_switchover_and_a_killed_leader() {
     let acked = acked.lock().unwrap().clone();
     let after_kill = acked.len() - so_far.len();
     eprintln!(
-        "{} writes acknowledged through two instances, {after_kill} after the switchover",
+        "{} writes acknowledged through two instances, {after_kill} after the switchover check",
         acked.len()
     );
     assert!(after_kill > 0, "writes went on after the leader's kill");

@@ -20,6 +20,7 @@ mod fulcrum_process;
 mod maria_cluster;
 mod maria_conf;
 mod maria_node;
+mod patroni_cluster;
 mod pg_cluster;
 mod pg_conf;
 mod pg_node;
@@ -38,6 +39,7 @@ pub use fulcrum_process::{
 };
 pub use maria_cluster::{MariaCluster, MariaClusterBuilder};
 pub use maria_node::MariaNode;
+pub use patroni_cluster::PatroniCluster;
 pub use pg_cluster::{PgCluster, PgClusterBuilder, KEEP_ENV, VERBOSE_ENV};
 pub use pg_node::PgNode;
 pub use ports::{free_port, wait_for_tcp, RESERVED_PORTS};
