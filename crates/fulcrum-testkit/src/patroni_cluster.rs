@@ -80,7 +80,7 @@ impl PatroniCluster {
                  log:\n  level: INFO\n  dir: {home}\n\
                  restapi:\n  listen: 127.0.0.1:{api_port}\n  connect_address: 127.0.0.1:{api_port}\n\
                  etcd3:\n  hosts: {hosts}\n\
-                 bootstrap:\n  dcs:\n    ttl: 20\n    loop_wait: 1\n    retry_timeout: 5\n    maximum_lag_on_failover: 1048576\n\
+                 bootstrap:\n  dcs:\n    ttl: 20\n    loop_wait: 1\n    retry_timeout: 5\n    maximum_lag_on_failover: 67108864\n\
                  \x20   postgresql:\n      use_pg_rewind: true\n      use_slots: true\n      parameters:\n\
                  \x20       wal_log_hints: 'on'\n        max_connections: 100\n        max_wal_senders: 10\n\
                  \x20 initdb:\n  - encoding: UTF8\n  - auth-local: trust\n  - auth-host: scram-sha-256\n\
