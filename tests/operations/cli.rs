@@ -45,9 +45,9 @@ fn version_completions_and_man_page() {
 
 #[test]
 fn without_config_the_default_path_is_named() {
-    let (ok, out, _) = run(&["check"]);
+    let (ok, _, err) = run(&["check"]);
     assert!(!ok);
-    assert!(out.contains("/etc/fulcrum/fulcrum.toml"), "{out}");
+    assert!(err.contains("/etc/fulcrum/fulcrum.toml"), "{err}");
 }
 
 /// The next datagram on `socket`, within `timeout`.

@@ -1,6 +1,6 @@
 //! `fulcrum check --config FILE` as users run it: the real binary on the shipped
 //! examples (exit 0) and on broken files (exit 2, one `file:line: key: reason`
-//! line on stdout), plus the daemon's own refusal of a missing file.
+//! line on stderr), plus the daemon's own refusal of a missing file.
 //!
 //! Needs the daemon binary: `cargo build -p fulcrum` (see `fulcrum_testkit::fulcrum_bin`).
 
@@ -195,7 +195,7 @@ fn invalid_configs_fail_check_with_file_line_key_and_reason() {
     for (i, case) in cases.iter().enumerate() {
         let path = dir.write(&format!("case{i}.toml"), &case.toml);
         let out = check(&path);
-        let stdout = text(&out.stdout);
+        let stdout = text(&out.stderr);
         let prefix = format!("{}:{}: {}: ", path.display(), case.line, case.key);
         let lines: Vec<&str> = stdout.lines().collect();
         let ok = out.status.code() == Some(2)
@@ -205,11 +205,11 @@ fn invalid_configs_fail_check_with_file_line_key_and_reason() {
                 .is_some_and(|reason| reason.starts_with(case.reason));
         if !ok {
             failures.push(format!(
-                "{}: want exit 2 and `{prefix}{}...`\n  got {} stdout: {stdout:?} stderr: {:?}",
+                "{}: want exit 2 and `{prefix}{}...` on stderr\n  got {} stderr: {stdout:?} stdout: {:?}",
                 case.what,
                 case.reason,
                 out.status,
-                text(&out.stderr)
+                text(&out.stdout)
             ));
         }
     }
@@ -228,14 +228,16 @@ fn missing_config_file_exits_2_naming_the_file() {
         "stderr: {stderr:?}"
     );
 
-    // `check` reports the same way, on stdout like its other errors.
+    // `check` reports the same way, on stderr like its other errors, and
+    // nothing on stdout.
     let out = check(&missing);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
     assert!(
-        stdout.starts_with(&format!("{}: cannot read: ", missing.display())),
-        "stdout: {stdout:?}"
+        stderr.starts_with(&format!("{}: cannot read: ", missing.display())),
+        "stderr: {stderr:?}"
     );
+    assert!(out.stdout.is_empty(), "{out:?}");
 }
 
 #[test]
@@ -323,4 +325,62 @@ fn passwords_from_files_and_the_environment() {
     let out = run(&config("{ file = \"a\", env = \"B\" }", "\"a\""));
     let err = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(err.contains("not both"), "{err}");
+}
+
+/// `fulcrum check --connect` logs in to each backend with each login and
+/// reports the role, or why it failed (exit 1): a good login on the
+/// primary, a user whose password the server refuses, a backend that is
+/// not there.
+#[test]
+fn check_connect_reports_each_backends_role_and_each_refusal() {
+    let c = fulcrum_suite::pg_primary();
+    let nowhere = fulcrum_testkit::free_port();
+    let dir = TempDir::new();
+    let path = dir.write(
+        "connect.toml",
+        &format!(
+            "[[cluster]]\nname = \"main\"\nprotocol = \"postgres\"\nlisten = \"127.0.0.1:0\"\n\
+             health_user = \"postgres\"\nhealth_password = \"\"\nhealth_timeout = \"2s\"\n\
+             [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+             [[cluster.backend]]\naddress = \"127.0.0.1:{nowhere}\"\nrole = \"replica\"\n\
+             [[cluster.user]]\nname = \"{}\"\npassword = \"{}\"\n\
+             [[cluster.user]]\nname = \"intruder\"\npassword = \"guess\"\n",
+            c.primary().addr(),
+            fulcrum_testkit::APP_USER,
+            fulcrum_testkit::APP_PASSWORD
+        ),
+    );
+    let out = fulcrum(&[
+        "check".as_ref(),
+        "--connect".as_ref(),
+        "--config".as_ref(),
+        path.as_os_str(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let primary = c.primary().addr();
+    assert!(
+        stdout.contains(&format!("main: {primary} as postgres: ok, primary")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("main: {primary} as app: ok, primary")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "main: {primary} as intruder: FAILED: login refused"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "main: 127.0.0.1:{nowhere} as postgres: FAILED: cannot connect"
+        )),
+        "{stderr}"
+    );
 }

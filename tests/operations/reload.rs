@@ -188,3 +188,78 @@ async fn reloads_leave_one_health_loop_per_cluster() {
         .expect_err("no write target");
     assert!(!e.to_string().is_empty());
 }
+
+/// The first value of the row whose first column is `key`, in a console answer.
+fn row_value(msgs: &[SimpleQueryMessage], key: &str) -> Option<String> {
+    msgs.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) if r.get(0) == Some(key) => r.get(1).map(str::to_owned),
+        _ => None,
+    })
+}
+
+/// What only a restart changes is said, not pretended: RELOAD names it,
+/// `fulcrum_reload_pending_restart` counts it, SHOW CONFIG keeps the
+/// running value, and the count goes back to 0 once the file agrees
+/// again; `log` is applied on the spot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reports_what_needs_a_restart_and_keeps_running_values() {
+    let c = fulcrum_suite::pg_primary();
+    let (admin_port, metrics_port) = (free_port(), free_port());
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let base = fulcrum_suite::with_metrics(&with_console(&cfg.to_toml(), admin_port), metrics_port);
+    assert!(base.contains("[fulcrum]\n"));
+    let p = FulcrumProcess::start(&base).unwrap();
+    let admin = console_connect(admin_port).await;
+    let changed = base
+        .replacen("[fulcrum]\n", "[fulcrum]\nworkers = 3\n", 1)
+        .replacen("log = \"info\"", "log = \"debug\"", 1)
+        .replacen(
+            "pool_mode = ",
+            "max_client_connections = 77\npool_mode = ",
+            1,
+        );
+    assert_ne!(changed, base);
+    std::fs::write(p.config_path(), &changed).unwrap();
+    let msgs = admin.simple_query("RELOAD").await.unwrap();
+    let summary = msgs
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        summary.contains("needs a restart: fulcrum.workers"),
+        "{summary}"
+    );
+    assert!(summary.contains("main.max_client_connections"), "{summary}");
+    assert!(summary.contains("log = \"debug\""), "{summary}");
+    let pending = fulcrum_suite::family_sum(
+        &fulcrum_suite::scrape(metrics_port),
+        "fulcrum_reload_pending_restart",
+        &[],
+    );
+    assert_eq!(pending, 2.0, "workers and max_client_connections");
+    let config = admin.simple_query("SHOW CONFIG").await.unwrap();
+    assert_ne!(
+        row_value(&config, "fulcrum.workers").as_deref(),
+        Some("3"),
+        "the running value"
+    );
+    assert_eq!(
+        row_value(&config, "fulcrum.log").as_deref(),
+        Some("debug"),
+        "applied"
+    );
+    p.wait_for_log("need a restart", Duration::from_secs(5))
+        .unwrap();
+    // The file agrees with the process again.
+    std::fs::write(p.config_path(), &base).unwrap();
+    admin.simple_query("RELOAD").await.unwrap();
+    let pending = fulcrum_suite::family_sum(
+        &fulcrum_suite::scrape(metrics_port),
+        "fulcrum_reload_pending_restart",
+        &[],
+    );
+    assert_eq!(pending, 0.0);
+}

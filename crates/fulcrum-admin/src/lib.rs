@@ -33,7 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Changes the log filter (`SET log = '...'`).
-pub type SetLog = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub type SetLog = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// A reload request: the daemon answers with a summary or the config error.
 pub type ReloadRequest = oneshot::Sender<Result<String, String>>;

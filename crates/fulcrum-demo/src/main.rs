@@ -73,7 +73,8 @@ fn main() -> ExitCode {
             let _ = tokio::signal::ctrl_c().await;
             let _ = tx.send(true);
         });
-        let set_log = Box::new(|_: &str| Err("the demo has no admin console".to_string()));
+        let set_log =
+            std::sync::Arc::new(|_: &str| Err("the demo has no admin console".to_string()));
         match fulcrum::run(config, rx, set_log).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

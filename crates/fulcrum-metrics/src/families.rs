@@ -56,6 +56,7 @@ pub struct Metrics {
     pub auth_lookups: IntCounterVec,
     pub prepared_statements: IntGaugeVec,
     pub failover_blocked: IntGaugeVec,
+    pub reload_pending_restart: prometheus::IntGauge,
     pub topology_source: IntGaugeVec,
     pub topology_epoch: IntGaugeVec,
     pub topology_leader: IntGaugeVec,
@@ -151,7 +152,15 @@ impl Metrics {
         )
         .with_label_values(&[env!("CARGO_PKG_VERSION")])
         .set(1);
+        let reload_pending_restart = prometheus::IntGauge::new(
+            "fulcrum_reload_pending_restart",
+            "Settings changed in the file that only a restart applies (fulcrum.admin, metrics, workers, log_format, shutdown_timeout, a cluster's max_client_connections and max_pending_logins): they keep their running values until then; 0 when the file and the process agree.",
+        )
+        .expect("valid gauge");
+        r.register(Box::new(reload_pending_restart.clone()))
+            .expect("registered once");
         Metrics {
+            reload_pending_restart,
             queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
             transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),
             client_connections: gauge(&r, "fulcrum_client_connections", "Client connections open now (logged in).", &["cluster"]),

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod connect_check;
 pub mod descriptors;
 pub mod log_filter;
 pub mod systemd;
@@ -67,7 +68,11 @@ impl Current {
 
 /// What a reload works on.
 struct Live {
+    /// The configuration in effect: the file's, except the settings only a
+    /// restart changes, which keep their values from the start.
     config: Config,
+    /// `SET log` and a reload's new `log`.
+    set_log: fulcrum_admin::SetLog,
     clusters: Vec<(Cluster, Current)>,
     admin_list: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
     admin_config: Arc<Mutex<Config>>,
@@ -297,13 +302,14 @@ pub async fn run(
             config: admin_config.clone(),
             clusters: admin_list.clone(),
             metrics: metrics.clone(),
-            set_log,
+            set_log: set_log.clone(),
             reload: Some(reload_tx.clone()),
         });
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }
     let live = Live {
         config,
+        set_log,
         clusters: live_clusters,
         admin_list,
         admin_config,
@@ -403,7 +409,21 @@ async fn reloads(
 /// clients use it, connected ones finish on the old one. The rest needs a
 /// restart and is reported.
 fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
-    let new = fulcrum_config::load(source).map_err(|e| e.to_string())?;
+    let mut new = fulcrum_config::load(source).map_err(|e| e.to_string())?;
+    // What only a restart changes keeps its running value (SHOW CONFIG
+    // shows what is in effect), and is reported until the file and the
+    // process agree again.
+    let pending = keep_restart_only(&live.config, &mut new);
+    let slow_changed = new.fulcrum.slow_query_threshold != live.config.fulcrum.slow_query_threshold;
+    let mut notes = Vec::new();
+    if new.fulcrum.log != live.config.fulcrum.log {
+        if std::env::var_os("FULCRUM_LOG").is_some() {
+            notes.push("log: FULCRUM_LOG is set and wins over the file".to_string());
+        } else {
+            (live.set_log)(&new.fulcrum.log)?;
+            notes.push(format!("log = {:?}", new.fulcrum.log));
+        }
+    }
     let mut applied = Vec::new();
     let mut skipped = Vec::new();
     let mut admin_list: Vec<Arc<dyn ClusterAdmin>> = Vec::new();
@@ -424,7 +444,7 @@ fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
             admin_list.extend(current_admin(current));
             continue;
         }
-        if fresh == old {
+        if fresh == old && !slow_changed {
             admin_list.extend(current_admin(current));
             continue;
         }
@@ -461,19 +481,81 @@ fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
     admin_config.clusters = live.clusters.iter().map(|(c, _)| c.clone()).collect();
     *live.admin_config.lock().unwrap_or_else(|e| e.into_inner()) = admin_config;
     live.config = new;
+    live.config.clusters = live.clusters.iter().map(|(c, _)| c.clone()).collect();
+    live.metrics
+        .reload_pending_restart
+        .set(pending.len() as i64);
+    if !pending.is_empty() {
+        tracing::warn!(settings = %pending.join("; "), "reload: these settings need a restart; they keep their running values until then");
+    }
     Ok(format!(
-        "applied to {}; not applied: {}",
+        "applied to {}{}; not applied: {}; needs a restart: {}",
         if applied.is_empty() {
             "no cluster (nothing changed)".to_string()
         } else {
             applied.join(", ")
         },
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!(" and {}", notes.join(", "))
+        },
         if skipped.is_empty() {
             "nothing".to_string()
         } else {
             skipped.join("; ")
+        },
+        if pending.is_empty() {
+            "nothing".to_string()
+        } else {
+            pending.join("; ")
         }
     ))
+}
+
+/// Settings read once at start: where `new` differs from `running`, `new`
+/// takes the running value, and the difference is listed
+/// (`key (running value; the file says new value)`).
+fn keep_restart_only(running: &Config, new: &mut Config) -> Vec<String> {
+    let mut pending = Vec::new();
+    let (r, n) = (&running.fulcrum, &mut new.fulcrum);
+    macro_rules! keep {
+        ($field:ident, $name:expr) => {
+            if r.$field != n.$field {
+                pending.push(format!(
+                    "{} (running {:?}; the file says {:?})",
+                    $name, r.$field, n.$field
+                ));
+                n.$field = r.$field.clone();
+            }
+        };
+    }
+    keep!(admin, "fulcrum.admin");
+    keep!(metrics, "fulcrum.metrics");
+    keep!(workers, "fulcrum.workers");
+    keep!(log_format, "fulcrum.log_format");
+    keep!(shutdown_timeout, "fulcrum.shutdown_timeout");
+    for c in new.clusters.iter_mut() {
+        let Some(old) = running.clusters.iter().find(|o| o.name == c.name) else {
+            continue;
+        };
+        // The listener's limits are set when it starts.
+        if old.max_client_connections != c.max_client_connections {
+            pending.push(format!(
+                "{}.max_client_connections (running {}; the file says {})",
+                c.name, old.max_client_connections, c.max_client_connections
+            ));
+            c.max_client_connections = old.max_client_connections;
+        }
+        if old.max_pending_logins != c.max_pending_logins {
+            pending.push(format!(
+                "{}.max_pending_logins (running {}; the file says {})",
+                c.name, old.max_pending_logins, c.max_pending_logins
+            ));
+            c.max_pending_logins = old.max_pending_logins;
+        }
+    }
+    pending
 }
 
 fn current_admin(current: &Current) -> Option<Arc<dyn ClusterAdmin>> {

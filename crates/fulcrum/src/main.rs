@@ -1,6 +1,6 @@
 //! `fulcrum`: run the daemon (`fulcrum --config FILE`, default
 //! `/etc/fulcrum/fulcrum.toml`), validate a config (`fulcrum check`: exit 0,
-//! or print `file:line: key: reason` and exit 2), or print shell completions
+//! or print `file:line: key: reason` on stderr and exit 2), or print shell completions
 //! (`fulcrum completions bash`) and the man page (`fulcrum manpage`),
 //! generated from the definitions below.
 
@@ -31,8 +31,14 @@ const DEFAULT_CONFIG: &str = "/etc/fulcrum/fulcrum.toml";
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate the configuration and exit: 0 when valid, 2 with `file:line: key: reason` otherwise.
-    Check,
+    /// Validate the configuration and exit: 0 (and `FILE: OK` on stdout) when valid, 2 with `file:line: key: reason` on stderr otherwise.
+    Check {
+        /// Also log in to every backend with each configured login (the
+        /// health probe's and each user's server login) and report each
+        /// backend's role or why the login failed; exit 1 if any failed.
+        #[arg(long)]
+        connect: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -70,20 +76,46 @@ fn main() -> ExitCode {
     let config = match fulcrum_config::load(&path) {
         Ok(c) => c,
         Err(e) => {
-            match cli.command {
-                Some(Command::Check) => println!("{e}"),
-                _ => eprintln!("{e}"),
-            }
+            // On stderr, as every error: `fulcrum check > report` keeps
+            // the OK line apart from the problems.
+            eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
-    if let Some(Command::Check) = cli.command {
+    if let Some(Command::Check { connect }) = cli.command {
         println!(
             "{}: OK ({} cluster(s))",
             path.display(),
             config.clusters.len()
         );
-        return ExitCode::SUCCESS;
+        if !connect {
+            return ExitCode::SUCCESS;
+        }
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("fulcrum: cannot start the runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let lines = runtime.block_on(fulcrum::connect_check::check(&config));
+        let mut failed = false;
+        for line in &lines {
+            if line.outcome.is_ok() {
+                println!("{line}");
+            } else {
+                eprintln!("{line}");
+                failed = true;
+            }
+        }
+        return if failed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
     }
     let set_log = init_logging(&config.fulcrum.log, config.fulcrum.log_format);
     fulcrum::descriptors::raise_for(&config);
@@ -160,7 +192,7 @@ fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admi
                 .with_filter_reloading();
             let handle = builder.reload_handle();
             builder.init();
-            Box::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
+            std::sync::Arc::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
         }
         // One JSON object per line, with the span fields (client, cluster).
         fulcrum_config::LogFormat::Json => {
@@ -172,7 +204,7 @@ fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admi
                 .with_filter_reloading();
             let handle = builder.reload_handle();
             builder.init();
-            Box::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
+            std::sync::Arc::new(move |f| handle.reload(parse(f)?).map_err(|e| e.to_string()))
         }
     }
 }

@@ -45,6 +45,17 @@ fn global_keys_are_validated() {
             "fulcrum.toml:2: fulcrum.log: must not be empty",
         ),
         (
+            &format!("[fulcrum]\nlog = \"degub\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.log: \"degub\" is neither a level (trace, debug, info, warn, error, off) \
+             nor a target Fulcrum logs under (fulcrum..., sqlparser, ...)",
+        ),
+        (
+            &format!("[fulcrum]\nlog = \"fulcrum=loud\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.log: not a log filter (error parsing level filter: expected one of \"off\", \
+             \"error\", \"warn\", \"info\", \"debug\", \"trace\", or a number 0-5); e.g. \"info\" or \
+             \"fulcrum_cluster=debug,info\"",
+        ),
+        (
             &format!("[fulcrum]\nadmin_auth = \"trust\"\n{MINIMAL}"),
             "fulcrum.toml:2: fulcrum.admin_auth: unknown value \"trust\", expected one of \
              \"scram-sha-256\", \"md5\"",

@@ -95,7 +95,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
     Ok(Global {
         admin: addr(&g.admin, "admin")?,
         metrics: addr(&g.metrics, "metrics")?,
-        log: t.text(&g.log, "log", Some(defaults::LOG))?,
+        log: log_filter(&t, &g.log)?,
         workers: t.u32_at_least(&g.workers, "workers", 0, defaults::WORKERS)?,
         log_format: t.choice(
             &g.log_format,
@@ -338,4 +338,51 @@ fn check_listeners(listeners: &[Listener]) -> Result<(), Problem> {
         return Err(Problem::new(l.line, l.key.clone(), reason));
     }
     Ok(())
+}
+
+/// `log`: a filter the daemon's log subscriber accepts (`RUST_LOG` syntax);
+/// a typo is an error here, not a silent `info` at start.
+fn log_filter(t: &Table, value: &Value<String>) -> Result<String, Problem> {
+    let text = t.text(value, "log", Some(defaults::LOG))?;
+    if let Some(v) = value {
+        // A bare word is a target to the parser, so a misspelt level
+        // ("degub") would pass as one: a bare word must be a level or one
+        // of the targets Fulcrum's logs come from.
+        const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
+        const TARGETS: &[&str] = &[
+            "fulcrum",
+            "sqlparser",
+            "tokio",
+            "hyper",
+            "rustls",
+            "h2",
+            "mysql",
+        ];
+        for d in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            if d.contains('=') || d.contains('[') {
+                continue;
+            }
+            let known = LEVELS.iter().any(|l| d.eq_ignore_ascii_case(l))
+                || TARGETS.iter().any(|p| d.starts_with(p));
+            if !known {
+                return Err(t.error(
+                    v,
+                    "log",
+                    format!("{d:?} is neither a level (trace, debug, info, warn, error, off) nor a target Fulcrum logs under (fulcrum..., sqlparser, ...)"),
+                ));
+            }
+        }
+        tracing_subscriber::EnvFilter::builder()
+            .parse(&text)
+            .map_err(|e| {
+                t.error(
+                    v,
+                    "log",
+                    format!(
+                        "not a log filter ({e}); e.g. \"info\" or \"fulcrum_cluster=debug,info\""
+                    ),
+                )
+            })?;
+    }
+    Ok(text)
 }
