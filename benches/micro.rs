@@ -9,7 +9,7 @@
 //! ```
 //!
 //! `cargo test --bench micro` runs every benchmark once, as a smoke test.
-//! Results and their reading are in docs/benchmarks.md.
+//! Results and their reading are in docs/benchmarks-history.md.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

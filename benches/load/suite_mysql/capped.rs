@@ -28,7 +28,7 @@ const CAPPED_NODES: usize = 3;
 /// hop (HAProxy, socat, Fulcrum) is not: 17 against 22 µs of server CPU per
 /// point select, the hop measured instead of the node. The pool's workers
 /// take queued requests of any connection without sleeping, so the cost per
-/// request is the same direct and through a relay (docs/benchmarks.md,
+/// request is the same direct and through a relay (docs/benchmarks-history.md,
 /// "A faithful capped regime for MariaDB").
 const CAPPED_SETTINGS: [(&str, &str); 1] = [("thread_handling", "pool-of-threads")];
 /// The capped servers' settings as the report names them: [`CAPPED_SETTINGS`],

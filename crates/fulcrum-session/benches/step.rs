@@ -1,6 +1,6 @@
 //! One engine step for a pgbench -S unit, classification cached: the
 //! routing decision and the state transitions of a read from an idle
-//! client (attach, answer, detach). Target: under 1 µs (docs/benchmarks.md).
+//! client (attach, answer, detach). Target: under 1 µs (docs/benchmarks-history.md).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fulcrum_session::{decide, Engine, Event, Facts, Owed, Status};
