@@ -290,4 +290,39 @@ mod documented {
             .collect();
         assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
     }
+
+    /// The Grafana dashboard (docs/grafana-dashboard.json) asks only for
+    /// series Fulcrum exports: every `fulcrum_...` and `process_...` name in
+    /// its queries (a histogram's `_bucket` counted as its family) is a
+    /// documented metric, and it asks for some of each kind.
+    #[test]
+    fn the_grafana_dashboard_uses_documented_metrics() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/");
+        let docs = std::fs::read_to_string(format!("{root}metrics.md")).expect("docs/metrics.md");
+        let dashboard = std::fs::read_to_string(format!("{root}grafana-dashboard.json"))
+            .expect("the dashboard");
+        let mut used = Vec::new();
+        for prefix in ["fulcrum_", "process_"] {
+            for rest in dashboard.split(prefix).skip(1) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                let name = format!("{prefix}{name}");
+                let family = name.strip_suffix("_bucket").unwrap_or(&name).to_owned();
+                used.push(family);
+            }
+        }
+        used.sort();
+        used.dedup();
+        assert!(used.len() > 20, "{used:?}");
+        let missing: Vec<&String> = used
+            .iter()
+            .filter(|n| !docs.contains(&format!("`{n}`")) && !docs.contains(&format!("`{n}`,")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the dashboard asks for undocumented series: {missing:?}"
+        );
+    }
 }
