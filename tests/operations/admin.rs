@@ -136,10 +136,45 @@ async fn every_show_command_has_its_columns() {
                 "disabled",
                 "paused",
                 "failover_blocked",
+                "topology",
+                "epoch",
+                "leader",
+                "leads",
+                "coordinator_heard_seconds_ago",
             ],
         ),
         (
             "SHOW POOLS",
+            &[
+                "database",
+                "user",
+                "cl_active",
+                "cl_waiting",
+                "cl_active_cancel_req",
+                "cl_waiting_cancel_req",
+                "sv_active",
+                "sv_active_cancel",
+                "sv_being_canceled",
+                "sv_idle",
+                "sv_used",
+                "sv_tested",
+                "sv_login",
+                "maxwait",
+                "maxwait_us",
+                "pool_mode",
+                "cluster",
+                "backends",
+                "pool_size",
+                "min_pool_size",
+                "reserve_pool_size",
+                "sv_reserve",
+                "sv_opened",
+                "sv_closed",
+                "waits",
+            ],
+        ),
+        (
+            "SHOW SERVER_POOLS",
             &[
                 "cluster",
                 "database",
@@ -161,6 +196,7 @@ async fn every_show_command_has_its_columns() {
                 "max_user_connections",
             ],
         ),
+        ("SHOW HELP", &["command", "does"]),
         (
             "SHOW SERVERS",
             &[
@@ -207,6 +243,7 @@ async fn every_show_command_has_its_columns() {
                 "avg_xact_time",
                 "avg_query_time",
                 "avg_wait_time",
+                "total_requests",
             ],
         ),
         (
@@ -223,6 +260,7 @@ async fn every_show_command_has_its_columns() {
                 "avg_xact_time",
                 "avg_query_time",
                 "avg_wait_time",
+                "total_requests",
             ],
         ),
         ("SHOW CONFIG", &["key", "value"]),
@@ -239,6 +277,13 @@ async fn every_show_command_has_its_columns() {
                 "pool_mode",
                 "sv_active",
                 "sv_idle",
+                "name",
+                "min_pool_size",
+                "reserve_pool",
+                "max_connections",
+                "current_connections",
+                "paused",
+                "disabled",
             ],
         ),
         (
@@ -968,4 +1013,103 @@ fn console_tls_and_stats_users() {
         "RESUME",
     );
     assert!(ok, "{err}");
+}
+
+/// Debian's `prometheus-pgbouncer-exporter`, pointed at Fulcrum's console
+/// as at PgBouncer's, exports its pool, stats, databases and lists series
+/// with Fulcrum's real figures; then the console's SHUTDOWN drains and
+/// stops the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
+    let c = fulcrum_suite::pg_primary();
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    // Traffic to count, and a client holding a transaction (active).
+    let client = pg_connect(&cfg).await;
+    for _ in 0..20 {
+        client.simple_query("SELECT 1").await.unwrap();
+    }
+    let holder = pg_connect(&cfg).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let exporter = fulcrum_testkit::tool(
+        "/usr/bin/prometheus-pgbouncer-exporter",
+        "prometheus-pgbouncer-exporter",
+    );
+    let port = free_port();
+    let mut child = std::process::Command::new(exporter)
+        .args([
+            "--pgbouncer-host",
+            "127.0.0.1",
+            "--pgbouncer-port",
+            &admin_port.to_string(),
+            "--pgbouncer-user",
+            CONSOLE_USER,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .env("PGPASSWORD", CONSOLE_PASSWORD)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the exporter starts");
+    let mut text = String::new();
+    for _ in 0..100 {
+        // The exporter answers HTTP/1.0: read it whole.
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+            let mut t = String::new();
+            let _ = s.read_to_string(&mut t);
+            if t.contains("pgbouncer_active_clients") {
+                text = t;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !text.is_empty(),
+        "the exporter never served its series: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    };
+    assert_eq!(
+        value(&format!(
+            "pgbouncer_active_clients{{database=\"{APP_DB}\",user=\"{APP_USER}\"}}"
+        )),
+        1.0,
+        "the client in its transaction"
+    );
+    assert!(value("pgbouncer_requests_total{database=\"main\"}") >= 20.0);
+    assert!(value("pgbouncer_received_bytes_total{database=\"main\"}") > 0.0);
+    assert_eq!(
+        value(&format!("pgbouncer_pool_size{{database=\"{APP_DB}\"}}")),
+        20.0
+    );
+    assert_eq!(
+        value("pgbouncer_used_clients "),
+        2.0,
+        "two clients logged in"
+    );
+    assert!(value("pgbouncer_used_servers ") >= 1.0);
+    holder.batch_execute("COMMIT").await.unwrap();
+
+    // SHUTDOWN drains: the daemon exits by itself.
+    let console = try_console_connect(admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    console.simple_query("SHUTDOWN").await.unwrap();
+    let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(30)));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }

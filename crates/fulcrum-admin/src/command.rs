@@ -19,6 +19,10 @@ pub enum Show {
     Totals,
     /// What the process holds in memory.
     Mem,
+    /// Fulcrum's pools one by one (per backend), with their budgets.
+    ServerPools,
+    /// The commands, one per row.
+    Help,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +35,8 @@ pub enum Command {
     Disable(String),
     Enable(String),
     Reload,
+    /// Drain and stop the daemon, as SIGTERM does.
+    Shutdown,
     Switchover {
         cluster: String,
         backend: String,
@@ -88,13 +94,15 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "USERS" => Show::Users,
             "TOTALS" => Show::Totals,
             "MEM" => Show::Mem,
+            "SERVER_POOLS" => Show::ServerPools,
+            "HELP" => Show::Help,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? HELP, POOLS, SERVER_POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
@@ -102,6 +110,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
         ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
         ["RELOAD"] => Ok(Command::Reload),
+        ["SHUTDOWN"] => Ok(Command::Shutdown),
         ["KILL", _] => Ok(Command::Kill(words[1].to_owned())),
         ["KILL", ..] => Err("usage: KILL <database>".into()),
         ["RECONNECT"] => Ok(Command::Reconnect(None)),
@@ -116,7 +125,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["SET", ..] => parse_set(text),
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {:?}; try SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SET log = '...'",
+            "unknown command {:?}; try SHOW HELP, SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SHUTDOWN, SET log = '...'",
             words[0]
         )),
     }

@@ -1,6 +1,6 @@
 //! Running one console command: the operator commands (PAUSE, RESUME,
 //! KILL, RECONNECT, WAIT_CLOSE, RESET QUERIES, DISABLE, ENABLE, RELOAD,
-//! SWITCHOVER, SET log) and how a command names its cluster or backend;
+//! SHUTDOWN, SWITCHOVER, SET log) and how a command names its cluster or backend;
 //! `SHOW` tables are `show`'s.
 
 use std::sync::Arc;
@@ -109,6 +109,16 @@ impl Admin {
             }
             Command::Disable(target) => self.set_disabled(&target, true, out),
             Command::Enable(target) => self.set_disabled(&target, false, out),
+            Command::Shutdown => {
+                let tx = self.shutdown.as_ref().ok_or((
+                    "55000",
+                    "fulcrum admin: SHUTDOWN is not available here".to_string(),
+                ))?;
+                tracing::warn!("SHUTDOWN from the admin console: draining, then stopping");
+                let _ = tx.send(true);
+                backend_msg::command_complete(out, "SHUTDOWN");
+                Ok(())
+            }
             Command::Reload => {
                 let tx = self.reload.as_ref().ok_or((
                     "55000",

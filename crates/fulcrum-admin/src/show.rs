@@ -29,9 +29,32 @@ impl Admin {
             Show::Totals => self.show_stats(true, out),
             Show::Config => self.show_config(out),
             Show::Lists => self.show_lists(out),
+            Show::ServerPools => self.show_server_pools(out),
+            Show::Help => self.show_help(out),
         }
     }
 }
+
+/// SHOW HELP's rows: each command and what it does.
+const HELP: &[(&str, &str)] = &[
+    ("SHOW HELP", "this list"),
+    ("SHOW POOLS", "per database and user: clients active and waiting, server connections, longest wait (PgBouncer's columns)"),
+    ("SHOW SERVER_POOLS", "each pool per backend, user and database, with its budgets"),
+    ("SHOW DATABASES", "pools summed per database"),
+    ("SHOW STATS | TOTALS", "traffic per cluster, or summed (PgBouncer's columns)"),
+    ("SHOW SERVERS", "each backend: role, state, probe, connections"),
+    ("SHOW CLIENTS", "each client connection"),
+    ("SHOW CLUSTERS", "each backend's role, state and lag; the topology source and epoch"),
+    ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
+    ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),
+    ("PAUSE [cluster] | RESUME [cluster]", "hold new units of work, then let them go"),
+    ("DISABLE backend | ENABLE backend", "take a backend out of reads, or back"),
+    ("KILL database | RECONNECT [database] | WAIT_CLOSE [database]", "drop, or recycle, a database's connections"),
+    ("SWITCHOVER cluster TO backend", "planned promotion (with etcd: on the leader; with Patroni: asked of Patroni)"),
+    ("RELOAD", "read the config file again; says what needs a restart"),
+    ("SET log = 'filter'", "change the log filter"),
+    ("SHUTDOWN", "drain and stop, as SIGTERM does"),
+];
 
 fn protocol(c: &fulcrum_config::Cluster) -> String {
     match c.protocol {

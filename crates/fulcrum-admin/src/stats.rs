@@ -34,7 +34,7 @@ fn avg_micros(seconds: f64, n: u64) -> u64 {
 }
 
 impl StatFigures {
-    pub const COLUMNS: [&'static str; 11] = [
+    pub const COLUMNS: [&'static str; 12] = [
         "database",
         "total_xact_count",
         "total_query_count",
@@ -46,6 +46,8 @@ impl StatFigures {
         "avg_xact_time",
         "avg_query_time",
         "avg_wait_time",
+        // PgBouncer before 1.8 (and exporters written for it): queries.
+        "total_requests",
     ];
 
     /// A cluster's figures from the metrics families.
@@ -101,6 +103,7 @@ impl StatFigures {
             unit_avg.to_string(),
             unit_avg.to_string(),
             avg_micros(self.wait_seconds, self.waits).to_string(),
+            self.queries.to_string(),
         ]
     }
 }

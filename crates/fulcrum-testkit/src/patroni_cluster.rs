@@ -82,7 +82,7 @@ impl PatroniCluster {
                  etcd3:\n  hosts: {hosts}\n\
                  bootstrap:\n  dcs:\n    ttl: 20\n    loop_wait: 1\n    retry_timeout: 5\n    maximum_lag_on_failover: 67108864\n\
                  \x20   postgresql:\n      use_pg_rewind: true\n      use_slots: true\n      parameters:\n\
-                 \x20       wal_log_hints: 'on'\n        max_connections: 100\n        max_wal_senders: 10\n\
+                 \x20       wal_log_hints: 'on'\n        wal_retrieve_retry_interval: 100ms\n        max_connections: 100\n        max_wal_senders: 10\n\
                  \x20 initdb:\n  - encoding: UTF8\n  - auth-local: trust\n  - auth-host: scram-sha-256\n\
                  \x20 post_bootstrap: {bootstrap}\n\
                  postgresql:\n  listen: 127.0.0.1:{pg_port}\n  connect_address: 127.0.0.1:{pg_port}\n\
@@ -129,10 +129,19 @@ impl PatroniCluster {
         for i in 1..n {
             cluster.spawn(i)?;
         }
+        // `GET /cluster` shows a replica `running` with lag 0 as soon as it
+        // has replayed its base backup, before it streams (its slot may not
+        // exist yet); a switchover then would promote it without the
+        // leader's latest commits. The leader's walsenders are the proof
+        // (not the one of a base backup still being taken).
+        let streaming = (n - 1).to_string();
         cluster.wait(START_TIMEOUT, "every replica to stream", |c| {
-            c.cluster_json().is_some_and(|j| {
-                j.matches("\"lag\": 0").count() + j.matches("\"lag\":0").count() == n - 1
-            })
+            c.psql(
+                0,
+                "SELECT count(*) FROM pg_stat_replication \
+                 WHERE state = 'streaming' AND application_name <> 'pg_basebackup'",
+            )
+            .is_ok_and(|count| count == streaming)
         })?;
         Ok(cluster)
     }
@@ -309,14 +318,14 @@ impl PatroniCluster {
         if let Some(r) = m.reaper.take() {
             r.disarm();
         }
-        if let Some(pid) = std::fs::read_to_string(m.data.join("postmaster.pid"))
-            .ok()
-            .and_then(|t| t.lines().next()?.trim().parse::<i32>().ok())
-        {
-            // SAFETY-free: kill(2) through the command, as the rest of the kit.
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
+        // Patroni starts PostgreSQL from a helper in a session of its own
+        // (setsid), which may still be launching a postmaster after Patroni
+        // is gone, before any postmaster.pid exists. Kill whatever runs in
+        // Patroni's directory (the helper) or the data directory (the
+        // postmaster and its children) until nothing does.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while kill_running_in(&[&m.home, &m.data]) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -356,6 +365,31 @@ impl Drop for PatroniCluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// SIGKILLs every process whose working directory is one of `dirs`;
+/// whether there was any. A zombie has no readable cwd, so a killed
+/// process stops counting at once.
+fn kill_running_in(dirs: &[&Path]) -> bool {
+    let mut found = false;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
+            continue;
+        };
+        if dirs.iter().any(|d| cwd == *d) {
+            found = true;
+            // SAFETY: kill(2) has no memory preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    found
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

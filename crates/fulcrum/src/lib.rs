@@ -206,9 +206,27 @@ fn warn_unverified_backends(config: &Config) {
 
 pub async fn run(
     config: Config,
-    shutdown: watch::Receiver<bool>,
+    outside: watch::Receiver<bool>,
     set_log: fulcrum_admin::SetLog,
 ) -> Result<(), DaemonError> {
+    // The daemon's own shutdown: turned on by the caller's (signals) or by
+    // the console's SHUTDOWN.
+    let (stop, shutdown) = watch::channel(false);
+    let stop = Arc::new(stop);
+    {
+        let (stop, mut outside) = (stop.clone(), outside);
+        tokio::spawn(async move {
+            loop {
+                if *outside.borrow() {
+                    let _ = stop.send(true);
+                    return;
+                }
+                if outside.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     // Every listener is bound before any cluster's: once a client can
     // connect, the console and /metrics are there too.
     let admin_listener = match config.fulcrum.admin {
@@ -304,6 +322,7 @@ pub async fn run(
             metrics: metrics.clone(),
             set_log: set_log.clone(),
             reload: Some(reload_tx.clone()),
+            shutdown: Some((*stop).clone()),
         });
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }

@@ -1,5 +1,7 @@
-//! SHOW POOLS and SHOW DATABASES: the server connection pools, one by
-//! one with their budgets, and summed per database.
+//! SHOW POOLS (PgBouncer's shape: a row per database and user, clients
+//! and server connections), SHOW SERVER_POOLS (Fulcrum's pools one by
+//! one, per backend, with their budgets) and SHOW DATABASES (summed per
+//! database).
 
 use bytes::BytesMut;
 
@@ -8,8 +10,126 @@ use crate::rows::result;
 use crate::Admin;
 
 impl Admin {
-    /// SHOW POOLS: a row per pool, with the budgets it counts against.
+    /// SHOW POOLS, PgBouncer's columns first: a row per (cluster,
+    /// database, user) with its clients (active: holding a server
+    /// connection; waiting: for one), its server connections over every
+    /// backend, and the longest wait now; then Fulcrum's budgets. The
+    /// columns PgBouncer has and Fulcrum has no such state for
+    /// (cancel requests in flight, servers being tested or logging in) are 0.
     pub(super) fn show_pools(&self, out: &mut BytesMut) {
+        use std::collections::BTreeMap;
+        #[derive(Default)]
+        struct Row {
+            cl_active: usize,
+            cl_waiting: usize,
+            sv_active: usize,
+            sv_idle: usize,
+            sv_reserve: usize,
+            opened: u64,
+            closed: u64,
+            waits: u64,
+            maxwait_us: u64,
+            backends: usize,
+        }
+        let now = fulcrum_pool::coarse::ms();
+        let clients = fulcrum_cluster::clients::registry().snapshot();
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            let config = c.config();
+            let mut by: BTreeMap<(String, String), Row> = BTreeMap::new();
+            for p in c.pools() {
+                let r = by.entry((p.database.clone(), p.user.clone())).or_default();
+                r.sv_active += p.active;
+                r.sv_idle += p.idle;
+                r.sv_reserve += p.reserve;
+                r.opened += p.opened;
+                r.closed += p.closed;
+                r.waits += p.waits;
+                r.backends += 1;
+            }
+            for e in clients.iter().filter(|e| *e.cluster == *config.name) {
+                let r = by
+                    .entry((e.database.to_string(), e.user.to_string()))
+                    .or_default();
+                match e.state() {
+                    fulcrum_cluster::clients::ClientState::Active => r.cl_active += 1,
+                    fulcrum_cluster::clients::ClientState::Waiting => {
+                        r.cl_waiting += 1;
+                        let waited = now.saturating_sub(e.since_ms()) * 1000;
+                        r.maxwait_us = r.maxwait_us.max(waited);
+                    }
+                    _ => {}
+                }
+            }
+            let b = &config.budgets;
+            for ((database, user), r) in by {
+                rows.push(vec![
+                    database,
+                    user,
+                    r.cl_active.to_string(),
+                    r.cl_waiting.to_string(),
+                    "0".into(),
+                    "0".into(),
+                    r.sv_active.to_string(),
+                    "0".into(),
+                    "0".into(),
+                    r.sv_idle.to_string(),
+                    // Fulcrum checks a connection when it is handed out,
+                    // not as a separate "used" state: every idle one is ready.
+                    "0".into(),
+                    "0".into(),
+                    "0".into(),
+                    (r.maxwait_us / 1_000_000).to_string(),
+                    (r.maxwait_us % 1_000_000).to_string(),
+                    pool_mode(config),
+                    config.name.clone(),
+                    r.backends.to_string(),
+                    config.pool_size.to_string(),
+                    b.min_pool_size.to_string(),
+                    b.reserve_pool_size.to_string(),
+                    r.sv_reserve.to_string(),
+                    r.opened.to_string(),
+                    r.closed.to_string(),
+                    r.waits.to_string(),
+                ]);
+            }
+        }
+        result(
+            out,
+            &[
+                "database",
+                "user",
+                "cl_active",
+                "cl_waiting",
+                "cl_active_cancel_req",
+                "cl_waiting_cancel_req",
+                "sv_active",
+                "sv_active_cancel",
+                "sv_being_canceled",
+                "sv_idle",
+                "sv_used",
+                "sv_tested",
+                "sv_login",
+                "maxwait",
+                "maxwait_us",
+                "pool_mode",
+                "cluster",
+                "backends",
+                "pool_size",
+                "min_pool_size",
+                "reserve_pool_size",
+                "sv_reserve",
+                "sv_opened",
+                "sv_closed",
+                "waits",
+            ],
+            &rows,
+        );
+    }
+
+    /// SHOW SERVER_POOLS: a row per pool (backend, user, database), with
+    /// the budgets it counts against.
+    pub(super) fn show_server_pools(&self, out: &mut BytesMut) {
         let mut rows = Vec::new();
         for c in &self.clusters() {
             let pools = c.pools();
@@ -72,7 +192,10 @@ impl Admin {
         );
     }
 
-    /// SHOW DATABASES: the pools summed per (cluster, database).
+    /// SHOW DATABASES: the pools summed per (cluster, database), with
+    /// PgBouncer's column names where the idea is the same (`name`,
+    /// `pool_size`, `min_pool_size`, `reserve_pool`, `pool_mode`,
+    /// `max_connections`, `current_connections`, `paused`, `disabled`).
     pub(super) fn show_databases(&self, out: &mut BytesMut) {
         let mut rows = Vec::new();
         for c in &self.clusters() {
@@ -84,16 +207,25 @@ impl Admin {
                 e.1 += p.active;
                 e.2 += p.idle;
             }
+            let config = c.config();
+            let b = &config.budgets;
             for (database, (pools, active, idle)) in by_db {
                 rows.push(vec![
-                    c.config().name.clone(),
-                    database,
-                    c.config().backends.len().to_string(),
+                    config.name.clone(),
+                    database.clone(),
+                    config.backends.len().to_string(),
                     pools.to_string(),
-                    c.config().pool_size.to_string(),
-                    pool_mode(c.config()),
+                    config.pool_size.to_string(),
+                    pool_mode(config),
                     active.to_string(),
                     idle.to_string(),
+                    database,
+                    b.min_pool_size.to_string(),
+                    b.reserve_pool_size.to_string(),
+                    b.max_db_connections.to_string(),
+                    (active + idle).to_string(),
+                    i32::from(c.router().is_paused()).to_string(),
+                    "0".into(),
                 ]);
             }
         }
@@ -108,6 +240,13 @@ impl Admin {
                 "pool_mode",
                 "sv_active",
                 "sv_idle",
+                "name",
+                "min_pool_size",
+                "reserve_pool",
+                "max_connections",
+                "current_connections",
+                "paused",
+                "disabled",
             ],
             &rows,
         );

@@ -90,22 +90,48 @@ impl Admin {
         result(out, &["key", "value"], &rows);
     }
 
-    /// SHOW LISTS: how many clusters, backends, pools, clients and admin users.
+    /// SHOW LISTS: PgBouncer's keys (databases, users, pools, clients and
+    /// servers free, used and logging in; Fulcrum has no DNS cache, so the
+    /// dns_* keys are 0), then Fulcrum's own counts.
     pub(super) fn show_lists(&self, out: &mut BytesMut) {
-        let backends: usize = self
-            .clusters()
+        let clusters = self.clusters();
+        let backends: usize = clusters.iter().map(|c| c.config().backends.len()).sum();
+        let pools: Vec<_> = clusters.iter().flat_map(|c| c.pools()).collect();
+        let clients: i64 = clusters.iter().map(|c| c.clients()).sum();
+        let databases: std::collections::HashSet<&str> =
+            pools.iter().map(|p| p.database.as_str()).collect();
+        let users: std::collections::HashSet<&str> =
+            pools.iter().map(|p| p.user.as_str()).collect();
+        let (used_servers, free_servers) = pools
             .iter()
-            .map(|c| c.config().backends.len())
-            .sum();
-        let pools: usize = self.clusters().iter().map(|c| c.pools().len()).sum();
-        let clients: i64 = self.clusters().iter().map(|c| c.clients()).sum();
+            .fold((0, 0), |(a, i), p| (a + p.active, i + p.idle));
         let rows = vec![
-            vec!["clusters".into(), self.clusters().len().to_string()],
+            vec!["databases".into(), databases.len().to_string()],
+            vec!["users".into(), users.len().to_string()],
+            vec!["pools".into(), pools.len().to_string()],
+            vec!["free_clients".into(), "0".into()],
+            vec!["used_clients".into(), clients.to_string()],
+            vec!["login_clients".into(), "0".into()],
+            vec!["free_servers".into(), free_servers.to_string()],
+            vec!["used_servers".into(), used_servers.to_string()],
+            vec!["dns_names".into(), "0".into()],
+            vec!["dns_zones".into(), "0".into()],
+            vec!["dns_queries".into(), "0".into()],
+            vec!["dns_pending".into(), "0".into()],
+            vec!["clusters".into(), clusters.len().to_string()],
             vec!["backends".into(), backends.to_string()],
-            vec!["pools".into(), pools.to_string()],
             vec!["clients".into(), clients.to_string()],
             vec!["admin_users".into(), self.users().len().to_string()],
         ];
         result(out, &["list", "items"], &rows);
+    }
+
+    /// SHOW HELP: a row per command.
+    pub(super) fn show_help(&self, out: &mut BytesMut) {
+        let rows: Vec<Vec<String>> = super::HELP
+            .iter()
+            .map(|(c, what)| vec![(*c).to_owned(), (*what).to_owned()])
+            .collect();
+        result(out, &["command", "does"], &rows);
     }
 }
