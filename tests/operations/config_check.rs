@@ -384,3 +384,114 @@ fn check_connect_reports_each_backends_role_and_each_refusal() {
         "{stderr}"
     );
 }
+
+/// `fulcrum import pgbouncer` on PgBouncer's own example (Debian's
+/// /etc/pgbouncer/pgbouncer.ini, from the package) with an auth file: a
+/// config `fulcrum check` accepts, and every setting it could not carry
+/// over named on stderr.
+#[test]
+fn import_pgbouncer_converts_debians_example() {
+    let pgbouncer = fulcrum_testkit::tool("/usr/sbin/pgbouncer", "pgbouncer");
+    assert!(pgbouncer.exists());
+    let ini = Path::new("/etc/pgbouncer/pgbouncer.ini");
+    let dir = TempDir::new();
+    let userlist = dir.write(
+        "userlist.txt",
+        "\"app\" \"secret\"\n\"hashed\" \"md5d41d8cd98f00b204e9800998ecf8427e\"\n",
+    );
+    let out_path = dir.0.join("imported.toml");
+    let out = fulcrum(&[
+        "import".as_ref(),
+        "pgbouncer".as_ref(),
+        ini.as_os_str(),
+        "--userlist".as_ref(),
+        userlist.as_os_str(),
+        "--output".as_ref(),
+        out_path.as_os_str(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for said in [
+        "logfile",
+        "pidfile",
+        "unix_socket_dir",
+        "\"hashed\"",
+        "[databases] is empty",
+    ] {
+        assert!(stderr.contains(said), "{said} in:\n{stderr}");
+    }
+    let checked = check(&out_path);
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        text(&checked.stdout),
+        text(&checked.stderr)
+    );
+}
+
+/// A PgBouncer config with several databases on two servers, imported:
+/// two clusters on one port, the aliases kept, and clients served through
+/// the result reach the server each alias names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_pgbouncer_with_several_databases_serves_clients() {
+    use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
+    let one = fulcrum_suite::pg_primary();
+    let two =
+        tokio::task::block_in_place(|| PgCluster::builder().start()).expect("a second server");
+    let (p1, p2) = (one.primary().port(), two.primary().port());
+    let listen = fulcrum_testkit::free_port();
+    let dir = TempDir::new();
+    dir.write(
+        "userlist.txt",
+        &format!("\"{APP_USER}\" \"{APP_PASSWORD}\"\n\"ops\" \"ops-secret\"\n"),
+    );
+    let ini = dir.write(
+        "pgbouncer.ini",
+        &format!(
+            "[databases]\n{APP_DB} = host=127.0.0.1 port={p1} dbname={APP_DB}\nsales = host=127.0.0.1 port={p1} dbname={APP_DB} pool_size=4\n\
+             ledger = host=localhost port={p2} dbname={APP_DB}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {listen}\n\
+             auth_type = md5\nauth_file = userlist.txt\npool_mode = transaction\ndefault_pool_size = 5\nadmin_users = ops\n\
+             server_idle_timeout = 60\nclient_login_timeout = 0\nlogfile = /var/log/pgbouncer.log\nstats_period = 60\n"
+        ),
+    );
+    let out = fulcrum(&["import".as_ref(), "pgbouncer".as_ref(), ini.as_os_str()]);
+    let (toml, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stats_period") && stderr.contains("logfile"),
+        "{stderr}"
+    );
+    assert_eq!(toml.matches("[[cluster]]").count(), 2, "{toml}");
+    // The console's port is the client port + 1: make it a free one.
+    let admin = fulcrum_testkit::free_port();
+    let toml = toml.replace(
+        &format!("127.0.0.1:{}", listen + 1),
+        &format!("127.0.0.1:{admin}"),
+    );
+    let imported = dir.write("fulcrum.toml", &toml);
+    let checked = check(&imported);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let p = FulcrumProcess::start(&toml).unwrap();
+    for (database, port) in [(APP_DB, p1), ("sales", p1), ("ledger", p2)] {
+        let conn = format!(
+            "host=127.0.0.1 port={listen} user={APP_USER} password={APP_PASSWORD} dbname={database}"
+        );
+        let client = fulcrum_suite::pg_connect_str(&conn)
+            .await
+            .unwrap_or_else(|e| panic!("{database}: {e}\n{}", p.log_contents()));
+        let rows = client
+            .simple_query("SELECT inet_server_port()")
+            .await
+            .unwrap();
+        let got: Option<u16> = rows.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+            _ => None,
+        });
+        assert_eq!(got, Some(port), "{database} reaches its server");
+    }
+    let console = fulcrum_suite::try_console_connect(admin, "ops-secret").await;
+    assert!(
+        console.is_ok(),
+        "PgBouncer's admin user logs in to the console"
+    );
+}

@@ -11,6 +11,7 @@
 
 pub mod connect_check;
 pub mod descriptors;
+pub mod import;
 pub mod log_filter;
 pub mod systemd;
 

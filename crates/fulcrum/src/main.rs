@@ -46,6 +46,25 @@ enum Command {
     },
     /// Print the man page (roff), e.g. `fulcrum manpage > /usr/share/man/man1/fulcrum.1`.
     Manpage,
+    /// Write a fulcrum.toml equivalent to another pooler's config.
+    #[command(subcommand)]
+    Import(Import),
+}
+
+#[derive(Subcommand)]
+enum Import {
+    /// From a PgBouncer ini (and its auth file): the TOML on stdout (or
+    /// --output), what could not be carried over on stderr.
+    Pgbouncer {
+        /// pgbouncer.ini
+        ini: PathBuf,
+        /// The auth file with the users' passwords (default: the ini's auth_file).
+        #[arg(long)]
+        userlist: Option<PathBuf>,
+        /// Write the TOML here instead of stdout.
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -60,6 +79,11 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
+        Some(Command::Import(Import::Pgbouncer {
+            ref ini,
+            ref userlist,
+            ref output,
+        })) => return import_pgbouncer(ini, userlist.as_deref(), output.as_deref()),
         Some(Command::Manpage) => {
             let page = clap_mangen::Man::new(Cli::command());
             return match page.render(&mut std::io::stdout()) {
@@ -152,6 +176,64 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// `fulcrum import pgbouncer`: exit 0 with the TOML written, 2 when the
+/// files cannot be read or nothing could be made of them.
+fn import_pgbouncer(
+    ini: &std::path::Path,
+    userlist: Option<&std::path::Path>,
+    output: Option<&std::path::Path>,
+) -> ExitCode {
+    use fulcrum::import::{ini::userlist as read_userlist, ini::Ini, pgbouncer::import};
+    let text = match std::fs::read_to_string(ini) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", ini.display());
+            return ExitCode::from(2);
+        }
+    };
+    let parsed = Ini::parse(&text);
+    let auth_file = userlist.map(std::path::Path::to_path_buf).or_else(|| {
+        parsed
+            .get("auth_file")
+            .map(|f| ini.parent().unwrap_or(std::path::Path::new(".")).join(f))
+    });
+    let users = match &auth_file {
+        Some(f) => match std::fs::read_to_string(f) {
+            Ok(t) => read_userlist(&t),
+            Err(e) => {
+                eprintln!("{}: cannot read the auth file: {e}", f.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => Vec::new(),
+    };
+    let imported = match import(&parsed, &users, &ini.display().to_string()) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    for note in &imported.notes {
+        eprintln!("not carried over: {note}");
+    }
+    match output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &imported.toml) {
+                eprintln!("{}: cannot write: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            eprintln!(
+                "{}: written; check it with `fulcrum check --config {}`",
+                path.display(),
+                path.display()
+            );
+        }
+        None => print!("{}", imported.toml),
+    }
+    ExitCode::SUCCESS
 }
 
 /// The control thread's runtime (listeners, health loop, console,

@@ -1,0 +1,4 @@
+//! Importing other poolers' configs (`fulcrum import ...`).
+
+pub mod ini;
+pub mod pgbouncer;

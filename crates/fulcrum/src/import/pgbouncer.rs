@@ -1,0 +1,722 @@
+//! `fulcrum import pgbouncer`: a PgBouncer ini (and its auth file) turned
+//! into an equivalent `fulcrum.toml`, with every setting that could not be
+//! carried over listed and why. Pure: the caller reads the files and
+//! writes the result; `fulcrum check` validates it like any config.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::ini::{conn_params, Ini};
+
+/// The result: the TOML text, and one note per setting not carried over
+/// (or carried over with a change worth knowing).
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub toml: String,
+    pub notes: Vec<String>,
+}
+
+/// `[pgbouncer]` keys with no Fulcrum equivalent, and why.
+const NOT_CARRIED: &[(&str, &str)] = &[
+    ("logfile", "Fulcrum logs to stderr (journald under systemd)"),
+    (
+        "pidfile",
+        "Fulcrum does not daemonize; systemd tracks its pid",
+    ),
+    ("syslog", "Fulcrum logs to stderr (journald under systemd)"),
+    ("syslog_facility", "Fulcrum logs to stderr"),
+    ("syslog_ident", "Fulcrum logs to stderr"),
+    ("unix_socket_dir", "Fulcrum listens on TCP only"),
+    ("unix_socket_mode", "Fulcrum listens on TCP only"),
+    ("unix_socket_group", "Fulcrum listens on TCP only"),
+    ("user", "run Fulcrum as the user you want (systemd User=)"),
+    (
+        "auth_hba_file",
+        "Fulcrum has no hba rules; restrict access with the firewall or tls_client_ca",
+    ),
+    (
+        "ignore_startup_parameters",
+        "not needed: Fulcrum tracks every startup parameter per client",
+    ),
+    (
+        "track_extra_parameters",
+        "not needed: Fulcrum tracks every parameter the client sets",
+    ),
+    ("application_name_add_host", "no equivalent"),
+    (
+        "server_check_query",
+        "Fulcrum checks a connection's state, not with a query",
+    ),
+    (
+        "server_round_robin",
+        "reads are balanced by `balance` (default least_connections)",
+    ),
+    (
+        "server_fast_close",
+        "RECONNECT closes connections at their next idle moment",
+    ),
+    (
+        "server_login_retry",
+        "a failed login is retried at the next client's need",
+    ),
+    ("stats_period", "metrics are scraped live at /metrics"),
+    ("log_connections", "Fulcrum logs connections at debug level"),
+    (
+        "log_disconnections",
+        "Fulcrum logs disconnections at debug level",
+    ),
+    (
+        "log_pooler_errors",
+        "errors Fulcrum sends are logged at info level",
+    ),
+    ("log_stats", "metrics are scraped live at /metrics"),
+    ("verbose", "set [fulcrum] log = \"debug\""),
+    ("pkt_buf", "buffers are sized per message"),
+    (
+        "listen_backlog",
+        "Fulcrum asks for 4,096 (capped by net.core.somaxconn)",
+    ),
+    ("sbuf_loopcnt", "no equivalent"),
+    (
+        "max_packet_size",
+        "see max_message_size (a size, e.g. \"1GB\")",
+    ),
+    (
+        "so_reuseport",
+        "one Fulcrum process uses every core (workers)",
+    ),
+    ("tcp_defer_accept", "no equivalent"),
+    ("tcp_socket_buffer", "no equivalent"),
+    ("tcp_keepalive", "no equivalent"),
+    ("tcp_keepcnt", "no equivalent"),
+    ("tcp_keepidle", "no equivalent"),
+    ("tcp_keepintvl", "no equivalent"),
+    ("tcp_user_timeout", "no equivalent"),
+    (
+        "dns_max_ttl",
+        "no DNS cache: names are resolved at each connect",
+    ),
+    ("dns_nxdomain_ttl", "no DNS cache"),
+    ("dns_zone_check_period", "no DNS cache"),
+    ("suspend_timeout", "no online restart (SUSPEND) in Fulcrum"),
+    ("autodb_idle_timeout", "no automatic databases"),
+    ("client_tls_ciphers", "rustls' default suites"),
+    ("client_tls_protocols", "see tls_min_version"),
+    ("client_tls_dheparams", "rustls has no DHE"),
+    ("client_tls_ecdhcurve", "rustls' default groups"),
+    ("server_tls_ciphers", "rustls' default suites"),
+    ("server_tls_protocols", "rustls' default versions"),
+    ("conffile", "no equivalent"),
+    ("service_name", "no equivalent"),
+    ("job_name", "no equivalent"),
+    (
+        "peer_id",
+        "no peering: several Fulcrums coordinate through etcd (topology)",
+    ),
+    ("disable_pqexec", "no equivalent"),
+    ("resolv_conf", "no equivalent"),
+];
+
+/// A PgBouncer duration (seconds, or with a unit) as Fulcrum's text; `None` for 0.
+fn duration(value: &str) -> Option<String> {
+    let v = value.trim();
+    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&v[..i], v[i..].trim()),
+        None => (v, "s"),
+    };
+    let n: f64 = number.trim().parse().ok()?;
+    let ms = match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "min" => n * 60_000.0,
+        "h" => n * 3_600_000.0,
+        "d" => n * 86_400_000.0,
+        _ => return None,
+    };
+    if ms <= 0.0 {
+        return None;
+    }
+    let ms = ms.round() as u64;
+    Some(if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    })
+}
+
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// A cluster name from `text`: lowercase letters, digits and `_`.
+fn name_of(text: &str) -> String {
+    let n: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if n.is_empty() || n.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("db_{n}")
+    } else {
+        n
+    }
+}
+
+fn is_hash(password: &str) -> bool {
+    (password.len() == 35 && password.starts_with("md5")) || password.starts_with("SCRAM-SHA-256$")
+}
+
+/// One server group: the `[databases]` entries on one host list and port.
+#[derive(Default)]
+struct Group {
+    hosts: Vec<String>,
+    port: String,
+    /// (alias, server database)
+    databases: Vec<(String, String)>,
+    wildcard: bool,
+    params: BTreeMap<String, String>,
+}
+
+/// Converts `ini` (and the auth file's `users`) to a Fulcrum config.
+pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imported, String> {
+    let mut notes = Vec::new();
+    let mut handled: Vec<&str> = Vec::new();
+    let mut take = |k: &'static str| {
+        handled.push(k);
+        ini.get(k)
+    };
+
+    // Where clients connect.
+    let port = take("listen_port").unwrap_or("6432").to_owned();
+    let addr = match take("listen_addr").map(str::trim) {
+        None | Some("") => {
+            notes.push("listen_addr is empty (PgBouncer: unix socket only): Fulcrum listens on TCP, 127.0.0.1".into());
+            "127.0.0.1".to_owned()
+        }
+        Some(a) => {
+            let first = a.split(',').next().unwrap_or("").trim();
+            if a.contains(',') {
+                notes.push(format!("listen_addr = {a:?}: Fulcrum listens on one address per cluster; took {first:?}"));
+            }
+            match first {
+                "*" => "0.0.0.0".to_owned(),
+                "localhost" => "127.0.0.1".to_owned(),
+                other => other.to_owned(),
+            }
+        }
+    };
+    let listen = if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    };
+
+    // Cluster-wide settings, PgBouncer's key -> Fulcrum's line.
+    let mut common = String::new();
+    let pool_mode = match take("pool_mode").unwrap_or("session") {
+        "session" => "session",
+        "transaction" => "transaction",
+        "statement" => {
+            notes.push("pool_mode = statement: Fulcrum has session and transaction pooling; took transaction (multi-statement transactions stay whole)".into());
+            "transaction"
+        }
+        other => {
+            return Err(format!(
+                "{source}: pool_mode = {other:?} is not a PgBouncer pool mode"
+            ))
+        }
+    };
+    let _ = writeln!(common, "pool_mode = {}", quote(pool_mode));
+    let _ = writeln!(
+        common,
+        "pool_size = {}",
+        take("default_pool_size").unwrap_or("20")
+    );
+    for (pgb, ours) in [
+        ("min_pool_size", "min_pool_size"),
+        ("reserve_pool_size", "reserve_pool_size"),
+        ("max_db_connections", "max_db_connections"),
+        ("max_user_connections", "max_user_connections"),
+        ("max_client_conn", "max_client_connections"),
+    ] {
+        if let Some(v) = take(pgb) {
+            if v.parse::<u64>().is_ok() {
+                let _ = writeln!(common, "{ours} = {v}");
+            } else {
+                notes.push(format!("{pgb} = {v:?}: not a number; left out"));
+            }
+        }
+    }
+    for (pgb, ours) in [
+        ("reserve_pool_timeout", "reserve_pool_timeout"),
+        ("server_check_delay", "server_check_delay"),
+        ("server_lifetime", "server_lifetime"),
+        ("server_idle_timeout", "server_idle_timeout"),
+        ("server_connect_timeout", "connect_timeout"),
+        ("query_timeout", "query_timeout"),
+        ("client_idle_timeout", "client_idle_timeout"),
+        ("idle_transaction_timeout", "idle_transaction_timeout"),
+    ] {
+        if let Some(v) = take(pgb) {
+            match duration(v) {
+                Some(d) => {
+                    let _ = writeln!(common, "{ours} = {}", quote(&d));
+                }
+                None if v.trim().parse::<f64>() == Ok(0.0) => {}
+                None => notes.push(format!("{pgb} = {v:?}: not a duration; left out")),
+            }
+        }
+    }
+    match take("client_login_timeout").map(|v| (v, duration(v))) {
+        Some((_, Some(d))) => {
+            let _ = writeln!(common, "client_login_timeout = {}", quote(&d));
+        }
+        Some((v, None)) if v.trim().parse::<f64>() == Ok(0.0) => {
+            let _ = writeln!(common, "client_login_timeout = \"0s\"");
+        }
+        _ => {}
+    }
+    match take("query_wait_timeout").map(|v| (v, duration(v))) {
+        Some((_, Some(d))) => {
+            let _ = writeln!(common, "pool_timeout = {}", quote(&d));
+        }
+        Some((v, None)) if v.trim().parse::<f64>() == Ok(0.0) => {
+            notes.push("query_wait_timeout = 0 (wait forever): Fulcrum needs a bound; pool_timeout = \"1h\"".into());
+            let _ = writeln!(common, "pool_timeout = \"1h\"");
+        }
+        None => {
+            // PgBouncer's default: 120 s.
+            let _ = writeln!(common, "pool_timeout = \"120s\"");
+        }
+        Some((v, None)) => notes.push(format!(
+            "query_wait_timeout = {v:?}: not a duration; left out"
+        )),
+    }
+    if let Some(q) = take("server_reset_query") {
+        let _ = writeln!(common, "server_reset_query = {}", quote(q));
+    }
+    if let Some(v) = take("server_reset_query_always") {
+        let _ = writeln!(common, "server_reset_query_always = {}", v.trim() == "1");
+    }
+    if let Some(v) = take("max_prepared_statements") {
+        if v.trim() == "0" {
+            notes.push("max_prepared_statements = 0 (PgBouncer: protocol-level prepared statements not supported in transaction pooling): Fulcrum always supports them; its default cap applies".into());
+        } else {
+            let _ = writeln!(common, "max_prepared_statements = {v}");
+        }
+    }
+    // Read by the caller (its users are `users`).
+    take("auth_file");
+    // Client authentication.
+    let client_auth = match take("auth_type").unwrap_or("md5") {
+        "md5" => "md5",
+        "scram-sha-256" => "scram-sha-256",
+        "trust" => "trust",
+        "cert" => "cert",
+        "any" => {
+            notes.push("auth_type = any (any user name, no password): Fulcrum checks the user name; took trust".into());
+            "trust"
+        }
+        other => {
+            notes.push(format!(
+                "auth_type = {other}: not in Fulcrum (scram-sha-256, md5, trust, cert); took md5"
+            ));
+            "md5"
+        }
+    };
+    let _ = writeln!(common, "client_auth = {}", quote(client_auth));
+    // TLS.
+    if let Some(mode) = take("client_tls_sslmode") {
+        let (tls_mode, verify) = match mode {
+            "disable" => (None, false),
+            "allow" | "prefer" => (Some("allow"), false),
+            "require" => (Some("require"), false),
+            "verify-ca" | "verify-full" => (Some("require"), true),
+            other => {
+                notes.push(format!(
+                    "client_tls_sslmode = {other:?}: unknown; TLS left off"
+                ));
+                (None, false)
+            }
+        };
+        if let Some(m) = tls_mode {
+            let _ = writeln!(common, "tls_mode = {}", quote(m));
+            if let Some(f) = take("client_tls_cert_file") {
+                let _ = writeln!(common, "tls_certificate = {}", quote(f));
+            }
+            if let Some(f) = take("client_tls_key_file") {
+                let _ = writeln!(common, "tls_private_key = {}", quote(f));
+            }
+            if verify {
+                if let Some(f) = take("client_tls_ca_file") {
+                    let _ = writeln!(common, "tls_client_ca = {}", quote(f));
+                }
+            }
+        }
+    }
+    if let Some(mode) = take("server_tls_sslmode") {
+        let ours = match mode {
+            "allow" => {
+                notes.push("server_tls_sslmode = allow: Fulcrum's closest is prefer (TLS when the server offers it)".into());
+                "prefer"
+            }
+            m @ ("disable" | "prefer" | "require" | "verify-ca" | "verify-full") => m,
+            other => {
+                return Err(format!(
+                    "{source}: server_tls_sslmode = {other:?} is not an sslmode"
+                ))
+            }
+        };
+        let _ = writeln!(common, "server_tls = {}", quote(ours));
+        for (pgb, f) in [
+            ("server_tls_ca_file", "server_tls_ca"),
+            ("server_tls_cert_file", "server_tls_certificate"),
+            ("server_tls_key_file", "server_tls_private_key"),
+        ] {
+            if let Some(v) = take(pgb) {
+                let _ = writeln!(common, "{f} = {}", quote(v));
+            }
+        }
+    }
+    // auth_query.
+    let password_of = |u: &str| users.iter().find(|(n, _)| n == u).map(|(_, p)| p.clone());
+    let mut auth_lines = String::new();
+    if let Some(q) = take("auth_query") {
+        match take("auth_user") {
+            Some(u) => match password_of(u) {
+                Some(p) if !is_hash(&p) => {
+                    let _ = writeln!(auth_lines, "auth_user = {}\nauth_password = {}\nauth_query = {}", quote(u), quote(&p), quote(q));
+                }
+                _ => notes.push(format!("auth_user {u:?}: its password is not in the auth file in clear: Fulcrum logs in as it with a password; auth_query left out")),
+            },
+            None => notes.push("auth_query without auth_user: left out (Fulcrum logs in as auth_user to run it)".into()),
+        }
+    } else if take("auth_user").is_some() {
+        notes.push("auth_user without auth_query: PgBouncer's default query reads pg_shadow; set auth_query to use it (docs/configuration.md, auth_query)".into());
+    }
+
+    // Users: every clear-text password of the auth file.
+    let mut user_lines = String::new();
+    let mut carried = 0;
+    for (name, password) in users {
+        if is_hash(password) {
+            notes.push(format!("user {name:?}: the auth file holds a hash, not the password; Fulcrum logs in to the servers with the password: add it (password = {{ file = ... }}) or use auth_query"));
+            continue;
+        }
+        carried += 1;
+        let _ = writeln!(
+            user_lines,
+            "\n[[cluster.user]]\nname = {}\npassword = {}",
+            quote(name),
+            quote(password)
+        );
+    }
+    if carried == 0 && auth_lines.is_empty() {
+        return Err(format!(
+            "{source}: no user could be carried over (no auth file given or read, or every password is a hash): Fulcrum needs [[cluster.user]] entries or auth_query; pass --userlist with clear-text passwords"
+        ));
+    }
+    for (key, _) in ini.section("users") {
+        notes.push(format!(
+            "[users] {key}: per-user pool settings are not in Fulcrum (pools follow the cluster's)"
+        ));
+    }
+
+    // [databases]: one cluster per server (host list and port).
+    let mut groups: Vec<Group> = Vec::new();
+    for (alias, value) in ini.section("databases") {
+        let params = conn_params(value);
+        let p = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let host = p("host").unwrap_or_else(|| {
+            notes.push(format!(
+                "[databases] {alias}: no host (PgBouncer: the local unix socket); took 127.0.0.1"
+            ));
+            "127.0.0.1".into()
+        });
+        let hosts: Vec<String> = host
+            .split(',')
+            .map(|h| {
+                if h.trim() == "localhost" {
+                    "127.0.0.1".into()
+                } else {
+                    h.trim().to_owned()
+                }
+            })
+            .collect();
+        if hosts.iter().any(|h| h.starts_with('/')) {
+            notes.push(format!(
+                "[databases] {alias}: host {host:?} is a unix socket directory; took 127.0.0.1"
+            ));
+        }
+        let hosts: Vec<String> = hosts
+            .into_iter()
+            .map(|h| {
+                if h.starts_with('/') {
+                    "127.0.0.1".into()
+                } else {
+                    h
+                }
+            })
+            .collect();
+        let port = p("port").unwrap_or_else(|| "5432".into());
+        let group = match groups
+            .iter_mut()
+            .position(|g| g.hosts == hosts && g.port == port)
+        {
+            Some(i) => &mut groups[i],
+            None => {
+                groups.push(Group {
+                    hosts,
+                    port,
+                    ..Default::default()
+                });
+                groups.last_mut().expect("just pushed")
+            }
+        };
+        if alias == "*" {
+            group.wildcard = true;
+        } else {
+            group
+                .databases
+                .push((alias.clone(), p("dbname").unwrap_or_else(|| alias.clone())));
+        }
+        for (k, v) in &params {
+            match k.as_str() {
+                "host" | "port" | "dbname" => {}
+                "pool_size" | "pool_mode" | "reserve_pool" | "max_db_connections" | "min_pool_size" => {
+                    if group.params.insert(k.clone(), v.clone()).is_some_and(|old| old != *v) {
+                        notes.push(format!("[databases] {alias}: {k} differs between databases on one server; Fulcrum sets it per cluster (took {v})"));
+                    }
+                }
+                "user" | "password" => notes.push(format!("[databases] {alias}: {k}= (a forced server login) is per user in Fulcrum: set server_user / server_password on the [[cluster.user]] entries")),
+                "auth_user" => notes.push(format!("[databases] {alias}: auth_user per database is per cluster in Fulcrum (auth_user, auth_query)")),
+                other => notes.push(format!("[databases] {alias}: {other}={v} not carried over (set it on the server or per role)")),
+            }
+        }
+    }
+    if groups.is_empty() {
+        notes.push("[databases] is empty: wrote one cluster for 127.0.0.1:5432 serving any database (as a `*` entry would); edit its backend".into());
+        groups.push(Group {
+            hosts: vec!["127.0.0.1".into()],
+            port: "5432".into(),
+            wildcard: true,
+            ..Default::default()
+        });
+    }
+
+    // Admin console.
+    let admins: Vec<String> = take("admin_users")
+        .map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let stats: Vec<String> = take("stats_users")
+        .map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut console = Vec::new();
+    for u in admins.iter().chain(&stats) {
+        if console.iter().any(|(n, _): &(String, String)| n == u) {
+            continue;
+        }
+        match password_of(u) {
+            Some(p) if !is_hash(&p) => console.push((u.clone(), p)),
+            _ => notes.push(format!("admin/stats user {u:?}: no clear-text password in the auth file; not a console user")),
+        }
+    }
+
+    // Everything else in [pgbouncer].
+    for (key, value) in ini.section("pgbouncer") {
+        if handled.contains(&key.as_str()) {
+            continue;
+        }
+        match NOT_CARRIED.iter().find(|(k, _)| k == key) {
+            Some((_, why)) => notes.push(format!("{key} = {value}: {why}")),
+            None => notes.push(format!("{key} = {value}: no Fulcrum equivalent known")),
+        }
+    }
+
+    // The file.
+    let mut out = String::new();
+    let _ = writeln!(out, "# Imported from {source} by `fulcrum import pgbouncer`.\n# What could not be carried over was listed on stderr; every key: docs/configuration.md.\n");
+    let _ = writeln!(out, "[fulcrum]\nlog = \"info\"");
+    if !console.is_empty() {
+        let admin_port = port.parse::<u16>().map_or(6433, |p| p.saturating_add(1));
+        notes.push(format!("PgBouncer's console is the `pgbouncer` database on the client port; Fulcrum's is its own listener: admin = \"127.0.0.1:{admin_port}\" (psql -h 127.0.0.1 -p {admin_port} -U <admin user> fulcrum)"));
+        let _ = writeln!(out, "admin = \"127.0.0.1:{admin_port}\"");
+        if !stats.is_empty() {
+            let list: Vec<String> = stats
+                .iter()
+                .filter(|s| !admins.contains(s) && console.iter().any(|(n, _)| n == *s))
+                .map(|s| quote(s))
+                .collect();
+            let _ = writeln!(out, "stats_users = [{}]", list.join(", "));
+        }
+        for (name, password) in &console {
+            let _ = writeln!(
+                out,
+                "\n[[fulcrum.admin_user]]\nname = {}\npassword = {}",
+                quote(name),
+                quote(password)
+            );
+        }
+    }
+    let mut names: Vec<String> = Vec::new();
+    for g in &groups {
+        let mut name = if g.databases.len() == 1 && !g.wildcard {
+            name_of(&g.databases[0].0)
+        } else if groups.len() == 1 {
+            "main".to_owned()
+        } else {
+            name_of(&format!("{}_{}", g.hosts[0], g.port))
+        };
+        while names.contains(&name) {
+            name.push('_');
+        }
+        names.push(name.clone());
+        let _ = writeln!(
+            out,
+            "\n[[cluster]]\nname = {}\nprotocol = \"postgres\"\nlisten = {}",
+            quote(&name),
+            quote(&listen)
+        );
+        // The common settings, with this server's own (from its
+        // [databases] entries) in their place.
+        let mut lines: Vec<String> = common.lines().map(str::to_owned).collect();
+        for (k, v) in &g.params {
+            let line = match k.as_str() {
+                "pool_size" => format!("pool_size = {v}"),
+                "min_pool_size" => format!("min_pool_size = {v}"),
+                "reserve_pool" => format!("reserve_pool_size = {v}"),
+                "max_db_connections" => format!("max_db_connections = {v}"),
+                "pool_mode" => format!(
+                    "pool_mode = {}",
+                    quote(if v == "statement" { "transaction" } else { v })
+                ),
+                _ => continue,
+            };
+            let key = format!("{} = ", line.split(' ').next().unwrap_or(""));
+            lines.retain(|l| !l.starts_with(&key));
+            lines.push(line);
+        }
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+        out.push_str(&auth_lines);
+        for h in &g.hosts {
+            let address = if h.contains(':') {
+                format!("[{h}]:{}", g.port)
+            } else {
+                format!("{h}:{}", g.port)
+            };
+            let _ = writeln!(
+                out,
+                "\n[[cluster.backend]]\naddress = {}\nrole = {}",
+                quote(&address),
+                quote("auto")
+            );
+        }
+        if !g.wildcard {
+            for (alias, server) in &g.databases {
+                let _ = writeln!(out, "\n[[cluster.database]]\nname = {}", quote(alias));
+                if server != alias {
+                    let _ = writeln!(out, "server_database = {}", quote(server));
+                }
+            }
+        } else if !g.databases.is_empty() {
+            notes.push(format!("the `*` entry shares {}:{} with named databases: the cluster serves any database; renamed ones ({}) are not renamed", g.hosts[0], g.port, g.databases.iter().filter(|(a, s)| a != s).map(|(a, _)| a.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        out.push_str(&user_lines);
+    }
+    Ok(Imported { toml: out, notes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn users() -> Vec<(String, String)> {
+        vec![
+            ("app".into(), "secret".into()),
+            ("ops".into(), "ops-secret".into()),
+            (
+                "hashed".into(),
+                "md5d41d8cd98f00b204e9800998ecf8427e".into(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn databases_become_clusters_per_server_with_their_aliases() {
+        let ini = Ini::parse(
+            "[databases]\norders = host=10.0.0.1 port=5432 dbname=orders\nreports = host=10.0.0.1 dbname=analytics pool_size=5\nother = host=10.0.0.2 port=5433\n\
+             [pgbouncer]\nlisten_addr = *\nlisten_port = 6432\npool_mode = transaction\ndefault_pool_size = 30\nauth_type = scram-sha-256\n\
+             server_lifetime = 3600\nquery_wait_timeout = 0\nadmin_users = ops\nlogfile = /var/log/pgbouncer.log\n[users]\napp = pool_mode=session\n",
+        );
+        let r = import(&ini, &users(), "pgbouncer.ini").unwrap();
+        let t = &r.toml;
+        assert!(t.contains("listen = \"0.0.0.0:6432\""), "{t}");
+        assert_eq!(t.matches("[[cluster]]").count(), 2, "{t}");
+        assert!(
+            t.contains("name = \"reports\"\nserver_database = \"analytics\""),
+            "{t}"
+        );
+        assert!(t.contains("address = \"10.0.0.2:5433\""), "{t}");
+        assert!(t.contains("pool_size = 5"), "the per-database size: {t}");
+        assert!(t.contains("server_lifetime = \"3600s\""), "{t}");
+        assert!(t.contains("pool_timeout = \"1h\""), "{t}");
+        assert!(t.contains("client_auth = \"scram-sha-256\""), "{t}");
+        assert!(t.contains("[[fulcrum.admin_user]]\nname = \"ops\""), "{t}");
+        let parsed: toml::Table = t.parse().expect("valid TOML");
+        assert_eq!(parsed["cluster"].as_array().unwrap().len(), 2);
+        let notes = r.notes.join("\n");
+        for want in [
+            "logfile",
+            "[users] app",
+            "\"hashed\"",
+            "query_wait_timeout = 0",
+            "admin = \"127.0.0.1:6433\"",
+        ] {
+            assert!(notes.contains(want), "{want} in {notes}");
+        }
+    }
+
+    #[test]
+    fn no_databases_gives_one_cluster_for_the_local_server() {
+        let ini =
+            Ini::parse("[databases]\n[pgbouncer]\nlisten_addr = localhost\nauth_type = md5\n");
+        let r = import(&ini, &users(), "x.ini").unwrap();
+        assert!(
+            r.toml.contains("address = \"127.0.0.1:5432\""),
+            "{}",
+            r.toml
+        );
+        assert!(!r.toml.contains("[[cluster.database]]"));
+        assert!(
+            import(&ini, &[], "x.ini").is_err(),
+            "no user: an error, not a config that fails"
+        );
+    }
+
+    #[test]
+    fn durations_take_pgbouncer_units() {
+        assert_eq!(duration("15"), Some("15s".into()));
+        assert_eq!(duration("0.5"), Some("500ms".into()));
+        assert_eq!(duration("2min"), Some("120s".into()));
+        assert_eq!(duration("0"), None);
+        assert_eq!(duration("soon"), None);
+    }
+}
