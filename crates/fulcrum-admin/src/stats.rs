@@ -125,7 +125,10 @@ mod tests {
         };
         let row = a.row("main");
         assert_eq!(row.len(), StatFigures::COLUMNS.len());
-        assert_eq!(&row[5..], &["2000", "2000", "500", "500", "500", "250"]);
+        assert_eq!(
+            &row[5..],
+            &["2000", "2000", "500", "500", "500", "250", "4"]
+        );
         a.add(&a.clone());
         assert_eq!(a.row("total")[1], "8");
         // Nothing timed yet: zeros, not a division by zero.
