@@ -12,3 +12,4 @@ mod metrics;
 mod reload;
 mod shared_port;
 mod shutdown;
+mod status_page;

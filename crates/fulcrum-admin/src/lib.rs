@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod command;
 mod execute;
 mod queries;
@@ -34,6 +35,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// Changes the log filter (`SET log = '...'`).
 pub type SetLog = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// The status page served at `/` on the metrics port (self-contained:
+/// its script reads `/api/v1`).
+pub const STATUS_PAGE: &str = include_str!("status.html");
 
 /// A reload request: the daemon answers with a summary or the config error.
 pub type ReloadRequest = oneshot::Sender<Result<String, String>>;

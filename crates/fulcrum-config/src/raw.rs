@@ -37,6 +37,7 @@ pub(crate) struct RawGlobal {
     pub admin_user: Value<Tables<RawAdminUser>>,
     pub admin_auth: Value<String>,
     pub stats_users: Value<Vec<Spanned<String>>>,
+    pub status_key: Value<SecretText>,
     pub tls_mode: Value<String>,
     pub tls_certificate: Value<String>,
     pub tls_private_key: Value<String>,

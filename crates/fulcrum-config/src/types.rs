@@ -14,6 +14,16 @@ pub struct Config {
     pub clusters: Vec<Cluster>,
 }
 
+/// `status_key`: compared, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StatusKey(pub String);
+
+impl std::fmt::Debug for StatusKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// The `[fulcrum]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Global {
@@ -40,6 +50,9 @@ pub struct Global {
     /// Console users who may only read (`SHOW ...`): PgBouncer's
     /// `stats_users`, each one of `admin_users`.
     pub stats_users: Vec<String>,
+    /// The key the status page and `/api/v1` on the metrics port ask for
+    /// (`status_key`); `None`: both are off.
+    pub status_key: Option<StatusKey>,
     /// The console's TLS: `[fulcrum]`'s `tls_mode`, `tls_certificate` and
     /// `tls_private_key` (the listeners' defaults); `None`: plain only.
     pub admin_tls: Option<crate::ClientTls>,

@@ -25,6 +25,18 @@ pub trait Readiness: Send + Sync {
     fn not_ready(&self) -> Option<String>;
 }
 
+/// The status page and its JSON API (`/` and `/api/v1/<table>`), behind a
+/// key; the daemon implements it over the admin console's tables.
+pub trait Status: Send + Sync {
+    /// The key a request must present (`?key=` or `Authorization: Bearer`);
+    /// `None`: the page and the API are off.
+    fn key(&self) -> Option<String>;
+    /// The page's HTML.
+    fn page(&self) -> &'static str;
+    /// A table as JSON; `None`: no such table.
+    fn api(&self, table: &str) -> Option<String>;
+}
+
 /// Always ready (for tests and callers without clusters).
 pub struct AlwaysReady;
 
@@ -49,6 +61,7 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     readiness: Arc<dyn Readiness>,
+    status: Option<Arc<dyn Status>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let open: Open = Arc::default();
@@ -64,6 +77,7 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let readiness = readiness.clone();
+        let status = status.clone();
         let id = next;
         next += 1;
         let done = open.clone();
@@ -78,7 +92,7 @@ pub async fn serve(
         let task = tokio::spawn(async move {
             let _ = tokio::time::timeout(
                 EXCHANGE_TIMEOUT,
-                answer(stream, &metrics, readiness.as_ref()),
+                answer(stream, &metrics, readiness.as_ref(), status.as_deref()),
             )
             .await;
             let mut open = done.lock().unwrap_or_else(|e| e.into_inner());
@@ -96,10 +110,62 @@ pub fn request_line(head: &[u8]) -> Option<(&str, &str)> {
     Some((parts.next()?, parts.next()?))
 }
 
+/// Whether `head` presents `key`, as `?key=` in the path or as
+/// `Authorization: Bearer`.
+pub fn presents_key(head: &[u8], path: &str, key: &str) -> bool {
+    let in_query = path
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|p| p.strip_prefix("key=") == Some(key)));
+    let text = String::from_utf8_lossy(head);
+    let in_header = text.lines().any(|l| {
+        l.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("authorization")
+                && value.trim().strip_prefix("Bearer ") == Some(key)
+        })
+    });
+    in_query || in_header
+}
+
+/// `/` and `/api/v1/...`: (status, content type, body).
+fn status_answer(
+    head: &[u8],
+    path: &str,
+    status: Option<&dyn Status>,
+) -> (&'static str, &'static str, String) {
+    const OFF: &str = "the status page is off: set [fulcrum] status_key (docs/metrics.md)\n";
+    let Some((status, key)) = status.and_then(|s| Some((s, s.key()?))) else {
+        return ("404 Not Found", "text/plain; charset=utf-8", OFF.to_owned());
+    };
+    if !presents_key(head, path, &key) {
+        return (
+            "401 Unauthorized",
+            "text/plain; charset=utf-8",
+            "a key is needed: ?key=... or Authorization: Bearer ...\n".to_owned(),
+        );
+    }
+    let bare = path.split('?').next().unwrap_or("");
+    if bare == "/" {
+        return (
+            "200 OK",
+            "text/html; charset=utf-8",
+            status.page().to_owned(),
+        );
+    }
+    match bare.strip_prefix("/api/v1/").and_then(|t| status.api(t)) {
+        Some(json) => ("200 OK", "application/json", json),
+        None => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "no such table; try /api/v1/clusters, servers, pools, clients, queries, stats, databases, lists\n".to_owned(),
+        ),
+    }
+}
+
 async fn answer(
     mut stream: TcpStream,
     metrics: &Metrics,
     readiness: &dyn Readiness,
+    status: Option<&dyn Status>,
 ) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
@@ -117,23 +183,35 @@ async fn answer(
         Ok(r) => r?,
         Err(_) => return Ok(()),
     }
-    let (status, body) = match request_line(&head) {
+    const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+    let (code, kind, body) = match request_line(&head) {
         Some(("GET", path)) if path == "/metrics" || path.starts_with("/metrics?") => {
-            ("200 OK", metrics.encode())
+            ("200 OK", TEXT, metrics.encode())
         }
-        Some(("GET", "/healthz")) => ("200 OK", "ok\n".to_owned()),
+        Some(("GET", "/healthz")) => ("200 OK", TEXT, "ok\n".to_owned()),
         Some(("GET", "/ready")) => match readiness.not_ready() {
-            None => ("200 OK", "ready\n".to_owned()),
-            Some(why) => ("503 Service Unavailable", format!("not ready: {why}\n")),
+            None => ("200 OK", TEXT, "ready\n".to_owned()),
+            Some(why) => (
+                "503 Service Unavailable",
+                TEXT,
+                format!("not ready: {why}\n"),
+            ),
         },
+        Some(("GET", path))
+            if path == "/" || path.starts_with("/?") || path.starts_with("/api/v1/") =>
+        {
+            status_answer(&head, path, status)
+        }
         Some(("GET", _)) => (
             "404 Not Found",
-            "not found; try /metrics, /healthz or /ready\n".to_owned(),
+            TEXT,
+            "not found; try /metrics, /healthz, /ready, / (status page) or /api/v1/...\n"
+                .to_owned(),
         ),
-        _ => ("405 Method Not Allowed", "only GET\n".to_owned()),
+        _ => ("405 Method Not Allowed", TEXT, "only GET\n".to_owned()),
     };
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
@@ -153,6 +231,7 @@ mod tests {
             listener,
             Arc::new(Metrics::new()),
             Arc::new(AlwaysReady),
+            None,
             rx,
         ));
         // Many idle connections, then a probe: it is answered at once, and
@@ -179,6 +258,43 @@ mod tests {
         assert!(matches!(first, Ok(0) | Err(_)), "{first:?}");
     }
 
+    struct Keyed;
+    impl Status for Keyed {
+        fn key(&self) -> Option<String> {
+            Some("k".repeat(16))
+        }
+        fn page(&self) -> &'static str {
+            "<html>page</html>"
+        }
+        fn api(&self, table: &str) -> Option<String> {
+            (table == "clusters").then(|| "[]".to_owned())
+        }
+    }
+
+    #[test]
+    fn the_status_page_and_api_need_the_key() {
+        let key = "k".repeat(16);
+        let off = status_answer(b"GET / HTTP/1.1\r\n\r\n", "/", None);
+        assert_eq!(off.0, "404 Not Found", "off without a key configured");
+        let none = status_answer(b"GET / HTTP/1.1\r\n\r\n", "/", Some(&Keyed));
+        assert_eq!(none.0, "401 Unauthorized");
+        let wrong = format!("/?key={}", "x".repeat(16));
+        assert_eq!(
+            status_answer(b"", &wrong, Some(&Keyed)).0,
+            "401 Unauthorized"
+        );
+        let page = status_answer(b"", &format!("/?key={key}"), Some(&Keyed));
+        assert_eq!((page.0, page.2.as_str()), ("200 OK", "<html>page</html>"));
+        let head = format!("GET /api/v1/clusters HTTP/1.1\r\nAuthorization: Bearer {key}\r\n\r\n");
+        let api = status_answer(head.as_bytes(), "/api/v1/clusters", Some(&Keyed));
+        assert_eq!(
+            (api.0, api.1, api.2.as_str()),
+            ("200 OK", "application/json", "[]")
+        );
+        let unknown = status_answer(head.as_bytes(), "/api/v1/secrets", Some(&Keyed));
+        assert_eq!(unknown.0, "404 Not Found");
+    }
+
     #[test]
     fn request_lines_are_read() {
         assert_eq!(
@@ -197,7 +313,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, metrics, Arc::new(AlwaysReady), rx));
+        let task = tokio::spawn(serve(listener, metrics, Arc::new(AlwaysReady), None, rx));
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .await

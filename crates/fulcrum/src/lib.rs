@@ -274,6 +274,18 @@ pub async fn run(
     let mut tasks = Vec::new();
     // Filled below as the clusters start; /ready reads it.
     let admin_list: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>> = Arc::default();
+    // The console's data: served on its own listener (when `admin` is
+    // set) and, as JSON and the status page, on the metrics port.
+    let admin_config = Arc::new(Mutex::new(config.clone()));
+    let (reload_tx, reload_rx) = mpsc::channel(4);
+    let admin = Arc::new(fulcrum_admin::Admin {
+        config: admin_config.clone(),
+        clusters: admin_list.clone(),
+        metrics: metrics.clone(),
+        set_log: set_log.clone(),
+        reload: Some(reload_tx.clone()),
+        shutdown: Some((*stop).clone()),
+    });
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics, /healthz, /ready");
         let readiness = Arc::new(Readiness {
@@ -284,6 +296,7 @@ pub async fn run(
             listener,
             metrics.clone(),
             readiness,
+            Some(Arc::new(StatusPage(admin.clone()))),
             shutdown.clone(),
         )));
     }
@@ -313,18 +326,8 @@ pub async fn run(
         tasks.push(task);
     }
     *admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_clusters;
-    let admin_config = Arc::new(Mutex::new(config.clone()));
-    let (reload_tx, reload_rx) = mpsc::channel(4);
     if let Some(listener) = admin_listener {
         tracing::info!(listen = ?config.fulcrum.admin, "admin console");
-        let admin = Arc::new(fulcrum_admin::Admin {
-            config: admin_config.clone(),
-            clusters: admin_list.clone(),
-            metrics: metrics.clone(),
-            set_log: set_log.clone(),
-            reload: Some(reload_tx.clone()),
-            shutdown: Some((*stop).clone()),
-        });
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }
     let live = Live {
@@ -364,6 +367,23 @@ pub async fn run(
 /// `/ready`: every cluster has a write target, and Fulcrum is not draining
 /// for shutdown (a load balancer in front of several Fulcrums stops sending
 /// new clients here first).
+/// The status page and `/api/v1` over the console's tables, behind
+/// `[fulcrum] status_key` (read at each request: a reload applies it).
+struct StatusPage(Arc<fulcrum_admin::Admin>);
+
+impl fulcrum_metrics::http::Status for StatusPage {
+    fn key(&self) -> Option<String> {
+        let config = self.0.config.lock().unwrap_or_else(|e| e.into_inner());
+        config.fulcrum.status_key.as_ref().map(|k| k.0.clone())
+    }
+    fn page(&self) -> &'static str {
+        fulcrum_admin::STATUS_PAGE
+    }
+    fn api(&self, table: &str) -> Option<String> {
+        self.0.api_json(table)
+    }
+}
+
 struct Readiness {
     clusters: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
     shutdown: watch::Receiver<bool>,

@@ -45,6 +45,10 @@ fn global_keys_are_validated() {
             "fulcrum.toml:2: fulcrum.log: must not be empty",
         ),
         (
+            &format!("[fulcrum]\nstatus_key = \"short\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.status_key: must be at least 16 characters: it guards a page that may be on a public port",
+        ),
+        (
             &format!("[fulcrum]\nlog = \"degub\"\n{MINIMAL}"),
             "fulcrum.toml:2: fulcrum.log: \"degub\" is neither a level (trace, debug, info, warn, error, off) \
              nor a target Fulcrum logs under (fulcrum..., sqlparser, ...)",

@@ -129,6 +129,7 @@ fn every_key_is_read_into_the_config() {
             admin_users: vec![user("ops", "ops secret")],
             admin_auth: ClientAuth::Md5,
             stats_users: Vec::new(),
+            status_key: None,
             admin_tls: None,
         },
         clusters: vec![
@@ -276,6 +277,7 @@ fn omitted_keys_take_their_documented_defaults() {
             admin_users: vec![],
             admin_auth: ClientAuth::ScramSha256,
             stats_users: Vec::new(),
+            status_key: None,
             admin_tls: None,
         }
     );

@@ -85,6 +85,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             admin_users: Vec::new(),
             admin_auth: defaults::ADMIN_AUTH,
             stats_users: Vec::new(),
+            status_key: None,
             admin_tls: None,
         });
     };
@@ -117,6 +118,16 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             defaults::SHUTDOWN_TIMEOUT,
         )?,
         stats_users: stats_users(&t, g)?,
+        status_key: match &g.status_key {
+            None => None,
+            Some(k) => {
+                let key = t.secret(k, "status_key", base)?;
+                if key.len() < 16 {
+                    return Err(t.error(k, "status_key", "must be at least 16 characters: it guards a page that may be on a public port"));
+                }
+                Some(crate::types::StatusKey(key))
+            }
+        },
         admin_tls: crate::tls::console_tls(&t, g, base)?,
         admin_users: admin_users(&t, g, base)?,
         // No "trust": the console can stop traffic and promote servers.

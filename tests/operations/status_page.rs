@@ -1,0 +1,114 @@
+//! The status page on the metrics port, in a real browser: headless
+//! Chromium (Debian's) loads `/?key=...` against a running cluster, and
+//! the test reads the rendered DOM: each backend's role, a pool's client
+//! counts; then again after a failover. The JSON API refuses a request
+//! without the key.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::{http_get, pg_connect, with_metrics, PgProxyConfig};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
+
+const KEY: &str = "status-key-for-the-tests";
+
+/// The page as Chromium renders it (its DOM after the scripts ran).
+fn rendered(port: u16) -> String {
+    let chromium = fulcrum_testkit::tool("/usr/bin/chromium", "chromium");
+    let profile = std::env::temp_dir().join(format!("fulcrum-chromium-{}", std::process::id()));
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("http://127.0.0.1:{port}/?key={KEY}"),
+        ])
+        .output()
+        .expect("chromium runs");
+    let _ = std::fs::remove_dir_all(&profile);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rendered page once `ready` holds, or the last one seen.
+async fn rendered_until(port: u16, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let dom = tokio::task::block_in_place(|| rendered(port));
+        if ready(&dom) || start.elapsed() > timeout {
+            return dom;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).unwrap();
+    let (primary, replica) = (c.primary().addr(), c.replicas()[0].addr());
+    let cfg = PgProxyConfig::new(&primary)
+        .client_auth("md5")
+        .replica(&replica)
+        .extra("health_user = \"postgres\"")
+        .extra("health_password = \"\"")
+        .extra("health_interval = \"500ms\"")
+        .extra("failover = \"promote\"")
+        .extra("failover_timeout = \"1s\"");
+    let metrics = free_port();
+    let toml = with_metrics(&cfg.to_toml(), metrics).replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).unwrap();
+
+    // The API wants the key; the page is there with it.
+    let (head, _) = http_get(metrics, "/api/v1/clusters");
+    assert!(head.contains("401"), "{head}");
+    let (head, body) = http_get(metrics, &format!("/api/v1/clusters?key={KEY}"));
+    assert!(
+        head.contains("200") && body.contains(&primary),
+        "{head}\n{body}"
+    );
+
+    // A client in a transaction: one active client in the app pool.
+    let client = pg_connect(&cfg).await;
+    client.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let pool_row = format!("<td>main</td><td>{APP_DB}</td><td>{APP_USER}</td><td>1</td><td>0</td>");
+    let dom = rendered_until(metrics, Duration::from_secs(30), |d| d.contains(&pool_row)).await;
+    assert!(
+        dom.contains(&format!(
+            "<tr class=\"primary up\"><td>main</td><td>{primary}</td><td>primary</td>"
+        )),
+        "the primary's row:\n{dom}"
+    );
+    assert!(
+        dom.contains(&format!("<td>{replica}</td><td>replica</td><td>up</td>")),
+        "the replica's row:\n{dom}"
+    );
+    assert!(
+        dom.contains(&pool_row),
+        "the pool's counts (1 active, 0 waiting):\n{dom}"
+    );
+    client.batch_execute("COMMIT").await.ok();
+
+    // After a failover the page shows the new primary, and the old one down.
+    tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
+    let promoted = format!("<td>{replica}</td><td>primary</td>");
+    let dom = rendered_until(metrics, Duration::from_secs(30), |d| d.contains(&promoted)).await;
+    assert!(
+        dom.contains(&promoted),
+        "the promoted replica is the primary:\n{dom}"
+    );
+    assert!(
+        dom.contains(&format!("<td>{primary}</td><td>replica</td><td>down</td>"))
+            || dom.contains(&format!(
+                "<td>{primary}</td><td>writable (not the primary)</td><td>down</td>"
+            )),
+        "the old primary is down:\n{dom}"
+    );
+}
