@@ -449,21 +449,6 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
                 }
             })
             .collect();
-        if hosts.iter().any(|h| h.starts_with('/')) {
-            notes.push(format!(
-                "[databases] {alias}: host {host:?} is a unix socket directory; took 127.0.0.1"
-            ));
-        }
-        let hosts: Vec<String> = hosts
-            .into_iter()
-            .map(|h| {
-                if h.starts_with('/') {
-                    "127.0.0.1".into()
-                } else {
-                    h
-                }
-            })
-            .collect();
         let port = p("port").unwrap_or_else(|| "5432".into());
         let group = match groups
             .iter_mut()
@@ -617,7 +602,8 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
         }
         out.push_str(&auth_lines);
         for h in &g.hosts {
-            let address = if h.contains(':') {
+            // A unix socket directory stays one: `/dir:port`.
+            let address = if h.contains(':') && !h.starts_with('/') {
                 format!("[{h}]:{}", g.port)
             } else {
                 format!("{h}:{}", g.port)
@@ -662,26 +648,30 @@ mod tests {
     #[test]
     fn databases_become_clusters_per_server_with_their_aliases() {
         let ini = Ini::parse(
-            "[databases]\norders = host=10.0.0.1 port=5432 dbname=orders\nreports = host=10.0.0.1 dbname=analytics pool_size=5\nother = host=10.0.0.2 port=5433\n\
+            "[databases]\norders = host=10.0.0.1 port=5432 dbname=orders\nreports = host=10.0.0.1 dbname=analytics pool_size=5\nother = host=10.0.0.2 port=5433\nlocal = host=/var/run/postgresql\n\
              [pgbouncer]\nlisten_addr = *\nlisten_port = 6432\npool_mode = transaction\ndefault_pool_size = 30\nauth_type = scram-sha-256\n\
              server_lifetime = 3600\nquery_wait_timeout = 0\nadmin_users = ops\nlogfile = /var/log/pgbouncer.log\n[users]\napp = pool_mode=session\n",
         );
         let r = import(&ini, &users(), "pgbouncer.ini").unwrap();
         let t = &r.toml;
         assert!(t.contains("listen = \"0.0.0.0:6432\""), "{t}");
-        assert_eq!(t.matches("[[cluster]]").count(), 2, "{t}");
+        assert_eq!(t.matches("[[cluster]]").count(), 3, "{t}");
         assert!(
             t.contains("name = \"reports\"\nserver_database = \"analytics\""),
             "{t}"
         );
         assert!(t.contains("address = \"10.0.0.2:5433\""), "{t}");
+        assert!(
+            t.contains("address = \"/var/run/postgresql:5432\""),
+            "a socket directory stays one: {t}"
+        );
         assert!(t.contains("pool_size = 5"), "the per-database size: {t}");
         assert!(t.contains("server_lifetime = \"3600s\""), "{t}");
         assert!(t.contains("pool_timeout = \"1h\""), "{t}");
         assert!(t.contains("client_auth = \"scram-sha-256\""), "{t}");
         assert!(t.contains("[[fulcrum.admin_user]]\nname = \"ops\""), "{t}");
         let parsed: toml::Table = t.parse().expect("valid TOML");
-        assert_eq!(parsed["cluster"].as_array().unwrap().len(), 2);
+        assert_eq!(parsed["cluster"].as_array().unwrap().len(), 3);
         let notes = r.notes.join("\n");
         for want in [
             "logfile",
