@@ -1113,3 +1113,52 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
     let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(30)));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
+
+/// PgBouncer's `DISABLE db` / `ENABLE db`: new logins to the database are
+/// refused (55000, as PostgreSQL says for a database that takes no
+/// connections) while connected clients go on; `DISABLE BACKEND` keeps
+/// the backend verb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_and_enable_a_database_as_pgbouncer_does() {
+    let c = fulcrum_suite::pg_primary();
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let _p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    let connected = pg_connect(&cfg).await;
+    let console = try_console_connect(admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    console
+        .simple_query(&format!("DISABLE {APP_DB}"))
+        .await
+        .unwrap();
+    let e = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .err()
+        .expect("a new login to a disabled database is refused");
+    assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e:?}");
+    assert!(
+        e.as_db_error()
+            .is_some_and(|d| d.message().contains("not currently accepting connections")),
+        "{e:?}"
+    );
+    connected
+        .simple_query("SELECT 1")
+        .await
+        .expect("a connected client goes on");
+    console
+        .simple_query(&format!("ENABLE {APP_DB}"))
+        .await
+        .unwrap();
+    pg_connect(&cfg)
+        .await
+        .simple_query("SELECT 1")
+        .await
+        .unwrap();
+    // The backend verb under its own name.
+    let e = console
+        .simple_query("DISABLE BACKEND 127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("no backend"), "{e:?}");
+}

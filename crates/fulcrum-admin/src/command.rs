@@ -31,9 +31,13 @@ pub enum Command {
     /// Hold new units of work (one cluster, or all).
     Pause(Option<String>),
     Resume(Option<String>),
-    /// Take a backend (by address, or `cluster/address`) out of reads.
+    /// Take a backend (by address, or `cluster/address`) out of reads
+    /// (`DISABLE BACKEND x`, or `DISABLE x` when x is an address).
     Disable(String),
     Enable(String),
+    /// PgBouncer's `DISABLE db`: refuse new logins to a database.
+    DisableDatabase(String),
+    EnableDatabase(String),
     Reload,
     /// Drain and stop the daemon, as SIGTERM does.
     Shutdown,
@@ -107,6 +111,14 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
         ["RESUME", _] => Ok(Command::Resume(Some(words[1].to_owned()))),
+        ["DISABLE", "BACKEND", _] => Ok(Command::Disable(words[2].to_owned())),
+        ["ENABLE", "BACKEND", _] => Ok(Command::Enable(words[2].to_owned())),
+        // PgBouncer's meaning for a name; a backend address keeps the
+        // backend meaning (an address has a ':').
+        ["DISABLE", _] if !words[1].contains(':') => {
+            Ok(Command::DisableDatabase(words[1].to_owned()))
+        }
+        ["ENABLE", _] if !words[1].contains(':') => Ok(Command::EnableDatabase(words[1].to_owned())),
         ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
         ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
         ["RELOAD"] => Ok(Command::Reload),
@@ -199,6 +211,28 @@ mod tests {
             Ok(Command::Enable("main/127.0.0.1:5433".into()))
         );
         assert_eq!(parse("RELOAD"), Ok(Command::Reload));
+        assert_eq!(parse("SHUTDOWN"), Ok(Command::Shutdown));
+        assert_eq!(parse("SHOW HELP"), Ok(Command::Show(Show::Help)));
+        assert_eq!(
+            parse("DISABLE app"),
+            Ok(Command::DisableDatabase("app".into()))
+        );
+        assert_eq!(
+            parse("ENABLE app"),
+            Ok(Command::EnableDatabase("app".into()))
+        );
+        assert_eq!(
+            parse("DISABLE 10.0.0.1:5432"),
+            Ok(Command::Disable("10.0.0.1:5432".into()))
+        );
+        assert_eq!(
+            parse("DISABLE BACKEND db1"),
+            Ok(Command::Disable("db1".into()))
+        );
+        assert_eq!(
+            parse("ENABLE BACKEND db1"),
+            Ok(Command::Enable("db1".into()))
+        );
         assert_eq!(
             parse("SWITCHOVER main TO 127.0.0.1:5433"),
             Ok(Command::Switchover {

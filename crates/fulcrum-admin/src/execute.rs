@@ -20,6 +20,15 @@ pub(crate) type Failure = (&'static str, String);
 
 impl Admin {
     pub(crate) async fn execute(&self, cmd: Command, out: &mut BytesMut) -> Result<(), Failure> {
+        enum Kind {
+            Disable,
+            Other,
+        }
+        let cmd_kind = if matches!(cmd, Command::DisableDatabase(_)) {
+            Kind::Disable
+        } else {
+            Kind::Other
+        };
         match cmd {
             Command::Show(what) => {
                 self.show(what, out);
@@ -105,6 +114,13 @@ impl Admin {
                     c.router().set_paused(false);
                 }
                 backend_msg::command_complete(out, "RESUME");
+                Ok(())
+            }
+            Command::DisableDatabase(db) | Command::EnableDatabase(db) => {
+                let disable = matches!(cmd_kind, Kind::Disable);
+                fulcrum_cluster::clients::registry().set_database_disabled(&db, disable);
+                tracing::warn!(database = %db, disable, "database {} by an operator: new logins {}", if disable { "disabled" } else { "enabled" }, if disable { "refused" } else { "accepted" });
+                backend_msg::command_complete(out, if disable { "DISABLE" } else { "ENABLE" });
                 Ok(())
             }
             Command::Disable(target) => self.set_disabled(&target, true, out),
@@ -200,10 +216,25 @@ impl Admin {
     ) -> Result<Vec<Arc<dyn ClusterAdmin>>, Failure> {
         match name {
             None => Ok(self.clusters()),
-            Some(n) => self
-                .cluster(n)
-                .map(|c| vec![c])
-                .ok_or_else(|| ("42704", format!("fulcrum admin: no cluster named {n:?}"))),
+            Some(n) => match self.cluster(n) {
+                Some(c) => Ok(vec![c]),
+                // PgBouncer's meaning: a database; the clusters that serve it.
+                None => {
+                    let serving: Vec<_> = self
+                        .clusters()
+                        .into_iter()
+                        .filter(|c| c.config().databases.iter().any(|d| d.name == n))
+                        .collect();
+                    if serving.is_empty() {
+                        Err((
+                            "42704",
+                            format!("fulcrum admin: no cluster named {n:?}, and no cluster lists a database {n:?}"),
+                        ))
+                    } else {
+                        Ok(serving)
+                    }
+                }
+            },
         }
     }
 

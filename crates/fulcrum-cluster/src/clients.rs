@@ -147,6 +147,9 @@ pub struct ClientRegistry {
     /// Shutdown: every client, present and to come, drains.
     draining: AtomicBool,
     map: Mutex<HashMap<u64, Arc<ClientEntry>>>,
+    /// Databases (as clients name them) whose new logins are refused:
+    /// the console's `DISABLE <database>`, PgBouncer's meaning.
+    disabled_databases: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A registered client; dropping it removes the entry.
@@ -289,6 +292,30 @@ impl ClientRegistry {
         for entry in map.values() {
             entry.drain();
         }
+    }
+
+    /// `DISABLE <database>` (true) or `ENABLE <database>` (false): new
+    /// logins to `database` are refused while it is disabled; connected
+    /// clients stay.
+    pub fn set_database_disabled(&self, database: &str, disabled: bool) {
+        let mut set = self
+            .disabled_databases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if disabled {
+            set.insert(database.to_owned());
+        } else {
+            set.remove(database);
+        }
+    }
+
+    /// Whether new logins to `database` are refused now.
+    pub fn is_database_disabled(&self, database: &str) -> bool {
+        let set = self
+            .disabled_databases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        !set.is_empty() && set.contains(database)
     }
 
     /// Every client, oldest first.

@@ -219,6 +219,23 @@ pub async fn login(
 ) -> Result<(Arc<MyClusterContext>, Login), SessionError> {
     let (chosen, mut login) = authenticate_client(clusters, conn, ticket).await?;
     let ctx: &MyClusterContext = &chosen;
+    if let Some(schema) = login
+        .schema
+        .as_ref()
+        .filter(|s| fulcrum_cluster::clients::registry().is_database_disabled(s))
+    {
+        let m = format!(
+            "Access denied to database '{schema}': not accepting connections (DISABLE in Fulcrum's console)"
+        );
+        send_error(
+            conn.stream_mut(),
+            login.next_seq,
+            codes::DBACCESS_DENIED,
+            &m,
+        )
+        .await;
+        return Err(SessionError::Refused(m));
+    }
     if let Some(schema) = &login.schema {
         match ctx.config.server_database(schema) {
             Some(server) => login.schema = Some(server.to_owned()),

@@ -223,6 +223,13 @@ pub async fn login(
         .clone();
     let ctx: &ClusterContext = &chosen;
     authenticate(ctx, stream, buf, &user).await?;
+    if fulcrum_cluster::clients::registry().is_database_disabled(&database) {
+        // PostgreSQL's own words for a database that takes no connections.
+        let message = format!(
+            "database \"{database}\" is not currently accepting connections (DISABLE in Fulcrum's console)"
+        );
+        return Err(fatal(stream, "55000", &message).await);
+    }
     // `[[cluster.database]]`: only the databases listed, by their server
     // names; checked after the password, as PostgreSQL does.
     let Some(database) = ctx.config.server_database(&database).map(str::to_owned) else {
