@@ -104,6 +104,13 @@ async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
         dom.contains(&promoted),
         "the promoted replica is the primary:\n{dom}"
     );
+    // The failover, with its time, in the page's failover table.
+    let failover = format!("<td>{primary}</td><td>{replica}</td>");
+    let dom = rendered_until(metrics, Duration::from_secs(10), |d| d.contains(&failover)).await;
+    assert!(
+        dom.contains(&failover) && dom.contains("Z</td>"),
+        "the failover and its time:\n{dom}"
+    );
     assert!(
         dom.contains(&format!("<td>{primary}</td><td>replica</td><td>down</td>"))
             || dom.contains(&format!(

@@ -33,6 +33,7 @@ impl Admin {
             "stats" => self.show(Show::Stats, &mut out),
             "databases" => self.show(Show::Databases, &mut out),
             "lists" => self.show(Show::Lists, &mut out),
+            "failovers" => self.show(Show::Failovers, &mut out),
             "queries" => self.show_queries(None, &mut out).ok()?,
             _ => return None,
         }

@@ -23,6 +23,8 @@ pub enum Show {
     ServerPools,
     /// The commands, one per row.
     Help,
+    /// The changes of primary this instance saw, with their times.
+    Failovers,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,9 +102,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "MEM" => Show::Mem,
             "SERVER_POOLS" => Show::ServerPools,
             "HELP" => Show::Help,
+            "FAILOVERS" => Show::Failovers,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),

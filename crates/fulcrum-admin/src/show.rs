@@ -31,6 +31,7 @@ impl Admin {
             Show::Lists => self.show_lists(out),
             Show::ServerPools => self.show_server_pools(out),
             Show::Help => self.show_help(out),
+            Show::Failovers => self.show_failovers(out),
         }
     }
 }
@@ -45,6 +46,7 @@ const HELP: &[(&str, &str)] = &[
     ("SHOW SERVERS", "each backend: role, state, probe, connections"),
     ("SHOW CLIENTS", "each client connection"),
     ("SHOW CLUSTERS", "each backend's role, state and lag; the topology source and epoch"),
+    ("SHOW FAILOVERS", "the changes of primary this instance saw, with their times"),
     ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
     ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),
     ("PAUSE [cluster] | RESUME [cluster]", "hold new units of work, then let them go"),

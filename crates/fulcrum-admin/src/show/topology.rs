@@ -140,4 +140,35 @@ impl Admin {
             &rows,
         );
     }
+
+    /// SHOW FAILOVERS: each change of primary this instance saw (promoted
+    /// by it or by anyone), oldest first, the last 20 per cluster.
+    pub(super) fn show_failovers(&self, out: &mut BytesMut) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            for r in c.view().failover_log() {
+                rows.push(vec![
+                    c.config().name.clone(),
+                    r.at_ms.to_string(),
+                    format!("{:.1}", now.saturating_sub(r.at_ms) as f64 / 1000.0),
+                    r.old,
+                    r.new,
+                ]);
+            }
+        }
+        result(
+            out,
+            &[
+                "cluster",
+                "at_unix_ms",
+                "seconds_ago",
+                "old_primary",
+                "new_primary",
+            ],
+            &rows,
+        );
+    }
 }
