@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+mod coordination;
 mod error;
 mod keypath;
 mod private_file;

@@ -2,3 +2,4 @@
 
 pub mod ini;
 pub mod pgbouncer;
+mod pgbouncer_keys;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::ini::{conn_params, Ini};
+use super::pgbouncer_keys::{duration, NOT_CARRIED};
 
 /// The result: the TOML text, and one note per setting not carried over
 /// (or carried over with a change worth knowing).
@@ -16,132 +17,13 @@ pub struct Imported {
     pub notes: Vec<String>,
 }
 
-/// `[pgbouncer]` keys with no Fulcrum equivalent, and why.
-const NOT_CARRIED: &[(&str, &str)] = &[
-    ("logfile", "Fulcrum logs to stderr (journald under systemd)"),
-    (
-        "pidfile",
-        "Fulcrum does not daemonize; systemd tracks its pid",
-    ),
-    ("syslog", "Fulcrum logs to stderr (journald under systemd)"),
-    ("syslog_facility", "Fulcrum logs to stderr"),
-    ("syslog_ident", "Fulcrum logs to stderr"),
-    ("unix_socket_dir", "Fulcrum listens on TCP only"),
-    ("unix_socket_mode", "Fulcrum listens on TCP only"),
-    ("unix_socket_group", "Fulcrum listens on TCP only"),
-    ("user", "run Fulcrum as the user you want (systemd User=)"),
-    (
-        "auth_hba_file",
-        "Fulcrum has no hba rules; restrict access with the firewall or tls_client_ca",
-    ),
-    (
-        "ignore_startup_parameters",
-        "not needed: Fulcrum tracks every startup parameter per client",
-    ),
-    (
-        "track_extra_parameters",
-        "not needed: Fulcrum tracks every parameter the client sets",
-    ),
-    ("application_name_add_host", "no equivalent"),
-    (
-        "server_check_query",
-        "Fulcrum checks a connection's state, not with a query",
-    ),
-    (
-        "server_round_robin",
-        "reads are balanced by `balance` (default least_connections)",
-    ),
-    (
-        "server_fast_close",
-        "RECONNECT closes connections at their next idle moment",
-    ),
-    (
-        "server_login_retry",
-        "a failed login is retried at the next client's need",
-    ),
-    ("stats_period", "metrics are scraped live at /metrics"),
-    ("log_connections", "Fulcrum logs connections at debug level"),
-    (
-        "log_disconnections",
-        "Fulcrum logs disconnections at debug level",
-    ),
-    (
-        "log_pooler_errors",
-        "errors Fulcrum sends are logged at info level",
-    ),
-    ("log_stats", "metrics are scraped live at /metrics"),
-    ("verbose", "set [fulcrum] log = \"debug\""),
-    ("pkt_buf", "buffers are sized per message"),
-    (
-        "listen_backlog",
-        "Fulcrum asks for 4,096 (capped by net.core.somaxconn)",
-    ),
-    ("sbuf_loopcnt", "no equivalent"),
-    (
-        "max_packet_size",
-        "see max_message_size (a size, e.g. \"1GB\")",
-    ),
-    (
-        "so_reuseport",
-        "one Fulcrum process uses every core (workers)",
-    ),
-    ("tcp_defer_accept", "no equivalent"),
-    ("tcp_socket_buffer", "no equivalent"),
-    ("tcp_keepalive", "no equivalent"),
-    ("tcp_keepcnt", "no equivalent"),
-    ("tcp_keepidle", "no equivalent"),
-    ("tcp_keepintvl", "no equivalent"),
-    ("tcp_user_timeout", "no equivalent"),
-    (
-        "dns_max_ttl",
-        "no DNS cache: names are resolved at each connect",
-    ),
-    ("dns_nxdomain_ttl", "no DNS cache"),
-    ("dns_zone_check_period", "no DNS cache"),
-    ("suspend_timeout", "no online restart (SUSPEND) in Fulcrum"),
-    ("autodb_idle_timeout", "no automatic databases"),
-    ("client_tls_ciphers", "rustls' default suites"),
-    ("client_tls_protocols", "see tls_min_version"),
-    ("client_tls_dheparams", "rustls has no DHE"),
-    ("client_tls_ecdhcurve", "rustls' default groups"),
-    ("server_tls_ciphers", "rustls' default suites"),
-    ("server_tls_protocols", "rustls' default versions"),
-    ("conffile", "no equivalent"),
-    ("service_name", "no equivalent"),
-    ("job_name", "no equivalent"),
-    (
-        "peer_id",
-        "no peering: several Fulcrums coordinate through etcd (topology)",
-    ),
-    ("disable_pqexec", "no equivalent"),
-    ("resolv_conf", "no equivalent"),
-];
-
-/// A PgBouncer duration (seconds, or with a unit) as Fulcrum's text; `None` for 0.
-fn duration(value: &str) -> Option<String> {
-    let v = value.trim();
-    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&v[..i], v[i..].trim()),
-        None => (v, "s"),
-    };
-    let n: f64 = number.trim().parse().ok()?;
-    let ms = match unit {
-        "us" => n / 1000.0,
-        "ms" => n,
-        "s" => n * 1000.0,
-        "min" => n * 60_000.0,
-        "h" => n * 3_600_000.0,
-        "d" => n * 86_400_000.0,
-        _ => return None,
-    };
-    if ms <= 0.0 {
-        return None;
-    }
-    let ms = ms.round() as u64;
-    Some(if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
+/// A comma-separated list of names (`admin_users = a, b`).
+fn name_list(value: Option<&str>) -> Vec<String> {
+    value.map_or_else(Vec::new, |v| {
+        v.split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
     })
 }
 
@@ -496,22 +378,8 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     }
 
     // Admin console.
-    let admins: Vec<String> = take("admin_users")
-        .map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    let stats: Vec<String> = take("stats_users")
-        .map(|v| {
-            v.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let admins = name_list(take("admin_users"));
+    let stats = name_list(take("stats_users"));
     let mut console = Vec::new();
     for u in admins.iter().chain(&stats) {
         if console.iter().any(|(n, _): &(String, String)| n == u) {
@@ -699,14 +567,5 @@ mod tests {
             import(&ini, &[], "x.ini").is_err(),
             "no user: an error, not a config that fails"
         );
-    }
-
-    #[test]
-    fn durations_take_pgbouncer_units() {
-        assert_eq!(duration("15"), Some("15s".into()));
-        assert_eq!(duration("0.5"), Some("500ms".into()));
-        assert_eq!(duration("2min"), Some("120s".into()));
-        assert_eq!(duration("0"), None);
-        assert_eq!(duration("soon"), None);
     }
 }

@@ -1,0 +1,146 @@
+//! What `fulcrum import pgbouncer` knows of PgBouncer's own settings: the
+//! `[pgbouncer]` keys with no Fulcrum equivalent (and why, for the notes),
+//! and PgBouncer's durations. Pure.
+
+/// `[pgbouncer]` keys with no Fulcrum equivalent, and why.
+pub(super) const NOT_CARRIED: &[(&str, &str)] = &[
+    ("logfile", "Fulcrum logs to stderr (journald under systemd)"),
+    (
+        "pidfile",
+        "Fulcrum does not daemonize; systemd tracks its pid",
+    ),
+    ("syslog", "Fulcrum logs to stderr (journald under systemd)"),
+    ("syslog_facility", "Fulcrum logs to stderr"),
+    ("syslog_ident", "Fulcrum logs to stderr"),
+    ("unix_socket_dir", "Fulcrum listens on TCP only"),
+    ("unix_socket_mode", "Fulcrum listens on TCP only"),
+    ("unix_socket_group", "Fulcrum listens on TCP only"),
+    ("user", "run Fulcrum as the user you want (systemd User=)"),
+    (
+        "auth_hba_file",
+        "Fulcrum has no hba rules; restrict access with the firewall or tls_client_ca",
+    ),
+    (
+        "ignore_startup_parameters",
+        "not needed: Fulcrum tracks every startup parameter per client",
+    ),
+    (
+        "track_extra_parameters",
+        "not needed: Fulcrum tracks every parameter the client sets",
+    ),
+    ("application_name_add_host", "no equivalent"),
+    (
+        "server_check_query",
+        "Fulcrum checks a connection's state, not with a query",
+    ),
+    (
+        "server_round_robin",
+        "reads are balanced by `balance` (default least_connections)",
+    ),
+    (
+        "server_fast_close",
+        "RECONNECT closes connections at their next idle moment",
+    ),
+    (
+        "server_login_retry",
+        "a failed login is retried at the next client's need",
+    ),
+    ("stats_period", "metrics are scraped live at /metrics"),
+    ("log_connections", "Fulcrum logs connections at debug level"),
+    (
+        "log_disconnections",
+        "Fulcrum logs disconnections at debug level",
+    ),
+    (
+        "log_pooler_errors",
+        "errors Fulcrum sends are logged at info level",
+    ),
+    ("log_stats", "metrics are scraped live at /metrics"),
+    ("verbose", "set [fulcrum] log = \"debug\""),
+    ("pkt_buf", "buffers are sized per message"),
+    (
+        "listen_backlog",
+        "Fulcrum asks for 4,096 (capped by net.core.somaxconn)",
+    ),
+    ("sbuf_loopcnt", "no equivalent"),
+    (
+        "max_packet_size",
+        "see max_message_size (a size, e.g. \"1GB\")",
+    ),
+    (
+        "so_reuseport",
+        "one Fulcrum process uses every core (workers)",
+    ),
+    ("tcp_defer_accept", "no equivalent"),
+    ("tcp_socket_buffer", "no equivalent"),
+    ("tcp_keepalive", "no equivalent"),
+    ("tcp_keepcnt", "no equivalent"),
+    ("tcp_keepidle", "no equivalent"),
+    ("tcp_keepintvl", "no equivalent"),
+    ("tcp_user_timeout", "no equivalent"),
+    (
+        "dns_max_ttl",
+        "no DNS cache: names are resolved at each connect",
+    ),
+    ("dns_nxdomain_ttl", "no DNS cache"),
+    ("dns_zone_check_period", "no DNS cache"),
+    ("suspend_timeout", "no online restart (SUSPEND) in Fulcrum"),
+    ("autodb_idle_timeout", "no automatic databases"),
+    ("client_tls_ciphers", "rustls' default suites"),
+    ("client_tls_protocols", "see tls_min_version"),
+    ("client_tls_dheparams", "rustls has no DHE"),
+    ("client_tls_ecdhcurve", "rustls' default groups"),
+    ("server_tls_ciphers", "rustls' default suites"),
+    ("server_tls_protocols", "rustls' default versions"),
+    ("conffile", "no equivalent"),
+    ("service_name", "no equivalent"),
+    ("job_name", "no equivalent"),
+    (
+        "peer_id",
+        "no peering: several Fulcrums coordinate through etcd (topology)",
+    ),
+    ("disable_pqexec", "no equivalent"),
+    ("resolv_conf", "no equivalent"),
+];
+
+/// A PgBouncer duration (seconds, or with a unit) as Fulcrum's text; `None` for 0.
+pub(super) fn duration(value: &str) -> Option<String> {
+    let v = value.trim();
+    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&v[..i], v[i..].trim()),
+        None => (v, "s"),
+    };
+    let n: f64 = number.trim().parse().ok()?;
+    let ms = match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "min" => n * 60_000.0,
+        "h" => n * 3_600_000.0,
+        "d" => n * 86_400_000.0,
+        _ => return None,
+    };
+    if ms <= 0.0 {
+        return None;
+    }
+    let ms = ms.round() as u64;
+    Some(if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_pgbouncer_units() {
+        assert_eq!(duration("15"), Some("15s".into()));
+        assert_eq!(duration("0.5"), Some("500ms".into()));
+        assert_eq!(duration("2min"), Some("120s".into()));
+        assert_eq!(duration("0"), None);
+        assert_eq!(duration("soon"), None);
+    }
+}
