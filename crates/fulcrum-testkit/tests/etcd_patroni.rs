@@ -54,20 +54,29 @@ fn b64_decode(text: &str) -> Vec<u8> {
 }
 
 /// One `POST` of a JSON body to etcd's v3 gateway; the response body.
+/// A 503 (etcd's "leader changed" while a restarted cluster settles, a
+/// retryable error by etcd's own account) is tried again, for up to 5 s.
 fn etcd_post(endpoint: &str, path: &str, body: &str) -> String {
-    let mut s = TcpStream::connect(endpoint).expect("connect to etcd");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("etcd's answer");
-    assert!(out.starts_with("HTTP/1.1 200"), "POST {path}: {out}");
-    out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned()
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = TcpStream::connect(endpoint).expect("connect to etcd");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("etcd's answer");
+        if out.starts_with("HTTP/1.1 503") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        assert!(out.starts_with("HTTP/1.1 200"), "POST {path}: {out}");
+        return out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    }
 }
 
 /// The value of `key` read through `endpoint`, if it has one.
