@@ -264,8 +264,8 @@ impl<S: ServerOps> Monitor<S> {
         }
     }
 
-    /// The epoch a promotion now would publish, and the floor: `None`
-    /// without a coordinator.
+    /// The epoch a promotion now would publish (etcd); `None` without
+    /// one to publish to.
     pub(crate) fn next_epoch(&self) -> Option<u64> {
         match &self.authority {
             Authority::Etcd(_) => Some(

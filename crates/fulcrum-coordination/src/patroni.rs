@@ -146,11 +146,6 @@ impl Followed {
         s.last_error = None;
     }
 
-    /// The members as last read (for the console).
-    pub fn members(&self) -> Vec<Member> {
-        self.state().members.clone()
-    }
-
     pub fn verdict(&self, now: Instant) -> Verdict {
         let s = self.state();
         let cut_off = s

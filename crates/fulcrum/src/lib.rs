@@ -213,7 +213,6 @@ pub async fn run(
     // The daemon's own shutdown: turned on by the caller's (signals) or by
     // the console's SHUTDOWN.
     let (stop, shutdown) = watch::channel(false);
-    let stop = Arc::new(stop);
     {
         let (stop, mut outside) = (stop.clone(), outside);
         tokio::spawn(async move {
@@ -284,7 +283,7 @@ pub async fn run(
         metrics: metrics.clone(),
         set_log: set_log.clone(),
         reload: Some(reload_tx.clone()),
-        shutdown: Some((*stop).clone()),
+        shutdown: Some(stop.clone()),
     });
     if let Some(listener) = metrics_listener {
         tracing::info!(listen = ?config.fulcrum.metrics, "serving /metrics, /healthz, /ready");
