@@ -198,6 +198,19 @@ async fn every_show_command_has_its_columns() {
         ),
         ("SHOW HELP", &["command", "does"]),
         (
+            "SHOW LISTENERS",
+            &[
+                "cluster",
+                "database",
+                "user",
+                "channels",
+                "clients",
+                "subscriptions",
+                "backend",
+                "reconnects",
+            ],
+        ),
+        (
             "SHOW SERVERS",
             &[
                 "cluster",

@@ -615,3 +615,75 @@ async fn no_promotion_of_a_replica_beyond_failover_max_lag() {
     }
     assert_eq!(failover_blocked_gauge(metrics_port).as_deref(), Some("0"));
 }
+
+/// LISTEN through transaction pooling across a failover: Fulcrum's
+/// listening connection moves to the promoted replica and listens again
+/// (`fulcrum_listen_reconnects_total`), so a client that listened before the
+/// primary was killed hears what is notified after. (What was notified in
+/// between is lost, as across a server restart: the writer sends again
+/// until one arrives.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_hears_notifications_sent_after_the_primary_is_killed() {
+    use futures_util::StreamExt;
+    let _serial = serial().await;
+    let c = PgCluster::builder().replicas(1).start().expect("cluster");
+    let cfg = config(
+        &c,
+        &[
+            "health_interval = \"300ms\"",
+            "failover = \"promote\"",
+            "failover_timeout = \"1s\"",
+        ],
+    );
+    let metrics = fulcrum_testkit::free_port();
+    let _p = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics)).unwrap();
+    let conn_string = cfg.conn_string(fulcrum_testkit::APP_USER, APP_DB);
+    let (listener, mut connection) = tokio_postgres::connect(&conn_string, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN ha_ch").await.unwrap();
+    let writer = try_pg_connect(&cfg).await.unwrap();
+    writer
+        .batch_execute("NOTIFY ha_ch, 'before'")
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await;
+    assert_eq!(first.ok().flatten().as_deref(), Some("before"));
+
+    c.primary().stop_immediate().unwrap();
+    let start = Instant::now();
+    let mut sent = 0;
+    loop {
+        // Refused while there is no primary; sent again until one is heard.
+        if writer.batch_execute("NOTIFY ha_ch, 'after'").await.is_ok() {
+            sent += 1;
+        }
+        if let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(300), heard.recv()).await {
+            assert_eq!(p, "after");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "nothing heard after the failover ({sent} notifications sent)"
+        );
+    }
+    eprintln!(
+        "listener: heard a notification {:?} after the primary was killed ({sent} sent)",
+        start.elapsed()
+    );
+    let reconnects = try_scrape(metrics)
+        .map(|t| fulcrum_suite::family_sum(&t, "fulcrum_listen_reconnects_total", &[]))
+        .unwrap_or_default();
+    assert!(reconnects >= 1.0, "reconnects counted: {reconnects}");
+    // The listening client itself never lost its session.
+    listener.batch_execute("SELECT 1").await.unwrap();
+}

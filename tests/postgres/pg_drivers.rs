@@ -213,24 +213,29 @@ with psycopg.connect(DSN, autocommit=True, prepare_threshold=0) as conn:
 }
 
 #[test]
-fn own_notifications_carry_the_backend_pid_the_client_knows() {
-    // LISTEN pins the client to its server connection; a notification it
-    // sends itself must carry the pid it was given at login, so the common
-    // "skip my own notifications" check works.
+fn notifications_carry_the_notifying_backends_pid() {
+    // Transaction pooling: Fulcrum answers LISTEN and listens on the
+    // primary itself; a notification carries the pid of the backend that
+    // ran the NOTIFY, as the server sends it (the client's own NOTIFY ran
+    // on a pooled connection, not on one it was told the pid of).
     let script = r#"
 with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN, autocommit=True) as other:
     conn.execute("listen drv_ch")
-    conn.execute("notify drv_ch, 'mine'")
-    other.execute("notify drv_ch, 'theirs'")
+    with conn.transaction():
+        mine = conn.execute("select pg_backend_pid()").fetchone()[0]
+        conn.execute("notify drv_ch, 'mine'")
+    with other.transaction():
+        theirs = other.execute("select pg_backend_pid()").fetchone()[0]
+        other.execute("notify drv_ch, 'theirs'")
     seen = []
     for n in conn.notifies(timeout=5, stop_after=2):
-        seen.append((n.payload, n.pid == conn.info.backend_pid))
+        seen.append((n.payload, n.pid == (mine if n.payload == 'mine' else theirs)))
     print(sorted(seen))
 "#;
     for impl_ in IMPLS {
         assert_eq!(
             psycopg(impl_, script),
-            "[('mine', True), ('theirs', False)]\n",
+            "[('mine', True), ('theirs', True)]\n",
             "{impl_}"
         );
     }
@@ -257,6 +262,10 @@ import threading
 with psycopg.connect(DSN, autocommit=True) as conn:
     pid = conn.execute("select pg_backend_pid()").fetchone()[0]
     print("same pid", pid == conn.info.backend_pid)
+    # Its own notifications carry the pid it was given (its server's).
+    conn.execute("listen own_ch")
+    conn.execute("notify own_ch, 'mine'")
+    print("own notification", [n.pid == conn.info.backend_pid for n in conn.notifies(timeout=5, stop_after=1)])
     threading.Timer(0.5, conn.cancel).start()
     try:
         conn.execute("select pg_sleep(10)")
@@ -275,7 +284,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
     for impl_ in IMPLS {
         assert_eq!(
             psycopg_at(impl_, &dsn, script),
-            "same pid True\ncancelled\nafter cancel 1\nterminated True\nended\n",
+            "same pid True\nown notification [True]\ncancelled\nafter cancel 1\nterminated True\nended\n",
             "{impl_}\n{}",
             p.log_contents()
         );

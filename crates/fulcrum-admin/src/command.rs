@@ -25,6 +25,7 @@ pub enum Show {
     Help,
     /// The changes of primary this instance saw, with their times.
     Failovers,
+    Listeners,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,9 +104,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "SERVER_POOLS" => Show::ServerPools,
             "HELP" => Show::Help,
             "FAILOVERS" => Show::Failovers,
+            "LISTENERS" => Show::Listeners,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),

@@ -10,6 +10,24 @@ use fulcrum_pool::Router;
 
 use crate::view::ClusterView;
 
+/// One listening connection (PostgreSQL LISTEN/NOTIFY in transaction
+/// pooling): its database and user, what it listens to, for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerRow {
+    pub database: String,
+    pub user: String,
+    /// Channels listened to on the server.
+    pub channels: usize,
+    /// Clients listening to at least one of them.
+    pub clients: usize,
+    /// (client, channel) pairs.
+    pub subscriptions: usize,
+    /// The backend it listens on now (`None`: connecting, or nobody listens).
+    pub backend: Option<String>,
+    /// Times it was opened again (failover, switchover, a lost connection).
+    pub reconnects: u64,
+}
+
 /// One pool: server connections of one backend for one (user, database).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolRow {
@@ -42,4 +60,6 @@ pub trait ClusterAdmin: Send + Sync {
     fn retiring(&self, database: Option<&str>) -> usize;
     /// The cluster's statement digests (SHOW QUERIES).
     fn digests(&self) -> Arc<fulcrum_metrics::DigestTable>;
+    /// Its listening connections (SHOW LISTENERS; none for MySQL).
+    fn listeners(&self) -> Vec<ListenerRow>;
 }

@@ -61,7 +61,7 @@ pub mod topology;
 pub mod view;
 pub mod workers;
 
-pub use admin::{ClusterAdmin, PoolRow};
+pub use admin::{ClusterAdmin, ListenerRow, PoolRow};
 pub use auth_cache::{
     auth_query_backend, AuthCache, AuthLimits, AuthQueryError, Looked, Outcome as AuthOutcome,
 };

@@ -66,6 +66,7 @@ pub(crate) struct RawCluster {
     pub max_message_size: Value<SizeValue>,
     pub max_client_connections: Value<Int>,
     pub max_pending_logins: Value<Int>,
+    pub notify_queue: Value<Int>,
     pub max_prepared_statements: Value<Int>,
     pub max_client_prepared_statements: Value<Int>,
     pub max_client_settings: Value<Int>,

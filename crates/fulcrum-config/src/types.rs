@@ -257,6 +257,9 @@ pub struct Cluster {
     pub max_client_connections: u32,
     /// Connections still logging in at once; at the cap the oldest is closed.
     pub max_pending_logins: u32,
+    /// PostgreSQL, transaction pooling: notifications queued for one client
+    /// at most; past it the next ones for that client are dropped (counted).
+    pub notify_queue: u32,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
     /// Most protocol-level prepared statements one client may hold at once
@@ -598,6 +601,7 @@ pub mod defaults {
     pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
+    pub const NOTIFY_QUEUE: u32 = 10_000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;

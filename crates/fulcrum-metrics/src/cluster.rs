@@ -220,6 +220,32 @@ impl ClusterMetrics {
             .inc();
     }
 
+    /// A listening server connection was opened again (LISTEN/NOTIFY).
+    pub fn listen_reconnect(&self) {
+        self.metrics
+            .listen_reconnects
+            .with_label_values(&[self.name.as_str()])
+            .inc();
+    }
+
+    /// `n` notifications queued for clients (`delivered`) or dropped.
+    pub fn notifications(&self, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.metrics
+                .notifications
+                .with_label_values(&[self.name.as_str(), outcome])
+                .inc_by(n);
+        }
+    }
+
+    /// Moves the count of channels listened to by `delta`.
+    pub fn listen_channels(&self, delta: i64) {
+        self.metrics
+            .listen_channels
+            .with_label_values(&[self.name.as_str()])
+            .add(delta);
+    }
+
     /// An error sent to a client, by SQLSTATE class or MySQL code. The
     /// label set is bounded (clients choose codes: `RAISE ... ERRCODE`,
     /// `SIGNAL ... MYSQL_ERRNO`): a code outside the servers' own ones, or

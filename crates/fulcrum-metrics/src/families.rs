@@ -66,6 +66,9 @@ pub struct Metrics {
     pub causal_reads: IntCounterVec,
     pub position_queries: IntCounterVec,
     pub clients_by_user: IntGaugeVec,
+    pub listen_reconnects: IntCounterVec,
+    pub notifications: IntCounterVec,
+    pub listen_channels: IntGaugeVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -202,6 +205,9 @@ impl Metrics {
             causal_reads: counter(&r, "fulcrum_causal_reads_total", "Reads that had a position to respect (consistency session or strong), by where they ran: replica (already past it), waited (a replica after waiting), primary (fallback).", &["cluster", "outcome"]),
             position_queries: counter(&r, "fulcrum_position_queries_total", "Queries sent to the primary for its current position (consistency strong); reads asking at the same time share one.", &["cluster"]),
             clients_by_user: gauge(&r, "fulcrum_clients", "Client connections now, by user and state: active (a unit of work holds a server connection), waiting (for one), idle.", &["cluster", "user", "state"]),
+            listen_reconnects: counter(&r, "fulcrum_listen_reconnects_total", "Times a listening server connection (LISTEN/NOTIFY in transaction pooling, one per database and user) was opened again and its channels listened to again: after a failover, a switchover or a lost connection. Notifications sent while it was away are lost.", &["cluster"]),
+            notifications: counter(&r, "fulcrum_notifications_total", "Notifications from the listening connections, by outcome: delivered (queued for a subscribed client, one per client) or dropped (the client already had notify_queue notifications waiting).", &["cluster", "outcome"]),
+            listen_channels: gauge(&r, "fulcrum_listen_channels", "Channels Fulcrum listens to on the primary now for its clients (transaction pooling), over all databases and users.", &["cluster"]),
             registry: r,
             sources: Mutex::new(Vec::new()),
         }

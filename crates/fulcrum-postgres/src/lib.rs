@@ -24,3 +24,4 @@ pub mod auth;
 pub mod backend;
 pub mod codec;
 pub mod frontend;
+pub mod notify;

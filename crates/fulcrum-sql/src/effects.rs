@@ -33,6 +33,9 @@ pub enum Effect {
     Deallocate(Option<String>),
     /// State that cannot be replayed: keep this client on its server connection.
     Pin(PinReason),
+    /// `UNLISTEN channel` (`None`: `UNLISTEN *`): the client stops listening
+    /// (Fulcrum listens for it in transaction pooling).
+    Unlisten(Option<String>),
     /// Transaction control, so SETs inside a rolled-back block are dropped.
     Begin,
     Commit,
@@ -113,6 +116,13 @@ pub(crate) fn of_statement(stmt: &Statement, decision: Decision, text: &str) -> 
                 None
             } else {
                 Some(ident_name(name))
+            },
+        )),
+        Statement::UNLISTEN { channel } => Some(Effect::Unlisten(
+            if channel.quote_style.is_none() && channel.value == "*" {
+                None
+            } else {
+                Some(crate::listen::fold(&channel.value, channel.quote_style))
             },
         )),
         Statement::StartTransaction { .. } => Some(Effect::Begin),

@@ -20,6 +20,7 @@ mod effects;
 mod fingerprint;
 mod functions;
 mod hints;
+pub mod listen;
 mod mysql;
 mod rules;
 mod set_config;

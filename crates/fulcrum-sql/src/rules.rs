@@ -215,7 +215,10 @@ pub(crate) fn classify_statement(
         }
         Statement::Fetch { .. } | Statement::Close { .. } => Decision::Primary,
         Statement::LISTEN { .. } => Decision::Pin("LISTEN"),
-        Statement::UNLISTEN { .. } => Decision::Pin("UNLISTEN"),
+        // Pooled server connections never listen (Fulcrum answers LISTEN
+        // or pins its client), so UNLISTEN anywhere is harmless; the
+        // client's own subscription follows its `Effect::Unlisten`.
+        Statement::UNLISTEN { .. } => Decision::Set,
         Statement::LockTables { .. } => Decision::Pin("LOCK TABLES"),
         Statement::UnlockTables => Decision::Pin("UNLOCK TABLES"),
         // Both hold table locks for the session until UNLOCK TABLES.

@@ -8,7 +8,7 @@
 //!   binary, with services kept from starting (`policy-rc.d`); otherwise
 //!   the test fails naming the package to install.
 //! - **Python drivers** ([`python`]): psycopg 3 (pure-Python and binary
-//!   builds) and PyMySQL, pinned, in a virtual environment under the target
+//!   builds), asyncpg and PyMySQL, pinned, in a virtual environment under the target
 //!   directory (Debian's own python3 refuses a bare `pip install`, PEP 668),
 //!   made once and reused while its requirement list is unchanged.
 
@@ -18,8 +18,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The Python packages the driver tests run, pinned.
-pub const PYTHON_REQUIREMENTS: &[&str] =
-    &["psycopg==3.3.9", "psycopg-binary==3.3.9", "PyMySQL==1.2.4"];
+pub const PYTHON_REQUIREMENTS: &[&str] = &[
+    "psycopg==3.3.9",
+    "psycopg-binary==3.3.9",
+    "PyMySQL==1.2.4",
+    "asyncpg==0.31.0",
+];
 
 /// `path` if it exists; else, as root, the Debian `package` that holds it
 /// is installed first. Panics (naming the package) when it cannot be had.

@@ -1,5 +1,6 @@
 //! SHOW CLIENTS and SHOW USERS: the clients connected now (from the
-//! client registry), and the users each cluster knows.
+//! client registry), and the users each cluster knows; SHOW LISTENERS:
+//! the listening connections serving clients' LISTEN.
 
 use bytes::BytesMut;
 
@@ -94,6 +95,40 @@ impl Admin {
         result(
             out,
             &["cluster", "name", "server_user", "source", "pool_mode"],
+            &rows,
+        );
+    }
+
+    /// SHOW LISTENERS: each listening connection of LISTEN/NOTIFY
+    /// (PostgreSQL, transaction pooling): per cluster, database and user.
+    pub(super) fn show_listeners(&self, out: &mut BytesMut) {
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            for l in c.listeners() {
+                rows.push(vec![
+                    c.config().name.clone(),
+                    l.database,
+                    l.user,
+                    l.channels.to_string(),
+                    l.clients.to_string(),
+                    l.subscriptions.to_string(),
+                    l.backend.unwrap_or_default(),
+                    l.reconnects.to_string(),
+                ]);
+            }
+        }
+        result(
+            out,
+            &[
+                "cluster",
+                "database",
+                "user",
+                "channels",
+                "clients",
+                "subscriptions",
+                "backend",
+                "reconnects",
+            ],
             &rows,
         );
     }

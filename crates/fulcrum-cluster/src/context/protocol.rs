@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{ClusterCore, PoolScope};
-use crate::admin::{ClusterAdmin, PoolRow};
+use crate::admin::{ClusterAdmin, ListenerRow, PoolRow};
 use crate::function_catalog::{self, Functions, Wanted};
 use crate::{ClusterView, MonitorHandle, ServerOps};
 
@@ -59,6 +59,12 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
     /// protocol counts them (a gauge).
     fn prepared_statements(&self) -> Option<usize> {
         None
+    }
+
+    /// The listening connections of LISTEN/NOTIFY, where the protocol has
+    /// them (SHOW LISTENERS).
+    fn listeners(&self) -> Vec<ListenerRow> {
+        Vec::new()
     }
 
     /// Sets this cluster's figures for a metrics scrape.
@@ -161,5 +167,8 @@ impl<X: ProtocolContext> ClusterAdmin for X {
     }
     fn monitor(&self) -> Option<MonitorHandle> {
         self.core().health.handle()
+    }
+    fn listeners(&self) -> Vec<ListenerRow> {
+        ProtocolContext::listeners(self)
     }
 }

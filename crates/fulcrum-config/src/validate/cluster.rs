@@ -112,6 +112,8 @@ pub(super) fn cluster(
         1,
         defaults::MAX_CLIENT_CONNECTIONS,
     )?;
+    let notify_queue =
+        t.u32_at_least(&c.notify_queue, "notify_queue", 1, defaults::NOTIFY_QUEUE)?;
     let max_pending_logins = t.u32_at_least(
         &c.max_pending_logins,
         "max_pending_logins",
@@ -278,6 +280,7 @@ pub(super) fn cluster(
         server_lifetime,
         max_message_size,
         max_client_connections,
+        notify_queue,
         max_pending_logins,
         max_prepared_statements,
         max_client_prepared_statements,

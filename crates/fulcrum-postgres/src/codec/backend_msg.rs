@@ -144,6 +144,16 @@ pub struct ErrorFields {
     pub message: String,
 }
 
+/// The channel a NotificationResponse body (the bytes after the header:
+/// pid, channel, payload) names.
+pub fn notification_channel(body: &[u8]) -> Option<&[u8]> {
+    let rest = body.get(4..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    let payload = &rest[end + 1..];
+    payload.iter().position(|&b| b == 0)?;
+    Some(&rest[..end])
+}
+
 /// Reads S/V, C and M from an ErrorResponse body (the bytes after the header).
 pub fn parse_error_fields(body: &[u8]) -> ErrorFields {
     let mut f = ErrorFields::default();
@@ -207,6 +217,19 @@ pub fn command_tag(body: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
     use crate::codec::frame::check_frame;
+
+    #[test]
+    fn a_notification_names_its_channel() {
+        // pid 7, channel "orders", payload "42".
+        let body = b"\0\0\0\x07orders\x0042\0";
+        assert_eq!(notification_channel(body), Some(&b"orders"[..]));
+        assert_eq!(
+            notification_channel(b"\0\0\0\x07orders\0"),
+            None,
+            "no payload"
+        );
+        assert_eq!(notification_channel(b"\0\0"), None, "short");
+    }
 
     #[test]
     fn error_response_round_trips() {

@@ -45,6 +45,8 @@ pub struct ClusterContext {
     pub auth: super::auth_query::AuthCache,
     pub statements: StatementRegistry,
     pub cancels: Arc<CancelRegistry>,
+    /// LISTEN/NOTIFY in transaction pooling: the listening connections.
+    pub notifications: crate::notify::Registry,
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     /// The ParameterStatus values a server reported after taking a client's
@@ -103,6 +105,7 @@ impl ClusterContext {
             users,
             statements: StatementRegistry::default(),
             cancels: Arc::new(CancelRegistry::default()),
+            notifications: Default::default(),
             mock_secret: rand::random(),
             welcome: Mutex::new(HashMap::new()),
             unparsed_logged: Mutex::new(HashSet::new()),
@@ -298,6 +301,22 @@ impl ProtocolContext for ClusterContext {
 
     fn prepared_statements(&self) -> Option<usize> {
         Some(self.statements.len())
+    }
+
+    fn listeners(&self) -> Vec<fulcrum_cluster::ListenerRow> {
+        self.notifications
+            .listing()
+            .into_iter()
+            .map(|l| fulcrum_cluster::ListenerRow {
+                database: l.database.to_string(),
+                user: l.user.to_string(),
+                channels: l.channels,
+                clients: l.clients,
+                subscriptions: l.subscriptions,
+                backend: l.backend.map(|b| self.backends[b].to_string()),
+                reconnects: l.reconnects,
+            })
+            .collect()
     }
 }
 

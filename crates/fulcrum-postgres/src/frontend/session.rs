@@ -34,6 +34,7 @@ mod failure;
 mod idle;
 mod local;
 mod lost;
+mod notify;
 mod reads;
 mod replay;
 mod resolve;
@@ -110,6 +111,10 @@ pub struct Session {
     ddl_in_txn: bool,
     /// `transaction_replay`: a replay under way.
     txn: TxnReplay,
+    /// LISTEN answered by Fulcrum (transaction pooling): the client's
+    /// subscription and the notifications queued for it. Boxed: most
+    /// clients never listen.
+    listen: Option<Box<notify::ClientListen>>,
 }
 
 /// Who the client is.
@@ -250,6 +255,7 @@ impl Session {
                 unit_writes: false,
                 commit_id_statement: None,
             },
+            listen: None,
         }
     }
 
@@ -348,6 +354,7 @@ impl Session {
             Idle(IdleKind),
             QueryTimeout,
             Killed,
+            Notified(Option<bytes::Bytes>),
         }
         // Admin KILL (ends the session wherever it stands) and the drain
         // on SIGTERM: one watch, an atomic load per wake-up.
@@ -385,6 +392,8 @@ impl Session {
             if let Some(deadline) = query_deadline {
                 query_sleep.as_mut().reset(deadline);
             }
+            // Notifications go out only when the client is owed nothing.
+            let notify = !replaying && self.may_notify();
             let io = std::future::poll_fn(|cx| {
                 poll_io(
                     cx,
@@ -397,6 +406,8 @@ impl Session {
                 )
             });
             let interrupted = std::future::poll_fn(|cx| interrupts.poll(cx));
+            let notified =
+                std::future::poll_fn(|cx| Session::poll_notification(&mut self.listen, cx));
             let event = tokio::select! {
                 // An interrupt first (an atomic load), so a stream that keeps
                 // the sockets busy cannot hold off a KILL.
@@ -410,11 +421,14 @@ impl Session {
                     Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
                 }
                 _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
+                n = notified, if notify => Event::Notified(n),
             };
             // A new wake-up: the stamps made handling it share one clock read.
             self.engine.unit.now.reset();
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
+                Event::Notified(Some(frame)) => self.deliver(frame).await?,
+                Event::Notified(None) => self.listen = None,
                 Event::Killed => {
                     tracing::info!(user = ?self.id.user, cluster = %self.ctx.name(), "client killed by an administrator");
                     return Err(self

@@ -6,6 +6,8 @@ use super::*;
 impl Session {
     /// The client is gone: give the server connection back clean, or close it.
     pub(super) async fn cleanup(&mut self) {
+        // The client listens no more (its hub forgets it).
+        self.listen = None;
         self.id.cancel.set_target(None);
         // What the engine asks of the connection before it goes back.
         let clean = self.engine.step(Event::ClientGone).clean();

@@ -79,6 +79,13 @@ impl Session {
                     token::PositionAnswer::Hold => break true,
                 }
             }
+            if local {
+                match self.try_answer_listen(header.total).await {
+                    token::PositionAnswer::No => {}
+                    token::PositionAnswer::Answered => continue,
+                    token::PositionAnswer::Hold => break true,
+                }
+            }
             if local && self.server.is_none() && self.try_answer_local_deallocate(header.total) {
                 // A mapped statement's DEALLOCATE needs no server.
                 let _ = self.client.read_buf.split_to(header.total);
@@ -262,6 +269,9 @@ impl Session {
             }
             b'B' => self.on_bind(frame),
             b'D' | b'C' => self.on_describe_or_close(tag, frame),
+            b'E' if self.listen.is_some() && self.virtual_execute(&frame).await => {
+                self.owed.unsynced = true;
+            }
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
                 let replaying = self.txn.run.is_some();
@@ -287,6 +297,7 @@ impl Session {
     /// a Query's whole classification is kept for its session effects.
     pub(super) fn next_unit_decision(&mut self) -> Decision {
         let query_unit = std::cell::RefCell::new(None);
+        let local_listen = self.listens_locally();
         let decision = unit_decision(
             &self.client.read_buf,
             self.ctx.config.max_message_size,
@@ -296,6 +307,13 @@ impl Session {
                     .ctx
                     .catalog_decision(&unit, &self.id.user, &self.id.database);
                 *query_unit.borrow_mut() = Some(unit);
+                if local_listen
+                    && notify::is_listen_decision(d)
+                    && fulcrum_sql::listen::listen_statement(sql).is_some()
+                {
+                    // Answered by Fulcrum, never run on a server: no pin.
+                    return Decision::Read;
+                }
                 d
             },
             &self.stmts.map,
@@ -452,7 +470,9 @@ impl Session {
 /// answers is for (settings and causal tokens, DEALLOCATE, transaction
 /// control): the cheap test before any of them reads the text.
 fn may_answer_locally(body: &[u8]) -> bool {
-    const WORDS: [&[u8]; 10] = [
+    const WORDS: [&[u8]; 12] = [
+        b"listen",
+        b"unlisten",
         b"set",
         b"reset",
         b"show",

@@ -18,6 +18,9 @@ impl Session {
             .map_or(Classified::from(Decision::Write), |q| {
                 self.ctx.classify_unit(q)
             });
+        if self.virtual_parse(&frame, unit.decision) {
+            return;
+        }
         // A statement's decision is kept with it: the function catalog's
         // answer as of now (a function not known yet: the primary).
         let decision = self
@@ -118,7 +121,8 @@ impl Session {
                     Effect::Set { .. }
                     | Effect::Reset { .. }
                     | Effect::ResetAll
-                    | Effect::DiscardAll => ops.push(effect.clone()),
+                    | Effect::DiscardAll
+                    | Effect::Unlisten(_) => ops.push(effect.clone()),
                     _ => {}
                 }
             }
@@ -196,6 +200,9 @@ impl Session {
 
     pub(super) fn on_bind(&mut self, frame: BytesMut) {
         self.owed.unsynced = true;
+        if self.listen.is_some() && self.virtual_bind(&frame) {
+            return;
+        }
         // A statement prepared earlier (pgbench -M prepared, JDBC, ...)
         // is only bound and executed: a COMMIT among them must be known
         // to be in flight, or a lost server would replay a transaction
@@ -278,6 +285,9 @@ impl Session {
 
     pub(super) fn on_describe_or_close(&mut self, tag: u8, frame: BytesMut) {
         self.owed.unsynced = true;
+        if self.listen.is_some() && self.virtual_target(tag, &frame) {
+            return;
+        }
         let target = if self.stmts.rewrite {
             target_msg(&frame[5..])
         } else {

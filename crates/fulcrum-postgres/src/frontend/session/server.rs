@@ -112,7 +112,9 @@ impl Session {
             }
             let mut frame = buf.split_to(header.total);
             tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
-            if header.tag == b'A' {
+            if header.tag == b'A' && self.id.server_key.is_none() {
+                // A pinned client knows Fulcrum's pid; one given its
+                // server's (session pooling) sees the server's as it is.
                 own_notification_pid(
                     &mut frame,
                     server.cancel.process_id,
@@ -270,10 +272,19 @@ impl Session {
                     self.params.desired = Settings::new(self.params.startup.clone());
                 }
                 Effect::DiscardAll => {
+                    // DISCARD ALL includes UNLISTEN *.
+                    if let Some(l) = &self.listen {
+                        l.unlisten_all();
+                    }
                     server.applied.clear();
                     server.prepared.clear();
                     self.params.desired = Settings::new(self.params.startup.clone());
                     self.stmts.map.clear();
+                }
+                Effect::Unlisten(channel) => {
+                    if let Some(l) = &self.listen {
+                        l.unlisten(channel.as_deref());
+                    }
                 }
                 Effect::Deallocate(_)
                 | Effect::Pin(_)

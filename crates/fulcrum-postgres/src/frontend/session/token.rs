@@ -106,7 +106,12 @@ impl Session {
     /// Queues Fulcrum's own answer to the `total`-byte frame at the front
     /// of the client buffer (its rows in `out`, or an error), then
     /// ReadyForQuery, and consumes the frame.
-    fn answer_local(&mut self, out: bytes::BytesMut, error: Option<(&str, String)>, total: usize) {
+    pub(super) fn answer_local(
+        &mut self,
+        out: bytes::BytesMut,
+        error: Option<(&str, String)>,
+        total: usize,
+    ) {
         let write = &mut self.client.write_buf;
         match error {
             None => write.extend_from_slice(&out),
@@ -133,7 +138,7 @@ pub(super) enum PositionAnswer {
 }
 
 /// The text of a simple Query `frame` whose first word is one of `words`.
-fn statement<'a>(frame: &'a [u8], words: &[&[u8]]) -> Option<&'a str> {
+pub(super) fn statement<'a>(frame: &'a [u8], words: &[&[u8]]) -> Option<&'a str> {
     let text = query_text(frame.get(5..)?)?;
     let first = fulcrum_sql::statements::first_word(text);
     if !words.iter().any(|w| first.eq_ignore_ascii_case(w)) {
