@@ -10,6 +10,7 @@
 //! starts one for its test.
 
 mod pg_drivers;
+mod pg_mirror;
 mod pg_notify;
 mod pg_pgbench;
 mod pg_proxy;

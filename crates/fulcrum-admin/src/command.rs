@@ -26,6 +26,7 @@ pub enum Show {
     /// The changes of primary this instance saw, with their times.
     Failovers,
     Listeners,
+    Mirror,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,9 +106,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "HELP" => Show::Help,
             "FAILOVERS" => Show::Failovers,
             "LISTENERS" => Show::Listeners,
+            "MIRROR" => Show::Mirror,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),

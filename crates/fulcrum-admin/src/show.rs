@@ -33,6 +33,7 @@ impl Admin {
             Show::Help => self.show_help(out),
             Show::Failovers => self.show_failovers(out),
             Show::Listeners => self.show_listeners(out),
+            Show::Mirror => self.show_mirror(out),
         }
     }
 }
@@ -49,6 +50,7 @@ const HELP: &[(&str, &str)] = &[
     ("SHOW CLUSTERS", "each backend's role, state and lag; the topology source and epoch"),
     ("SHOW FAILOVERS", "the changes of primary this instance saw, with their times"),
     ("SHOW LISTENERS", "LISTEN/NOTIFY: each listening connection, its channels and clients"),
+    ("SHOW MIRROR", "mirroring's diff per target and digest: sent, dropped, differing, latency of each side"),
     ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
     ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),
     ("PAUSE [cluster] | RESUME [cluster]", "hold new units of work, then let them go"),

@@ -62,4 +62,6 @@ pub trait ClusterAdmin: Send + Sync {
     fn digests(&self) -> Arc<fulcrum_metrics::DigestTable>;
     /// Its listening connections (SHOW LISTENERS; none for MySQL).
     fn listeners(&self) -> Vec<ListenerRow>;
+    /// Its mirror targets' diffs (SHOW MIRROR).
+    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>>;
 }

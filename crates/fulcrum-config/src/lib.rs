@@ -16,6 +16,7 @@ mod addr;
 mod coordination;
 mod error;
 mod keypath;
+mod mirror;
 mod private_file;
 mod raw;
 mod server_tls;

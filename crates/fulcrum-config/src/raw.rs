@@ -144,6 +144,20 @@ pub(crate) struct RawCluster {
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
     pub database: Value<Tables<RawDatabase>>,
+    pub mirror: Value<Tables<RawMirror>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawMirror {
+    pub cluster: Value<String>,
+    pub address: Value<String>,
+    pub user: Value<String>,
+    pub password: Value<SecretText>,
+    pub exposure: Value<Fraction>,
+    pub mirror_writes: Value<bool>,
+    pub mirror_queue: Value<Int>,
+    pub mirror_mode: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -239,6 +253,32 @@ impl<'de> Deserialize<'de> for Int {
             }
         }
         d.deserialize_i64(V)
+    }
+}
+
+/// A number that may be written as an integer (`exposure = 1`) or not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Fraction(pub f64);
+
+impl<'de> Deserialize<'de> for Fraction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Fraction;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number from 0 to 1")
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Fraction, E> {
+                Ok(Fraction(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Fraction, E> {
+                Ok(Fraction(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Fraction, E> {
+                Ok(Fraction(v as f64))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -352,6 +392,9 @@ impl TableHeader for RawUser {
 }
 impl TableHeader for RawDatabase {
     const HEADER: &'static str = "[[cluster.database]]";
+}
+impl TableHeader for RawMirror {
+    const HEADER: &'static str = "[[cluster.mirror]]";
 }
 impl TableHeader for RawAdminUser {
     const HEADER: &'static str = "[[fulcrum.admin_user]]";

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::coordination::{CoordinatorLoss, Etcd, Patroni, Topology};
+pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 
 /// A whole, validated configuration file.
 #[derive(Debug, Clone, PartialEq)]
@@ -329,6 +330,8 @@ pub struct Cluster {
     /// `[[cluster.database]]`: when any is listed, the only databases this
     /// listener serves, each possibly an alias of another on the servers.
     pub databases: Vec<Database>,
+    /// `[[cluster.mirror]]`: where its traffic is mirrored to.
+    pub mirrors: Vec<Mirror>,
 }
 
 /// `transaction_replay = true`: how much of a transaction is kept, and how
@@ -602,6 +605,7 @@ pub mod defaults {
     pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const NOTIFY_QUEUE: u32 = 10_000;
+    pub const MIRROR_QUEUE: u32 = 1000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;

@@ -69,6 +69,9 @@ pub struct Metrics {
     pub listen_reconnects: IntCounterVec,
     pub notifications: IntCounterVec,
     pub listen_channels: IntGaugeVec,
+    pub mirror_sent: IntCounterVec,
+    pub mirror_dropped: IntCounterVec,
+    pub mirror_differing: IntCounterVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -208,6 +211,9 @@ impl Metrics {
             listen_reconnects: counter(&r, "fulcrum_listen_reconnects_total", "Times a listening server connection (LISTEN/NOTIFY in transaction pooling, one per database and user) was opened again and its channels listened to again: after a failover, a switchover or a lost connection. Notifications sent while it was away are lost.", &["cluster"]),
             notifications: counter(&r, "fulcrum_notifications_total", "Notifications from the listening connections, by outcome: delivered (queued for a subscribed client, one per client) or dropped (the client already had notify_queue notifications waiting).", &["cluster", "outcome"]),
             listen_channels: gauge(&r, "fulcrum_listen_channels", "Channels Fulcrum listens to on the primary now for its clients (transaction pooling), over all databases and users.", &["cluster"]),
+            mirror_sent: counter(&r, "fulcrum_mirror_sent_total", "Units of work (a statement, or an extended-protocol batch up to Sync) replayed on a mirror target and answered ([[cluster.mirror]]).", &["cluster", "target"]),
+            mirror_dropped: counter(&r, "fulcrum_mirror_dropped_total", "Units of work not mirrored: the client's queue was full (mirror_queue; the rest of its transaction went with it), the target was down, or the unit cannot be replayed (COPY).", &["cluster", "target"]),
+            mirror_differing: counter(&r, "fulcrum_mirror_differing_total", "Mirrored units whose answer differed from the primary's: error or success and its SQLSTATE, rows returned or affected, or the checksum of the rows (order-insensitive).", &["cluster", "target"]),
             registry: r,
             sources: Mutex::new(Vec::new()),
         }

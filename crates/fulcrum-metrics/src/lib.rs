@@ -10,11 +10,13 @@ mod cluster;
 pub mod digest;
 mod families;
 pub mod http;
+pub mod mirror;
 mod refresh;
 
 pub use cluster::{CausalOutcome, ClientCount, ClusterMetrics, RouteLabel};
 pub use digest::{Digest, DigestMemo, DigestRow, DigestTable, Stamp};
 pub use families::Metrics;
+pub use mirror::{MirrorRow, MirrorStats};
 pub use refresh::{BackendFigures, ClusterFigures, CoordinationFigures};
 
 /// Something that refreshes its scrape-time figures (pool sizes, backend

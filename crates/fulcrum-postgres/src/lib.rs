@@ -24,4 +24,5 @@ pub mod auth;
 pub mod backend;
 pub mod codec;
 pub mod frontend;
+pub mod mirror;
 pub mod notify;

@@ -1,6 +1,7 @@
 //! SHOW CLIENTS and SHOW USERS: the clients connected now (from the
 //! client registry), and the users each cluster knows; SHOW LISTENERS:
-//! the listening connections serving clients' LISTEN.
+//! the listening connections serving clients' LISTEN; SHOW MIRROR:
+//! mirroring's diff.
 
 use bytes::BytesMut;
 
@@ -128,6 +129,50 @@ impl Admin {
                 "subscriptions",
                 "backend",
                 "reconnects",
+            ],
+            &rows,
+        );
+    }
+
+    /// SHOW MIRROR: per cluster, mirror target and statement digest, the
+    /// units mirrored, dropped and answered differently, and the p50/p99
+    /// latency of each side.
+    pub(super) fn show_mirror(&self, out: &mut BytesMut) {
+        let ms = |v: f64| format!("{v:.3}");
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            for stats in c.mirrors() {
+                for r in stats.rows() {
+                    rows.push(vec![
+                        c.config().name.clone(),
+                        stats.target.clone(),
+                        format!("{:016x}", r.digest),
+                        r.query,
+                        r.sent.to_string(),
+                        r.dropped.to_string(),
+                        r.differing.to_string(),
+                        ms(r.primary_ms.0),
+                        ms(r.primary_ms.1),
+                        ms(r.mirror_ms.0),
+                        ms(r.mirror_ms.1),
+                    ]);
+                }
+            }
+        }
+        result(
+            out,
+            &[
+                "cluster",
+                "target",
+                "digest",
+                "query",
+                "sent",
+                "dropped",
+                "differing",
+                "primary_p50_ms",
+                "primary_p99_ms",
+                "mirror_p50_ms",
+                "mirror_p99_ms",
             ],
             &rows,
         );

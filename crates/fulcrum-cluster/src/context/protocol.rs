@@ -61,6 +61,11 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Its mirror targets' diffs (SHOW MIRROR).
+    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
+        Vec::new()
+    }
+
     /// The listening connections of LISTEN/NOTIFY, where the protocol has
     /// them (SHOW LISTENERS).
     fn listeners(&self) -> Vec<ListenerRow> {
@@ -170,5 +175,8 @@ impl<X: ProtocolContext> ClusterAdmin for X {
     }
     fn listeners(&self) -> Vec<ListenerRow> {
         ProtocolContext::listeners(self)
+    }
+    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
+        ProtocolContext::mirrors(self)
     }
 }

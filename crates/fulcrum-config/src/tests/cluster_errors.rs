@@ -485,3 +485,92 @@ fn topology_keys_are_validated() {
         ),
     ]);
 }
+
+/// `MINIMAL` with a `[[cluster.mirror]]` table of `keys` (header on line
+/// 11, the first key on line 12).
+fn with_mirror(keys: &str) -> String {
+    let keys: Vec<String> = keys.lines().map(|l| format!("    {l}\n")).collect();
+    format!("{MINIMAL}    [[cluster.mirror]]\n{}", keys.concat())
+}
+
+#[test]
+fn mirror_keys_are_validated() {
+    let other_protocol = format!(
+        "{}    [[cluster.mirror]]\n    cluster = \"my\"\n{}",
+        MINIMAL,
+        MINIMAL
+            .replace("name = \"main\"", "name = \"my\"")
+            .replace("\"postgres\"", "\"mysql\"")
+            .replace("127.0.0.1:6432", "127.0.0.1:6433")
+            .replace("127.0.0.1:5432", "127.0.0.1:3306")
+            .trim_start_matches('\n')
+    );
+    assert_errors(&[
+        (
+            &with_mirror("exposure = 0.5"),
+            "fulcrum.toml:11: cluster[0].mirror[0].cluster: required key is missing: the target, cluster = \"name\" or address = \"host:port\"",
+        ),
+        (
+            &with_mirror("cluster = \"b\"\naddress = \"127.0.0.1:5433\""),
+            "fulcrum.toml:13: cluster[0].mirror[0].address: give cluster or address, not both",
+        ),
+        (
+            &with_mirror("cluster = \"b\"\nuser = \"u\""),
+            "fulcrum.toml:12: cluster[0].mirror[0].user: only with address (a cluster target logs in as the client's user, with that cluster's login)",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\""),
+            "fulcrum.toml:11: cluster[0].mirror[0].user: required key is missing",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"\nexposure = 1.5"),
+            "fulcrum.toml:14: cluster[0].mirror[0].exposure: must be from 0 to 1 (the share of clients mirrored), got 1.5",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"\nmirror_mode = \"fast\""),
+            "fulcrum.toml:14: cluster[0].mirror[0].mirror_mode: unknown value \"fast\", expected one of \"async\", \"sync\"",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"\nmirror_queue = 0"),
+            "fulcrum.toml:14: cluster[0].mirror[0].mirror_queue: must be at least 1, got 0",
+        ),
+        (
+            &with_mirror("cluster = \"nope\""),
+            "fulcrum.toml:12: cluster[0].mirror[0].cluster: no [[cluster]] is named \"nope\" (there are: main)",
+        ),
+        (
+            &with_mirror("cluster = \"main\""),
+            "fulcrum.toml:12: cluster[0].mirror[0].cluster: a cluster cannot mirror to itself",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"")
+                .replace("\"postgres\"", "\"mysql\""),
+            "fulcrum.toml:11: cluster[0].mirror[0].cluster: mirroring is not built for protocol = \"mysql\" yet (PostgreSQL only)",
+        ),
+        (
+            &other_protocol,
+            "fulcrum.toml:12: cluster[0].mirror[0].cluster: cluster \"my\" speaks another protocol",
+        ),
+    ]);
+}
+
+#[test]
+fn a_mirror_cluster_target_resolves_to_its_primary_and_logins() {
+    let text = format!(
+        "{}    [[cluster.mirror]]\n    cluster = \"shadow\"\n    exposure = 1\n{}",
+        MINIMAL,
+        MINIMAL
+            .replace("name = \"main\"", "name = \"shadow\"")
+            .replace("127.0.0.1:6432", "127.0.0.1:6433")
+            .replace("127.0.0.1:5432", "127.0.0.1:5440")
+            .trim_start_matches('\n')
+    );
+    let config = crate::parse(&super::dedent(&text), std::path::Path::new("f.toml")).unwrap();
+    let m = &config.clusters[0].mirrors[0];
+    assert_eq!(m.address, "127.0.0.1:5440");
+    assert_eq!(m.exposure, 1.0);
+    assert!(!m.mirror_writes);
+    assert_eq!(m.mirror_mode, crate::MirrorMode::Async);
+    assert_eq!(m.login_for("app", None), Some(("app", "secret")));
+    assert_eq!(m.login_for("nobody", Some(("x", "y"))), Some(("x", "y")));
+}

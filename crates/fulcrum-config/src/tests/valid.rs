@@ -196,6 +196,7 @@ fn every_key_is_read_into_the_config() {
                 ],
                 users: vec![user("app", "secret"), user("report", "also secret")],
                 databases: vec![],
+                mirrors: vec![],
             },
             Cluster {
                 name: "shop".into(),
@@ -257,6 +258,7 @@ fn every_key_is_read_into_the_config() {
                 backends: vec![backend("127.0.0.1:3306", Role::Auto, defaults::WEIGHT)],
                 users: vec![user("shop", "")],
                 databases: vec![],
+                mirrors: vec![],
             },
         ],
     };

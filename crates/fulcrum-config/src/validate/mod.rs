@@ -6,6 +6,7 @@ mod backends;
 mod cluster;
 mod credentials;
 mod health;
+mod mirror;
 pub(crate) mod table;
 mod topology;
 
@@ -240,6 +241,7 @@ fn clusters(
         }
         out.push(cluster);
     }
+    mirror::resolve(&mut out, items, lines)?;
     Ok(out)
 }
 

@@ -47,6 +47,8 @@ pub struct ClusterContext {
     pub cancels: Arc<CancelRegistry>,
     /// LISTEN/NOTIFY in transaction pooling: the listening connections.
     pub notifications: crate::notify::Registry,
+    /// `[[cluster.mirror]]`: the targets and their diffs.
+    pub mirrors: crate::mirror::Targets,
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     /// The ParameterStatus values a server reported after taking a client's
@@ -99,7 +101,9 @@ impl ClusterContext {
                 (u.name.clone(), auth)
             })
             .collect();
+        let mirrors = crate::mirror::Targets::new(&config, &metrics);
         Arc::new(ClusterContext {
+            mirrors,
             auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::Postgres),
             users,
@@ -301,6 +305,10 @@ impl ProtocolContext for ClusterContext {
 
     fn prepared_statements(&self) -> Option<usize> {
         Some(self.statements.len())
+    }
+
+    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
+        self.mirrors.stats()
     }
 
     fn listeners(&self) -> Vec<fulcrum_cluster::ListenerRow> {

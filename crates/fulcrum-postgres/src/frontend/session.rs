@@ -115,6 +115,9 @@ pub struct Session {
     /// subscription and the notifications queued for it. Boxed: most
     /// clients never listen.
     listen: Option<Box<notify::ClientListen>>,
+    /// `[[cluster.mirror]]`: this client's units on their way to the
+    /// mirror targets (`None`: not mirrored, the usual case).
+    mirror: Option<Box<crate::mirror::ClientMirror>>,
 }
 
 /// Who the client is.
@@ -201,6 +204,7 @@ impl Session {
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
+        let mirror = crate::mirror::Targets::for_client(&ctx, &login.user, &login.database);
         let ctx_consistency = ctx.config.consistency;
         let txn_log = fulcrum_session::TxnLog::new(
             ctx.config.transaction_replay.map(|r| r.max_size),
@@ -256,6 +260,7 @@ impl Session {
                 commit_id_statement: None,
             },
             listen: None,
+            mirror,
         }
     }
 

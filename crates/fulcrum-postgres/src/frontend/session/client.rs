@@ -136,6 +136,9 @@ impl Session {
             }
             let frame = self.client.read_buf.split_to(header.total);
             self.log_client_frame(header.tag, &frame);
+            if let Some(m) = self.mirror.as_mut() {
+                m.client_frame(header.tag, &frame);
+            }
             self.engine.unit.retry.keep(&frame);
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
@@ -354,6 +357,19 @@ impl Session {
             tracing::debug!(reason, "client pinned to its server connection");
         }
         self.engine.unit.may_write = routing.may_write;
+        if let Some(m) = self.mirror.as_mut() {
+            // Session state and transaction control are not writes to a
+            // reads-only mirror: its connection needs them.
+            let state = matches!(
+                decision,
+                Decision::Set
+                    | Decision::Begin { .. }
+                    | Decision::End
+                    | Decision::Txn
+                    | Decision::TxnReadOnly
+            );
+            m.unit_writes(routing.may_write && !state);
+        }
         routing
     }
 
@@ -369,6 +385,9 @@ impl Session {
             }
         };
         let begin = self.engine.take_begin();
+        if let (Some(m), Some(sql)) = (self.mirror.as_mut(), begin.as_deref()) {
+            m.begin(sql);
+        }
         self.attach(route).await?;
         let actual = self.ctx.router.route_of(self.backend);
         self.engine.step(Event::Attached(actual)).close_now();

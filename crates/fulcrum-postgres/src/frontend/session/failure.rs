@@ -23,6 +23,9 @@ impl Session {
     /// (retry, answer and keep the client, or close), this performs it.
     pub(super) async fn server_lost(&mut self) -> Result<(), SessionError> {
         let backend = self.backend;
+        if let Some(m) = self.mirror.as_mut() {
+            m.abandon();
+        }
         if let Some(s) = self.server.take() {
             tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit.commit_in_flight, commit_id = ?self.engine.unit.commit_id, "server connection lost during a client's work");
             s.discard();

@@ -80,6 +80,11 @@ impl Session {
             if buf.len() < header.total {
                 if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
                     self.owed.stream_left = header.total - buf.len();
+                    if header.tag == b'D' && self.txn.run.is_none() {
+                        if let Some(m) = self.mirror.as_mut() {
+                            m.server_row(&buf[5..], header.total - 5);
+                        }
+                    }
                     self.client.write_buf.extend_from_slice(buf);
                     buf.clear();
                 } else {
@@ -168,6 +173,9 @@ impl Session {
             }
             if step == Step::Forward {
                 self.client.write_buf.extend_from_slice(&frame);
+                if let Some(m) = self.mirror.as_mut().filter(|_| self.txn.run.is_none()) {
+                    m.server_frame(header.tag, &frame[5..]);
+                }
             }
             self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
             if let Some(status) = fx.ready {
@@ -195,6 +203,10 @@ impl Session {
             &mut self.client.write_buf,
             status_byte(self.engine.status()),
         );
+        if let Some(m) = self.mirror.as_mut().filter(|m| m.waiting()) {
+            // `mirror_mode = "sync"`: the answer waits for the mirror's.
+            m.wait().await;
+        }
         self.flush_client().await?;
         self.flush_server().await?;
         self.maybe_detach();
