@@ -123,6 +123,9 @@ fn run(opts: &Options) -> Result<()> {
     if opts.replay_cost && opts.mysql_consistency_cost {
         return mode_mysql_consistency_cost::run_mysql_replay(opts);
     }
+    if opts.mirror_cost {
+        return mode_consistency_cost::run_mirror(opts);
+    }
     if opts.digest_cost {
         return mode_consistency_cost::run_digests(opts);
     }

@@ -24,6 +24,8 @@ struct Variant {
     name: &'static str,
     consistency: Option<&'static str>,
     keys: &'static str,
+    /// Tables appended to its `[[cluster]]` (a `[[cluster.mirror]]`).
+    tables: String,
 }
 
 /// `--consistency-cost`: direct vs Fulcrum `eventual`, `session`, `user`
@@ -34,21 +36,25 @@ pub(crate) fn run_consistency(opts: &Options) -> Result<()> {
             name: "Fulcrum eventual",
             consistency: Some("eventual"),
             keys: "",
+            tables: String::new(),
         },
         Variant {
             name: "Fulcrum session",
             consistency: Some("session"),
             keys: "",
+            tables: String::new(),
         },
         Variant {
             name: "Fulcrum user",
             consistency: Some("user"),
             keys: "",
+            tables: String::new(),
         },
         Variant {
             name: "Fulcrum strong",
             consistency: Some("strong"),
             keys: "",
+            tables: String::new(),
         },
     ];
     run_variants(opts, &variants, "bench-consistency.md")
@@ -61,11 +67,13 @@ pub(crate) fn run_digests(opts: &Options) -> Result<()> {
             name: "Fulcrum digests off",
             consistency: None,
             keys: "digest_max_entries = 0\n",
+            tables: String::new(),
         },
         Variant {
             name: "Fulcrum digests on",
             consistency: None,
             keys: "",
+            tables: String::new(),
         },
     ];
     run_variants(opts, &variants, "bench-digests.md")
@@ -78,14 +86,71 @@ pub(crate) fn run_replay(opts: &Options) -> Result<()> {
             name: "Fulcrum replay off",
             consistency: None,
             keys: "",
+            tables: String::new(),
         },
         Variant {
             name: "Fulcrum replay on",
             consistency: None,
             keys: "transaction_replay = true\n",
+            tables: String::new(),
         },
     ];
     run_variants(opts, &variants, "bench-replay.md")
+}
+
+/// CPU the mirror target's server may use: it shares the machine's two
+/// cores with everything else, and a mirror cluster is other hardware in
+/// production; `async` drops what it cannot take (counted).
+const MIRROR_TARGET_CPU: f64 = 0.2;
+
+/// `--mirror-cost`: direct vs Fulcrum without a mirror and with an async
+/// mirror of every client, writes included, to a second cluster (its
+/// server capped at `MIRROR_TARGET_CPU`).
+pub(crate) fn run_mirror(opts: &Options) -> Result<()> {
+    let target = start_cluster(opts, init_timeout(opts))?;
+    let caps = match crate::cpu_caps::CpuCaps::create(1, MIRROR_TARGET_CPU, 100_000) {
+        Ok(caps) => {
+            caps.add_server(0, target.primary().data_dir())?;
+            Some(caps)
+        }
+        Err(why) => {
+            eprintln!("the mirror target is not capped ({why}): it competes for the CPU");
+            None
+        }
+    };
+    let mirror = format!(
+        "\n[[cluster.mirror]]\naddress = \"{}\"\nuser = \"{}\"\npassword = \"{}\"\nmirror_writes = true\nmirror_mode = \"async\"\n",
+        target.primary().addr(),
+        fulcrum_testkit::APP_USER,
+        fulcrum_testkit::APP_PASSWORD
+    );
+    let variants = [
+        Variant {
+            name: "Fulcrum no mirror",
+            consistency: None,
+            keys: "",
+            tables: String::new(),
+        },
+        Variant {
+            name: "Fulcrum async mirror",
+            consistency: None,
+            keys: "",
+            tables: mirror,
+        },
+    ];
+    let result = run_variants(opts, &variants, "bench-mirror.md");
+    drop(caps);
+    drop(target);
+    result
+}
+
+/// `fulcrum_mirror_sent_total` and `_dropped_total`, all targets.
+fn mirror_counts(metrics_port: u16) -> (f64, f64) {
+    let text = fulcrum_suite::try_scrape(metrics_port).unwrap_or_default();
+    (
+        fulcrum_suite::family_sum(&text, "fulcrum_mirror_sent_total", &[]),
+        fulcrum_suite::family_sum(&text, "fulcrum_mirror_dropped_total", &[]),
+    )
 }
 
 /// Direct vs one Fulcrum daemon with a listener per variant (only one has
@@ -132,7 +197,7 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
                 "pool_mode =",
                 &format!("{}pool_mode =", v.keys),
                 1,
-            )
+            ) + &v.tables
         })
         .collect();
     // A metrics listener: where each variant's reads went (its own cluster).
@@ -156,6 +221,7 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
     )?;
     machine.warn_if_busy();
     let mut results = Vec::new();
+    let mirrored_before = mirror_counts(metrics_port);
     for &workload in &opts.workloads {
         eprintln!("== {}", workload.title());
         let mut targets = vec![Target::new("PostgreSQL direct", direct.clone())];
@@ -186,11 +252,22 @@ fn run_variants(opts: &Options, variants: &[Variant], report_file: &str) -> Resu
         results.push((workload, targets, reads));
     }
     let _ = std::fs::remove_file(&script);
+    let mirrored = mirror_counts(metrics_port);
+    let mirrored = (
+        mirrored.0 - mirrored_before.0,
+        mirrored.1 - mirrored_before.1,
+    );
 
     drop(fulcrum);
     drop(cluster);
 
-    let report = render_consistency(opts, &machine, &results, started.elapsed());
+    let mut report = render_consistency(opts, &machine, &results, started.elapsed());
+    if mirrored != (0.0, 0.0) {
+        report.push_str(&format!(
+            "\nMirror: {:.0} units replayed on the target, {:.0} dropped (its queue full: the target is capped).\n",
+            mirrored.0, mirrored.1
+        ));
+    }
     publish_report(&report, report_file)?;
     Ok(())
 }

@@ -43,6 +43,10 @@ usage: cargo bench --bench load -- [options]
   --replay-cost   compare direct, Fulcrum with transaction_replay off and
                   on, as --consistency-cost does (default workloads
                   tpcb,select); report in target/bench-replay.md
+  --mirror-cost   compare direct, Fulcrum without a mirror and with an
+                  async [[cluster.mirror]] of every client (writes too) to a
+                  second cluster capped at 0.2 CPU, as --consistency-cost
+                  does; report in target/bench-mirror.md
   --mysql-replay-cost
                   the same on MariaDB with sysbench, as
                   --mysql-consistency-cost; target/bench-mysql-replay.md
@@ -113,6 +117,8 @@ pub(crate) struct Options {
     pub(crate) digest_cost: bool,
     /// `--replay-cost` / `--mysql-replay-cost`: transaction_replay off vs on.
     pub(crate) replay_cost: bool,
+    /// `--mirror-cost`: Fulcrum without and with an async mirror.
+    pub(crate) mirror_cost: bool,
     /// `--balance`: the read-balancing policies on the capped 3-node regime.
     pub(crate) balance: bool,
     /// `--balance --slow-node`: one replica busy with its own CPU-heavy queries.
@@ -168,6 +174,7 @@ impl Options {
             consistency_cost: false,
             digest_cost: false,
             replay_cost: false,
+            mirror_cost: false,
             balance: false,
             slow_node: false,
             balance_nodes: 3,
@@ -210,6 +217,11 @@ impl Options {
             if flag == "--digest-cost" {
                 // The consistency comparison's machinery, other variants.
                 opts.digest_cost = true;
+                opts.consistency_cost = true;
+                continue;
+            }
+            if flag == "--mirror-cost" {
+                opts.mirror_cost = true;
                 opts.consistency_cost = true;
                 continue;
             }

@@ -50,6 +50,7 @@ pub mod digests;
 pub mod function_catalog;
 pub mod health_loop;
 pub mod lag;
+pub mod mirror;
 pub mod monitor;
 pub mod ops;
 pub mod pool_upkeep;

@@ -48,7 +48,7 @@ pub struct ClusterContext {
     /// LISTEN/NOTIFY in transaction pooling: the listening connections.
     pub notifications: crate::notify::Registry,
     /// `[[cluster.mirror]]`: the targets and their diffs.
-    pub mirrors: crate::mirror::Targets,
+    pub mirrors: fulcrum_cluster::mirror::Targets,
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     /// The ParameterStatus values a server reported after taking a client's
@@ -101,7 +101,7 @@ impl ClusterContext {
                 (u.name.clone(), auth)
             })
             .collect();
-        let mirrors = crate::mirror::Targets::new(&config, &metrics);
+        let mirrors = fulcrum_cluster::mirror::Targets::new(&config, &metrics);
         Arc::new(ClusterContext {
             mirrors,
             auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
