@@ -59,6 +59,8 @@ pub struct ClusterCore<C, P, S> {
     pub user_positions: UserPositions<P>,
     /// `function_catalog`: what the server says of functions no list decides.
     pub functions: Arc<FunctionCatalog>,
+    /// `[[cluster.mirror]]`: the targets and their diffs.
+    pub mirrors: crate::mirror::Targets,
 }
 
 impl<C, P: Clone, S> ClusterCore<C, P, S> {
@@ -71,6 +73,7 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
     ) -> ClusterCore<C, P, S> {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         ClusterCore {
+            mirrors: crate::mirror::Targets::new(&config, &metrics),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
                 &config.name,

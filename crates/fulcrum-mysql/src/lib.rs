@@ -29,6 +29,7 @@ pub mod auth;
 pub mod backend;
 pub mod codec;
 pub mod frontend;
+pub mod mirror;
 
 pub use mysql_common;
 pub use mysql_common::constants::{CapabilityFlags, StatusFlags};

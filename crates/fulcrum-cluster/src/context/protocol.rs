@@ -61,11 +61,6 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         None
     }
 
-    /// Its mirror targets' diffs (SHOW MIRROR).
-    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
-        Vec::new()
-    }
-
     /// The listening connections of LISTEN/NOTIFY, where the protocol has
     /// them (SHOW LISTENERS).
     fn listeners(&self) -> Vec<ListenerRow> {
@@ -177,6 +172,6 @@ impl<X: ProtocolContext> ClusterAdmin for X {
         ProtocolContext::listeners(self)
     }
     fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
-        ProtocolContext::mirrors(self)
+        self.core().mirrors.stats()
     }
 }

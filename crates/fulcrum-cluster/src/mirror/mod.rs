@@ -141,12 +141,15 @@ pub(crate) struct Batch<O> {
     pub done: Option<oneshot::Sender<()>>,
 }
 
+/// Counts units a lane's task never saw as dropped, by digest.
+pub(crate) type CountDropped<O> = Box<dyn Fn(&[Unit<O>]) + Send + Sync>;
+
 /// A mirrored client's part in one target.
 pub(crate) struct Lane<O> {
     target: Arc<Target>,
     tx: mpsc::Sender<Batch<O>>,
     /// Counts a unit the task never saw as dropped, by digest.
-    dropped: Box<dyn Fn(&[Unit<O>]) + Send + Sync>,
+    dropped: CountDropped<O>,
     /// The units of the open transaction (async), their size, and whether
     /// one of them may write.
     txn: Vec<Unit<O>>,

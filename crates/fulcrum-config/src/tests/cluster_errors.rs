@@ -543,11 +543,6 @@ fn mirror_keys_are_validated() {
             "fulcrum.toml:12: cluster[0].mirror[0].cluster: a cluster cannot mirror to itself",
         ),
         (
-            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"")
-                .replace("\"postgres\"", "\"mysql\""),
-            "fulcrum.toml:11: cluster[0].mirror[0].cluster: mirroring is not built for protocol = \"mysql\" yet (PostgreSQL only)",
-        ),
-        (
             &other_protocol,
             "fulcrum.toml:12: cluster[0].mirror[0].cluster: cluster \"my\" speaks another protocol",
         ),

@@ -224,7 +224,7 @@ pub(super) fn cluster(
     let server_cleartext = c.server_cleartext.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
     let databases = databases(&t, c)?;
-    let mirrors = super::mirror::mirrors(&t, c, base, protocol)?;
+    let mirrors = super::mirror::mirrors(&t, c, base)?;
     // With auth_user, users may all come from the server.
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()

@@ -24,17 +24,10 @@ pub(super) fn mirrors(
     t: &Table,
     c: &RawCluster,
     base: &std::path::Path,
-    protocol: crate::types::Protocol,
 ) -> Result<Vec<Mirror>, Problem> {
     let mut out = Vec::new();
     for (j, raw) in items(c).iter().enumerate() {
         let mt = t.child(&format!("mirror[{j}]"), raw.span());
-        if protocol == crate::types::Protocol::Mysql {
-            return Err(mt.error_at_header(
-                "cluster",
-                "mirroring is not built for protocol = \"mysql\" yet (PostgreSQL only)",
-            ));
-        }
         let m = raw.get_ref();
         let (name, address, login) = match (&m.cluster, &m.address) {
             (Some(cluster), None) => {

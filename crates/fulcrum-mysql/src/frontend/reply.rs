@@ -105,6 +105,12 @@ impl Reply {
         self.state == State::Done
     }
 
+    /// Between a result set's definitions and its end: a message fed now
+    /// that leaves this true was a row.
+    pub fn in_rows(&self) -> bool {
+        self.state == State::Rows
+    }
+
     /// The server asked the client for a file (LOAD DATA LOCAL INFILE):
     /// the client's packets go to the server up to an empty one.
     pub fn wants_file(&self) -> bool {

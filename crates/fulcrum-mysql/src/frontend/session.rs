@@ -149,7 +149,8 @@ struct Effects {
     keep_next: bool,
 }
 
-/// Digest statistics of the session's statements.
+/// What is recorded of the session's commands besides their answers:
+/// digest statistics, and the mirror.
 #[derive(Default)]
 struct Digests {
     /// The digest of the statement about to be forwarded.
@@ -157,6 +158,9 @@ struct Digests {
     /// The last one looked up: the next of the same fingerprint skips the
     /// digest table's lock.
     last: fulcrum_metrics::DigestMemo,
+    /// `[[cluster.mirror]]`: this client's commands on their way to the
+    /// mirror targets (`None`: not mirrored, the usual case).
+    mirror: Option<Box<crate::mirror::ClientMirror>>,
 }
 
 impl Session {
@@ -176,6 +180,13 @@ impl Session {
             .with_debug(ctx_replay.is_some_and(|r| r.debug)),
         );
         engine.unit.may_write = false;
+        let mirror = crate::mirror::ClientMirror::for_client(
+            &ctx,
+            &login.user,
+            login.schema.as_deref(),
+            login.caps & WIRE_FORMAT,
+            login.charset,
+        );
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
@@ -195,7 +206,10 @@ impl Session {
             server: None,
             engine,
             keep_for_next: false,
-            digests: Digests::default(),
+            digests: Digests {
+                mirror,
+                ..Default::default()
+            },
             interrupts: client_entry.watcher(),
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {

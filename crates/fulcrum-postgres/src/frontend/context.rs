@@ -47,8 +47,6 @@ pub struct ClusterContext {
     pub cancels: Arc<CancelRegistry>,
     /// LISTEN/NOTIFY in transaction pooling: the listening connections.
     pub notifications: crate::notify::Registry,
-    /// `[[cluster.mirror]]`: the targets and their diffs.
-    pub mirrors: fulcrum_cluster::mirror::Targets,
     /// Secret mixed into mock SCRAM salts for unknown users.
     pub mock_secret: [u8; 16],
     /// The ParameterStatus values a server reported after taking a client's
@@ -101,9 +99,7 @@ impl ClusterContext {
                 (u.name.clone(), auth)
             })
             .collect();
-        let mirrors = fulcrum_cluster::mirror::Targets::new(&config, &metrics);
         Arc::new(ClusterContext {
-            mirrors,
             auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::Postgres),
             users,
@@ -305,10 +301,6 @@ impl ProtocolContext for ClusterContext {
 
     fn prepared_statements(&self) -> Option<usize> {
         Some(self.statements.len())
-    }
-
-    fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
-        self.mirrors.stats()
     }
 
     fn listeners(&self) -> Vec<fulcrum_cluster::ListenerRow> {

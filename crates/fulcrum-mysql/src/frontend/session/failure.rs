@@ -13,6 +13,9 @@ impl Session {
     /// (its state is gone, and it must not go on as if it were not).
     pub(super) async fn lost(&mut self, seq: u8, why: &str) -> SessionError {
         let backend = self.backend;
+        if let Some(m) = self.digests.mirror.as_mut() {
+            m.abandon();
+        }
         if let Some(s) = self.server.take() {
             s.discard();
         }

@@ -118,13 +118,23 @@ impl Session {
         }
         let mut reply = Reply::new(shape, server.caps);
         let max = self.ctx.config.max_message_size as usize;
+        // `[[cluster.mirror]]`: the answer's rows are summed up for the diff.
+        let mirroring = self.digests.mirror.is_some() && !replaying;
+        let (sent_at, mut skip) = (std::time::Instant::now(), false);
         while !reply.is_done() {
             let frame = self.next_server_message(seq, max).await?;
             let first =
                 &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
+            let row = mirroring && reply.in_rows();
             if let Err(e) = reply.on_message(first) {
                 return Err(self.lost(seq, &e.0).await);
             }
+            if row && reply.in_rows() {
+                if let Some(m) = self.digests.mirror.as_mut() {
+                    m.row(first);
+                }
+            }
+            skip |= reply.wants_file();
             self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
             self.client.write_buf.extend_from_slice(&frame);
             if reply.wants_file() {
@@ -133,6 +143,16 @@ impl Session {
                 reply.file_sent();
             } else if self.client.write_buf.len() >= FLUSH_AT {
                 self.flush().await?;
+            }
+        }
+        if mirroring {
+            let writes = self.unit_routing.may_write && !crate::mirror::session_only(msg);
+            if let Some(m) = self.digests.mirror.as_mut() {
+                m.answered(msg, &reply, writes, sent_at, skip);
+                if m.waiting() {
+                    // `mirror_mode = "sync"`: the answer waits for the mirror's.
+                    m.wait().await;
+                }
             }
         }
         // Answered: whatever it was, its outcome is known. The answer's end

@@ -1,0 +1,141 @@
+//! Mirroring with a diff (`[[cluster.mirror]]`), MariaDB: a sysbench
+//! read-only run (text protocol) through Fulcrum, mirrored into a second
+//! MariaDB where one of the two tables was made to differ: only the
+//! digests that read that table report differences. Two single-node
+//! servers of its own.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::{console_connect, maria_toml, with_console};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use tokio_postgres::SimpleQueryMessage;
+
+/// sysbench with `args` against `port`.
+fn sysbench(port: u16, args: &[&str]) -> String {
+    let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
+        .args([
+            "--db-driver=mysql",
+            "--mysql-host=127.0.0.1",
+            &format!("--mysql-port={port}"),
+            &format!("--mysql-user={APP_USER}"),
+            &format!("--mysql-password={APP_PASSWORD}"),
+            &format!("--mysql-db={APP_DB}"),
+            "--tables=2",
+            "--table-size=500",
+        ])
+        .args(args)
+        .output()
+        .expect("sysbench runs (installed by .ci/run)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sysbench {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// SHOW MIRROR's rows: (query, sent, dropped, differing).
+async fn show_mirror(admin: u16) -> Vec<(String, u64, u64, u64)> {
+    console_connect(admin)
+        .await
+        .simple_query("SHOW MIRROR")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some((
+                r.get("query").unwrap().to_owned(),
+                r.get("sent").unwrap().parse().unwrap(),
+                r.get("dropped").unwrap().parse().unwrap(),
+                r.get("differing").unwrap().parse().unwrap(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysbench_read_only_mirror_reports_the_table_made_to_differ() {
+    let a = MariaCluster::builder().start().expect("MariaDB");
+    let b = MariaCluster::builder().start().expect("mirror MariaDB");
+    for c in [&a, &b] {
+        sysbench(c.primary().port(), &["oltp_read_only", "prepare"]);
+        // sysbench's rows are random: the same rows on both servers.
+        for t in ["sbtest1", "sbtest2"] {
+            c.primary()
+                .sql(&format!(
+                    "UPDATE {t} SET k = id * 7 % 500, c = CONCAT('c-', id), pad = CONCAT('p-', id)"
+                ))
+                .unwrap();
+        }
+    }
+    let checksum =
+        |c: &MariaCluster, t: &str| c.primary().sql(&format!("CHECKSUM TABLE {t}")).unwrap();
+    assert_eq!(
+        checksum(&a, "sbtest1"),
+        checksum(&b, "sbtest1"),
+        "prepared alike"
+    );
+    assert_eq!(
+        checksum(&a, "sbtest2"),
+        checksum(&b, "sbtest2"),
+        "prepared alike"
+    );
+    // On the mirror, every row of sbtest2 differs (k and c).
+    b.primary()
+        .sql("UPDATE sbtest2 SET k = k + 1, c = CONCAT('x', SUBSTRING(c, 2))")
+        .unwrap();
+
+    let (port, shadow_port, admin) = (free_port(), free_port(), free_port());
+    let main = maria_toml(&a, port, "");
+    let shadow =
+        maria_toml(&b, shadow_port, "").replacen("name = \"shop\"", "name = \"shadow\"", 1);
+    let (_, shadow_cluster) = shadow.split_once("[[cluster]]").unwrap();
+    let toml =
+        format!("{main}\n[[cluster.mirror]]\ncluster = \"shadow\"\n\n[[cluster]]{shadow_cluster}");
+    let _p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
+
+    let run = sysbench(
+        port,
+        &[
+            "oltp_read_only",
+            "--db-ps-mode=disable",
+            "--threads=4",
+            "--time=4",
+            "run",
+        ],
+    );
+    assert!(run.contains("queries performed"), "{run}");
+    // The mirror catches up (async): until its counts stop moving.
+    let start = Instant::now();
+    let mut rows = show_mirror(admin).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let next = show_mirror(admin).await;
+        let total = |r: &[(String, u64, u64, u64)]| r.iter().map(|x| x.1 + x.2).sum::<u64>();
+        if total(&next) == total(&rows) || start.elapsed() > Duration::from_secs(30) {
+            rows = next;
+            break;
+        }
+        rows = next;
+    }
+    for r in &rows {
+        eprintln!("{r:?}");
+    }
+    let reading = |t: &str| rows.iter().filter(|r| r.0.contains(t)).collect::<Vec<_>>();
+    let (one, two) = (reading("sbtest1"), reading("sbtest2"));
+    assert!(
+        one.len() >= 4 && two.len() >= 4,
+        "sysbench's read digests of both tables: {rows:?}"
+    );
+    for r in &one {
+        assert!(r.1 > 0 && r.3 == 0, "sbtest1 answers the same: {r:?}");
+    }
+    for r in &two {
+        assert!(r.1 > 0 && r.3 > 0, "sbtest2 answers differently: {r:?}");
+    }
+    let dropped: u64 = rows.iter().map(|r| r.2).sum();
+    assert_eq!(dropped, 0, "{rows:?}");
+}
