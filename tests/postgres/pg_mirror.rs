@@ -258,3 +258,60 @@ async fn a_dead_mirror_target_costs_the_client_nothing() {
     assert_eq!((sent, dropped), (0, 200));
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_fulcrum_answers_itself_keep_the_mirror_in_step() {
+    // A DEALLOCATE of a statement Fulcrum maps is answered without a server,
+    // and a lone BEGIN travels with the next unit: the mirror pairs every
+    // later answer with its own unit still (no false differences).
+    clusters();
+    let (_p, cfg, admin) = start("cluster = \"shadow\"");
+    let client = pg_connect(&cfg).await;
+    let stmt = client
+        .prepare("SELECT v FROM mirror_same WHERE id = $1")
+        .await
+        .unwrap();
+    let mut units = 1; // the Parse/Describe/Sync of prepare()
+    for id in 1..=5i32 {
+        let row = client.query_one(&stmt, &[&id]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), format!("v{id}"));
+        units += 1;
+    }
+    // Inside a transaction (a server attached), DEALLOCATE ALL is answered
+    // by Fulcrum: the statements it maps stay on the shared connections.
+    client.simple_query("BEGIN").await.unwrap();
+    client
+        .simple_query("SELECT v FROM mirror_same WHERE id = 9")
+        .await
+        .unwrap();
+    client.simple_query("DEALLOCATE ALL").await.unwrap();
+    client.simple_query("COMMIT").await.unwrap();
+    // The BEGIN travels with the SELECT; the DEALLOCATE is replayed, not
+    // compared (Fulcrum answered it): neither is counted.
+    units += 2;
+    for id in 1..=5 {
+        client
+            .simple_query(&format!(
+                "BEGIN; SELECT v FROM mirror_diff WHERE id = {id}; COMMIT"
+            ))
+            .await
+            .unwrap();
+        client.simple_query("BEGIN").await.unwrap();
+        client
+            .simple_query(&format!("SELECT v FROM mirror_same WHERE id = {id}"))
+            .await
+            .unwrap();
+        client.simple_query("COMMIT").await.unwrap();
+        units += 3;
+    }
+    let rows = until_mirrored(admin, units).await;
+    eprintln!("{rows:?}");
+    for r in rows.iter().filter(|r| !r.0.contains("mirror_diff")) {
+        assert_eq!(r.3, 0, "{r:?} in {rows:?}");
+    }
+    let diff = rows
+        .iter()
+        .find(|r| r.0.contains("mirror_diff"))
+        .expect("mirror_diff mirrored");
+    assert_eq!((diff.1, diff.3), (5, 1), "{rows:?}");
+}

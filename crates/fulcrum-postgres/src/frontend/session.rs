@@ -204,7 +204,12 @@ impl Session {
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
         let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
-        let mirror = crate::mirror::ClientMirror::for_client(&ctx, &login.user, &login.database);
+        let mirror = crate::mirror::ClientMirror::for_client(
+            &ctx,
+            &login.user,
+            &login.database,
+            &login.startup,
+        );
         let ctx_consistency = ctx.config.consistency;
         let txn_log = fulcrum_session::TxnLog::new(
             ctx.config.transaction_replay.map(|r| r.max_size),

@@ -46,10 +46,15 @@ pub struct ClientMirror {
 
 impl ClientMirror {
     /// A new client's mirror, when a target draws it (`exposure`).
-    pub fn for_client(ctx: &Arc<ClusterContext>, user: &str, database: &str) -> Option<Box<Self>> {
-        let lanes = ctx
-            .mirrors
-            .for_client(ctx.name(), |t| PgMirror::new(ctx, t, user, database))?;
+    pub fn for_client(
+        ctx: &Arc<ClusterContext>,
+        user: &str,
+        database: &str,
+        startup: &crate::backend::conn::SessionParams,
+    ) -> Option<Box<Self>> {
+        let lanes = ctx.mirrors.for_client(ctx.name(), |t| {
+            PgMirror::new(ctx, t, user, database, startup)
+        })?;
         Some(Box::new(ClientMirror {
             lanes,
             frames: BytesMut::new(),
@@ -76,6 +81,15 @@ impl ClientMirror {
                 });
             }
             _ => self.frames.extend_from_slice(frame),
+        }
+    }
+
+    /// The unit just captured was answered by Fulcrum (a DEALLOCATE of a
+    /// statement it maps): it is replayed, not compared, and waits for no
+    /// ReadyForQuery of the server's.
+    pub fn answered_locally(&mut self) {
+        if let Some(p) = self.pending.back_mut() {
+            p.local = true;
         }
     }
 

@@ -11,6 +11,7 @@ use fulcrum_cluster::mirror::{MirrorProtocol, Target, Unit};
 use fulcrum_sql::{fingerprint, normalize, Dialect};
 
 use super::Outcome;
+use crate::backend::conn::SessionParams;
 use crate::backend::{connect, Credential, ServerConn, ServerTarget};
 use crate::codec::frame::check_frame;
 use crate::codec::frontend_msg::{bind_msg, parse_msg, query_text};
@@ -23,6 +24,8 @@ const QUERY_TEXT_MAX: usize = 200;
 pub struct PgMirror {
     server: ServerTarget,
     connect_timeout: Duration,
+    /// The client's startup parameters, as statements run at connect.
+    startup: String,
 }
 
 impl PgMirror {
@@ -33,6 +36,7 @@ impl PgMirror {
         target: &Target,
         user: &str,
         database: &str,
+        startup: &SessionParams,
     ) -> Option<PgMirror> {
         let own = ctx
             .users
@@ -53,6 +57,7 @@ impl PgMirror {
                 tls: None,
             },
             connect_timeout: ctx.config.connect_timeout,
+            startup: startup.values().cloned().collect::<Vec<_>>().join(";"),
         })
     }
 }
@@ -64,9 +69,16 @@ impl MirrorProtocol for PgMirror {
     type Memory = HashMap<Vec<u8>, String>;
 
     async fn connect(&self) -> Result<ServerConn, String> {
-        Box::pin(connect(&self.server, self.connect_timeout))
+        let mut conn = Box::pin(connect(&self.server, self.connect_timeout))
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        if !self.startup.is_empty() {
+            // The client's DateStyle, TimeZone, application_name, ...
+            conn.run_internal(&self.startup)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(conn)
     }
 
     async fn replay(

@@ -187,6 +187,10 @@ impl Session {
                     .any(|e| matches!(e, Effect::Deallocate(_)));
                 self.query_unit = Some(unit);
                 if deallocates && self.try_answer_deallocate(&frame[5..]) {
+                    if let Some(m) = self.mirror.as_mut() {
+                        // No ReadyForQuery of the server's will answer it.
+                        m.answered_locally();
+                    }
                     return Ok(true);
                 }
             }
@@ -358,17 +362,19 @@ impl Session {
         }
         self.engine.unit.may_write = routing.may_write;
         if let Some(m) = self.mirror.as_mut() {
-            // Session state and transaction control are not writes to a
-            // reads-only mirror: its connection needs them.
-            let state = matches!(
+            // What the statements are, not where they go (a read inside a
+            // transaction goes to the primary): reads, session state and
+            // transaction control are a reads-only mirror's traffic.
+            let reads = matches!(
                 decision,
-                Decision::Set
+                Decision::Read
+                    | Decision::Set
                     | Decision::Begin { .. }
                     | Decision::End
                     | Decision::Txn
                     | Decision::TxnReadOnly
             );
-            m.unit_writes(routing.may_write && !state);
+            m.unit_writes(!reads);
         }
         routing
     }
