@@ -56,6 +56,22 @@ async fn show_mirror(admin: u16) -> Vec<(String, u64, u64, u64)> {
         .collect()
 }
 
+/// SHOW MIRROR once the mirror has caught up (async): its counts stopped
+/// moving.
+async fn settled(admin: u16) -> Vec<(String, u64, u64, u64)> {
+    let total = |r: &[(String, u64, u64, u64)]| r.iter().map(|x| x.1 + x.2).sum::<u64>();
+    let start = Instant::now();
+    let mut rows = show_mirror(admin).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let next = show_mirror(admin).await;
+        if total(&next) == total(&rows) || start.elapsed() > Duration::from_secs(30) {
+            return next;
+        }
+        rows = next;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sysbench_read_only_mirror_reports_the_table_made_to_differ() {
     let a = MariaCluster::builder().start().expect("MariaDB");
@@ -96,45 +112,51 @@ async fn a_sysbench_read_only_mirror_reports_the_table_made_to_differ() {
     let toml =
         format!("{main}\n[[cluster.mirror]]\ncluster = \"shadow\"\n\n[[cluster]]{shadow_cluster}");
     let _p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
+    let mut rows = Vec::new();
 
-    let run = sysbench(
-        port,
-        &[
-            "oltp_read_only",
-            "--db-ps-mode=disable",
-            "--threads=4",
-            "--time=4",
-            "run",
-        ],
-    );
-    assert!(run.contains("queries performed"), "{run}");
-    // The mirror catches up (async): until its counts stop moving.
-    let start = Instant::now();
-    let mut rows = show_mirror(admin).await;
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let next = show_mirror(admin).await;
-        let total = |r: &[(String, u64, u64, u64)]| r.iter().map(|x| x.1 + x.2).sum::<u64>();
-        if total(&next) == total(&rows) || start.elapsed() > Duration::from_secs(30) {
-            rows = next;
-            break;
+    // The text protocol, then prepared statements (sysbench's default:
+    // each execute is mirrored by its statement's text).
+    let mut sent_before = 0;
+    for mode in ["disable", "auto"] {
+        let run = sysbench(
+            port,
+            &[
+                "oltp_read_only",
+                &format!("--db-ps-mode={mode}"),
+                "--threads=4",
+                "--time=4",
+                "run",
+            ],
+        );
+        assert!(run.contains("queries performed"), "{run}");
+        rows = settled(admin).await;
+        for r in &rows {
+            eprintln!("{mode}: {r:?}");
         }
-        rows = next;
-    }
-    for r in &rows {
-        eprintln!("{r:?}");
-    }
-    let reading = |t: &str| rows.iter().filter(|r| r.0.contains(t)).collect::<Vec<_>>();
-    let (one, two) = (reading("sbtest1"), reading("sbtest2"));
-    assert!(
-        one.len() >= 4 && two.len() >= 4,
-        "sysbench's read digests of both tables: {rows:?}"
-    );
-    for r in &one {
-        assert!(r.1 > 0 && r.3 == 0, "sbtest1 answers the same: {r:?}");
-    }
-    for r in &two {
-        assert!(r.1 > 0 && r.3 > 0, "sbtest2 answers differently: {r:?}");
+        let sent: u64 = rows.iter().map(|r| r.1).sum();
+        assert!(
+            sent > sent_before + 1000,
+            "{mode}: {sent} sent, {sent_before} before"
+        );
+        sent_before = sent;
+        let reading = |t: &str| rows.iter().filter(|r| r.0.contains(t)).collect::<Vec<_>>();
+        let (one, two) = (reading("sbtest1"), reading("sbtest2"));
+        assert!(
+            one.len() >= 4 && two.len() >= 4,
+            "{mode}: sysbench's read digests of both tables: {rows:?}"
+        );
+        for r in &one {
+            assert!(
+                r.1 > 0 && r.3 == 0,
+                "{mode}: sbtest1 answers the same: {r:?}"
+            );
+        }
+        for r in &two {
+            assert!(
+                r.1 > 0 && r.3 > 0,
+                "{mode}: sbtest2 answers differently: {r:?}"
+            );
+        }
     }
     let dropped: u64 = rows.iter().map(|r| r.2).sum();
     assert_eq!(dropped, 0, "{rows:?}");

@@ -146,7 +146,7 @@ impl Session {
             }
         }
         if mirroring {
-            let writes = self.unit_routing.may_write && !crate::mirror::session_only(msg);
+            let writes = self.unit_routing.may_write;
             if let Some(m) = self.digests.mirror.as_mut() {
                 m.answered(msg, &reply, writes, sent_at, skip);
                 if m.waiting() {

@@ -231,9 +231,20 @@ impl Session {
             }
         }
         let types = self.prepared.map.get(&id).and_then(|s| s.types.clone());
-        if payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0 {
+        let cursor = payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0;
+        if cursor {
             self.pin("cursor");
         }
+        // `[[cluster.mirror]]`: the execute by its text, with its types
+        // (the target prepares it under its own id); not a cursor's.
+        let mirrored = self.digests.mirror.is_some().then(|| {
+            (payload.first() != Some(&FETCH) && !cursor).then(|| {
+                types
+                    .as_ref()
+                    .and_then(|t| with_types(payload, stmt.num_params, t))
+                    .unwrap_or_else(|| payload.to_vec())
+            })
+        });
         let routing = self.route_unit(stmt.decision);
         if !self.ensure_attached(routing, seq).await? {
             return Ok(());
@@ -266,6 +277,12 @@ impl Session {
         write_packet(&mut msg, 0, &body);
         let shape = if fetch { Shape::Fetch } else { Shape::Results };
         self.digests.pending = if fetch { None } else { stmt.digest.clone() };
+        if let Some(m) = self.digests.mirror.as_mut() {
+            match mirrored.flatten() {
+                Some(body) => m.execute(&stmt.sql, &body),
+                None => m.ignore_next(),
+            }
+        }
         self.forward_bytes(&msg, seq, shape, Effects::default())
             .await
     }
@@ -301,6 +318,9 @@ impl Session {
                 let _ = set_statement_id(&mut body, id);
                 let mut msg = bytes::BytesMut::new();
                 write_packet(&mut msg, 0, &body);
+                if let Some(m) = self.digests.mirror.as_mut() {
+                    m.ignore_next(); // The target's statement has no state to reset.
+                }
                 self.forward_bytes(&msg, seq, Shape::Results, Effects::default())
                     .await
             }
