@@ -13,6 +13,8 @@
 //! - [`clusters`]: the clusters the modules of one binary share, and the
 //!   lock the tests that kill servers take turns with;
 //! - [`servers`]: what the tests read from the servers themselves;
+//! - [`console`]: what they read from the admin console (`SHOW MIRROR`);
+//! - [`python`]: driver scripts in the test kit's Python environment;
 //! - [`wire`]: raw PostgreSQL protocol bytes (startup packets).
 //!
 //! The clusters and the daemon process come from `fulcrum-testkit`.
@@ -20,7 +22,9 @@
 pub mod clusters;
 pub mod config;
 pub mod connect;
+pub mod console;
 pub mod metrics;
+pub mod python;
 pub mod servers;
 pub mod wire;
 
@@ -34,8 +38,10 @@ pub use connect::{
     pg_connect_with_options, try_console_connect, try_maria_connect, try_pg_connect,
     try_pg_connect_as,
 };
+pub use console::{show_mirror, MirrorRow};
 pub use metrics::{
     family_sum, http_get, metric_sum, replays, scrape, start_with_metrics, try_scrape,
 };
+pub use python::run_python;
 pub use servers::com_select;
 pub use wire::{startup_message, PROTOCOL_3_0};

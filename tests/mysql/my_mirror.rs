@@ -7,9 +7,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{console_connect, maria_toml, with_console};
+use fulcrum_suite::{maria_toml, show_mirror, with_console};
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
-use tokio_postgres::SimpleQueryMessage;
 
 /// sysbench with `args` against `port`.
 fn sysbench(port: u16, args: &[&str]) -> String {
@@ -34,26 +33,6 @@ fn sysbench(port: u16, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
-}
-
-/// SHOW MIRROR's rows: (query, sent, dropped, differing).
-async fn show_mirror(admin: u16) -> Vec<(String, u64, u64, u64)> {
-    console_connect(admin)
-        .await
-        .simple_query("SHOW MIRROR")
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some((
-                r.get("query").unwrap().to_owned(),
-                r.get("sent").unwrap().parse().unwrap(),
-                r.get("dropped").unwrap().parse().unwrap(),
-                r.get("differing").unwrap().parse().unwrap(),
-            )),
-            _ => None,
-        })
-        .collect()
 }
 
 /// SHOW MIRROR once the mirror has caught up (async): its counts stopped

@@ -7,8 +7,6 @@
 //! psycopg and psycopg-binary 3.3 run in the test kit's Python
 //! environment (`fulcrum_testkit::python`, made on first use).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
@@ -64,39 +62,13 @@ fn psycopg(impl_: &str, script: &str) -> String {
 
 /// `psycopg`, against the conninfo `dsn`.
 fn psycopg_at(impl_: &str, dsn: &str, script: &str) -> String {
-    let mut child = Command::new("timeout")
-        .arg(format!("{}", SCRIPT_TIMEOUT.as_secs()))
-        .arg(fulcrum_testkit::python())
-        .arg("-")
-        .env("PSYCOPG_IMPL", impl_)
-        .env("DSN", dsn)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run python3");
     let prelude = "import os, psycopg\nDSN = os.environ['DSN']\nassert psycopg.pq.__impl__ == os.environ['PSYCOPG_IMPL'], psycopg.pq.__impl__\n";
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{prelude}{script}").as_bytes())
-        .expect("write script");
-    let out = child.wait_with_output().expect("wait for python3");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(124) {
-        panic!("psycopg ({impl_}) waited more than {SCRIPT_TIMEOUT:?}: a hang\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    }
-    if stderr.contains("No module named 'psycopg") || stderr.contains("couldn't import psycopg") {
-        panic!("psycopg ({impl_}) is missing from the test kit's Python environment (target/fulcrum-python): remove that directory to make it again\n{stderr}");
-    }
-    assert!(
-        out.status.success(),
-        "psycopg ({impl_}) script failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    stdout
+    fulcrum_suite::run_python(
+        &format!("psycopg ({impl_})"),
+        &format!("{prelude}{script}"),
+        &[("PSYCOPG_IMPL", impl_), ("DSN", dsn)],
+        SCRIPT_TIMEOUT,
+    )
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{console_connect, pg_connect, with_console, PgProxyConfig};
+use fulcrum_suite::{pg_connect, show_mirror, with_console, PgProxyConfig};
 use fulcrum_testkit::{
     free_port, pgbench_init, run_pgbench, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
@@ -68,26 +68,6 @@ fn start(mirror: &str) -> (FulcrumProcess, PgProxyConfig, u16) {
     let admin = free_port();
     let p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
     (p, cfg, admin)
-}
-
-/// SHOW MIRROR's rows: (query, sent, dropped, differing).
-async fn show_mirror(admin: u16) -> Vec<(String, u64, u64, u64)> {
-    let console = console_connect(admin).await;
-    console
-        .simple_query("SHOW MIRROR")
-        .await
-        .unwrap()
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some((
-                r.get("query").unwrap().to_owned(),
-                r.get("sent").unwrap().parse().unwrap(),
-                r.get("dropped").unwrap().parse().unwrap(),
-                r.get("differing").unwrap().parse().unwrap(),
-            )),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Waits until the mirror has taken `units` units (sent + dropped).

@@ -6,8 +6,6 @@
 //! stays at its size. (The listener that survives a primary kill is in
 //! tests/pg_ha.)
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -53,39 +51,13 @@ fn url() -> String {
 /// Runs a Python `script` (psycopg and asyncpg importable; `DSN`, `URL`
 /// and `PSYCOPG_IMPL` in its environment) for at most `limit`; its output.
 fn python(script: &str, impl_: &str, limit: Duration) -> String {
-    let mut child = Command::new("timeout")
-        .arg(limit.as_secs().to_string())
-        .arg(fulcrum_testkit::python())
-        .arg("-")
-        .env("DSN", dsn())
-        .env("URL", url())
-        .env("PSYCOPG_IMPL", impl_)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run python3");
     let prelude = "import os, psycopg\nDSN = os.environ['DSN']\nURL = os.environ['URL']\nassert psycopg.pq.__impl__ == os.environ['PSYCOPG_IMPL'], psycopg.pq.__impl__\n";
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(format!("{prelude}{script}").as_bytes())
-        .expect("write script");
-    let out = child.wait_with_output().expect("wait for python3");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(
-        out.status.code(),
-        Some(124),
-        "the script ({impl_}) waited more than {limit:?}: a hang\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        out.status.success(),
-        "the script ({impl_}) failed ({})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
-    stdout
+    fulcrum_suite::run_python(
+        &format!("the script ({impl_})"),
+        &format!("{prelude}{script}"),
+        &[("DSN", &dsn()), ("URL", &url()), ("PSYCOPG_IMPL", impl_)],
+        limit,
+    )
 }
 
 /// Samples the primary's pool (server connections, active and idle) and

@@ -107,11 +107,9 @@ pub(super) fn resolve(
             };
             let name = clusters[i].mirrors[j].name.clone();
             let raw_mirror = &items(raw[i].get_ref())[j];
-            let value = raw_mirror
-                .get_ref()
-                .cluster
-                .as_ref()
-                .expect("a cluster target");
+            let Some(value) = raw_mirror.get_ref().cluster.as_ref() else {
+                continue; // An address target: nothing to resolve.
+            };
             let problem = |why: String| {
                 Problem::new(
                     lines.line(value.span().start),

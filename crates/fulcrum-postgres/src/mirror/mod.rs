@@ -121,8 +121,11 @@ impl ClientMirror {
             b'G' | b'H' | b'W' => self.skip = true,
             b'Z' => {
                 let in_txn = body.first().is_some_and(|&s| s != b'I');
-                while self.pending.front().is_some_and(|p| p.local) {
-                    let p = self.pending.pop_front().expect("a pending unit");
+                while let Some(p) = self.pending.pop_front() {
+                    if !p.local {
+                        self.pending.push_front(p);
+                        break;
+                    }
                     let unit = Unit {
                         frames: p.frames,
                         outcome: None,
