@@ -15,6 +15,7 @@
 //! - [`servers`]: what the tests read from the servers themselves;
 //! - [`console`]: what they read from the admin console (`SHOW MIRROR`);
 //! - [`python`]: driver scripts in the test kit's Python environment;
+//! - [`sysbench`](mod@sysbench): sysbench runs on a MySQL port;
 //! - [`wire`]: raw PostgreSQL protocol bytes (startup packets).
 //!
 //! The clusters and the daemon process come from `fulcrum-testkit`.
@@ -26,6 +27,7 @@ pub mod console;
 pub mod metrics;
 pub mod python;
 pub mod servers;
+pub mod sysbench;
 pub mod wire;
 
 pub use clusters::{maria_one_replica, pg_primary, pg_two_replicas, serial};
@@ -44,4 +46,5 @@ pub use metrics::{
 };
 pub use python::run_python;
 pub use servers::com_select;
+pub use sysbench::sysbench;
 pub use wire::{startup_message, PROTOCOL_3_0};

@@ -4,35 +4,14 @@
 //! digests that read that table report differences. Two single-node
 //! servers of its own.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{maria_toml, show_mirror, with_console};
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
 
-/// sysbench with `args` against `port`.
+/// sysbench on `port`: two tables of 500 rows.
 fn sysbench(port: u16, args: &[&str]) -> String {
-    let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
-        .args([
-            "--db-driver=mysql",
-            "--mysql-host=127.0.0.1",
-            &format!("--mysql-port={port}"),
-            &format!("--mysql-user={APP_USER}"),
-            &format!("--mysql-password={APP_PASSWORD}"),
-            &format!("--mysql-db={APP_DB}"),
-            "--tables=2",
-            "--table-size=500",
-        ])
-        .args(args)
-        .output()
-        .expect("sysbench runs (installed by .ci/run)");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "sysbench {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    fulcrum_suite::sysbench(port, 2, 500, args)
 }
 
 /// SHOW MIRROR once the mirror has caught up (async): its counts stopped

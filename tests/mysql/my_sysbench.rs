@@ -4,12 +4,11 @@
 //! (`disable`) finish with 0 errors, and the replicas' own counters show the
 //! reads spread over them.
 
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use fulcrum_suite::{com_select, maria_toml};
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
 
 /// This module's own cluster, not shared: its test reads the replicas'
 /// `Com_select` counters, which any other module's reads would move.
@@ -32,29 +31,9 @@ fn fulcrum() -> &'static (FulcrumProcess, u16) {
     })
 }
 
-/// Runs sysbench `args` against `port`; returns its stdout (panics on failure).
+/// sysbench on `port`: two tables of 1000 rows.
 fn sysbench(port: u16, args: &[&str]) -> String {
-    let out = Command::new(fulcrum_testkit::tool("/usr/bin/sysbench", "sysbench"))
-        .args([
-            "--db-driver=mysql",
-            "--mysql-host=127.0.0.1",
-            &format!("--mysql-port={port}"),
-            &format!("--mysql-user={APP_USER}"),
-            &format!("--mysql-password={APP_PASSWORD}"),
-            &format!("--mysql-db={APP_DB}"),
-            "--tables=2",
-            "--table-size=1000",
-        ])
-        .args(args)
-        .output()
-        .expect("sysbench runs (installed by .ci/run)");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "sysbench {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    fulcrum_suite::sysbench(port, 2, 1000, args)
 }
 
 /// sysbench's "ignored errors:" figure from its summary (a fatal error
