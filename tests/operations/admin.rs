@@ -200,6 +200,32 @@ async fn every_show_command_has_its_columns() {
         (
             "SHOW SERVERS",
             &[
+                "type",
+                "user",
+                "database",
+                "state",
+                "addr",
+                "port",
+                "local_addr",
+                "local_port",
+                "connect_time",
+                "request_time",
+                "wait",
+                "wait_us",
+                "close_needed",
+                "ptr",
+                "link",
+                "remote_pid",
+                "tls",
+                "application_name",
+                "cluster",
+                "backend",
+                "role",
+            ],
+        ),
+        (
+            "SHOW BACKENDS",
+            &[
                 "cluster",
                 "backend",
                 "role",
@@ -240,6 +266,10 @@ async fn every_show_command_has_its_columns() {
                 "total_xact_time",
                 "total_query_time",
                 "total_wait_time",
+                "avg_xact_count",
+                "avg_query_count",
+                "avg_recv",
+                "avg_sent",
                 "avg_xact_time",
                 "avg_query_time",
                 "avg_wait_time",
@@ -257,6 +287,10 @@ async fn every_show_command_has_its_columns() {
                 "total_xact_time",
                 "total_query_time",
                 "total_wait_time",
+                "avg_xact_count",
+                "avg_query_count",
+                "avg_recv",
+                "avg_sent",
                 "avg_xact_time",
                 "avg_query_time",
                 "avg_wait_time",
@@ -298,7 +332,10 @@ async fn every_show_command_has_its_columns() {
             cols.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
             "{cmd}"
         );
-        assert!(!rows.is_empty(), "{cmd} has rows");
+        // SHOW SERVERS' rows: show_servers_lists_each_server_connection.
+        if *cmd != "SHOW SERVERS" {
+            assert!(!rows.is_empty(), "{cmd} has rows");
+        }
     }
     // Tables that are empty here (no listener, no mirror): their columns.
     let empty: &[(&str, &[&str])] = &[
@@ -385,7 +422,7 @@ async fn every_show_command_has_its_columns() {
     let n = |r: &Vec<String>, i: usize| r[i].parse::<u64>().unwrap_or_else(|_| panic!("{r:?}"));
     assert!(n(&totals[0], 1) > 0, "transactions counted: {totals:?}");
     assert!(
-        n(&totals[0], 5) > 0 && n(&totals[0], 9) > 0,
+        n(&totals[0], 5) > 0 && n(&totals[0], 13) > 0,
         "time columns filled: {totals:?}"
     );
     let (_, databases) = show(&a, "SHOW DATABASES").await;
@@ -441,17 +478,17 @@ async fn disable_drains_a_backend_and_enable_brings_it_back() {
             .map(|r| r[8].clone())
             .unwrap()
     };
-    let (_, servers) = show(&a, "SHOW SERVERS").await;
+    let (_, backends) = show(&a, "SHOW BACKENDS").await;
     assert!(
-        reason_of(&servers).starts_with("disabled by an operator"),
-        "SHOW SERVERS says why: {servers:?}"
+        reason_of(&backends).starts_with("disabled by an operator"),
+        "SHOW BACKENDS says why: {backends:?}"
     );
     a.simple_query(&format!("ENABLE {}", s.replica_addr))
         .await
         .unwrap();
     assert_eq!(port_of(&c).await, s.replica);
-    let (_, servers) = show(&a, "SHOW SERVERS").await;
-    assert_eq!(reason_of(&servers), "", "in service again");
+    let (_, backends) = show(&a, "SHOW BACKENDS").await;
+    assert_eq!(reason_of(&backends), "", "in service again");
     // The primary cannot be drained.
     let primary_addr = format!("127.0.0.1:{}", s.primary);
     let e = a
@@ -483,6 +520,105 @@ async fn pause_holds_new_queries_until_resume() {
         .unwrap()
         .unwrap();
     assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+/// PgBouncer's `PAUSE db`: the cluster serving the database holds its new
+/// queries until `RESUME db`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_a_database_holds_its_queries_until_resume() {
+    let c = fulcrum_suite::pg_primary();
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let _p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    let a = try_console_connect(admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let client = pg_connect(&cfg).await;
+    client.simple_query("SELECT 1").await.unwrap();
+    let e = a.simple_query("PAUSE no_such_db").await.unwrap_err();
+    assert!(format!("{e:?}").contains("no_such_db"), "{e:?}");
+    a.simple_query(&format!("PAUSE {APP_DB}")).await.unwrap();
+    let held = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        client.simple_query("SELECT 1").await.unwrap();
+        started.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !held.is_finished(),
+        "the database's query waits while paused"
+    );
+    a.simple_query(&format!("RESUME {APP_DB}")).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+}
+
+/// SHOW SERVERS in PgBouncer's shape: the connection a session-pooled
+/// client holds, with its user, database, address and the server's own
+/// process id, `active` while the client is in a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pools labelled by fulcrum-cluster (Pool::labelled) and Poolable::identity for the PostgreSQL ServerConn; docs/admin.md"]
+async fn show_servers_lists_each_server_connection() {
+    let c = fulcrum_suite::pg_primary();
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .pool_mode("session");
+    let _p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    let a = try_console_connect(admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let client = pg_connect(&cfg).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    let pid: String = match &client
+        .simple_query("SELECT pg_backend_pid()")
+        .await
+        .unwrap()[..]
+    {
+        [SimpleQueryMessage::RowDescription(_), SimpleQueryMessage::Row(r), ..]
+        | [SimpleQueryMessage::Row(r), ..] => r.get(0).unwrap().to_owned(),
+        other => panic!("{other:?}"),
+    };
+    let (columns, rows) = show(&a, "SHOW SERVERS").await;
+    let col = |name: &str| columns.iter().position(|c| c == name).unwrap();
+    let mine: Vec<&Vec<String>> = rows
+        .iter()
+        .filter(|r| r[col("remote_pid")] == pid)
+        .collect();
+    assert_eq!(
+        mine.len(),
+        1,
+        "one row with the server's pid {pid}: {rows:?}"
+    );
+    let r = mine[0];
+    assert_eq!(r[col("type")], "S");
+    assert_eq!(r[col("user")], APP_USER);
+    assert_eq!(r[col("database")], APP_DB);
+    assert_eq!(r[col("state")], "active", "{r:?}");
+    assert_eq!(
+        format!("{}:{}", r[col("addr")], r[col("port")]),
+        c.primary().addr()
+    );
+    assert_eq!(r[col("role")], "primary");
+    assert!(r[col("local_port")].parse::<u16>().unwrap() > 0, "{r:?}");
+    client.batch_execute("COMMIT").await.unwrap();
+    drop(client);
+    // Back in the pool: idle.
+    let mut state = String::new();
+    for _ in 0..50 {
+        let (_, rows) = show(&a, "SHOW SERVERS").await;
+        if let Some(r) = rows.iter().find(|r| r[col("remote_pid")] == pid) {
+            state = r[col("state")].clone();
+            if state == "idle" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "idle");
 }
 
 /// Logins to databases that do not exist get the server's 3D000 and leave
@@ -1067,7 +1203,7 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
     let p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
     // Traffic to count, and a client holding a transaction (active).
     let client = pg_connect(&cfg).await;
-    for _ in 0..20 {
+    for _ in 0..200 {
         client.simple_query("SELECT 1").await.unwrap();
     }
     let holder = pg_connect(&cfg).await;
@@ -1131,8 +1267,17 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
         1.0,
         "the client in its transaction"
     );
-    assert!(value("pgbouncer_requests_total{database=\"main\"}") >= 20.0);
-    assert!(value("pgbouncer_received_bytes_total{database=\"main\"}") > 0.0);
+    // SHOW STATS names the database as SHOW POOLS does: the labels match.
+    assert!(
+        value(&format!(
+            "pgbouncer_requests_total{{database=\"{APP_DB}\"}}"
+        )) >= 200.0
+    );
+    assert!(
+        value(&format!(
+            "pgbouncer_received_bytes_total{{database=\"{APP_DB}\"}}"
+        )) > 0.0
+    );
     assert_eq!(
         value(&format!("pgbouncer_pool_size{{database=\"{APP_DB}\"}}")),
         20.0
@@ -1145,10 +1290,37 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
     assert!(value("pgbouncer_used_servers ") >= 1.0);
     holder.batch_execute("COMMIT").await.unwrap();
 
-    // SHUTDOWN drains: the daemon exits by itself.
+    // PgBouncer's averages: within the first stats period they run from
+    // the daemon's start, a few seconds ago: 200 units make at least one
+    // a second, and each took some time.
     let console = try_console_connect(admin_port, CONSOLE_PASSWORD)
         .await
         .unwrap();
+    let (columns, rows) = show(&console, "SHOW STATS").await;
+    let row = rows
+        .iter()
+        .find(|r| r[0] == APP_DB)
+        .unwrap_or_else(|| panic!("a row for {APP_DB}: {rows:?}"));
+    let stat = |name: &str| -> u64 {
+        let i = columns.iter().position(|c| c == name).unwrap();
+        row[i].parse().unwrap()
+    };
+    for avg in [
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_recv",
+        "avg_sent",
+        "avg_xact_time",
+        "avg_query_time",
+    ] {
+        assert!(stat(avg) > 0, "{avg}: {columns:?} {row:?}");
+    }
+    assert!(
+        stat("avg_recv") < stat("total_received"),
+        "per second: {row:?}"
+    );
+
+    // SHUTDOWN drains: the daemon exits by itself.
     console.simple_query("SHUTDOWN").await.unwrap();
     let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(30)));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");

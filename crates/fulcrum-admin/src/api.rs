@@ -13,6 +13,7 @@ use crate::Admin;
 pub const TABLES: &[&str] = &[
     "clusters",
     "servers",
+    "backends",
     "pools",
     "clients",
     "queries",
@@ -28,6 +29,7 @@ impl Admin {
         match what {
             "clusters" => self.show(Show::Clusters, &mut out),
             "servers" => self.show(Show::Servers, &mut out),
+            "backends" => self.show(Show::Backends, &mut out),
             "pools" => self.show(Show::Pools, &mut out),
             "clients" => self.show(Show::Clients, &mut out),
             "stats" => self.show(Show::Stats, &mut out),

@@ -4,7 +4,10 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Show {
     Pools,
+    /// PgBouncer's: one row per server connection.
     Servers,
+    /// Fulcrum's: one row per backend, its health and why it serves no reads.
+    Backends,
     Clients,
     Stats,
     Clusters,
@@ -92,6 +95,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["SHOW", what] => Ok(Command::Show(match *what {
             "POOLS" => Show::Pools,
             "SERVERS" => Show::Servers,
+            "BACKENDS" => Show::Backends,
             "CLIENTS" => Show::Clients,
             "STATS" => Show::Stats,
             "CLUSTERS" => Show::Clusters,
@@ -109,11 +113,11 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "MIRROR" => Show::Mirror,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, SERVERS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
-        ["SHOW"] => Err("SHOW what? HELP, POOLS, SERVER_POOLS, SERVERS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err("SHOW what? HELP, POOLS, SERVER_POOLS, SERVERS, BACKENDS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
@@ -220,6 +224,8 @@ mod tests {
         assert_eq!(parse("RELOAD"), Ok(Command::Reload));
         assert_eq!(parse("SHUTDOWN"), Ok(Command::Shutdown));
         assert_eq!(parse("SHOW HELP"), Ok(Command::Show(Show::Help)));
+        assert_eq!(parse("show servers"), Ok(Command::Show(Show::Servers)));
+        assert_eq!(parse("SHOW BACKENDS"), Ok(Command::Show(Show::Backends)));
         assert_eq!(
             parse("DISABLE app"),
             Ok(Command::DisableDatabase("app".into()))

@@ -218,17 +218,34 @@ impl Admin {
             None => Ok(self.clusters()),
             Some(n) => match self.cluster(n) {
                 Some(c) => Ok(vec![c]),
-                // PgBouncer's meaning: a database; the clusters that serve it.
+                // PgBouncer's meaning: a database; the clusters that serve
+                // it: those listing it in [[cluster.database]], else those
+                // listing none (any name) that have its clients or pools now.
                 None => {
-                    let serving: Vec<_> = self
-                        .clusters()
-                        .into_iter()
+                    let clusters = self.clusters();
+                    let mut serving: Vec<_> = clusters
+                        .iter()
                         .filter(|c| c.config().databases.iter().any(|d| d.name == n))
+                        .cloned()
                         .collect();
+                    if serving.is_empty() {
+                        let clients = fulcrum_cluster::clients::registry().snapshot();
+                        serving = clusters
+                            .into_iter()
+                            .filter(|c| {
+                                let cfg = c.config();
+                                cfg.databases.is_empty()
+                                    && (c.pools().iter().any(|p| p.database == n)
+                                        || clients
+                                            .iter()
+                                            .any(|e| *e.cluster == *cfg.name && *e.database == *n))
+                            })
+                            .collect();
+                    }
                     if serving.is_empty() {
                         Err((
                             "42704",
-                            format!("fulcrum admin: no cluster named {n:?}, and no cluster lists a database {n:?}"),
+                            format!("fulcrum admin: no cluster named {n:?}, and no cluster serves a database {n:?}"),
                         ))
                     } else {
                         Ok(serving)

@@ -8,9 +8,9 @@
 //! command, `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
 //! digest, memory and traffic ones).
 //!
-//! It sees clusters only through `fulcrum_cluster::ClusterAdmin`: it never
-//! knows a cluster's protocol beyond its config, nor a session or a server
-//! connection.
+//! It sees clusters only through `fulcrum_cluster::ClusterAdmin`, and
+//! server connections only as `fulcrum_pool::servers` lists them: it never
+//! knows a cluster's protocol beyond its config, nor a session.
 
 #![forbid(unsafe_code)]
 
@@ -102,6 +102,13 @@ impl Admin {
     }
 }
 
+/// When the daemon started (the first call: `serve` makes it at start), from
+/// which SHOW STATS' averages count before a stats period has passed.
+pub(crate) fn started() -> std::time::Instant {
+    static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
 /// Console connections open at once; the next gets FATAL 53300.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Console connections still logging in at once; a new one closes the
@@ -114,6 +121,7 @@ type Pending = Arc<Mutex<std::collections::VecDeque<(u64, tokio::task::AbortHand
 
 /// Serves the console on `listener` until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
+    started();
     if admin.users().is_empty() {
         tracing::warn!(
             "admin console: no [[fulcrum.admin_user]] configured; every login will be refused"

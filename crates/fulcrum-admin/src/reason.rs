@@ -1,5 +1,5 @@
 //! Why a backend is out of service, or served unobserved, in words for
-//! SHOW SERVERS' `reason` column: down (with its last probe error),
+//! SHOW BACKENDS' `reason` column: down (with its last probe error),
 //! lagging (by how much, against `max_lag`), fenced, disabled by an
 //! operator, or in service without a working probe. Pure.
 

@@ -1,11 +1,13 @@
 //! The `SHOW` tables, PgBouncer's column names where the concept is the
 //! same: which table is which (one module per group: `topology` for
-//! CLUSTERS and SERVERS, `pools` for POOLS and DATABASES, `clients` for
+//! CLUSTERS, BACKENDS and FAILOVERS, `servers` for SERVERS (each server
+//! connection), `pools` for POOLS and DATABASES, `clients` for
 //! CLIENTS and USERS, `settings` for CONFIG, LISTS, STATS, TOTALS and
 //! VERSION; QUERIES and MEM are `queries`'), and the labels they share.
 
 mod clients;
 mod pools;
+mod servers;
 mod settings;
 mod topology;
 
@@ -23,6 +25,7 @@ impl Admin {
             Show::Databases => self.show_databases(out),
             Show::Users => self.show_users(out),
             Show::Servers => self.show_servers(out),
+            Show::Backends => self.show_backends(out),
             Show::Clients => self.show_clients(out),
             Show::Mem => self.show_mem(out),
             Show::Stats => self.show_stats(false, out),
@@ -44,17 +47,19 @@ const HELP: &[(&str, &str)] = &[
     ("SHOW POOLS", "per database and user: clients active and waiting, server connections, longest wait (PgBouncer's columns)"),
     ("SHOW SERVER_POOLS", "each pool per backend, user and database, with its budgets"),
     ("SHOW DATABASES", "pools summed per database"),
-    ("SHOW STATS | TOTALS", "traffic per cluster, or summed (PgBouncer's columns)"),
-    ("SHOW SERVERS", "each backend: role, state, probe, connections"),
-    ("SHOW CLIENTS", "each client connection"),
+    ("SHOW STATS | TOTALS", "traffic per database, or summed: totals and per-second averages (PgBouncer's columns)"),
+    ("SHOW SERVERS", "each server connection: user, database, state, addresses, server pid (PgBouncer's columns)"),
+    ("SHOW BACKENDS", "each backend: role, state, probe, connections, why it serves no reads"),
+    ("SHOW CLIENTS", "each client connection (PgBouncer's columns)"),
     ("SHOW CLUSTERS", "each backend's role, state and lag; the topology source and epoch"),
     ("SHOW FAILOVERS", "the changes of primary this instance saw, with their times"),
     ("SHOW LISTENERS", "LISTEN/NOTIFY: each listening connection, its channels and clients"),
     ("SHOW MIRROR", "mirroring's diff per target and digest: sent, dropped, differing, latency of each side"),
     ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
     ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),
-    ("PAUSE [cluster] | RESUME [cluster]", "hold new units of work, then let them go"),
-    ("DISABLE backend | ENABLE backend", "take a backend out of reads, or back"),
+    ("PAUSE [database | cluster] | RESUME [database | cluster]", "hold new units of work (of the clusters serving the database), then let them go"),
+    ("DISABLE database | ENABLE database", "refuse new logins to a database, or accept them again"),
+    ("DISABLE BACKEND address | ENABLE BACKEND address", "take a backend (address, or cluster/address) out of reads, or back; DISABLE address works too"),
     ("KILL database | RECONNECT [database] | WAIT_CLOSE [database]", "drop, or recycle, a database's connections"),
     ("SWITCHOVER cluster TO backend", "planned promotion (with etcd: on the leader; with Patroni: asked of Patroni)"),
     ("RELOAD", "read the config file again; says what needs a restart"),

@@ -2,6 +2,11 @@
 //! families: counts and bytes, and the time columns (microseconds) from the
 //! histograms' sums and counts. A unit of work (a transaction, or one
 //! autocommit statement) is both Fulcrum's transaction and its query here.
+//! The `avg_*` columns are PgBouncer's (1.18+): per second, or per unit for
+//! the times, over the span since the snapshot before last (`Period`: a
+//! snapshot at most every [`STATS_PERIOD`], PgBouncer's `stats_period`).
+
+use std::time::{Duration, Instant};
 
 use fulcrum_cluster::ClusterAdmin;
 use fulcrum_metrics::Metrics;
@@ -34,7 +39,7 @@ fn avg_micros(seconds: f64, n: u64) -> u64 {
 }
 
 impl StatFigures {
-    pub const COLUMNS: [&'static str; 12] = [
+    pub const COLUMNS: [&'static str; 16] = [
         "database",
         "total_xact_count",
         "total_query_count",
@@ -43,6 +48,10 @@ impl StatFigures {
         "total_xact_time",
         "total_query_time",
         "total_wait_time",
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_recv",
+        "avg_sent",
         "avg_xact_time",
         "avg_query_time",
         "avg_wait_time",
@@ -87,11 +96,35 @@ impl StatFigures {
         self.wait_seconds += o.wait_seconds;
     }
 
-    /// The row under [`COLUMNS`](Self::COLUMNS), named `name`.
-    pub fn row(&self, name: &str) -> Vec<String> {
+    /// What happened between `older` and `self`, over `seconds`: PgBouncer's
+    /// averages (`calc_average`): counts and bytes per second (whole
+    /// numbers, as PgBouncer's), times per unit (or per checkout) in µs.
+    pub fn averages(&self, older: &StatFigures, seconds: f64) -> [u64; 7] {
+        if seconds <= 0.0 {
+            return [0; 7];
+        }
+        let per_s = |now: u64, then: u64| (now.saturating_sub(then) as f64 / seconds) as u64;
+        let units = self.units.saturating_sub(older.units);
+        let unit_avg = avg_micros((self.unit_seconds - older.unit_seconds).max(0.0), units);
+        [
+            per_s(self.xacts, older.xacts),
+            per_s(self.queries, older.queries),
+            per_s(self.received, older.received),
+            per_s(self.sent, older.sent),
+            unit_avg,
+            unit_avg,
+            avg_micros(
+                (self.wait_seconds - older.wait_seconds).max(0.0),
+                self.waits.saturating_sub(older.waits),
+            ),
+        ]
+    }
+
+    /// The row under [`COLUMNS`](Self::COLUMNS), named `name`, with the
+    /// averages since `older`, `seconds` ago.
+    pub fn row(&self, name: &str, older: &StatFigures, seconds: f64) -> Vec<String> {
         let unit_total = micros(self.unit_seconds);
-        let unit_avg = avg_micros(self.unit_seconds, self.units);
-        vec![
+        let mut row = vec![
             name.to_owned(),
             self.xacts.to_string(),
             self.queries.to_string(),
@@ -100,11 +133,51 @@ impl StatFigures {
             unit_total.to_string(),
             unit_total.to_string(),
             micros(self.wait_seconds).to_string(),
-            unit_avg.to_string(),
-            unit_avg.to_string(),
-            avg_micros(self.wait_seconds, self.waits).to_string(),
-            self.queries.to_string(),
-        ]
+        ];
+        row.extend(self.averages(older, seconds).iter().map(u64::to_string));
+        row.push(self.queries.to_string());
+        row
+    }
+}
+
+/// PgBouncer's default `stats_period`.
+pub const STATS_PERIOD: Duration = Duration::from_secs(60);
+
+/// One row's two last snapshots (PgBouncer's `older_stats` and
+/// `newer_stats`). Pure: the caller gives the time.
+#[derive(Debug, Clone, Copy)]
+pub struct Period {
+    older: StatFigures,
+    older_at: Instant,
+    newer: StatFigures,
+    newer_at: Instant,
+}
+
+impl Period {
+    /// Counting from zero at `start` (the daemon's start).
+    pub fn new(start: Instant) -> Period {
+        Period {
+            older: StatFigures::default(),
+            older_at: start,
+            newer: StatFigures::default(),
+            newer_at: start,
+        }
+    }
+
+    /// The snapshot the averages run from and the seconds since, for the
+    /// figures `now` is `current`; a period after the newer snapshot, the
+    /// newer becomes the older and `current` the newer.
+    pub fn advance(&mut self, current: &StatFigures, now: Instant) -> (StatFigures, f64) {
+        if now.saturating_duration_since(self.newer_at) >= STATS_PERIOD {
+            self.older = self.newer;
+            self.older_at = self.newer_at;
+            self.newer = *current;
+            self.newer_at = now;
+        }
+        (
+            self.older,
+            now.saturating_duration_since(self.older_at).as_secs_f64(),
+        )
     }
 }
 
@@ -117,21 +190,45 @@ mod tests {
         let mut a = StatFigures {
             xacts: 4,
             queries: 4,
+            received: 1000,
+            sent: 3000,
             units: 4,
             unit_seconds: 0.002,
             waits: 2,
             wait_seconds: 0.000_5,
-            ..Default::default()
         };
-        let row = a.row("main");
+        let row = a.row("main", &StatFigures::default(), 2.0);
         assert_eq!(row.len(), StatFigures::COLUMNS.len());
         assert_eq!(
             &row[5..],
-            &["2000", "2000", "500", "500", "500", "250", "4"]
+            &["2000", "2000", "500", "2", "2", "500", "1500", "500", "500", "250", "4"]
         );
         a.add(&a.clone());
-        assert_eq!(a.row("total")[1], "8");
-        // Nothing timed yet: zeros, not a division by zero.
-        assert_eq!(StatFigures::default().row("x")[8], "0");
+        assert_eq!(a.row("total", &a, 1.0)[1], "8");
+        // Nothing since the older snapshot: zeros, not a division by zero.
+        assert!(a.row("x", &a, 1.0)[8..15].iter().all(|v| v == "0"));
+        assert!(a.row("x", &StatFigures::default(), 0.0)[8..15]
+            .iter()
+            .all(|v| v == "0"));
+    }
+
+    #[test]
+    fn averages_run_from_the_snapshot_before_last() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let n = |xacts: u64| StatFigures {
+            xacts,
+            ..Default::default()
+        };
+        let mut p = Period::new(t0);
+        // Within the first period: since the start.
+        assert_eq!(p.advance(&n(30), at(10)), (n(0), 10.0));
+        // A period on: snapshot taken; still from the start.
+        assert_eq!(p.advance(&n(600), at(60)), (n(0), 60.0));
+        assert_eq!(n(600).averages(&n(0), 60.0)[0], 10);
+        // Two periods on: from the first snapshot.
+        assert_eq!(p.advance(&n(1200), at(120)), (n(600), 60.0));
+        assert_eq!(p.advance(&n(1500), at(150)), (n(600), 90.0));
+        assert_eq!(n(1500).averages(&n(600), 90.0)[0], 10);
     }
 }

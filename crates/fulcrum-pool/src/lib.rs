@@ -5,7 +5,8 @@
 //! bookkeeping positions are kept in (`causal`, `coalesce`), and which
 //! worker event loop a thread is, so pools keep connections on the loop
 //! that opened them (`worker`); `coarse` is the clock the data path reads
-//! for deadlines and idle checks. It knows no
+//! for deadlines and idle checks; `servers` lists each open server
+//! connection for the admin console. It knows no
 //! wire protocol and no SQL: a pooled connection is any `Poolable` value,
 //! and a position any value the protocol can order.
 
@@ -19,6 +20,7 @@ pub mod coarse;
 pub mod pool;
 pub mod primary_wait;
 pub mod router;
+pub mod servers;
 pub mod worker;
 
 pub use balance::Balance;
@@ -28,3 +30,4 @@ pub use coalesce::Coalesced;
 pub use pool::{CheckHook, Checkout, Pool, PoolError, PoolSettings, PoolStats, Poolable};
 pub use primary_wait::PrimaryWait;
 pub use router::{Admission, BackendId, Route, Router};
+pub use servers::{PoolLabels, ServerIdentity, ServerRow, ServerState};

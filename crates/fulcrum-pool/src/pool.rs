@@ -21,6 +21,7 @@ use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::budget::{Budget, IdleCloser};
+use crate::servers::{self, Entries, Entry, ListServers, PoolLabels, ServerIdentity, ServerRow};
 use crate::{coarse, worker};
 
 /// A connection the pool can hold.
@@ -33,6 +34,12 @@ pub trait Poolable: Send + 'static {
     /// longer than `check_delay` (PgBouncer's `server_check_query`).
     fn check(&mut self) -> impl Future<Output = bool> + Send {
         async { true }
+    }
+
+    /// What the connection says about itself (addresses, the server's
+    /// process id, TLS), for SHOW SERVERS; read once, when it opens.
+    fn identity(&self) -> ServerIdentity {
+        ServerIdentity::default()
     }
 }
 
@@ -127,6 +134,8 @@ struct Idle<C> {
     worker: usize,
     /// One permit per budget over the pool.
     budget: Vec<OwnedSemaphorePermit>,
+    /// Its SHOW SERVERS entry.
+    entry: Arc<Entry>,
 }
 
 struct Inner<C> {
@@ -148,6 +157,11 @@ struct Inner<C> {
     retiring: AtomicUsize,
     /// Told each `server_check_delay` check's outcome.
     on_check: Option<CheckHook>,
+    /// The open connections, for SHOW SERVERS.
+    entries: Entries,
+    /// Whom the connections serve; a labelled pool is listed by
+    /// [`servers::snapshot`].
+    labels: std::sync::OnceLock<PoolLabels>,
 }
 
 /// The clock `retired_ns` counts from.
@@ -190,6 +204,8 @@ pub struct Checkout<C> {
     /// The worker event loop that opened it.
     worker: usize,
     budget: Vec<OwnedSemaphorePermit>,
+    /// Its SHOW SERVERS entry (moves to the idle list on `release`).
+    entry: Option<Arc<Entry>>,
     pool: Arc<Inner<C>>,
     _permit: OwnedSemaphorePermit,
 }
@@ -235,6 +251,8 @@ impl<C: Poolable> Pool<C> {
             retired_ns: AtomicU64::new(0),
             retiring: AtomicUsize::new(0),
             on_check,
+            entries: Entries::default(),
+            labels: std::sync::OnceLock::new(),
         });
         for b in &inner.budgets {
             let weak: std::sync::Weak<dyn IdleCloser> =
@@ -255,6 +273,24 @@ impl<C: Poolable> Pool<C> {
 
     pub fn settings(&self) -> &PoolSettings {
         &self.inner.settings
+    }
+
+    /// Names whom the pool serves and lists its connections in
+    /// [`servers::snapshot`] (SHOW SERVERS). The first labels given stay.
+    pub fn labelled(self, labels: PoolLabels) -> Pool<C> {
+        if self.inner.labels.set(labels).is_ok() {
+            let weak: std::sync::Weak<dyn ListServers> =
+                Arc::downgrade(&(self.inner.clone() as Arc<dyn ListServers>));
+            servers::register(weak);
+        }
+        self
+    }
+
+    /// A connection just opened: its entry, listed.
+    fn track(&self, conn: &C, born: Instant, born_ms: u64) -> Arc<Entry> {
+        let entry = Entry::new(conn.identity(), born, born_ms);
+        self.inner.entries.opened(&entry);
+        entry
     }
 
     /// Takes an idle connection, or opens one with `connect` when none is idle.
@@ -286,12 +322,14 @@ impl<C: Poolable> Pool<C> {
                 }
             }
             inner.backend_load.fetch_add(1, Ordering::Relaxed);
+            idle.entry.requested();
             return Ok(Checkout {
                 conn: Some(idle.conn),
                 born: idle.born,
                 born_ms: idle.born_ms,
                 worker: idle.worker,
                 budget: idle.budget,
+                entry: Some(idle.entry),
                 pool: inner.clone(),
                 _permit: permit,
             });
@@ -300,12 +338,15 @@ impl<C: Poolable> Pool<C> {
         let conn = Box::new(connect().await.map_err(PoolError::Connect)?);
         inner.opened.fetch_add(1, Ordering::Relaxed);
         inner.backend_load.fetch_add(1, Ordering::Relaxed);
+        let (born, born_ms) = (Instant::now(), coarse::ms());
+        let entry = self.track(&conn, born, born_ms);
         Ok(Checkout {
             conn: Some(conn),
-            born: Instant::now(),
-            born_ms: coarse::ms(),
+            born,
+            born_ms,
             worker: worker::current(),
             budget,
+            entry: Some(entry),
             pool: inner.clone(),
             _permit: permit,
         })
@@ -421,17 +462,20 @@ impl<C: Poolable> Pool<C> {
             let conn = Box::new(connect().await?);
             inner.opened.fetch_add(1, Ordering::Relaxed);
             opened += 1;
+            let (born, born_ms) = (Instant::now(), coarse::ms());
+            let entry = self.track(&conn, born, born_ms);
             inner
                 .idle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back(Idle {
                     conn,
-                    since_ms: coarse::ms(),
-                    born: Instant::now(),
-                    born_ms: coarse::ms(),
+                    since_ms: born_ms,
+                    born,
+                    born_ms,
                     worker: worker::current(),
                     budget,
+                    entry,
                 });
             drop(permit);
         }
@@ -535,6 +579,42 @@ impl<C: Poolable> Pool<C> {
     }
 }
 
+impl<C: Send> ListServers for Inner<C> {
+    /// Each open connection: idle when on the idle list (`used` past
+    /// `server_check_delay`), else active (checked out).
+    fn servers(&self) -> Vec<ServerRow> {
+        let Some(labels) = self.labels.get() else {
+            return Vec::new();
+        };
+        let now = coarse::ms();
+        let idle: std::collections::HashMap<*const Entry, u64> = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|i| (Arc::as_ptr(&i.entry), i.since_ms))
+            .collect();
+        let lifetime = self.settings.lifetime.map(|l| l.as_millis() as u64);
+        let check = self.settings.check_delay.map(|d| d.as_millis() as u64);
+        self.entries
+            .alive()
+            .iter()
+            .map(|e| {
+                let state = match idle.get(&Arc::as_ptr(e)) {
+                    None => servers::ServerState::Active,
+                    Some(since) if check.is_some_and(|d| now.saturating_sub(*since) >= d) => {
+                        servers::ServerState::Used
+                    }
+                    Some(_) => servers::ServerState::Idle,
+                };
+                let close_needed = self.is_retired(e.born)
+                    || lifetime.is_some_and(|l| now.saturating_sub(e.born_ms()) >= l);
+                e.row(labels, state, close_needed)
+            })
+            .collect()
+    }
+}
+
 impl<C> Checkout<C> {
     /// Gives a clean connection back to the pool.
     pub fn release(mut self) {
@@ -556,6 +636,11 @@ impl<C> Checkout<C> {
                 return;
             }
             let budget = std::mem::take(&mut self.budget);
+            let Some(entry) = self.entry.take() else {
+                // Every checkout is made with its entry: not reached.
+                self.pool.closed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
             idle.push_back(Idle {
                 conn,
                 since_ms: now,
@@ -563,6 +648,7 @@ impl<C> Checkout<C> {
                 born_ms: self.born_ms,
                 worker: self.worker,
                 budget,
+                entry,
             });
         }
     }

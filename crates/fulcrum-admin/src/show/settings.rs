@@ -18,27 +18,66 @@ impl Admin {
         )
     }
 
-    /// SHOW STATS (a row per cluster) or, `totals`, SHOW TOTALS (one row).
+    /// SHOW STATS (a row per cluster, named by its database as SHOW POOLS
+    /// names it) or, `totals`, SHOW TOTALS (one row); the averages from
+    /// each row's [`Period`](crate::stats::Period).
     pub(super) fn show_stats(&self, totals: bool, out: &mut BytesMut) {
-        let per_cluster: Vec<(String, StatFigures)> = self
+        use crate::stats::Period;
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static PERIODS: OnceLock<Mutex<HashMap<String, Period>>> = OnceLock::new();
+        let clients = fulcrum_cluster::clients::registry().snapshot();
+        let mut per_row: Vec<(String, StatFigures)> = self
             .clusters()
             .iter()
             .map(|c| {
-                (
-                    c.config().name.clone(),
-                    StatFigures::of(&self.metrics, c.as_ref()),
-                )
+                // The database names SHOW POOLS shows for this cluster:
+                // its pools' and its clients'; the figures are the
+                // cluster's, so only a single name can carry them.
+                let cfg = c.config();
+                let mut names: std::collections::BTreeSet<String> =
+                    c.pools().into_iter().map(|p| p.database).collect();
+                names.extend(
+                    clients
+                        .iter()
+                        .filter(|e| *e.cluster == *cfg.name)
+                        .map(|e| e.database.to_string()),
+                );
+                names.remove("");
+                if names.is_empty() && cfg.databases.len() == 1 {
+                    names.insert(cfg.databases[0].name.clone());
+                }
+                let name = match names.len() {
+                    1 => names.pop_first().unwrap_or_default(),
+                    _ => cfg.name.clone(),
+                };
+                (name, StatFigures::of(&self.metrics, c.as_ref()))
             })
             .collect();
-        let rows: Vec<Vec<String>> = if totals {
+        if totals {
             let mut all = StatFigures::default();
-            for (_, f) in &per_cluster {
+            for (_, f) in &per_row {
                 all.add(f);
             }
-            vec![all.row("total")]
-        } else {
-            per_cluster.iter().map(|(n, f)| f.row(n)).collect()
-        };
+            per_row = vec![("total".into(), all)];
+        }
+        let now = std::time::Instant::now();
+        let mut periods = PERIODS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = |n: &str| format!("{}{n}", if totals { "totals/" } else { "" });
+        let rows: Vec<Vec<String>> = per_row
+            .iter()
+            .map(|(n, f)| {
+                let period = periods
+                    .entry(key(n))
+                    .or_insert_with(|| Period::new(crate::started()));
+                let (older, seconds) = period.advance(f, now);
+                f.row(n, &older, seconds)
+            })
+            .collect();
+        drop(periods);
         result(out, &StatFigures::COLUMNS, &rows);
     }
 

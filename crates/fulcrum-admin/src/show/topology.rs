@@ -1,5 +1,5 @@
-//! SHOW CLUSTERS and SHOW SERVERS: each backend of each cluster, its role,
-//! state and lag, and its probe and pooled connections.
+//! SHOW CLUSTERS and SHOW BACKENDS: each backend of each cluster, its role,
+//! state and lag, and its probe and pooled connections; SHOW FAILOVERS.
 
 use bytes::BytesMut;
 
@@ -87,8 +87,8 @@ impl Admin {
         );
     }
 
-    /// SHOW SERVERS: a row per backend: role, state, the last probe, its pooled connections, and why it serves no reads.
-    pub(super) fn show_servers(&self, out: &mut BytesMut) {
+    /// SHOW BACKENDS: a row per backend: role, state, the last probe, its pooled connections, and why it serves no reads.
+    pub(super) fn show_backends(&self, out: &mut BytesMut) {
         let mut rows = Vec::new();
         for c in &self.clusters() {
             let pools = c.pools();

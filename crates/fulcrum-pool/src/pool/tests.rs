@@ -356,3 +356,78 @@ async fn a_worker_reuses_its_own_connections_and_another_workers_only_when_full(
     assert_eq!(c.id, 1, "the connection went back as worker 1's");
     crate::worker::enter(crate::worker::NONE);
 }
+
+/// A connection that names its server process, as a protocol's does.
+struct Named(u64);
+impl Poolable for Named {
+    fn is_usable(&mut self) -> bool {
+        true
+    }
+    fn identity(&self) -> ServerIdentity {
+        ServerIdentity {
+            remote_pid: self.0,
+            ..Default::default()
+        }
+    }
+}
+
+fn listed(cluster: &str) -> Vec<(u64, &'static str, bool)> {
+    servers::snapshot()
+        .into_iter()
+        .filter(|r| &*r.labels.cluster == cluster)
+        .map(|r| (r.identity.remote_pid, r.state.as_str(), r.close_needed))
+        .collect()
+}
+
+#[tokio::test]
+async fn show_servers_lists_each_open_connection_and_its_state() {
+    let labels = |cluster: &str| PoolLabels {
+        cluster: cluster.into(),
+        backend: "127.0.0.1:5432".into(),
+        user: "u".into(),
+        database: "d".into(),
+    };
+    let p: Pool<Named> =
+        Pool::new(2, Duration::from_millis(100), Duration::from_secs(60)).labelled(labels("s1"));
+    let a = p
+        .get(|| async { Ok::<_, String>(Named(41)) })
+        .await
+        .unwrap();
+    let b = p
+        .get(|| async { Ok::<_, String>(Named(42)) })
+        .await
+        .unwrap();
+    assert_eq!(listed("s1"), [(41, "active", false), (42, "active", false)]);
+    a.release();
+    assert_eq!(listed("s1"), [(41, "idle", false), (42, "active", false)]);
+    b.discard();
+    assert_eq!(listed("s1"), [(41, "idle", false)], "a closed one is gone");
+    let a = p
+        .get(|| async { Ok::<_, String>(Named(43)) })
+        .await
+        .unwrap();
+    assert_eq!(listed("s1"), [(41, "active", false)], "reused, not opened");
+    p.retire();
+    assert_eq!(listed("s1"), [(41, "active", true)], "closed once back");
+    a.release();
+    assert_eq!(listed("s1"), []);
+    drop(p);
+
+    // Idle past server_check_delay: `used` (checked before its next use).
+    let mut settings = PoolSettings::new(1, Duration::from_millis(100), Duration::from_secs(60));
+    settings.check_delay = Some(Duration::ZERO);
+    let p: Pool<Named> =
+        Pool::configured(settings, Arc::default(), Vec::new(), None).labelled(labels("s2"));
+    assert_eq!(p.fill(|| async { Ok::<_, String>(Named(7)) }).await, Ok(0));
+    p.get(|| async { Ok::<_, String>(Named(7)) })
+        .await
+        .unwrap()
+        .release();
+    assert_eq!(listed("s2"), [(7, "used", false)]);
+    // An unlabelled pool is not listed.
+    let q: Pool<Named> = Pool::new(1, Duration::from_millis(100), Duration::from_secs(60));
+    let _c = q.get(|| async { Ok::<_, String>(Named(8)) }).await.unwrap();
+    assert!(servers::snapshot()
+        .iter()
+        .all(|r| r.identity.remote_pid != 8));
+}
