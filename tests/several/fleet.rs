@@ -32,22 +32,25 @@ pub fn instance_config(c: &PgCluster, extra: &[String]) -> PgProxyConfig {
 /// Starts `n` instances named f1..fn with the same `extra` lines.
 pub fn start_fleet(c: &PgCluster, n: usize, extra: &[String]) -> Vec<Instance> {
     (1..=n)
-        .map(|i| {
-            let mut lines = extra.to_vec();
-            if lines.iter().any(|l| l.starts_with("topology = \"etcd\"")) {
-                lines.push(format!("instance_name = \"f{i}\""));
-            }
-            let cfg = instance_config(c, &lines);
-            let metrics = fulcrum_testkit::free_port();
-            let process = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics))
-                .unwrap_or_else(|e| panic!("instance f{i}: {e}"));
-            Instance {
-                cfg,
-                process,
-                metrics,
-            }
-        })
+        .map(|i| start_instance(c, &format!("f{i}"), extra))
         .collect()
+}
+
+/// Starts one instance; under etcd it is named `name`.
+pub fn start_instance(c: &PgCluster, name: &str, extra: &[String]) -> Instance {
+    let mut lines = extra.to_vec();
+    if lines.iter().any(|l| l.starts_with("topology = \"etcd\"")) {
+        lines.push(format!("instance_name = \"{name}\""));
+    }
+    let cfg = instance_config(c, &lines);
+    let metrics = fulcrum_testkit::free_port();
+    let process = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics))
+        .unwrap_or_else(|e| panic!("instance {name}: {e}"));
+    Instance {
+        cfg,
+        process,
+        metrics,
+    }
 }
 
 /// One gauge of one instance (0 when absent or unreachable).

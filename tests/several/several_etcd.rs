@@ -6,13 +6,12 @@
 //! reads go on, writes hold and nothing is promoted, and the instances
 //! converge once etcd is back.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{serial, try_pg_connect};
 use fulcrum_testkit::{EtcdCluster, PgCluster, PgNode, Signal, APP_DB, APP_PASSWORD, APP_USER};
 
-use crate::fleet::{gauge, start_fleet, wait_for, write_port, Instance};
+use crate::fleet::{gauge, start_fleet, start_instance, wait_for, write_port, Instance};
 
 const LEASE: &str = "3s";
 
@@ -230,19 +229,17 @@ async fn three_instances_promote_once_and_lose_no_acknowledged_transaction() {
     );
 }
 
-/// Reads the published topology straight from etcd's gateway.
-fn published_stage(etcd: &EtcdCluster, prefix: &str) -> Option<String> {
+/// One POST to etcd's JSON gateway, on the first member that answers:
+/// the response's body.
+fn gateway_post(etcd: &EtcdCluster, path: &str, body: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let key = format!("{prefix}/main/topology");
-    let b64 = base64_encode(key.as_bytes());
-    let body = format!("{{\"key\":\"{b64}\"}}");
     for e in etcd.endpoints() {
         let Ok(mut s) = std::net::TcpStream::connect(&e) else {
             continue;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
         let req = format!(
-            "POST /v3/kv/range HTTP/1.1\r\nHost: {e}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {e}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         if s.write_all(req.as_bytes()).is_err() {
@@ -250,11 +247,36 @@ fn published_stage(etcd: &EtcdCluster, prefix: &str) -> Option<String> {
         }
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
-        let value = out.split("\"value\":\"").nth(1)?.split('"').next()?;
-        let text = String::from_utf8(base64_decode(value)).ok()?;
-        return Some(text);
+        return Some(out);
     }
     None
+}
+
+/// The first base64 `"value"` in a gateway answer, decoded.
+fn value_of(answer: &str) -> Option<String> {
+    let value = answer.split("\"value\":\"").nth(1)?.split('"').next()?;
+    String::from_utf8(base64_decode(value)).ok()
+}
+
+/// Reads the published topology straight from etcd's gateway.
+fn published_stage(etcd: &EtcdCluster, prefix: &str) -> Option<String> {
+    let key = base64_encode(format!("{prefix}/main/topology").as_bytes());
+    value_of(&gateway_post(
+        etcd,
+        "/v3/kv/range",
+        &format!("{{\"key\":\"{key}\"}}"),
+    )?)
+}
+
+/// The leader as etcd's election API tells it (`etcdctl elect --listen`
+/// reads the same): the instance name its key holds.
+fn election_leader(etcd: &EtcdCluster, prefix: &str) -> Option<String> {
+    let name = base64_encode(format!("{prefix}/main/leader").as_bytes());
+    value_of(&gateway_post(
+        etcd,
+        "/v3/election/leader",
+        &format!("{{\"name\":\"{name}\"}}"),
+    )?)
 }
 
 fn base64_encode(bytes: &[u8]) -> String {
@@ -311,6 +333,12 @@ async fn a_leader_killed_mid_failover_is_replaced_and_the_promotion_finished_onc
     let mut fleet = start_fleet(&c, 3, &lines);
     wait_settled(&fleet).await;
     let lead = leader(&fleet);
+    // The lead is etcd's election API's: its leader call names it.
+    assert_eq!(
+        tokio::task::block_in_place(|| election_leader(&etcd, &prefix)),
+        Some(format!("f{}", lead + 1)),
+        "etcd's election API names the instance that leads"
+    );
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
     // The leader publishes "promoting" before it promotes: kill it then.
     let mut caught = false;
@@ -353,6 +381,13 @@ async fn a_leader_killed_mid_failover_is_replaced_and_the_promotion_finished_onc
     .await;
     let p = promoted(&c);
     assert_eq!(p.len(), 1, "exactly one replica promoted");
+    let new_leader = tokio::task::block_in_place(|| election_leader(&etcd, &prefix));
+    assert!(
+        new_leader
+            .as_ref()
+            .is_some_and(|l| *l != format!("f{}", lead + 1)),
+        "etcd's election API names a surviving instance: {new_leader:?}"
+    );
     let times = converge(&fleet, p[0].port(), Instant::now(), Duration::from_secs(10)).await;
     eprintln!("a new leader {took:?} after the kill, the promotion ready {done:?} later, writes on the new primary after {times:?}");
     let finisher: Vec<String> = fleet
@@ -373,6 +408,40 @@ async fn a_leader_killed_mid_failover_is_replaced_and_the_promotion_finished_onc
         stage.contains(&format!("127.0.0.1:{}", p[0].port())),
         "{stage}"
     );
+    // The dead leader re-pointed nobody: the new leader does it from the
+    // published duties, so the other replica streams from the new primary
+    // and nothing is left pending.
+    let new_port = p[0].port();
+    let other = c
+        .replicas()
+        .iter()
+        .find(|r| r.port() != new_port)
+        .expect("the other replica");
+    let repointed = wait_for(
+        "the other replica to stream from the new primary",
+        Duration::from_secs(20),
+        || {
+            other
+                .sql("SELECT sender_port FROM pg_stat_wal_receiver WHERE status = 'streaming'")
+                .is_ok_and(|port| port.trim() == new_port.to_string())
+        },
+    )
+    .await;
+    let stage = wait_for(
+        "the failover's duties to be published done",
+        Duration::from_secs(10),
+        || published_stage(&etcd, &prefix).is_some_and(|s| !s.contains("pending")),
+    )
+    .await;
+    eprintln!("the other replica streams from the new primary {repointed:?} after that; duties published done {stage:?} later");
+    let on_new: u64 = p[0]
+        .sql("SELECT count(*) FROM pg_stat_replication")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(on_new, 1, "the new primary has the other replica streaming");
+    assert_eq!(promoted(&c).len(), 1, "still exactly one replica promoted");
     drop(dead);
 }
 
@@ -389,16 +458,41 @@ async fn an_instance_frozen_past_its_lease_never_writes_to_the_old_primary() {
         .unwrap();
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
     let etcd = tokio::task::block_in_place(|| EtcdCluster::start(3)).expect("etcd");
-    let fleet = start_fleet(&c, 2, &etcd_lines(&etcd, &["pool_timeout = \"5s\""]));
+    let mut fleet = start_fleet(&c, 2, &etcd_lines(&etcd, &["pool_timeout = \"5s\""]));
     wait_settled(&fleet).await;
-    let (frozen, other) = (&fleet[0], &fleet[1]);
-    // A session open on the instance before it freezes.
-    let session = Arc::new(try_pg_connect(&frozen.cfg).await.unwrap());
-    session
-        .batch_execute("INSERT INTO marks VALUES ('before')")
-        .await
-        .unwrap();
-    frozen.process.signal(Signal::Stop).unwrap();
+    // A third instance keeps writing to the last published primary while
+    // cut off (on_coordinator_loss = "last_known"), as long as its own
+    // probe vouches for it.
+    fleet.push(start_instance(
+        &c,
+        "f3",
+        &etcd_lines(
+            &etcd,
+            &[
+                "pool_timeout = \"5s\"",
+                "on_coordinator_loss = \"last_known\"",
+            ],
+        ),
+    ));
+    wait_settled(&fleet).await;
+    // Frozen: the leader (it believes it leads when it resumes) and the
+    // last_known instance; the third instance carries on.
+    let lead = leader(&fleet);
+    let frozen: Vec<&Instance> = [lead, 2].iter().map(|&i| &fleet[i]).collect();
+    let other = &fleet[if lead == 0 { 1 } else { 0 }];
+    // A session open on each before they freeze.
+    let mut sessions = Vec::new();
+    for f in &frozen {
+        let s = try_pg_connect(&f.cfg).await.unwrap();
+        s.batch_execute("INSERT INTO marks VALUES ('before')")
+            .await
+            .unwrap();
+        sessions.push(s);
+    }
+    for f in &frozen {
+        f.process.signal(Signal::Stop).unwrap();
+    }
+    let frozen_at = Instant::now();
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
     let replica = &c.replicas()[0];
     wait_for(
@@ -418,27 +512,34 @@ async fn an_instance_frozen_past_its_lease_never_writes_to_the_old_primary() {
     // brain a frozen instance could write into.
     tokio::task::block_in_place(|| c.primary().start()).unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    frozen.process.signal(Signal::Cont).unwrap();
+    let lease = Duration::from_secs(LEASE.trim_end_matches('s').parse().unwrap());
+    let frozen_for = frozen_at.elapsed();
+    assert!(frozen_for > lease, "frozen {frozen_for:?}, past the lease");
+    for f in &frozen {
+        f.process.signal(Signal::Cont).unwrap();
+    }
     let resumed = Instant::now();
     let mut ok = 0;
     let mut errors = 0;
     while resumed.elapsed() < Duration::from_secs(8) {
-        match tokio::time::timeout(
-            Duration::from_secs(6),
-            session.batch_execute("INSERT INTO marks VALUES ('after')"),
-        )
-        .await
-        {
-            Ok(Ok(())) => ok += 1,
-            _ => errors += 1,
-        }
-        if let Ok(fresh) = try_pg_connect(&frozen.cfg).await {
-            match fresh
-                .batch_execute("INSERT INTO marks VALUES ('after')")
-                .await
+        for (f, session) in frozen.iter().zip(&sessions) {
+            match tokio::time::timeout(
+                Duration::from_secs(6),
+                session.batch_execute("INSERT INTO marks VALUES ('after')"),
+            )
+            .await
             {
-                Ok(()) => ok += 1,
-                Err(_) => errors += 1,
+                Ok(Ok(())) => ok += 1,
+                _ => errors += 1,
+            }
+            if let Ok(fresh) = try_pg_connect(&f.cfg).await {
+                match fresh
+                    .batch_execute("INSERT INTO marks VALUES ('after')")
+                    .await
+                {
+                    Ok(()) => ok += 1,
+                    Err(_) => errors += 1,
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -456,8 +557,8 @@ async fn an_instance_frozen_past_its_lease_never_writes_to_the_old_primary() {
         .trim()
         .parse()
         .unwrap();
-    eprintln!("after resuming: {ok} writes acknowledged, {errors} refused; {on_new} on the new primary, {on_old} on the old one");
-    assert_eq!(on_old, 0, "the frozen instance wrote to the old primary");
+    eprintln!("frozen {frozen_for:?} (lease {lease:?}): the leader f{} (hold) and f3 (last_known); after resuming: {ok} writes acknowledged, {errors} refused; {on_new} on the new primary, {on_old} on the old one", lead + 1);
+    assert_eq!(on_old, 0, "a frozen instance wrote to the old primary");
     assert!(
         on_new > 0 && on_new as usize == ok,
         "acknowledged writes are on the new primary"

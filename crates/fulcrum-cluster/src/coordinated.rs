@@ -70,6 +70,27 @@ impl<S: ServerOps> Monitor<S> {
         Topology { primary, fenced }
     }
 
+    /// The member Patroni lists at `b`'s address, while in contact.
+    fn member(&self, b: BackendId) -> Option<&fulcrum_coordination::Member> {
+        let v = self.verdict.as_ref().filter(|v| !v.cut_off)?;
+        let address = self.ops.address(b);
+        v.members.iter().find(|m| m.address == address)
+    }
+
+    /// Why Patroni says replica `b` takes no reads (it reports it
+    /// stopped, starting, crashed, ...); `None` when it may, when Patroni
+    /// does not list it, or while cut off (reads go on by the probes).
+    pub(crate) fn coordinator_excludes(&self, b: BackendId) -> Option<String> {
+        let m = self.member(b)?;
+        (!m.is_primary() && !m.serves_reads())
+            .then(|| format!("Patroni reports member {} {} ({})", m.name, m.state, m.role))
+    }
+
+    /// The bytes Patroni reports replica `b` behind its leader.
+    pub(crate) fn coordinator_lag(&self, b: BackendId) -> Option<u64> {
+        self.member(b).filter(|m| !m.is_primary())?.lag
+    }
+
     /// Reads the coordinator's state again (polling Patroni) and takes
     /// its verdict.
     pub(crate) async fn hear(&mut self) {
@@ -112,7 +133,31 @@ impl<S: ServerOps> Monitor<S> {
         let v = self.verdict.as_ref()?;
         match self.on_loss() {
             CoordinatorLoss::Hold => v.valid_until.or(Some(Instant::now())),
-            CoordinatorLoss::LastKnown => None,
+            // Vouched for by the coordinator within its lease, or by this
+            // round's own probe that saw the named primary writable: a
+            // process resumed after a freeze writes nowhere until one of
+            // the two has spoken again.
+            CoordinatorLoss::LastKnown => {
+                let probed = self
+                    .named()
+                    .filter(|&b| {
+                        self.trackers[b].reachable()
+                            && self.trackers[b].failures() == 0
+                            && self.observed[b].is_some_and(|o| o.writable)
+                    })
+                    .map(|_| Instant::now() + self.lease());
+                v.valid_until.max(probed).or(Some(Instant::now()))
+            }
+        }
+    }
+
+    /// How long a word from the coordinator holds (`etcd_lease`,
+    /// `patroni_timeout`).
+    fn lease(&self) -> std::time::Duration {
+        match &self.settings.topology {
+            Source::Etcd(e) => e.lease,
+            Source::Patroni(p) => p.timeout,
+            Source::Probe => std::time::Duration::ZERO,
         }
     }
 
@@ -153,6 +198,16 @@ impl<S: ServerOps> Monitor<S> {
         let named_writable = named.is_some_and(|b| {
             self.trackers[b].reachable() && self.observed[b].is_some_and(|o| o.writable)
         });
+        if let Some(p) = named.filter(|_| {
+            named_writable
+                && current.stage == Stage::Ready
+                && (!current.followers_pending.is_empty() || current.command_pending)
+        }) {
+            // A failover published ready whose duties are not all done: its
+            // leader died before them, or a replica was unreachable.
+            self.finish_duties(&current, p).await;
+            return;
+        }
         if named_writable || self.settings.health.failover == Failover::None {
             return;
         }
@@ -196,13 +251,83 @@ impl<S: ServerOps> Monitor<S> {
             self.view.count_failover();
         }
         let floor = self.ops.commit_floor(target).await.ok().flatten();
-        let ready = self.decision(
+        let mut ready = self.decision(
             current.epoch,
             target,
             Stage::Ready,
             floor.or(current.commit_floor),
         );
-        if let Err(NotDecided(why)) = self.publish_decision(&ready).await {
+        // The dead leader's failover duties become this leader's.
+        ready.replaces = current.replaces.clone();
+        let old = current.replaces.as_deref().and_then(|a| self.backend_at(a));
+        ready.followers_pending = (0..self.settings.roles.len())
+            .filter(|&b| b != target && Some(b) != old)
+            .map(|b| self.ops.address(b).to_owned())
+            .collect();
+        ready.command_pending = self.settings.health.failover_command.is_some();
+        match self.publish_decision(&ready).await {
+            Ok(()) => self.finish_duties(&ready, target).await,
+            Err(NotDecided(why)) => tracing::warn!(cluster = %self.settings.cluster, "{why}"),
+        }
+    }
+
+    /// Does what is left of a failover published ready (re-point the
+    /// replicas still following the old primary, run `failover_command`),
+    /// then publishes what remains (a replica unreachable now is tried
+    /// again in a later round).
+    async fn finish_duties(&mut self, current: &Published, primary: BackendId) {
+        let followers: Vec<BackendId> = current
+            .followers_pending
+            .iter()
+            .filter_map(|a| self.backend_at(a))
+            .collect();
+        let old = current
+            .replaces
+            .as_deref()
+            .and_then(|a| self.backend_at(a))
+            .unwrap_or(primary);
+        if current.command_pending || followers.iter().any(|&b| self.trackers[b].reachable()) {
+            tracing::warn!(cluster = %self.settings.cluster, epoch = current.epoch, pending = ?current.followers_pending, command = current.command_pending, "doing what is left of a published failover");
+        }
+        let left = self
+            .complete_failover(old, primary, &followers, current.command_pending)
+            .await;
+        self.publish_duties_done(primary, left, false).await;
+    }
+
+    /// Publishes the decision naming `primary` again with what is left of
+    /// its failover's duties, if that changed (etcd; the leader only).
+    pub(crate) async fn publish_duties_done(
+        &mut self,
+        primary: BackendId,
+        left: Vec<BackendId>,
+        command_pending: bool,
+    ) {
+        let Some(current) = self
+            .verdict
+            .as_ref()
+            .filter(|v| v.leading && !v.cut_off)
+            .and_then(|v| v.published.clone())
+        else {
+            return;
+        };
+        if current.stage != Stage::Ready
+            || current.primary.as_deref() != Some(self.ops.address(primary))
+        {
+            return;
+        }
+        let left: Vec<String> = left
+            .iter()
+            .map(|&b| self.ops.address(b).to_owned())
+            .collect();
+        if left == current.followers_pending && command_pending == current.command_pending {
+            return;
+        }
+        let mut next = self.decision(current.epoch, primary, Stage::Ready, current.commit_floor);
+        next.replaces = current.replaces.clone();
+        next.followers_pending = left;
+        next.command_pending = command_pending;
+        if let Err(NotDecided(why)) = self.publish_decision(&next).await {
             tracing::warn!(cluster = %self.settings.cluster, "{why}");
         }
     }
@@ -230,6 +355,7 @@ impl<S: ServerOps> Monitor<S> {
             by: me,
             at_ms: fulcrum_coordination::published::unix_ms(),
             commit_floor,
+            ..Default::default()
         }
     }
 

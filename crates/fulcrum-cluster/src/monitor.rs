@@ -358,6 +358,13 @@ impl<S: ServerOps> Monitor<S> {
                 }
                 _ => Lag::default(),
             };
+            if replica.is_some() {
+                // Patroni's own figure, when it reports more (its leader's
+                // position may be newer than this round's probe).
+                if let Some(bytes) = self.coordinator_lag(b) {
+                    self.lags[b].bytes = self.lags[b].bytes.max(bytes);
+                }
+            }
             let was = self.lagging[b];
             let now = match self.settings.health.max_lag {
                 Some(max) if replica.is_some() => over_limit(self.lags[b], max, was),
@@ -388,6 +395,15 @@ impl<S: ServerOps> Monitor<S> {
             } else {
                 BackendState::Up
             };
+            // A replica Patroni reports stopped, starting, ... is out.
+            let excluded = (state == BackendState::Up && Some(b) != self.primary)
+                .then(|| self.coordinator_excludes(b))
+                .flatten();
+            let state = if excluded.is_some() {
+                BackendState::Down
+            } else {
+                state
+            };
             if state != self.states[b] {
                 tracing::info!(cluster = %self.settings.cluster, backend = %self.ops.address(b), from = %self.states[b], to = %state, "backend state changed");
                 self.states[b] = state;
@@ -405,7 +421,7 @@ impl<S: ServerOps> Monitor<S> {
                 writable: self.observed[b].map(|o| o.writable || o.detached),
                 lag_bytes: self.lags[b].bytes,
                 lag_time: self.lags[b].time,
-                last_error: self.errors[b].clone(),
+                last_error: excluded.or_else(|| self.errors[b].clone()),
                 probe_login_refused: self.login_refused[b],
             });
         }
@@ -486,7 +502,9 @@ impl<S: ServerOps> Monitor<S> {
         self.view.set_failover_blocked(None);
         let epoch = after.map(|e| e + 1).or(self.next_epoch());
         if let Some(epoch) = epoch {
-            let intent = self.decision(epoch, new, fulcrum_coordination::Stage::Promoting, None);
+            let mut intent =
+                self.decision(epoch, new, fulcrum_coordination::Stage::Promoting, None);
+            intent.replaces = Some(self.ops.address(old).to_owned());
             if let Err(crate::coordinated::NotDecided(why)) = self.publish_decision(&intent).await {
                 tracing::warn!(cluster = %self.settings.cluster, backend = %self.ops.address(new), "not promoting: {why}");
                 return;
@@ -521,8 +539,19 @@ impl<S: ServerOps> Monitor<S> {
             }
             Err(_) => None,
         };
+        // The replicas to re-point: every other backend but the old primary.
+        let followers: Vec<BackendId> =
+            (0..nodes.len()).filter(|&r| r != new && r != old).collect();
         if let Some(epoch) = epoch {
-            let ready = self.decision(epoch, new, fulcrum_coordination::Stage::Ready, floor);
+            // Published ready with the failover's remaining duties, so a
+            // next leader does them if this one dies before it has.
+            let mut ready = self.decision(epoch, new, fulcrum_coordination::Stage::Ready, floor);
+            ready.replaces = Some(self.ops.address(old).to_owned());
+            ready.followers_pending = followers
+                .iter()
+                .map(|&r| self.ops.address(r).to_owned())
+                .collect();
+            ready.command_pending = self.settings.health.failover_command.is_some();
             if let Err(crate::coordinated::NotDecided(why)) = self.publish_decision(&ready).await {
                 // Promoted, not yet published as ready: a next round (or a
                 // next leader) finishes it under the same epoch.
@@ -544,8 +573,32 @@ impl<S: ServerOps> Monitor<S> {
             took_ms = started.elapsed().as_millis() as u64,
             "failover: promoted {}; writes go there now", self.ops.address(new)
         );
-        for (r, node) in nodes.iter().enumerate() {
-            if r == new || r == old || !node.reachable || node.writable != Some(false) {
+        let left = self.complete_failover(old, new, &followers, true).await;
+        if epoch.is_some() {
+            self.publish_duties_done(new, left, false).await;
+        }
+    }
+
+    /// A failover's duties once `new` takes writes: re-point `followers`
+    /// at it (those reachable and read-only; a writable one is fenced
+    /// instead) and, with `command`, run `failover_command`. Returns the
+    /// followers not re-pointed (unreachable, or the re-point failed).
+    pub(crate) async fn complete_failover(
+        &mut self,
+        old: BackendId,
+        new: BackendId,
+        followers: &[BackendId],
+        command: bool,
+    ) -> Vec<BackendId> {
+        let nodes = self.nodes();
+        let mut left = Vec::new();
+        for &r in followers {
+            let node = &nodes[r];
+            if !node.reachable {
+                left.push(r);
+                continue;
+            }
+            if node.writable != Some(false) {
                 continue;
             }
             match tokio::time::timeout(FOLLOW_TIMEOUT, self.ops.follow(r, new)).await {
@@ -553,12 +606,17 @@ impl<S: ServerOps> Monitor<S> {
                     tracing::info!(cluster = %self.settings.cluster, replica = %self.ops.address(r), primary = %self.ops.address(new), "replica re-pointed at the new primary")
                 }
                 Ok(Err(e)) => {
+                    left.push(r);
                     tracing::error!(cluster = %self.settings.cluster, replica = %self.ops.address(r), error = %e, "could not re-point replica at the new primary")
                 }
                 Err(_) => {
+                    left.push(r);
                     tracing::error!(cluster = %self.settings.cluster, replica = %self.ops.address(r), "re-pointing replica timed out")
                 }
             }
+        }
+        if !command {
+            return left;
         }
         if let Some(template) = &self.settings.health.failover_command {
             let cmd = command::expand(
@@ -586,6 +644,7 @@ impl<S: ServerOps> Monitor<S> {
                 }
             });
         }
+        left
     }
 }
 

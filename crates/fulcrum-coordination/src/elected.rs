@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::etcd::{watch_event, EtcdClient, Kv};
+use crate::etcd::{candidate_key, watch_event, EtcdClient, Kv};
 use crate::http::{next_chunk, split_messages};
 use crate::published::Published;
 use crate::{CoordError, Verdict};
@@ -24,6 +24,9 @@ struct State {
     revision: i64,
     leader: Option<String>,
     leading: bool,
+    /// This candidate's key in the election and its create revision
+    /// (what a publication's compare holds on).
+    candidate: Option<(String, i64)>,
     last_heard: Option<Instant>,
     last_error: Option<String>,
 }
@@ -85,6 +88,7 @@ impl Elected {
             last_heard: s.last_heard,
             valid_until: s.last_heard.map(|t| t + self.lease),
             last_error: s.last_error.clone(),
+            members: Vec::new(),
         }
     }
 
@@ -92,20 +96,23 @@ impl Elected {
     /// topology since it was last read. `Ok(false)`: someone did (or the
     /// lead is lost); read again before deciding anything.
     pub async fn publish(&self, next: &Published) -> Result<bool, CoordError> {
-        let (revision, seen) = {
+        let (revision, seen, candidate) = {
             let s = self.state();
-            (s.revision, s.published.clone())
+            (s.revision, s.published.clone(), s.candidate.clone())
         };
         if !next.supersedes(seen.as_ref()) {
             return Ok(false);
         }
+        let Some((candidate, created)) = candidate else {
+            return Ok(false);
+        };
         let written = self
             .client
             .put_if_leader(
                 &self.topology_key,
                 &next.encode(),
-                &self.leader_key,
-                &self.me,
+                &candidate,
+                created,
                 revision,
             )
             .await?;
@@ -229,13 +236,15 @@ impl Elected {
                 id
             }
         };
-        let holder = self.client.campaign(&self.leader_key, &self.me, id).await?;
-        let leading = holder
-            .as_ref()
-            .is_some_and(|h| h.value == self.me.as_bytes() && h.lease == id);
+        let (created, holder) = self.client.campaign(&self.leader_key, &self.me, id).await?;
+        let leading = created > 0
+            && holder.as_ref().is_some_and(|h| {
+                h.value == self.me.as_bytes() && h.lease == id && h.create_revision == created
+            });
         let leader = holder.map(|h| String::from_utf8_lossy(&h.value).into_owned());
         {
             let mut s = self.state();
+            s.candidate = (created > 0).then(|| (candidate_key(&self.leader_key, id), created));
             if leading != s.leading {
                 if leading {
                     tracing::warn!(cluster = %self.cluster, instance = %self.me, "elected leader: this instance decides the topology");

@@ -104,10 +104,18 @@ impl EtcdClient {
                 // An expired token: the next call authenticates again.
                 *self.token.lock().unwrap_or_else(|e| e.into_inner()) = None;
             }
-            return Err(CoordError::Etcd(format!(
+            let what = format!(
                 "{}{path}: HTTP {}: {message}",
                 endpoint.address, answer.status
-            )));
+            );
+            // A 5xx is this member's trouble (no leader, leader changed,
+            // timed out): the next member may answer. Anything else is
+            // etcd's answer to the request itself.
+            return Err(if answer.status >= 500 {
+                CoordError::Http(what)
+            } else {
+                CoordError::Etcd(what)
+            });
         }
         Ok(value)
     }
@@ -182,51 +190,62 @@ impl EtcdClient {
         Ok(first_kv(&v["kvs"]))
     }
 
-    /// The election: puts `me` under `key` with `lease` if nobody holds
-    /// the key. Returns who holds it now.
+    /// The election, as etcd's own election API runs it (its
+    /// `concurrency.Election`): each candidate puts `me` under
+    /// `<election>/<lease in hex>` with its lease, once; the candidate
+    /// whose key has the lowest create revision leads, read with the
+    /// election API's `leader` call. A key with a lower revision can never
+    /// appear later, so a leader leads while its key lives (its lease).
+    /// Returns this candidate's key's create revision and the leader's key.
     pub async fn campaign(
         &self,
-        key: &str,
+        election: &str,
         me: &str,
         lease: i64,
-    ) -> Result<Option<Kv>, CoordError> {
+    ) -> Result<(i64, Option<Kv>), CoordError> {
+        let mine = candidate_key(election, lease);
         let v = self
-            .post("/v3/kv/txn", campaign_request(key, me, lease))
+            .post("/v3/kv/txn", campaign_request(&mine, me, lease))
             .await?;
-        Ok(holder_after_campaign(&v, me, lease))
+        let created = created_by_campaign(&v);
+        let leader = match self
+            .post("/v3/election/leader", json!({"name": B64.encode(election)}))
+            .await
+        {
+            Ok(v) => {
+                first_kv(&Value::Array(vec![v["kv"].clone()])).filter(|kv| kv.create_revision > 0)
+            }
+            // Nobody campaigns (our key's lease ran out in between);
+            // etcd answers that with a 500.
+            Err(e) if e.to_string().contains("election: no leader") => None,
+            Err(e) => return Err(e),
+        };
+        Ok((created, leader))
     }
 
-    /// Writes `value` under `key` only while `leader_key` holds `me` and
-    /// `key` is still at `expected_mod` (0: does not exist yet): a leader
-    /// that lost its lease, or raced another, writes nothing. The
-    /// revision written, or `None` when the compare failed.
+    /// Writes `value` under `key` only while this candidate's key
+    /// (`candidate`, created at `created`) lives and `key` is still at
+    /// `expected_mod` (0: does not exist yet): a leader whose lease ran
+    /// out, or that raced another, writes nothing. The revision written,
+    /// or `None` when the compare failed.
     pub async fn put_if_leader(
         &self,
         key: &str,
         value: &[u8],
-        leader_key: &str,
-        me: &str,
+        candidate: &str,
+        created: i64,
         expected_mod: i64,
     ) -> Result<Option<i64>, CoordError> {
         let v = self
             .post(
                 "/v3/kv/txn",
-                guarded_put_request(key, value, leader_key, me, expected_mod),
+                guarded_put_request(key, value, candidate, created, expected_mod),
             )
             .await?;
         Ok(v["succeeded"]
             .as_bool()
             .unwrap_or(false)
             .then(|| int(&v["header"]["revision"])))
-    }
-
-    /// Deletes `key` only while it holds `me` (a leader stepping down).
-    pub async fn delete_if(&self, key: &str, me: &str) -> Result<(), CoordError> {
-        let body = json!({
-            "compare": [{"key": B64.encode(key), "result": "EQUAL", "target": "VALUE", "value": B64.encode(me)}],
-            "success": [{"request_delete_range": {"key": B64.encode(key)}}],
-        });
-        self.post("/v3/kv/txn", body).await.map(|_| ())
     }
 
     /// Opens a watch on `key` from revision `from`, on the first member
@@ -289,6 +308,12 @@ pub fn first_kv(kvs: &Value) -> Option<Kv> {
     })
 }
 
+/// A candidate's key in an election: `<election>/<lease in hex>`, as
+/// etcd's election API names it.
+pub fn candidate_key(election: &str, lease: i64) -> String {
+    format!("{election}/{lease:x}")
+}
+
 fn campaign_request(key: &str, me: &str, lease: i64) -> Value {
     let k = B64.encode(key);
     json!({
@@ -298,25 +323,21 @@ fn campaign_request(key: &str, me: &str, lease: i64) -> Value {
     })
 }
 
-/// Who holds the leader key after a campaign: us when the put went
-/// through, else the holder the failure branch read.
-fn holder_after_campaign(v: &Value, me: &str, lease: i64) -> Option<Kv> {
+/// The create revision of this candidate's key after a campaign: the
+/// transaction's when the put went through, else the key's as read (0:
+/// it is gone, its lease ran out).
+fn created_by_campaign(v: &Value) -> i64 {
     if v["succeeded"].as_bool().unwrap_or(false) {
-        return Some(Kv {
-            value: me.as_bytes().to_vec(),
-            create_revision: int(&v["header"]["revision"]),
-            mod_revision: int(&v["header"]["revision"]),
-            lease,
-        });
+        return int(&v["header"]["revision"]);
     }
-    first_kv(&v["responses"][0]["response_range"]["kvs"])
+    first_kv(&v["responses"][0]["response_range"]["kvs"]).map_or(0, |kv| kv.create_revision)
 }
 
 fn guarded_put_request(
     key: &str,
     value: &[u8],
-    leader_key: &str,
-    me: &str,
+    candidate: &str,
+    created: i64,
     expected_mod: i64,
 ) -> Value {
     let k = B64.encode(key);
@@ -327,7 +348,7 @@ fn guarded_put_request(
     };
     json!({
         "compare": [
-            {"key": B64.encode(leader_key), "result": "EQUAL", "target": "VALUE", "value": B64.encode(me)},
+            {"key": B64.encode(candidate), "result": "EQUAL", "target": "CREATE", "create_revision": created.to_string()},
             position,
         ],
         "success": [{"request_put": {"key": k, "value": B64.encode(value)}}],
@@ -363,8 +384,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_campaign_puts_only_where_nobody_holds_the_key() {
-        let r = campaign_request("/f/c/leader", "me", 42);
+    fn a_campaign_puts_the_candidate_key_once() {
+        let key = candidate_key("/f/c/leader", 0x2a);
+        assert_eq!(key, "/f/c/leader/2a", "etcd's election API's naming");
+        let r = campaign_request(&key, "me", 42);
         assert_eq!(r["compare"][0]["target"], "CREATE");
         assert_eq!(r["compare"][0]["create_revision"], "0");
         assert_eq!(r["success"][0]["request_put"]["lease"], "42");
@@ -376,26 +399,25 @@ mod tests {
     }
 
     #[test]
-    fn the_campaign_answer_names_the_holder() {
-        let won = json!({"header": {"revision": "9"}, "succeeded": true});
-        assert_eq!(holder_after_campaign(&won, "me", 7).unwrap().value, b"me");
-        let lost = json!({"header": {"revision": "9"}, "responses": [{"response_range": {"kvs": [
-            {"key": B64.encode("/f/c/leader"), "value": B64.encode("other"), "create_revision": "3", "mod_revision": "3", "lease": "5"}
+    fn the_campaign_answer_gives_the_candidate_s_revision() {
+        let put = json!({"header": {"revision": "9"}, "succeeded": true});
+        assert_eq!(created_by_campaign(&put), 9);
+        let there = json!({"header": {"revision": "9"}, "responses": [{"response_range": {"kvs": [
+            {"key": B64.encode("/f/c/leader/7"), "value": B64.encode("me"), "create_revision": "3", "mod_revision": "3", "lease": "7"}
         ], "count": "1"}}]});
-        let holder = holder_after_campaign(&lost, "me", 7).unwrap();
-        assert_eq!(holder.value, b"other");
-        assert_eq!((holder.create_revision, holder.lease), (3, 5));
-        // The holder's lease ran out between the compare and the range.
+        assert_eq!(created_by_campaign(&there), 3);
+        // The lease ran out between the compare and the range.
         let gone = json!({"header": {"revision": "9"}, "responses": [{"response_range": {}}]});
-        assert_eq!(holder_after_campaign(&gone, "me", 7), None);
+        assert_eq!(created_by_campaign(&gone), 0);
     }
 
     #[test]
-    fn a_guarded_put_compares_the_leader_and_the_version() {
-        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader", "me", 0);
-        assert_eq!(r["compare"][0]["target"], "VALUE");
+    fn a_guarded_put_compares_the_candidate_key_and_the_version() {
+        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader/7", 3, 0);
+        assert_eq!(r["compare"][0]["target"], "CREATE");
+        assert_eq!(r["compare"][0]["create_revision"], "3");
         assert_eq!(r["compare"][1]["target"], "CREATE");
-        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader", "me", 12);
+        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader/7", 3, 12);
         assert_eq!(r["compare"][1]["target"], "MOD");
         assert_eq!(r["compare"][1]["mod_revision"], "12");
     }

@@ -51,6 +51,10 @@ pub struct Verdict {
     /// Until when, without news, the published primary may take writes.
     pub valid_until: Option<Instant>,
     pub last_error: Option<String>,
+    /// Patroni: each member as it reports it (role, state, lag), so a
+    /// replica it reports stopped or behind serves no reads. Empty with
+    /// etcd.
+    pub members: Vec<Member>,
 }
 
 /// Who decides the primary of one cluster.

@@ -30,8 +30,19 @@ pub struct Member {
 }
 
 impl Member {
-    fn is_primary(&self) -> bool {
+    /// Patroni's running leader.
+    pub fn is_primary(&self) -> bool {
         self.role == "leader" && self.state == "running"
+    }
+
+    /// A replica Patroni reports running (Patroni 3.0 says `running`,
+    /// later versions `streaming` or `in archive recovery`); `stopped`,
+    /// `starting`, `crashed`, `creating replica`, ... serve no reads.
+    pub fn serves_reads(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "running" | "streaming" | "in archive recovery"
+        )
     }
 }
 
@@ -166,6 +177,7 @@ impl Followed {
                 by: "patroni".into(),
                 at_ms: 0,
                 commit_floor: None,
+                ..Default::default()
             })
             .filter(|_| s.last_heard.is_some()),
             leading: false,
@@ -174,6 +186,7 @@ impl Followed {
             last_heard: s.last_heard,
             valid_until: s.last_heard.map(|t| t + self.timeout),
             last_error: s.last_error.clone(),
+            members: s.members.clone(),
         }
     }
 

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Where a published decision stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// The leader is promoting `primary`: nobody writes until it is
@@ -13,11 +13,12 @@ pub enum Stage {
     /// for the same epoch.
     Promoting,
     /// `primary` takes writes.
+    #[default]
     Ready,
 }
 
 /// One published decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Published {
     pub epoch: u64,
     /// The primary's address as configured (`[[cluster.backend]] address`).
@@ -35,6 +36,16 @@ pub struct Published {
     /// flight at the failover against it (docs/failover.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_floor: Option<u64>,
+    /// The primary this decision replaces (a failover), as configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+    /// The failover's duties not yet done, so that a next leader does
+    /// them if this one dies: replicas still to re-point at `primary`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followers_pending: Vec<String>,
+    /// `failover_command` still to run for this failover.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub command_pending: bool,
 }
 
 impl Published {
@@ -73,6 +84,9 @@ mod tests {
             by: "a".into(),
             at_ms: 1,
             commit_floor: None,
+            replaces: None,
+            followers_pending: Vec::new(),
+            command_pending: false,
         }
     }
 
@@ -83,6 +97,22 @@ mod tests {
         assert!(text.contains("\"stage\":\"promoting\""), "{text}");
         assert_eq!(Published::decode(text.as_bytes()).unwrap(), p);
         assert!(Published::decode(b"{\"epoch\":1}").is_err());
+        // What a failover leaves to do travels with it, and is left out
+        // once done.
+        let mut f = at(4, Stage::Ready);
+        f.replaces = Some("127.0.0.1:5432".into());
+        f.followers_pending = vec!["127.0.0.1:5435".into()];
+        f.command_pending = true;
+        let text = String::from_utf8(f.encode()).unwrap();
+        assert!(
+            text.contains("\"followers_pending\":[\"127.0.0.1:5435\"]")
+                && text.contains("\"command_pending\":true"),
+            "{text}"
+        );
+        assert_eq!(Published::decode(text.as_bytes()).unwrap(), f);
+        assert!(!String::from_utf8(at(4, Stage::Ready).encode())
+            .unwrap()
+            .contains("pending"));
     }
 
     #[test]

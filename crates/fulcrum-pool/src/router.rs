@@ -404,6 +404,22 @@ impl Router {
         }
     }
 
+    /// A session saw the write target refuse a write as read-only (it may
+    /// have been demoted by someone else, e.g. Patroni): the health loop
+    /// looks again now (and reads its coordinator again), taking nothing
+    /// out of service. Many reports at once make one early round.
+    pub fn recheck(&self) {
+        let leader = self
+            .leader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        if let Some(leader) = leader {
+            leader.recheck();
+        }
+        self.suspects_changed.notify_one();
+    }
+
     /// Takes `backend` out of reads (or puts it back) by an operator's word;
     /// the health loop does not undo it.
     pub fn set_disabled(&self, backend: BackendId, disabled: bool) {

@@ -336,6 +336,7 @@ fn verdict(
             by: "leader".into(),
             at_ms: 0,
             commit_floor: None,
+            ..Default::default()
         }),
         leading: false,
         leader: Some("leader".into()),
@@ -343,7 +344,88 @@ fn verdict(
         last_heard: Some(Instant::now()),
         valid_until: Some(Instant::now() + Duration::from_secs(60)),
         last_error: None,
+        members: vec![],
     }
+}
+
+fn member(
+    name: &str,
+    address: &str,
+    role: &str,
+    state: &str,
+    lag: Option<u64>,
+) -> fulcrum_coordination::Member {
+    fulcrum_coordination::Member {
+        name: name.into(),
+        role: role.into(),
+        state: state.into(),
+        address: address.into(),
+        timeline: Some(1),
+        lag,
+    }
+}
+
+#[tokio::test]
+async fn patroni_s_word_on_a_replica_s_state_and_lag_bounds_its_reads() {
+    use fulcrum_coordination::Stage;
+    let (mut m, ops, router) = monitor(Failover::Follow, Some(MaxLag::Bytes(1024 * 1024)));
+    // This instance's probes find both replicas fine and close behind.
+    script(
+        &ops,
+        vec![primary(100), replica(100, 100, 0), replica(100, 100, 0)],
+    );
+    let with = |members| {
+        let mut v = verdict("p:1", Stage::Ready, false);
+        v.members = members;
+        v
+    };
+    m.verdict = Some(with(vec![
+        member("pg0", "p:1", "leader", "running", None),
+        member("pg1", "r1:2", "replica", "stopped", None),
+        member(
+            "pg2",
+            "r2:3",
+            "replica",
+            "streaming",
+            Some(64 * 1024 * 1024),
+        ),
+    ]));
+    m.round().await;
+    assert_eq!(router.primary(), Some(0));
+    assert!(!router.is_readable(1), "Patroni reports it stopped");
+    assert_eq!(m.view.backends()[1].state, BackendState::Down);
+    assert!(
+        m.view.backends()[1]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("Patroni reports member pg1 stopped")),
+        "{:?}",
+        m.view.backends()[1].last_error
+    );
+    assert!(
+        !router.is_readable(2),
+        "64 MB behind by Patroni's count, over max_lag"
+    );
+    assert_eq!(m.view.backends()[2].state, BackendState::Lagging);
+    // Both fine by Patroni: both serve reads.
+    m.verdict = Some(with(vec![
+        member("pg0", "p:1", "leader", "running", None),
+        member("pg1", "r1:2", "replica", "running", Some(0)),
+        member("pg2", "r2:3", "replica", "streaming", Some(0)),
+    ]));
+    m.round().await;
+    m.round().await;
+    assert!(router.is_readable(1) && router.is_readable(2));
+    // Cut off from Patroni, its last word no longer bounds reads: the
+    // probes alone do.
+    let mut v = with(vec![
+        member("pg0", "p:1", "leader", "running", None),
+        member("pg1", "r1:2", "replica", "stopped", None),
+    ]);
+    v.cut_off = true;
+    m.verdict = Some(v);
+    m.round().await;
+    assert!(router.is_readable(1), "reads go on while cut off");
 }
 
 #[tokio::test]
@@ -430,6 +512,31 @@ async fn cut_off_from_the_coordinator_writes_hold_and_the_router_expires_its_pri
         Some(0),
         "last_known keeps the named primary"
     );
+    // ... for as long as a probe of this instance vouches for it: cut off,
+    // a process frozen past the lease and resumed writes nowhere until it
+    // has probed again.
+    let mut v = verdict("p:1", Stage::Ready, true);
+    v.valid_until = Some(Instant::now());
+    m.verdict = Some(v);
+    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni {
+        endpoints: vec![],
+        timeout: Duration::from_millis(40),
+        on_loss: fulcrum_config::CoordinatorLoss::LastKnown,
+    });
+    m.round().await;
+    assert_eq!(
+        router.primary(),
+        Some(0),
+        "vouched for by this round's probe"
+    );
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        router.primary(),
+        None,
+        "a probe older than the lease vouches for nothing"
+    );
+    m.round().await;
+    assert_eq!(router.primary(), Some(0), "a new probe does");
     script(
         &ops,
         vec![replica(100, 100, 0), replica(90, 95, 5), replica(90, 95, 5)],

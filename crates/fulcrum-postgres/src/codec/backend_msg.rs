@@ -20,6 +20,8 @@ pub mod sqlstate {
     pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     pub const IN_FAILED_TRANSACTION: &str = "25P02";
+    /// A write refused by a server in recovery (or a read-only transaction).
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     pub const QUERY_CANCELED: &str = "57014";
     pub const INVALID_CATALOG_NAME: &str = "3D000";
 }

@@ -96,6 +96,13 @@ impl Session {
             if header.tag == b'E' && buf.len() >= header.total {
                 let fields = parse_error_fields(&buf[5..header.total]);
                 self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
+                if fields.code == sqlstate::READ_ONLY_SQL_TRANSACTION
+                    && self.ctx.router.is_primary(self.backend)
+                {
+                    // The write target refused a write as read-only: it may
+                    // have been demoted elsewhere (Patroni, an operator).
+                    self.ctx.router.recheck();
+                }
                 error_code = Some(fields.code.to_owned());
             }
             if matches!(header.tag, b'E' | b'N')
