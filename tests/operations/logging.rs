@@ -1,11 +1,15 @@
 //! Logs: `log_format = "json"` gives one JSON object per line, a unit of work
 //! over `slow_query_threshold` is logged (without its statement text), and
-//! neither passwords nor query parameters appear in the log.
+//! neither passwords nor query parameters appear in the log. `FULCRUM_LOG`
+//! wins over the file's `log` (SHOW CONFIG shows the filter running), and a
+//! bad one stops the start.
 
 use std::time::Duration;
 
-use fulcrum_suite::{pg_connect, PgProxyConfig};
-use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
+use fulcrum_suite::{console_connect, pg_connect, with_console, PgProxyConfig};
+use fulcrum_testkit::{
+    free_port, fulcrum_bin, wait_for_tcp, FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
+};
 use tokio_postgres::NoTls;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,5 +114,110 @@ async fn debug_logs_do_not_carry_statements_from_the_parser() {
     assert!(
         !log.contains("a-secret-in-a-literal"),
         "a statement reached the debug log:\n{log}"
+    );
+}
+
+/// A config file of the daemon's own, in a directory that goes with it
+/// (these tests run the binary with an environment of their own, which
+/// `FulcrumProcess` does not take).
+struct ConfigFile(std::path::PathBuf);
+
+impl ConfigFile {
+    fn new(name: &str, toml: &str) -> ConfigFile {
+        let dir = std::env::temp_dir().join(format!("fulcrum-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("fulcrum.toml"), toml).unwrap();
+        ConfigFile(dir)
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.0.join("fulcrum.toml")
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The daemon started here, stopped however the test ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An invalid `FULCRUM_LOG` is an error at start naming the variable and
+/// its value (exit 2, as a bad `log` in the file), not a silent `info`.
+#[test]
+fn a_bad_fulcrum_log_stops_the_start_and_names_it() {
+    let file = ConfigFile::new("bad-log", &PgProxyConfig::new("127.0.0.1:1").to_toml());
+    let out = std::process::Command::new(fulcrum_bin())
+        .arg("--config")
+        .arg(file.path())
+        .env("FULCRUM_LOG", "info,fulcrum=loud")
+        .output()
+        .expect("fulcrum runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("FULCRUM_LOG=\"info,fulcrum=loud\" is not a log filter"),
+        "{stderr}"
+    );
+}
+
+/// With `FULCRUM_LOG` set, SHOW CONFIG's `fulcrum.log` is its filter (the
+/// one running), not the file's; after `SET log`, the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_config_shows_the_log_filter_running() {
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new("127.0.0.1:1");
+    let file = ConfigFile::new("env-log", &with_console(&cfg.to_toml(), admin_port));
+    let child = std::process::Command::new(fulcrum_bin())
+        .arg("--config")
+        .arg(file.path())
+        .env("FULCRUM_LOG", "fulcrum_cluster=debug,warn")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(Running)
+        .expect("fulcrum runs");
+    let admin_addr = format!("127.0.0.1:{admin_port}");
+    let up = tokio::task::block_in_place(|| wait_for_tcp(&admin_addr, Duration::from_secs(10)));
+    let shown = async {
+        assert!(up, "the console never listened");
+        let admin = console_connect(admin_port).await;
+        let log = || async {
+            admin
+                .simple_query("SHOW CONFIG")
+                .await
+                .unwrap()
+                .iter()
+                .find_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r)
+                        if r.get(0) == Some("fulcrum.log") =>
+                    {
+                        r.get(1).map(str::to_owned)
+                    }
+                    _ => None,
+                })
+        };
+        let at_start = log().await;
+        admin.simple_query("SET log = 'debug'").await.unwrap();
+        (at_start, log().await)
+    }
+    .await;
+    drop(child);
+    assert_eq!(
+        shown,
+        (
+            Some("fulcrum_cluster=debug,warn".to_owned()),
+            Some("debug".to_owned())
+        )
     );
 }

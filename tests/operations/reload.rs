@@ -200,7 +200,8 @@ fn row_value(msgs: &[SimpleQueryMessage], key: &str) -> Option<String> {
 /// What only a restart changes is said, not pretended: RELOAD names it,
 /// `fulcrum_reload_pending_restart` counts it, SHOW CONFIG keeps the
 /// running value, and the count goes back to 0 once the file agrees
-/// again; `log` is applied on the spot.
+/// again; `log` is applied on the spot, and SHOW CONFIG shows the filter
+/// running (after `SET log` too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_reports_what_needs_a_restart_and_keeps_running_values() {
     let c = fulcrum_suite::pg_primary();
@@ -253,13 +254,110 @@ async fn a_reload_reports_what_needs_a_restart_and_keeps_running_values() {
     );
     p.wait_for_log("need a restart", Duration::from_secs(5))
         .unwrap();
-    // The file agrees with the process again.
+    // SHOW CONFIG's log is the filter running: the console's SET log...
+    admin.simple_query("SET log = 'warn'").await.unwrap();
+    let config = admin.simple_query("SHOW CONFIG").await.unwrap();
+    assert_eq!(row_value(&config, "fulcrum.log").as_deref(), Some("warn"));
+    // The file agrees with the process again (and its `log` is applied).
     std::fs::write(p.config_path(), &base).unwrap();
     admin.simple_query("RELOAD").await.unwrap();
+    let config = admin.simple_query("SHOW CONFIG").await.unwrap();
+    assert_eq!(row_value(&config, "fulcrum.log").as_deref(), Some("info"));
     let pending = fulcrum_suite::family_sum(
         &fulcrum_suite::scrape(metrics_port),
         "fulcrum_reload_pending_restart",
         &[],
     );
+    assert_eq!(pending, 0.0);
+}
+
+/// A cluster added to the file, or removed from it, needs a restart (its
+/// listener is bound at start): RELOAD says so, the log warns, the gauge
+/// counts each one, the removed cluster goes on serving, SHOW CONFIG keeps
+/// the running clusters; and the count is 0 again once the file agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_added_or_removed_on_reload_is_reported_and_counted() {
+    let c = fulcrum_suite::pg_primary();
+    let (admin_port, metrics_port) = (free_port(), free_port());
+    let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
+    let base = fulcrum_suite::with_metrics(&with_console(&cfg.to_toml(), admin_port), metrics_port);
+    let p = FulcrumProcess::start(&base).unwrap();
+    let admin = console_connect(admin_port).await;
+    let reload = || async {
+        let msgs = admin.simple_query("RELOAD").await.unwrap();
+        let summary = msgs
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap();
+        let pending = fulcrum_suite::family_sum(
+            &fulcrum_suite::scrape(metrics_port),
+            "fulcrum_reload_pending_restart",
+            &[],
+        );
+        (summary, pending)
+    };
+
+    // A second cluster, on a port of its own.
+    let extra_listen = format!("127.0.0.1:{}", free_port());
+    let extra = PgProxyConfig {
+        listen: extra_listen.clone(),
+        ..cfg.clone()
+    }
+    .to_toml();
+    let extra = &extra[extra.find("[[cluster]]").unwrap()..].replacen(
+        "name = \"main\"",
+        "name = \"extra\"",
+        1,
+    );
+    std::fs::write(p.config_path(), format!("{base}\n{extra}")).unwrap();
+    let (summary, pending) = reload().await;
+    assert!(
+        summary.contains(&format!(
+            "needs a restart: cluster extra (new in the file; a restart starts it on {extra_listen})"
+        )),
+        "{summary}"
+    );
+    assert_eq!(pending, 1.0, "the new cluster");
+    p.wait_for_log("need a restart", Duration::from_secs(5))
+        .unwrap();
+    assert!(
+        p.log_contents().contains("cluster extra (new in the file"),
+        "the warning names it:\n{}",
+        p.log_contents()
+    );
+    assert!(
+        tokio::net::TcpStream::connect(&extra_listen).await.is_err(),
+        "nothing listens for the new cluster before a restart"
+    );
+
+    // "main" renamed: "main" removed and "other" new.
+    std::fs::write(
+        p.config_path(),
+        base.replacen("name = \"main\"", "name = \"other\"", 1),
+    )
+    .unwrap();
+    let (summary, pending) = reload().await;
+    assert!(
+        summary.contains("cluster main (removed from the file")
+            && summary.contains("cluster other (new in the file"),
+        "{summary}"
+    );
+    assert_eq!(pending, 2.0, "main removed, other new");
+    let client = pg_connect(&cfg).await;
+    client.simple_query("SELECT 1").await.unwrap();
+    let config = admin.simple_query("SHOW CONFIG").await.unwrap();
+    assert!(
+        row_value(&config, "cluster.main.listen").is_some()
+            && row_value(&config, "cluster.other.listen").is_none(),
+        "SHOW CONFIG shows the running clusters"
+    );
+
+    // The file agrees with the process again.
+    std::fs::write(p.config_path(), &base).unwrap();
+    let (summary, pending) = reload().await;
+    assert!(summary.ends_with("needs a restart: nothing"), "{summary}");
     assert_eq!(pending, 0.0);
 }

@@ -13,9 +13,9 @@ pub mod connect_check;
 pub mod descriptors;
 pub mod import;
 pub mod log_filter;
+mod reload;
 pub mod systemd;
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use fulcrum_cluster::{ClusterAdmin, ProtocolContext};
@@ -23,7 +23,7 @@ use fulcrum_config::{Cluster, Config, Protocol};
 use fulcrum_metrics::Metrics;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -79,6 +79,9 @@ struct Live {
     admin_config: Arc<Mutex<Config>>,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
+    /// Each listener's `client_login_timeout` at start, by its first
+    /// cluster: its sparing of logins at `max_pending_logins` keeps it.
+    login_timeouts: Vec<(String, std::time::Duration)>,
 }
 
 /// A new context for `cluster` with its health loop running; registered
@@ -183,9 +186,6 @@ pub fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListen
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Binds every cluster's listener (and the metrics and admin listeners),
-/// then serves until `shutdown` turns true. `set_log` changes the log filter
-/// (the admin console's `SET log`).
 /// A backend reached over a network (not loopback, not a Unix socket)
 /// whose certificate is not verified: whoever sits in between could be the
 /// server, so say so at start (passwords still only go over verified links,
@@ -205,10 +205,25 @@ fn warn_unverified_backends(config: &Config) {
     }
 }
 
+/// [`run_logging`] for a process whose log filter is the file's `log`.
 pub async fn run(
     config: Config,
     outside: watch::Receiver<bool>,
     set_log: fulcrum_admin::SetLog,
+) -> Result<(), DaemonError> {
+    let running = config.fulcrum.log.clone();
+    run_logging(config, outside, set_log, running).await
+}
+
+/// Binds every listener and serves until `outside` (or the console's
+/// SHUTDOWN) turns true. `set_log` changes the log filter (`SET log`, a
+/// reload's new `log`); `log` is the filter the process started with
+/// (`FULCRUM_LOG`'s when set), which SHOW CONFIG shows until it changes.
+pub async fn run_logging(
+    config: Config,
+    outside: watch::Receiver<bool>,
+    set_log: fulcrum_admin::SetLog,
+    log: String,
 ) -> Result<(), DaemonError> {
     // The daemon's own shutdown: turned on by the caller's (signals) or by
     // the console's SHUTDOWN.
@@ -275,7 +290,16 @@ pub async fn run(
     let admin_list: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>> = Arc::default();
     // The console's data: served on its own listener (when `admin` is
     // set) and, as JSON and the status page, on the metrics port.
-    let admin_config = Arc::new(Mutex::new(config.clone()));
+    // Its `fulcrum.log` is the filter running now: `set_log` records each
+    // change there (SHOW CONFIG reads it).
+    let admin_config = Arc::new(Mutex::new(Config {
+        fulcrum: fulcrum_config::Global {
+            log,
+            ..config.fulcrum.clone()
+        },
+        ..config.clone()
+    }));
+    let set_log = log_filter::recording(set_log, admin_config.clone());
     let (reload_tx, reload_rx) = mpsc::channel(4);
     let admin = Arc::new(fulcrum_admin::Admin {
         config: admin_config.clone(),
@@ -315,6 +339,13 @@ pub async fn run(
         live_clusters.push((cluster.clone(), current));
     }
     let drain = config.fulcrum.shutdown_timeout;
+    let login_timeouts = listeners
+        .iter()
+        .map(|(members, _)| {
+            let first = &config.clusters[members[0]];
+            (first.name.clone(), first.client_login_timeout)
+        })
+        .collect();
     for (members, listener) in listeners {
         let on: Vec<&Current> = members.iter().map(|&i| &live_clusters[i].1).collect();
         // Config validation keeps one protocol per address.
@@ -337,10 +368,11 @@ pub async fn run(
         admin_config,
         metrics,
         shutdown: shutdown.clone(),
+        login_timeouts,
     };
     let cluster_count = live.clusters.len();
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    tokio::spawn(reloads(live, reload_rx, reload_tx, hup));
+    tokio::spawn(reload::reloads(live, reload_rx, reload_tx, hup));
     // Every listener is open and serving: tell systemd (Type=notify), and
     // tell it again when draining starts.
     systemd::notify(&format!(
@@ -363,9 +395,6 @@ pub async fn run(
     Ok(())
 }
 
-/// `/ready`: every cluster has a write target, and Fulcrum is not draining
-/// for shutdown (a load balancer in front of several Fulcrums stops sending
-/// new clients here first).
 /// The status page and `/api/v1` over the console's tables, behind
 /// `[fulcrum] status_key` (read at each request: a reload applies it).
 struct StatusPage(Arc<fulcrum_admin::Admin>);
@@ -383,6 +412,9 @@ impl fulcrum_metrics::http::Status for StatusPage {
     }
 }
 
+/// `/ready`: every cluster has a write target, and Fulcrum is not draining
+/// for shutdown (a load balancer in front of several Fulcrums stops sending
+/// new clients here first).
 struct Readiness {
     clusters: Arc<Mutex<Vec<Arc<dyn ClusterAdmin>>>>,
     shutdown: watch::Receiver<bool>,
@@ -404,204 +436,6 @@ impl fulcrum_metrics::http::Readiness for Readiness {
             .collect();
         (!missing.is_empty()).then(|| missing.join("; "))
     }
-}
-
-/// Serves reload requests (the console's RELOAD) and SIGHUP (`hup`: its
-/// handler, installed before READY is told, so a SIGHUP right after it
-/// reloads rather than ending the process).
-async fn reloads(
-    mut live: Live,
-    mut requests: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
-    _keep: mpsc::Sender<fulcrum_admin::ReloadRequest>,
-    mut hup: Option<tokio::signal::unix::Signal>,
-) {
-    let mut shutdown = live.shutdown.clone();
-    loop {
-        let reply: Option<oneshot::Sender<Result<String, String>>> = tokio::select! {
-            Some(reply) = requests.recv() => Some(reply),
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
-                tracing::info!("SIGHUP: reloading {}", live.config.source.display());
-                None
-            }
-            _ = shutdown.changed() => return,
-        };
-        let source = live.config.source.clone();
-        systemd::notify("RELOADING=1");
-        let result = reload(&mut live, &source);
-        match &result {
-            Ok(summary) => tracing::info!("config reloaded: {summary}"),
-            Err(e) => tracing::error!("config not reloaded, the running config stays: {e}"),
-        }
-        match &result {
-            Ok(_) => systemd::notify("READY=1\nSTATUS=config reloaded"),
-            Err(_) => systemd::notify("READY=1\nSTATUS=reload failed, the running config stays"),
-        }
-        if let Some(reply) = reply {
-            let _ = reply.send(result);
-        }
-    }
-}
-
-/// Reads the file again and applies what can change while running: each
-/// cluster whose name, protocol and listen address are unchanged gets a new
-/// context (backends, weights, policies, pool sizes, users, health); new
-/// clients use it, connected ones finish on the old one. The rest needs a
-/// restart and is reported.
-fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
-    let mut new = fulcrum_config::load(source).map_err(|e| e.to_string())?;
-    // What only a restart changes keeps its running value (SHOW CONFIG
-    // shows what is in effect), and is reported until the file and the
-    // process agree again.
-    let pending = keep_restart_only(&live.config, &mut new);
-    let slow_changed = new.fulcrum.slow_query_threshold != live.config.fulcrum.slow_query_threshold;
-    let mut notes = Vec::new();
-    if new.fulcrum.log != live.config.fulcrum.log {
-        if std::env::var_os("FULCRUM_LOG").is_some() {
-            notes.push("log: FULCRUM_LOG is set and wins over the file".to_string());
-        } else {
-            (live.set_log)(&new.fulcrum.log)?;
-            notes.push(format!("log = {:?}", new.fulcrum.log));
-        }
-    }
-    let mut applied = Vec::new();
-    let mut skipped = Vec::new();
-    let mut admin_list: Vec<Arc<dyn ClusterAdmin>> = Vec::new();
-    for (old, current) in live.clusters.iter_mut() {
-        let Some(fresh) = new.clusters.iter().find(|c| c.name == old.name) else {
-            skipped.push(format!(
-                "{} (removed from the file: restart to close it)",
-                old.name
-            ));
-            admin_list.extend(current_admin(current));
-            continue;
-        };
-        if fresh.protocol != old.protocol || fresh.listen != old.listen {
-            skipped.push(format!(
-                "{} (protocol or listen changed: restart to apply)",
-                old.name
-            ));
-            admin_list.extend(current_admin(current));
-            continue;
-        }
-        if fresh == old && !slow_changed {
-            admin_list.extend(current_admin(current));
-            continue;
-        }
-        let (admin, next) = context(
-            fresh.clone(),
-            &new,
-            &live.metrics,
-            &live.shutdown,
-            Some(current),
-        );
-        match (current, next) {
-            (Current::Postgres(tx), Current::Postgres(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            (Current::Mysql(tx), Current::Mysql(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            _ => unreachable!("same protocol"),
-        }
-        admin_list.push(admin);
-        *old = fresh.clone();
-        applied.push(old.name.clone());
-    }
-    for c in &new.clusters {
-        if !live.clusters.iter().any(|(o, _)| o.name == c.name) {
-            skipped.push(format!(
-                "{} (new cluster: restart to listen on {})",
-                c.name, c.listen
-            ));
-        }
-    }
-    *live.admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_list;
-    let mut admin_config = new.clone();
-    admin_config.clusters = live.clusters.iter().map(|(c, _)| c.clone()).collect();
-    *live.admin_config.lock().unwrap_or_else(|e| e.into_inner()) = admin_config;
-    live.config = new;
-    live.config.clusters = live.clusters.iter().map(|(c, _)| c.clone()).collect();
-    live.metrics
-        .reload_pending_restart
-        .set(pending.len() as i64);
-    if !pending.is_empty() {
-        tracing::warn!(settings = %pending.join("; "), "reload: these settings need a restart; they keep their running values until then");
-    }
-    Ok(format!(
-        "applied to {}{}; not applied: {}; needs a restart: {}",
-        if applied.is_empty() {
-            "no cluster (nothing changed)".to_string()
-        } else {
-            applied.join(", ")
-        },
-        if notes.is_empty() {
-            String::new()
-        } else {
-            format!(" and {}", notes.join(", "))
-        },
-        if skipped.is_empty() {
-            "nothing".to_string()
-        } else {
-            skipped.join("; ")
-        },
-        if pending.is_empty() {
-            "nothing".to_string()
-        } else {
-            pending.join("; ")
-        }
-    ))
-}
-
-/// Settings read once at start: where `new` differs from `running`, `new`
-/// takes the running value, and the difference is listed
-/// (`key (running value; the file says new value)`).
-fn keep_restart_only(running: &Config, new: &mut Config) -> Vec<String> {
-    let mut pending = Vec::new();
-    let (r, n) = (&running.fulcrum, &mut new.fulcrum);
-    macro_rules! keep {
-        ($field:ident, $name:expr) => {
-            if r.$field != n.$field {
-                pending.push(format!(
-                    "{} (running {:?}; the file says {:?})",
-                    $name, r.$field, n.$field
-                ));
-                n.$field = r.$field.clone();
-            }
-        };
-    }
-    keep!(admin, "fulcrum.admin");
-    keep!(metrics, "fulcrum.metrics");
-    keep!(workers, "fulcrum.workers");
-    keep!(log_format, "fulcrum.log_format");
-    keep!(shutdown_timeout, "fulcrum.shutdown_timeout");
-    for c in new.clusters.iter_mut() {
-        let Some(old) = running.clusters.iter().find(|o| o.name == c.name) else {
-            continue;
-        };
-        // The listener's limits are set when it starts.
-        if old.max_client_connections != c.max_client_connections {
-            pending.push(format!(
-                "{}.max_client_connections (running {}; the file says {})",
-                c.name, old.max_client_connections, c.max_client_connections
-            ));
-            c.max_client_connections = old.max_client_connections;
-        }
-        if old.max_pending_logins != c.max_pending_logins {
-            pending.push(format!(
-                "{}.max_pending_logins (running {}; the file says {})",
-                c.name, old.max_pending_logins, c.max_pending_logins
-            ));
-            c.max_pending_logins = old.max_pending_logins;
-        }
-    }
-    pending
-}
-
-fn current_admin(current: &Current) -> Option<Arc<dyn ClusterAdmin>> {
-    Some(match current {
-        Current::Postgres(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
-        Current::Mysql(tx) => tx.borrow().clone() as Arc<dyn ClusterAdmin>,
-    })
 }
 
 /// Fills `fulcrum_clients` from the process-wide client registry when

@@ -141,7 +141,18 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let set_log = init_logging(&config.fulcrum.log, config.fulcrum.log_format);
+    // FULCRUM_LOG wins over the file's `log`; a bad one stops the start
+    // (exit 2, as a bad `log` in the file does), never a silent `info`.
+    let filter = match fulcrum::log_filter::from_env()
+        .and_then(|env| fulcrum::log_filter::starting(&config.fulcrum.log, env.as_deref()))
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("fulcrum: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let set_log = init_logging(&filter, config.fulcrum.log_format);
     fulcrum::descriptors::raise_for(&config);
     let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
@@ -164,7 +175,7 @@ fn main() -> ExitCode {
             }
             _ => tracing::error!("cannot install signal handlers"),
         }
-        match fulcrum::run(config, rx, set_log).await {
+        match fulcrum::run_logging(config, rx, set_log, filter).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -255,17 +266,14 @@ fn build_runtime(workers: u32) -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// Installs the log subscriber; returns what `SET log = '...'` in the
-/// admin console calls to change the filter.
+/// Installs the log subscriber with `filter` (valid: see
+/// `log_filter::starting`); returns what `SET log = '...'` in the admin
+/// console and a reload call to change it.
 fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admin::SetLog {
-    use tracing_subscriber::EnvFilter;
-    let filter = std::env::var("FULCRUM_LOG").unwrap_or_else(|_| filter.to_owned());
-    let filter = fulcrum::log_filter::quiet_parser(&filter);
-    let env_filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let parse = |f: &str| {
-        EnvFilter::try_new(fulcrum::log_filter::quiet_parser(f))
-            .map_err(|e| format!("invalid log filter {f:?}: {e}"))
-    };
+    use fulcrum::log_filter::parse;
+    let env_filter = parse(filter).unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(fulcrum::log_filter::quiet_parser("info"))
+    });
     match format {
         fulcrum_config::LogFormat::Text => {
             let builder = tracing_subscriber::fmt()
