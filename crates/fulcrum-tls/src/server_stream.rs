@@ -22,6 +22,35 @@ pub enum ServerStream {
 }
 
 impl ServerStream {
+    /// The server's and this end's socket addresses (TCP and TLS; `None`
+    /// over a Unix socket or a pipe), for SHOW SERVERS.
+    pub fn addresses(&self) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+        let tcp = match self {
+            ServerStream::Tcp(s) => s,
+            ServerStream::Tls(s) => s.get_ref().0,
+            ServerStream::Unix(_) | ServerStream::Memory(_) => return None,
+        };
+        Some((tcp.peer_addr().ok()?, tcp.local_addr().ok()?))
+    }
+
+    /// The TLS version and cipher suite (`TLSv1_3/TLS13_AES_256_GCM_SHA384`);
+    /// empty without TLS.
+    pub fn tls_description(&self) -> String {
+        match self {
+            ServerStream::Tls(s) => {
+                let c = s.get_ref().1;
+                format!(
+                    "{}/{}",
+                    c.protocol_version()
+                        .map_or(String::new(), |v| format!("{v:?}")),
+                    c.negotiated_cipher_suite()
+                        .map_or(String::new(), |cs| format!("{:?}", cs.suite()))
+                )
+            }
+            _ => String::new(),
+        }
+    }
+
     /// True when nothing has arrived on an idle connection: no data, no
     /// EOF, no error. Consumes nothing on TLS (the bytes there would be a
     /// record the TLS layer must read); on plain sockets an unasked byte

@@ -45,6 +45,13 @@ impl<C: Poolable, P, S: PoolScope> ClusterCore<C, P, S> {
                     self.budgets.for_pool(backend, user, scope.database()),
                     Some(self.metrics.server_check_hook()),
                 )
+                // Listed in SHOW SERVERS under these names.
+                .labelled(fulcrum_pool::PoolLabels {
+                    cluster: self.config.name.as_str().into(),
+                    backend: self.backends[backend].clone(),
+                    user: user.clone(),
+                    database: scope.database().cloned().unwrap_or_else(|| "".into()),
+                })
             })
             .clone()
     }

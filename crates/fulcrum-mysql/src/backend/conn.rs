@@ -93,6 +93,30 @@ impl fulcrum_pool::Poolable for ServerConn {
     async fn check(&mut self) -> bool {
         self.run_simple(Command::Ping, b"").await.is_ok()
     }
+
+    /// Who this connection is, for SHOW SERVERS (read once, when the
+    /// pool lists it).
+    fn identity(&self) -> fulcrum_pool::ServerIdentity {
+        let stream = self.io.stream();
+        let (addr, port, local_addr, local_port) = match stream.addresses() {
+            Some((peer, local)) => (
+                peer.ip().to_string(),
+                peer.port(),
+                local.ip().to_string(),
+                local.port(),
+            ),
+            None => Default::default(),
+        };
+        fulcrum_pool::ServerIdentity {
+            addr,
+            port,
+            local_addr,
+            local_port,
+            remote_pid: u64::from(self.connection_id),
+            tls: stream.tls_description(),
+            application_name: String::new(),
+        }
+    }
 }
 
 impl ServerConn {

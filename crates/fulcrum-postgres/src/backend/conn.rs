@@ -66,4 +66,32 @@ impl fulcrum_pool::Poolable for ServerConn {
     async fn check(&mut self) -> bool {
         matches!(self.run_internal("").await, Ok(b'I'))
     }
+
+    /// Who this connection is, for SHOW SERVERS (read once, when the
+    /// pool lists it).
+    fn identity(&self) -> fulcrum_pool::ServerIdentity {
+        let stream = self.io.stream();
+        let (addr, port, local_addr, local_port) = match stream.addresses() {
+            Some((peer, local)) => (
+                peer.ip().to_string(),
+                peer.port(),
+                local.ip().to_string(),
+                local.port(),
+            ),
+            None => Default::default(),
+        };
+        fulcrum_pool::ServerIdentity {
+            addr,
+            port,
+            local_addr,
+            local_port,
+            remote_pid: self.cancel.process_id.max(0) as u64,
+            tls: stream.tls_description(),
+            application_name: self
+                .reported
+                .get("application_name")
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
 }
