@@ -1,8 +1,9 @@
 //! The status page on the metrics port, in a real browser: headless
 //! Chromium (Debian's) loads `/?key=...` against a running cluster, and
 //! the test reads the rendered DOM: each backend's role, a pool's client
-//! counts; then again after a failover. The JSON API refuses a request
-//! without the key.
+//! counts; then again after a failover (the new primary, the failover, the
+//! old primary down with its reason, a pool's counts). The JSON API refuses
+//! a request without the key.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -87,8 +88,10 @@ async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
         "the primary's row:\n{dom}"
     );
     assert!(
-        dom.contains(&format!("<td>{replica}</td><td>replica</td><td>up</td>")),
-        "the replica's row:\n{dom}"
+        dom.contains(&format!(
+            "<td>{replica}</td><td>replica</td><td>up</td><td></td>"
+        )),
+        "the replica's row, with no reason (in service):\n{dom}"
     );
     assert!(
         dom.contains(&pool_row),
@@ -111,11 +114,23 @@ async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
         dom.contains(&failover) && dom.contains("Z</td>"),
         "the failover and its time:\n{dom}"
     );
+    // The old primary is down, and its row says why (reason.rs's "down: ...",
+    // SHOW BACKENDS' reason column).
+    let down = |role: &str| format!("<td>{primary}</td><td>{role}</td><td>down</td><td>down: ");
     assert!(
-        dom.contains(&format!("<td>{primary}</td><td>replica</td><td>down</td>"))
-            || dom.contains(&format!(
-                "<td>{primary}</td><td>writable (not the primary)</td><td>down</td>"
-            )),
-        "the old primary is down:\n{dom}"
+        dom.contains(&down("replica")) || dom.contains(&down("writable (not the primary)")),
+        "the old primary is down, with its reason:\n{dom}"
     );
+
+    // A client in a transaction on the new primary: the pool's counts.
+    let client = pg_connect(&cfg).await;
+    client.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let pool_row =
+        format!("<td>main</td><td>{APP_DB}</td><td>{APP_USER}</td><td>1</td><td>0</td><td>1</td>");
+    let dom = rendered_until(metrics, Duration::from_secs(30), |d| d.contains(&pool_row)).await;
+    assert!(
+        dom.contains(&pool_row),
+        "the pool's counts after the failover (1 active client, 0 waiting, 1 server connection in use):\n{dom}"
+    );
+    client.batch_execute("COMMIT").await.ok();
 }
