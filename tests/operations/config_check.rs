@@ -441,9 +441,12 @@ async fn import_pgbouncer_with_several_databases_serves_clients() {
     let (p1, p2) = (one.primary().port(), two.primary().port());
     let listen = fulcrum_testkit::free_port();
     let dir = TempDir::new();
+    let certs = fulcrum_testkit::TestCerts::new().expect("certificates");
     dir.write(
         "userlist.txt",
-        &format!("\"{APP_USER}\" \"{APP_PASSWORD}\"\n\"ops\" \"ops-secret\"\n"),
+        &format!(
+            "\"{APP_USER}\" \"{APP_PASSWORD}\"\n\"ops\" \"ops-secret\"\n\"watcher\" \"watch-secret\"\n"
+        ),
     );
     let ini = dir.write(
         "pgbouncer.ini",
@@ -451,7 +454,10 @@ async fn import_pgbouncer_with_several_databases_serves_clients() {
             "[databases]\n{APP_DB} = host=127.0.0.1 port={p1} dbname={APP_DB}\nsales = host=127.0.0.1 port={p1} dbname={APP_DB} pool_size=4\n\
              ledger = host=localhost port={p2} dbname={APP_DB}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {listen}\n\
              auth_type = md5\nauth_file = userlist.txt\npool_mode = transaction\ndefault_pool_size = 5\nadmin_users = ops\n\
-             server_idle_timeout = 60\nclient_login_timeout = 0\nlogfile = /var/log/pgbouncer.log\nstats_period = 60\n"
+             server_idle_timeout = 60\nclient_login_timeout = 0\nlogfile = /var/log/pgbouncer.log\nstats_period = 60\n\
+             stats_users = watcher\nclient_tls_sslmode = require\nclient_tls_cert_file = {}\nclient_tls_key_file = {}\n",
+            certs.cert.display(),
+            certs.key.display()
         ),
     );
     let out = fulcrum(&["import".as_ref(), "pgbouncer".as_ref(), ini.as_os_str()]);
@@ -471,27 +477,55 @@ async fn import_pgbouncer_with_several_databases_serves_clients() {
     let imported = dir.write("fulcrum.toml", &toml);
     let checked = check(&imported);
     assert!(checked.status.success(), "{}", text(&checked.stderr));
+    assert!(
+        toml.contains("tls_mode = \"require\"") && toml.contains("stats_users = [\"watcher\"]"),
+        "{toml}"
+    );
     let p = FulcrumProcess::start(&toml).unwrap();
+    // psql as PgBouncer's clients would connect: TLS required.
+    let psql = |database: &str, sslmode: &str| {
+        let out = std::process::Command::new("psql")
+            .arg(format!(
+                "host=127.0.0.1 port={listen} user={APP_USER} dbname={database} sslmode={sslmode}"
+            ))
+            .args([
+                "-XAt",
+                "-c",
+                "SELECT inet_server_port(), ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            ])
+            .env("PGPASSWORD", APP_PASSWORD)
+            .output()
+            .expect("psql");
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
     for (database, port) in [(APP_DB, p1), ("sales", p1), ("ledger", p2)] {
-        let conn = format!(
-            "host=127.0.0.1 port={listen} user={APP_USER} password={APP_PASSWORD} dbname={database}"
-        );
-        let client = fulcrum_suite::pg_connect_str(&conn)
-            .await
-            .unwrap_or_else(|e| panic!("{database}: {e}\n{}", p.log_contents()));
-        let rows = client
-            .simple_query("SELECT inet_server_port()")
-            .await
-            .unwrap();
-        let got: Option<u16> = rows.iter().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
-            _ => None,
-        });
-        assert_eq!(got, Some(port), "{database} reaches its server");
+        let (ok, out, err) = tokio::task::block_in_place(|| psql(database, "require"));
+        assert!(ok, "{database}: {err}\n{}", p.log_contents());
+        let got: Option<u16> = out.trim().split('|').next().and_then(|v| v.parse().ok());
+        assert_eq!(got, Some(port), "{database} reaches its server: {out}");
     }
+    let (ok, _, err) = tokio::task::block_in_place(|| psql(APP_DB, "disable"));
+    assert!(
+        !ok && err.contains("TLS"),
+        "a client without TLS is refused: {err}"
+    );
     let console = fulcrum_suite::try_console_connect(admin, "ops-secret").await;
     assert!(
         console.is_ok(),
         "PgBouncer's admin user logs in to the console"
+    );
+    // stats_users: SHOW, but no commands.
+    let watcher = fulcrum_suite::pg_connect_str(&format!(
+        "host=127.0.0.1 port={admin} user=watcher password=watch-secret dbname=fulcrum"
+    ))
+    .await
+    .expect("the stats user logs in to the console");
+    watcher
+        .simple_query("SHOW STATS")
+        .await
+        .expect("a stats user may SHOW");
+    assert!(
+        watcher.simple_query("PAUSE").await.is_err(),
+        "a stats user may not PAUSE"
     );
 }
