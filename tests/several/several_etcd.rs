@@ -198,6 +198,12 @@ async fn three_instances_promote_once_and_lose_no_acknowledged_transaction() {
                 .filter(|l| l.contains("ERROR") || l.contains("aborted"))
                 .collect::<Vec<_>>()
         );
+        assert!(
+            out.status.success(),
+            "pgbench through f{} ended with {}: no client may abort across the failover\n{stderr}",
+            i + 1,
+            out.status
+        );
         acknowledged += n;
     }
     let now_promoted = promoted(&c);

@@ -20,6 +20,7 @@ pub const TABLES: &[&str] = &[
     "stats",
     "databases",
     "lists",
+    "failovers",
 ];
 
 impl Admin {

@@ -16,6 +16,7 @@ mod addr;
 mod coordination;
 mod error;
 mod keypath;
+pub mod log_filter;
 mod mirror;
 mod private_file;
 mod raw;

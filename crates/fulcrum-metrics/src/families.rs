@@ -160,7 +160,7 @@ impl Metrics {
         .set(1);
         let reload_pending_restart = prometheus::IntGauge::new(
             "fulcrum_reload_pending_restart",
-            "Settings changed in the file that only a restart applies (fulcrum.admin, metrics, workers, log_format, shutdown_timeout, a cluster's max_client_connections and max_pending_logins): they keep their running values until then; 0 when the file and the process agree.",
+            "Changes in the file that only a restart applies, one each (fulcrum.admin, metrics, workers, log_format, shutdown_timeout; a cluster added, removed, or given a new protocol or listen; a cluster's max_client_connections, max_pending_logins and client_login_timeout): they keep their running values until then; 0 when the file and the process agree.",
         )
         .expect("valid gauge");
         r.register(Box::new(reload_pending_restart.clone()))

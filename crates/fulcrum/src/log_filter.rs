@@ -26,7 +26,8 @@ pub fn quiet_parser(filter: &str) -> String {
 
 /// `filter` as the subscriber takes it (start, `SET log`, a reload).
 pub fn parse(filter: &str) -> Result<EnvFilter, String> {
-    EnvFilter::try_new(quiet_parser(filter))
+    fulcrum_config::log_filter::check(filter)
+        .and_then(|()| EnvFilter::try_new(quiet_parser(filter)).map_err(|e| e.to_string()))
         .map_err(|e| format!("invalid log filter {filter:?}: {e}"))
 }
 
@@ -55,7 +56,8 @@ pub fn starting(file: &str, env: Option<&str>) -> Result<String, String> {
     let Some(env) = env else {
         return Ok(file.to_owned());
     };
-    EnvFilter::try_new(quiet_parser(env))
+    fulcrum_config::log_filter::check(env)
+        .and_then(|()| EnvFilter::try_new(quiet_parser(env)).map_err(|e| e.to_string()))
         .map(|_| env.to_owned())
         .map_err(|e| {
             format!(
@@ -106,6 +108,12 @@ mod tests {
             e.starts_with("FULCRUM_LOG=\"info,fulcrum=loud\" is not a log filter ("),
             "{e}"
         );
+        // A misspelt level is refused as the file's `log` is, there and
+        // for SET log / a reload (`parse`).
+        assert!(starting("info", Some("degub"))
+            .unwrap_err()
+            .contains("\"degub\" is neither a level"));
+        assert!(parse("degub").is_err() && parse("fulcrum=debug,info").is_ok());
         assert_eq!(from(Ok("  ".into())).unwrap(), None, "empty is unset");
         assert_eq!(from(Err(std::env::VarError::NotPresent)).unwrap(), None);
     }

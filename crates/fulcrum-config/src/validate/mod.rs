@@ -358,44 +358,7 @@ fn check_listeners(listeners: &[Listener]) -> Result<(), Problem> {
 fn log_filter(t: &Table, value: &Value<String>) -> Result<String, Problem> {
     let text = t.text(value, "log", Some(defaults::LOG))?;
     if let Some(v) = value {
-        // A bare word is a target to the parser, so a misspelt level
-        // ("degub") would pass as one: a bare word must be a level or one
-        // of the targets Fulcrum's logs come from.
-        const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
-        const TARGETS: &[&str] = &[
-            "fulcrum",
-            "sqlparser",
-            "tokio",
-            "hyper",
-            "rustls",
-            "h2",
-            "mysql",
-        ];
-        for d in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-            if d.contains('=') || d.contains('[') {
-                continue;
-            }
-            let known = LEVELS.iter().any(|l| d.eq_ignore_ascii_case(l))
-                || TARGETS.iter().any(|p| d.starts_with(p));
-            if !known {
-                return Err(t.error(
-                    v,
-                    "log",
-                    format!("{d:?} is neither a level (trace, debug, info, warn, error, off) nor a target Fulcrum logs under (fulcrum..., sqlparser, ...)"),
-                ));
-            }
-        }
-        tracing_subscriber::EnvFilter::builder()
-            .parse(&text)
-            .map_err(|e| {
-                t.error(
-                    v,
-                    "log",
-                    format!(
-                        "not a log filter ({e}); e.g. \"info\" or \"fulcrum_cluster=debug,info\""
-                    ),
-                )
-            })?;
+        crate::log_filter::check(&text).map_err(|why| t.error(v, "log", why))?;
     }
     Ok(text)
 }
