@@ -36,6 +36,8 @@ pub struct PoolRow {
     pub database: String,
     pub active: usize,
     pub idle: usize,
+    /// Of `idle`, those past `server_check_delay` (PgBouncer's `used`).
+    pub used: usize,
     /// Of `active`, connections from the reserve (`reserve_pool_size`).
     pub reserve: usize,
     pub opened: u64,

@@ -59,6 +59,9 @@ pub enum PoolError<E> {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     pub idle: usize,
+    /// Of `idle`, the connections idle past `server_check_delay`, checked
+    /// before their next use (PgBouncer's `used`).
+    pub used: usize,
     pub in_use: usize,
     /// Of `in_use`, the connections taken from the reserve.
     pub reserve: usize,
@@ -531,16 +534,24 @@ impl<C: Poolable> Pool<C> {
     }
 
     pub fn stats(&self) -> PoolStats {
-        let idle = self
-            .inner
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len();
         let s = &self.inner.settings;
+        let (idle, used) = {
+            let list = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let used = match s.check_delay {
+                Some(d) => {
+                    let (now, d) = (coarse::ms(), d.as_millis() as u64);
+                    list.iter()
+                        .filter(|i| now.saturating_sub(i.since_ms) >= d)
+                        .count()
+                }
+                None => 0,
+            };
+            (list.len(), used)
+        };
         let reserve = s.reserve_size as usize - self.inner.reserve.available_permits();
         PoolStats {
             idle,
+            used,
             in_use: s.size as usize - self.inner.permits.available_permits() + reserve,
             reserve,
             opened: self.inner.opened.load(Ordering::Relaxed),

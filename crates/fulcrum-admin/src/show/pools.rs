@@ -24,6 +24,7 @@ impl Admin {
             cl_waiting: usize,
             sv_active: usize,
             sv_idle: usize,
+            sv_used: usize,
             sv_reserve: usize,
             opened: u64,
             closed: u64,
@@ -40,7 +41,10 @@ impl Admin {
             for p in c.pools() {
                 let r = by.entry((p.database.clone(), p.user.clone())).or_default();
                 r.sv_active += p.active;
-                r.sv_idle += p.idle;
+                // PgBouncer's idle and used are apart: used ones are
+                // checked (server_check_delay) before their next use.
+                r.sv_idle += p.idle - p.used;
+                r.sv_used += p.used;
                 r.sv_reserve += p.reserve;
                 r.opened += p.opened;
                 r.closed += p.closed;
@@ -74,9 +78,7 @@ impl Admin {
                     "0".into(),
                     "0".into(),
                     r.sv_idle.to_string(),
-                    // Fulcrum checks a connection when it is handed out,
-                    // not as a separate "used" state: every idle one is ready.
-                    "0".into(),
+                    r.sv_used.to_string(),
                     "0".into(),
                     "0".into(),
                     (r.maxwait_us / 1_000_000).to_string(),

@@ -129,6 +129,7 @@ impl<C: Poolable, P, S: PoolScope> ClusterCore<C, P, S> {
                 database: scope.database().map(|d| d.to_string()).unwrap_or_default(),
                 active: s.in_use,
                 idle: s.idle,
+                used: s.used,
                 reserve: s.reserve,
                 opened: s.opened,
                 closed: s.closed,

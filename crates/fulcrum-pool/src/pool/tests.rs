@@ -400,6 +400,11 @@ async fn show_servers_lists_each_open_connection_and_its_state() {
     assert_eq!(listed("s1"), [(41, "active", false), (42, "active", false)]);
     a.release();
     assert_eq!(listed("s1"), [(41, "idle", false), (42, "active", false)]);
+    assert_eq!(
+        p.stats().used,
+        0,
+        "no server_check_delay: nothing is `used`"
+    );
     b.discard();
     assert_eq!(listed("s1"), [(41, "idle", false)], "a closed one is gone");
     let a = p
@@ -424,6 +429,9 @@ async fn show_servers_lists_each_open_connection_and_its_state() {
         .unwrap()
         .release();
     assert_eq!(listed("s2"), [(7, "used", false)]);
+    // SHOW POOLS counts it the same way (sv_used, not sv_idle).
+    let s = p.stats();
+    assert_eq!((s.idle, s.used), (1, 1));
     // An unlabelled pool is not listed.
     let q: Pool<Named> = Pool::new(1, Duration::from_millis(100), Duration::from_secs(60));
     let _c = q.get(|| async { Ok::<_, String>(Named(8)) }).await.unwrap();
