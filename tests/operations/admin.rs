@@ -1197,6 +1197,8 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
     let admin_port = free_port();
     let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
     let p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    // Up by now (start returns once it listens).
+    let daemon_started = std::time::Instant::now();
     // Traffic to count, and a client holding a transaction (active).
     let client = pg_connect(&cfg).await;
     for _ in 0..200 {
@@ -1287,8 +1289,12 @@ async fn the_pgbouncer_exporter_reads_the_console_and_shutdown_stops() {
     holder.batch_execute("COMMIT").await.unwrap();
 
     // PgBouncer's averages: within the first stats period they run from
-    // the daemon's start, a few seconds ago: 200 units make at least one
-    // a second, and each took some time.
+    // the daemon's start: at least 2 s ago (waited for, so a per-second
+    // figure is below its total), 200 units make at least one a second,
+    // and each took some time.
+    if let Some(rest) = Duration::from_secs(2).checked_sub(daemon_started.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
     let console = try_console_connect(admin_port, CONSOLE_PASSWORD)
         .await
         .unwrap();
@@ -1369,4 +1375,59 @@ async fn disable_and_enable_a_database_as_pgbouncer_does() {
         .await
         .unwrap_err();
     assert!(format!("{e:?}").contains("no backend"), "{e:?}");
+}
+
+/// SHOW POOLS while a client waits for the pool's one connection:
+/// `cl_waiting` counts it and `maxwait`/`maxwait_us` how long it has
+/// waited, as PgBouncer's do; both go back to 0 once it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_pools_counts_a_waiting_client_and_its_wait() {
+    let c = fulcrum_suite::pg_primary();
+    let admin_port = free_port();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .client_auth("md5")
+        .pool_size(1)
+        .extra("pool_timeout = \"20s\"");
+    let _p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
+    let a = try_console_connect(admin_port, CONSOLE_PASSWORD)
+        .await
+        .unwrap();
+    let holder = pg_connect(&cfg).await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let waiter = pg_connect(&cfg).await;
+    let waiting = tokio::spawn(async move { waiter.simple_query("SELECT 2").await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mine = |(columns, rows): (Vec<String>, Vec<Vec<String>>)| {
+        let col = |name: &str| columns.iter().position(|c| c == name).unwrap();
+        let r = rows
+            .iter()
+            .find(|r| r[col("database")] == APP_DB && r[col("user")] == APP_USER)
+            .unwrap_or_else(|| panic!("a pool row for {APP_DB}/{APP_USER}: {rows:?}"))
+            .clone();
+        let n = |name: &str| r[col(name)].parse::<u64>().unwrap();
+        (
+            n("cl_active"),
+            n("cl_waiting"),
+            n("sv_active"),
+            n("maxwait") * 1_000_000 + n("maxwait_us"),
+        )
+    };
+    let (active, waiting_now, sv_active, maxwait_us) = mine(show(&a, "SHOW POOLS").await);
+    assert_eq!(
+        (active, waiting_now, sv_active),
+        (1, 1, 1),
+        "one holds, one waits"
+    );
+    assert!(
+        (400_000..20_000_000).contains(&maxwait_us),
+        "the waiter has waited about 600 ms: {maxwait_us} µs"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served once the connection is free")
+        .unwrap()
+        .unwrap();
+    let (_, waiting_now, _, maxwait_us) = mine(show(&a, "SHOW POOLS").await);
+    assert_eq!((waiting_now, maxwait_us), (0, 0), "nobody waits any more");
 }

@@ -3,9 +3,11 @@
 //! following a real Patroni: one promotion per failover, every instance on
 //! the new primary, no write to an old primary from an instance that was
 //! frozen or cut off. Each test wrecks its own clusters; they take turns
-//! (`fulcrum_suite::serial`).
+//! (`fulcrum_suite::serial`). The causal token carries a write across
+//! instances; `consistency = "user"` does not.
 
 mod fleet;
 mod several_etcd;
 mod several_maria;
 mod several_patroni;
+mod several_token;

@@ -32,7 +32,8 @@ impl Admin {
             maxwait_us: u64,
             backends: usize,
         }
-        let now = fulcrum_pool::coarse::ms();
+        // The clients' state times are the coarse wall clock's ms.
+        let now = fulcrum_pool::coarse::unix_ms();
         let clients = fulcrum_cluster::clients::registry().snapshot();
         let mut rows = Vec::new();
         for c in &self.clusters() {
