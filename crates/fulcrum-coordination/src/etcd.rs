@@ -149,8 +149,13 @@ impl EtcdClient {
                 Ok(Some(t))
             }
             (status, _) => Err(CoordError::Etcd(format!(
-                "{}: etcd refused etcd_user {user:?} (HTTP {status})",
-                endpoint.address
+                "{}: etcd refused etcd_user {user:?} (HTTP {status}: {})",
+                endpoint.address,
+                value
+                    .get("message")
+                    .or_else(|| value.get("error"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given")
             ))),
         }
     }

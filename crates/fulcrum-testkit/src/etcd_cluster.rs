@@ -2,7 +2,9 @@
 //! etcd (3.4, v3 API) on free loopback ports, one directory each under a
 //! temporary directory, started as one cluster; members can be killed and
 //! started again on the same ports and data. Each member is reaped if the
-//! test process dies first.
+//! test process dies first. [`EtcdCluster::start_tls`] adds a TLS client
+//! port beside the plain one (the plain one serves the harness's own
+//! calls), and [`EtcdCluster::enable_auth`] turns etcd's authentication on.
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,8 @@ struct Member {
     name: String,
     dir: PathBuf,
     client: u16,
+    /// The TLS client port (`start_tls`).
+    tls_client: Option<u16>,
     peer: u16,
     child: Option<Child>,
     reaper: Option<Reaper>,
@@ -29,12 +33,25 @@ pub struct EtcdCluster {
     dir: PathBuf,
     members: Vec<Member>,
     keep: bool,
+    /// The members' certificate and key, when they serve TLS.
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl EtcdCluster {
     /// Starts `members` members as one cluster; returns once every one
     /// answers on its client port.
     pub fn start(members: usize) -> Result<EtcdCluster> {
+        Self::start_with(members, None)
+    }
+
+    /// As [`start`](Self::start), each member also serving TLS with
+    /// `certificate` and `key` on a port of its own
+    /// ([`tls_endpoints`](Self::tls_endpoints)).
+    pub fn start_tls(members: usize, certificate: &Path, key: &Path) -> Result<EtcdCluster> {
+        Self::start_with(members, Some((certificate.to_owned(), key.to_owned())))
+    }
+
+    fn start_with(members: usize, tls: Option<(PathBuf, PathBuf)>) -> Result<EtcdCluster> {
         let keep = std::env::var(crate::KEEP_ENV).is_ok_and(|v| v == "1");
         let dir = crate::scratch::create("etcd", false)?;
         let members = (0..members)
@@ -49,13 +66,19 @@ impl EtcdCluster {
                     name,
                     dir,
                     client: free_port(),
+                    tls_client: tls.as_ref().map(|_| free_port()),
                     peer: free_port(),
                     child: None,
                     reaper: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut cluster = EtcdCluster { dir, members, keep };
+        let mut cluster = EtcdCluster {
+            dir,
+            members,
+            keep,
+            tls,
+        };
         for i in 0..cluster.members.len() {
             cluster.spawn(i, "new")?;
         }
@@ -73,6 +96,40 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// `127.0.0.1:PORT` of each member's TLS client URL (`start_tls`).
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter_map(|m| Some(format!("127.0.0.1:{}", m.tls_client?)))
+            .collect()
+    }
+
+    /// Turns etcd's authentication on, with `root` (password
+    /// `root_password`) as its only user: from then on every call needs a
+    /// token from `/v3/auth/authenticate`.
+    pub fn enable_auth(&self, root_password: &str) -> Result<()> {
+        let port = self.members[0].client;
+        let password = root_password.replace('\\', "\\\\").replace('"', "\\\"");
+        for (path, body) in [
+            (
+                "/v3/auth/user/add",
+                format!("{{\"name\":\"root\",\"password\":\"{password}\"}}"),
+            ),
+            ("/v3/auth/role/add", "{\"name\":\"root\"}".to_owned()),
+            (
+                "/v3/auth/user/grant",
+                "{\"user\":\"root\",\"role\":\"root\"}".to_owned(),
+            ),
+            ("/v3/auth/enable", "{}".to_owned()),
+        ] {
+            let answer = post(port, path, &body);
+            if !answer.starts_with("HTTP/1.1 200") {
+                return Err(TestkitError::Invalid(format!("etcd {path}: {answer}")));
+            }
+        }
+        Ok(())
+    }
+
     fn initial_cluster(&self) -> String {
         self.members
             .iter()
@@ -83,7 +140,19 @@ impl EtcdCluster {
 
     fn spawn(&mut self, i: usize, state: &str) -> Result<()> {
         let initial = self.initial_cluster();
+        let tls = self.tls.clone();
         let m = &mut self.members[i];
+        let mut clients = format!("http://127.0.0.1:{}", m.client);
+        let mut extra: Vec<String> = Vec::new();
+        if let (Some((cert, key)), Some(port)) = (&tls, m.tls_client) {
+            clients.push_str(&format!(",https://127.0.0.1:{port}"));
+            extra.extend([
+                "--cert-file".into(),
+                cert.display().to_string(),
+                "--key-file".into(),
+                key.display().to_string(),
+            ]);
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -104,9 +173,9 @@ impl EtcdCluster {
                 "--data-dir",
                 "data",
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{}", m.client),
+                &clients,
                 "--advertise-client-urls",
-                &format!("http://127.0.0.1:{}", m.client),
+                &clients,
                 "--listen-peer-urls",
                 &format!("http://127.0.0.1:{}", m.peer),
                 "--initial-advertise-peer-urls",
@@ -124,6 +193,7 @@ impl EtcdCluster {
                 "--log-level",
                 "warn",
             ])
+            .args(&extra)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -217,6 +287,26 @@ impl Drop for EtcdCluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// One `POST` of a JSON body to the member's plain client port: the whole
+/// answer, status line first (empty when it cannot be reached).
+fn post(port: u16, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }
 
 /// `GET /health` says `"health":"true"` (the member sees a leader).
