@@ -21,7 +21,7 @@ use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::budget::{Budget, IdleCloser};
-use crate::servers::{self, Entries, Entry, ListServers, PoolLabels, ServerIdentity, ServerRow};
+use crate::servers::{self, Entries, Entry, ListServers, PoolLabels, ServerIdentity};
 use crate::{coarse, worker};
 
 /// A connection the pool can hold.
@@ -178,6 +178,14 @@ impl<C> Inner<C> {
     fn is_retired(&self, born: Instant) -> bool {
         let at = self.retired_ns.load(Ordering::Acquire);
         at != 0 && (born.saturating_duration_since(epoch()).as_nanos() as u64) < at
+    }
+
+    /// Idle since `since_ms` and past `server_check_delay` at `now`
+    /// (coarse ms): checked before its next use, PgBouncer's `used`.
+    fn past_check_delay(&self, since_ms: u64, now: u64) -> bool {
+        self.settings
+            .check_delay
+            .is_some_and(|d| now.saturating_sub(since_ms) >= d.as_millis() as u64)
     }
 }
 
@@ -537,15 +545,11 @@ impl<C: Poolable> Pool<C> {
         let s = &self.inner.settings;
         let (idle, used) = {
             let list = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let used = match s.check_delay {
-                Some(d) => {
-                    let (now, d) = (coarse::ms(), d.as_millis() as u64);
-                    list.iter()
-                        .filter(|i| now.saturating_sub(i.since_ms) >= d)
-                        .count()
-                }
-                None => 0,
-            };
+            let now = coarse::ms();
+            let used = list
+                .iter()
+                .filter(|i| self.inner.past_check_delay(i.since_ms, now))
+                .count();
             (list.len(), used)
         };
         let reserve = s.reserve_size as usize - self.inner.reserve.available_permits();
@@ -587,42 +591,6 @@ impl<C: Poolable> Pool<C> {
         let n = idle.len() as u64;
         idle.clear();
         self.inner.closed.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-impl<C: Send> ListServers for Inner<C> {
-    /// Each open connection: idle when on the idle list (`used` past
-    /// `server_check_delay`), else active (checked out).
-    fn servers(&self) -> Vec<ServerRow> {
-        let Some(labels) = self.labels.get() else {
-            return Vec::new();
-        };
-        let now = coarse::ms();
-        let idle: std::collections::HashMap<*const Entry, u64> = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|i| (Arc::as_ptr(&i.entry), i.since_ms))
-            .collect();
-        let lifetime = self.settings.lifetime.map(|l| l.as_millis() as u64);
-        let check = self.settings.check_delay.map(|d| d.as_millis() as u64);
-        self.entries
-            .alive()
-            .iter()
-            .map(|e| {
-                let state = match idle.get(&Arc::as_ptr(e)) {
-                    None => servers::ServerState::Active,
-                    Some(since) if check.is_some_and(|d| now.saturating_sub(*since) >= d) => {
-                        servers::ServerState::Used
-                    }
-                    Some(_) => servers::ServerState::Idle,
-                };
-                let close_needed = self.is_retired(e.born)
-                    || lifetime.is_some_and(|l| now.saturating_sub(e.born_ms()) >= l);
-                e.row(labels, state, close_needed)
-            })
-            .collect()
     }
 }
 
@@ -704,5 +672,6 @@ impl<C> std::ops::DerefMut for Checkout<C> {
     }
 }
 
+mod listing;
 #[cfg(test)]
 mod tests;

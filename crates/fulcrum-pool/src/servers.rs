@@ -36,6 +36,36 @@ pub struct ServerIdentity {
     pub application_name: String,
 }
 
+impl ServerIdentity {
+    /// A connection over a socket: `sockets` are the server's and this
+    /// end's addresses (`None` over a Unix socket or a pipe).
+    pub fn of_socket(
+        sockets: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+        remote_pid: u64,
+        tls: String,
+        application_name: String,
+    ) -> ServerIdentity {
+        let (addr, port, local_addr, local_port) = match sockets {
+            Some((peer, local)) => (
+                peer.ip().to_string(),
+                peer.port(),
+                local.ip().to_string(),
+                local.port(),
+            ),
+            None => Default::default(),
+        };
+        ServerIdentity {
+            addr,
+            port,
+            local_addr,
+            local_port,
+            remote_pid,
+            tls,
+            application_name,
+        }
+    }
+}
+
 /// Whom a pool's connections serve (set by the pool's maker, see
 /// [`Pool::labelled`](crate::Pool::labelled)).
 #[derive(Debug, Clone, PartialEq, Eq)]

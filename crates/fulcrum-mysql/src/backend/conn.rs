@@ -98,24 +98,12 @@ impl fulcrum_pool::Poolable for ServerConn {
     /// pool lists it).
     fn identity(&self) -> fulcrum_pool::ServerIdentity {
         let stream = self.io.stream();
-        let (addr, port, local_addr, local_port) = match stream.addresses() {
-            Some((peer, local)) => (
-                peer.ip().to_string(),
-                peer.port(),
-                local.ip().to_string(),
-                local.port(),
-            ),
-            None => Default::default(),
-        };
-        fulcrum_pool::ServerIdentity {
-            addr,
-            port,
-            local_addr,
-            local_port,
-            remote_pid: u64::from(self.connection_id),
-            tls: stream.tls_description(),
-            application_name: String::new(),
-        }
+        fulcrum_pool::ServerIdentity::of_socket(
+            stream.addresses(),
+            u64::from(self.connection_id),
+            stream.tls_description(),
+            String::new(),
+        )
     }
 }
 

@@ -71,27 +71,14 @@ impl fulcrum_pool::Poolable for ServerConn {
     /// pool lists it).
     fn identity(&self) -> fulcrum_pool::ServerIdentity {
         let stream = self.io.stream();
-        let (addr, port, local_addr, local_port) = match stream.addresses() {
-            Some((peer, local)) => (
-                peer.ip().to_string(),
-                peer.port(),
-                local.ip().to_string(),
-                local.port(),
-            ),
-            None => Default::default(),
-        };
-        fulcrum_pool::ServerIdentity {
-            addr,
-            port,
-            local_addr,
-            local_port,
-            remote_pid: self.cancel.process_id.max(0) as u64,
-            tls: stream.tls_description(),
-            application_name: self
-                .reported
+        fulcrum_pool::ServerIdentity::of_socket(
+            stream.addresses(),
+            self.cancel.process_id.max(0) as u64,
+            stream.tls_description(),
+            self.reported
                 .get("application_name")
                 .cloned()
                 .unwrap_or_default(),
-        }
+        )
     }
 }
