@@ -677,6 +677,13 @@ async fn server_check_delay_pings_reused_connections_and_keeps_live_ones() {
         "outcome=\"passed\"",
     );
     assert!(passed >= 10, "10 checks passed, counted {passed}");
+    // Fulcrum's own time before the server sees a command is measured for
+    // each unit that took a connection (11 transactions at least).
+    let measured = metric_sum(metrics_port, "fulcrum_proxy_seconds_count", "cluster=");
+    assert!(
+        measured >= 11,
+        "fulcrum_proxy_seconds observed {measured} times"
+    );
     assert_eq!(
         metric_sum(
             metrics_port,

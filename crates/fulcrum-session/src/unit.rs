@@ -30,6 +30,10 @@ pub struct Unit {
     pub commit_id: CommitId,
     /// When its server connection was attached (latency, slow log).
     pub attached_at: Option<Instant>,
+    /// When the command that needed a server connection arrived: the
+    /// proxy's own time (`fulcrum_proxy_seconds`) runs from it until the
+    /// command is written to the server.
+    pub arrived_at: Option<Instant>,
     /// The time, read at most once per wake-up of the session: the unit's
     /// start, its attach, its digest stamps, and on the way back their
     /// finishes and the unit's end share one read each way.

@@ -102,8 +102,6 @@ pub struct Session {
     unit_routing: Routing,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
-    /// When the command that started the current unit of work arrived.
-    unit_started: Option<std::time::Instant>,
     /// `transaction_replay`: the open transaction's log, a replay under way.
     txn: TxnReplay,
     /// The server went away while the client was idle in its transaction
@@ -225,7 +223,6 @@ impl Session {
                 consistency: fulcrum_config::Consistency::Eventual,
             },
             client_entry,
-            unit_started: None,
             txn: TxnReplay {
                 run: None,
                 lost_seq: 1,

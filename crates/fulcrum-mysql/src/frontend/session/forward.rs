@@ -63,7 +63,7 @@ impl Session {
         seq: u8,
     ) -> Result<bool, SessionError> {
         if self.server.is_none() {
-            self.unit_started = Some(self.engine.unit.now.get());
+            self.engine.unit.arrived_at = Some(self.engine.unit.now.get());
         }
         if self.server.is_some() {
             return Ok(true);
@@ -113,7 +113,7 @@ impl Session {
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
         }
-        if let Some(t) = self.unit_started.take() {
+        if let Some(t) = self.engine.unit.arrived_at.take() {
             self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
         }
         let mut reply = Reply::new(shape, server.caps);
