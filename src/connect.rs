@@ -104,3 +104,18 @@ pub async fn maria_connect(port: u16) -> Conn {
         .await
         .unwrap_or_else(|e| panic!("connect through fulcrum on :{port}: {e}"))
 }
+
+/// The first column of the first row `sql` returns (panics, naming the
+/// query, on an error or no row).
+pub async fn first_value(client: &Client, sql: &str) -> String {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{sql}: no row"))
+}

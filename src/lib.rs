@@ -36,9 +36,9 @@ pub use config::{
     CONSOLE_USER,
 };
 pub use connect::{
-    console_connect, maria_connect, maria_opts, pg_connect, pg_connect_as, pg_connect_str,
-    pg_connect_with_options, try_console_connect, try_maria_connect, try_pg_connect,
-    try_pg_connect_as,
+    console_connect, first_value, maria_connect, maria_opts, pg_connect, pg_connect_as,
+    pg_connect_str, pg_connect_with_options, try_console_connect, try_maria_connect,
+    try_pg_connect, try_pg_connect_as,
 };
 pub use console::{show_mirror, MirrorRow};
 pub use metrics::{

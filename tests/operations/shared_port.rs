@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{pg_conn_string, pg_connect_str};
+use fulcrum_suite::{first_value, pg_conn_string, pg_connect_str};
 use fulcrum_testkit::{
     free_port, FulcrumProcess, MariaCluster, PgCluster, APP_DB, APP_PASSWORD, APP_USER,
 };
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 fn pg_cluster_section(name: &str, listen: &str, primary: &str, databases: &str) -> String {
     format!(
@@ -24,19 +24,6 @@ fn pg_cluster_section(name: &str, listen: &str, primary: &str, databases: &str) 
 /// A login to `db` through the shared port.
 async fn connect(port: u16, db: &str) -> Result<Client, tokio_postgres::Error> {
     pg_connect_str(&pg_conn_string(&format!("127.0.0.1:{port}"), APP_USER, db)).await
-}
-
-async fn one(client: &Client, sql: &str) -> String {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .expect("a row")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,19 +57,19 @@ async fn two_postgres_clusters_share_one_port_by_database() {
     let w = connect(port, "reports").await.expect("west by its alias");
     let server_port = "SELECT inet_server_port()";
     assert_eq!(
-        one(&e, server_port).await,
+        first_value(&e, server_port).await,
         east.primary().port().to_string()
     );
     assert_eq!(
-        one(&w, server_port).await,
+        first_value(&w, server_port).await,
         west.primary().port().to_string()
     );
-    assert_eq!(one(&w, "SELECT current_database()").await, APP_DB);
+    assert_eq!(first_value(&w, "SELECT current_database()").await, APP_DB);
     // Writes land on their own cluster only.
     w.batch_execute("CREATE TABLE only_west (v int); INSERT INTO only_west VALUES (7)")
         .await
         .unwrap();
-    assert_eq!(one(&w, "SELECT v FROM only_west").await, "7");
+    assert_eq!(first_value(&w, "SELECT v FROM only_west").await, "7");
     let missing = e.simple_query("SELECT v FROM only_west").await.unwrap_err();
     assert_eq!(
         missing.as_db_error().map(|d| d.code().code()),
@@ -117,7 +104,7 @@ async fn two_postgres_clusters_share_one_port_by_database() {
     let db = refused.as_db_error().expect("an ErrorResponse");
     assert_eq!(db.code().code(), "3D000", "{db:?}");
     // The first cluster still serves.
-    assert_eq!(one(&e, "SELECT 1").await, "1");
+    assert_eq!(first_value(&e, "SELECT 1").await, "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

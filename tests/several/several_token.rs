@@ -6,24 +6,10 @@
 
 use std::time::Duration;
 
-use fulcrum_suite::{serial, try_pg_connect};
+use fulcrum_suite::{first_value, serial, try_pg_connect};
 use fulcrum_testkit::{PgCluster, APP_DB};
-use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::fleet::start_fleet;
-
-async fn first(client: &Client, sql: &str) -> String {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap()
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .expect("a row")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_causal_token_carries_across_instances_and_user_does_not() {
@@ -47,11 +33,11 @@ async fn the_causal_token_carries_across_instances_and_user_does_not() {
             .simple_query(&format!("INSERT INTO marks VALUES ({i})"))
             .await
             .unwrap();
-        let token = first(&writer, "SHOW fulcrum.position").await;
+        let token = first_value(&writer, "SHOW fulcrum.position").await;
         // The same user on the other instance, no token: that instance
         // knows nothing of the write.
         let plain = try_pg_connect(&b.cfg).await.unwrap();
-        let seen = first(&plain, &format!("SELECT count(*) FROM marks WHERE i = {i}")).await;
+        let seen = first_value(&plain, &format!("SELECT count(*) FROM marks WHERE i = {i}")).await;
         if seen == "0" {
             missed_by_user += 1;
         }
@@ -61,7 +47,7 @@ async fn the_causal_token_carries_across_instances_and_user_does_not() {
             .simple_query(&format!("SET fulcrum.min_position = '{token}'"))
             .await
             .unwrap();
-        let seen = first(
+        let seen = first_value(
             &carried,
             &format!("SELECT count(*) FROM marks WHERE i = {i}"),
         )
@@ -72,7 +58,7 @@ async fn the_causal_token_carries_across_instances_and_user_does_not() {
         );
         // And on the writer's own instance, `user` holds without a token.
         let same = try_pg_connect(&a.cfg).await.unwrap();
-        let seen = first(&same, &format!("SELECT count(*) FROM marks WHERE i = {i}")).await;
+        let seen = first_value(&same, &format!("SELECT count(*) FROM marks WHERE i = {i}")).await;
         assert_eq!(seen, "1", "round {i}: user holds within one instance");
     }
     eprintln!("consistency = user across instances: {missed_by_user} of 6 reads on the other instance missed the write; the token: 0 of 6");

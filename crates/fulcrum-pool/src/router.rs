@@ -385,15 +385,19 @@ impl Router {
             .is_some_and(|r| r.load(Ordering::Acquire))
     }
 
+    /// The router this one forwards health reports to (a worker's follows
+    /// the health loop's), if any.
+    fn leader(&self) -> Option<Arc<Router>> {
+        self.leader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade()
+    }
+
     /// A session saw `backend` fail (connect error, connection lost): it
     /// serves no reads until the health loop has looked at it again.
     pub fn suspect(&self, backend: BackendId) {
-        let leader = self
-            .leader
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .upgrade();
-        if let Some(leader) = leader {
+        if let Some(leader) = self.leader() {
             leader.suspect(backend);
         }
         if let Some(s) = self.suspect.get(backend) {
@@ -409,12 +413,7 @@ impl Router {
     /// looks again now (and reads its coordinator again), taking nothing
     /// out of service. Many reports at once make one early round.
     pub fn recheck(&self) {
-        let leader = self
-            .leader
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .upgrade();
-        if let Some(leader) = leader {
+        if let Some(leader) = self.leader() {
             leader.recheck();
         }
         self.suspects_changed.notify_one();
