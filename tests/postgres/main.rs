@@ -4,12 +4,14 @@
 //! One test binary; each module was a binary of its own before.
 //!
 //! Clusters: `pg_proxy` and `pg_drivers` share one primary with two
-//! replicas (`fulcrum_suite::pg_two_replicas`); `pg_routing` (which counts
+//! replicas (`fulcrum_suite::pg_two_replicas`); `pg_isolation` keeps a
+//! primary of its own (its objects and roles are its cases); `pg_routing` (which counts
 //! commits per server and times replicas) and `pg_session` (which
 //! terminates server backends by statement) keep their own; `pg_pgbench`
 //! starts one for its test.
 
 mod pg_drivers;
+mod pg_isolation;
 mod pg_mirror;
 mod pg_notify;
 mod pg_pgbench;

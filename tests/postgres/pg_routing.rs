@@ -321,7 +321,11 @@ async fn the_first_read_after_start_is_routed_by_the_catalog() {
     // A busy machine (the whole suite, a debug build) may take longer
     // than the default 100 ms for a lookup: the wait is raised so the
     // test shows the mechanism, not the machine's speed.
-    let waits = config().extra("function_catalog_wait = \"5s\"");
+    // twice() is declared free of session state: unlisted, a call of a
+    // user function pins its client (default-deny), to the primary.
+    let waits = config()
+        .extra("function_catalog_wait = \"5s\"")
+        .extra("session_free_functions = [\"twice\"]");
     let listed = waits
         .clone()
         .extra(&format!("[[cluster.database]]\nname = \"{APP_DB}\""));
@@ -340,7 +344,12 @@ async fn the_first_read_after_start_is_routed_by_the_catalog() {
 
 #[tokio::test]
 async fn configured_write_functions_send_reads_to_the_primary() {
-    let cfg = config().extra("write_functions = [\"public.bump_counter\"]");
+    // Declared free of session state, so routing alone decides (unlisted,
+    // a call of a user function pins its client to the primary).
+    let free = "session_free_functions = [\"bump_counter\"]";
+    let cfg = config()
+        .extra("write_functions = [\"public.bump_counter\"]")
+        .extra(free);
     let _p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
     cluster()
         .wait_replicas_caught_up(Duration::from_secs(30))
@@ -372,7 +381,7 @@ async fn configured_write_functions_send_reads_to_the_primary() {
     }
     // Without the setting the server's catalog says it: volatile, the
     // primary (`function_catalog`, on by default) ...
-    let plain = config();
+    let plain = config().extra(free);
     let _q = FulcrumProcess::start(&plain.to_toml()).unwrap();
     let other = pg_connect(&plain).await;
     for _ in 0..3 {
@@ -380,7 +389,7 @@ async fn configured_write_functions_send_reads_to_the_primary() {
         assert_eq!(port, primary, "the catalog calls it volatile");
     }
     // ... and with neither the same read goes to a replica.
-    let blind = config().extra("function_catalog = false");
+    let blind = config().extra("function_catalog = false").extra(free);
     let _r = FulcrumProcess::start(&blind.to_toml()).unwrap();
     let other = pg_connect(&blind).await;
     let port = port_of(&other, "SELECT inet_server_port() WHERE bump_counter() = 1").await;

@@ -282,14 +282,16 @@ async fn a_server_message_over_max_message_size_closes_that_connection() {
         .extra("max_message_size = \"1MB\"");
     let (_p, cfg) = start(cfg);
     let client = pg_connect(&cfg).await;
-    // A 2 MB notice is buffered whole by no one: the connection is closed.
+    // A 2 MB error (its message quotes the input) is buffered whole by no
+    // one: the connection is closed. (A DO block would pin the client, whose
+    // session ends with its connection.)
     let err = exec(
         &client,
-        "DO $$ BEGIN RAISE NOTICE '%', repeat('x', 2000000); END $$",
+        "UPDATE ses_rows SET id = repeat('x', 2000000)::int",
     )
     .await
-    .expect_err("the notice is over the limit");
-    // A DO block on the primary may have written before the notice: 08007.
+    .expect_err("the error is over the limit");
+    // A write on the primary may have written before the error: 08007.
     assert_eq!(err.code().map(|c| c.code()), Some("08007"), "{err}");
     let text = err
         .as_db_error()
@@ -911,7 +913,8 @@ async fn min_pool_size_warms_configured_users_and_databases_at_start() {
 /// one that writes runs on the primary (on a replica it would fail with
 /// 25006), a stable one goes to the replicas once looked up. With the
 /// catalog off, the writing one reaches a replica and fails: the catalog is
-/// what routes it.
+/// what routes it. (Both are listed in `session_free_functions`; unlisted,
+/// a call pins its client to the primary: pg_isolation.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_are_routed_by_the_servers_catalog() {
     let c = cluster();
@@ -929,7 +932,10 @@ async fn functions_are_routed_by_the_servers_catalog() {
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
     let primary = c.primary().port().to_string();
-    let cfg = with_replicas(5);
+    // Declared free of session state: only then may a call go unpinned
+    // (default-deny), and the catalog route it.
+    let free = r#"session_free_functions = ["bump", "price"]"#;
+    let cfg = with_replicas(5).extra(free);
     let (_p, metrics_port) = start_with_metrics(&cfg.to_toml());
     let client = pg_connect(&cfg).await;
     for _ in 0..6 {
@@ -958,7 +964,11 @@ async fn functions_are_routed_by_the_servers_catalog() {
         "outcome=\"loaded\"",
     );
     assert!(loaded >= 1, "the lookup that routed price() is counted");
-    let (_off, cfg) = start(with_replicas(5).extra("function_catalog = false"));
+    let (_off, cfg) = start(
+        with_replicas(5)
+            .extra("function_catalog = false")
+            .extra(free),
+    );
     let client = pg_connect(&cfg).await;
     let err = exec(&client, "SELECT bump()").await.unwrap_err();
     assert_eq!(

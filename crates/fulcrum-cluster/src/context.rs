@@ -90,6 +90,7 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
                     cache_size: config.classifier_cache_size as usize,
                     write_functions: config.write_functions.clone(),
                     read_only_functions: config.read_only_functions.clone(),
+                    session_free_functions: config.session_free_functions.clone(),
                     max_classify_bytes: usize::try_from(config.max_classify_bytes)
                         .unwrap_or(usize::MAX),
                 },
@@ -292,12 +293,36 @@ impl<C, P, S> ClusterCore<C, P, S> {
         options: (u32, u8),
         database: &str,
     ) -> Decision {
+        if let Some(reason) = self.unproven_pin(unit, user, options, database) {
+            return Decision::Pin(reason);
+        }
         if self.config.function_catalog.is_none() {
             return unit.decision;
         }
         self.functions.decide(unit, user, options, database)
     }
+
+    /// Default-deny for calls: a unit calling functions not known to leave
+    /// no session state pins its client unless the function catalog shows
+    /// each is a built-in (with the catalog off, or before it has read the
+    /// database, it pins). `session_free_functions` lifts it per name.
+    pub fn unproven_pin(
+        &self,
+        unit: &Classified,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+    ) -> Option<fulcrum_sql::PinReason> {
+        let names = unit.unproven.as_deref()?;
+        let builtin = self.config.function_catalog.is_some()
+            && self.functions.all_builtin(user, options, database, names);
+        (!builtin).then_some(UNPROVEN_CALL)
+    }
 }
+
+/// Why a unit calling a function not known to leave no session state pins.
+pub const UNPROVEN_CALL: fulcrum_sql::PinReason =
+    "call of a function not known to leave no session state";
 
 /// The router of `config`'s backends: the first `primary` (else the first
 /// `auto`, else the first) starts as the write target; the others that are

@@ -172,6 +172,31 @@ impl FunctionCatalog {
         ok
     }
 
+    /// Whether every name in `names` is a built-in of `database` (no user
+    /// function or procedure has it). Not known yet: no, and asked for.
+    pub fn all_builtin(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        names: &[Arc<str>],
+    ) -> bool {
+        let (ok, ask) = {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            match known.get(database) {
+                Some((functions, at)) => (
+                    names.iter().all(|n| !functions.contains_key(n)),
+                    at.elapsed() >= self.ttl,
+                ),
+                None => (false, true),
+            }
+        };
+        if ask {
+            self.want(user, options, database);
+        }
+        ok
+    }
+
     /// The decision for `unit`, a unit of `user` (with its protocol
     /// `options`) on `database`: a read calling functions no list decides
     /// becomes a primary read unless the catalog knows them all to be reads.

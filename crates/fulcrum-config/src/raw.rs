@@ -75,6 +75,7 @@ pub(crate) struct RawCluster {
     pub default_route: Value<String>,
     pub write_functions: Value<Vec<String>>,
     pub read_only_functions: Value<Vec<String>>,
+    pub session_free_functions: Value<Vec<String>>,
     pub function_catalog: Value<bool>,
     pub function_catalog_ttl: Value<DurationText>,
     pub function_catalog_wait: Value<DurationText>,

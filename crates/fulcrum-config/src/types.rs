@@ -279,6 +279,9 @@ pub struct Cluster {
     pub write_functions: Vec<String>,
     /// Functions known to be safe on a replica.
     pub read_only_functions: Vec<String>,
+    /// User functions and procedures known to leave no session state:
+    /// calling one does not pin (PostgreSQL).
+    pub session_free_functions: Vec<String>,
     /// Look up functions no list decides in the server's catalog
     /// (`function_catalog`); `None`: off. The duration is how long an
     /// answer is used before it is asked again (`function_catalog_ttl`).

@@ -3,6 +3,12 @@
 //! the cluster's function catalog looks them up on the server
 //! (`function_catalog`), and until it knows them the read goes to the
 //! primary. A second walk over the parsed statements, only for reads.
+//!
+//! The same walk over any PostgreSQL statement lists the calls not known to
+//! leave no session state (`unproven_calls`): a user function may call
+//! `set_config`, make temporary tables or PREPARE, so a call of one pins its
+//! client unless `session_free_functions` lists it (the cluster decides,
+//! with the catalog telling built-ins from user functions).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -206,19 +212,26 @@ fn builtin_reads(dialect: Dialect) -> &'static [&'static str] {
 struct Calls<'a> {
     dialect: Dialect,
     rules: &'a FunctionRules,
+    /// Listing the calls not proven free of session state (not the
+    /// calls no routing list decides).
+    session: bool,
     found: Vec<Arc<str>>,
 }
 
 impl Calls<'_> {
     fn call(&mut self, name: &ObjectName) {
         let name = function_name(name);
-        if name.is_empty()
-            || self.rules.read_only.contains(&name)
-            || self.rules.primary.contains(&name)
+        let decided = if self.session {
+            self.rules.session_free.contains(&name)
+        } else {
+            self.rules.read_only.contains(&name)
+        };
+        // The built-in lists name built-ins whose session effects the
+        // classifier knows (set_config, nextval, advisory locks).
+        let builtin = (self.rules.primary.contains(&name) && !self.rules.written.contains(&name))
             || self.rules.pin.contains(&name)
-            || builtin_reads(self.dialect).contains(&name.as_str())
-            || self.found.iter().any(|f| **f == *name)
-        {
+            || builtin_reads(self.dialect).contains(&name.as_str());
+        if name.is_empty() || decided || builtin || self.found.iter().any(|f| **f == *name) {
             return;
         }
         self.found.push(name.into());
@@ -241,6 +254,13 @@ impl Visitor for Calls<'_> {
         }
         ControlFlow::Continue(())
     }
+
+    fn pre_visit_statement(&mut self, s: &Statement) -> ControlFlow<()> {
+        if let Statement::Call(f) = s {
+            self.call(&f.name);
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// The functions `stmts` call that no list decides, lower case, once each.
@@ -252,6 +272,27 @@ pub(crate) fn undecided_calls(
     let mut v = Calls {
         dialect,
         rules,
+        session: false,
+        found: Vec::new(),
+    };
+    for s in stmts {
+        let _ = s.visit(&mut v);
+    }
+    v.found
+}
+
+/// The functions and procedures `stmts` call (any statement, CALL too) not
+/// known to leave no session state: not a built-in the lists know, not in
+/// `session_free_functions`. Lower case, once each.
+pub(crate) fn unproven_calls(
+    stmts: &[Statement],
+    dialect: Dialect,
+    rules: &FunctionRules,
+) -> Vec<Arc<str>> {
+    let mut v = Calls {
+        dialect,
+        rules,
+        session: true,
         found: Vec::new(),
     };
     for s in stmts {
@@ -263,6 +304,39 @@ pub(crate) fn undecided_calls(
 #[cfg(test)]
 mod tests {
     use crate::{Classifier, ClassifierConfig, Decision, Dialect};
+
+    fn unproven(c: &Classifier, sql: &str) -> Vec<String> {
+        c.classify_unit(sql)
+            .unproven
+            .map(|f| f.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn calls_not_known_to_leave_no_session_state_are_listed_in_any_statement() {
+        let pg = Classifier::new(
+            Dialect::Postgres,
+            &ClassifierConfig {
+                write_functions: vec!["audit".into()],
+                read_only_functions: vec!["pure".into()],
+                session_free_functions: vec!["Stateless".into()],
+                ..Default::default()
+            },
+        );
+        assert_eq!(unproven(&pg, "SELECT pure(1), lower('x')"), ["pure"]);
+        assert_eq!(unproven(&pg, "INSERT INTO t VALUES (audit())"), ["audit"]);
+        assert_eq!(unproven(&pg, "CALL refresh(1)"), ["refresh"]);
+        assert_eq!(unproven(&pg, "UPDATE t SET a = f(b), c = g()"), ["f", "g"]);
+        for sql in [
+            "SELECT stateless(1)",
+            "CALL stateless()",
+            "SELECT nextval('s'), set_config('a', 'b', true), now()",
+            "SELECT pg_advisory_lock(1)",
+            "SELECT 1",
+        ] {
+            assert!(unproven(&pg, sql).is_empty(), "{sql}");
+        }
+    }
 
     fn listed(c: &Classifier, sql: &str) -> Vec<String> {
         c.classify_unit(sql)
@@ -311,6 +385,7 @@ mod tests {
             Decision::Read,
             "the classifier alone: the catalog decides at routing"
         );
+        assert!(listed(&pg, "CALL p()").is_empty(), "a write");
         let my = Classifier::new(Dialect::MySql, &ClassifierConfig::default());
         assert_eq!(
             listed(&my, "SELECT twice(2), NOW(), `Bump`() FROM items"),

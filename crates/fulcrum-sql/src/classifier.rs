@@ -32,6 +32,11 @@ pub struct Classified {
     /// It may commit (`statements::may_commit`), read with the decision
     /// when the text is first classified and cached with it.
     pub may_commit: bool,
+    /// PostgreSQL: the functions and procedures the unit calls that are not
+    /// known to leave no session state (user functions, built-ins no list
+    /// knows); the cluster pins the client unless its catalog shows each
+    /// is a built-in. `None` when there are none.
+    pub unproven: Option<Arc<[Arc<str>]>>,
     /// The text's fingerprint (the cache's key; the digest statistics key
     /// by it too), 0 for a text too long to classify.
     pub key: u64,
@@ -48,6 +53,9 @@ pub struct ClassifierConfig {
     pub write_functions: Vec<String>,
     /// Functions known to be safe on a replica (overrides the built-in lists).
     pub read_only_functions: Vec<String>,
+    /// User functions and procedures that leave no session state: calling
+    /// one does not pin (PostgreSQL).
+    pub session_free_functions: Vec<String>,
     /// Longest statement text parsed (0: no limit). A longer one is not
     /// parsed: it goes where `default_route` says, and is counted.
     pub max_classify_bytes: usize,
@@ -85,7 +93,8 @@ impl Classifier {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        primary.extend(lower(&config.write_functions));
+        let written = lower(&config.write_functions);
+        primary.extend(written.iter().cloned());
         Classifier {
             dialect,
             rules: FunctionRules {
@@ -95,6 +104,8 @@ impl Classifier {
                     .map(|s| s.to_string())
                     .collect(),
                 read_only: lower(&config.read_only_functions),
+                written,
+                session_free: lower(&config.session_free_functions),
             },
             cache: DecisionCache::new(config.cache_size),
             max_bytes: config.max_classify_bytes,
@@ -179,6 +190,9 @@ impl Classifier {
         if !plain || !crate::statements::is_single_statement(sql) {
             return pin;
         }
+        if self.dialect == Dialect::Postgres && crate::temp_schema::names_temp_schema(sql) {
+            return Decision::Pin(crate::session_facts::TEMP_SCHEMA);
+        }
         // One pass over the words (the text may be megabytes: no copy).
         let (mut session_call, mut into) = (false, false);
         let b = sql.as_bytes();
@@ -249,11 +263,23 @@ impl Classifier {
             return d.into();
         }
         self.unparsed.fetch_add(1, Ordering::Relaxed);
+        let mut decision = unparsed_session_statement(sql, self.dialect, tokens.as_ref())
+            .unwrap_or(Decision::Unknown);
+        let mut effects = self.unparsed_effects(sql);
+        if self.dialect == Dialect::Postgres && decision == Decision::Unknown {
+            // Default-deny: what Fulcrum cannot read (a DO block, a form
+            // sqlparser lacks) may leave any session state.
+            let reason = crate::session_facts::UNPARSED;
+            decision = Decision::Pin(reason);
+            let mut list = effects.to_vec();
+            list.push(Effect::Pin(reason));
+            effects = Effects::new(list);
+        }
         Classified {
-            decision: unparsed_session_statement(sql, self.dialect, tokens.as_ref())
-                .unwrap_or(Decision::Unknown),
-            effects: self.unparsed_effects(sql),
+            decision,
+            effects,
             functions: None,
+            unproven: None,
             may_commit: false,
             key: 0,
             comments: false,
@@ -272,18 +298,17 @@ impl Classifier {
             .copied()
             .reduce(Decision::combine)
             .unwrap_or(Decision::Read);
-        // set_config(name, value, false) is a SET by another name.
-        let config = if self.dialect == Dialect::Postgres
-            && sql
-                .as_bytes()
-                .windows(10)
-                .any(|w| w.eq_ignore_ascii_case(b"set_config"))
-        {
-            crate::set_config::effects(&stmts)
-        } else {
-            Vec::new()
+        // What the unit may leave in the session beyond its statements'
+        // kinds (set_config, pg_temp, sequences, unproven calls).
+        let mut facts = crate::session_facts::Facts::default();
+        if self.dialect == Dialect::Postgres {
+            facts = crate::session_facts::of(sql, &stmts, &self.rules);
+        }
+        let decision = match facts.pin {
+            Some(reason) => decision.combine(Decision::Pin(reason)),
+            None => decision,
         };
-        if config.is_empty()
+        if facts.effects.is_empty()
             && (self.dialect != Dialect::Postgres || decisions.iter().all(|d| is_plain(*d)))
         {
             let functions = (decision == Decision::Read)
@@ -294,6 +319,7 @@ impl Classifier {
                 decision,
                 effects: Effects::default(),
                 functions,
+                unproven: facts.unproven,
                 may_commit: false,
                 key: 0,
                 comments: false,
@@ -314,11 +340,12 @@ impl Classifier {
             };
             list.extend(effects::of_statement(stmt, *d, text));
         }
-        list.extend(config);
+        list.extend(facts.effects);
         Some(Classified {
             decision,
             effects: Effects::new(list),
             functions: None,
+            unproven: facts.unproven,
             may_commit: false,
             key: 0,
             comments: false,
@@ -438,6 +465,7 @@ impl From<Decision> for Classified {
             decision,
             effects: Effects::default(),
             functions: None,
+            unproven: None,
             may_commit: false,
             key: 0,
             comments: false,

@@ -31,8 +31,19 @@ pub enum Effect {
     DiscardAll,
     /// `DEALLOCATE [PREPARE] name` (None = ALL).
     Deallocate(Option<String>),
+    /// `set_config('name', $n, false)`: a `SET` whose value is the unit's
+    /// bound parameter `param` (0-based), made a [`Effect::Set`] when the
+    /// Bind carrying it is read (`set_config_statement`).
+    SetParam {
+        name: String,
+        param: usize,
+    },
     /// State that cannot be replayed: keep this client on its server connection.
     Pin(PinReason),
+    /// State no later unit of this client needs but another client must not
+    /// see (a sequence's `currval` after `nextval`/`setval`): the server
+    /// connection is reset before anyone else uses it. No pin.
+    ResetBeforeReuse(PinReason),
     /// `UNLISTEN channel` (`None`: `UNLISTEN *`): the client stops listening
     /// (Fulcrum listens for it in transaction pooling).
     Unlisten(Option<String>),
@@ -71,7 +82,8 @@ impl Effects {
     /// True when an effect carries literal text (a SET's statement), so the
     /// unit's effects cannot be shared by every text of its fingerprint.
     pub(crate) fn carry_text(&self) -> bool {
-        self.iter().any(|e| matches!(e, Effect::Set { .. }))
+        self.iter()
+            .any(|e| matches!(e, Effect::Set { .. } | Effect::SetParam { .. }))
     }
 }
 

@@ -23,8 +23,10 @@ mod hints;
 pub mod listen;
 mod mysql;
 mod rules;
+mod session_facts;
 mod set_config;
 pub mod statements;
+mod temp_schema;
 
 pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
@@ -32,3 +34,4 @@ pub use dialect::Dialect;
 pub use effects::{Effect, Effects};
 pub use fingerprint::{block_comment_end, fingerprint, normalize, scan, Scan};
 pub use hints::Hint;
+pub use set_config::set_config_statement;

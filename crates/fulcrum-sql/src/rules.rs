@@ -20,6 +20,11 @@ pub(crate) struct FunctionRules {
     pub primary: HashSet<String>,
     pub pin: HashSet<String>,
     pub read_only: HashSet<String>,
+    /// `write_functions`: user functions among `primary`.
+    pub written: HashSet<String>,
+    /// `session_free_functions`: user functions and procedures declared to
+    /// leave no session state.
+    pub session_free: HashSet<String>,
 }
 
 /// A function's name as the lists hold it: its last part, unquoted, lower
@@ -442,6 +447,8 @@ mod tests {
             primary: HashSet::new(),
             pin: HashSet::new(),
             read_only: HashSet::new(),
+            written: HashSet::new(),
+            session_free: HashSet::new(),
         };
         let stmts = Parser::parse_sql(dialect.parser_dialect(), sql).expect(sql);
         classify_statement(&stmts[0], dialect, &none)

@@ -31,6 +31,17 @@ fn text(arg: &FunctionArg) -> Option<String> {
     }
 }
 
+/// A bound parameter (`$n`): its 0-based index.
+fn param(arg: &FunctionArg) -> Option<usize> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) = arg else {
+        return None;
+    };
+    match &v.value {
+        Value::Placeholder(p) => p.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1),
+        _ => None,
+    }
+}
+
 /// A literal boolean argument (`true`, `false`, or a string PostgreSQL
 /// reads as one).
 fn flag(arg: &FunctionArg) -> Option<bool> {
@@ -48,9 +59,10 @@ fn flag(arg: &FunctionArg) -> Option<bool> {
     }
 }
 
-/// `SET name = 'value'` with the name as PostgreSQL folds it (GUC names are
+/// `SET name = 'value'` (and the key it sets) for `set_config(name,
+/// value, false)`, with the name as PostgreSQL folds it (GUC names are
 /// case-insensitive) and each part quoted when it is not a plain word.
-fn as_set(name: &str, value: &str) -> Option<(String, String)> {
+pub fn set_config_statement(name: &str, value: &str) -> Option<(String, String)> {
     let key = name.to_ascii_lowercase();
     let parts: Vec<String> = key
         .split('.')
@@ -92,9 +104,17 @@ impl Visitor for Calls {
         let effect = match list.args.as_slice() {
             [name, value, local] => match (flag(local), text(name), text(value)) {
                 (Some(true), _, _) => None,
-                (Some(false), Some(name), Some(value)) => match as_set(&name, &value) {
-                    Some((key, stmt)) => Some(Effect::Set { key, stmt }),
-                    None => Some(Effect::Pin("set_config")),
+                (Some(false), Some(name), Some(value)) => {
+                    match set_config_statement(&name, &value) {
+                        Some((key, stmt)) => Some(Effect::Set { key, stmt }),
+                        None => Some(Effect::Pin("set_config")),
+                    }
+                }
+                (Some(false), Some(name), None) => match param(value) {
+                    Some(param) if set_config_statement(&name, "").is_some() => {
+                        Some(Effect::SetParam { name, param })
+                    }
+                    _ => Some(Effect::Pin("set_config")),
                 },
                 _ => Some(Effect::Pin("set_config")),
             },
@@ -157,12 +177,37 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_value_is_a_set_read_from_the_bind() {
+        assert_eq!(
+            effects("select set_config('app.tenant', $1, false)").1,
+            vec![Effect::SetParam {
+                name: "app.tenant".into(),
+                param: 0
+            }]
+        );
+        assert_eq!(
+            effects("SELECT 1, set_config('App.X', $2, 'f')").1,
+            vec![Effect::SetParam {
+                name: "App.X".into(),
+                param: 1
+            }]
+        );
+        assert_eq!(effects("SELECT set_config('app.x', $1, true)").1, vec![]);
+        assert_eq!(
+            super::set_config_statement("App.X", "it's"),
+            Some(("app.x".into(), "SET app.x = 'it''s'".into()))
+        );
+    }
+
+    #[test]
     fn a_set_config_that_cannot_be_replayed_pins() {
         for sql in [
             "SELECT set_config(name, '1', false) FROM t",
             "SELECT set_config('app.x', '1', $1)",
             "SELECT set_config('app.x', v, false) FROM t",
             "SELECT set_config('app.x', '1')",
+            "SELECT set_config($1, $2, false)",
+            "SELECT set_config('app.x', $1::text, false)",
         ] {
             assert_eq!(effects(sql).1, vec![Effect::Pin("set_config")], "{sql}");
         }

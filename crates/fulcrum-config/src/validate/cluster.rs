@@ -148,6 +148,8 @@ pub(super) fn cluster(
     )?;
     let write_functions = function_list(&t, &c.write_functions, "write_functions")?;
     let read_only_functions = function_list(&t, &c.read_only_functions, "read_only_functions")?;
+    let session_free_functions =
+        function_list(&t, &c.session_free_functions, "session_free_functions")?;
     let function_catalog_ttl = t.duration(
         &c.function_catalog_ttl,
         "function_catalog_ttl",
@@ -291,6 +293,7 @@ pub(super) fn cluster(
         default_route,
         write_functions,
         read_only_functions,
+        session_free_functions,
         function_catalog,
         function_catalog_wait,
         classifier_cache_size,

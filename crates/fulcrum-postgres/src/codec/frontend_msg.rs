@@ -51,6 +51,41 @@ pub fn bind_msg(body: &[u8]) -> Option<BindMsg<'_>> {
     })
 }
 
+/// Parameter `index` (0-based) of a Bind, from `rest` (the body after the
+/// statement name): `Some(None)` for NULL, `Some(Some(bytes))` for a
+/// value in either format, `None` when the Bind is malformed or has no
+/// such parameter. Lengths are checked before any slice is taken.
+pub fn bind_param(rest: &[u8], index: usize) -> Option<Option<&[u8]>> {
+    let int16 = |at: usize| -> Option<usize> {
+        let b = rest.get(at..at + 2)?;
+        usize::try_from(i16::from_be_bytes([b[0], b[1]])).ok()
+    };
+    let formats = int16(0)?;
+    let mut at = 2 + formats * 2;
+    let params = int16(at)?;
+    if index >= params {
+        return None;
+    }
+    at += 2;
+    for i in 0..=index {
+        let b = rest.get(at..at + 4)?;
+        let len = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        at += 4;
+        let value = if len < 0 {
+            None
+        } else {
+            let len = len as usize;
+            let v = rest.get(at..at + len)?;
+            at += len;
+            Some(v)
+        };
+        if i == index {
+            return Some(value);
+        }
+    }
+    None
+}
+
 /// Describe and Close bodies: 'S' (statement) or 'P' (portal), then a name.
 pub fn target_msg(body: &[u8]) -> Option<(u8, &[u8])> {
     let (&kind, rest) = body.split_first()?;
@@ -169,6 +204,27 @@ mod tests {
         let c = bind_msg(&out[5..]).unwrap();
         assert_eq!(c.statement, b"fulcrum_1");
         assert_eq!(c.rest, b.rest);
+    }
+
+    #[test]
+    fn bind_parameters_are_read_by_index_and_bounded() {
+        // one format code (text), three parameters: 'ab', NULL, 'c'; no result formats.
+        let mut rest = vec![0, 1, 0, 0, 0, 3];
+        rest.extend_from_slice(&2i32.to_be_bytes());
+        rest.extend_from_slice(b"ab");
+        rest.extend_from_slice(&(-1i32).to_be_bytes());
+        rest.extend_from_slice(&1i32.to_be_bytes());
+        rest.extend_from_slice(b"c");
+        rest.extend_from_slice(&[0, 0]);
+        assert_eq!(bind_param(&rest, 0), Some(Some(&b"ab"[..])));
+        assert_eq!(bind_param(&rest, 1), Some(None));
+        assert_eq!(bind_param(&rest, 2), Some(Some(&b"c"[..])));
+        assert_eq!(bind_param(&rest, 3), None, "no such parameter");
+        assert_eq!(bind_param(&rest[..9], 0), None, "cut short");
+        let mut huge = vec![0, 0, 0, 1];
+        huge.extend_from_slice(&i32::MAX.to_be_bytes());
+        assert_eq!(bind_param(&huge, 0), None, "a length past the frame");
+        assert_eq!(bind_param(&[0xff, 0xff], 0), None, "a negative count");
     }
 
     #[test]

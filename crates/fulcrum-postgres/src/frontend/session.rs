@@ -63,7 +63,7 @@ use crate::codec::frontend_msg::{
     bind_msg, parse_msg, put_bind, put_execute, put_query, put_sync, put_target, query_text,
     target_msg,
 };
-use cleanup::{run_reset, sync_params};
+use cleanup::{reset_clears_session, run_reset, sync_params};
 use text::*;
 
 /// Server frames of these types larger than this are streamed through, not buffered whole.

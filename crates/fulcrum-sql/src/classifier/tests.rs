@@ -70,8 +70,14 @@ fn hints_override_within_limits() {
 #[test]
 fn unparsable_statements_are_unknown_and_counted() {
     let c = pg();
-    assert_eq!(c.classify("SELEC 1"), Decision::Unknown);
+    // PostgreSQL: what Fulcrum cannot read pins its client (default-deny).
+    assert_eq!(
+        c.classify("SELEC 1"),
+        Decision::Pin("statement Fulcrum cannot parse")
+    );
     assert_eq!(c.stats().unparsed, 1);
+    let my = Classifier::new(Dialect::MySql, &ClassifierConfig::default());
+    assert_eq!(my.classify("SELEC 1"), Decision::Unknown);
 }
 
 #[test]

@@ -30,7 +30,11 @@ fn plain_statements_have_no_effects() {
     assert!(effects("SELECT abalance FROM pgbench_accounts WHERE aid = 1").is_empty());
     assert!(effects("UPDATE t SET a = 1").is_empty());
     assert!(effects("insert into t values ('SET x = 1; RESET ALL')").is_empty());
-    assert!(effects("SELEC 1").is_empty());
+    // Default-deny: what cannot be read may leave anything: it pins.
+    assert_eq!(
+        effects("SELEC 1"),
+        vec![Effect::Pin("statement Fulcrum cannot parse")]
+    );
 }
 
 #[test]
@@ -135,7 +139,11 @@ fn several_statements_keep_their_order_and_text() {
     // A unit sqlparser cannot parse still reports what its statements do.
     assert_eq!(
         effects("SET a.b = 1; SELEC 2; LISTEN x"),
-        vec![set("a.b", "SET a.b = 1"), Effect::Pin("LISTEN")]
+        vec![
+            set("a.b", "SET a.b = 1"),
+            Effect::Pin("LISTEN"),
+            Effect::Pin("statement Fulcrum cannot parse")
+        ]
     );
 }
 
@@ -168,6 +176,60 @@ fn mysql_units_report_no_effects() {
 #[test]
 fn statements_opening_with_multibyte_characters_are_read_safely() {
     // sqlparser refuses these, so their first words are read by hand.
-    assert!(effects("SELECT 1; é").is_empty());
+    assert_eq!(
+        effects("SELECT 1; é"),
+        vec![Effect::Pin("statement Fulcrum cannot parse")]
+    );
     assert!(effects("ü; SET a.b = 1").contains(&set("a.b", "SET a.b = 1")));
+}
+
+#[test]
+fn what_cannot_be_proven_to_leave_no_session_state_pins_or_resets() {
+    let c = pg();
+    let pin = |sql: &str| match c.classify(sql) {
+        Decision::Pin(reason) => reason,
+        other => panic!("{sql}: {other:?}, not a pin"),
+    };
+    // DO blocks and other text sqlparser cannot read.
+    for sql in [
+        "DO $$BEGIN EXECUTE 'DEALLOCATE fulcrum_2'; END$$",
+        "DO $$BEGIN PERFORM set_config('app.x', 'y', false); END$$",
+        "DO LANGUAGE plpgsql $$BEGIN CREATE TEMP TABLE t (a int); END$$",
+    ] {
+        assert_eq!(pin(sql), "statement Fulcrum cannot parse", "{sql}");
+        assert!(c
+            .classify_unit(sql)
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::Pin(_))));
+    }
+    // The temporary schema, whatever keyword made the object.
+    for sql in [
+        "CREATE TABLE pg_temp.x (a int)",
+        "SELECT 1 AS a INTO pg_temp.x",
+        "CREATE VIEW pg_temp.v AS SELECT 1",
+        "CREATE TABLE pg_temp.accounts (aid int)",
+        "CREATE SEQUENCE pg_temp.s",
+        "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    ] {
+        assert_eq!(pin(sql), "temporary object (pg_temp)", "{sql}");
+    }
+    // A sequence advanced: no pin, the connection is reset before reuse.
+    for sql in [
+        "SELECT nextval('s')",
+        "SELECT setval('s', 5)",
+        "SELECT * FROM nextval('s')",
+    ] {
+        let unit = c.classify_unit(sql);
+        assert_eq!(unit.decision, Decision::Primary, "{sql}");
+        assert_eq!(
+            unit.effects.to_vec(),
+            vec![Effect::ResetBeforeReuse("sequence state (nextval, setval)")],
+            "{sql}"
+        );
+    }
+    // Calls Fulcrum cannot judge are listed for the cluster to decide.
+    assert!(c.classify_unit("CALL p()").unproven.is_some());
+    assert!(c.classify_unit("SELECT f(1)").unproven.is_some());
+    assert!(c.classify_unit("SELECT lower('A')").unproven.is_none());
 }

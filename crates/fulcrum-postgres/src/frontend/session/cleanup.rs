@@ -53,8 +53,15 @@ impl Session {
             return;
         }
         // `server_reset_query` (DISCARD ALL by default); none configured: a
-        // connection that needs a reset is closed, never returned dirty.
-        if reset_session && self.ctx.config.server_reset_query.is_empty() {
+        // connection that needs a reset is closed, never returned dirty. In
+        // transaction pooling a pinned client's connection also serves
+        // clients whose statements Fulcrum maps onto it, so a reset that does
+        // not clear the whole session closes it too (session pooling keeps
+        // PgBouncer's meaning: the operator's reset is what runs).
+        let session_pooling = self.ctx.config.pool_mode == PoolMode::Session;
+        let clears = reset_clears_session(&self.ctx)
+            || (session_pooling && !self.ctx.config.server_reset_query.is_empty());
+        if reset_session && !clears {
             server.discard();
             return;
         }
@@ -94,6 +101,19 @@ pub(super) async fn drain_internal(server: &mut ServerConn, expect: &mut Expecta
             _ => return false,
         }
     }
+}
+
+/// Whether `server_reset_query` clears everything a pinned client may have
+/// left (it includes `DISCARD ALL`): only then is a connection that needs a
+/// reset returned to the pool after it.
+pub(super) fn reset_clears_session(ctx: &ClusterContext) -> bool {
+    let reset = &ctx.config.server_reset_query;
+    !reset.is_empty()
+        && ctx
+            .classify_unit(reset)
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::DiscardAll))
 }
 
 /// Runs `server_reset_query` (none configured: nothing) on `server`, and

@@ -229,6 +229,12 @@ impl Session {
                     self.ctx
                         .digest_stamp_of(&unit, text, self.backend, now, memo)
                 };
+                if unit.unproven.is_some() {
+                    let (user, database) = (&self.id.user, &self.id.database);
+                    if let Some(reason) = self.ctx.unproven_pin(&unit, user, (0, 0), database) {
+                        self.pin(reason);
+                    }
+                }
                 let effects = unit.effects;
                 let mut replay = Vec::new();
                 for effect in effects.iter() {
@@ -247,6 +253,9 @@ impl Session {
                 self.owed.ready += 1;
             }
             b'F' => {
+                // A call by the function's OID: nothing tells what it does
+                // to the session (default-deny).
+                self.pin("FunctionCall message");
                 self.queue_to_server(frame);
                 self.owed.expect.push(Expect::Query(Vec::new(), None));
                 self.owed.ready += 1;

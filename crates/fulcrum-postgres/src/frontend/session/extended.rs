@@ -29,7 +29,7 @@ impl Session {
         if let Decision::Pin(reason) = decision {
             self.pin(reason);
         }
-        if decision == Decision::Set || !self.stmts.ops.is_empty() {
+        if !unit.effects.is_empty() || !self.stmts.ops.is_empty() {
             self.track_statement_ops(&frame, &unit);
         }
         self.track_statement_digest(&frame, &unit);
@@ -108,23 +108,25 @@ impl Session {
         ))
     }
 
-    /// Remembers the session ops of a prepared SET (or forgets a name reused).
+    /// Remembers the session ops of a prepared statement (or forgets a
+    /// name reused): whatever its decision, a statement with a session
+    /// effect (a SET, a `set_config`, a pin) is tracked, never dropped.
     pub(super) fn track_statement_ops(&mut self, frame: &[u8], unit: &Classified) {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
         let mut ops = Vec::new();
-        if unit.decision == Decision::Set {
-            for effect in unit.effects.iter() {
-                match effect {
-                    Effect::Pin(reason) => self.pin(reason),
-                    Effect::Set { .. }
-                    | Effect::Reset { .. }
-                    | Effect::ResetAll
-                    | Effect::DiscardAll
-                    | Effect::Unlisten(_) => ops.push(effect.clone()),
-                    _ => {}
-                }
+        for effect in unit.effects.iter() {
+            match effect {
+                Effect::Pin(reason) => self.pin(reason),
+                Effect::Set { .. }
+                | Effect::SetParam { .. }
+                | Effect::ResetBeforeReuse(_)
+                | Effect::Reset { .. }
+                | Effect::ResetAll
+                | Effect::DiscardAll
+                | Effect::Unlisten(_) => ops.push(effect.clone()),
+                Effect::Deallocate(_) | Effect::Begin | Effect::Commit | Effect::Rollback => {}
             }
         }
         if ops.is_empty() {
@@ -256,7 +258,14 @@ impl Session {
             if let Some(b) = bind_msg(&frame[5..]) {
                 match self.stmts.ops.get(b.statement) {
                     Some(ops) => {
-                        let ops = ops.clone();
+                        let ops = match bound_ops(ops, b.rest) {
+                            Some(ops) => ops,
+                            None => {
+                                // A bound value Fulcrum cannot read as text.
+                                self.pin("set_config");
+                                Vec::new()
+                            }
+                        };
                         self.stmts.portal_ops.insert(b.portal.to_vec(), ops);
                     }
                     None => {
@@ -321,4 +330,31 @@ impl Session {
             }
         }
     }
+}
+
+/// `ops` with each bound `set_config` made the `SET` (or, for a NULL
+/// value, the `RESET`) its Bind's parameter says; `rest` is the Bind after
+/// the statement name. `None` when a value cannot be read as text.
+fn bound_ops(ops: &[Effect], rest: &[u8]) -> Option<Vec<Effect>> {
+    if !ops.iter().any(|e| matches!(e, Effect::SetParam { .. })) {
+        return Some(ops.to_vec());
+    }
+    ops.iter()
+        .map(|op| match op {
+            Effect::SetParam { name, param } => {
+                match crate::codec::frontend_msg::bind_param(rest, *param)? {
+                    None => {
+                        let (key, _) = fulcrum_sql::set_config_statement(name, "")?;
+                        Some(Effect::Reset { key })
+                    }
+                    Some(value) => {
+                        let value = std::str::from_utf8(value).ok()?;
+                        let (key, stmt) = fulcrum_sql::set_config_statement(name, value)?;
+                        Some(Effect::Set { key, stmt })
+                    }
+                }
+            }
+            other => Some(other.clone()),
+        })
+        .collect()
 }

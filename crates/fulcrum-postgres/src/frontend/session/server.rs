@@ -253,6 +253,8 @@ impl Session {
                     in_txn = false;
                     failed = false;
                 }
+                // A sequence advanced stays advanced when its block rolls back.
+                op @ Effect::ResetBeforeReuse(_) => now.push(op),
                 op if in_txn => self.params.txn_ops.push(op),
                 op => now.push(op),
             }
@@ -305,6 +307,15 @@ impl Session {
                         l.unlisten(channel.as_deref());
                     }
                 }
+                // With a reset that clears it, the connection is reset before
+                // its next checkout; without one, the client keeps it.
+                Effect::ResetBeforeReuse(reason) if reset_clears_session(&self.ctx) => {
+                    tracing::debug!(reason, "server connection reset before its next use");
+                    server.reset_due = true;
+                }
+                Effect::ResetBeforeReuse(reason) => self.pin(reason),
+                // Resolved at Bind; one left unresolved could not be replayed.
+                Effect::SetParam { .. } => self.pin("set_config"),
                 Effect::Deallocate(_)
                 | Effect::Pin(_)
                 | Effect::Begin

@@ -120,8 +120,9 @@ mod unit_executes_tests {
 
 /// A statement so decided may write (and so get a transaction id).
 pub(super) fn may_write(decision: Decision) -> bool {
+    // A pinned unit (a DO block, a user function) may write too.
     matches!(
         decision,
-        Decision::Write | Decision::Primary | Decision::Unknown
+        Decision::Write | Decision::Primary | Decision::Unknown | Decision::Pin(_)
     )
 }

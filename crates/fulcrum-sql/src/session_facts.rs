@@ -1,0 +1,92 @@
+//! What a parsed PostgreSQL unit may leave in the session beyond the
+//! statements' own kinds, so that only what Fulcrum can prove harmless
+//! goes unpinned (default-deny): `set_config` calls (replayed, or pinned
+//! when they cannot be), names in the temporary schema (pinned), sequences
+//! advanced by `nextval`/`setval` (their `currval` is reset before another
+//! client uses the connection), and the calls not known to leave no session
+//! state (the cluster pins them unless its catalog shows built-ins). A walk
+//! over the parsed statements, on a cache miss only.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use sqlparser::ast::{Expr, Statement, Visit, Visitor};
+
+use crate::calls::unproven_calls;
+use crate::decision::PinReason;
+use crate::dialect::Dialect;
+use crate::effects::Effect;
+use crate::rules::{function_name, FunctionRules};
+
+/// Why a unit that names `pg_temp` pins.
+pub const TEMP_SCHEMA: PinReason = "temporary object (pg_temp)";
+/// Why a PostgreSQL unit sqlparser cannot parse pins.
+pub const UNPARSED: PinReason = "statement Fulcrum cannot parse";
+/// Why a unit that advances a sequence has its connection reset.
+pub const SEQUENCE_STATE: PinReason = "sequence state (nextval, setval)";
+
+/// The facts of one unit.
+#[derive(Debug, Default)]
+pub(crate) struct Facts {
+    /// Effects beyond the statements' own (set_config, pins, resets).
+    pub effects: Vec<Effect>,
+    /// A pin the routing decision must carry.
+    pub pin: Option<PinReason>,
+    /// Calls not known to leave no session state.
+    pub unproven: Option<Arc<[Arc<str>]>>,
+}
+
+/// The facts of the PostgreSQL unit `sql`, parsed as `stmts`.
+pub(crate) fn of(sql: &str, stmts: &[Statement], rules: &FunctionRules) -> Facts {
+    let mut facts = Facts::default();
+    if sql
+        .as_bytes()
+        .windows(10)
+        .any(|w| w.eq_ignore_ascii_case(b"set_config"))
+    {
+        facts.effects = crate::set_config::effects(stmts);
+    }
+    if crate::temp_schema::names_temp_schema(sql) {
+        facts.pin = Some(TEMP_SCHEMA);
+        facts.effects.push(Effect::Pin(TEMP_SCHEMA));
+    }
+    let mut seq = Sequences(false);
+    for s in stmts {
+        let _ = s.visit(&mut seq);
+    }
+    if seq.0 {
+        facts.effects.push(Effect::ResetBeforeReuse(SEQUENCE_STATE));
+    }
+    let unproven = unproven_calls(stmts, Dialect::Postgres, rules);
+    if !unproven.is_empty() {
+        facts.unproven = Some(Arc::from(unproven));
+    }
+    facts
+}
+
+/// Finds calls that advance a sequence in this session.
+struct Sequences(bool);
+
+impl Visitor for Sequences {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = e {
+            if matches!(function_name(&f.name).as_str(), "nextval" | "setval") {
+                self.0 = true;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, t: &sqlparser::ast::TableFactor) -> ControlFlow<()> {
+        if let Some(name) = crate::rules::called_in_from(t) {
+            if matches!(function_name(name).as_str(), "nextval" | "setval") {
+                self.0 = true;
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
