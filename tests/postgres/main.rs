@@ -12,6 +12,7 @@
 
 mod pg_drivers;
 mod pg_isolation;
+mod pg_memory;
 mod pg_mirror;
 mod pg_notify;
 mod pg_pgbench;

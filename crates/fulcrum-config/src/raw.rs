@@ -70,6 +70,8 @@ pub(crate) struct RawCluster {
     pub max_prepared_statements: Value<Int>,
     pub max_client_prepared_statements: Value<Int>,
     pub max_client_settings: Value<Int>,
+    pub max_client_settings_bytes: Value<SizeValue>,
+    pub max_client_prepared_bytes: Value<SizeValue>,
     pub reads_on_primary: Value<bool>,
     pub balance: Value<String>,
     pub default_route: Value<String>,

@@ -269,6 +269,10 @@ pub struct Cluster {
     pub max_client_prepared_statements: u32,
     /// Most distinct session settings (SET) one client may have tracked.
     pub max_client_settings: u32,
+    /// Most bytes of tracked settings (keys and statements) per client.
+    pub max_client_settings_bytes: u64,
+    /// Most bytes of protocol-level prepared statement text per client.
+    pub max_client_prepared_bytes: u64,
     /// The primary also serves reads (weighted like the replicas).
     pub reads_on_primary: bool,
     /// How reads are spread over the readers.
@@ -613,6 +617,8 @@ pub mod defaults {
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;
     pub const MAX_CLIENT_SETTINGS: u32 = 1_000;
+    pub const MAX_CLIENT_SETTINGS_BYTES: u64 = 4 * 1024 * 1024;
+    pub const MAX_CLIENT_PREPARED_BYTES: u64 = 16 * 1024 * 1024;
     pub const WEIGHT: u32 = 1;
     pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
     pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;

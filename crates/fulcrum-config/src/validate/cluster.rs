@@ -138,6 +138,16 @@ pub(super) fn cluster(
         1,
         defaults::MAX_CLIENT_SETTINGS,
     )?;
+    let max_client_settings_bytes = t.size(
+        &c.max_client_settings_bytes,
+        "max_client_settings_bytes",
+        defaults::MAX_CLIENT_SETTINGS_BYTES,
+    )?;
+    let max_client_prepared_bytes = t.size(
+        &c.max_client_prepared_bytes,
+        "max_client_prepared_bytes",
+        defaults::MAX_CLIENT_PREPARED_BYTES,
+    )?;
     let reads_on_primary = c.reads_on_primary.as_ref().is_some_and(|v| *v.get_ref());
     let balance = t.choice(&c.balance, "balance", BALANCES, Some(defaults::BALANCE))?;
     let default_route = t.choice(
@@ -288,6 +298,8 @@ pub(super) fn cluster(
         max_prepared_statements,
         max_client_prepared_statements,
         max_client_settings,
+        max_client_settings_bytes,
+        max_client_prepared_bytes,
         reads_on_primary,
         balance,
         default_route,

@@ -8,9 +8,13 @@
 //! process-wide table, so the many clients that never SET anything, or
 //! share the same startup parameters, share a version with the connections
 //! they leave behind. Versions are never reused, so equal versions always
-//! mean equal contents. When the table is full it is emptied; contents seen
-//! again get a new version, and two settings whose versions differ are then
-//! compared in full: slower, never wrong.
+//! mean equal contents. The table is bounded in bytes, not only in count:
+//! a content over [`INTERN_MAX_BYTES`] is never stored (it gets a version of
+//! its own), and when the stored contents pass [`TABLE_MAX_BYTES`] the table
+//! is emptied; contents seen again get a new version, and two settings whose
+//! versions differ are then compared in full: slower, never wrong. (Before,
+//! 600 distinct 2 kB SETs from one client stored 600 growing copies of its
+//! map, 370 MB, for the life of the process.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,15 +24,31 @@ use super::conn::SessionParams;
 
 /// Most distinct contents remembered.
 const TABLE_MAX: usize = 4096;
+/// Largest content stored in the table, in bytes of keys and statements.
+pub const INTERN_MAX_BYTES: usize = 8 * 1024;
+/// Most bytes of contents the table holds.
+const TABLE_MAX_BYTES: usize = 1024 * 1024;
 
 /// The version of the empty settings (never given to anything else).
 const EMPTY: u64 = 0;
 
 static NEXT: AtomicU64 = AtomicU64::new(EMPTY + 1);
 
-fn table() -> &'static Mutex<HashMap<SessionParams, u64>> {
-    static TABLE: OnceLock<Mutex<HashMap<SessionParams, u64>>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+/// Contents by version, and the bytes they hold.
+#[derive(Default)]
+struct Table {
+    versions: HashMap<SessionParams, u64>,
+    bytes: usize,
+}
+
+fn table() -> &'static Mutex<Table> {
+    static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(Table::default()))
+}
+
+/// The bytes of a content: its keys and statements.
+pub fn bytes_of(map: &SessionParams) -> usize {
+    map.iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
 /// The version of `map`'s content.
@@ -37,19 +57,26 @@ fn version_of(map: &SessionParams) -> u64 {
 }
 
 /// The version of `map`'s content, as `table` remembers it.
-fn version_in(table: &Mutex<HashMap<SessionParams, u64>>, map: &SessionParams) -> u64 {
+fn version_in(table: &Mutex<Table>, map: &SessionParams) -> u64 {
     if map.is_empty() {
         return EMPTY;
     }
+    let bytes = bytes_of(map);
+    if bytes > INTERN_MAX_BYTES {
+        // Not stored: compared in full when versions differ.
+        return NEXT.fetch_add(1, Ordering::Relaxed);
+    }
     let mut table = table.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&v) = table.get(map) {
+    if let Some(&v) = table.versions.get(map) {
         return v;
     }
-    if table.len() >= TABLE_MAX {
-        table.clear();
+    if table.versions.len() >= TABLE_MAX || table.bytes + bytes > TABLE_MAX_BYTES {
+        table.versions = HashMap::new();
+        table.bytes = 0;
     }
     let v = NEXT.fetch_add(1, Ordering::Relaxed);
-    table.insert(map.clone(), v);
+    table.versions.insert(map.clone(), v);
+    table.bytes += bytes;
     v
 }
 
@@ -85,7 +112,24 @@ impl Settings {
         self.map.clear();
         self.version = EMPTY;
     }
+
+    /// Settings not known (a large content dropped to free its memory):
+    /// equal to nothing, so the next checkout resets and applies in full.
+    pub fn unknown() -> Settings {
+        Settings {
+            map: SessionParams::new(),
+            version: UNKNOWN,
+        }
+    }
+
+    /// Whether a connection carrying these needs `RESET ALL` before others.
+    pub fn needs_reset(&self) -> bool {
+        !self.map.is_empty() || self.version == UNKNOWN
+    }
 }
+
+/// The version of settings not known (never given to a content).
+const UNKNOWN: u64 = u64::MAX;
 
 impl std::ops::Deref for Settings {
     type Target = SessionParams;
@@ -98,6 +142,9 @@ impl std::ops::Deref for Settings {
 /// same maps.
 impl PartialEq for Settings {
     fn eq(&self, other: &Settings) -> bool {
+        if self.version == UNKNOWN || other.version == UNKNOWN {
+            return false;
+        }
         self.version == other.version || self.map == other.map
     }
 }
@@ -149,7 +196,7 @@ mod tests {
     #[test]
     fn an_emptied_table_gives_new_versions_and_comparison_stays_right() {
         // A table of this test's own: the process-wide one is left alone.
-        let local = Mutex::new(HashMap::new());
+        let local = Mutex::new(Table::default());
         let settings = |m: SessionParams| Settings {
             version: version_in(&local, &m),
             map: m,
@@ -168,5 +215,34 @@ mod tests {
         let other = settings(map(&[("TimeZone", "SET TimeZone = 'CET'")]));
         assert_ne!(first, other);
         assert_ne!(again, other);
+    }
+
+    #[test]
+    fn the_table_is_bounded_in_bytes_and_large_contents_are_not_stored() {
+        let local = Mutex::new(Table::default());
+        let big = "x".repeat(2048);
+        let mut m = SessionParams::new();
+        // 600 distinct 2 kB settings, one more each time (the growing map
+        // of one client): the table never holds more than its byte bound.
+        for i in 0..600 {
+            m.insert(format!("app.k{i}"), format!("SET app.k{i} = '{big}'"));
+            let _ = version_in(&local, &m);
+            let t = local.lock().unwrap();
+            assert!(t.bytes <= TABLE_MAX_BYTES, "{} bytes at {i}", t.bytes);
+            assert_eq!(t.bytes, bytes_of_all(&t));
+        }
+        // Equal large contents still compare equal, in full.
+        let a = Settings::new(m.clone());
+        let b = Settings::new(m);
+        assert_ne!(a.version, b.version);
+        assert_eq!(a, b);
+        // Settings not known equal nothing, not even empty ones.
+        assert_ne!(Settings::unknown(), Settings::default());
+        assert!(Settings::unknown().needs_reset());
+        assert!(!Settings::default().needs_reset());
+    }
+
+    fn bytes_of_all(t: &Table) -> usize {
+        t.versions.keys().map(bytes_of).sum()
     }
 }

@@ -144,6 +144,9 @@ struct Params {
 /// The client's extended-protocol statements and portals.
 struct Statements {
     map: HashMap<Vec<u8>, Arc<ClientStatement>>,
+    /// At least the bytes `map` holds (names and Parse frames): added to at
+    /// each Parse, recounted only when it reaches `max_client_prepared_bytes`.
+    bytes: usize,
     /// Statement names are rewritten per server connection (transaction pooling).
     rewrite: bool,
     /// Routing decision of the client's last unnamed Parse.
@@ -236,6 +239,7 @@ impl Session {
             },
             stmts: Statements {
                 map: HashMap::new(),
+                bytes: 0,
                 rewrite: transaction_mode,
                 unnamed_decision: Decision::Write,
                 ops: HashMap::new(),

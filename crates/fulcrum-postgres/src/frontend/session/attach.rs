@@ -90,6 +90,7 @@ impl Session {
             // closed rather than reused: memory on both sides stays bounded.
             let max = self.ctx.config.max_prepared_statements as usize;
             if server.io.read_buf.is_empty() && (max == 0 || server.prepared.len() <= max) {
+                cleanup::shed_large_settings(&mut server);
                 server.release();
             } else {
                 server.discard();

@@ -48,6 +48,7 @@ impl Session {
         // `server_reset_query_always`: the next checkout runs it (unless it
         // runs here).
         server.reset_due |= self.ctx.config.server_reset_query_always && !reset_session;
+        shed_large_settings(&mut server);
         if !in_txn && !reset_session {
             server.release();
             return;
@@ -103,6 +104,18 @@ pub(super) async fn drain_internal(server: &mut ServerConn, expect: &mut Expecta
     }
 }
 
+/// Settings larger than this are not kept on a connection that goes back
+/// to the pool: its next checkout resets and applies in full, so a client
+/// with megabytes of settings leaves no copy of them behind.
+const KEEP_APPLIED_MAX_BYTES: usize = 64 * 1024;
+
+/// Drops a large record of what `server` carries (see above).
+pub(super) fn shed_large_settings(server: &mut ServerConn) {
+    if crate::backend::settings::bytes_of(&server.applied) > KEEP_APPLIED_MAX_BYTES {
+        server.applied = Settings::unknown();
+    }
+}
+
 /// Whether `server_reset_query` clears everything a pinned client may have
 /// left (it includes `DISCARD ALL`): only then is a connection that needs a
 /// reset returned to the pool after it.
@@ -151,7 +164,7 @@ pub(super) async fn sync_params(
     desired: &Settings,
 ) -> Result<(), InternalError> {
     let mut sql = String::new();
-    if !server.applied.is_empty() {
+    if server.applied.needs_reset() {
         // What a returned connection may still carry is a closed list:
         // RESET ALL leaves the session user and the role as they are, so
         // both are reset too, tracked or not.

@@ -275,8 +275,9 @@ impl Session {
             b'P' => {
                 if self.one_statement_too_many(&frame) {
                     let max = self.ctx.config.max_client_prepared_statements;
+                    let bytes = self.ctx.config.max_client_prepared_bytes;
                     let msg = format!(
-                        "fulcrum: too many prepared statements for one client (max_client_prepared_statements = {max}); close statements the client no longer uses"
+                        "fulcrum: too many prepared statements for one client (max_client_prepared_statements = {max}, max_client_prepared_bytes = {bytes}); close statements the client no longer uses"
                     );
                     self.flush_server().await?;
                     return Err(self.fatal_client("54000", &msg).await);
@@ -456,25 +457,59 @@ impl Session {
             .count();
         // The startup parameters are always there and do not count.
         let set = desired.len().saturating_sub(self.params.startup.len());
-        fresh > 0 && set + fresh > max
+        if fresh > 0 && set + fresh > max {
+            return true;
+        }
+        // And in bytes: what is kept and re-sent per connection.
+        let max_bytes = self.ctx.config.max_client_settings_bytes as usize;
+        let adds: usize = effects
+            .iter()
+            .map(|e| match e {
+                Effect::Set { key, stmt } => key.len() + stmt.len(),
+                _ => 0,
+            })
+            .sum();
+        adds > 0 && crate::backend::settings::bytes_of(desired) + adds > max_bytes
     }
 
     /// Ends the session of a client past `max_client_settings`.
     async fn too_many_settings(&mut self) -> SessionError {
         let max = self.ctx.config.max_client_settings;
+        let bytes = self.ctx.config.max_client_settings_bytes;
         let msg = format!(
-            "fulcrum: too many session settings for one client (max_client_settings = {max}); RESET the ones no longer needed"
+            "fulcrum: too many session settings for one client (max_client_settings = {max}, max_client_settings_bytes = {bytes}); RESET the ones no longer needed"
         );
         self.fatal_client("54000", &msg).await
     }
 
     /// A Parse that would give the client one named statement more than
     /// `max_client_prepared_statements` (each is kept in Fulcrum's memory).
-    fn one_statement_too_many(&self, frame: &[u8]) -> bool {
+    /// And in bytes: `max_client_prepared_bytes` of names and Parse frames.
+    fn one_statement_too_many(&mut self, frame: &[u8]) -> bool {
+        let Some(p) = parse_msg(&frame[5..]).filter(|p| !p.name.is_empty()) else {
+            return false;
+        };
         let max = self.ctx.config.max_client_prepared_statements as usize;
-        self.stmts.map.len() >= max
-            && parse_msg(&frame[5..])
-                .is_some_and(|p| !p.name.is_empty() && !self.stmts.map.contains_key(p.name))
+        let fresh = !self.stmts.map.contains_key(p.name);
+        if fresh && self.stmts.map.len() >= max {
+            return true;
+        }
+        let max_bytes = self.ctx.config.max_client_prepared_bytes as usize;
+        let adds = p.name.len() + frame.len();
+        if self.stmts.bytes + adds > max_bytes {
+            // Closed and replaced statements only ever lower the true sum.
+            self.stmts.bytes = self
+                .stmts
+                .map
+                .iter()
+                .map(|(name, s)| name.len() + s.parse.len())
+                .sum();
+            if self.stmts.bytes + adds > max_bytes {
+                return true;
+            }
+        }
+        self.stmts.bytes += adds;
+        false
     }
 
     /// Queues a client frame for the server. A large one with nothing ahead
