@@ -8,6 +8,7 @@
 
 mod fleet;
 mod several_etcd;
+mod several_etcd_forged;
 mod several_etcd_secure;
 mod several_maria;
 mod several_patroni;

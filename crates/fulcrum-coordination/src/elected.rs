@@ -4,29 +4,45 @@
 //! watches the topology key; it records when etcd last answered. The
 //! health loop reads a [`Verdict`] each round and, while it leads,
 //! publishes through [`Elected::publish`], a compare-and-swap that a
-//! leader who lost its key cannot win.
+//! leader who lost its key cannot win. A topology read from etcd is taken
+//! only if the leader wrote it in its own lease-bound transaction
+//! (`proof`); anything else is refused with a warning and the last
+//! accepted topology kept. A new leader writes the topology it accepted
+//! again under its own lease.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::etcd::{candidate_key, watch_event, EtcdClient, Kv};
+use crate::etcd::{candidate_key, watch_event, Candidate, EtcdClient, Kv};
 use crate::http::{next_chunk, split_messages};
+use crate::proof::refusal;
 use crate::published::Published;
 use crate::{CoordError, Verdict};
+
+/// The highest epoch of a refused topology that a first publication
+/// steps over; higher ones are ignored (an epoch that only grows has no
+/// business near the end of `u64`).
+const UNPROVEN_EPOCH_CAP: u64 = u32::MAX as u64;
 
 /// What the task has learned.
 #[derive(Debug, Default)]
 struct State {
     published: Option<Published>,
-    /// The topology key's mod revision (0: it does not exist yet).
+    /// The topology key's mod revision as last read, accepted or refused
+    /// (0: it does not exist yet): what a publication's compare holds on.
     revision: i64,
+    /// The highest epoch of a topology refused (none accepted yet): a
+    /// first publication goes above it, so that instances that accepted
+    /// it before (an older Fulcrum's, or one whose proof etcd compacted
+    /// away) move on.
+    unproven_epoch: u64,
     leader: Option<String>,
     leading: bool,
-    /// This candidate's key in the election and its create revision
-    /// (what a publication's compare holds on).
-    candidate: Option<(String, i64)>,
+    /// This candidate's key in the election (what a publication's compare
+    /// holds on and writes again).
+    candidate: Option<Candidate>,
     last_heard: Option<Instant>,
     last_error: Option<String>,
 }
@@ -46,6 +62,16 @@ pub struct Elected {
 impl Elected {
     pub fn new(cluster: &str, settings: &fulcrum_config::Etcd) -> Arc<Elected> {
         let base = format!("{}/{}", settings.prefix, cluster);
+        if settings.user.is_some() && settings.tls.is_none() {
+            tracing::warn!(
+                cluster = %cluster,
+                user = ?settings.user,
+                "etcd_user and etcd_password are sent to etcd over plain http, and so is \
+                 the token etcd answers with: anyone on the path can read them and forge \
+                 the topology; set etcd_tls_ca (and give etcd's https client URLs as \
+                 etcd_endpoints)"
+            );
+        }
         Arc::new(Elected {
             client: EtcdClient::new(settings),
             me: settings.instance.clone(),
@@ -94,27 +120,36 @@ impl Elected {
 
     /// Publishes `next` if this instance still leads and nobody wrote the
     /// topology since it was last read. `Ok(false)`: someone did (or the
-    /// lead is lost); read again before deciding anything.
+    /// lead is lost); read again before deciding anything. It goes out as
+    /// this leader's: `by`, its lease and its candidate key's create
+    /// revision, in a transaction that writes that key too (`proof`).
     pub async fn publish(&self, next: &Published) -> Result<bool, CoordError> {
-        let (revision, seen, candidate) = {
+        let (revision, seen, candidate, unproven) = {
             let s = self.state();
-            (s.revision, s.published.clone(), s.candidate.clone())
+            (
+                s.revision,
+                s.published.clone(),
+                s.candidate.clone(),
+                s.unproven_epoch,
+            )
         };
         if !next.supersedes(seen.as_ref()) {
             return Ok(false);
         }
-        let Some((candidate, created)) = candidate else {
+        let Some(candidate) = candidate else {
             return Ok(false);
         };
+        let mut next = next.clone();
+        next.by = self.me.clone();
+        next.leader_lease = Some(candidate.lease);
+        next.leader_revision = Some(candidate.created);
+        if seen.is_none() && next.epoch <= unproven {
+            tracing::warn!(cluster = %self.cluster, epoch = unproven + 1, refused = unproven, "first topology this instance accepts: published above the epoch of the refused one");
+            next.epoch = unproven + 1;
+        }
         let written = self
             .client
-            .put_if_leader(
-                &self.topology_key,
-                &next.encode(),
-                &candidate,
-                created,
-                revision,
-            )
+            .put_if_leader(&self.topology_key, &next.encode(), &candidate, revision)
             .await?;
         match written {
             Some(rev) => {
@@ -122,7 +157,7 @@ impl Elected {
                 s.last_heard = Some(Instant::now());
                 if s.revision < rev {
                     s.revision = rev;
-                    s.published = Some(next.clone());
+                    s.published = Some(next);
                 }
                 drop(s);
                 self.bump();
@@ -136,41 +171,101 @@ impl Elected {
         }
     }
 
-    /// Reads the topology key and keeps it if its epoch is not lower.
+    /// Reads the topology key and keeps it if the leader wrote it and its
+    /// epoch is not lower.
     async fn read_topology(&self) -> Result<(), CoordError> {
         let kv = self.client.get(&self.topology_key).await?;
-        self.take(kv);
+        self.state().last_heard = Some(Instant::now());
+        match kv {
+            Some(kv) => self.take(kv).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes a version of the topology key newer than the last one read,
+    /// once its proof holds (`proof`): the election read as it was at the
+    /// topology's revision.
+    async fn take(&self, kv: Kv) -> Result<(), CoordError> {
+        if kv.mod_revision <= self.state().revision {
+            return Ok(());
+        }
+        let p = match Published::decode(&kv.value) {
+            Ok(p) => p,
+            Err(e) => {
+                if self.pass_over(kv.mod_revision, None) {
+                    tracing::error!(cluster = %self.cluster, key = %self.topology_key, error = %e, "unreadable topology in etcd; keeping the last one");
+                }
+                return Ok(());
+            }
+        };
+        let candidates = self
+            .client
+            .candidates(&self.leader_key, kv.mod_revision)
+            .await?;
+        if let Some(why) = refusal(&self.leader_key, &kv, &p, &candidates) {
+            if self.pass_over(kv.mod_revision, Some(p.epoch)) {
+                tracing::warn!(cluster = %self.cluster, key = %self.topology_key, revision = kv.mod_revision, by = %p.by, epoch = p.epoch, primary = ?p.primary, stage = ?p.stage, why = %why, "refusing a topology the leader did not write; keeping the last one");
+            }
+            return Ok(());
+        }
+        let mut s = self.state();
+        if kv.mod_revision <= s.revision {
+            return Ok(());
+        }
+        s.revision = kv.mod_revision;
+        if !p.supersedes(s.published.as_ref()) {
+            tracing::error!(cluster = %self.cluster, epoch = p.epoch, seen = s.published.as_ref().map_or(0, |s| s.epoch), "refusing a published topology with a lower epoch than one already seen");
+            return Ok(());
+        }
+        let changed = s.published.as_ref() != Some(&p);
+        if changed {
+            tracing::info!(cluster = %self.cluster, epoch = p.epoch, primary = ?p.primary, stage = ?p.stage, by = %p.by, "published topology");
+        }
+        s.published = Some(p);
+        drop(s);
+        if changed {
+            self.bump();
+        }
         Ok(())
     }
 
-    fn take(&self, kv: Option<Kv>) {
+    /// Moves past a version of the topology key not taken (so that the
+    /// leader's next compare-and-swap replaces it), remembering its epoch
+    /// while none was accepted. False when it was already passed.
+    fn pass_over(&self, revision: i64, epoch: Option<u64>) -> bool {
         let mut s = self.state();
-        s.last_heard = Some(Instant::now());
-        let Some(kv) = kv else {
+        if revision <= s.revision {
+            return false;
+        }
+        s.revision = revision;
+        if let Some(e) = epoch.filter(|&e| e <= UNPROVEN_EPOCH_CAP && s.published.is_none()) {
+            s.unproven_epoch = s.unproven_epoch.max(e);
+        }
+        true
+    }
+
+    /// A new leader writes the topology it accepted again, under its own
+    /// lease: once the leader that wrote it is gone and etcd compacted
+    /// the revision it was written at, instances starting later could no
+    /// longer tell it from a forgery.
+    async fn sign_again(&self) {
+        let (mine, lease) = {
+            let s = self.state();
+            if !s.leading {
+                return;
+            }
+            let Some(c) = &s.candidate else { return };
+            (s.published.clone(), c.lease)
+        };
+        let Some(p) = mine.filter(|p| p.leader_lease != Some(lease)) else {
             return;
         };
-        if kv.mod_revision <= s.revision {
-            return;
-        }
-        match Published::decode(&kv.value) {
-            Ok(p) if p.supersedes(s.published.as_ref()) => {
-                let changed = s.published.as_ref() != Some(&p);
-                if changed {
-                    tracing::info!(cluster = %self.cluster, epoch = p.epoch, primary = ?p.primary, stage = ?p.stage, by = %p.by, "published topology");
-                }
-                s.published = Some(p);
-                s.revision = kv.mod_revision;
-                drop(s);
-                if changed {
-                    self.bump();
-                }
+        match self.publish(&p).await {
+            Ok(true) => {
+                tracing::info!(cluster = %self.cluster, epoch = p.epoch, "wrote the topology again under this leader's lease")
             }
-            Ok(p) => {
-                tracing::error!(cluster = %self.cluster, epoch = p.epoch, seen = s.published.as_ref().map_or(0, |s| s.epoch), "refusing a published topology with a lower epoch than one already seen");
-            }
-            Err(e) => {
-                tracing::error!(cluster = %self.cluster, key = %self.topology_key, error = %e, "unreadable topology in etcd; keeping the last one");
-            }
+            Ok(false) => {}
+            Err(e) => self.failed(&e),
         }
     }
 
@@ -244,7 +339,12 @@ impl Elected {
         let leader = holder.map(|h| String::from_utf8_lossy(&h.value).into_owned());
         {
             let mut s = self.state();
-            s.candidate = (created > 0).then(|| (candidate_key(&self.leader_key, id), created));
+            s.candidate = (created > 0).then(|| Candidate {
+                key: candidate_key(&self.leader_key, id),
+                me: self.me.clone(),
+                lease: id,
+                created,
+            });
             if leading != s.leading {
                 if leading {
                     tracing::warn!(cluster = %self.cluster, instance = %self.me, "elected leader: this instance decides the topology");
@@ -257,6 +357,7 @@ impl Elected {
             s.last_error = None;
         }
         self.read_topology().await?;
+        self.sign_again().await;
         self.bump();
         Ok(())
     }
@@ -274,7 +375,12 @@ impl Elected {
                         buffer.extend_from_slice(&chunk);
                         for message in split_messages(&mut buffer) {
                             match watch_event(&message) {
-                                Ok(Some(Some(kv))) => self.take(Some(kv)),
+                                Ok(Some(Some(kv))) => {
+                                    self.state().last_heard = Some(Instant::now());
+                                    if let Err(e) = self.take(kv).await {
+                                        self.failed(&e);
+                                    }
+                                }
                                 // A deletion (by hand) keeps the last topology seen.
                                 Ok(Some(None)) | Ok(None) => {}
                                 Err(e) => {

@@ -1,6 +1,7 @@
 //! A small client of etcd's v3 API over its JSON gateway (`/v3/...`,
 //! etcd 3.4 and later): leases, a guarded put (the election), reads,
-//! compare-and-swap writes and watches. Tries each member in turn,
+//! compare-and-swap writes (the leader's, bound to its candidate key:
+//! `proof`), an election's candidates as of a revision, and watches. Tries each member in turn,
 //! starting from the one that answered last. Requests are built and
 //! answers read by pure functions (tested with the gateway's JSON).
 
@@ -21,10 +22,22 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// One key's current version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kv {
+    pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub lease: i64,
+}
+
+/// This instance's key in the election: what a publication's transaction
+/// holds on and writes again (`proof`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub key: String,
+    /// Its value: this instance's name.
+    pub me: String,
+    pub lease: i64,
+    pub created: i64,
 }
 
 pub struct EtcdClient {
@@ -228,29 +241,48 @@ impl EtcdClient {
         Ok((created, leader))
     }
 
-    /// Writes `value` under `key` only while this candidate's key
-    /// (`candidate`, created at `created`) lives and `key` is still at
-    /// `expected_mod` (0: does not exist yet): a leader whose lease ran
-    /// out, or that raced another, writes nothing. The revision written,
-    /// or `None` when the compare failed.
+    /// Writes `value` under `key` only while this candidate's key lives
+    /// (at its create revision) and `key` is still at `expected_mod` (0:
+    /// does not exist yet): a leader whose lease ran out, or that raced
+    /// another, writes nothing. The same transaction writes the candidate
+    /// key again, with its lease, so that both carry the revision written
+    /// (what readers check: `proof`). The revision written, or `None` when
+    /// the compare failed.
     pub async fn put_if_leader(
         &self,
         key: &str,
         value: &[u8],
-        candidate: &str,
-        created: i64,
+        candidate: &Candidate,
         expected_mod: i64,
     ) -> Result<Option<i64>, CoordError> {
         let v = self
             .post(
                 "/v3/kv/txn",
-                guarded_put_request(key, value, candidate, created, expected_mod),
+                guarded_put_request(key, value, candidate, expected_mod),
             )
             .await?;
         Ok(v["succeeded"]
             .as_bool()
             .unwrap_or(false)
             .then(|| int(&v["header"]["revision"])))
+    }
+
+    /// Every key under `<election>/` as it was at revision `at`; once etcd
+    /// compacted that revision away, as it is now.
+    pub async fn candidates(&self, election: &str, at: i64) -> Result<Vec<Kv>, CoordError> {
+        match self
+            .post("/v3/kv/range", candidates_request(election, Some(at)))
+            .await
+        {
+            Ok(v) => Ok(all_kvs(&v["kvs"])),
+            Err(CoordError::Etcd(e)) if e.contains("compacted") => {
+                let v = self
+                    .post("/v3/kv/range", candidates_request(election, None))
+                    .await?;
+                Ok(all_kvs(&v["kvs"]))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Opens a watch on `key` from revision `from`, on the first member
@@ -301,8 +333,20 @@ fn int(v: &Value) -> i64 {
 
 /// The first key-value of a `kvs` array.
 pub fn first_kv(kvs: &Value) -> Option<Kv> {
-    let kv = kvs.as_array()?.first()?;
-    Some(Kv {
+    kvs.as_array()?.first().map(kv_of)
+}
+
+/// Every key-value of a `kvs` array.
+pub fn all_kvs(kvs: &Value) -> Vec<Kv> {
+    kvs.as_array()
+        .map_or_else(Vec::new, |a| a.iter().map(kv_of).collect())
+}
+
+fn kv_of(kv: &Value) -> Kv {
+    let text = |v: &Value| v.as_str().and_then(|v| B64.decode(v).ok());
+    Kv {
+        key: text(&kv["key"])
+            .map_or_else(String::new, |k| String::from_utf8_lossy(&k).into_owned()),
         value: kv["value"]
             .as_str()
             .and_then(|v| B64.decode(v).ok())
@@ -310,7 +354,7 @@ pub fn first_kv(kvs: &Value) -> Option<Kv> {
         create_revision: int(&kv["create_revision"]),
         mod_revision: int(&kv["mod_revision"]),
         lease: int(&kv["lease"]),
-    })
+    }
 }
 
 /// A candidate's key in an election: `<election>/<lease in hex>`, as
@@ -338,25 +382,37 @@ fn created_by_campaign(v: &Value) -> i64 {
     first_kv(&v["responses"][0]["response_range"]["kvs"]).map_or(0, |kv| kv.create_revision)
 }
 
-fn guarded_put_request(
-    key: &str,
-    value: &[u8],
-    candidate: &str,
-    created: i64,
-    expected_mod: i64,
-) -> Value {
+/// A range over every key under `<election>/`, at revision `at` (`None`:
+/// now).
+fn candidates_request(election: &str, at: Option<i64>) -> Value {
+    let prefix = format!("{election}/");
+    let mut end = prefix.clone().into_bytes();
+    // The prefix ends in '/': the range ends just past it.
+    *end.last_mut().expect("not empty") += 1;
+    let mut r = json!({"key": B64.encode(&prefix), "range_end": B64.encode(&end)});
+    if let Some(at) = at {
+        r["revision"] = json!(at.to_string());
+    }
+    r
+}
+
+fn guarded_put_request(key: &str, value: &[u8], candidate: &Candidate, expected_mod: i64) -> Value {
     let k = B64.encode(key);
     let position = if expected_mod == 0 {
         json!({"key": k, "result": "EQUAL", "target": "CREATE", "create_revision": "0"})
     } else {
         json!({"key": k, "result": "EQUAL", "target": "MOD", "mod_revision": expected_mod.to_string()})
     };
+    let c = B64.encode(&candidate.key);
     json!({
         "compare": [
-            {"key": B64.encode(candidate), "result": "EQUAL", "target": "CREATE", "create_revision": created.to_string()},
+            {"key": c, "result": "EQUAL", "target": "CREATE", "create_revision": candidate.created.to_string()},
             position,
         ],
-        "success": [{"request_put": {"key": k, "value": B64.encode(value)}}],
+        "success": [
+            {"request_put": {"key": k, "value": B64.encode(value)}},
+            {"request_put": {"key": c, "value": B64.encode(&candidate.me), "lease": candidate.lease.to_string()}},
+        ],
     })
 }
 
@@ -418,13 +474,45 @@ mod tests {
 
     #[test]
     fn a_guarded_put_compares_the_candidate_key_and_the_version() {
-        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader/7", 3, 0);
+        let me = Candidate {
+            key: "/f/c/leader/7".into(),
+            me: "f1".into(),
+            lease: 7,
+            created: 3,
+        };
+        let r = guarded_put_request("/f/c/topology", b"{}", &me, 0);
         assert_eq!(r["compare"][0]["target"], "CREATE");
         assert_eq!(r["compare"][0]["create_revision"], "3");
         assert_eq!(r["compare"][1]["target"], "CREATE");
-        let r = guarded_put_request("/f/c/topology", b"{}", "/f/c/leader/7", 3, 12);
+        // The candidate key is written again in the same transaction,
+        // with its lease and value unchanged: both keys carry its revision.
+        let again = &r["success"][1]["request_put"];
+        assert_eq!(again["key"], B64.encode("/f/c/leader/7"));
+        assert_eq!(again["value"], B64.encode("f1"));
+        assert_eq!(again["lease"], "7");
+        assert!(r["success"][0]["request_put"].get("lease").is_none());
+        let r = guarded_put_request("/f/c/topology", b"{}", &me, 12);
         assert_eq!(r["compare"][1]["target"], "MOD");
         assert_eq!(r["compare"][1]["mod_revision"], "12");
+    }
+
+    #[test]
+    fn the_candidates_are_read_at_a_revision() {
+        let r = candidates_request("/f/c/leader", Some(12));
+        assert_eq!(r["key"], B64.encode("/f/c/leader/"));
+        assert_eq!(r["range_end"], B64.encode("/f/c/leader0"));
+        assert_eq!(r["revision"], "12");
+        assert!(candidates_request("/f/c/leader", None)
+            .get("revision")
+            .is_none());
+        let answer = json!({"kvs": [
+            {"key": B64.encode("/f/c/leader/2a"), "value": B64.encode("a"), "create_revision": "5", "mod_revision": "12", "lease": "42"},
+            {"key": B64.encode("/f/c/leader/2b"), "value": B64.encode("b"), "create_revision": "8", "mod_revision": "8", "lease": "43"},
+        ]});
+        let kvs = all_kvs(&answer["kvs"]);
+        assert_eq!(kvs.len(), 2);
+        assert_eq!((kvs[0].key.as_str(), kvs[0].lease), ("/f/c/leader/2a", 42));
+        assert!(all_kvs(&json!(null)).is_empty());
     }
 
     #[test]

@@ -5,12 +5,17 @@
 //! (`elected`). With `topology = "patroni"` every instance follows
 //! Patroni's `GET /cluster` and never promotes (`patroni`). Fulcrum grows
 //! no consensus of its own. The health loop (fulcrum-cluster) asks an
-//! [`Authority`] for a [`Verdict`] each round.
+//! [`Authority`] for a [`Verdict`] each round. A topology in etcd counts
+//! only if the leader wrote it in its own lease-bound transaction
+//! (`proof`): a direct write to the prefix is refused.
+
+#![forbid(unsafe_code)]
 
 pub mod elected;
 pub mod etcd;
 pub mod http;
 pub mod patroni;
+pub mod proof;
 pub mod published;
 
 use std::sync::Arc;

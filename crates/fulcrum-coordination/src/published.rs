@@ -46,6 +46,13 @@ pub struct Published {
     /// `failover_command` still to run for this failover.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub command_pending: bool,
+    /// The lease of the leader that wrote it, and its candidate key's
+    /// create revision: set by [`crate::Elected::publish`], checked by
+    /// every reader against the election (`proof`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_lease: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_revision: Option<i64>,
 }
 
 impl Published {
@@ -87,6 +94,8 @@ mod tests {
             replaces: None,
             followers_pending: Vec::new(),
             command_pending: false,
+            leader_lease: None,
+            leader_revision: None,
         }
     }
 
