@@ -394,3 +394,59 @@ for c in conns:
         }
     });
 }
+
+/// Default-deny must not cost ordinary calls a pin: psycopg's everyday
+/// calls (bound parameters, executemany, transactions, type lookup, a
+/// server-side cursor, COPY, a bound set_config) pin no client.
+#[test]
+fn psycopg_everyday_calls_pin_no_client() {
+    let mut cfg = PgProxyConfig::new(&cluster().primary().addr()).pool_size(2);
+    cfg.log = "info,fulcrum_postgres::frontend::session::attach=debug";
+    let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
+    let (host, port) = cfg.listen.rsplit_once(':').expect("host:port");
+    let dsn = format!(
+        "host={host} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} connect_timeout=10"
+    );
+    let script = r#"
+import os, psycopg
+from psycopg.types import TypeInfo
+DSN = os.environ['DSN']
+with psycopg.connect(DSN) as conn:
+    conn.execute("select %s::int + %s", (1, 2)).fetchone()
+    conn.execute("select version(), current_setting('server_version_num')").fetchone()
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.executemany("select %s::text", [("a",), ("b",)])
+        conn.execute("select count(*) from iso_accounts where secret = %s", ("x",)).fetchone()
+    TypeInfo.fetch(conn, "text")
+    with conn.cursor(name="iso_named") as named:
+        named.execute("select generate_series(1, 10)")
+        named.fetchall()
+    with conn.cursor().copy("copy (select 1) to stdout") as copy:
+        for _ in copy:
+            pass
+    conn.execute("select set_config('app.tenant', %s, false)", ("t1",))
+    conn.commit()
+print("ok")
+"#;
+    let out = fulcrum_suite::run_python("psycopg", script, &[("DSN", &dsn)], CALL_TIMEOUT * 6);
+    assert_eq!(out, "ok\n");
+    let pins: Vec<String> = p
+        .log_contents()
+        .lines()
+        .filter(|l| l.contains("client pinned"))
+        .map(str::to_owned)
+        .collect();
+    assert!(pins.is_empty(), "psycopg pinned:\n{}", pins.join("\n"));
+    // The log does show a pin when there is one.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = pg_connect(&cfg).await;
+        run(&c, "DO $$BEGIN END$$").await;
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !p.log_contents().contains("client pinned") {
+        assert!(Instant::now() < deadline, "a DO block's pin was not logged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

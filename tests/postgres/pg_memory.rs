@@ -71,7 +71,11 @@ async fn six_hundred_large_settings_stay_small_and_are_freed() {
                 .query_one("SELECT current_setting('app.k599')", &[])
                 .await
                 .unwrap();
-            assert_eq!(row.get::<_, String>(0), value, "the client keeps its settings");
+            assert_eq!(
+                row.get::<_, String>(0),
+                value,
+                "the client keeps its settings"
+            );
             peak = peak.max(rss_kb(p.pid()));
         }
         peaks.push(peak);

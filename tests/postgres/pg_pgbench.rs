@@ -21,7 +21,10 @@ fn pgbench_runs_through_fulcrum_in_every_mode_with_no_failures() {
     for r in cluster.replicas() {
         cfg = cfg.replica(&r.addr());
     }
-    let _fulcrum = FulcrumProcess::start(&cfg.to_toml()).expect("fulcrum");
+    // Pins are logged at debug level by the session's attach module: with
+    // it on, the log shows whether any pgbench call pinned its client.
+    cfg.log = "info,fulcrum_postgres::frontend::session::attach=debug";
+    let fulcrum = FulcrumProcess::start(&cfg.to_toml()).expect("fulcrum");
     let via = cfg.listen.as_str();
 
     // Initialise through Fulcrum (COPY, DDL, VACUUM pass through).
@@ -104,6 +107,19 @@ fn pgbench_runs_through_fulcrum_in_every_mode_with_no_failures() {
         .sql("SELECT (SELECT sum(bbalance) FROM pgbench_branches) = (SELECT sum(abalance) FROM pgbench_accounts) AND (SELECT sum(tbalance) FROM pgbench_tellers) = (SELECT sum(abalance) FROM pgbench_accounts)")
         .unwrap();
     assert_eq!(consistent, "t");
+    // Default-deny pins what Fulcrum cannot prove harmless; none of
+    // pgbench's calls (-i, every mode, -C) is such a thing.
+    let pins: Vec<String> = fulcrum
+        .log_contents()
+        .lines()
+        .filter(|l| l.contains("client pinned"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        pins.is_empty(),
+        "pgbench pinned clients:\n{}",
+        pins.join("\n")
+    );
 
     // The same workload directly gives the same counts.
     let d = run_pgbench(
