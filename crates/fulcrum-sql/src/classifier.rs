@@ -266,7 +266,10 @@ impl Classifier {
         let mut decision = unparsed_session_statement(sql, self.dialect, tokens.as_ref())
             .unwrap_or(Decision::Unknown);
         let mut effects = self.unparsed_effects(sql);
-        if self.dialect == Dialect::Postgres && decision == Decision::Unknown {
+        if self.dialect == Dialect::Postgres
+            && decision == Decision::Unknown
+            && !crate::session_facts::maintenance_by_words(sql)
+        {
             // Default-deny: what Fulcrum cannot read (a DO block, a form
             // sqlparser lacks) may leave any session state.
             let reason = crate::session_facts::UNPARSED;

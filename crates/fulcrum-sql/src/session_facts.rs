@@ -64,6 +64,29 @@ pub(crate) fn of(sql: &str, stmts: &[Statement], rules: &FunctionRules) -> Facts
     facts
 }
 
+/// A single PostgreSQL statement sqlparser cannot parse whose first words
+/// prove it leaves no session state: maintenance and DDL that make nothing
+/// temporary (pgbench -i's `vacuum analyze t`, `copy t from stdin with
+/// (freeze on)`, `REINDEX`, `CLUSTER`, `CHECKPOINT`, `CREATE PUBLICATION`).
+/// It keeps `default_route`; anything else unparsed pins.
+pub(crate) fn maintenance_by_words(sql: &str) -> bool {
+    if sql.trim_end().trim_end_matches(';').contains(';')
+        || crate::temp_schema::names_temp_schema(sql)
+    {
+        return false;
+    }
+    let words = crate::statements::head_words(sql, 3);
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let temporary = |w: &str| matches!(w, "temp" | "temporary" | "local" | "global" | "unlogged");
+    match word(0) {
+        "vacuum" | "analyze" | "analyse" | "copy" | "reindex" | "cluster" | "checkpoint"
+        | "refresh" | "comment" | "grant" | "revoke" | "truncate" | "drop" | "security"
+        | "import" | "alter" => true,
+        "create" => !temporary(word(1)),
+        _ => false,
+    }
+}
+
 /// Finds calls that advance a sequence in this session.
 struct Sequences(bool);
 
