@@ -401,7 +401,7 @@ for c in conns:
 #[test]
 fn psycopg_everyday_calls_pin_no_client() {
     let mut cfg = PgProxyConfig::new(&cluster().primary().addr()).pool_size(2);
-    cfg.log = "info,fulcrum_postgres::frontend::session::attach=debug";
+    cfg.log = "info,fulcrum_pin=debug";
     let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
     let (host, port) = cfg.listen.rsplit_once(':').expect("host:port");
     let dsn = format!(
@@ -438,4 +438,14 @@ print("ok")
         .map(str::to_owned)
         .collect();
     assert!(pins.is_empty(), "psycopg pinned:\n{}", pins.join("\n"));
+    // The log does show a pin when there is one.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = pg_connect(&cfg).await;
+        run(&c, "DO $$BEGIN END$$").await;
+        assert_eq!(value(&c, "SELECT 1").await, "1");
+    });
+    if let Err(e) = p.wait_for_log("client pinned", Duration::from_secs(5)) {
+        panic!("a DO block's pin was not logged: {e}\n{}", p.log_contents());
+    }
 }

@@ -21,9 +21,9 @@ fn pgbench_runs_through_fulcrum_in_every_mode_with_no_failures() {
     for r in cluster.replicas() {
         cfg = cfg.replica(&r.addr());
     }
-    // Pins are logged at debug level by the session's attach module: with
+    // Pins are logged at debug level under the target fulcrum_pin: with
     // it on, the log shows whether any pgbench call pinned its client.
-    cfg.log = "info,fulcrum_postgres::frontend::session::attach=debug";
+    cfg.log = "info,fulcrum_pin=debug";
     let fulcrum = FulcrumProcess::start(&cfg.to_toml()).expect("fulcrum");
     let via = cfg.listen.as_str();
 

@@ -38,7 +38,7 @@ impl Session {
 
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
-            tracing::debug!(reason, "client pinned to its server connection");
+            tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
             self.engine.step(Event::Pin(reason)).close_now();
         }
     }

@@ -30,7 +30,7 @@ impl Session {
             default_route: self.ctx.config.default_route,
         });
         if let Some(reason) = routing.pin {
-            tracing::debug!(reason, "client pinned to its server connection");
+            tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
         self.engine.unit.may_write = routing.may_write;
         self.unit_routing = routing;

@@ -124,7 +124,7 @@ impl Session {
     /// State that cannot be replayed was set: the client keeps its connection.
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
-            tracing::debug!(reason, "client pinned to its server connection");
+            tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
             self.engine.step(Event::Pin(reason)).close_now();
         }
     }
