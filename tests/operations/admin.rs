@@ -1009,7 +1009,7 @@ async fn reconnect_wait_close_and_kill() {
     let busy = pg_connect(&s.cfg).await;
     let pid_in_txn = |c: Client| async move {
         c.batch_execute("BEGIN").await.unwrap();
-        let rows = c.simple_query("SELECT pg_backend_pid()").await.unwrap();
+        let rows = c.simple_query("SELECT pg_backend_pid() + 0").await.unwrap();
         let pid: i32 = rows
             .iter()
             .find_map(|m| match m {

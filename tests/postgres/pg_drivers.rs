@@ -187,9 +187,9 @@ with psycopg.connect(DSN, autocommit=True, prepare_threshold=0) as conn:
 #[test]
 fn notifications_carry_the_notifying_backends_pid() {
     // Transaction pooling: Fulcrum answers LISTEN and listens on the
-    // primary itself; a notification carries the pid of the backend that
-    // ran the NOTIFY, as the server sends it (the client's own NOTIFY ran
-    // on a pooled connection, not on one it was told the pid of).
+    // primary itself; a notification carries the pid Fulcrum gave the
+    // client that ran the NOTIFY, the one its pg_backend_pid() answers
+    // (tests/postgres/pg_pids.rs).
     let script = r#"
 with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN, autocommit=True) as other:
     conn.execute("listen drv_ch")
@@ -218,7 +218,8 @@ with psycopg.connect(DSN, autocommit=True) as conn, psycopg.connect(DSN, autocom
 /// pid psycopg reports is `pg_backend_pid()`, `pg_terminate_backend` on it
 /// ends this client, and a cancel with that key still goes through Fulcrum
 /// (psycopg's own suite had 4 failures of this kind). Transaction pooling
-/// keeps Fulcrum's own pid (the client has no server of its own).
+/// keeps Fulcrum's own pid (the client has no server of its own), and
+/// `pg_backend_pid()` answers it.
 #[test]
 fn session_pooling_gives_the_client_its_servers_pid() {
     let c = cluster();
@@ -261,7 +262,9 @@ with psycopg.connect(DSN, autocommit=True) as conn:
             p.log_contents()
         );
     }
-    // Transaction pooling: Fulcrum's own pid, and cancel still works.
+    // Transaction pooling: Fulcrum's own pid, read back by
+    // pg_backend_pid() too (Fulcrum answers it: tests/postgres/pg_pids.rs),
+    // and cancel still works.
     let script = r#"
 import threading
 with psycopg.connect(DSN, autocommit=True) as conn:
@@ -274,5 +277,5 @@ with psycopg.connect(DSN, autocommit=True) as conn:
     except psycopg.errors.QueryCanceled:
         print("cancelled")
 "#;
-    assert_eq!(psycopg("python", script), "same pid False\ncancelled\n");
+    assert_eq!(psycopg("python", script), "same pid True\ncancelled\n");
 }

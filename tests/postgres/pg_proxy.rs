@@ -474,14 +474,14 @@ async fn vanished_client_mid_transaction_is_rolled_back_and_the_connection_reuse
 async fn broken_server_connections_are_replaced() {
     let (_p, cfg) = proxy(primary_only_config().pool_size(1));
     let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
-    let pid_before = one_string(&a, "SELECT pg_backend_pid()").await;
+    let pid_before = one_string(&a, "SELECT pg_backend_pid() + 0").await;
     cluster()
         .primary()
         .sql(&format!("SELECT pg_terminate_backend({pid_before})"))
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The idle pooled connection is dead; the next transaction gets a new one.
-    let pid_after = one_string(&a, "SELECT pg_backend_pid()").await;
+    let pid_after = one_string(&a, "SELECT pg_backend_pid() + 0").await;
     assert_ne!(pid_before, pid_after);
     let b = pg_connect_as(&cfg, APP_USER, APP_DB).await;
     assert_eq!(one_string(&b, "SELECT 1").await, "1");
@@ -596,7 +596,7 @@ async fn a_connection_keeps_at_most_max_prepared_statements() {
             .extra("max_prepared_statements = 3"),
     );
     let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
-    let pid = one_string(&a, "SELECT pg_backend_pid()").await;
+    let pid = one_string(&a, "SELECT pg_backend_pid() + 0").await;
     for i in 0..5 {
         let s = a.prepare(&format!("SELECT {i}::int")).await.unwrap();
         a.query_one(&s, &[]).await.unwrap();
@@ -607,7 +607,7 @@ async fn a_connection_keeps_at_most_max_prepared_statements() {
         "the least recently used were closed"
     );
     assert_eq!(
-        one_string(&a, "SELECT pg_backend_pid()").await,
+        one_string(&a, "SELECT pg_backend_pid() + 0").await,
         pid,
         "the connection is kept"
     );
@@ -647,15 +647,15 @@ async fn server_connections_are_renewed_after_server_lifetime() {
             .extra("server_lifetime = \"1s\""),
     );
     let a = pg_connect_as(&cfg, APP_USER, APP_DB).await;
-    let pid = one_string(&a, "SELECT pg_backend_pid()").await;
+    let pid = one_string(&a, "SELECT pg_backend_pid() + 0").await;
     assert_eq!(
-        one_string(&a, "SELECT pg_backend_pid()").await,
+        one_string(&a, "SELECT pg_backend_pid() + 0").await,
         pid,
         "young: reused"
     );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Idle past its lifetime: not handed out again.
-    let later = one_string(&a, "SELECT pg_backend_pid()").await;
+    let later = one_string(&a, "SELECT pg_backend_pid() + 0").await;
     assert_ne!(later, pid, "renewed after its lifetime");
-    assert_eq!(one_string(&a, "SELECT pg_backend_pid()").await, later);
+    assert_eq!(one_string(&a, "SELECT pg_backend_pid() + 0").await, later);
 }

@@ -249,7 +249,7 @@ async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
     // A transaction that dies before its COMMIT was sent was not committed.
     let txn = pg_connect(&cfg).await;
     exec(&txn, "BEGIN").await.unwrap();
-    let pid = one(&txn, "SELECT pg_backend_pid()").await;
+    let pid = one(&txn, "SELECT pg_backend_pid() + 0").await;
     let sleeper = tokio::spawn(async move {
         let r = exec(&txn, "SELECT pg_sleep(60)").await;
         (txn, r)
@@ -528,7 +528,7 @@ async fn statements_over_the_bound_are_evicted_and_prepared_again() {
     let (_p, cfg) = start(cfg);
     let client = pg_connect(&cfg).await;
     let first_pid: i32 = client
-        .query_one("SELECT pg_backend_pid()", &[])
+        .query_one("SELECT pg_backend_pid() + 0", &[])
         .await
         .unwrap()
         .get(0);
@@ -557,7 +557,7 @@ async fn statements_over_the_bound_are_evicted_and_prepared_again() {
         .get(0);
     assert!(held <= 11, "{held} statements on the server connection");
     let last_pid: i32 = client
-        .query_one("SELECT pg_backend_pid()", &[])
+        .query_one("SELECT pg_backend_pid() + 0", &[])
         .await
         .unwrap()
         .get(0);
@@ -835,10 +835,10 @@ async fn server_check_delay_checks_reused_connections_and_keeps_live_ones() {
         .extra("server_check_delay = \"0s\"");
     let (_p, metrics_port) = start_with_metrics(&cfg.to_toml());
     let client = pg_connect(&cfg).await;
-    let first = one(&client, "SELECT pg_backend_pid()").await;
+    let first = one(&client, "SELECT pg_backend_pid() + 0").await;
     for i in 0..20 {
         assert_eq!(one(&client, &format!("SELECT {i}")).await, i.to_string());
-        assert_eq!(one(&client, "SELECT pg_backend_pid()").await, first);
+        assert_eq!(one(&client, "SELECT pg_backend_pid() + 0").await, first);
     }
     // 41 units on one pooled connection: every one after the first reused
     // it, checked. The counter is updated before the connection is handed
@@ -993,8 +993,12 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
         )
         .await
         .unwrap();
-        let pid = one(&pinned, "SELECT pg_backend_pid()").await;
-        assert_eq!(one(&pinned, "SELECT pg_backend_pid()").await, pid, "pinned");
+        let pid = one(&pinned, "SELECT pg_backend_pid() + 0").await;
+        assert_eq!(
+            one(&pinned, "SELECT pg_backend_pid() + 0").await,
+            pid,
+            "pinned"
+        );
     }
     // The client is gone once its socket is closed; the next one may be
     // served before Fulcrum has noticed, so it asks until the connection

@@ -47,6 +47,9 @@ pub enum Effect {
     /// `UNLISTEN channel` (`None`: `UNLISTEN *`): the client stops listening
     /// (Fulcrum listens for it in transaction pooling).
     Unlisten(Option<String>),
+    /// `NOTIFY` or `pg_notify()`: the server connection's notifications come
+    /// from this client (so they can carry the pid Fulcrum gave it).
+    Notifies,
     /// Transaction control, so SETs inside a rolled-back block are dropped.
     Begin,
     Commit,

@@ -50,12 +50,15 @@ pub(crate) fn of(sql: &str, stmts: &[Statement], rules: &FunctionRules) -> Facts
         facts.pin = Some(TEMP_SCHEMA);
         facts.effects.push(Effect::Pin(TEMP_SCHEMA));
     }
-    let mut seq = Sequences(false);
+    let mut calls = Calls::default();
     for s in stmts {
-        let _ = s.visit(&mut seq);
+        let _ = s.visit(&mut calls);
     }
-    if seq.0 {
+    if calls.sequence {
         facts.effects.push(Effect::ResetBeforeReuse(SEQUENCE_STATE));
+    }
+    if calls.notify || stmts.iter().any(|s| matches!(s, Statement::NOTIFY { .. })) {
+        facts.effects.push(Effect::Notifies);
     }
     let unproven = unproven_calls(stmts, Dialect::Postgres, rules);
     if !unproven.is_empty() {
@@ -87,28 +90,36 @@ pub(crate) fn maintenance_by_words(sql: &str) -> bool {
     }
 }
 
-/// Finds calls that advance a sequence in this session.
-struct Sequences(bool);
+/// Finds calls that advance a sequence in this session, or notify.
+#[derive(Default)]
+struct Calls {
+    sequence: bool,
+    notify: bool,
+}
 
-impl Visitor for Sequences {
+impl Calls {
+    fn call(&mut self, name: &sqlparser::ast::ObjectName) {
+        match function_name(name).as_str() {
+            "nextval" | "setval" => self.sequence = true,
+            "pg_notify" => self.notify = true,
+            _ => {}
+        }
+    }
+}
+
+impl Visitor for Calls {
     type Break = ();
 
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         if let Expr::Function(f) = e {
-            if matches!(function_name(&f.name).as_str(), "nextval" | "setval") {
-                self.0 = true;
-                return ControlFlow::Break(());
-            }
+            self.call(&f.name);
         }
         ControlFlow::Continue(())
     }
 
     fn pre_visit_table_factor(&mut self, t: &sqlparser::ast::TableFactor) -> ControlFlow<()> {
         if let Some(name) = crate::rules::called_in_from(t) {
-            if matches!(function_name(name).as_str(), "nextval" | "setval") {
-                self.0 = true;
-                return ControlFlow::Break(());
-            }
+            self.call(name);
         }
         ControlFlow::Continue(())
     }

@@ -119,6 +119,24 @@ pub fn command_complete(out: &mut BytesMut, tag: &str) {
     cstr(out, tag);
 }
 
+/// A one-column, one-row answer of type `oid` (text format), without its
+/// CommandComplete.
+pub fn one_row(out: &mut BytesMut, name: &str, oid: i32, value: &str) {
+    put_header(out, b'T', 2 + name.len() + 1 + 18);
+    out.put_i16(1);
+    cstr(out, name);
+    out.put_i32(0);
+    out.put_i16(0);
+    out.put_i32(oid);
+    out.put_i16(if oid == 16 { 1 } else { 4 });
+    out.put_i32(-1);
+    out.put_i16(0);
+    put_header(out, b'D', 2 + 4 + value.len());
+    out.put_i16(1);
+    out.put_i32(value.len() as i32);
+    out.extend_from_slice(value.as_bytes());
+}
+
 /// RowDescription of one text column `name`, then one DataRow with `value`
 /// (the answer to a `SHOW` Fulcrum gives itself).
 pub fn one_text_row(out: &mut BytesMut, name: &str, value: &str) {

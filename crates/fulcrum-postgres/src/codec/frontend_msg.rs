@@ -86,6 +86,40 @@ pub fn bind_param(rest: &[u8], index: usize) -> Option<Option<&[u8]>> {
     None
 }
 
+/// Whether parameter `index` of a Bind (`rest`, after the statement name)
+/// is sent in binary format; `None` when the format codes are malformed.
+pub fn bind_param_binary(rest: &[u8], index: usize) -> Option<bool> {
+    let count = i16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
+    let code = |i: usize| -> Option<bool> {
+        let b = rest.get(2 + 2 * i..4 + 2 * i)?;
+        Some(i16::from_be_bytes([b[0], b[1]]) == 1)
+    };
+    match count {
+        0 => Some(false),
+        1 => code(0),
+        n if n > 1 => code(index),
+        _ => None,
+    }
+}
+
+/// `rest` (a Bind after its statement name) with parameter `index`'s value
+/// replaced by `value`; `None` when the Bind is malformed.
+pub fn with_bind_param(rest: &[u8], index: usize, value: &[u8]) -> Option<Vec<u8>> {
+    let old = bind_param(rest, index)?;
+    // The value's offset: where its bytes (after the length) start.
+    let start = match old {
+        Some(v) => v.as_ptr() as usize - rest.as_ptr() as usize,
+        None => return None,
+    };
+    let len_at = start - 4;
+    let mut out = Vec::with_capacity(rest.len() + value.len());
+    out.extend_from_slice(&rest[..len_at]);
+    out.extend_from_slice(&(value.len() as i32).to_be_bytes());
+    out.extend_from_slice(value);
+    out.extend_from_slice(&rest[start + old.map_or(0, <[u8]>::len)..]);
+    Some(out)
+}
+
 /// Describe and Close bodies: 'S' (statement) or 'P' (portal), then a name.
 pub fn target_msg(body: &[u8]) -> Option<(u8, &[u8])> {
     let (&kind, rest) = body.split_first()?;
@@ -225,6 +259,24 @@ mod tests {
         huge.extend_from_slice(&i32::MAX.to_be_bytes());
         assert_eq!(bind_param(&huge, 0), None, "a length past the frame");
         assert_eq!(bind_param(&[0xff, 0xff], 0), None, "a negative count");
+        assert_eq!(bind_param_binary(&rest, 0), Some(false));
+        assert_eq!(
+            bind_param_binary(&[0, 1, 0, 1], 5),
+            Some(true),
+            "one code for all"
+        );
+        assert_eq!(bind_param_binary(&[0, 2, 0, 0, 0, 1], 1), Some(true));
+        assert_eq!(bind_param_binary(&[0, 0], 3), Some(false));
+        assert_eq!(bind_param_binary(&[0, 2, 0, 0], 1), None, "cut short");
+        let swapped = with_bind_param(&rest, 2, b"xyz").unwrap();
+        assert_eq!(bind_param(&swapped, 2), Some(Some(&b"xyz"[..])));
+        assert_eq!(bind_param(&swapped, 0), Some(Some(&b"ab"[..])));
+        assert_eq!(
+            &swapped[swapped.len() - 2..],
+            &[0, 0],
+            "result formats kept"
+        );
+        assert_eq!(with_bind_param(&rest, 1, b"1"), None, "NULL stays");
     }
 
     #[test]

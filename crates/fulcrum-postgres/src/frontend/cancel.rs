@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fulcrum_cluster::clients::ClientEntry;
+
 use crate::backend::conn::CancelKey;
 use crate::backend::connect::send_cancel;
 
@@ -18,6 +20,8 @@ pub struct CancelSlot {
     pub process_id: i32,
     pub secret_key: i32,
     target: Mutex<Option<Arc<CancelKey>>>,
+    /// Whose client it is, and its registry entry (a terminate kills it).
+    owner: Option<(Arc<str>, Arc<ClientEntry>)>,
 }
 
 impl CancelSlot {
@@ -77,8 +81,28 @@ impl Drop for Registration {
     }
 }
 
+/// What [`CancelRegistry::signal`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// No Fulcrum client has that pid: the server's to answer.
+    NotOurs,
+    /// A client of another user: PostgreSQL's 42501.
+    Denied,
+    /// Terminated, or its running statement cancelled.
+    Done,
+}
+
 impl CancelRegistry {
     pub fn register(self: &Arc<Self>) -> Registration {
+        self.register_for(None)
+    }
+
+    /// `register`, for a client of `owner` (its user and registry entry):
+    /// `pg_terminate_backend` / `pg_cancel_backend` of its pid reach it.
+    pub fn register_for(
+        self: &Arc<Self>,
+        owner: Option<(Arc<str>, Arc<ClientEntry>)>,
+    ) -> Registration {
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         let process_id = loop {
             let id = self.next.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
@@ -90,6 +114,7 @@ impl CancelRegistry {
             process_id,
             secret_key: rand::random(),
             target: Mutex::new(None),
+            owner,
         });
         clients.insert(process_id, slot.clone());
         Registration {
@@ -139,6 +164,36 @@ impl CancelRegistry {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         target
+    }
+
+    /// `pg_terminate_backend(pid)` (`terminate`) or `pg_cancel_backend(pid)`
+    /// of a Fulcrum-issued pid, asked by a client of `user`: as the server
+    /// does, only a client of the same user may be signalled.
+    pub fn signal(&self, pid: i32, user: &str, terminate: bool, timeout: Duration) -> Signal {
+        let slot = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+            .cloned();
+        let Some((owner, entry)) = slot.as_ref().and_then(|s| s.owner.clone()) else {
+            return Signal::NotOurs;
+        };
+        if *owner != *user {
+            return Signal::Denied;
+        }
+        if terminate {
+            entry.kill();
+        } else if let Some(key) =
+            slot.and_then(|s| s.target.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        {
+            tokio::spawn(async move {
+                if let Err(e) = send_cancel(&key, timeout).await {
+                    tracing::warn!(server = %key.address, error = %e, "could not send pg_cancel_backend's cancel");
+                }
+            });
+        }
+        Signal::Done
     }
 
     /// Forwards a CancelRequest; unknown keys are ignored, as PostgreSQL does.

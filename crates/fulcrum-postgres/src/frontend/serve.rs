@@ -66,7 +66,8 @@ impl Frontend for ClusterContext {
         login: Login,
         entry: ClientHandle,
     ) -> Result<(), SessionError> {
-        let registration = ctx.cancels.register();
+        let owner = (login.user.clone(), entry.clone_entry());
+        let registration = ctx.cancels.register_for(Some(owner));
         let mut session = Session::new(
             ctx.clone(),
             fulcrum_net::Connection::with_read_buf(stream, buf)

@@ -39,6 +39,7 @@ mod reads;
 mod replay;
 mod resolve;
 mod server;
+mod signal;
 mod text;
 mod token;
 mod txn_log;
@@ -156,6 +157,9 @@ struct Statements {
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
     ops: HashMap<Vec<u8>, Vec<Effect>>,
     portal_ops: HashMap<Vec<u8>, Vec<Effect>>,
+    /// Statements that are `pg_terminate_backend($1)` (true) or
+    /// `pg_cancel_backend($1)` (false), by client name (`signal.rs`).
+    signals: HashMap<Vec<u8>, bool>,
     /// Digest statistics: the digest of each prepared statement (by client
     /// name) and of each portal bound from one.
     digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
@@ -244,6 +248,7 @@ impl Session {
                 unnamed_decision: Decision::Write,
                 ops: HashMap::new(),
                 portal_ops: HashMap::new(),
+                signals: HashMap::new(),
                 digests: HashMap::new(),
                 portal_digests: HashMap::new(),
                 last_digest: Default::default(),

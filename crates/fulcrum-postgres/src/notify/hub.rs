@@ -271,6 +271,7 @@ impl Listening {
             let frame = self.server.io.read_buf.split_to(h.total).freeze();
             match h.tag {
                 b'A' => {
+                    let frame = ctx.notifications.senders.rewrite(frame);
                     let (q, d) = hub.fan_out(frame);
                     queued += q;
                     dropped += d;

@@ -15,8 +15,10 @@ use tokio::sync::mpsc;
 use crate::frontend::context::ClusterContext;
 
 mod hub;
+mod senders;
 
 pub use hub::{Confirmation, Hub, Listing};
+pub use senders::Senders;
 
 /// The hubs of one cluster, by (database, user).
 /// (database, user).
@@ -25,6 +27,8 @@ type HubKey = (Arc<str>, Arc<str>);
 #[derive(Default)]
 pub struct Registry {
     hubs: Mutex<HashMap<HubKey, Arc<Hub>>>,
+    /// Who notified through which server connection.
+    pub senders: Senders,
 }
 
 impl Registry {

@@ -67,6 +67,9 @@ impl Session {
             }
             // One look at a Query's first word tells whether Fulcrum may
             // answer it itself; most statements skip every check below.
+            if header.tag == b'Q' && self.try_answer_pid_call(header.total) {
+                continue;
+            }
             let local =
                 header.tag == b'Q' && may_answer_locally(&self.client.read_buf[5..header.total]);
             if local && self.try_answer_setting(header.total) {
@@ -245,6 +248,7 @@ impl Session {
                             self.stmts.digests.clear();
                         }
                         Effect::Deallocate(Some(_)) => {}
+                        Effect::Notifies => self.record_notifier(),
                         e => replay.push(e.clone()),
                     }
                 }
@@ -291,6 +295,9 @@ impl Session {
             }
             b'E' => {
                 let ops = self.execute_ops(&frame[5..]);
+                if ops.contains(&Effect::Notifies) {
+                    self.record_notifier();
+                }
                 let replaying = self.txn.run.is_some();
                 if self.one_setting_too_many(&ops) {
                     self.flush_server().await?;

@@ -8,8 +8,26 @@ use super::*;
 const PORTAL_DIGESTS_MAX: usize = 64;
 
 impl Session {
-    pub(super) fn on_parse(&mut self, frame: BytesMut) {
+    pub(super) fn on_parse(&mut self, mut frame: BytesMut) {
         self.owed.unsynced = true;
+        if self.stmts.rewrite {
+            // `SELECT pg_backend_pid()`: the pid the client was given;
+            // `pg_terminate_backend($1)`: answerable for Fulcrum's clients.
+            if let Some(own) = signal::backend_pid_parse(&frame, self.id.cancel.process_id) {
+                frame = own;
+            }
+            let name = parse_msg(&frame[5..]).map(|p| p.name.to_vec());
+            match (signal::signal_parse(&frame), name) {
+                (Some((signal, terminate)), Some(name)) => {
+                    frame = signal;
+                    self.stmts.signals.insert(name, terminate);
+                }
+                (None, Some(name)) if !self.stmts.signals.is_empty() => {
+                    self.stmts.signals.remove(&name);
+                }
+                _ => {}
+            }
+        }
         if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
             self.engine.unit.commit_in_flight = true;
         }
@@ -122,6 +140,7 @@ impl Session {
                 Effect::Set { .. }
                 | Effect::SetParam { .. }
                 | Effect::ResetBeforeReuse(_)
+                | Effect::Notifies
                 | Effect::Reset { .. }
                 | Effect::ResetAll
                 | Effect::DiscardAll
@@ -200,8 +219,11 @@ impl Session {
         }
     }
 
-    pub(super) fn on_bind(&mut self, frame: BytesMut) {
+    pub(super) fn on_bind(&mut self, mut frame: BytesMut) {
         self.owed.unsynced = true;
+        if !self.stmts.signals.is_empty() {
+            frame = self.bind_signal(frame);
+        }
         if self.listen.is_some() && self.virtual_bind(&frame) {
             return;
         }

@@ -314,6 +314,8 @@ impl Session {
                     server.reset_due = true;
                 }
                 Effect::ResetBeforeReuse(reason) => self.pin(reason),
+                // Recorded when sent (`signal.rs`, `record_notifier`).
+                Effect::Notifies => {}
                 // Resolved at Bind; one left unresolved could not be replayed.
                 Effect::SetParam { .. } => self.pin("set_config"),
                 Effect::Deallocate(_)
