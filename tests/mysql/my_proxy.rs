@@ -722,7 +722,10 @@ async fn functions_are_routed_by_the_servers_catalog() {
         .expect("functions");
     c.wait_replicas_caught_up(Duration::from_secs(30))
         .expect("replicated");
-    let (_p, port, metrics_port) = start_metered("");
+    // Declared free of session state: only then may a call go unpinned
+    // (default-deny), and the catalog route it.
+    let free = "session_free_functions = [\"bump_items\", \"twice\"]";
+    let (_p, port, metrics_port) = start_metered(free);
     let mut conn = maria_connect(port).await;
     for _ in 0..4 {
         let v: Option<i64> = conn.query_first("SELECT bump_items()").await.unwrap();
@@ -746,13 +749,30 @@ async fn functions_are_routed_by_the_servers_catalog() {
         "outcome=\"loaded\"",
     );
     assert!(loaded >= 1, "the lookup that routed twice() is counted");
-    let (_off, port) = start("function_catalog = false");
+    let (_off, port) = start(&format!("function_catalog = false\n{free}"));
     let mut conn = maria_connect(port).await;
     let err = conn.query_drop("SELECT bump_items()").await.unwrap_err();
     assert!(
         err.to_string().contains("1290"),
         "without the catalog it reaches a replica: {err}"
     );
+    // Not declared: a call of a stored function pins its client, on the
+    // primary, where it runs whatever it does to the session.
+    let (_pin, port) = start("");
+    let mut conn = maria_connect(port).await;
+    let first = port_of(&mut conn, "SELECT @@port + twice(0)").await;
+    assert!(!replica_ports().contains(&first), "pinned to the primary");
+    let id: u64 = conn
+        .query_first("SELECT CONNECTION_ID() + 0")
+        .await
+        .unwrap()
+        .unwrap();
+    let again: u64 = conn
+        .query_first("SELECT CONNECTION_ID() + 0")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, again, "the pinned client keeps its server connection");
 }
 
 /// A pinned client that leaves (user variables, a temporary table, a named
@@ -837,12 +857,16 @@ async fn the_catalog_is_read_at_login_as_the_health_user() {
         .expect("replicated");
     // The first statement of a fresh Fulcrum (a wait longer than the
     // default 100 ms: a busy machine's lookup may take longer).
-    let (_p, port) = start("function_catalog_wait = \"5s\"");
+    // (Both declared free of session state: unlisted, a call pins.)
+    let free = "session_free_functions = [\"thrice\", \"bump_first\"]";
+    let (_p, port) = start(&format!("function_catalog_wait = \"5s\"\n{free}"));
     let mut first = maria_connect(port).await;
     let p = port_of(&mut first, "SELECT @@port + thrice(0)").await;
     assert!(replica_ports().contains(&p), "the first read went to {p}");
     // A user who sees no routine logs in first to another Fulcrum.
-    let (_q, port) = start("[[cluster.user]]\nname = \"narrow\"\npassword = \"narrow-pw\"");
+    let (_q, port) = start(&format!(
+        "{free}\n[[cluster.user]]\nname = \"narrow\"\npassword = \"narrow-pw\""
+    ));
     let narrow = fulcrum_suite::maria_opts(port)
         .user(Some("narrow"))
         .pass(Some("narrow-pw"));

@@ -266,17 +266,21 @@ impl Classifier {
         let mut decision = unparsed_session_statement(sql, self.dialect, tokens.as_ref())
             .unwrap_or(Decision::Unknown);
         let mut effects = self.unparsed_effects(sql);
-        if self.dialect == Dialect::Postgres
-            && decision == Decision::Unknown
-            && !crate::session_facts::maintenance_by_words(sql)
-        {
+        let plain = match self.dialect {
+            Dialect::Postgres => crate::session_facts::maintenance_by_words(sql),
+            Dialect::MySql => crate::session_facts::mysql_plain_by_words(sql),
+        };
+        if decision == Decision::Unknown && !plain {
             // Default-deny: what Fulcrum cannot read (a DO block, a form
             // sqlparser lacks) may leave any session state.
             let reason = crate::session_facts::UNPARSED;
             decision = Decision::Pin(reason);
-            let mut list = effects.to_vec();
-            list.push(Effect::Pin(reason));
-            effects = Effects::new(list);
+            if self.dialect == Dialect::Postgres {
+                // MySQL reports no effects (it replays a unit's text).
+                let mut list = effects.to_vec();
+                list.push(Effect::Pin(reason));
+                effects = Effects::new(list);
+            }
         }
         Classified {
             decision,
@@ -304,8 +308,14 @@ impl Classifier {
         // What the unit may leave in the session beyond its statements'
         // kinds (set_config, pg_temp, sequences, unproven calls).
         let mut facts = crate::session_facts::Facts::default();
-        if self.dialect == Dialect::Postgres {
-            facts = crate::session_facts::of(sql, &stmts, &self.rules);
+        match self.dialect {
+            Dialect::Postgres => facts = crate::session_facts::of(sql, &stmts, &self.rules),
+            // A stored function or procedure may set user variables or make
+            // temporary tables: the same default-deny for its calls.
+            Dialect::MySql => {
+                let calls = crate::calls::unproven_calls(&stmts, Dialect::MySql, &self.rules);
+                facts.unproven = (!calls.is_empty()).then(|| Arc::from(calls));
+            }
         }
         let decision = match facts.pin {
             Some(reason) => decision.combine(Decision::Pin(reason)),

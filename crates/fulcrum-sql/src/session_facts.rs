@@ -5,7 +5,9 @@
 //! advanced by `nextval`/`setval` (their `currval` is reset before another
 //! client uses the connection), and the calls not known to leave no session
 //! state (the cluster pins them unless its catalog shows built-ins). A walk
-//! over the parsed statements, on a cache miss only.
+//! over the parsed statements, on a cache miss only. For text sqlparser
+//! cannot parse, the first words that prove a statement plain
+//! (`maintenance_by_words`, `mysql_plain_by_words`); anything else pins.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -86,6 +88,49 @@ pub(crate) fn maintenance_by_words(sql: &str) -> bool {
         | "refresh" | "comment" | "grant" | "revoke" | "truncate" | "drop" | "security"
         | "import" | "alter" => true,
         "create" => !temporary(word(1)),
+        _ => false,
+    }
+}
+
+/// A single MySQL statement sqlparser cannot parse whose first words prove
+/// it leaves no session state: DML and DDL that make nothing temporary,
+/// table maintenance, SHOW and replication control, with no user variable
+/// and no sequence (`NEXT VALUE FOR` sets what `PREVIOUS VALUE FOR` reads).
+/// It keeps `default_route`; anything else unparsed pins (`XA`, `HANDLER`,
+/// `DO`, compound statements, several statements).
+pub(crate) fn mysql_plain_by_words(sql: &str) -> bool {
+    let b = sql.as_bytes();
+    // `@v` after an operator or a space; `'u1'@'host'` names an account.
+    let user_variable = b.iter().enumerate().any(|(i, &c)| {
+        c == b'@'
+            && b.get(i + 1) != Some(&b'@')
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b"_'\"`@".contains(&b[i - 1])))
+    });
+    let contains = |needle: &[u8]| {
+        b.windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+    };
+    let words = crate::statements::head_words(sql, 2);
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    // A routine's body holds `;` and runs nothing when it is made.
+    let routine = word(0) == "create"
+        && matches!(
+            word(1),
+            "procedure" | "function" | "trigger" | "event" | "definer"
+        );
+    if user_variable
+        || contains(b"value for")
+        || (!routine && sql.trim_end().trim_end_matches(';').contains(';'))
+    {
+        return false;
+    }
+    match word(0) {
+        "select" | "insert" | "update" | "delete" | "replace" | "alter" | "drop" | "rename"
+        | "truncate" | "analyze" | "optimize" | "check" | "checksum" | "repair" | "show"
+        | "explain" | "describe" | "desc" | "grant" | "revoke" | "install" | "uninstall"
+        | "change" | "purge" | "cache" | "kill" | "help" | "load" | "signal" => true,
+        "create" => !matches!(word(1), "temporary" | "temp"),
+        "start" | "stop" => matches!(word(1), "slave" | "replica" | "all"),
         _ => false,
     }
 }

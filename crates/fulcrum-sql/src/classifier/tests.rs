@@ -77,7 +77,15 @@ fn unparsable_statements_are_unknown_and_counted() {
     );
     assert_eq!(c.stats().unparsed, 1);
     let my = Classifier::new(Dialect::MySql, &ClassifierConfig::default());
-    assert_eq!(my.classify("SELEC 1"), Decision::Unknown);
+    assert_eq!(
+        my.classify("SELEC 1"),
+        Decision::Pin("statement Fulcrum cannot parse")
+    );
+    assert_eq!(
+        my.classify("OPTIMIZE TABLE t"),
+        Decision::Unknown,
+        "maintenance its words prove plain"
+    );
 }
 
 #[test]
@@ -260,15 +268,21 @@ fn mysql_forms_route_as_the_statement_they_carry() {
         assert_eq!(c.classify(sql), want, "{sql}");
     }
     assert_eq!(c.stats().unparsed, 0);
-    // Only what carries session state is placed: other DOs, and SET
-    // STATEMENT without its statement, stay unknown (and counted).
-    assert_eq!(c.classify("DO SLEEP(1)"), Decision::Unknown);
-    assert_eq!(c.classify("SET STATEMENT a=1"), Decision::Unknown);
+    // Other DOs, and SET STATEMENT without its statement, are not read:
+    // default-deny pins them (and they are counted).
+    let unparsed = Decision::Pin("statement Fulcrum cannot parse");
+    assert_eq!(c.classify("DO SLEEP(1)"), unparsed);
+    assert_eq!(c.classify("SET STATEMENT a=1"), unparsed);
+    assert_eq!(c.classify("SET STATEMENT a=1 FOR SELEC 1"), unparsed);
+    // What its words prove plain keeps default_route.
     assert_eq!(
-        c.classify("SET STATEMENT a=1 FOR SELEC 1"),
+        c.classify("SELECT c FROM t WHERE id = 1 LOCK IN SHARE MODE"),
         Decision::Unknown
     );
-    assert_eq!(c.stats().unparsed, 3);
+    assert_eq!(c.classify("SELECT NEXT VALUE FOR s"), unparsed);
+    assert_eq!(c.classify("HANDLER t OPEN"), unparsed);
+    assert_eq!(c.classify("XA START 'x'"), unparsed);
+    assert_eq!(c.stats().unparsed, 7);
 }
 
 #[test]
