@@ -274,12 +274,9 @@ async fn a_listener_that_never_reads_holds_at_most_max_client_notify_bytes() {
     // its socket stays open and unread.
     {
         let listen = listener.batch_execute("LISTEN notify_bytes");
-        tokio::pin!(listen);
-        loop {
-            tokio::select! {
-                r = &mut listen => { r.unwrap(); break; }
-                r = &mut connection => panic!("the connection ended: {r:?}"),
-            }
+        tokio::select! {
+            r = listen => r.unwrap(),
+            r = &mut connection => panic!("the connection ended: {r:?}"),
         }
     }
     let dropped_before = tokio::task::block_in_place(|| {

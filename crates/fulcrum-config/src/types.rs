@@ -261,8 +261,7 @@ pub struct Cluster {
     /// PostgreSQL, transaction pooling: notifications queued for one client
     /// at most; past it the next ones for that client are dropped (counted).
     pub notify_queue: u32,
-    /// And in bytes: notifications' bytes queued for one client at most;
-    /// past it the next ones are dropped like past `notify_queue`.
+    /// Notifications' bytes queued for one client at most (as `notify_queue`).
     pub max_client_notify_bytes: u64,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
