@@ -42,7 +42,8 @@ pub use connect::{
 };
 pub use console::{show_mirror, MirrorRow};
 pub use metrics::{
-    family_sum, http_get, metric_sum, replays, scrape, start_with_metrics, try_scrape,
+    family_sum, http_get, http_get_head, metric_sum, replays, scrape, start_with_metrics,
+    try_scrape,
 };
 pub use python::run_python;
 pub use servers::com_select;

@@ -1,4 +1,4 @@
-//! Fulcrum's HTTP listener as the tests read it: one GET ([`http_get`]), a
+//! Fulcrum's HTTP listener as the tests read it: one GET ([`http_get`], [`http_get_head`] with its headers), a
 //! scrape of `/metrics` ([`scrape`], [`try_scrape`]), sums of samples from
 //! a scrape ([`family_sum`], [`metric_sum`], [`replays`]), and a daemon
 //! started with a metrics listener on a free port ([`start_with_metrics`]).
@@ -32,6 +32,14 @@ pub fn http_get(port: u16, path: &str) -> (String, String) {
         head.lines().next().unwrap_or("").to_owned(),
         body.to_owned(),
     )
+}
+
+/// `GET path` on the metrics listener at `port`: (whole head, body), for
+/// tests that read the answer's headers.
+pub fn http_get_head(port: u16, path: &str) -> (String, String) {
+    let out = get_raw(port, path).unwrap_or_else(|e| panic!("GET {path} on :{port}: {e}"));
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.to_owned(), body.to_owned())
 }
 
 /// One scrape of `/metrics` on `port`: the body of a `200` answer (anything

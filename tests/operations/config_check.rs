@@ -399,7 +399,14 @@ fn import_pgbouncer_converts_debians_example() {
         "userlist.txt",
         "\"app\" \"secret\"\n\"hashed\" \"md5d41d8cd98f00b204e9800998ecf8427e\"\n",
     );
-    let out_path = dir.0.join("imported.toml");
+    // An existing output file readable by all: replaced by one only its
+    // owner can read (it holds the auth file's passwords).
+    let out_path = dir.write("imported.toml", "old\n");
+    std::fs::set_permissions(
+        &out_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
     let out = fulcrum(&[
         "import".as_ref(),
         "pgbouncer".as_ref(),
@@ -420,6 +427,10 @@ fn import_pgbouncer_converts_debians_example() {
     ] {
         assert!(stderr.contains(said), "{said} in:\n{stderr}");
     }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&out_path).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the output is the owner's only");
     let checked = check(&out_path);
     assert!(
         checked.status.success(),
@@ -427,6 +438,69 @@ fn import_pgbouncer_converts_debians_example() {
         text(&checked.stdout),
         text(&checked.stderr)
     );
+}
+
+/// `%include` lines are named on stderr (file and line), not dropped in
+/// silence; `max_prepared_statements` is carried over only when `fulcrum
+/// check` would take it; a new output file is created 0600; the result
+/// passes `fulcrum check`.
+#[test]
+fn import_pgbouncer_names_includes_and_validates_max_prepared_statements() {
+    let dir = TempDir::new();
+    dir.write("userlist.txt", "\"app\" \"secret\"\n");
+    for (value, carried) in [
+        ("250", true),
+        ("-1", false),
+        ("1e3", false),
+        ("1 ; x", false),
+    ] {
+        let ini = dir.write(
+            "pgbouncer.ini",
+            &format!(
+                "[databases]\napp = host=127.0.0.1 port=5432\n[pgbouncer]\nlisten_port = 16432\nauth_file = userlist.txt\n\
+                 %include /etc/pgbouncer/extra.ini\nmax_prepared_statements = {value}\n"
+            ),
+        );
+        let out_path = dir.0.join(format!("imported-{}.toml", carried as u8));
+        let _ = std::fs::remove_file(&out_path);
+        let out = fulcrum(&[
+            "import".as_ref(),
+            "pgbouncer".as_ref(),
+            ini.as_os_str(),
+            "--output".as_ref(),
+            out_path.as_os_str(),
+        ]);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{}:6: %include /etc/pgbouncer/extra.ini: not followed",
+                ini.display()
+            )),
+            "{stderr}"
+        );
+        let toml = std::fs::read_to_string(&out_path).unwrap();
+        if carried {
+            assert!(
+                toml.contains(&format!("max_prepared_statements = {value}\n")),
+                "{toml}"
+            );
+        } else {
+            assert!(!toml.contains("max_prepared_statements"), "{value}: {toml}");
+            assert!(stderr.contains("max_prepared_statements = "), "{stderr}");
+        }
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&out_path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "{value}");
+        let checked = check(&out_path);
+        assert!(
+            checked.status.success(),
+            "{value}: {}{}",
+            text(&checked.stdout),
+            text(&checked.stderr)
+        );
+    }
 }
 
 /// A PgBouncer config with several databases on two servers, imported:

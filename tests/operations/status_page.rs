@@ -3,12 +3,14 @@
 //! the test reads the rendered DOM: each backend's role, a pool's client
 //! counts; then again after a failover (the new primary, the failover, the
 //! old primary down with its reason, a pool's counts). The JSON API refuses
-//! a request without the key.
+//! a request without the key. The page, the API and `/metrics` carry
+//! the security headers (a CSP admitting the page's inline script and style
+//! by hash, no framing, no sniffing).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{http_get, pg_connect, with_metrics, PgProxyConfig};
+use fulcrum_suite::{http_get, http_get_head, pg_connect, with_metrics, PgProxyConfig};
 use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
 
 const KEY: &str = "status-key-for-the-tests";
@@ -133,4 +135,48 @@ async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
         "the pool's counts after the failover (1 active client, 0 waiting, 1 server connection in use):\n{dom}"
     );
     client.batch_execute("COMMIT").await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_and_the_api_carry_security_headers() {
+    let c = tokio::task::block_in_place(|| PgCluster::builder().start()).unwrap();
+    let cfg = PgProxyConfig::new(&c.primary().addr());
+    let metrics = free_port();
+    let toml = with_metrics(&cfg.to_toml(), metrics).replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
+        1,
+    );
+    let _p = FulcrumProcess::start(&toml).unwrap();
+    for path in [
+        format!("/?key={KEY}"),
+        format!("/api/v1/clusters?key={KEY}"),
+        "/api/v1/clusters".to_owned(),
+        "/metrics".to_owned(),
+    ] {
+        let (head, _) = tokio::task::block_in_place(|| http_get_head(metrics, &path));
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                })
+                .unwrap_or_else(|| panic!("{path}: no {name}:\n{head}"))
+        };
+        assert_eq!(header("X-Frame-Options"), "DENY", "{path}");
+        assert_eq!(header("X-Content-Type-Options"), "nosniff", "{path}");
+        let csp = header("Content-Security-Policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe"), "{path}: {csp}");
+        if path.starts_with("/?") {
+            assert!(
+                csp.contains("default-src 'self'")
+                    && csp.contains("script-src 'sha256-")
+                    && csp.contains("style-src 'sha256-"),
+                "the page's own script and style are admitted by hash: {csp}"
+            );
+        } else {
+            assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //! of its clients' channels, so listeners cost no server connection: 500
 //! of them on a pool of 20 each get every notification, and the pool
 //! stays at its size. (The listener that survives a primary kill is in
-//! tests/pg_ha.)
+//! tests/pg_ha.) A listener that never reads holds at most
+//! `max_client_notify_bytes` of queued notifications; the rest are dropped
+//! and counted.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -250,4 +252,72 @@ async fn show_listeners_lists_the_listening_connection() {
         .expect("a row for app on its database");
     assert!(row.0 >= 2 && row.1 >= 1, "{row:?}");
     assert_eq!(row.2, pg_two_replicas().primary().addr(), "on the primary");
+}
+
+/// A client that LISTENs and then never reads its socket: once the socket
+/// buffers are full, its queue fills to `max_client_notify_bytes` (64 kB
+/// here; `notify_queue`'s count, 10000, is never reached) and the rest of
+/// 4000 notifications of 7900 bytes (31 MB) are dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_never_reads_holds_at_most_max_client_notify_bytes() {
+    let c = pg_two_replicas();
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .pool_size(4)
+        .extra("max_client_notify_bytes = \"64kB\"");
+    let (_p, metrics) = start_with_metrics(&cfg.to_toml());
+    let config: tokio_postgres::Config = cfg
+        .conn_string(APP_USER, APP_DB)
+        .parse()
+        .expect("a valid connection string");
+    let (listener, mut connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    // The connection is driven until LISTEN is answered, then never again:
+    // its socket stays open and unread.
+    {
+        let listen = listener.batch_execute("LISTEN notify_bytes");
+        tokio::select! {
+            r = listen => r.unwrap(),
+            r = &mut connection => panic!("the connection ended: {r:?}"),
+        }
+    }
+    let dropped_before = tokio::task::block_in_place(|| {
+        family_sum(
+            &try_scrape(metrics).unwrap_or_default(),
+            "fulcrum_notifications_total",
+            &[("outcome", "dropped")],
+        )
+    });
+    // Distinct payloads: PostgreSQL folds identical ones sent in one
+    // transaction into one.
+    let sender = pg_connect(&cfg).await;
+    sender
+        .batch_execute(
+            "SELECT pg_notify('notify_bytes', i || repeat('x', 7900)) FROM generate_series(1, 4000) i",
+        )
+        .await
+        .unwrap();
+    // Drops are counted as the listening connection reads them.
+    let mut dropped = 0.0;
+    for _ in 0..100 {
+        let text = tokio::task::block_in_place(|| try_scrape(metrics).unwrap_or_default());
+        dropped = family_sum(
+            &text,
+            "fulcrum_notifications_total",
+            &[("outcome", "dropped")],
+        ) - dropped_before;
+        if dropped > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = tokio::task::block_in_place(|| try_scrape(metrics).unwrap_or_default());
+    let notes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("notif") || l.contains("listen"))
+        .collect();
+    assert!(
+        dropped > 0.0,
+        "notifications past max_client_notify_bytes are dropped and counted:\n{}",
+        notes.join("\n")
+    );
+    drop(connection);
 }

@@ -23,6 +23,7 @@ pub mod rows;
 mod session;
 mod show;
 mod stats;
+mod verifiers;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -105,12 +105,14 @@ async fn login(
     let known = known.as_ref();
     let secret = process_secret();
     let salt = stable_salt(secret, &user);
-    let verifier = known.map(|u| Verifier::new(&u.password, &salt, ITERATIONS));
-    // An unknown name costs the same key derivation as a known one, so the
-    // time to the answer tells nothing.
-    let decoy = known.is_none().then(|| {
-        let password: [u8; 16] = rand::random();
-        Verifier::new(&format!("{password:x?}"), &salt, ITERATIONS)
+    // A known user's verifier is derived once and kept (verifiers.rs); an
+    // unknown name gets one no password matches, with the same salt and
+    // iterations, derived from nothing: no startup costs a PBKDF2, known
+    // name or not, and the time to the answer tells nothing.
+    let verifier = known.map(|u| {
+        verifier_cache().get(&user, &u.password, &salt, ITERATIONS, || {
+            Verifier::new(&u.password, &salt, ITERATIONS)
+        })
     });
     let ok = match password_exchange(
         stream,
@@ -121,7 +123,7 @@ async fn login(
             .zip(verifier.as_ref())
             .map(|(u, v)| (u.password.as_str(), v)),
         None,
-        || decoy.unwrap_or_else(|| Verifier::unmatchable(secret, &user)),
+        || Verifier::unmatchable(secret, &user),
     )
     .await
     {
@@ -285,6 +287,12 @@ async fn fatal(stream: &mut ClientStream, code: &str, msg: &str) -> std::io::Res
     let mut out = BytesMut::new();
     backend_msg::error_response(&mut out, "FATAL", code, msg);
     stream.write_all(&out).await
+}
+
+/// The console's derived verifiers, for the process's life.
+fn verifier_cache() -> &'static crate::verifiers::Verifiers {
+    static CACHE: std::sync::OnceLock<crate::verifiers::Verifiers> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
 }
 
 /// A key drawn once per process, from which every console user's SCRAM

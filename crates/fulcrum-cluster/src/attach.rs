@@ -172,11 +172,36 @@ async fn attach_to<K: Checkouts, C, P, S>(
         }
     }
     Err(Unattached::NoPrimary(primaries.why().unwrap_or_else(
-        || {
-            format!(
-                "the primary {} is down",
-                core.address(core.router.last_primary())
-            )
-        },
+        || no_primary_reason(&core.router, core.address(core.router.last_primary())),
     )))
+}
+
+/// Why no primary took the work when no checkout failed: this instance is
+/// cut off from its coordinator (its lease on the primary ran out; the
+/// primary itself may well be up), or the primary is down.
+fn no_primary_reason(router: &fulcrum_pool::Router, primary: &str) -> String {
+    if router.primary_expired() {
+        format!("this instance is cut off from its coordinator (no word from it within its lease), so it sends no writes to the primary it last knew ({primary}), which may well be up; writes resume when the coordinator answers again (on_coordinator_loss)")
+    } else {
+        format!("the primary {primary} is down")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_off_from_the_coordinator_is_not_called_down() {
+        let router = fulcrum_pool::Router::new(0, 2, &[1], false);
+        assert_eq!(no_primary_reason(&router, "p:1"), "the primary p:1 is down");
+        router.set_primary_valid_until(Some(tokio::time::Instant::now()));
+        // The router's clock counts in milliseconds.
+        std::thread::sleep(Duration::from_millis(5));
+        let why = no_primary_reason(&router, "p:1");
+        assert!(
+            why.contains("cut off from its coordinator") && !why.contains("is down"),
+            "{why}"
+        );
+    }
 }

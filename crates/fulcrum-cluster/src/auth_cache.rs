@@ -1,5 +1,7 @@
 //! The secrets `auth_query` fetched, per user, for either protocol: kept for
-//! `auth_cache_ttl` (an unknown user for [`NEGATIVE_TTL`] at most), bounded
+//! `auth_cache_ttl`, an unknown user's "nobody" for just as long (so a
+//! known and an unknown name take the same path, cached or fetched, at the
+//! same times: the time to the answer does not tell them apart), bounded
 //! in size, and what each user's client last proved, which the pools log in
 //! to the servers with. It also bounds what a flood of logins can make the
 //! primary do: one fetch per name at a time (single-flight), at most
@@ -40,8 +42,6 @@ pub fn auth_query_backend(router: &Router, config: &Cluster) -> Result<BackendId
         .ok_or(AuthQueryError::NoPrimary)
 }
 
-/// How long "no such user" is remembered (or the TTL, if shorter).
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// Users cached at most; a full cache drops its expired entries, then all.
 const MAX_ENTRIES: usize = 10_000;
 /// An idle `auth_user` connection older than this is closed, not reused.
@@ -183,11 +183,9 @@ impl<S: Clone, P: Clone, C> AuthCache<S, P, C> {
     fn cached(&self, user: &str, ttl: Duration) -> Option<Looked<S>> {
         let entries = lock(&self.entries);
         let e = entries.get(user)?;
-        let keep = match e.secret {
-            Some(_) => ttl,
-            None => NEGATIVE_TTL.min(ttl),
-        };
-        (e.fetched.elapsed() < keep).then(|| Looked {
+        // The same for "nobody": a shorter life would let a client tell an
+        // unknown name (fetched again, slower) from a known one (cached).
+        (e.fetched.elapsed() < ttl).then(|| Looked {
             secret: e.secret.clone(),
             cached: true,
             outcome: Outcome::Cached,
@@ -367,8 +365,40 @@ mod tests {
         }
     }
 
+    /// Makes `user`'s entry look fetched `by` earlier.
+    fn age(cache: &Cache, user: &str, by: Duration) {
+        let mut entries = lock(&cache.entries);
+        let e = entries.get_mut(user).unwrap();
+        e.fetched = e.fetched.checked_sub(by).unwrap();
+    }
+
     #[test]
-    fn fresh_entries_are_served_from_the_cache_and_misses_expire_sooner() {
+    fn a_known_and_an_unknown_name_are_cached_alike() {
+        let cache = Cache::new(AuthLimits {
+            max_connections: 1,
+            failed_per_minute: 0,
+        });
+        let opened = AtomicUsize::new(0);
+        let ttl = Duration::from_secs(60);
+        for (user, secret) in [("known", Some("s")), ("unknown", None)] {
+            let first = run(cache.lookup(user, ttl, None, 0, answer(Ok(secret), &opened))).unwrap();
+            assert!(!first.cached, "{user}");
+            // Well past the old 5 s life of a miss, within the TTL: both
+            // cached (no fetch, the same time to the answer).
+            age(&cache, user, Duration::from_secs(30));
+            let again = run(cache.lookup(user, ttl, None, 0, answer(Err("fetched"), &opened)));
+            let again = again.unwrap_or_else(|e| panic!("{user}: {e}"));
+            assert!(again.cached, "{user}");
+            assert_eq!(again.outcome, Outcome::Cached, "{user}");
+            // Past the TTL: both fetched again.
+            age(&cache, user, ttl);
+            let later = run(cache.lookup(user, ttl, None, 0, answer(Ok(secret), &opened))).unwrap();
+            assert!(!later.cached, "{user}");
+        }
+    }
+
+    #[test]
+    fn fresh_entries_are_served_from_the_cache_and_misses_too() {
         let cache = Cache::new(AuthLimits {
             max_connections: 2,
             failed_per_minute: 0,
@@ -384,8 +414,8 @@ mod tests {
         let refetched =
             run(cache.lookup("a", ttl, None, 0, answer(Ok(Some("s2")), &opened))).unwrap();
         assert_eq!(refetched.secret.as_deref(), Some("s2"));
-        // A miss is cached, but for NEGATIVE_TTL at most: a TTL shorter
-        // than that wins, and zero means no caching at all.
+        // A miss is cached like a secret, for the TTL: zero means no
+        // caching at all.
         let zero = Duration::ZERO;
         run(cache.lookup("nobody", zero, None, 0, answer(Ok(None), &opened))).unwrap();
         let second = run(cache.lookup("nobody", zero, None, 0, answer(Ok(None), &opened))).unwrap();

@@ -67,6 +67,7 @@ pub(crate) struct RawCluster {
     pub max_client_connections: Value<Int>,
     pub max_pending_logins: Value<Int>,
     pub notify_queue: Value<Int>,
+    pub max_client_notify_bytes: Value<SizeValue>,
     pub max_prepared_statements: Value<Int>,
     pub max_client_prepared_statements: Value<Int>,
     pub max_client_settings: Value<Int>,

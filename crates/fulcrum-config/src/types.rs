@@ -261,6 +261,8 @@ pub struct Cluster {
     /// PostgreSQL, transaction pooling: notifications queued for one client
     /// at most; past it the next ones for that client are dropped (counted).
     pub notify_queue: u32,
+    /// Notifications' bytes queued for one client at most (as `notify_queue`).
+    pub max_client_notify_bytes: u64,
     /// Most protocol-level prepared statements kept per server connection.
     pub max_prepared_statements: u32,
     /// Most protocol-level prepared statements one client may hold at once
@@ -612,6 +614,7 @@ pub mod defaults {
     pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;
     pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
     pub const NOTIFY_QUEUE: u32 = 10_000;
+    pub const MAX_CLIENT_NOTIFY_BYTES: u64 = 1024 * 1024;
     pub const MIRROR_QUEUE: u32 = 1000;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;

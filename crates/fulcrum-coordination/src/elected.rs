@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::etcd::{candidate_key, watch_event, Candidate, EtcdClient, Kv};
-use crate::http::{next_chunk, split_messages};
+use crate::http::{next_chunk, Messages};
 use crate::proof::refusal;
 use crate::published::Published;
 use crate::{CoordError, Verdict};
@@ -369,11 +369,17 @@ impl Elected {
             let from = self.state().revision + 1;
             match self.client.watch(&self.topology_key, from).await {
                 Ok(mut body) => {
-                    let mut buffer = Vec::new();
+                    let mut messages = Messages::default();
                     while let Some(chunk) = next_chunk(&mut body).await {
                         let Ok(chunk) = chunk else { break };
-                        buffer.extend_from_slice(&chunk);
-                        for message in split_messages(&mut buffer) {
+                        let whole = match messages.push(&chunk) {
+                            Ok(whole) => whole,
+                            Err(e) => {
+                                tracing::debug!(cluster = %self.cluster, error = %e, "etcd watch ended");
+                                break;
+                            }
+                        };
+                        for message in whole {
                             match watch_event(&message) {
                                 Ok(Some(Some(kv))) => {
                                     self.state().last_heard = Some(Instant::now());

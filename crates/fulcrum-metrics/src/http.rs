@@ -5,6 +5,12 @@
 //! not shutting down, else 503 with the reason), for Kubernetes probes and
 //! load balancers; anything else 404 (405 for other methods).
 //!
+//! Every answer carries `X-Content-Type-Options: nosniff`,
+//! `X-Frame-Options: DENY` and a `Content-Security-Policy`: the status
+//! page's admits only its own inline script and style, by their SHA-256
+//! hashes ([`page_policy`]), and same-origin fetches; every other answer's
+//! admits nothing.
+//!
 //! Bounded: at most [`MAX_CONNECTIONS`] connections at once (a new one
 //! closes the oldest, so idle or slow clients cannot lock out the probes),
 //! and a request's head must arrive within [`HEAD_TIMEOUT`].
@@ -13,6 +19,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -100,6 +108,47 @@ pub async fn serve(
         });
         listed.push_back((id, task.abort_handle()));
     }
+}
+
+/// The policy of every answer but the status page: nothing may load, nor
+/// frame it.
+pub const CLOSED_POLICY: &str = "default-src 'none'; frame-ancestors 'none'";
+
+/// The text of each inline `<tag>...</tag>` element of `page`.
+fn inline_blocks<'a>(page: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut blocks = Vec::new();
+    let mut rest = page;
+    while let Some(start) = rest.find(&open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(&close) else { break };
+        blocks.push(&after[..end]);
+        rest = &after[end + close.len()..];
+    }
+    blocks
+}
+
+/// The status page's `Content-Security-Policy`: same-origin only, its
+/// inline scripts and styles admitted by hash (no `'unsafe-inline'`), no
+/// framing, no `<base>`, no form posts.
+pub fn page_policy(page: &str) -> String {
+    let hashes = |tag: &str| {
+        inline_blocks(page, tag)
+            .iter()
+            .map(|b| {
+                let digest = Sha256::digest(b.as_bytes());
+                format!(
+                    " 'sha256-{}'",
+                    base64::engine::general_purpose::STANDARD.encode(digest)
+                )
+            })
+            .collect::<String>()
+    };
+    format!(
+        "default-src 'self'; script-src{}; style-src{}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        hashes("script"),
+        hashes("style")
+    )
 }
 
 /// The request line of an HTTP request, once its head is complete.
@@ -210,8 +259,14 @@ async fn answer(
         ),
         _ => ("405 Method Not Allowed", TEXT, "only GET\n".to_owned()),
     };
+    // Only the status page is HTML.
+    let policy = if kind.starts_with("text/html") {
+        page_policy(&body)
+    } else {
+        CLOSED_POLICY.to_owned()
+    };
     let response = format!(
-        "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nContent-Security-Policy: {policy}\r\nX-Frame-Options: DENY\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
@@ -293,6 +348,33 @@ mod tests {
         );
         let unknown = status_answer(head.as_bytes(), "/api/v1/secrets", Some(&Keyed));
         assert_eq!(unknown.0, "404 Not Found");
+    }
+
+    #[test]
+    fn the_page_policy_admits_its_inline_blocks_by_hash() {
+        let page = "<style>b{}</style><script>go()</script><script>x()</script>";
+        let policy = page_policy(page);
+        let hash = |t: &str| {
+            base64::engine::general_purpose::STANDARD.encode(Sha256::digest(t.as_bytes()))
+        };
+        assert!(
+            policy.contains(&format!(
+                "script-src 'sha256-{}' 'sha256-{}';",
+                hash("go()"),
+                hash("x()")
+            )),
+            "{policy}"
+        );
+        assert!(
+            policy.contains(&format!("style-src 'sha256-{}';", hash("b{}"))),
+            "{policy}"
+        );
+        assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+        assert!(!policy.contains("unsafe"), "{policy}");
+        assert_eq!(
+            inline_blocks("<script>unclosed", "script"),
+            Vec::<&str>::new()
+        );
     }
 
     #[test]

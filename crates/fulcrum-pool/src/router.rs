@@ -253,9 +253,9 @@ impl Router {
     }
 
     /// The primary's validity ran out (`set_primary_valid_until`): this
-    /// instance has not heard from its coordinator within the lease, so
-    /// the primary it last knew may have been replaced elsewhere.
-    fn primary_expired(&self) -> bool {
+    /// instance is cut off from its coordinator (the primary it last knew
+    /// may be up, or replaced elsewhere); errors say so, not "down".
+    pub fn primary_expired(&self) -> bool {
         match self.primary_valid_ms.load(Ordering::Acquire) {
             0 => false,
             until => crate::coarse::since_base_ms(std::time::Instant::now()) >= until,

@@ -432,7 +432,17 @@ impl fulcrum_metrics::http::Readiness for Readiness {
         let missing: Vec<String> = clusters
             .iter()
             .filter(|c| c.router().primary().is_none())
-            .map(|c| format!("cluster \"{}\" has no write target", c.config().name))
+            .map(|c| {
+                let cut_off = if c.router().primary_expired() {
+                    " (cut off from its coordinator)"
+                } else {
+                    ""
+                };
+                format!(
+                    "cluster \"{}\" has no write target{cut_off}",
+                    c.config().name
+                )
+            })
             .collect();
         (!missing.is_empty()).then(|| missing.join("; "))
     }

@@ -232,7 +232,7 @@ fn import_pgbouncer(
     }
     match output {
         Some(path) => {
-            if let Err(e) = std::fs::write(path, &imported.toml) {
+            if let Err(e) = write_private(path, &imported.toml) {
                 eprintln!("{}: cannot write: {e}", path.display());
                 return ExitCode::from(2);
             }
@@ -245,6 +245,34 @@ fn import_pgbouncer(
         None => print!("{}", imported.toml),
     }
     ExitCode::SUCCESS
+}
+
+/// Writes `text` to `path` readable by its owner only (it holds the auth
+/// file's passwords): a new file created with mode 0600 in the same
+/// directory, then renamed over `path`, so the text is never in a file
+/// others can read, even when `path` existed with a wider mode.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp_name);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&temp).and_then(|mut f| {
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&temp, path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    renamed
 }
 
 /// The control thread's runtime (listeners, health loop, console,

@@ -114,6 +114,11 @@ pub(super) fn cluster(
     )?;
     let notify_queue =
         t.u32_at_least(&c.notify_queue, "notify_queue", 1, defaults::NOTIFY_QUEUE)?;
+    let max_client_notify_bytes = t.size(
+        &c.max_client_notify_bytes,
+        "max_client_notify_bytes",
+        defaults::MAX_CLIENT_NOTIFY_BYTES,
+    )?;
     let max_pending_logins = t.u32_at_least(
         &c.max_pending_logins,
         "max_pending_logins",
@@ -294,6 +299,7 @@ pub(super) fn cluster(
         max_message_size,
         max_client_connections,
         notify_queue,
+        max_client_notify_bytes,
         max_pending_logins,
         max_prepared_statements,
         max_client_prepared_statements,

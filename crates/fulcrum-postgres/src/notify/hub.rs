@@ -57,6 +57,8 @@ struct State {
 
 struct Client {
     queue: mpsc::Sender<Bytes>,
+    /// The bytes of `queue`, bounded (`max_client_notify_bytes`).
+    queued: Arc<super::Queued>,
     channels: HashSet<String>,
 }
 
@@ -95,7 +97,7 @@ impl Hub {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn join(&self, queue: mpsc::Sender<Bytes>) -> u64 {
+    pub(super) fn join(&self, queue: mpsc::Sender<Bytes>, queued: Arc<super::Queued>) -> u64 {
         let mut s = self.state();
         s.next_id += 1;
         let id = s.next_id;
@@ -103,6 +105,7 @@ impl Hub {
             id,
             Client {
                 queue,
+                queued,
                 channels: HashSet::new(),
             },
         );
@@ -212,10 +215,20 @@ impl Hub {
         let (mut queued, mut dropped) = (0, 0);
         for id in subscribers {
             if let Some(client) = s.clients.get(id) {
+                // Past max_client_notify_bytes: dropped, as past notify_queue.
+                if !client.queued.reserve(frame.len()) {
+                    dropped += 1;
+                    continue;
+                }
                 match client.queue.try_send(frame.clone()) {
                     Ok(()) => queued += 1,
-                    Err(mpsc::error::TrySendError::Full(_)) => dropped += 1,
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        client.queued.release(frame.len());
+                        dropped += 1;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        client.queued.release(frame.len());
+                    }
                 }
             }
         }
@@ -271,8 +284,12 @@ impl Listening {
             let frame = self.server.io.read_buf.split_to(h.total).freeze();
             match h.tag {
                 b'A' => {
-                    let frame = ctx.notifications.senders.rewrite(frame);
-                    let (q, d) = hub.fan_out(frame);
+                    // Its own allocation: a slice of the read buffer would
+                    // keep the whole buffer alive while any client holds it,
+                    // past what max_client_notify_bytes counts. Its pid is
+                    // the Fulcrum client's that sent it, when one did.
+                    let own = Bytes::copy_from_slice(&frame);
+                    let (q, d) = hub.fan_out(ctx.notifications.senders.rewrite(own));
                     queued += q;
                     dropped += d;
                 }

@@ -4,9 +4,13 @@
 //! primary listening to the union of those channels and fans each
 //! NotificationResponse out, raw, to the clients subscribed to its channel.
 //! A client's session holds only its `Subscription` (its id and its queue);
-//! it delivers what is queued when it owes the client nothing.
+//! it delivers what is queued when it owes the client nothing. A client's
+//! queue is bounded in count (`notify_queue`) and in bytes
+//! (`max_client_notify_bytes`, kept by [`Queued`]); past either, the next
+//! notifications for that client are dropped (counted).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -50,8 +54,15 @@ impl Registry {
                 .clone()
         };
         let (tx, rx) = mpsc::channel(ctx.config.notify_queue as usize);
-        let id = hub.join(tx);
-        Subscription { hub, id, rx }
+        let max = usize::try_from(ctx.config.max_client_notify_bytes).unwrap_or(usize::MAX);
+        let queued = Arc::new(Queued::new(max));
+        let id = hub.join(tx, queued.clone());
+        Subscription {
+            hub,
+            id,
+            rx,
+            queued,
+        }
     }
 
     /// Channels listened to and subscribed clients, per (database, user)
@@ -64,12 +75,55 @@ impl Registry {
     }
 }
 
+/// The bytes of the notifications queued for one client, and their bound
+/// (`max_client_notify_bytes`): the hub reserves a notification's bytes
+/// before queueing it, the client's session gives them back as it takes it.
+#[derive(Debug)]
+pub struct Queued {
+    bytes: AtomicUsize,
+    max: usize,
+}
+
+impl Queued {
+    pub fn new(max: usize) -> Queued {
+        Queued {
+            bytes: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Reserves `n` bytes; false (nothing reserved) when they would take
+    /// the queue past its bound.
+    pub fn reserve(&self, n: usize) -> bool {
+        self.bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(n).filter(|total| *total <= self.max)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes reserved before.
+    pub fn release(&self, n: usize) {
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                Some(held.saturating_sub(n))
+            });
+    }
+
+    /// The bytes held now.
+    pub fn held(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+}
+
 /// One client's part in its hub: what it listens to is the hub's record;
 /// the client holds its queue. Dropped with the session: it listens no more.
 pub struct Subscription {
     hub: Arc<Hub>,
     id: u64,
     rx: mpsc::Receiver<Bytes>,
+    queued: Arc<Queued>,
 }
 
 impl Subscription {
@@ -93,17 +147,44 @@ impl Subscription {
 
     /// The next notification queued for the client, when one comes.
     pub fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Bytes>> {
-        self.rx.poll_recv(cx)
+        let next = self.rx.poll_recv(cx);
+        if let std::task::Poll::Ready(Some(frame)) = &next {
+            self.queued.release(frame.len());
+        }
+        next
     }
 
     /// A notification already queued, if any.
     pub fn try_next(&mut self) -> Option<Bytes> {
-        self.rx.try_recv().ok()
+        let frame = self.rx.try_recv().ok()?;
+        self.queued.release(frame.len());
+        Some(frame)
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.leave(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bytes_queued_are_bounded_and_given_back() {
+        let q = Queued::new(100);
+        assert!(q.reserve(60));
+        assert!(!q.reserve(41), "past the bound: nothing reserved");
+        assert_eq!(q.held(), 60);
+        assert!(q.reserve(40), "up to the bound");
+        assert!(!q.reserve(1));
+        q.release(60);
+        assert!(q.reserve(50));
+        assert_eq!(q.held(), 90);
+        assert!(!q.reserve(usize::MAX), "no overflow");
+        q.release(1000);
+        assert_eq!(q.held(), 0, "never below zero");
     }
 }

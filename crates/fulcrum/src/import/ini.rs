@@ -1,6 +1,6 @@
 //! PgBouncer's config files as PgBouncer reads them: the ini file
-//! (`[section]`, `key = value`, `;` and `#` comments, `%include` not
-//! followed) and the auth file (`"user" "password"` per line, `""` for a
+//! (`[section]`, `key = value`, `;` and `#` comments, `%include` lines
+//! recorded with their line numbers but not followed) and the auth file (`"user" "password"` per line, `""` for a
 //! quote inside). Pure, tested with PgBouncer's own examples.
 
 use std::collections::BTreeMap;
@@ -9,15 +9,21 @@ use std::collections::BTreeMap;
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Ini {
     pub sections: BTreeMap<String, Vec<(String, String)>>,
+    /// Each `%include` line: (1-based line number, the file it names).
+    pub includes: Vec<(usize, String)>,
 }
 
 impl Ini {
     pub fn parse(text: &str) -> Ini {
         let mut ini = Ini::default();
         let mut section = String::new();
-        for raw in text.lines() {
+        for (number, raw) in text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+                continue;
+            }
+            if let Some(file) = line.strip_prefix("%include") {
+                ini.includes.push((number + 1, file.trim().to_owned()));
                 continue;
             }
             if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
@@ -123,6 +129,15 @@ mod tests {
         );
         assert_eq!(ini.get("listen_port"), Some("7000"), "the last one wins");
         assert_eq!(ini.get("nothing"), None);
+        assert!(ini.includes.is_empty());
+    }
+
+    #[test]
+    fn include_lines_are_recorded_with_their_numbers() {
+        let ini = Ini::parse("[pgbouncer]\n%include /etc/pgbouncer/a=b.ini\nlisten_port = 1\n");
+        assert_eq!(ini.includes, vec![(2, "/etc/pgbouncer/a=b.ini".to_owned())]);
+        assert_eq!(ini.get("listen_port"), Some("1"));
+        assert_eq!(ini.section("pgbouncer").len(), 1, "not read as a key");
     }
 
     #[test]

@@ -67,7 +67,11 @@ struct Group {
 
 /// Converts `ini` (and the auth file's `users`) to a Fulcrum config.
 pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imported, String> {
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = ini
+        .includes
+        .iter()
+        .map(|(line, file)| format!("{source}:{line}: %include {file}: not followed; its settings are not imported (merge them into {source} and import again)"))
+        .collect();
     let mut handled: Vec<&str> = Vec::new();
     let mut take = |k: &'static str| {
         handled.push(k);
@@ -186,12 +190,17 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     if let Some(v) = take("server_reset_query_always") {
         let _ = writeln!(common, "server_reset_query_always = {}", v.trim() == "1");
     }
-    if let Some(v) = take("max_prepared_statements") {
-        if v.trim() == "0" {
-            notes.push("max_prepared_statements = 0 (PgBouncer: protocol-level prepared statements not supported in transaction pooling): Fulcrum always supports them; its default cap applies".into());
-        } else {
-            let _ = writeln!(common, "max_prepared_statements = {v}");
+    // As `fulcrum check` reads it: an integer from 0 to u32::MAX.
+    match take("max_prepared_statements").map(|v| (v, v.trim().parse::<u32>())) {
+        Some((_, Ok(0))) => notes.push("max_prepared_statements = 0 (PgBouncer: protocol-level prepared statements not supported in transaction pooling): Fulcrum always supports them; its default cap applies".into()),
+        Some((_, Ok(n))) => {
+            let _ = writeln!(common, "max_prepared_statements = {n}");
         }
+        Some((v, Err(_))) => notes.push(format!(
+            "max_prepared_statements = {v:?}: not an integer from 0 to {}; left out",
+            u32::MAX
+        )),
+        None => {}
     }
     // Read by the caller (its users are `users`).
     take("auth_file");
@@ -554,9 +563,18 @@ mod tests {
 
     #[test]
     fn no_databases_gives_one_cluster_for_the_local_server() {
-        let ini =
-            Ini::parse("[databases]\n[pgbouncer]\nlisten_addr = localhost\nauth_type = md5\n");
+        let ini = Ini::parse("[databases]\n[pgbouncer]\nlisten_addr = localhost\nauth_type = md5\nmax_prepared_statements = 9 # x\n%include more.ini\n");
         let r = import(&ini, &users(), "x.ini").unwrap();
+        let notes = r.notes.join("\n");
+        assert!(
+            notes.contains("x.ini:6: %include more.ini: not followed"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("max_prepared_statements = \"9 # x\": not an integer"),
+            "{notes}"
+        );
+        assert!(!r.toml.contains("max_prepared_statements"), "{}", r.toml);
         assert!(
             r.toml.contains("address = \"127.0.0.1:5432\""),
             "{}",
