@@ -115,11 +115,13 @@ impl Session {
             Unattached::NoPrimary(why) => (
                 sqlstate::CONNECTION_FAILURE,
                 format!(
-                    "fulcrum: {why}; cluster \"{cluster}\" has no primary to take this work (it is down{}); waited {:?}, try again",
-                    if self.ctx.config.health.failover == fulcrum_config::Failover::None {
-                        ""
+                    "fulcrum: {why}; cluster \"{cluster}\" has no primary to take this work ({}); waited {:?}, try again",
+                    if self.ctx.router.primary_expired() {
+                        "this instance is cut off from its coordinator; the primary may well be up"
+                    } else if self.ctx.config.health.failover == fulcrum_config::Failover::None {
+                        "it is down"
                     } else {
-                        ", or a failover is under way"
+                        "it is down, or a failover is under way"
                     },
                     self.ctx.config.pool_timeout
                 ),
