@@ -22,6 +22,9 @@ use fulcrum_metrics::MirrorStats;
 use tokio::sync::{mpsc, oneshot};
 
 mod task;
+mod writes;
+
+pub use writes::{reads_only_takes, unit_may_write};
 
 /// The longest a `sync` mirror may hold a client's answer per unit.
 pub const SYNC_WAIT: Duration = Duration::from_secs(10);
