@@ -95,3 +95,56 @@ async fn a_reads_only_mirror_runs_no_write_behind_a_harmless_first_statement() {
         direct.err()
     );
 }
+
+/// The fulcrum process's resident memory, in kB (`/proc/<pid>/status`).
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirrored_long_transaction_of_large_selects_keeps_memory_bounded() {
+    let a = MariaCluster::builder().start().expect("MariaDB");
+    let b = MariaCluster::builder().start().expect("mirror MariaDB");
+    let (port, admin) = (free_port(), free_port());
+    let toml = mirrored_toml(&a, &b, port, "mirror_max_transaction_bytes = \"2MB\"");
+    let p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
+
+    let mut conn = maria_connect(port).await;
+    let select = format!("SELECT LENGTH('{}')", "x".repeat(60_000));
+    // Warm up: buffers, pools and caches grow to their size first.
+    for _ in 0..50 {
+        conn.query_drop(&select).await.unwrap();
+    }
+    let before = rss_kb(p.pid());
+    conn.query_drop("BEGIN").await.unwrap();
+    const SELECTS: u64 = 2000; // 120 MB of client bytes in one transaction.
+    for i in 0..SELECTS {
+        conn.query_drop(&select).await.unwrap();
+        if i % 500 == 0 {
+            eprintln!("{i}: VmRSS {} kB", rss_kb(p.pid()));
+        }
+    }
+    let during = rss_kb(p.pid());
+    conn.query_drop("COMMIT").await.unwrap();
+    eprintln!("VmRSS before {before} kB, at the transaction's end {during} kB");
+    assert!(
+        during < before + 40_000,
+        "a mirrored client's open transaction is bounded: VmRSS {before} kB -> {during} kB"
+    );
+    // The transaction was dropped whole, and counted.
+    let start = Instant::now();
+    let dropped = loop {
+        let rows = show_mirror(admin).await;
+        let dropped: u64 = rows.iter().map(|r| r.2).sum();
+        if dropped >= SELECTS || start.elapsed() > Duration::from_secs(10) {
+            break dropped;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(dropped >= SELECTS, "{dropped} units counted as dropped");
+}

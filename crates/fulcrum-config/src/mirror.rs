@@ -21,6 +21,10 @@ pub struct Mirror {
     /// Units (whole transactions) waiting for the target, per mirrored
     /// client, at most.
     pub mirror_queue: u32,
+    /// Client bytes of one transaction (or unit outside one) kept for the
+    /// target, at most: past it the transaction is dropped whole (counted)
+    /// and no more of it is kept.
+    pub mirror_max_transaction_bytes: u64,
     pub mirror_mode: MirrorMode,
 }
 

@@ -1,7 +1,8 @@
 //! Validates `[[cluster.mirror]]`: a target (`cluster`, or `address` with
 //! `user` and `password`, never both), `exposure` in 0..=1, `mirror_queue`
-//! at least 1, `mirror_mode` async or sync; then, once every cluster is
-//! read, resolves `cluster = "name"` to that cluster's primary and logins.
+//! at least 1, `mirror_max_transaction_bytes` a size, `mirror_mode` async
+//! or sync; then, once every cluster is read, resolves `cluster = "name"`
+//! to that cluster's primary and logins.
 
 use toml::Spanned;
 
@@ -81,6 +82,11 @@ pub(super) fn mirrors(
                 "mirror_queue",
                 1,
                 defaults::MIRROR_QUEUE,
+            )?,
+            mirror_max_transaction_bytes: mt.size(
+                &m.mirror_max_transaction_bytes,
+                "mirror_max_transaction_bytes",
+                defaults::MIRROR_MAX_TRANSACTION_BYTES,
             )?,
             mirror_mode: mt.choice(
                 &m.mirror_mode,
