@@ -89,7 +89,8 @@ impl Targets {
 
     /// A new client's lanes: for each target that draws it (`exposure`),
     /// the protocol's way there (`protocol(target)`; `None`: no login for
-    /// this client there) and a task. `None`: not mirrored.
+    /// this client there, so it is not mirrored there, logged and counted)
+    /// and a task. `None`: not mirrored.
     pub fn for_client<P: MirrorProtocol>(
         &self,
         cluster: &str,
@@ -100,7 +101,12 @@ impl Targets {
             .iter()
             .filter(|t| t.config.exposure > 0.0 && draw() < t.config.exposure)
             .filter_map(|t| {
-                let p = protocol(t)?;
+                let Some(p) = protocol(t) else {
+                    // Never with another login's password: not mirrored.
+                    tracing::debug!(cluster = %cluster, target = %t.config.name, "client not mirrored: the target lists no login for its user");
+                    t.stats.skipped_no_login();
+                    return None;
+                };
                 Some(task::start(t.clone(), p, cluster.to_owned()))
             })
             .collect();

@@ -2,7 +2,7 @@
 //! `user` and `password`, never both), `exposure` in 0..=1, `mirror_queue`
 //! at least 1, `mirror_max_transaction_bytes` a size, `mirror_mode` async
 //! or sync; then, once every cluster is read, resolves `cluster = "name"`
-//! to that cluster's primary and logins.
+//! to that cluster's primary (its address and server TLS) and logins.
 
 use toml::Spanned;
 
@@ -75,6 +75,7 @@ pub(super) fn mirrors(
             name,
             address,
             login,
+            tls: crate::ServerTls::disabled(),
             exposure,
             mirror_writes: m.mirror_writes.as_ref().is_some_and(|v| *v.get_ref()),
             mirror_queue: mt.u32_at_least(
@@ -137,13 +138,13 @@ pub(super) fn resolve(
                 return Err(problem(format!("cluster {name:?} speaks another protocol")));
             }
             let target = &clusters[k];
-            let address = target
+            let backend = target
                 .backends
                 .iter()
                 .find(|b| b.role == Role::Primary)
                 .or(target.backends.first())
-                .map(|b| b.address.clone())
                 .ok_or_else(|| problem(format!("cluster {name:?} has no backend")))?;
+            let (address, tls) = (backend.address.clone(), backend.tls.clone());
             let users = target
                 .users
                 .iter()
@@ -157,6 +158,7 @@ pub(super) fn resolve(
                 .collect();
             let m = &mut clusters[i].mirrors[j];
             m.address = address;
+            m.tls = tls;
             m.login = MirrorLogin::ClientUser { users };
         }
     }
