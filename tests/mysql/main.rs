@@ -14,6 +14,7 @@ mod my_bad_input;
 mod my_credentials;
 mod my_drivers;
 mod my_mirror;
+mod my_mirror_reads;
 mod my_proxy;
 mod my_routing;
 mod my_sysbench;

@@ -459,3 +459,52 @@ fn caching_sha2_fast_path_after_a_full_authentication_for_auth_query_users() {
     let (seen, _) = raw_caching_sha2_login(port, "analyst", "nope", FastPath::Real);
     assert_eq!(seen.last().unwrap()[0], 0xff, "{seen:?}");
 }
+
+/// A mirror lane to a `cluster` target uses that cluster's server TLS, as
+/// its ordinary server connections do: a plain cluster mirrored into the
+/// TLS-only MariaDB (`server_tls = "verify-full"` there) gets its units
+/// there, none dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_lane_uses_the_target_clusters_server_tls() {
+    use fulcrum_suite::{maria_connect, maria_toml, show_mirror, with_console};
+    use mysql_async::prelude::Queryable;
+    let main = fulcrum_suite::maria_one_replica();
+    let (port, admin) = (free_port(), free_port());
+    let tls = format!(
+        "server_tls = \"verify-full\"\nserver_tls_ca = \"{}\"",
+        CERTS.ca.display()
+    );
+    let shadow = maria_toml(&TLS_ONLY, free_port(), &tls).replacen(
+        "name = \"shop\"",
+        "name = \"shadow\"",
+        1,
+    );
+    let (_, shadow_cluster) = shadow.split_once("[[cluster]]").unwrap();
+    let toml = format!(
+        "{}\n[[cluster.mirror]]\ncluster = \"shadow\"\n\n[[cluster]]{shadow_cluster}",
+        maria_toml(main, port, "")
+    );
+    let _p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
+    let mut c = maria_connect(port).await;
+    for _ in 0..5 {
+        c.query_drop("SELECT 42").await.unwrap();
+    }
+    let start = Instant::now();
+    let rows = loop {
+        let rows = show_mirror(admin).await;
+        let done: u64 = rows
+            .iter()
+            .filter(|r| r.0.contains("select ?"))
+            .map(|r| r.1 + r.2)
+            .sum();
+        if done >= 5 || start.elapsed() > Duration::from_secs(30) {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (sent, dropped): (u64, u64) = rows.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.2));
+    assert!(
+        sent >= 5 && dropped == 0,
+        "the TLS-only target took the mirrored units: {rows:?}"
+    );
+}

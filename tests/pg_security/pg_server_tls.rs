@@ -564,3 +564,44 @@ async fn a_reload_with_a_broken_server_ca_keeps_the_running_one() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mirror lane to a `cluster` target uses that cluster's server TLS, as
+/// its ordinary server connections do: a plain cluster mirrored into the
+/// TLS-only one (`server_tls = "verify-full"` there) gets its units there,
+/// none dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_lane_uses_the_target_clusters_server_tls() {
+    use fulcrum_suite::{pg_connect, show_mirror, with_console, PgProxyConfig};
+    let main = fulcrum_suite::pg_primary();
+    let cfg = PgProxyConfig::new(&main.primary().addr()).client_auth("md5");
+    let shadow = PgProxyConfig::new(&CLUSTER.primary().addr())
+        .client_auth("md5")
+        .extra(&verify_full(&CERTS.ca))
+        .to_toml()
+        .replacen("name = \"main\"", "name = \"shadow\"", 1);
+    let (_, shadow_cluster) = shadow.split_once("[[cluster]]").unwrap();
+    let toml = format!(
+        "{}\n[[cluster.mirror]]\ncluster = \"shadow\"\n\n[[cluster]]{shadow_cluster}",
+        cfg.to_toml()
+    );
+    let admin = free_port();
+    let _p = FulcrumProcess::start(&with_console(&toml, admin)).expect("start fulcrum");
+    let client = pg_connect(&cfg).await;
+    for _ in 0..5 {
+        client.simple_query("SELECT 42").await.unwrap();
+    }
+    let start = Instant::now();
+    let rows = loop {
+        let rows = show_mirror(admin).await;
+        let done: u64 = rows.iter().map(|r| r.1 + r.2).sum();
+        if done >= 5 || start.elapsed() > Duration::from_secs(30) {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (sent, dropped): (u64, u64) = rows.iter().fold((0, 0), |a, r| (a.0 + r.1, a.1 + r.2));
+    assert!(
+        sent >= 5 && dropped == 0,
+        "the TLS-only target took the mirrored units: {rows:?}"
+    );
+}

@@ -13,6 +13,10 @@ pub struct Mirror {
     /// or `address`).
     pub address: String,
     pub login: MirrorLogin,
+    /// TLS to the target: a `cluster` target's backend's own
+    /// (`server_tls` ...), as its ordinary server connections use; none to
+    /// an `address` target.
+    pub tls: crate::ServerTls,
     /// The share of clients mirrored (0 to 1), chosen per client at login:
     /// all of a mirrored client's units are mirrored.
     pub exposure: f64,
@@ -21,6 +25,10 @@ pub struct Mirror {
     /// Units (whole transactions) waiting for the target, per mirrored
     /// client, at most.
     pub mirror_queue: u32,
+    /// Client bytes of one transaction (or unit outside one) kept for the
+    /// target, at most: past it the transaction is dropped whole (counted)
+    /// and no more of it is kept.
+    pub mirror_max_transaction_bytes: u64,
     pub mirror_mode: MirrorMode,
 }
 
@@ -30,7 +38,8 @@ pub enum MirrorLogin {
     /// `address` with `user` and `password`: every mirrored client as that user.
     Fixed { user: String, password: String },
     /// `cluster = "..."`: as the client's user, with the target cluster's
-    /// login for it (its `[[cluster.user]]`, else this cluster's).
+    /// login for it (its `[[cluster.user]]`); a user it does not list is
+    /// not mirrored there (never with this cluster's password).
     ClientUser {
         /// (client user, server user, server password) of the target cluster.
         users: Vec<(String, String, String)>,
@@ -47,19 +56,15 @@ pub enum MirrorMode {
 }
 
 impl Mirror {
-    /// The target's login for `user` (`None`: the target has none for it).
-    pub fn login_for<'a>(
-        &'a self,
-        user: &str,
-        own: Option<(&'a str, &'a str)>,
-    ) -> Option<(&'a str, &'a str)> {
+    /// The target's login for `user` (`None`: the target has none for it,
+    /// and the client is not mirrored there).
+    pub fn login_for(&self, user: &str) -> Option<(&str, &str)> {
         match &self.login {
             MirrorLogin::Fixed { user, password } => Some((user, password)),
             MirrorLogin::ClientUser { users } => users
                 .iter()
                 .find(|(u, _, _)| u == user)
-                .map(|(_, su, sp)| (su.as_str(), sp.as_str()))
-                .or(own),
+                .map(|(_, su, sp)| (su.as_str(), sp.as_str())),
         }
     }
 }

@@ -161,6 +161,7 @@ pub(crate) struct RawMirror {
     pub exposure: Value<Fraction>,
     pub mirror_writes: Value<bool>,
     pub mirror_queue: Value<Int>,
+    pub mirror_max_transaction_bytes: Value<SizeValue>,
     pub mirror_mode: Value<String>,
 }
 

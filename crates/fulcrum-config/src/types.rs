@@ -616,6 +616,7 @@ pub mod defaults {
     pub const NOTIFY_QUEUE: u32 = 10_000;
     pub const MAX_CLIENT_NOTIFY_BYTES: u64 = 1024 * 1024;
     pub const MIRROR_QUEUE: u32 = 1000;
+    pub const MIRROR_MAX_TRANSACTION_BYTES: u64 = 4 * 1024 * 1024;
     pub const MAX_PENDING_LOGINS: u32 = 512;
     pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
     pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;

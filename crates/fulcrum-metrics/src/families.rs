@@ -72,6 +72,7 @@ pub struct Metrics {
     pub mirror_sent: IntCounterVec,
     pub mirror_dropped: IntCounterVec,
     pub mirror_differing: IntCounterVec,
+    pub mirror_skipped_clients: IntCounterVec,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -212,8 +213,9 @@ impl Metrics {
             notifications: counter(&r, "fulcrum_notifications_total", "Notifications from the listening connections, by outcome: delivered (queued for a subscribed client, one per client) or dropped (the client already had notify_queue notifications, or max_client_notify_bytes of them, waiting).", &["cluster", "outcome"]),
             listen_channels: gauge(&r, "fulcrum_listen_channels", "Channels Fulcrum listens to on the primary now for its clients (transaction pooling), over all databases and users.", &["cluster"]),
             mirror_sent: counter(&r, "fulcrum_mirror_sent_total", "Units of work (a statement, or an extended-protocol batch up to Sync) replayed on a mirror target and answered ([[cluster.mirror]]).", &["cluster", "target"]),
-            mirror_dropped: counter(&r, "fulcrum_mirror_dropped_total", "Units of work not mirrored: the client's queue was full (mirror_queue; the rest of its transaction went with it), the target was down, or the unit cannot be replayed (COPY).", &["cluster", "target"]),
+            mirror_dropped: counter(&r, "fulcrum_mirror_dropped_total", "Units of work not mirrored: the client's queue was full (mirror_queue; the rest of its transaction went with it), the target was down, the unit cannot be replayed (COPY), or its transaction was over mirror_max_transaction_bytes.", &["cluster", "target"]),
             mirror_differing: counter(&r, "fulcrum_mirror_differing_total", "Mirrored units whose answer differed from the primary's: error or success and its SQLSTATE, rows returned or affected, or the checksum of the rows (order-insensitive).", &["cluster", "target"]),
+            mirror_skipped_clients: counter(&r, "fulcrum_mirror_skipped_clients_total", "Clients drawn for a mirror target but not mirrored there, by reason: no_login (the target cluster lists no [[cluster.user]] for the client's user).", &["cluster", "target", "reason"]),
             registry: r,
             sources: Mutex::new(Vec::new()),
         }

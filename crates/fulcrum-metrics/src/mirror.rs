@@ -22,6 +22,7 @@ pub struct MirrorStats {
     sent: IntCounter,
     dropped: IntCounter,
     differing: IntCounter,
+    no_login: IntCounter,
 }
 
 #[derive(Default)]
@@ -77,6 +78,9 @@ impl MirrorStats {
             sent: metrics.mirror_sent.with_label_values(&labels),
             dropped: metrics.mirror_dropped.with_label_values(&labels),
             differing: metrics.mirror_differing.with_label_values(&labels),
+            no_login: metrics
+                .mirror_skipped_clients
+                .with_label_values(&[cluster, target, "no_login"]),
         }
     }
 
@@ -93,6 +97,12 @@ impl MirrorStats {
             query: query(),
             ..Default::default()
         }))
+    }
+
+    /// A client drawn for this target was not mirrored: the target lists
+    /// no login for its user.
+    pub fn skipped_no_login(&self) {
+        self.no_login.inc();
     }
 
     /// A unit the mirror answered: `differs` when its outcome was not the

@@ -22,11 +22,12 @@ use fulcrum_metrics::MirrorStats;
 use tokio::sync::{mpsc, oneshot};
 
 mod task;
+mod writes;
+
+pub use writes::{reads_only_takes, unit_may_write};
 
 /// The longest a `sync` mirror may hold a client's answer per unit.
 pub const SYNC_WAIT: Duration = Duration::from_secs(10);
-/// A transaction larger than this (client bytes) is not kept for a mirror.
-const TXN_BYTES_MAX: usize = 1 << 20;
 
 /// What a protocol does for mirroring.
 pub trait MirrorProtocol: Send + Sync + 'static {
@@ -88,7 +89,8 @@ impl Targets {
 
     /// A new client's lanes: for each target that draws it (`exposure`),
     /// the protocol's way there (`protocol(target)`; `None`: no login for
-    /// this client there) and a task. `None`: not mirrored.
+    /// this client there, so it is not mirrored there, logged and counted)
+    /// and a task. `None`: not mirrored.
     pub fn for_client<P: MirrorProtocol>(
         &self,
         cluster: &str,
@@ -99,7 +101,12 @@ impl Targets {
             .iter()
             .filter(|t| t.config.exposure > 0.0 && draw() < t.config.exposure)
             .filter_map(|t| {
-                let p = protocol(t)?;
+                let Some(p) = protocol(t) else {
+                    // Never with another login's password: not mirrored.
+                    tracing::debug!(cluster = %cluster, target = %t.config.name, "client not mirrored: the target lists no login for its user");
+                    t.stats.skipped_no_login();
+                    return None;
+                };
                 Some(task::start(t.clone(), p, cluster.to_owned()))
             })
             .collect();
@@ -153,8 +160,11 @@ pub(crate) struct Lane<O> {
     /// The units of the open transaction (async), their size, and whether
     /// one of them may write.
     txn: Vec<Unit<O>>,
-    txn_bytes: usize,
+    txn_bytes: u64,
     txn_writes: bool,
+    /// The open transaction went past `mirror_max_transaction_bytes`: it
+    /// was dropped, and the rest of it is counted, not kept.
+    txn_over: bool,
 }
 
 /// A mirrored client's lanes, owned by its session.
@@ -185,21 +195,34 @@ impl<O: Clone> Lanes<O> {
                 }
                 continue;
             }
-            lane.txn_writes |= writes;
-            lane.txn_bytes += unit.frames.len();
-            lane.txn.push(unit.clone());
+            let reads_only = !config.mirror_writes;
+            if lane.txn_over {
+                // Past the bound: the rest of the transaction is counted only.
+                (lane.dropped)(std::slice::from_ref(&unit));
+            } else if reads_only && (writes || lane.txn_writes) {
+                // A reads-only mirror: not its traffic; nothing of it is kept.
+                lane.txn_writes = true;
+                lane.txn.clear();
+                lane.txn_bytes = 0;
+            } else {
+                lane.txn_writes |= writes;
+                lane.txn_bytes += unit.frames.len() as u64;
+                lane.txn.push(unit.clone());
+                if lane.txn_bytes > config.mirror_max_transaction_bytes {
+                    // Dropped whole, and freed now (not at its end).
+                    (lane.dropped)(&std::mem::take(&mut lane.txn));
+                    lane.txn_bytes = 0;
+                    lane.txn_over = true;
+                }
+            }
             if in_txn {
                 continue;
             }
             let units = std::mem::take(&mut lane.txn);
-            let (writes, bytes) = (lane.txn_writes, lane.txn_bytes);
-            lane.txn_writes = false;
+            let writes = std::mem::take(&mut lane.txn_writes);
+            let over = std::mem::take(&mut lane.txn_over);
             lane.txn_bytes = 0;
-            if writes && !config.mirror_writes {
-                continue; // A reads-only mirror: not its traffic.
-            }
-            if bytes > TXN_BYTES_MAX {
-                (lane.dropped)(&units);
+            if over || units.is_empty() || (writes && reads_only) {
                 continue;
             }
             if let Err(e) = lane.tx.try_send(Batch { units, done: None }) {
@@ -231,6 +254,7 @@ impl<O: Clone> Lanes<O> {
             units.extend_from_slice(in_flight);
             lane.txn_bytes = 0;
             lane.txn_writes = false;
+            lane.txn_over = false;
             (lane.dropped)(&units);
         }
     }

@@ -39,6 +39,7 @@ pub(super) fn start<P: MirrorProtocol>(
         txn: Vec::new(),
         txn_bytes: 0,
         txn_writes: false,
+        txn_over: false,
     }
 }
 

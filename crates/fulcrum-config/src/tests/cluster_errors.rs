@@ -535,6 +535,14 @@ fn mirror_keys_are_validated() {
             "fulcrum.toml:14: cluster[0].mirror[0].mirror_queue: must be at least 1, got 0",
         ),
         (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"\nmirror_max_transaction_bytes = 0"),
+            "fulcrum.toml:14: cluster[0].mirror[0].mirror_max_transaction_bytes: must be greater than zero",
+        ),
+        (
+            &with_mirror("address = \"127.0.0.1:5433\"\nuser = \"u\"\nmirror_max_transaction_bytes = \"lots\""),
+            "fulcrum.toml:14: cluster[0].mirror[0].mirror_max_transaction_bytes: invalid size \"lots\": expected a whole number and an optional unit (B, kB (or KB), MB, GB, TB), e.g. \"16MB\"",
+        ),
+        (
             &with_mirror("cluster = \"nope\""),
             "fulcrum.toml:12: cluster[0].mirror[0].cluster: no [[cluster]] is named \"nope\" (there are: main)",
         ),
@@ -566,6 +574,9 @@ fn a_mirror_cluster_target_resolves_to_its_primary_and_logins() {
     assert_eq!(m.exposure, 1.0);
     assert!(!m.mirror_writes);
     assert_eq!(m.mirror_mode, crate::MirrorMode::Async);
-    assert_eq!(m.login_for("app", None), Some(("app", "secret")));
-    assert_eq!(m.login_for("nobody", Some(("x", "y"))), Some(("x", "y")));
+    assert_eq!(m.mirror_max_transaction_bytes, 4 * 1024 * 1024);
+    assert_eq!(m.login_for("app"), Some(("app", "secret")));
+    // A user the target cluster does not list is not mirrored: never with
+    // this cluster's password.
+    assert_eq!(m.login_for("nobody"), None);
 }

@@ -1,7 +1,8 @@
 //! Validates `[[cluster.mirror]]`: a target (`cluster`, or `address` with
 //! `user` and `password`, never both), `exposure` in 0..=1, `mirror_queue`
-//! at least 1, `mirror_mode` async or sync; then, once every cluster is
-//! read, resolves `cluster = "name"` to that cluster's primary and logins.
+//! at least 1, `mirror_max_transaction_bytes` a size, `mirror_mode` async
+//! or sync; then, once every cluster is read, resolves `cluster = "name"`
+//! to that cluster's primary (its address and server TLS) and logins.
 
 use toml::Spanned;
 
@@ -74,6 +75,7 @@ pub(super) fn mirrors(
             name,
             address,
             login,
+            tls: crate::ServerTls::disabled(),
             exposure,
             mirror_writes: m.mirror_writes.as_ref().is_some_and(|v| *v.get_ref()),
             mirror_queue: mt.u32_at_least(
@@ -81,6 +83,11 @@ pub(super) fn mirrors(
                 "mirror_queue",
                 1,
                 defaults::MIRROR_QUEUE,
+            )?,
+            mirror_max_transaction_bytes: mt.size(
+                &m.mirror_max_transaction_bytes,
+                "mirror_max_transaction_bytes",
+                defaults::MIRROR_MAX_TRANSACTION_BYTES,
             )?,
             mirror_mode: mt.choice(
                 &m.mirror_mode,
@@ -131,13 +138,13 @@ pub(super) fn resolve(
                 return Err(problem(format!("cluster {name:?} speaks another protocol")));
             }
             let target = &clusters[k];
-            let address = target
+            let backend = target
                 .backends
                 .iter()
                 .find(|b| b.role == Role::Primary)
                 .or(target.backends.first())
-                .map(|b| b.address.clone())
                 .ok_or_else(|| problem(format!("cluster {name:?} has no backend")))?;
+            let (address, tls) = (backend.address.clone(), backend.tls.clone());
             let users = target
                 .users
                 .iter()
@@ -151,6 +158,7 @@ pub(super) fn resolve(
                 .collect();
             let m = &mut clusters[i].mirrors[j];
             m.address = address;
+            m.tls = tls;
             m.login = MirrorLogin::ClientUser { users };
         }
     }

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use fulcrum_cluster::mirror::{Lanes, Unit};
 use mysql_common::constants::CapabilityFlags as C;
 
+use crate::codec::packet::HEADER_LEN;
 use crate::frontend::context::MyClusterContext;
 use crate::frontend::reply::Reply;
 
@@ -23,41 +24,15 @@ mod protocol;
 pub use outcome::Outcome;
 pub use protocol::MyMirror;
 
-/// A command that only moves session state or transaction control (`SET`,
-/// `USE`, `BEGIN`, `COMMIT`, ...; COM_INIT_DB): a reads-only mirror takes
-/// it, since its connection needs it.
-pub fn session_only(command: &[u8]) -> bool {
-    const WORDS: [&[u8]; 9] = [
-        b"set",
-        b"use",
-        b"begin",
-        b"start",
-        b"commit",
-        b"rollback",
-        b"savepoint",
-        b"release",
-        b"xa",
-    ];
-    match command
-        .get(crate::codec::packet::HEADER_LEN..)
-        .and_then(|p| p.split_first())
-    {
-        Some((0x02, _)) => true,
-        // A COM_QUERY, or a prepared statement's execute mirrored by text.
-        Some((0x03 | 0x16, text)) => {
-            let first = fulcrum_sql::statements::first_word(text);
-            WORDS.iter().any(|w| first.eq_ignore_ascii_case(w))
-        }
-        _ => false,
-    }
-}
-
 pub struct ClientMirror {
     lanes: Lanes<Outcome>,
     /// The primary's answer to the command in flight, so far.
     outcome: Outcome,
     /// What the next answered command is mirrored as, when not as sent.
     next: Option<Next>,
+    /// The command being routed may write (its statements' decisions,
+    /// `unit_writes`); until told, a command counts as one that may.
+    writes: bool,
 }
 
 /// The next command's mirror, when not the message the server got.
@@ -84,6 +59,7 @@ impl ClientMirror {
             lanes,
             outcome: Outcome::default(),
             next: None,
+            writes: true,
         }))
     }
 
@@ -92,6 +68,13 @@ impl ClientMirror {
     /// target preparing it under its own id.
     pub fn execute(&mut self, sql: &str, body: &[u8]) {
         self.next = Some(Next::Frames(protocol::by_text(sql, body)));
+    }
+
+    /// Whether the command being routed may write, judged by the
+    /// classifier's decisions (`fulcrum_cluster::mirror::unit_may_write`):
+    /// a reads-only mirror leaves it out (with its whole transaction).
+    pub fn unit_writes(&mut self, writes: bool) {
+        self.writes = writes;
     }
 
     /// The next command is not mirrored.
@@ -105,25 +88,19 @@ impl ClientMirror {
     }
 
     /// The primary answered `command` (the client's message, headers
-    /// included), sent at `started`; `writes` when its route may write
-    /// (session state and transaction control are a reads-only mirror's
-    /// too).
-    pub fn answered(
-        &mut self,
-        command: &[u8],
-        reply: &Reply,
-        writes: bool,
-        started: Instant,
-        skip: bool,
-    ) {
+    /// included), sent at `started`.
+    pub fn answered(&mut self, command: &[u8], reply: &Reply, started: Instant, skip: bool) {
         let mut outcome = std::mem::take(&mut self.outcome);
+        // COM_INIT_DB moves session state, COM_FIELD_LIST and
+        // COM_STATISTICS only read; a statement is judged by its decisions.
+        let writes = std::mem::replace(&mut self.writes, true)
+            && !matches!(command.get(HEADER_LEN), Some(0x02 | 0x04 | 0x09));
         let frames = match self.next.take() {
             Some(Next::Ignore) => return,
             Some(Next::Frames(f)) => f,
             None => Bytes::copy_from_slice(command),
         };
         outcome.end(reply);
-        let writes = writes && !session_only(&frames);
         let in_txn = reply.status.is_some_and(|s| {
             s.contains(mysql_common::constants::StatusFlags::SERVER_STATUS_IN_TRANS)
         });
@@ -150,6 +127,7 @@ impl ClientMirror {
     pub fn abandon(&mut self) {
         self.outcome = Outcome::default();
         self.next = None;
+        self.writes = true;
         self.lanes.abandon(&[]);
     }
 }

@@ -42,11 +42,7 @@ impl MyMirror {
         wire_format: C,
         charset: u8,
     ) -> Option<MyMirror> {
-        let own = ctx
-            .server_logins
-            .get(user)
-            .map(|(u, p)| (u.as_str(), p.as_str()));
-        let (login_user, password) = target.config.login_for(user, own)?;
+        let (login_user, password) = target.config.login_for(user)?;
         Some(MyMirror {
             server: ServerTarget {
                 address: target.config.address.clone(),
@@ -56,7 +52,7 @@ impl MyMirror {
                 charset,
                 local_infile: false,
                 track_gtid: false,
-                tls: None,
+                tls: crate::backend::connect::ServerTls::from_config(&target.config.tls),
                 native_stage1: None,
             },
             schema: schema.map(str::to_owned),

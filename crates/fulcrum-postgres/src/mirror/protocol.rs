@@ -38,11 +38,7 @@ impl PgMirror {
         database: &str,
         startup: &SessionParams,
     ) -> Option<PgMirror> {
-        let own = ctx
-            .users
-            .get(user)
-            .map(|u| (u.server_user.as_str(), u.server_password.as_str()));
-        let (login_user, password) = target.config.login_for(user, own)?;
+        let (login_user, password) = target.config.login_for(user)?;
         Some(PgMirror {
             server: ServerTarget {
                 address: target.config.address.as_str().into(),
@@ -54,7 +50,7 @@ impl PgMirror {
                     .unwrap_or(database)
                     .to_owned(),
                 allow_cleartext: ctx.config.server_cleartext,
-                tls: None,
+                tls: crate::backend::connect::ServerTlsTarget::from_config(&target.config.tls),
             },
             connect_timeout: ctx.config.connect_timeout,
             startup: startup.values().cloned().collect::<Vec<_>>().join(";"),

@@ -146,9 +146,8 @@ impl Session {
             }
         }
         if mirroring {
-            let writes = self.unit_routing.may_write;
             if let Some(m) = self.digests.mirror.as_mut() {
-                m.answered(msg, &reply, writes, sent_at, skip);
+                m.answered(msg, &reply, sent_at, skip);
                 if m.waiting() {
                     // `mirror_mode = "sync"`: the answer waits for the mirror's.
                     m.wait().await;

@@ -34,6 +34,12 @@ impl Session {
         }
         self.engine.unit.may_write = routing.may_write;
         self.unit_routing = routing;
+        if let Some(m) = self.digests.mirror.as_mut() {
+            // What the statement is, not where it goes (a read inside a
+            // transaction goes to the primary). `route_query` looks at each
+            // statement of a text too.
+            m.unit_writes(!fulcrum_cluster::mirror::reads_only_takes(decision));
+        }
         if self.server.is_some()
             && self
                 .engine
@@ -98,7 +104,21 @@ impl Session {
         // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
         // connection for the next command.
         effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
-        (self.route_unit(decision), effects, unit.key)
+        let routing = self.route_unit(decision);
+        if self.digests.mirror.is_some() {
+            let (user, format) = (
+                &self.user,
+                (self.hello.wire_format.bits(), self.hello.charset),
+            );
+            let schema = self.schema.as_deref().unwrap_or("");
+            let writes = fulcrum_cluster::mirror::unit_may_write(decision, text, |s| {
+                self.ctx.classify_unit_for(s, user, format, schema).0
+            });
+            if let Some(m) = self.digests.mirror.as_mut() {
+                m.unit_writes(writes);
+            }
+        }
+        (routing, effects, unit.key)
     }
 }
 

@@ -378,20 +378,23 @@ impl Session {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
         self.engine.unit.may_write = routing.may_write;
-        if let Some(m) = self.mirror.as_mut() {
+        if self.mirror.is_some() {
             // What the statements are, not where they go (a read inside a
-            // transaction goes to the primary): reads, session state and
-            // transaction control are a reads-only mirror's traffic.
-            let reads = matches!(
-                decision,
-                Decision::Read
-                    | Decision::Set
-                    | Decision::Begin { .. }
-                    | Decision::End
-                    | Decision::Txn
-                    | Decision::TxnReadOnly
-            );
-            m.unit_writes(!reads);
+            // transaction goes to the primary), each statement of a Query
+            // judged too (`fulcrum_cluster::mirror::unit_may_write`).
+            let text = match self.client.read_buf.first() {
+                Some(b'Q') => unit_text(&self.client.read_buf),
+                _ => None,
+            };
+            let text = text.and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
+            let (user, database) = (&self.id.user, &self.id.database);
+            let writes = fulcrum_cluster::mirror::unit_may_write(decision, text, |s| {
+                let unit = self.ctx.classify_unit(s);
+                self.ctx.catalog_decision(&unit, user, database)
+            });
+            if let Some(m) = self.mirror.as_mut() {
+                m.unit_writes(writes);
+            }
         }
         routing
     }
