@@ -87,23 +87,31 @@ fn version_in(table: &Mutex<Table>, map: &SessionParams) -> u64 {
 pub struct Settings {
     map: SessionParams,
     version: u64,
+    /// `bytes_of(map)`, kept as the map changes (read on every detach).
+    bytes: usize,
 }
 
 impl Settings {
     pub fn new(map: SessionParams) -> Settings {
         Settings {
             version: version_of(&map),
+            bytes: bytes_of(&map),
             map,
         }
     }
 
     pub fn insert(&mut self, key: String, stmt: String) {
-        self.map.insert(key, stmt);
+        let (klen, slen) = (key.len(), stmt.len());
+        match self.map.insert(key, stmt) {
+            Some(old) => self.bytes = self.bytes - old.len() + slen,
+            None => self.bytes += klen + slen,
+        }
         self.version = version_of(&self.map);
     }
 
     pub fn remove(&mut self, key: &str) {
-        if self.map.remove(key).is_some() {
+        if let Some(old) = self.map.remove(key) {
+            self.bytes -= key.len() + old.len();
             self.version = version_of(&self.map);
         }
     }
@@ -111,6 +119,12 @@ impl Settings {
     pub fn clear(&mut self) {
         self.map.clear();
         self.version = EMPTY;
+        self.bytes = 0;
+    }
+
+    /// The bytes of its keys and statements.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Settings not known (a large content dropped to free its memory):
@@ -119,6 +133,7 @@ impl Settings {
         Settings {
             map: SessionParams::new(),
             version: UNKNOWN,
+            bytes: 0,
         }
     }
 
@@ -199,6 +214,7 @@ mod tests {
         let local = Mutex::new(Table::default());
         let settings = |m: SessionParams| Settings {
             version: version_in(&local, &m),
+            bytes: bytes_of(&m),
             map: m,
         };
         let first = settings(map(&[("TimeZone", "SET TimeZone = 'UTC'")]));
@@ -236,6 +252,13 @@ mod tests {
         let b = Settings::new(m);
         assert_ne!(a.version, b.version);
         assert_eq!(a, b);
+        assert_eq!(a.bytes(), bytes_of(&a));
+        let mut c = a.clone();
+        c.insert("app.k0".into(), "SET app.k0 = 1".into());
+        c.remove("app.k1");
+        assert_eq!(c.bytes(), bytes_of(&c), "kept as the map changes");
+        c.clear();
+        assert_eq!(c.bytes(), 0);
         // Settings not known equal nothing, not even empty ones.
         assert_ne!(Settings::unknown(), Settings::default());
         assert!(Settings::unknown().needs_reset());

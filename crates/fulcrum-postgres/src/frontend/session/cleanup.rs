@@ -111,7 +111,7 @@ const KEEP_APPLIED_MAX_BYTES: usize = 64 * 1024;
 
 /// Drops a large record of what `server` carries (see above).
 pub(super) fn shed_large_settings(server: &mut ServerConn) {
-    if crate::backend::settings::bytes_of(&server.applied) > KEEP_APPLIED_MAX_BYTES {
+    if server.applied.bytes() > KEEP_APPLIED_MAX_BYTES {
         server.applied = Settings::unknown();
     }
 }

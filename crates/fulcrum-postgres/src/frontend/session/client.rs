@@ -479,7 +479,7 @@ impl Session {
                 _ => 0,
             })
             .sum();
-        adds > 0 && crate::backend::settings::bytes_of(desired) + adds > max_bytes
+        adds > 0 && desired.bytes() + adds > max_bytes
     }
 
     /// Ends the session of a client past `max_client_settings`.
