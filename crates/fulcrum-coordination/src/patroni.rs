@@ -296,7 +296,11 @@ impl Followed {
                     self.refresh().await;
                     return Ok(String::from_utf8_lossy(&a.body).into_owned());
                 }
-                Ok(a) => return Err(self.refused(endpoint, "the switchover", &a)),
+                Ok(a) => {
+                    let e = self.refused(endpoint, "the switchover", &a);
+                    tracing::error!(cluster = %self.cluster, error = %e, "Patroni refused the switchover");
+                    return Err(e);
+                }
                 Err(e) => last = e,
             }
         }
