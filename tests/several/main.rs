@@ -12,4 +12,5 @@ mod several_etcd_forged;
 mod several_etcd_secure;
 mod several_maria;
 mod several_patroni;
+mod several_patroni_secure;
 mod several_token;

@@ -80,14 +80,64 @@ impl std::fmt::Debug for Etcd {
 }
 
 /// `topology = "patroni"`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Patroni {
-    /// Base URLs of the Patroni REST APIs (`http://host:8008`).
+    /// Base URLs of the Patroni REST APIs (`http://host:8008`, or
+    /// `https://host:8008` checked against `tls`).
     pub endpoints: Vec<String>,
     /// How long without an answer from any of them before this instance
     /// counts itself cut off (`patroni_timeout`).
     pub timeout: Duration,
     pub on_loss: CoordinatorLoss,
+    /// TLS to the `https://` endpoints (`patroni_tls_ca` and the optional
+    /// client identity); set whenever one endpoint is `https://`.
+    pub tls: Option<std::sync::Arc<fulcrum_tls::rustls::ClientConfig>>,
+    /// A digest of the TLS files' contents (equal configs, equal files).
+    pub tls_digest: u64,
+    /// HTTP basic authentication to Patroni's REST API (`patroni_user`,
+    /// `patroni_password`; only with `https://` endpoints).
+    pub user: Option<String>,
+    pub password: String,
+}
+
+impl Patroni {
+    /// Plain `http://` endpoints, no credentials (tests, examples).
+    pub fn plain(endpoints: Vec<String>, timeout: Duration, on_loss: CoordinatorLoss) -> Patroni {
+        Patroni {
+            endpoints,
+            timeout,
+            on_loss,
+            tls: None,
+            tls_digest: 0,
+            user: None,
+            password: String::new(),
+        }
+    }
+}
+
+impl PartialEq for Patroni {
+    fn eq(&self, o: &Patroni) -> bool {
+        self.endpoints == o.endpoints
+            && self.timeout == o.timeout
+            && self.on_loss == o.on_loss
+            && self.tls.is_some() == o.tls.is_some()
+            && self.tls_digest == o.tls_digest
+            && self.user == o.user
+            && self.password == o.password
+    }
+}
+
+impl std::fmt::Debug for Patroni {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Patroni")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .field("on_loss", &self.on_loss)
+            .field("tls", &self.tls.is_some())
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// What an instance cut off from its coordinator does with writes

@@ -62,16 +62,6 @@ pub struct Elected {
 impl Elected {
     pub fn new(cluster: &str, settings: &fulcrum_config::Etcd) -> Arc<Elected> {
         let base = format!("{}/{}", settings.prefix, cluster);
-        if settings.user.is_some() && settings.tls.is_none() {
-            tracing::warn!(
-                cluster = %cluster,
-                user = ?settings.user,
-                "etcd_user and etcd_password are sent to etcd over plain http, and so is \
-                 the token etcd answers with: anyone on the path can read them and forge \
-                 the topology; set etcd_tls_ca (and give etcd's https client URLs as \
-                 etcd_endpoints)"
-            );
-        }
         Arc::new(Elected {
             client: EtcdClient::new(settings),
             me: settings.instance.clone(),

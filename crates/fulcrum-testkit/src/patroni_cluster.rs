@@ -4,7 +4,9 @@
 //! loopback and its data directory under one temporary directory; the
 //! testkit's `app` role and database are created at bootstrap. Patroni and
 //! its servers run as `postgres` when the tests run as root, and are reaped
-//! if the test process dies first.
+//! if the test process dies first. [`PatroniCluster::start_secure`] serves
+//! the REST API over TLS with basic authentication (the kit then talks to
+//! it with curl).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -37,9 +39,18 @@ struct Member {
     reaper: Option<Reaper>,
 }
 
+/// The REST API over TLS (`restapi.certfile`, `keyfile`) with basic
+/// authentication on its unsafe endpoints (`restapi.authentication`).
+struct Secure {
+    ca: PathBuf,
+    user: String,
+    password: String,
+}
+
 pub struct PatroniCluster {
     dir: PathBuf,
     members: Vec<Member>,
+    secure: Option<Secure>,
     _reaper: Reaper,
     keep: bool,
 }
@@ -49,6 +60,32 @@ impl PatroniCluster {
     /// leader, every other one streams from it, and the `app` role and
     /// database exist.
     pub fn start(etcd: &EtcdCluster, n: usize) -> Result<PatroniCluster> {
+        PatroniCluster::start_with(etcd, n, None)
+    }
+
+    /// As [`PatroniCluster::start`], with every member's REST API on
+    /// `https://` (the server certificate of `certs`, for `127.0.0.1`) and
+    /// `user` / `password` guarding its unsafe endpoints.
+    pub fn start_secure(
+        etcd: &EtcdCluster,
+        n: usize,
+        certs: &crate::TestCerts,
+        user: &str,
+        password: &str,
+    ) -> Result<PatroniCluster> {
+        let secure = Secure {
+            ca: certs.ca.clone(),
+            user: user.to_owned(),
+            password: password.to_owned(),
+        };
+        PatroniCluster::start_with(etcd, n, Some((secure, certs)))
+    }
+
+    fn start_with(
+        etcd: &EtcdCluster,
+        n: usize,
+        secure: Option<(Secure, &crate::TestCerts)>,
+    ) -> Result<PatroniCluster> {
         let keep = std::env::var(crate::KEEP_ENV).is_ok_and(|v| v == "1");
         let dir = crate::scratch::create("patroni", true)?;
         let reaper = Reaper::for_cluster(&dir, keep)?;
@@ -68,6 +105,30 @@ impl PatroniCluster {
         std::fs::set_permissions(&bootstrap, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| TestkitError::io("chmod post_bootstrap.sh", e))?;
         let hosts = etcd.endpoints().join(",");
+        // Copied into the cluster's directory, which is Patroni's (postgres).
+        let restapi_tls = match &secure {
+            None => String::new(),
+            Some((s, certs)) => {
+                let (cert, key) = (dir.join("restapi-cert.pem"), dir.join("restapi-key.pem"));
+                // Patroni's own calls to the other members (the candidate's
+                // health at a switchover) verify them against `cafile`.
+                let ca = dir.join("restapi-ca.pem");
+                std::fs::copy(&certs.ca, &ca).map_err(|e| TestkitError::io("restapi ca", e))?;
+                std::fs::copy(&certs.cert, &cert)
+                    .map_err(|e| TestkitError::io("restapi cert", e))?;
+                std::fs::copy(&certs.key, &key).map_err(|e| TestkitError::io("restapi key", e))?;
+                std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| TestkitError::io("chmod restapi key", e))?;
+                format!(
+                    "  certfile: {}\n  keyfile: {}\n  cafile: {}\n  authentication:\n    username: {}\n    password: {}\n",
+                    cert.display(),
+                    key.display(),
+                    ca.display(),
+                    s.user,
+                    s.password
+                )
+            }
+        };
         let mut members = Vec::new();
         for i in 0..n {
             let name = format!("pg{i}");
@@ -78,7 +139,7 @@ impl PatroniCluster {
             let config = format!(
                 "scope: {scope}\nname: {name}\nnamespace: /patroni-test/\n\
                  log:\n  level: INFO\n  dir: {home}\n\
-                 restapi:\n  listen: 127.0.0.1:{api_port}\n  connect_address: 127.0.0.1:{api_port}\n\
+                 restapi:\n  listen: 127.0.0.1:{api_port}\n  connect_address: 127.0.0.1:{api_port}\n{restapi_tls}\
                  etcd3:\n  hosts: {hosts}\n\
                  bootstrap:\n  dcs:\n    ttl: 20\n    loop_wait: 1\n    retry_timeout: 5\n    maximum_lag_on_failover: 67108864\n\
                  \x20   postgresql:\n      use_pg_rewind: true\n      use_slots: true\n      parameters:\n\
@@ -118,6 +179,7 @@ impl PatroniCluster {
         let mut cluster = PatroniCluster {
             dir,
             members,
+            secure: secure.map(|(s, _)| s),
             _reaper: reaper,
             keep,
         };
@@ -225,12 +287,32 @@ impl PatroniCluster {
         Ok(())
     }
 
-    /// `http://127.0.0.1:PORT` of each member's REST API.
+    /// `http://127.0.0.1:PORT` (`https://` when started secure) of each
+    /// member's REST API.
     pub fn api_endpoints(&self) -> Vec<String> {
+        let scheme = if self.secure.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.api_port))
+            .map(|m| format!("{scheme}://127.0.0.1:{}", m.api_port))
             .collect()
+    }
+
+    /// One exchange with a member's REST API: status and body.
+    fn api(
+        &self,
+        port: u16,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Option<(u16, String)> {
+        match &self.secure {
+            None => http(port, method, path, body),
+            Some(s) => curl(s, port, method, path, body),
+        }
     }
 
     /// `127.0.0.1:PORT` of each member's PostgreSQL, in member order.
@@ -247,7 +329,7 @@ impl PatroniCluster {
             .iter()
             .filter(|m| m.child.is_some())
             .find_map(|m| {
-                http(m.api_port, "GET", "/cluster", None)
+                self.api(m.api_port, "GET", "/cluster", None)
                     .filter(|(s, _)| *s == 200)
                     .map(|(_, b)| b)
             })
@@ -291,13 +373,14 @@ impl PatroniCluster {
             "{{\"leader\":\"{}\",\"candidate\":\"{}\"}}",
             self.members[leader].name, self.members[candidate].name
         );
-        let (status, text) = http(
-            self.members[leader].api_port,
-            "POST",
-            "/switchover",
-            Some(&body),
-        )
-        .ok_or_else(|| TestkitError::Invalid("patroni: /switchover did not answer".into()))?;
+        let (status, text) = self
+            .api(
+                self.members[leader].api_port,
+                "POST",
+                "/switchover",
+                Some(&body),
+            )
+            .ok_or_else(|| TestkitError::Invalid("patroni: /switchover did not answer".into()))?;
         if status != 200 {
             return Err(TestkitError::Invalid(format!(
                 "patroni: /switchover: HTTP {status}: {text}"
@@ -427,4 +510,33 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16,
     let status = out.split_whitespace().nth(1)?.parse().ok()?;
     let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
     Some((status, body))
+}
+
+/// [`http`] over TLS with basic authentication, by curl.
+fn curl(
+    s: &Secure,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
+    let mut cmd = Command::new(crate::tool("/usr/bin/curl", "curl"));
+    cmd.args(["-sS", "--max-time", "60", "--cacert"])
+        .arg(&s.ca)
+        .args(["-u", &format!("{}:{}", s.user, s.password)])
+        .args(["-X", method, "-H", "Content-Type: application/json"])
+        .args(["-w", "\n%{http_code}"]);
+    if let Some(body) = body {
+        cmd.args(["--data-binary", body]);
+    }
+    let out = cmd
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, status) = text.rsplit_once('\n')?;
+    let status: u16 = status.trim().parse().ok()?;
+    (status != 0).then(|| (status, body.to_owned()))
 }

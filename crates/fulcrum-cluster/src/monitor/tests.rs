@@ -501,11 +501,11 @@ async fn cut_off_from_the_coordinator_writes_hold_and_the_router_expires_its_pri
         "reads go on"
     );
     // last_known: the last named primary while it answers as one.
-    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni {
-        endpoints: vec![],
-        timeout: Duration::from_secs(5),
-        on_loss: fulcrum_config::CoordinatorLoss::LastKnown,
-    });
+    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni::plain(
+        vec![],
+        Duration::from_secs(5),
+        fulcrum_config::CoordinatorLoss::LastKnown,
+    ));
     m.round().await;
     assert_eq!(
         router.primary(),
@@ -518,11 +518,11 @@ async fn cut_off_from_the_coordinator_writes_hold_and_the_router_expires_its_pri
     let mut v = verdict("p:1", Stage::Ready, true);
     v.valid_until = Some(Instant::now());
     m.verdict = Some(v);
-    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni {
-        endpoints: vec![],
-        timeout: Duration::from_millis(40),
-        on_loss: fulcrum_config::CoordinatorLoss::LastKnown,
-    });
+    m.settings.topology = fulcrum_config::Topology::Patroni(fulcrum_config::Patroni::plain(
+        vec![],
+        Duration::from_millis(40),
+        fulcrum_config::CoordinatorLoss::LastKnown,
+    ));
     m.round().await;
     assert_eq!(
         router.primary(),

@@ -473,7 +473,7 @@ fn topology_keys_are_validated() {
         ),
         (
             &with_key("topology = \"patroni\"\n    patroni_endpoints = [\"127.0.0.1:8008\"]"),
-            "fulcrum.toml:6: cluster[0].patroni_endpoints: \"127.0.0.1:8008\" is not a Patroni REST URL (http://host:port)",
+            "fulcrum.toml:6: cluster[0].patroni_endpoints: \"127.0.0.1:8008\" is not a Patroni REST URL (http://host:port or https://host:port)",
         ),
         (
             &with_key("topology = \"patroni\"\n    patroni_endpoints = [\"http://127.0.0.1:8008\"]\n    failover = \"promote\""),

@@ -3,6 +3,7 @@
 
 mod backend_user_errors;
 mod cluster_errors;
+mod coordinator_access;
 mod documented;
 mod file_errors;
 mod tls;

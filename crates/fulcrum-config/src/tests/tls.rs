@@ -9,7 +9,7 @@ use super::{dedent, MINIMAL};
 use crate::{TlsMode, TlsVersion};
 
 /// A directory with a self-signed `cert.pem`/`key.pem` and a second key.
-fn dir_with_certificate(tag: &str) -> PathBuf {
+pub(super) fn dir_with_certificate(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fulcrum-config-tls-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (cert, key) in [("cert.pem", "key.pem"), ("other-cert.pem", "other-key.pem")] {
@@ -37,7 +37,7 @@ fn dir_with_certificate(tag: &str) -> PathBuf {
 }
 
 /// `text` read as `fulcrum.toml` in `dir`.
-fn parse_in(dir: &Path, text: &str) -> Result<crate::Config, String> {
+pub(super) fn parse_in(dir: &Path, text: &str) -> Result<crate::Config, String> {
     crate::parse(&dedent(text), &dir.join("fulcrum.toml")).map_err(|e| e.to_string())
 }
 

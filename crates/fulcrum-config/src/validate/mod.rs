@@ -2,6 +2,7 @@
 //! checks each value and the rules that span keys (unique names, non-overlapping listeners).
 //! Pure (no I/O); stops at the first problem found and reports that one.
 
+mod access;
 mod backends;
 mod cluster;
 mod credentials;

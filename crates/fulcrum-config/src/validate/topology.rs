@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use super::access;
 use super::table::Table;
 use crate::error::Problem;
 use crate::raw::RawCluster;
@@ -43,7 +44,7 @@ pub(super) fn topology(
         ),
         ("instance_name", c.instance_name.as_ref().map(|v| v.span())),
     ];
-    let patroni_keys: [(&str, Option<std::ops::Range<usize>>); 2] = [
+    let patroni_keys: [(&str, Option<std::ops::Range<usize>>); 7] = [
         (
             "patroni_endpoints",
             c.patroni_endpoints.as_ref().map(|v| v.span()),
@@ -51,6 +52,23 @@ pub(super) fn topology(
         (
             "patroni_timeout",
             c.patroni_timeout.as_ref().map(|v| v.span()),
+        ),
+        ("patroni_user", c.patroni_user.as_ref().map(|v| v.span())),
+        (
+            "patroni_password",
+            c.patroni_password.as_ref().map(|v| v.span()),
+        ),
+        (
+            "patroni_tls_ca",
+            c.patroni_tls_ca.as_ref().map(|v| v.span()),
+        ),
+        (
+            "patroni_tls_certificate",
+            c.patroni_tls_certificate.as_ref().map(|v| v.span()),
+        ),
+        (
+            "patroni_tls_private_key",
+            c.patroni_tls_private_key.as_ref().map(|v| v.span()),
         ),
     ];
     let stray =
@@ -103,11 +121,7 @@ pub(super) fn topology(
             "patroni_timeout",
             defaults::PATRONI_TIMEOUT,
         )?;
-        return Ok(Topology::Patroni(Patroni {
-            endpoints,
-            timeout,
-            on_loss,
-        }));
+        return patroni(t, c, base, endpoints, timeout, on_loss);
     }
     let endpoints = endpoint_list(t, &c.etcd_endpoints, "etcd_endpoints", false)?;
     let prefix = t.text(&c.etcd_prefix, "etcd_prefix", Some(defaults::ETCD_PREFIX))?;
@@ -124,20 +138,25 @@ pub(super) fn topology(
             "must be at least 2s (etcd's own minimum lease)",
         ));
     }
-    let user = match &c.etcd_user {
-        None => None,
-        Some(_) => Some(t.text(&c.etcd_user, "etcd_user", None)?),
+    let keys = access::Keys {
+        source: "etcd",
+        user: &c.etcd_user,
+        password: &c.etcd_password,
+        ca: &c.etcd_tls_ca,
+        certificate: &c.etcd_tls_certificate,
+        private_key: &c.etcd_tls_private_key,
+        ca_is: "TLS to etcd is on when it is set",
     };
-    let password = match &c.etcd_password {
-        Some(p) => t.secret(p, "etcd_password", base)?,
-        None => String::new(),
-    };
-    match (&c.etcd_user, &c.etcd_password) {
-        (Some(u), None) => return Err(t.error(u, "etcd_user", "needs etcd_password as well")),
-        (None, Some(p)) => return Err(t.error(p, "etcd_password", "needs etcd_user as well")),
-        _ => {}
+    let (user, password) = access::credentials(t, &keys, base)?;
+    let (tls, tls_digest) = access::tls(t, &keys, base)?;
+    if let (Some(p), None) = (&c.etcd_password, &tls) {
+        return Err(t.error(
+            p,
+            "etcd_password",
+            "etcd_password over plain http sends it (and the token etcd answers with) in clear: \
+             set etcd_tls_ca and use etcd's https client URLs",
+        ));
     }
-    let (tls, tls_digest) = tls(t, c, base)?;
     let instance = match &c.instance_name {
         Some(_) => t.text(&c.instance_name, "instance_name", None)?,
         None => format!("{}-{}", host_name(), std::process::id()),
@@ -155,8 +174,75 @@ pub(super) fn topology(
     }))
 }
 
-/// A non-empty list of endpoints; `urls` wants `http://host:port`
-/// (Patroni), otherwise `host:port` (etcd; TLS is `etcd_tls_ca`'s).
+/// `topology = "patroni"`'s settings past its endpoints and timeout:
+/// basic authentication and TLS for `https://` endpoints. A password never
+/// goes to an `http://` endpoint, and an `https://` one needs the CA
+/// (Fulcrum's TLS has no system roots: the CA is always named).
+fn patroni(
+    t: &Table,
+    c: &RawCluster,
+    base: &Path,
+    endpoints: Vec<String>,
+    timeout: std::time::Duration,
+    on_loss: CoordinatorLoss,
+) -> Result<Topology, Problem> {
+    let keys = access::Keys {
+        source: "patroni",
+        user: &c.patroni_user,
+        password: &c.patroni_password,
+        ca: &c.patroni_tls_ca,
+        certificate: &c.patroni_tls_certificate,
+        private_key: &c.patroni_tls_private_key,
+        ca_is: "https:// endpoints are checked against it",
+    };
+    let (user, password) = access::credentials(t, &keys, base)?;
+    let plain = endpoints.iter().find(|e| e.starts_with("http://"));
+    if let (Some(p), Some(e)) = (&c.patroni_password, plain) {
+        return Err(t.error(
+            p,
+            "patroni_password",
+            format!(
+                "patroni_password over http:// sends it in clear: use https:// endpoints \
+                 ({e:?} is plain http)"
+            ),
+        ));
+    }
+    let (tls, tls_digest) = access::tls(t, &keys, base)?;
+    let secure = endpoints.iter().find(|e| e.starts_with("https://"));
+    match (&tls, secure, &c.patroni_tls_ca, &c.patroni_endpoints) {
+        (None, Some(e), _, Some(list)) => {
+            return Err(t.error(
+                list,
+                "patroni_endpoints",
+                format!(
+                    "{e:?} needs patroni_tls_ca (the CA that signed Patroni's restapi.certfile; \
+                     Fulcrum does not use the system's roots)"
+                ),
+            ))
+        }
+        (Some(_), None, Some(ca), _) => {
+            return Err(t.error(
+                ca,
+                "patroni_tls_ca",
+                "is set but no patroni_endpoints is https://",
+            ))
+        }
+        _ => {}
+    }
+    Ok(Topology::Patroni(Patroni {
+        endpoints,
+        timeout,
+        on_loss,
+        tls,
+        tls_digest,
+        user,
+        password,
+    }))
+}
+
+/// A non-empty list of endpoints; `urls` wants `http://host:port` or
+/// `https://host:port` (Patroni), otherwise `host:port` (etcd; TLS is
+/// `etcd_tls_ca`'s).
 fn endpoint_list(
     t: &Table,
     raw: &crate::raw::Value<Vec<String>>,
@@ -171,19 +257,24 @@ fn endpoint_list(
     }
     let mut out = Vec::new();
     for e in list.get_ref() {
-        let rest = if urls {
-            match e.strip_prefix("http://") {
-                Some(rest) => rest,
+        let (scheme, rest) = if urls {
+            let scheme = ["http://", "https://"]
+                .into_iter()
+                .find(|s| e.starts_with(s));
+            match scheme {
+                Some(s) => (s, &e[s.len()..]),
                 None => {
                     return Err(t.error(
                         list,
                         name,
-                        format!("{e:?} is not a Patroni REST URL (http://host:port)"),
+                        format!(
+                        "{e:?} is not a Patroni REST URL (http://host:port or https://host:port)"
+                    ),
                     ))
                 }
             }
         } else {
-            e.as_str()
+            ("", e.as_str())
         };
         let rest = rest.trim_end_matches('/');
         let ok = rest.rsplit_once(':').is_some_and(|(host, port)| {
@@ -191,98 +282,15 @@ fn endpoint_list(
         });
         if !ok {
             let want = if urls {
-                "http://host:port"
+                format!("{scheme}host:port")
             } else {
-                "host:port"
+                "host:port".to_owned()
             };
             return Err(t.error(list, name, format!("{e:?} is not {want}")));
         }
-        out.push(if urls {
-            format!("http://{rest}")
-        } else {
-            rest.to_owned()
-        });
+        out.push(format!("{scheme}{rest}"));
     }
     Ok(out)
-}
-
-/// TLS to etcd: on when `etcd_tls_ca` is set (the server's certificate is
-/// checked against it, name included); `etcd_tls_certificate` and
-/// `etcd_tls_private_key` add a client identity.
-fn tls(
-    t: &Table,
-    c: &RawCluster,
-    base: &Path,
-) -> Result<
-    (
-        Option<std::sync::Arc<fulcrum_tls::rustls::ClientConfig>>,
-        u64,
-    ),
-    Problem,
-> {
-    let (ca, cert, key) = (
-        &c.etcd_tls_ca,
-        &c.etcd_tls_certificate,
-        &c.etcd_tls_private_key,
-    );
-    let Some(ca) = ca else {
-        if let Some(v) = cert.as_ref().or(key.as_ref()) {
-            let name = if cert.is_some() {
-                "etcd_tls_certificate"
-            } else {
-                "etcd_tls_private_key"
-            };
-            return Err(t.error(
-                v,
-                name,
-                "needs etcd_tls_ca as well (TLS to etcd is on when it is set)",
-            ));
-        }
-        return Ok((None, 0));
-    };
-    let path = |v: &toml::Spanned<String>| base.join(v.get_ref());
-    let identity = match (cert, key) {
-        (Some(c), Some(k)) => {
-            crate::private_file::check(&path(k))
-                .map_err(|why| t.error(k, "etcd_tls_private_key", why))?;
-            Some((path(c), path(k)))
-        }
-        (Some(c), None) => {
-            return Err(t.error(
-                c,
-                "etcd_tls_certificate",
-                "needs etcd_tls_private_key as well",
-            ))
-        }
-        (None, Some(k)) => {
-            return Err(t.error(
-                k,
-                "etcd_tls_private_key",
-                "needs etcd_tls_certificate as well",
-            ))
-        }
-        (None, None) => None,
-    };
-    let ca_path = path(ca);
-    let config = fulcrum_tls::client_config(
-        fulcrum_tls::Verify::Full,
-        Some(&ca_path),
-        identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
-        &[b"http/1.1"],
-    )
-    .map_err(|e| match (&e, cert) {
-        (fulcrum_tls::TlsError::File { path, .. }, _) if *path == ca_path => {
-            t.error(ca, "etcd_tls_ca", e.to_string())
-        }
-        (_, Some(c)) => t.error(c, "etcd_tls_certificate", e.to_string()),
-        _ => t.error(ca, "etcd_tls_ca", e.to_string()),
-    })?;
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in std::iter::once(&ca_path).chain(identity.iter().flat_map(|(c, k)| [c, k])) {
-        std::fs::read(p).unwrap_or_default().hash(&mut h);
-    }
-    Ok((Some(config), h.finish()))
 }
 
 /// The machine's name (Linux), for the default instance name.
