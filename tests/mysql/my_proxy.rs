@@ -822,6 +822,49 @@ async fn a_pinned_client_leaves_nothing_for_the_next_client() {
     );
 }
 
+/// Default-deny on MySQL: a stored procedure that sets a user variable, and
+/// a statement sqlparser cannot read (`HANDLER ... OPEN`), pin their client,
+/// so what they leave never reaches the next client of the one server
+/// connection (before, both went back to the pool as plain writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_fulcrum_cannot_prove_harmless_leaves_nothing_for_the_next_client() {
+    cluster()
+        .primary()
+        .sql_script(
+            APP_DB,
+            "DROP PROCEDURE IF EXISTS leak_var;
+             DELIMITER //
+             CREATE PROCEDURE leak_var() BEGIN SET @proc_leak = 7; END//
+             DELIMITER ;",
+        )
+        .expect("procedure");
+    cluster()
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("replicated");
+    let (_p, port) = start("pool_size = 1\npool_timeout = \"5s\"");
+    {
+        let mut a = maria_connect(port).await;
+        a.query_drop("CALL leak_var()").await.unwrap();
+        a.query_drop("HANDLER items OPEN AS leak_h").await.unwrap();
+        a.disconnect().await.unwrap();
+    }
+    let mut next = maria_connect(port).await;
+    let v: Option<i64> = next
+        .query_first("/* fulcrum:primary */ SELECT @proc_leak")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v, None, "the procedure's user variable is gone");
+    let closed = next
+        .query_drop("HANDLER leak_h READ FIRST")
+        .await
+        .expect_err("the handler is gone");
+    assert!(
+        matches!(&closed, mysql_async::Error::Server(s) if s.code == 1109),
+        "{closed:?}"
+    );
+}
+
 /// Right from the first query, and the same catalog for every user: on a
 /// fresh Fulcrum the very first statement of the first client reads
 /// through a NO SQL function and goes to a replica (the login waited for

@@ -564,6 +564,18 @@ async fn an_instance_frozen_past_its_lease_never_writes_to_the_old_primary() {
         .parse()
         .unwrap();
     eprintln!("frozen {frozen_for:?} (lease {lease:?}): the leader f{} (hold) and f3 (last_known); after resuming: {ok} writes acknowledged, {errors} refused; {on_new} on the new primary, {on_old} on the old one", lead + 1);
+    if on_old > 0 {
+        for f in &frozen {
+            for l in f
+                .process
+                .log_contents()
+                .lines()
+                .filter(|l| !l.contains("DEBUG"))
+            {
+                eprintln!("{}: {l}", f.cfg.listen);
+            }
+        }
+    }
     assert_eq!(on_old, 0, "a frozen instance wrote to the old primary");
     assert!(
         on_new > 0 && on_new as usize == ok,

@@ -21,6 +21,38 @@ use crate::ops::ServerOps;
 use crate::topology::{NodeView, Topology};
 use crate::view::CoordinationStatus;
 
+/// Whether this process was paused (SIGSTOP, a VM freeze, a long stall):
+/// two verdicts further apart than the coordinator's lease. Until the
+/// coordinator has spoken again after such a gap, this instance's own probe
+/// does not vouch for the primary it last knew (`last_known`): the world
+/// may have moved on while it slept, and a probe only sees that a node
+/// answers as a primary, not that it still is the primary.
+#[derive(Debug, Default)]
+pub(crate) struct Pause {
+    last_take: Option<Instant>,
+    resumed_at: Option<Instant>,
+}
+
+impl Pause {
+    /// A verdict is taken at `now`; a gap past `lease` is a pause.
+    fn took(&mut self, now: Instant, lease: std::time::Duration, cluster: &str) {
+        if self
+            .last_take
+            .is_some_and(|t| now.saturating_duration_since(t) > lease)
+        {
+            tracing::warn!(%cluster, "this instance was paused longer than the coordinator's lease: its probes vouch for no primary until the coordinator answers again");
+            self.resumed_at = Some(now);
+        }
+        self.last_take = Some(now);
+    }
+
+    /// Whether the coordinator has not been heard from since the last pause.
+    fn unheard_since_pause(&self, last_heard: Option<Instant>) -> bool {
+        self.resumed_at
+            .is_some_and(|r| last_heard.is_none_or(|h| h < r))
+    }
+}
+
 /// A promotion's publication failed: someone else decided, or this
 /// instance no longer leads.
 pub(crate) struct NotDecided(pub String);
@@ -103,7 +135,10 @@ impl<S: ServerOps> Monitor<S> {
         if matches!(self.authority, Authority::Probe) {
             return;
         }
-        let v = self.authority.verdict(Instant::now());
+        let now = Instant::now();
+        let lease = self.lease();
+        self.pause.took(now, lease, &self.settings.cluster);
+        let v = self.authority.verdict(now);
         if let Some(v) = &v {
             // A coordinator never heard from yet (at start) was not "lost".
             let was_cut = self
@@ -136,10 +171,13 @@ impl<S: ServerOps> Monitor<S> {
             // Vouched for by the coordinator within its lease, or by this
             // round's own probe that saw the named primary writable: a
             // process resumed after a freeze writes nowhere until one of
-            // the two has spoken again.
+            // the two has spoken again, and after a pause past the lease
+            // only the coordinator may ([`Pause`]).
             CoordinatorLoss::LastKnown => {
+                let paused = self.pause.unheard_since_pause(v.last_heard);
                 let probed = self
                     .named()
+                    .filter(|_| !paused)
                     .filter(|&b| {
                         self.trackers[b].reachable()
                             && self.trackers[b].failures() == 0
@@ -409,5 +447,30 @@ impl<S: ServerOps> Monitor<S> {
     pub(crate) fn published_floor(&self) -> Option<(BackendId, u64)> {
         let p = self.verdict.as_ref()?.published.as_ref()?;
         Some((self.backend_at(p.primary.as_deref()?)?, p.commit_floor?))
+    }
+}
+
+#[cfg(test)]
+mod pause_tests {
+    use std::time::{Duration, Instant};
+
+    use super::Pause;
+
+    #[test]
+    fn a_gap_past_the_lease_is_a_pause_until_the_coordinator_speaks_again() {
+        let lease = Duration::from_secs(3);
+        let t0 = Instant::now();
+        let mut p = Pause::default();
+        p.took(t0, lease, "c");
+        p.took(t0 + Duration::from_millis(500), lease, "c");
+        assert!(!p.unheard_since_pause(Some(t0)), "regular rounds: no pause");
+        let resumed = t0 + Duration::from_secs(6);
+        p.took(resumed, lease, "c");
+        assert!(
+            p.unheard_since_pause(Some(t0)),
+            "heard before the pause only"
+        );
+        assert!(p.unheard_since_pause(None));
+        assert!(!p.unheard_since_pause(Some(resumed + Duration::from_millis(10))));
     }
 }

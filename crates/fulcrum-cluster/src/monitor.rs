@@ -72,6 +72,8 @@ pub struct Monitor<S: ServerOps> {
     /// The coordinator (`topology`), and what it said this round.
     pub(crate) authority: fulcrum_coordination::Authority,
     pub(crate) verdict: Option<fulcrum_coordination::Verdict>,
+    /// When the loop last took a verdict, and when it resumed after a pause.
+    pub(crate) pause: crate::coordinated::Pause,
 }
 
 impl<S: ServerOps> Monitor<S> {
@@ -106,6 +108,7 @@ impl<S: ServerOps> Monitor<S> {
             told_no_candidate: false,
             authority: fulcrum_coordination::Authority::Probe,
             verdict: None,
+            pause: Default::default(),
             requests,
             handle: crate::switchover::MonitorHandle { tx },
         }

@@ -163,13 +163,21 @@ impl Elected {
 
     /// Reads the topology key and keeps it if the leader wrote it and its
     /// epoch is not lower.
+    /// etcd counts as heard (the router may trust the topology again) only
+    /// once the topology read is taken: `take` asks etcd again for the
+    /// proof, and a round in between (or a failed proof read) must not
+    /// route by the old topology as if etcd had just confirmed it.
     async fn read_topology(&self) -> Result<(), CoordError> {
         let kv = self.client.get(&self.topology_key).await?;
-        self.state().last_heard = Some(Instant::now());
-        match kv {
+        let read_at = Instant::now();
+        let taken = match kv {
             Some(kv) => self.take(kv).await,
             None => Ok(()),
+        };
+        if taken.is_ok() {
+            self.state().last_heard = Some(read_at);
         }
+        taken
     }
 
     /// Takes a version of the topology key newer than the last one read,
@@ -372,9 +380,11 @@ impl Elected {
                         for message in whole {
                             match watch_event(&message) {
                                 Ok(Some(Some(kv))) => {
-                                    self.state().last_heard = Some(Instant::now());
-                                    if let Err(e) = self.take(kv).await {
-                                        self.failed(&e);
+                                    let read_at = Instant::now();
+                                    // Heard once taken (see read_topology).
+                                    match self.take(kv).await {
+                                        Ok(()) => self.state().last_heard = Some(read_at),
+                                        Err(e) => self.failed(&e),
                                     }
                                 }
                                 // A deletion (by hand) keeps the last topology seen.

@@ -326,6 +326,15 @@ mod tests {
         assert_eq!(unproven(&pg, "SELECT pure(1), lower('x')"), ["pure"]);
         assert_eq!(unproven(&pg, "INSERT INTO t VALUES (audit())"), ["audit"]);
         assert_eq!(unproven(&pg, "CALL refresh(1)"), ["refresh"]);
+        assert_eq!(
+            pg.classify("CALL refresh(1)"),
+            Decision::Pin("CALL of a procedure")
+        );
+        assert_eq!(
+            pg.classify("CALL stateless()"),
+            Decision::Write,
+            "declared free"
+        );
         assert_eq!(unproven(&pg, "UPDATE t SET a = f(b), c = g()"), ["f", "g"]);
         for sql in [
             "SELECT stateless(1)",

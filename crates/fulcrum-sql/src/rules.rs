@@ -233,6 +233,11 @@ pub(crate) fn classify_statement(
         Statement::Flush { export: true, .. } => Decision::Pin("FLUSH TABLES FOR EXPORT"),
         Statement::Kill { .. } => Decision::Primary,
         Statement::CreateTable(ct) if ct.temporary => Decision::Pin("temporary table"),
+        // A procedure may leave any session state (settings, user variables,
+        // temporary tables), and no catalog tells a built-in one: default-deny.
+        Statement::Call(call) if !f.session_free.contains(&function_name(&call.name)) => {
+            Decision::Pin("CALL of a procedure")
+        }
         // Everything else changes something: DML, DDL, COPY FROM, GRANT, VACUUM, CALL, ...
         _ => Decision::Write,
     }
