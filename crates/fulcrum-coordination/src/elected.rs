@@ -380,11 +380,16 @@ impl Elected {
                         for message in whole {
                             match watch_event(&message) {
                                 Ok(Some(Some(kv))) => {
-                                    let read_at = Instant::now();
-                                    // Heard once taken (see read_topology).
-                                    match self.take(kv).await {
-                                        Ok(()) => self.state().last_heard = Some(read_at),
-                                        Err(e) => self.failed(&e),
+                                    // Taken at once (convergence), but not
+                                    // "heard": a watch resumed after a pause
+                                    // replays history (a new leader's
+                                    // re-signed old topology, then its
+                                    // failover), each true only at its own
+                                    // revision. Only a read of the key as it
+                                    // is now (read_topology, each tick)
+                                    // makes the verdict fresh.
+                                    if let Err(e) = self.take(kv).await {
+                                        self.failed(&e);
                                     }
                                 }
                                 // A deletion (by hand) keeps the last topology seen.
