@@ -388,7 +388,9 @@ fn candidates_request(election: &str, at: Option<i64>) -> Value {
     let prefix = format!("{election}/");
     let mut end = prefix.clone().into_bytes();
     // The prefix ends in '/': the range ends just past it.
-    *end.last_mut().expect("not empty") += 1;
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
     let mut r = json!({"key": B64.encode(&prefix), "range_end": B64.encode(&end)});
     if let Some(at) = at {
         r["revision"] = json!(at.to_string());

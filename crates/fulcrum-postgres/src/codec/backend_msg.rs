@@ -128,7 +128,12 @@ pub fn one_row(out: &mut BytesMut, name: &str, oid: i32, value: &str) {
     out.put_i32(0);
     out.put_i16(0);
     out.put_i32(oid);
-    out.put_i16(if oid == 16 { 1 } else { 4 });
+    // The type's size: bool 1, int4 4, text (and the rest here) varlena.
+    out.put_i16(match oid {
+        16 => 1,
+        23 => 4,
+        _ => -1,
+    });
     out.put_i32(-1);
     out.put_i16(0);
     put_header(out, b'D', 2 + 4 + value.len());
@@ -140,20 +145,7 @@ pub fn one_row(out: &mut BytesMut, name: &str, oid: i32, value: &str) {
 /// RowDescription of one text column `name`, then one DataRow with `value`
 /// (the answer to a `SHOW` Fulcrum gives itself).
 pub fn one_text_row(out: &mut BytesMut, name: &str, value: &str) {
-    // Field: name, table oid, column, type oid (25 = text), size, modifier, format.
-    put_header(out, b'T', 2 + name.len() + 1 + 18);
-    out.put_i16(1);
-    cstr(out, name);
-    out.put_i32(0);
-    out.put_i16(0);
-    out.put_i32(25);
-    out.put_i16(-1);
-    out.put_i32(-1);
-    out.put_i16(0);
-    put_header(out, b'D', 2 + 4 + value.len());
-    out.put_i16(1);
-    out.put_i32(value.len() as i32);
-    out.put_slice(value.as_bytes());
+    one_row(out, name, 25, value);
 }
 
 /// Fields of an ErrorResponse or NoticeResponse body Fulcrum cares about.
