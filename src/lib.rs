@@ -25,6 +25,7 @@ pub mod config;
 pub mod connect;
 pub mod console;
 pub mod metrics;
+pub mod process;
 pub mod python;
 pub mod servers;
 pub mod sysbench;
@@ -45,6 +46,7 @@ pub use metrics::{
     family_sum, http_get, http_get_head, metric_sum, replays, scrape, start_with_metrics,
     try_scrape,
 };
+pub use process::rss_kb;
 pub use python::run_python;
 pub use servers::com_select;
 pub use sysbench::sysbench;

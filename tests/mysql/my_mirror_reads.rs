@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{maria_connect, maria_opts, maria_toml, show_mirror, with_console};
+use fulcrum_suite::{maria_connect, maria_opts, maria_toml, rss_kb, show_mirror, with_console};
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSWORD, APP_USER};
 use mysql_async::prelude::Queryable;
 
@@ -94,16 +94,6 @@ async fn a_reads_only_mirror_runs_no_write_behind_a_harmless_first_statement() {
         "the mirror login's password still works: {:?}",
         direct.err()
     );
-}
-
-/// The fulcrum process's resident memory, in kB (`/proc/<pid>/status`).
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fulcrum_suite::{pg_connect, PgProxyConfig};
+use fulcrum_suite::{pg_connect, rss_kb, PgProxyConfig};
 use fulcrum_testkit::{FulcrumProcess, PgCluster};
 use std::sync::OnceLock;
 
@@ -19,17 +19,6 @@ fn cluster() -> &'static PgCluster {
             .start()
             .expect("start PostgreSQL")
     })
-}
-
-/// Resident memory of a process, in kB.
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
 }
 
 fn start(pool_size: u32) -> (FulcrumProcess, PgProxyConfig) {

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{
-    metric_sum, pg_connect, pg_connect_as, pg_connect_with_options, start_with_metrics,
+    metric_sum, pg_connect, pg_connect_as, pg_connect_with_options, rss_kb, start_with_metrics,
     with_metrics, PgProxyConfig,
 };
 use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_PASSWORD, APP_USER};
@@ -262,17 +262,6 @@ async fn a_commit_in_flight_when_its_server_dies_may_have_committed() {
         "pid {pid}"
     );
     exec(&txn, "ROLLBACK").await.unwrap();
-}
-
-/// Resident memory of a process, in kB.
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
 }
 
 #[tokio::test]

@@ -154,22 +154,9 @@ impl FunctionCatalog {
         database: &str,
         names: &[Arc<str>],
     ) -> bool {
-        let (ok, ask) = {
-            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
-            match known.get(database) {
-                Some((functions, at)) => (
-                    names
-                        .iter()
-                        .all(|n| functions.get(n) != Some(&FunctionKind::Write)),
-                    at.elapsed() >= self.ttl,
-                ),
-                None => (false, true),
-            }
-        };
-        if ask {
-            self.want(user, options, database);
-        }
-        ok
+        self.known_all(user, options, database, names, |functions, n| {
+            functions.get(n) != Some(&FunctionKind::Write)
+        })
     }
 
     /// Whether every name in `names` is a built-in of `database` (no user
@@ -181,11 +168,27 @@ impl FunctionCatalog {
         database: &str,
         names: &[Arc<str>],
     ) -> bool {
+        self.known_all(user, options, database, names, |functions, n| {
+            !functions.contains_key(n)
+        })
+    }
+
+    /// Whether `test` holds for every name, by `database`'s functions as
+    /// read: false while they are not known; asks for them when unknown
+    /// or stale (a stale answer is still used).
+    fn known_all(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        names: &[Arc<str>],
+        test: impl Fn(&Functions, &Arc<str>) -> bool,
+    ) -> bool {
         let (ok, ask) = {
             let known = self.known.read().unwrap_or_else(|e| e.into_inner());
             match known.get(database) {
                 Some((functions, at)) => (
-                    names.iter().all(|n| !functions.contains_key(n)),
+                    names.iter().all(|n| test(functions, n)),
                     at.elapsed() >= self.ttl,
                 ),
                 None => (false, true),
