@@ -13,6 +13,7 @@
 mod my_bad_input;
 mod my_credentials;
 mod my_drivers;
+mod my_identity;
 mod my_mirror;
 mod my_mirror_reads;
 mod my_proxy;

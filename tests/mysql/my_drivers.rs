@@ -14,7 +14,7 @@ use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_DB, APP_PASSW
 
 /// The binary's shared MariaDB primary and replica (`my_bad_input` uses
 /// them too), and this module's Fulcrum in front of them (with its port).
-fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
+pub(crate) fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
     static S: OnceLock<(FulcrumProcess, u16)> = OnceLock::new();
     let c = maria_one_replica();
     let (p, port) = S.get_or_init(|| {
@@ -27,7 +27,7 @@ fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'static u16) {
 
 /// Runs a PyMySQL `script` against `host:port` (HOST, PORT, USER, PASSWORD,
 /// DB in its environment); returns its standard output.
-fn pymysql(host_port: &str, script: &str) -> String {
+pub(crate) fn pymysql(host_port: &str, script: &str) -> String {
     let (host, port) = host_port.rsplit_once(':').expect("host:port");
     let mut child = Command::new("timeout")
         .arg("30")
@@ -445,29 +445,4 @@ async fn mysql_async_stored_programs_and_wait_timeout_as_directly() {
     assert_eq!(outcomes[0].0, vec![vec![1], vec![2]], "directly");
     assert!(outcomes[0].1.starts_with("closed"), "{:?}", outcomes[0]);
     assert_eq!(outcomes[1], outcomes[0], "through Fulcrum as directly");
-}
-
-/// Session pooling: the id a client was given at login (its handshake's
-/// connection id, mysql_async's `Conn::id`) is its server connection's
-/// thread id, as `CONNECTION_ID()` and `SHOW PROCESSLIST` show it (PyMySQL's
-/// test_issue_36 kills its own id). Not done yet (issue 43, item 4): the
-/// greeting goes out before the user is known, so before any server
-/// connection is attached; see the commit message.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 43 item 4: the session-pooling handshake does not carry the server thread id yet"]
-async fn session_pooling_login_id_is_the_server_thread_id() {
-    use mysql_async::prelude::Queryable;
-    let (cluster, _fulcrum, _) = setup();
-    let port = free_port();
-    let _session = FulcrumProcess::start(&maria_toml(cluster, port, "pool_mode = \"session\""))
-        .expect("fulcrum");
-    let mut c = fulcrum_suite::maria_connect(port).await;
-    let id = c.id();
-    let server: Option<u32> = c.query_first("SELECT CONNECTION_ID()").await.unwrap();
-    assert_eq!(server, Some(id), "CONNECTION_ID() is the login's id");
-    let ids: Vec<u32> = c
-        .query("SELECT ID FROM information_schema.PROCESSLIST")
-        .await
-        .unwrap();
-    assert!(ids.contains(&id), "the processlist shows {id}: {ids:?}");
 }

@@ -42,6 +42,9 @@ pub struct Classified {
     pub key: u64,
     /// The text has a comment: only then can it carry a hint.
     pub comments: bool,
+    /// MySQL: the connection ids it asks for (`CONNECTION_ID()`, the
+    /// process list), read with the decision and cached with it.
+    pub identity: crate::identity::Identity,
 }
 
 /// Per-cluster classifier settings.
@@ -234,6 +237,9 @@ impl Classifier {
     fn parse_unit(&self, sql: &str) -> Classified {
         let mut unit = self.parse_text(sql);
         unit.may_commit = crate::statements::may_commit(sql.as_bytes());
+        if self.dialect == Dialect::MySql {
+            unit.identity = crate::identity::of(sql);
+        }
         unit
     }
 
@@ -290,6 +296,7 @@ impl Classifier {
             may_commit: false,
             key: 0,
             comments: false,
+            identity: Default::default(),
         }
     }
 
@@ -336,6 +343,7 @@ impl Classifier {
                 may_commit: false,
                 key: 0,
                 comments: false,
+                identity: Default::default(),
             });
         }
         // Each statement's effect, with the text the client wrote for it
@@ -362,6 +370,7 @@ impl Classifier {
             may_commit: false,
             key: 0,
             comments: false,
+            identity: Default::default(),
         })
     }
 
@@ -482,6 +491,7 @@ impl From<Decision> for Classified {
             may_commit: false,
             key: 0,
             comments: false,
+            identity: Default::default(),
         }
     }
 }

@@ -66,6 +66,8 @@ pub mod codes {
         QUERY_INTERRUPTED = 1317, b"70100";
         /// ER_SECURE_TRANSPORT_REQUIRED: a plain connection where TLS is required.
         INSECURE_TRANSPORT = 3159, b"HY000";
+        /// ER_MALFORMED_PACKET: a command too short for its fields.
+        MALFORMED_PACKET = 1835, b"HY000";
         /// ER_CLIENT_INTERACTION_TIMEOUT: disconnected for inactivity.
         CLIENT_INTERACTION_TIMEOUT = 4031, b"HY000";
     }

@@ -12,6 +12,7 @@ pub mod handshake;
 pub mod packet;
 pub mod response;
 pub mod statements;
+pub mod thread_ids;
 pub mod wait_timeout;
 pub mod wire;
 

@@ -44,9 +44,21 @@ type Sha2Entry = ([u8; 20], [u8; 32]);
 /// `@@gtid_binlog_pos` values, pools per client format.
 pub type MyCore = ClusterCore<ServerConn, String, ClientFormat>;
 
-/// A client's user and what it runs on now (`None`: no server connection):
-/// the server connection and its thread id.
-pub type Running = (Arc<str>, Option<(BackendId, u32)>);
+/// A logged-in client, by the connection id Fulcrum gave it.
+#[derive(Clone)]
+pub struct Running {
+    pub user: Arc<str>,
+    /// What it runs on now (`None`: no server connection): the server
+    /// connection and its thread id.
+    pub on: Option<(BackendId, u32)>,
+    /// Its registry entry: `KILL CONNECTION <id>` ends it through it.
+    pub entry: Arc<fulcrum_cluster::clients::ClientEntry>,
+}
+
+/// The first connection id Fulcrum gives: above the thread ids a server
+/// gives for a long time, so a process list's rows of threads serving no
+/// client (idle pooled connections, other tools) never show a client's id.
+pub const FIRST_CONNECTION_ID: u32 = 1 << 30;
 
 pub struct MyClusterContext {
     core: MyCore,
@@ -60,8 +72,8 @@ pub struct MyClusterContext {
     /// Keyed with the stored hash it was made under: a changed password
     /// (another stored hash) does not use it.
     sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
-    /// Client connection id -> the server connection serving it now
-    /// (backend, server thread id), for `KILL QUERY <id>`.
+    /// Client connection id -> the client and the server connection
+    /// serving it now, for `KILL <id>` and the ids of a process list.
     running: Mutex<HashMap<u32, Running>>,
 }
 
@@ -109,17 +121,46 @@ impl MyClusterContext {
     /// clusters sharing a port, or of a context before and after a reload,
     /// never share one (KILL QUERY names a client by it).
     pub fn connection_id(&self) -> u32 {
-        static NEXT: AtomicU32 = AtomicU32::new(1);
-        NEXT.fetch_add(1, Ordering::Relaxed)
+        static NEXT: AtomicU32 = AtomicU32::new(FIRST_CONNECTION_ID);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if id == 0 {
+            // After four billion logins: 0 means "none" to some clients.
+            return NEXT.fetch_add(1, Ordering::Relaxed);
+        }
+        id
     }
 
     /// Client `id` is logged in as `user` (again after COM_CHANGE_USER),
     /// with no server connection.
-    pub fn register_client(&self, id: u32, user: Arc<str>) {
+    pub fn register_client(
+        &self,
+        id: u32,
+        user: Arc<str>,
+        entry: Arc<fulcrum_cluster::clients::ClientEntry>,
+    ) {
+        let running = Running {
+            user,
+            on: None,
+            entry,
+        };
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, (user, None));
+            .insert(id, running);
+    }
+
+    /// Server thread id -> the connection id of the client it serves now,
+    /// on `backend` (a process list's ids, translated).
+    pub fn thread_owners(&self, backend: BackendId) -> HashMap<u32, u32> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(&id, r)| match r.on {
+                Some((b, thread)) if b == backend => Some((thread, id)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Records which server connection serves client `id` now (None: none).
@@ -130,7 +171,7 @@ impl MyClusterContext {
             .unwrap_or_else(|e| e.into_inner())
             .get_mut(&id)
         {
-            entry.1 = on;
+            entry.on = on;
         }
     }
 

@@ -111,6 +111,17 @@ impl Reply {
         self.state == State::Rows
     }
 
+    /// The next message is a result set's column definition.
+    pub fn next_is_column(&self) -> bool {
+        matches!(
+            self.state,
+            State::Definitions {
+                then: After::Rows,
+                ..
+            }
+        )
+    }
+
     /// The server asked the client for a file (LOAD DATA LOCAL INFILE):
     /// the client's packets go to the server up to an empty one.
     pub fn wants_file(&self) -> bool {

@@ -22,6 +22,8 @@ mod checkout;
 mod commands;
 mod failure;
 mod forward;
+mod identity;
+mod idle;
 mod options;
 mod prepared;
 mod reads;
@@ -30,7 +32,7 @@ mod route;
 mod token;
 mod txn_log;
 
-use commands::kill_target;
+use identity::{kill_target, process_kill_target};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -145,6 +147,10 @@ struct Effects {
     schema: Option<String>,
     /// Keep the server connection for the next command.
     keep_next: bool,
+    /// It reads the process list: its thread ids become clients' ids.
+    thread_ids: bool,
+    /// It calls `CONNECTION_ID()`: the call is sent as the client's id.
+    own_id: bool,
 }
 
 /// What is recorded of the session's commands besides their answers:
@@ -255,8 +261,9 @@ impl Session {
             self.status,
         );
         self.flush().await?;
+        let entry = self.client_entry.clone_entry();
         self.ctx
-            .register_client(self.hello.connection_id, self.user.clone());
+            .register_client(self.hello.connection_id, self.user.clone(), entry);
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
@@ -452,7 +459,10 @@ impl Session {
                         .and_then(|t| std::str::from_utf8(t).ok())
                         .unwrap_or("");
                     if let Some(target) = kill_target(text) {
-                        self.kill(target, seq).await;
+                        self.kill(target, seq).await?;
+                        return Ok(true);
+                    }
+                    if self.try_answer_connection_id(text, seq) {
                         return Ok(true);
                     }
                     if self.try_answer_setting(text, seq) {
@@ -469,7 +479,10 @@ impl Session {
                     self.digests.pending =
                         self.ctx
                             .digest_entry_of(key, text.as_bytes(), now, &mut self.digests.last);
-                    self.forward(&msg, seq, Shape::Results, routing, effects)
+                    // `CONNECTION_ID()` within a statement: the client's id.
+                    let own_id = effects.own_id.then(|| self.with_own_id(text, msg[3]));
+                    let sent = own_id.as_deref().unwrap_or(&msg);
+                    self.forward(sent, seq, Shape::Results, routing, effects)
                         .await?;
                     let first = text.split_whitespace().next().unwrap_or("");
                     if ["create", "alter", "drop"]
@@ -513,20 +526,21 @@ impl Session {
                     let payload = reassembled(&msg, &span);
                     self.change_user(&payload, seq).await?
                 }
-                Command::ProcessKill | Command::Unknown(_) => {
-                    let what = match cmd {
-                        Command::ProcessKill => {
-                            "COM_PROCESS_KILL is not supported through Fulcrum; use KILL QUERY <id>"
-                        }
-                        _ => "unknown command",
-                    };
-                    put_error(
+                Command::ProcessKill => match process_kill_target(first) {
+                    Some(target) => self.kill(target, seq).await?,
+                    None => put_error(
                         &mut self.client.write_buf,
                         seq,
-                        codes::NOT_SUPPORTED_YET,
-                        &format!("fulcrum: {what}"),
-                    );
-                }
+                        codes::MALFORMED_PACKET,
+                        "fulcrum: COM_PROCESS_KILL without an id",
+                    ),
+                },
+                Command::Unknown(_) => put_error(
+                    &mut self.client.write_buf,
+                    seq,
+                    codes::NOT_SUPPORTED_YET,
+                    "fulcrum: unknown command",
+                ),
             }
             Ok(true)
         }
@@ -553,81 +567,11 @@ fn reassembled(msg: &[u8], span: &crate::codec::packet::MessageSpan) -> Vec<u8> 
     }
 }
 
-impl Session {
-    /// The idle timeout that applies while waiting for the next command:
-    /// `idle_transaction_timeout` inside a transaction on a server
-    /// connection, `client_idle_timeout` otherwise.
-    /// The client's own `SET wait_timeout` wins when shorter: the server
-    /// would close it after that long, in a transaction or not.
-    fn idle_timeout(&self) -> Option<(Duration, &'static str)> {
-        let config = &self.ctx.config;
-        let in_txn =
-            self.server.is_some() && self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS);
-        let ours = if in_txn {
-            config
-                .idle_transaction_timeout
-                .map(|d| (d, "idle_transaction"))
-        } else {
-            config.client_idle_timeout.map(|d| (d, "client_idle"))
-        };
-        match (ours, self.wait_timeout) {
-            (Some((d, _)), Some(w)) if w < d => Some((w, "wait_timeout")),
-            (None, Some(w)) => Some((w, "wait_timeout")),
-            (ours, _) => ours,
-        }
-    }
-
-    /// Tells the client (ERR 4031, naming the key) and ends the session;
-    /// its cleanup rolls an open transaction back.
-    async fn idle_too_long(&mut self, kind: &'static str) -> SessionError {
-        self.ctx.metrics.timeout(kind);
-        let (what, limit) = match kind {
-            "idle_transaction" => (
-                "idle in transaction longer than idle_transaction_timeout",
-                self.ctx.config.idle_transaction_timeout,
-            ),
-            _ => (
-                "idle longer than client_idle_timeout",
-                self.ctx.config.client_idle_timeout,
-            ),
-        };
-        let mut msg = format!("fulcrum: {what} ({:?})", limit.unwrap_or_default());
-        if kind == "idle_transaction" {
-            msg.push_str("; the transaction was rolled back");
-        }
-        // Sequence 1: a client reads it as the answer to the command it
-        // sends next (as MySQL 8's own 4031 reaches clients).
-        put_error(
-            &mut self.client.write_buf,
-            1,
-            codes::CLIENT_INTERACTION_TIMEOUT,
-            &msg,
-        );
-        let _ = self.client.flush().await;
-        SessionError::Refused(msg)
-    }
-}
-
 impl Drop for Session {
     /// The client's entry for `KILL` goes with the session on every path
     /// (a refused schema at login, an error, a panic): a stale entry would
     /// point a later `KILL <id>` at a server connection another client uses.
     fn drop(&mut self) {
         self.ctx.forget_client(self.hello.connection_id);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kill_statements_name_their_target() {
-        assert_eq!(kill_target("KILL QUERY 12"), Some((true, 12)));
-        assert_eq!(kill_target("kill 7;"), Some((false, 7)));
-        assert_eq!(kill_target("KILL CONNECTION 3"), Some((false, 3)));
-        assert_eq!(kill_target("KILL QUERY ID 5"), None);
-        assert_eq!(kill_target("SELECT 1"), None);
-        assert_eq!(kill_target("KILL QUERY x"), None);
     }
 }

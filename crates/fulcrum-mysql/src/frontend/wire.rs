@@ -77,6 +77,32 @@ pub async fn send_error(client: &mut ClientStream, seq: u8, code: ErrorCode, mes
     let _ = client.flush().await;
 }
 
+/// A column's type in a result set Fulcrum answers itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnType {
+    pub code: u8,
+    pub charset: u16,
+    pub length: u32,
+    pub flags: u16,
+}
+
+impl ColumnType {
+    /// VAR_STRING in utf8_general_ci.
+    pub const TEXT: ColumnType = ColumnType {
+        code: 0xfd,
+        charset: 33,
+        length: 1024,
+        flags: 0,
+    };
+    /// BIGINT UNSIGNED NOT NULL, as the server types `CONNECTION_ID()`.
+    pub const UNSIGNED_BIGINT: ColumnType = ColumnType {
+        code: 0x08,
+        charset: 63,
+        length: 10,
+        flags: 0x0001 | 0x0020 | 0x0080,
+    };
+}
+
 /// A text result set of one column `name` and one row `value` (Fulcrum's
 /// own answers to `SELECT @@fulcrum_position`, `SHOW fulcrum.consistency`).
 pub fn put_one_row(
@@ -85,6 +111,16 @@ pub fn put_one_row(
     caps: C,
     status: StatusFlags,
     name: &str,
+    value: &str,
+) {
+    put_one_row_of(out, (seq, caps, status), (name, ColumnType::TEXT), value)
+}
+
+/// `put_one_row` with the column's type.
+pub fn put_one_row_of(
+    out: &mut BytesMut,
+    (seq, caps, status): (u8, C, StatusFlags),
+    (name, ty): (&str, ColumnType),
     value: &str,
 ) {
     use crate::codec::response::{build_eof, build_ok_as_eof};
@@ -101,10 +137,10 @@ pub fn put_one_row(
         write_lenenc_str(&mut def, part.as_bytes());
     }
     write_lenenc_int(&mut def, 0x0c);
-    def.extend_from_slice(&33u16.to_le_bytes()); // utf8_general_ci
-    def.extend_from_slice(&1024u32.to_le_bytes());
-    def.push(0xfd); // VAR_STRING
-    def.extend_from_slice(&0u16.to_le_bytes());
+    def.extend_from_slice(&ty.charset.to_le_bytes());
+    def.extend_from_slice(&ty.length.to_le_bytes());
+    def.push(ty.code);
+    def.extend_from_slice(&ty.flags.to_le_bytes());
     def.push(0);
     def.extend_from_slice(&[0, 0]);
     write_packet(out, next(), &def);

@@ -1,80 +1,9 @@
-//! Commands the session answers with care of its own: `KILL QUERY` of
-//! another client's query (on its server, as the killer's user),
-//! COM_CHANGE_USER (the session starts afresh as the new user) and
-//! COM_RESET_CONNECTION.
+//! Commands the session answers with care of its own: COM_CHANGE_USER (the
+//! session starts afresh as the new user) and COM_RESET_CONNECTION.
 
 use super::*;
 
 impl Session {
-    /// `KILL QUERY <id>` (and `KILL [CONNECTION] <id>`, which stops the
-    /// query too but leaves the client connected) where `id` is the
-    /// connection id Fulcrum gave a client: the query running for that client
-    /// is killed on its server, as the killer's user, and nothing else.
-    pub(super) async fn kill(&mut self, (_query_only, id): (bool, u32), seq: u8) {
-        match self.ctx.running_on(id) {
-            None => put_err(
-                &mut self.client.write_buf,
-                seq,
-                1094,
-                *b"HY000",
-                &format!("Unknown thread id: {id}"),
-            ),
-            // Another user's client: the server's answer to a user without
-            // the PROCESS privilege (Fulcrum does not know the privileges).
-            Some((owner, _)) if owner != self.user => put_err(
-                &mut self.client.write_buf,
-                seq,
-                1095,
-                *b"HY000",
-                &format!("You are not owner of thread {id}"),
-            ),
-            Some((_, None)) => put_ok(
-                &mut self.client.write_buf,
-                seq,
-                self.hello.caps,
-                self.status,
-            ),
-            Some((_, Some((backend, thread)))) => {
-                let conn = self
-                    .ctx
-                    .open(
-                        backend,
-                        &self.user,
-                        self.hello.wire_format,
-                        self.hello.charset,
-                    )
-                    .await;
-                let result = match conn {
-                    Ok(mut conn) => conn
-                        .run_simple(Command::Query, format!("KILL QUERY {thread}").as_bytes())
-                        .await
-                        .map_err(|e| match e {
-                            InternalError::Server { payload, .. } => Ok(payload),
-                            other => Err(other.to_string()),
-                        }),
-                    Err(e) => Err(Err(e.to_string())),
-                };
-                match result {
-                    Ok(()) => put_ok(
-                        &mut self.client.write_buf,
-                        seq,
-                        self.hello.caps,
-                        self.status,
-                    ),
-                    Err(Ok(payload)) => {
-                        write_packet(&mut self.client.write_buf, seq, &payload);
-                    }
-                    Err(Err(e)) => put_error(
-                        &mut self.client.write_buf,
-                        seq,
-                        codes::UNKNOWN,
-                        &format!("fulcrum: could not kill the query of connection {id}: {e}"),
-                    ),
-                }
-            }
-        }
-    }
-
     /// COM_CHANGE_USER: the new user's password is checked against the
     /// login's scramble; the session then starts afresh as that user (no
     /// settings, statements or pins; its server connection goes back).
@@ -141,8 +70,11 @@ impl Session {
         self.prepared.last = None;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         self.user = c.user.as_str().into();
-        self.ctx
-            .register_client(self.hello.connection_id, self.user.clone());
+        self.ctx.register_client(
+            self.hello.connection_id,
+            self.user.clone(),
+            self.client_entry.clone_entry(),
+        );
         if let Some(cs) = c.charset {
             self.hello.charset = cs;
         }
@@ -197,22 +129,4 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// `KILL [QUERY | CONNECTION] <id>`: (query only?, id).
-pub fn kill_target(text: &str) -> Option<(bool, u32)> {
-    let mut words = text.trim().trim_end_matches(';').split_whitespace();
-    if !words.next()?.eq_ignore_ascii_case("kill") {
-        return None;
-    }
-    let mut w = words.next()?;
-    let mut query = false;
-    if w.eq_ignore_ascii_case("query") {
-        query = true;
-        w = words.next()?;
-    } else if w.eq_ignore_ascii_case("connection") {
-        w = words.next()?;
-    }
-    let id = w.parse().ok()?;
-    words.next().is_none().then_some((query, id))
 }

@@ -121,17 +121,30 @@ impl Session {
         // `[[cluster.mirror]]`: the answer's rows are summed up for the diff.
         let mirroring = self.digests.mirror.is_some() && !replaying;
         let (sent_at, mut skip) = (std::time::Instant::now(), false);
+        // A process list: its thread ids become clients' ids (`identity.rs`).
+        let mut ids = effects
+            .thread_ids
+            .then(|| super::identity::ThreadIds::new(self.ctx.thread_owners(self.backend)));
         while !reply.is_done() {
-            let frame = self.next_server_message(seq, max).await?;
+            let mut frame = self.next_server_message(seq, max).await?;
             let first =
                 &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
-            let row = mirroring && reply.in_rows();
+            let was_row = reply.in_rows();
+            let column = reply.next_is_column();
             if let Err(e) = reply.on_message(first) {
                 return Err(self.lost(seq, &e.0).await);
             }
-            if row && reply.in_rows() {
+            let row = was_row && reply.in_rows();
+            if row && mirroring {
                 if let Some(m) = self.digests.mirror.as_mut() {
                     m.row(first);
+                }
+            }
+            if let Some(ids) = ids.as_mut() {
+                if column {
+                    ids.column(first);
+                } else if let Some(translated) = ids.row(&frame).filter(|_| row) {
+                    frame = translated;
                 }
             }
             skip |= reply.wants_file();

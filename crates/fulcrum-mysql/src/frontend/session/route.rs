@@ -101,6 +101,9 @@ impl Session {
                 effects.set = Some(text.trim().trim_end_matches(';').to_owned());
             }
         }
+        // Connection ids are the ones Fulcrum gave (`identity.rs`).
+        effects.thread_ids = unit.identity.processlist;
+        effects.own_id = unit.identity.connection_id && !unit.identity.processlist;
         // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
         // connection for the next command.
         effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
