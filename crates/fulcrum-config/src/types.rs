@@ -1,5 +1,6 @@
 //! The validated configuration model: what the rest of Fulcrum reads.
-//! Plain data, built by `crate::load`/`crate::parse`; defaults live here.
+//! Plain data, built by `crate::load`/`crate::parse`; defaults live here
+//! (`defaults`), the logins in `logins`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,6 +8,9 @@ use std::time::Duration;
 
 pub use crate::coordination::{CoordinatorLoss, Etcd, Patroni, Topology};
 pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
+
+mod logins;
+pub use logins::{AuthQuery, ServerLogin, User};
 
 /// A whole, validated configuration file.
 #[derive(Debug, Clone, PartialEq)]
@@ -399,40 +403,6 @@ pub fn cluster_for_database<'a, T>(
         .or_else(|| clusters.first())
 }
 
-/// `auth_query`: logins for users not in the config are checked against
-/// the password the server stores, fetched with this query.
-#[derive(Clone, PartialEq)]
-pub struct AuthQuery {
-    /// Who runs the query, and its password.
-    pub user: String,
-    pub password: String,
-    /// `$1` (PostgreSQL) or `?` (MySQL) is the login name.
-    pub query: String,
-    /// Database the query runs in (MySQL: empty, none).
-    pub database: String,
-    /// How long a fetched secret is used before it is fetched again.
-    pub cache_ttl: Duration,
-    /// `auth_user` connections (and lookups) at once, pooled.
-    pub max_connections: usize,
-    /// Lookups that find nobody allowed per client address and minute
-    /// (0: no limit).
-    pub failed_lookups_per_minute: u32,
-}
-
-impl std::fmt::Debug for AuthQuery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthQuery")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .field("query", &self.query)
-            .field("database", &self.database)
-            .field("cache_ttl", &self.cache_ttl)
-            .field("max_connections", &self.max_connections)
-            .field("failed_lookups_per_minute", &self.failed_lookups_per_minute)
-            .finish()
-    }
-}
-
 /// The health loop's settings for one cluster.
 #[derive(Clone, PartialEq)]
 pub struct Health {
@@ -488,55 +458,6 @@ pub struct Backend {
     pub tls: crate::ServerTls,
 }
 
-/// One `[[cluster.user]]` (or `[[fulcrum.admin_user]]`).
-#[derive(Clone, PartialEq)]
-pub struct User {
-    pub name: String,
-    pub password: String,
-    /// The login used on the servers, when not this one (`server_user`,
-    /// `server_password`): many client users, one application role.
-    pub server: Option<ServerLogin>,
-}
-
-/// A server-side login.
-#[derive(Clone, PartialEq)]
-pub struct ServerLogin {
-    pub user: String,
-    pub password: String,
-}
-
-impl User {
-    /// A user who logs in to the servers as itself.
-    pub fn new(name: impl Into<String>, password: impl Into<String>) -> User {
-        User {
-            name: name.into(),
-            password: password.into(),
-            server: None,
-        }
-    }
-
-    /// The name this user logs in to the servers with.
-    pub fn server_user(&self) -> &str {
-        self.server.as_ref().map_or(&self.name, |s| &s.user)
-    }
-
-    /// The password this user logs in to the servers with.
-    pub fn server_password(&self) -> &str {
-        self.server.as_ref().map_or(&self.password, |s| &s.password)
-    }
-}
-
-impl std::fmt::Debug for User {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print passwords, not even in debug output.
-        f.debug_struct("User")
-            .field("name", &self.name)
-            .field("password", &"<redacted>")
-            .field("server_user", &self.server.as_ref().map(|s| &s.user))
-            .finish()
-    }
-}
-
 /// Digest statistics settings of a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Digests {
@@ -586,69 +507,4 @@ impl Default for PoolBudgets {
     }
 }
 
-pub mod defaults {
-    //! Default values for optional keys (documented in docs/configuration.md).
-    use std::time::Duration;
-    pub const LOG: &str = "info";
-    pub const WORKERS: u32 = 0;
-    pub const LOG_FORMAT: super::LogFormat = super::LogFormat::Text;
-    pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-    pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
-    pub const POOL_SIZE: u32 = 20;
-    pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
-    pub const AUTH_QUERY_PG: &str = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1";
-    pub const AUTH_DATABASE_PG: &str = "postgres";
-    pub const AUTH_QUERY_MYSQL: &str =
-        "SELECT authentication_string FROM mysql.user WHERE user = ? AND host = '%'";
-    pub const AUTH_CACHE_TTL: Duration = Duration::from_secs(60);
-    pub const AUTH_MAX_CONNECTIONS: u32 = 2;
-    pub const AUTH_FAILED_LOOKUPS_PER_MINUTE: u32 = 30;
-    pub const ADMIN_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;
-    pub const POOL_TIMEOUT: Duration = Duration::from_secs(5);
-    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-    pub const CLIENT_LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
-    /// `client_login_timeout = "0s"`: off (ten years).
-    pub const CLIENT_LOGIN_TIMEOUT_OFF: Duration = Duration::from_secs(10 * 365 * 86_400);
-    pub const SERVER_LIFETIME: Duration = Duration::from_secs(3600);
-    pub const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-    pub const MAX_MESSAGE_SIZE: u64 = 64 * 1024 * 1024;
-    pub const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
-    pub const NOTIFY_QUEUE: u32 = 10_000;
-    pub const MAX_CLIENT_NOTIFY_BYTES: u64 = 1024 * 1024;
-    pub const MIRROR_QUEUE: u32 = 1000;
-    pub const MIRROR_MAX_TRANSACTION_BYTES: u64 = 4 * 1024 * 1024;
-    pub const MAX_PENDING_LOGINS: u32 = 512;
-    pub const MAX_PREPARED_STATEMENTS: u32 = 1_000;
-    pub const MAX_CLIENT_PREPARED_STATEMENTS: u32 = 50_000;
-    pub const MAX_CLIENT_SETTINGS: u32 = 1_000;
-    pub const MAX_CLIENT_SETTINGS_BYTES: u64 = 4 * 1024 * 1024;
-    pub const MAX_CLIENT_PREPARED_BYTES: u64 = 16 * 1024 * 1024;
-    pub const WEIGHT: u32 = 1;
-    pub const DEFAULT_ROUTE: super::DefaultRoute = super::DefaultRoute::Primary;
-    pub const BALANCE: super::BalancePolicy = super::BalancePolicy::LeastConnections;
-    pub const CLASSIFIER_CACHE_SIZE: u32 = 10_000;
-    pub const DIGEST_MAX_ENTRIES: u32 = 5_000;
-    pub const RESERVE_POOL_TIMEOUT: Duration = Duration::from_secs(5);
-    pub const SERVER_CHECK_DELAY: Duration = Duration::from_secs(30);
-    pub const FUNCTION_CATALOG_TTL: Duration = Duration::from_secs(60);
-    pub const FUNCTION_CATALOG_WAIT: Duration = Duration::from_millis(100);
-    pub const MAX_CLASSIFY_BYTES: u64 = 64 * 1024;
-    pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
-    pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
-    pub const HEALTH_FAILURES: u32 = 2;
-    pub const HEALTH_DATABASE_POSTGRES: &str = "postgres";
-    /// None: a probe needs no database, and a login without rights on one
-    /// would otherwise be refused.
-    pub const HEALTH_DATABASE_MYSQL: &str = "";
-    pub const FAILOVER: super::Failover = super::Failover::Follow;
-    pub const FAILOVER_TIMEOUT: Duration = Duration::from_secs(3);
-    pub const ETCD_PREFIX: &str = "/fulcrum";
-    pub const ETCD_LEASE: Duration = Duration::from_secs(5);
-    pub const PATRONI_TIMEOUT: Duration = Duration::from_secs(5);
-    pub const ON_COORDINATOR_LOSS: super::CoordinatorLoss = super::CoordinatorLoss::Hold;
-    pub const CONSISTENCY: super::Consistency = super::Consistency::Session;
-    pub const CAUSAL_TIMEOUT: Duration = Duration::from_secs(1);
-    pub const TRANSACTION_REPLAY_MAX_SIZE: u64 = 1024 * 1024;
-    pub const TRANSACTION_REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
-    pub const CAUSAL_WAIT: super::CausalWait = super::CausalWait::Auto;
-}
+pub mod defaults;

@@ -24,6 +24,9 @@ use crate::budget::{Budget, IdleCloser};
 use crate::servers::{self, Entries, Entry, ListServers, PoolLabels, ServerIdentity};
 use crate::{coarse, worker};
 
+pub use checkout::Checkout;
+use idle::Idle;
+
 /// A connection the pool can hold.
 pub trait Poolable: Send + 'static {
     /// Cheap, non-blocking check that an idle connection is still usable
@@ -122,25 +125,6 @@ impl<C> Clone for Pool<C> {
 /// e.g. to count them in metrics.
 pub type CheckHook = Arc<dyn Fn(bool) + Send + Sync>;
 
-/// An idle connection and what it holds. The connection is boxed: it
-/// moves between the idle list and a session on every unit of work, and
-/// a pointer moves for free where a server connection's state would be
-/// copied.
-struct Idle<C> {
-    conn: Box<C>,
-    /// When it went idle ([`coarse::ms`]).
-    since_ms: u64,
-    born: Instant,
-    /// When it was opened ([`coarse::ms`]), for `lifetime`.
-    born_ms: u64,
-    /// The worker event loop that opened it (`crate::worker`).
-    worker: usize,
-    /// One permit per budget over the pool.
-    budget: Vec<OwnedSemaphorePermit>,
-    /// Its SHOW SERVERS entry.
-    entry: Arc<Entry>,
-}
-
 struct Inner<C> {
     settings: PoolSettings,
     permits: Arc<Semaphore>,
@@ -187,38 +171,6 @@ impl<C> Inner<C> {
             .check_delay
             .is_some_and(|d| now.saturating_sub(since_ms) >= d.as_millis() as u64)
     }
-}
-
-impl<C: Send> IdleCloser for Inner<C> {
-    fn close_one_idle(&self) -> bool {
-        let oldest = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        let closed = oldest.is_some();
-        if closed {
-            self.closed.fetch_add(1, Ordering::Relaxed);
-        }
-        closed
-    }
-}
-
-/// A connection checked out of a pool. Call `release` to give it back clean;
-/// dropping it closes the connection instead.
-pub struct Checkout<C> {
-    conn: Option<Box<C>>,
-    /// When the connection was opened (precise, for a RECONNECT's cut;
-    /// coarse, for `lifetime`).
-    born: Instant,
-    born_ms: u64,
-    /// The worker event loop that opened it.
-    worker: usize,
-    budget: Vec<OwnedSemaphorePermit>,
-    /// Its SHOW SERVERS entry (moves to the idle list on `release`).
-    entry: Option<Arc<Entry>>,
-    pool: Arc<Inner<C>>,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl<C: Poolable> Pool<C> {
@@ -451,96 +403,6 @@ impl<C: Poolable> Pool<C> {
         s.idle + s.in_use
     }
 
-    /// Opens connections until `min_size` are open (`min_pool_size`), as
-    /// long as the pool and its budgets have room without waiting; returns
-    /// how many it opened. A connect error stops it.
-    pub async fn fill<E, F, Fut>(&self, connect: F) -> Result<usize, E>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<C, E>>,
-    {
-        let inner = &self.inner;
-        let mut opened = 0;
-        while self.open_count() < inner.settings.min_size as usize {
-            // Held while connecting, so a client cannot open one beside it
-            // past `size`.
-            let Ok(permit) = inner.permits.clone().try_acquire_owned() else {
-                break;
-            };
-            let Ok(budget) = self.budget_permits::<E>(None).await else {
-                break;
-            };
-            let conn = Box::new(connect().await?);
-            inner.opened.fetch_add(1, Ordering::Relaxed);
-            opened += 1;
-            let (born, born_ms) = (Instant::now(), coarse::ms());
-            let entry = self.track(&conn, born, born_ms);
-            inner
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(Idle {
-                    conn,
-                    since_ms: born_ms,
-                    born,
-                    born_ms,
-                    worker: worker::current(),
-                    budget,
-                    entry,
-                });
-            drop(permit);
-        }
-        Ok(opened)
-    }
-
-    /// Most recently used first (keeps few connections warm); expired and
-    /// unusable ones are closed on the way. One the current worker opened
-    /// comes first; another worker's only when opening a new one would
-    /// take the pool past its size (or a budget governs the pool), since
-    /// its socket's wake-ups go through that worker's thread.
-    fn take_idle(&self) -> Option<Idle<C>> {
-        let now = coarse::ms();
-        let inner = &self.inner;
-        let settings = &inner.settings;
-        let idle_ms = settings.idle_timeout.as_millis() as u64;
-        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while idle
-            .front()
-            .is_some_and(|i| now.saturating_sub(i.since_ms) > idle_ms)
-        {
-            idle.pop_front();
-            inner.closed.fetch_add(1, Ordering::Relaxed);
-        }
-        let me = worker::current();
-        loop {
-            let own = idle.iter().rposition(|i| i.worker == me);
-            let i = match own {
-                Some(at) => idle.remove(at),
-                None => {
-                    // Every permit held (this caller's included) may become
-                    // an open connection beside the idle ones.
-                    let held = settings.size as usize - inner.permits.available_permits()
-                        + settings.reserve_size as usize
-                        - inner.reserve.available_permits();
-                    let full = idle.len() + held > settings.size as usize;
-                    if full || !inner.budgets.is_empty() {
-                        idle.pop_back()
-                    } else {
-                        None
-                    }
-                }
-            };
-            let mut i = i?;
-            let too_old = settings
-                .lifetime
-                .is_some_and(|l| now.saturating_sub(i.born_ms) >= l.as_millis() as u64);
-            if !too_old && i.conn.is_usable() {
-                return Some(i);
-            }
-            inner.closed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     pub fn stats(&self) -> PoolStats {
         let s = &self.inner.settings;
         let (idle, used) = {
@@ -584,94 +446,10 @@ impl<C: Poolable> Pool<C> {
     pub fn retiring(&self) -> usize {
         self.inner.retiring.load(Ordering::Acquire)
     }
-
-    /// Closes every idle connection (e.g. after the backend failed).
-    pub fn clear_idle(&self) {
-        let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let n = idle.len() as u64;
-        idle.clear();
-        self.inner.closed.fetch_add(n, Ordering::Relaxed);
-    }
 }
 
-impl<C> Checkout<C> {
-    /// Gives a clean connection back to the pool.
-    pub fn release(mut self) {
-        if let Some(conn) = self.conn.take() {
-            let now = coarse::ms();
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if self.pool.is_retired(self.born)
-                || self
-                    .pool
-                    .settings
-                    .lifetime
-                    .is_some_and(|l| now.saturating_sub(self.born_ms) >= l.as_millis() as u64)
-            {
-                drop(idle);
-                // Past `server_lifetime`: closed, a fresh one is opened
-                // when needed.
-                drop(conn);
-                self.pool.closed.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let budget = std::mem::take(&mut self.budget);
-            let Some(entry) = self.entry.take() else {
-                // Every checkout is made with its entry: not reached.
-                self.pool.closed.fetch_add(1, Ordering::Relaxed);
-                return;
-            };
-            idle.push_back(Idle {
-                conn,
-                since_ms: now,
-                born: self.born,
-                born_ms: self.born_ms,
-                worker: self.worker,
-                budget,
-                entry,
-            });
-        }
-    }
-
-    /// Closes the connection instead of returning it.
-    pub fn discard(mut self) {
-        self.conn.take();
-        self.pool.closed.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl<C> Drop for Checkout<C> {
-    fn drop(&mut self) {
-        // Runs once per checkout, after release and discard too.
-        self.pool.backend_load.fetch_sub(1, Ordering::Relaxed);
-        if self.pool.is_retired(self.born) {
-            let _ = self
-                .pool
-                .retiring
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        }
-        if self.conn.take().is_some() {
-            self.pool.closed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-impl<C> std::ops::Deref for Checkout<C> {
-    type Target = C;
-    fn deref(&self) -> &C {
-        self.conn
-            .as_ref()
-            .expect("connection present until release")
-    }
-}
-
-impl<C> std::ops::DerefMut for Checkout<C> {
-    fn deref_mut(&mut self) -> &mut C {
-        self.conn
-            .as_mut()
-            .expect("connection present until release")
-    }
-}
-
+mod checkout;
+mod idle;
 mod listing;
 #[cfg(test)]
 mod tests;

@@ -17,18 +17,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::balance::{ewma_update, p2c_choose, smooth_weighted, Balance};
+use crate::balance::{ewma_update, Balance};
 
-/// A unit of work admitted past the pause gate ([`Router::admit`]); dropping
-/// it says the unit now holds its server connection (or gave up).
-#[derive(Debug)]
-pub struct Admission(Arc<AtomicUsize>);
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+pub use pause::Admission;
 
 /// Index of a backend in its cluster's configuration order.
 pub type BackendId = usize;
@@ -438,57 +429,6 @@ impl Router {
             .is_some_and(|d| d.load(Ordering::Acquire))
     }
 
-    /// Holds (or releases) new units of work.
-    pub fn set_paused(&self, paused: bool) {
-        // SeqCst pairs with `admit`: a unit either sees the pause or is
-        // counted in `admitting` before the pauser reads it.
-        self.paused.store(paused, Ordering::SeqCst);
-        if !paused {
-            self.resumed.notify_waiters();
-        }
-        self.each_follower(|f| f.set_paused(paused));
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::Acquire)
-    }
-
-    /// Waits while the cluster is paused (admin `PAUSE`); free when it is not.
-    pub async fn wait_unpaused(&self) {
-        loop {
-            let resumed = self.resumed.notified();
-            tokio::pin!(resumed);
-            resumed.as_mut().enable();
-            if !self.is_paused() {
-                return;
-            }
-            resumed.await;
-        }
-    }
-
-    /// Passes the pause gate for one unit of work. The unit is counted
-    /// (in [`Router::admitting`]) from the moment it passes until the returned
-    /// guard is dropped, which the session does once its server connection
-    /// is checked out (and so counted in [`Router::load`]). A pauser that
-    /// sees `admitting() == 0` after setting the pause therefore knows no
-    /// unit is between the gate and a server: the window in which a unit
-    /// could reach the old primary after a SWITCHOVER fenced it is closed.
-    pub async fn admit(&self) -> Admission {
-        loop {
-            self.admitting.fetch_add(1, Ordering::SeqCst);
-            if !self.paused.load(Ordering::SeqCst) {
-                return Admission(self.admitting.clone());
-            }
-            self.admitting.fetch_sub(1, Ordering::SeqCst);
-            self.wait_unpaused().await;
-        }
-    }
-
-    /// Units of work admitted and not yet holding a server connection.
-    pub fn admitting(&self) -> usize {
-        self.admitting.load(Ordering::SeqCst)
-    }
-
     /// Server connections checked out now, over every backend.
     pub fn total_load(&self) -> usize {
         self.loads.iter().map(|l| l.load(Ordering::Relaxed)).sum()
@@ -509,106 +449,9 @@ impl Router {
     pub fn backend_count(&self) -> usize {
         self.backends
     }
-
-    /// The backends that would take reads now, in configuration order.
-    pub fn readers(&self) -> Vec<BackendId> {
-        let now = self.now_ms();
-        (0..self.backends)
-            .filter(|&b| self.is_reader(b, now))
-            .collect()
-    }
-
-    fn now_ms(&self) -> u64 {
-        crate::coarse::ms() + 1
-    }
-
-    fn is_banned(&self, b: BackendId, now: u64) -> bool {
-        self.banned_until[b].load(Ordering::Relaxed) > now
-    }
-
-    fn is_reader(&self, b: BackendId, now: u64) -> bool {
-        self.weights[b] > 0
-            && self.readable[b].load(Ordering::Relaxed)
-            && !self.disabled[b].load(Ordering::Relaxed)
-            && !self.is_banned(b, now)
-            && (self.reads_on_primary || !self.is_primary(b))
-    }
-
-    /// The backend for `route`; `None` when it needs a primary and there is
-    /// none now. Reads with no reader left go to the primary.
-    pub fn pick(&self, route: Route) -> Option<BackendId> {
-        match route {
-            Route::Primary => self.primary(),
-            Route::Replica => self.pick_reader().or_else(|| self.primary()),
-        }
-    }
-
-    fn pick_reader(&self) -> Option<BackendId> {
-        let n = self.backends;
-        let now = self.now_ms();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let open = |b: usize| self.is_reader(b, now);
-        // The k-th open reader, so the rotation is even whatever is closed.
-        let nth_open = |k: usize| {
-            let m = (0..n).filter(|&b| open(b)).count();
-            (m > 0).then(|| (0..n).filter(|&b| open(b)).nth(k % m))?
-        };
-        match self.balance {
-            Balance::RoundRobin => nth_open(start),
-            Balance::Random => nth_open(rand::random_range(0..n.max(1) * 64)),
-            Balance::LeastConnections => {
-                // Fewest connections checked out; among those, the reader
-                // picked longest ago.
-                let mut best: Option<(BackendId, usize, u64)> = None;
-                for b in (0..n).filter(|&b| open(b)) {
-                    let load = self.loads[b].load(Ordering::Relaxed);
-                    let last = self.last_pick[b].load(Ordering::Relaxed);
-                    if best.is_none_or(|(_, l, t)| load < l || (load == l && last < t)) {
-                        best = Some((b, load, last));
-                    }
-                }
-                let (b, _, _) = best?;
-                self.last_pick[b].store(start as u64 + 1, Ordering::Relaxed);
-                Some(b)
-            }
-            Balance::P2c => {
-                let open: Vec<usize> = (0..n).filter(|&b| open(b)).collect();
-                match open.len() {
-                    0 => None,
-                    1 => Some(open[0]),
-                    m => {
-                        let x = rand::random_range(0..m);
-                        let y = (x + 1 + rand::random_range(0..m - 1)) % m;
-                        let stat = |i: usize| {
-                            let b = open[i];
-                            (self.latency_us(b), self.loads[b].load(Ordering::Relaxed))
-                        };
-                        Some(if p2c_choose(stat(x), stat(y)) {
-                            open[x]
-                        } else {
-                            open[y]
-                        })
-                    }
-                }
-            }
-            Balance::Weighted => {
-                let weights: Vec<u32> = (0..n)
-                    .map(|b| if open(b) { self.weights[b] } else { 0 })
-                    .collect();
-                let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-                smooth_weighted(&mut current, &weights)
-            }
-        }
-    }
-
-    /// Skips `backend` for reads for `period` (it failed to connect).
-    pub fn ban(&self, backend: BackendId, period: Duration) {
-        if backend < self.backends {
-            let until = self.now_ms() + period.as_millis() as u64;
-            self.banned_until[backend].store(until, Ordering::Relaxed);
-        }
-    }
 }
 
+mod pause;
+mod pick;
 #[cfg(test)]
 mod tests;

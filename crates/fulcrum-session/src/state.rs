@@ -512,3 +512,7 @@ mod tests;
 #[cfg(test)]
 #[path = "state/tests_span.rs"]
 mod tests_span;
+
+#[cfg(test)]
+#[path = "state/tests_loss_rows.rs"]
+mod tests_loss_rows;

@@ -1,0 +1,151 @@
+//! A pool's idle list: what an idle connection holds, taking one for a
+//! client (its own worker's first; expired and unusable ones closed on the
+//! way), opening connections up to `min_size` ([`Pool::fill`]), and
+//! closing idle ones (all after a backend failed, the oldest one when a
+//! budget needs room).
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Inner, Pool, Poolable};
+use crate::budget::IdleCloser;
+use crate::servers::Entry;
+use crate::{coarse, worker};
+
+/// An idle connection and what it holds. The connection is boxed: it
+/// moves between the idle list and a session on every unit of work, and
+/// a pointer moves for free where a server connection's state would be
+/// copied.
+pub(super) struct Idle<C> {
+    pub(super) conn: Box<C>,
+    /// When it went idle ([`coarse::ms`]).
+    pub(super) since_ms: u64,
+    pub(super) born: Instant,
+    /// When it was opened ([`coarse::ms`]), for `lifetime`.
+    pub(super) born_ms: u64,
+    /// The worker event loop that opened it (`crate::worker`).
+    pub(super) worker: usize,
+    /// One permit per budget over the pool.
+    pub(super) budget: Vec<OwnedSemaphorePermit>,
+    /// Its SHOW SERVERS entry.
+    pub(super) entry: Arc<Entry>,
+}
+
+impl<C: Send> IdleCloser for Inner<C> {
+    fn close_one_idle(&self) -> bool {
+        let oldest = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        let closed = oldest.is_some();
+        if closed {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        closed
+    }
+}
+
+impl<C: Poolable> Pool<C> {
+    /// Opens connections until `min_size` are open (`min_pool_size`), as
+    /// long as the pool and its budgets have room without waiting; returns
+    /// how many it opened. A connect error stops it.
+    pub async fn fill<E, F, Fut>(&self, connect: F) -> Result<usize, E>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<C, E>>,
+    {
+        let inner = &self.inner;
+        let mut opened = 0;
+        while self.open_count() < inner.settings.min_size as usize {
+            // Held while connecting, so a client cannot open one beside it
+            // past `size`.
+            let Ok(permit) = inner.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            let Ok(budget) = self.budget_permits::<E>(None).await else {
+                break;
+            };
+            let conn = Box::new(connect().await?);
+            inner.opened.fetch_add(1, Ordering::Relaxed);
+            opened += 1;
+            let (born, born_ms) = (Instant::now(), coarse::ms());
+            let entry = self.track(&conn, born, born_ms);
+            inner
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Idle {
+                    conn,
+                    since_ms: born_ms,
+                    born,
+                    born_ms,
+                    worker: worker::current(),
+                    budget,
+                    entry,
+                });
+            drop(permit);
+        }
+        Ok(opened)
+    }
+
+    /// Most recently used first (keeps few connections warm); expired and
+    /// unusable ones are closed on the way. One the current worker opened
+    /// comes first; another worker's only when opening a new one would
+    /// take the pool past its size (or a budget governs the pool), since
+    /// its socket's wake-ups go through that worker's thread.
+    pub(super) fn take_idle(&self) -> Option<Idle<C>> {
+        let now = coarse::ms();
+        let inner = &self.inner;
+        let settings = &inner.settings;
+        let idle_ms = settings.idle_timeout.as_millis() as u64;
+        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while idle
+            .front()
+            .is_some_and(|i| now.saturating_sub(i.since_ms) > idle_ms)
+        {
+            idle.pop_front();
+            inner.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        let me = worker::current();
+        loop {
+            let own = idle.iter().rposition(|i| i.worker == me);
+            let i = match own {
+                Some(at) => idle.remove(at),
+                None => {
+                    // Every permit held (this caller's included) may become
+                    // an open connection beside the idle ones.
+                    let held = settings.size as usize - inner.permits.available_permits()
+                        + settings.reserve_size as usize
+                        - inner.reserve.available_permits();
+                    let full = idle.len() + held > settings.size as usize;
+                    if full || !inner.budgets.is_empty() {
+                        idle.pop_back()
+                    } else {
+                        None
+                    }
+                }
+            };
+            let mut i = i?;
+            let too_old = settings
+                .lifetime
+                .is_some_and(|l| now.saturating_sub(i.born_ms) >= l.as_millis() as u64);
+            if !too_old && i.conn.is_usable() {
+                return Some(i);
+            }
+            inner.closed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Closes every idle connection (e.g. after the backend failed).
+    pub fn clear_idle(&self) {
+        let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let n = idle.len() as u64;
+        idle.clear();
+        self.inner.closed.fetch_add(n, Ordering::Relaxed);
+    }
+}
