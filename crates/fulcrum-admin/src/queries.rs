@@ -23,7 +23,7 @@ impl Admin {
                     d.total_us,
                     vec![
                         c.config().name.clone(),
-                        format!("{:016x}", d.key),
+                        format!("{:016x}", d.id),
                         d.text.clone(),
                         d.calls.to_string(),
                         d.errors.to_string(),

@@ -83,8 +83,10 @@ impl DigestSlot {
     }
 }
 
-/// The text a new digest is shown by: `sql` normalised, cut at
-/// [`DIGEST_TEXT_MAX`].
-fn digest_text(sql: &[u8], dialect: Dialect) -> String {
-    fulcrum_sql::normalize(&String::from_utf8_lossy(sql), dialect, DIGEST_TEXT_MAX)
+/// What a new digest is shown by: the stable id of `sql`'s normalised
+/// text, and that text cut at [`DIGEST_TEXT_MAX`].
+fn digest_text(sql: &[u8], dialect: Dialect) -> (u64, String) {
+    let sql = String::from_utf8_lossy(sql);
+    let id = fulcrum_sql::stable_id(&sql, dialect);
+    (id, fulcrum_sql::normalize(&sql, dialect, DIGEST_TEXT_MAX))
 }

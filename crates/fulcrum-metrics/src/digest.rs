@@ -24,8 +24,12 @@ const BUCKETS: usize = 64;
 /// One digest: the normalised statement and what its executions did.
 #[derive(Debug)]
 pub struct Digest {
-    /// The fingerprint (FNV-1a of `text`, before any cut).
+    /// The fingerprint: the table's key, keyed per process (the
+    /// classifier's, `fulcrum_sql::scan`).
     pub key: u64,
+    /// What it is shown by: the same in every process and release
+    /// (`fulcrum_sql::stable_id` of the text before any cut).
+    pub id: u64,
     /// The normalised text (literals as `?`).
     pub text: Box<str>,
     calls: AtomicU64,
@@ -89,9 +93,10 @@ impl Stamp {
 }
 
 impl Digest {
-    fn new(key: u64, text: String, now_ms: u64) -> Digest {
+    fn new(key: u64, (id, text): (u64, String), now_ms: u64) -> Digest {
         Digest {
             key,
+            id,
             text: text.into_boxed_str(),
             calls: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -149,6 +154,8 @@ fn bucket_edge(i: usize) -> u64 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DigestRow {
     pub key: u64,
+    /// The id it is shown by (`Digest::id`).
+    pub id: u64,
     pub text: String,
     pub calls: u64,
     pub errors: u64,
@@ -214,12 +221,17 @@ impl DigestTable {
 
     /// The entry of fingerprint `key`, added (with `text()`) when new; `None`
     /// when digests are off.
-    pub fn get(&self, key: u64, text: impl FnOnce() -> String) -> Option<Arc<Digest>> {
+    pub fn get(&self, key: u64, text: impl FnOnce() -> (u64, String)) -> Option<Arc<Digest>> {
         self.get_at(key, Instant::now(), text)
     }
 
     /// `get`, seen at `at` (one clock read serves the entry and its stamp).
-    fn get_at(&self, key: u64, at: Instant, text: impl FnOnce() -> String) -> Option<Arc<Digest>> {
+    fn get_at(
+        &self,
+        key: u64,
+        at: Instant,
+        text: impl FnOnce() -> (u64, String),
+    ) -> Option<Arc<Digest>> {
         if self.max == 0 {
             return None;
         }
@@ -245,7 +257,7 @@ impl DigestTable {
         memo: &mut DigestMemo,
         key: u64,
         at: Instant,
-        text: impl FnOnce() -> String,
+        text: impl FnOnce() -> (u64, String),
     ) -> Option<Arc<Digest>> {
         if self.max == 0 {
             return None;
@@ -266,7 +278,7 @@ impl DigestTable {
     pub fn stamp(
         &self,
         key: u64,
-        text: impl FnOnce() -> String,
+        text: impl FnOnce() -> (u64, String),
         primary: bool,
         at: Instant,
     ) -> Option<Stamp> {
@@ -362,6 +374,7 @@ fn row(d: &Digest, now_ms: u64) -> DigestRow {
     let on_primary = d.on_primary.load(Ordering::Relaxed);
     DigestRow {
         key: d.key,
+        id: d.id,
         text: d.text.to_string(),
         calls,
         errors: d.errors.load(Ordering::Relaxed),
@@ -424,31 +437,31 @@ mod tests {
         let t = DigestTable::new(10);
         let mut memo = DigestMemo::default();
         let at = Instant::now();
-        let a = t.remembered(&mut memo, 1, at, || "a".into()).unwrap();
+        let a = t.remembered(&mut memo, 1, at, || (0, "a".into())).unwrap();
         let again = t.remembered(&mut memo, 1, at, || unreachable!()).unwrap();
         assert!(Arc::ptr_eq(&a, &again), "the memo's entry, no lookup");
-        let b = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        let b = t.remembered(&mut memo, 2, at, || (0, "b".into())).unwrap();
         assert_eq!(b.key, 2, "another fingerprint is looked up");
         // Reset: the memo's entry is no longer listed; a new one is made
         // and listed, so executions are seen again.
         t.reset();
-        let b2 = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        let b2 = t.remembered(&mut memo, 2, at, || (0, "b".into())).unwrap();
         assert!(!Arc::ptr_eq(&b, &b2));
         assert_eq!(t.len(), 1);
         // Eviction unlists too: fill the table past its size.
         for k in 10..21 {
-            t.get(k, || "x".into());
+            t.get(k, || (0, "x".into()));
         }
-        let b3 = t.remembered(&mut memo, 2, at, || "b".into()).unwrap();
+        let b3 = t.remembered(&mut memo, 2, at, || (0, "b".into())).unwrap();
         assert!(!Arc::ptr_eq(&b2, &b3), "evicted, made again");
         assert_eq!(
-            t.remembered(&mut DigestMemo::default(), 2, at, || "b".into())
+            t.remembered(&mut DigestMemo::default(), 2, at, || (0, "b".into()))
                 .map(|d| d.key),
             Some(2)
         );
         assert!(
             DigestTable::new(0)
-                .remembered(&mut memo, 2, at, || "b".into())
+                .remembered(&mut memo, 2, at, || (0, "b".into()))
                 .is_none(),
             "digests off"
         );
@@ -457,7 +470,7 @@ mod tests {
     #[test]
     fn executions_add_up_and_quantiles_come_from_the_histogram() {
         let t = DigestTable::new(10);
-        let d = t.get(1, || "select ?".into()).unwrap();
+        let d = t.get(1, || (0, "select ?".into())).unwrap();
         for _ in 0..98 {
             d.record(us(100), 1, false, false);
         }
@@ -479,7 +492,7 @@ mod tests {
     #[test]
     fn the_same_key_is_one_entry_and_text_is_made_once() {
         let t = DigestTable::new(10);
-        let a = t.get(7, || "a".into()).unwrap();
+        let a = t.get(7, || (0, "a".into())).unwrap();
         let b = t.get(7, || panic!("text made again")).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(t.len(), 1);
@@ -489,13 +502,13 @@ mod tests {
     fn a_full_table_evicts_the_least_recently_used() {
         let t = DigestTable::new(20);
         for k in 0..20u64 {
-            t.get(k, || format!("q{k}")).unwrap();
+            t.get(k, || (0, format!("q{k}"))).unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
         // 0 and 1 used again: the oldest are now 2 and 3.
-        t.get(0, String::new);
-        t.get(1, String::new);
-        t.get(100, || "new".into()).unwrap();
+        t.get(0, || (0, String::new()));
+        t.get(1, || (0, String::new()));
+        t.get(100, || (0, "new".into())).unwrap();
         assert_eq!(t.len(), 19, "a tenth (2) evicted, one added");
         assert_eq!(t.evicted(), 2);
         let map = t.map.lock().unwrap();
@@ -506,10 +519,12 @@ mod tests {
     #[test]
     fn off_means_no_entries_and_reset_forgets() {
         let off = DigestTable::new(0);
-        assert!(off.get(1, || "x".into()).is_none());
+        assert!(off.get(1, || (0, "x".into())).is_none());
         assert!(!off.enabled());
         let t = DigestTable::new(5);
-        let s = t.stamp(3, || "x".into(), true, Instant::now()).unwrap();
+        let s = t
+            .stamp(3, || (0, "x".into()), true, Instant::now())
+            .unwrap();
         s.finish(4, false, Instant::now());
         assert_eq!(t.rows()[0].rows, 4);
         t.reset();
@@ -524,11 +539,11 @@ mod tests {
     #[test]
     fn unfinished_digests_are_not_listed_and_order_is_by_total_time() {
         let t = DigestTable::new(5);
-        t.get(1, || "never ran".into());
-        t.get(2, || "fast".into())
+        t.get(1, || (0, "never ran".into()));
+        t.get(2, || (0, "fast".into()))
             .unwrap()
             .record(us(10), 0, false, false);
-        t.get(3, || "slow".into())
+        t.get(3, || (0, "slow".into()))
             .unwrap()
             .record(us(900), 0, false, false);
         let texts: Vec<String> = t.rows().into_iter().map(|r| r.text).collect();

@@ -118,7 +118,7 @@ impl Metrics {
                 .set(k.heard_ago.unwrap_or(-1.0));
         }
         for d in &f.digests {
-            let key = format!("{:016x}", d.key);
+            let key = format!("{:016x}", d.id);
             let text = match d.text.char_indices().nth(QUERY_LABEL_MAX) {
                 Some((i, _)) => &d.text[..i],
                 None => &d.text,
@@ -175,7 +175,7 @@ mod tests {
     fn only_the_top_digests_are_exported_and_a_reset_one_leaves() {
         let t = crate::DigestTable::new(100);
         for (k, us) in [(1u64, 900u64), (2, 500), (3, 10)] {
-            let d = t.get(k, || format!("select {k}")).unwrap();
+            let d = t.get(k, || (k, format!("select {k}"))).unwrap();
             d.record(Duration::from_micros(us), 2, k == 2, true);
         }
         let m = Metrics::new();

@@ -2,9 +2,19 @@
 //! `... WHERE aid = 1` and `... WHERE aid = 2` share one cached decision.
 //! Strings, numbers and dollar-quoted bodies become `?`; comments go; runs of
 //! white space become one; keywords and unquoted names fold to lower case;
-//! quoted names stay as written. FNV-1a over the normalised bytes, no
-//! allocation; [`normalize`] gives the same normalised text as a string (for
-//! the digest statistics, once per new digest).
+//! quoted names stay as written. No allocation; [`normalize`] gives the
+//! same normalised text as a string (for the digest statistics, once per new
+//! digest).
+//!
+//! Two hashes of the same normalised bytes:
+//! - [`scan`] / [`fingerprint`]: the key of the decision cache and of the
+//!   digest table. SipHash-1-3 under a key drawn at random when the process
+//!   starts, so nobody can make two statements share a key on purpose: a
+//!   statement that changes session state given the cached decision of a
+//!   harmless one would bypass the default-deny rule. (FNV-1a, used before,
+//!   is unkeyed and collisions for it are found offline in minutes.)
+//! - [`stable_id`]: FNV-1a, the same in every process and release, what
+//!   the digest statistics are shown by (computed once per new digest).
 
 use crate::dialect::Dialect;
 
@@ -23,17 +33,45 @@ pub struct Scan {
     pub comments: bool,
 }
 
-struct Fnv(Scan);
+struct Fnv(u64);
 
 impl Sink for Fnv {
     fn push(&mut self, b: u8) {
-        self.0.key ^= b as u64;
-        self.0.key = self.0.key.wrapping_mul(0x100_0000_01b3);
+        self.0 ^= b as u64;
+        self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+/// The keyed hash, fed a block at a time.
+struct Keyed {
+    hasher: std::collections::hash_map::DefaultHasher,
+    block: [u8; 64],
+    len: usize,
+    comments: bool,
+}
+
+impl Sink for Keyed {
+    #[inline]
+    fn push(&mut self, b: u8) {
+        if self.len == self.block.len() {
+            std::hash::Hasher::write(&mut self.hasher, &self.block);
+            self.len = 0;
+        }
+        self.block[self.len] = b;
+        self.len += 1;
     }
 
     fn comment(&mut self) {
-        self.0.comments = true;
+        self.comments = true;
     }
+}
+
+/// The process's key for [`scan`] (std's SipHash-1-3 keys, drawn from the
+/// operating system's random source once).
+fn keys() -> &'static std::collections::hash_map::RandomState {
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    KEYS.get_or_init(std::collections::hash_map::RandomState::new)
 }
 
 /// The normalised text, up to a length (longer text ends in `...`).
@@ -80,10 +118,26 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
 
 /// The fingerprint of `sql` and whether it has comments, in one pass.
 pub fn scan(sql: &str, dialect: Dialect) -> Scan {
-    let mut h = Fnv(Scan {
-        key: 0xcbf2_9ce4_8422_2325,
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = Keyed {
+        hasher: keys().build_hasher(),
+        block: [0; 64],
+        len: 0,
         comments: false,
-    });
+    };
+    walk(sql, dialect, &mut h);
+    h.hasher.write(&h.block[..h.len]);
+    Scan {
+        key: h.hasher.finish(),
+        comments: h.comments,
+    }
+}
+
+/// An id of `sql`'s normalised text that is the same in every process
+/// (FNV-1a): what a digest is shown by. Not for anything an attacker's
+/// collision could abuse.
+pub fn stable_id(sql: &str, dialect: Dialect) -> u64 {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
     walk(sql, dialect, &mut h);
     h.0
 }
@@ -420,5 +474,48 @@ mod tests {
             assert_eq!(s.key, fingerprint(sql, Dialect::Postgres));
         }
         assert!(scan("SELECT 1 # c", Dialect::MySql).comments);
+    }
+}
+
+#[cfg(test)]
+mod keyed_tests {
+    use super::*;
+
+    /// The cache key is keyed (nobody can compute it offline to aim a
+    /// collision), the id digests are shown by is the same everywhere.
+    #[test]
+    fn the_cache_key_is_keyed_and_the_shown_id_is_stable() {
+        let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = 7";
+        // FNV-1a of "select abalance from pgbench_accounts where aid = ?".
+        let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in b"select abalance from pgbench_accounts where aid = ?" {
+            fnv = (fnv ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+        assert_eq!(stable_id(sql, Dialect::Postgres), fnv);
+        assert_ne!(
+            scan(sql, Dialect::Postgres).key,
+            fnv,
+            "not the unkeyed hash"
+        );
+        let other_key = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write(b"select abalance from pgbench_accounts where aid = ?");
+            h.finish()
+        };
+        assert_ne!(
+            scan(sql, Dialect::Postgres).key,
+            other_key,
+            "another key gives another hash"
+        );
+        assert_eq!(
+            scan(sql, Dialect::Postgres).key,
+            scan(
+                "select  abalance FROM pgbench_accounts\n where aid =  8",
+                Dialect::Postgres
+            )
+            .key,
+            "literals and spacing do not matter"
+        );
     }
 }

@@ -35,7 +35,7 @@ pub struct ServerConn {
     /// Session statements (SET ...) replayed on this connection, in order.
     pub applied: Vec<String>,
     /// Statements prepared on this connection, by text.
-    pub prepared: HashMap<Arc<str>, ServerStmt>,
+    pub prepared: HashMap<Arc<str>, ServerStmt, foldhash::fast::RandomState>,
     /// Counts statement uses here (`ServerStmt::used`).
     pub stmt_clock: u64,
     /// `last_gtid` is tracked on this connection (consistency `session`):

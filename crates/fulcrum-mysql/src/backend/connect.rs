@@ -304,7 +304,7 @@ fn new_conn(io: Connection<ServerStream>, target: &ServerTarget) -> ServerConn {
         connection_id: 0,
         schema: None,
         applied: Vec::new(),
-        prepared: std::collections::HashMap::new(),
+        prepared: Default::default(),
         track_gtid: false,
         stmt_clock: 0,
     }

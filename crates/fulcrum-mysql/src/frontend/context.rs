@@ -7,7 +7,7 @@
 //! handed to clients.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fulcrum_cluster::function_catalog::{quote_literal, FunctionKind, Functions, Wanted};
@@ -44,15 +44,32 @@ type Sha2Entry = ([u8; 20], [u8; 32]);
 /// `@@gtid_binlog_pos` values, pools per client format.
 pub type MyCore = ClusterCore<ServerConn, String, ClientFormat>;
 
-/// A logged-in client, by the connection id Fulcrum gave it.
-#[derive(Clone)]
+/// A logged-in client, by the connection id Fulcrum gave it. Its session
+/// holds it too and tells it what it runs on with an atomic store (twice
+/// per unit): no lock, no map lookup.
 pub struct Running {
     pub user: Arc<str>,
-    /// What it runs on now (`None`: no server connection): the server
-    /// connection and its thread id.
-    pub on: Option<(BackendId, u32)>,
+    /// What it runs on now: backend << 32 | server thread id, or `NONE`.
+    on: AtomicU64,
     /// Its registry entry: `KILL CONNECTION <id>` ends it through it.
     pub entry: Arc<fulcrum_cluster::clients::ClientEntry>,
+}
+
+impl Running {
+    const NONE: u64 = u64::MAX;
+
+    /// The server connection serving the client now and its thread id
+    /// (`None`: none).
+    pub fn on(&self) -> Option<(BackendId, u32)> {
+        let v = self.on.load(Ordering::Relaxed);
+        (v != Self::NONE).then(|| ((v >> 32) as BackendId, v as u32))
+    }
+
+    /// Records which server connection serves the client now.
+    pub fn set(&self, on: Option<(BackendId, u32)>) {
+        let v = on.map_or(Self::NONE, |(b, t)| ((b as u64) << 32) | u64::from(t));
+        self.on.store(v, Ordering::Relaxed);
+    }
 }
 
 /// The first connection id Fulcrum gives: above the thread ids a server
@@ -74,7 +91,7 @@ pub struct MyClusterContext {
     sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
     /// Client connection id -> the client and the server connection
     /// serving it now, for `KILL <id>` and the ids of a process list.
-    running: Mutex<HashMap<u32, Running>>,
+    running: Mutex<HashMap<u32, Arc<Running>>>,
 }
 
 impl std::ops::Deref for MyClusterContext {
@@ -131,22 +148,23 @@ impl MyClusterContext {
     }
 
     /// Client `id` is logged in as `user` (again after COM_CHANGE_USER),
-    /// with no server connection.
+    /// with no server connection: its entry, for its session to keep.
     pub fn register_client(
         &self,
         id: u32,
         user: Arc<str>,
         entry: Arc<fulcrum_cluster::clients::ClientEntry>,
-    ) {
-        let running = Running {
+    ) -> Arc<Running> {
+        let running = Arc::new(Running {
             user,
-            on: None,
+            on: AtomicU64::new(Running::NONE),
             entry,
-        };
+        });
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, running);
+            .insert(id, running.clone());
+        running
     }
 
     /// Server thread id -> the connection id of the client it serves now,
@@ -156,23 +174,11 @@ impl MyClusterContext {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter_map(|(&id, r)| match r.on {
+            .filter_map(|(&id, r)| match r.on() {
                 Some((b, thread)) if b == backend => Some((thread, id)),
                 _ => None,
             })
             .collect()
-    }
-
-    /// Records which server connection serves client `id` now (None: none).
-    pub fn set_running(&self, id: u32, on: Option<(BackendId, u32)>) {
-        if let Some(entry) = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&id)
-        {
-            entry.on = on;
-        }
     }
 
     /// The client is gone.
@@ -185,7 +191,7 @@ impl MyClusterContext {
 
     /// What client `id` runs on: `None` for an unknown id, `Some(None)` for a
     /// client with no server connection now.
-    pub fn running_on(&self, id: u32) -> Option<Running> {
+    pub fn running_on(&self, id: u32) -> Option<Arc<Running>> {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())

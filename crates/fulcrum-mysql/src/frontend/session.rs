@@ -104,6 +104,12 @@ pub struct Session {
     unit_routing: Routing,
     /// This client's row in `SHOW CLIENTS`.
     client_entry: fulcrum_cluster::clients::ClientHandle,
+    /// Its entry for `KILL <id>` and the process list (set at login):
+    /// what it runs on is stored there as it attaches and detaches.
+    running: Option<Arc<super::context::Running>>,
+    /// The pool of the backend last used, kept: no map lookup per unit
+    /// (forgotten when the user or character set changes).
+    pool: Option<(BackendId, fulcrum_pool::Pool<ServerConn>)>,
     /// `transaction_replay`: the open transaction's log, a replay under way.
     txn: TxnReplay,
     /// The server went away while the client was idle in its transaction
@@ -126,7 +132,7 @@ struct Handshake {
 
 /// The client's prepared statements.
 struct Prepared {
-    map: HashMap<u32, super::statements::ClientStmt>,
+    map: HashMap<u32, super::statements::ClientStmt, foldhash::fast::RandomState>,
     next: u32,
     last: Option<u32>,
 }
@@ -217,7 +223,7 @@ impl Session {
             interrupts: client_entry.watcher(),
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {
-                map: HashMap::new(),
+                map: HashMap::default(),
                 next: 1,
                 last: None,
             },
@@ -229,6 +235,8 @@ impl Session {
                 consistency: fulcrum_config::Consistency::Eventual,
             },
             client_entry,
+            running: None,
+            pool: None,
             txn: TxnReplay {
                 run: None,
                 lost_seq: 1,
@@ -262,8 +270,8 @@ impl Session {
         );
         self.flush().await?;
         let entry = self.client_entry.clone_entry();
-        self.ctx
-            .register_client(self.hello.connection_id, self.user.clone(), entry);
+        let id = self.hello.connection_id;
+        self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));
         if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
@@ -559,11 +567,17 @@ async fn server_went_away(server: Option<&mut Checkout<ServerConn>>) {
     }
 }
 
-/// The payload of a whole client message (its packets joined).
-fn reassembled(msg: &[u8], span: &crate::codec::packet::MessageSpan) -> Vec<u8> {
+/// The payload of a whole client message (its packets joined; borrowed
+/// when it is one packet, the usual case).
+fn reassembled<'a>(
+    msg: &'a [u8],
+    span: &crate::codec::packet::MessageSpan,
+) -> std::borrow::Cow<'a, [u8]> {
     match crate::codec::packet::reassemble(msg, usize::MAX) {
-        Ok(Some(m)) => m.payload.into_owned(),
-        _ => msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)].to_vec(),
+        Ok(Some(m)) => m.payload,
+        _ => std::borrow::Cow::Borrowed(
+            &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)],
+        ),
     }
 }
 

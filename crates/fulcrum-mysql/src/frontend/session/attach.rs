@@ -75,10 +75,7 @@ impl Session {
     pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
         self.client_entry.set_active(backend);
         self.backend = backend;
-        self.ctx.set_running(
-            self.hello.connection_id,
-            Some((backend, server.connection_id)),
-        );
+        self.set_running(Some((backend, server.connection_id)));
         self.server = Some(server);
         let now = self.engine.unit.now.get();
         self.engine.unit.attached(now);
@@ -114,7 +111,7 @@ impl Session {
     /// Returns the server connection to the pool.
     pub(super) fn detach(&mut self) {
         if let Some(server) = self.server.take() {
-            self.ctx.set_running(self.hello.connection_id, None);
+            self.set_running(None);
             self.client_entry.set_idle();
             if let Some(took) = self.engine.unit.finished() {
                 let schema = self.schema.as_deref().unwrap_or("");

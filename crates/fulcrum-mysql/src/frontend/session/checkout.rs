@@ -43,13 +43,28 @@ impl Checkouts for Session {
 impl Session {
     /// A connection of `backend` from the client's pool.
     pub(super) async fn connection(
-        &self,
+        &mut self,
         backend: BackendId,
     ) -> Result<Checkout<ServerConn>, PoolError<ConnectError>> {
         let (wire, charset) = (self.hello.wire_format, self.hello.charset);
-        let pool = self.ctx.pool(backend, &self.user, wire, charset);
+        let pool = match &self.pool {
+            Some((b, p)) if *b == backend => p.clone(),
+            _ => {
+                let p = self.ctx.pool(backend, &self.user, wire, charset);
+                self.pool = Some((backend, p.clone()));
+                p
+            }
+        };
         pool.get(|| self.ctx.open(backend, &self.user, wire, charset))
             .await
+    }
+
+    /// Records which server connection serves the client now (`KILL
+    /// <id>`, the process list).
+    pub(super) fn set_running(&self, on: Option<(BackendId, u32)>) {
+        if let Some(running) = &self.running {
+            running.set(on);
+        }
     }
 
     /// The client's answer when no connection could be attached, in MySQL's

@@ -70,11 +70,11 @@ impl Session {
         self.prepared.last = None;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
         self.user = c.user.as_str().into();
-        self.ctx.register_client(
-            self.hello.connection_id,
-            self.user.clone(),
-            self.client_entry.clone_entry(),
-        );
+        let id = self.hello.connection_id;
+        let entry = self.client_entry.clone_entry();
+        self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));
+        // Another user's (or character set's) pools from now on.
+        self.pool = None;
         if let Some(cs) = c.charset {
             self.hello.charset = cs;
         }

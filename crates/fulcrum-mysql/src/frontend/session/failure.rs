@@ -19,7 +19,7 @@ impl Session {
         if let Some(s) = self.server.take() {
             s.discard();
         }
-        self.ctx.set_running(self.hello.connection_id, None);
+        self.set_running(None);
         self.ctx.router.suspect(backend);
         let in_txn = self.in_transaction();
         let replayable = self.replayable();
@@ -132,7 +132,7 @@ impl Session {
             tracing::info!(server = %self.ctx.address(self.backend), "server connection closed under a client idle in its transaction; it is replayed at the client's next command");
             s.discard();
         }
-        self.ctx.set_running(self.hello.connection_id, None);
+        self.set_running(None);
         self.ctx.router.suspect(self.backend);
         self.server_gone = true;
     }

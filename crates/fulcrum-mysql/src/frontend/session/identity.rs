@@ -119,7 +119,7 @@ impl Session {
             let _ = self.client.flush().await;
             return Err(SessionError::Refused(msg.into()));
         }
-        if let Some((backend, thread)) = target.on {
+        if let Some((backend, thread)) = target.on() {
             if let Err(e) = self.kill_query_of(backend, thread).await {
                 match e {
                     Ok(payload) => {

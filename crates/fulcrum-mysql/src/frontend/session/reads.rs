@@ -95,8 +95,8 @@ impl Session {
         if !self.ctx.router.is_primary(self.backend) {
             return Ok(());
         }
-        let schema = self.schema_key();
         if let Some(g) = last_gtid {
+            let schema = self.schema_key();
             self.reads
                 .learnt(&self.ctx.reads(&self.user, &schema), Some(g));
             return Ok(());
@@ -116,6 +116,7 @@ impl Session {
         }
         // The answer goes out before its GTID is known: another connection
         // of the user reads on the primary meanwhile.
+        let schema = self.schema_key();
         self.reads.learning(&self.ctx.reads(&self.user, &schema));
         self.flush().await?;
         let server = self.server.as_mut().expect("attached");

@@ -144,7 +144,7 @@ impl Session {
             // Closing it rolls the replayed statements back.
             server.discard();
         }
-        self.ctx.set_running(self.hello.connection_id, None);
+        self.set_running(None);
         // Fail(NotCommitted): answered below, and the session ends (a
         // MySQL client cannot be told its transaction is gone otherwise).
         let failed = self.engine.step(Event::ReplayFailed);
