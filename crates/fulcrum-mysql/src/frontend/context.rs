@@ -62,7 +62,7 @@ impl Running {
     /// (`None`: none).
     pub fn on(&self) -> Option<(BackendId, u32)> {
         let v = self.on.load(Ordering::Relaxed);
-        (v != Self::NONE).then(|| ((v >> 32) as BackendId, v as u32))
+        (v != Self::NONE).then_some(((v >> 32) as BackendId, v as u32))
     }
 
     /// Records which server connection serves the client now.

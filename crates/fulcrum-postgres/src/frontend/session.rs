@@ -32,6 +32,7 @@ mod client;
 mod extended;
 mod failure;
 mod idle;
+mod io;
 mod local;
 mod lost;
 mod notify;
@@ -46,6 +47,7 @@ mod token;
 mod txn_log;
 
 use idle::IdleKind;
+use io::{poll_io, Io};
 
 use super::cancel::CancelSlot;
 use super::context::ClusterContext;
@@ -414,8 +416,21 @@ impl Session {
             }
             // Notifications go out only when the client is owed nothing.
             let notify = !replaying && self.may_notify();
-            let io = std::future::poll_fn(|cx| {
-                poll_io(
+            // One future polling each source in turn (what a biased
+            // `select!` does, without its per-turn branch bookkeeping): a
+            // timer or the notifications only when armed.
+            let event = std::future::poll_fn(|cx| {
+                use std::future::Future;
+                use std::task::Poll::Ready;
+                // An interrupt first (an atomic load), so a stream that keeps
+                // the sockets busy cannot hold off a KILL.
+                if let Ready(i) = interrupts.poll(cx) {
+                    return Ready(match i {
+                        Interrupt::Killed => Event::Killed,
+                        Interrupt::Drain => Event::Shutdown,
+                    });
+                }
+                let io = poll_io(
                     cx,
                     &mut self.client,
                     self.server.as_mut(),
@@ -423,26 +438,26 @@ impl Session {
                     read_client,
                     read_server,
                     !replaying,
-                )
-            });
-            let interrupted = std::future::poll_fn(|cx| interrupts.poll(cx));
-            let notified =
-                std::future::poll_fn(|cx| Session::poll_notification(&mut self.listen, cx));
-            let event = tokio::select! {
-                // An interrupt first (an atomic load), so a stream that keeps
-                // the sockets busy cannot hold off a KILL.
-                biased;
-                i = interrupted => match i {
-                    Interrupt::Killed => Event::Killed,
-                    Interrupt::Drain => Event::Shutdown,
-                },
-                io = io => Event::Io(io),
-                _ = &mut idle_sleep, if idle.is_some() => {
-                    Event::Idle(idle.map_or(IdleKind::Client, |(_, k)| k))
+                );
+                if let Ready(io) = io {
+                    return Ready(Event::Io(io));
                 }
-                _ = &mut query_sleep, if query_deadline.is_some() => Event::QueryTimeout,
-                n = notified, if notify => Event::Notified(n),
-            };
+                if let Some((_, kind)) = idle {
+                    if idle_sleep.as_mut().poll(cx).is_ready() {
+                        return Ready(Event::Idle(kind));
+                    }
+                }
+                if query_deadline.is_some() && query_sleep.as_mut().poll(cx).is_ready() {
+                    return Ready(Event::QueryTimeout);
+                }
+                if notify {
+                    if let Ready(n) = Session::poll_notification(&mut self.listen, cx) {
+                        return Ready(Event::Notified(n));
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await;
             // A new wake-up: the stamps made handling it share one clock read.
             self.engine.unit.now.reset();
             match event {
@@ -549,48 +564,4 @@ pub(super) fn status_byte(status: Status) -> u8 {
         Status::InTransaction => b'T',
         Status::Failed => b'E',
     }
-}
-
-/// One step of I/O on the client and its server, whichever is ready first:
-/// writes before reads, so what is owed drains before more is taken.
-enum Io {
-    ClientRead(std::io::Result<usize>),
-    ServerRead(std::io::Result<usize>),
-    ClientWrote(std::io::Result<usize>),
-    ServerWrote(std::io::Result<usize>),
-}
-
-fn poll_io(
-    cx: &mut std::task::Context<'_>,
-    client: &mut Connection<ClientStream>,
-    server: Option<&mut Checkout<ServerConn>>,
-    to_server: &mut BytesMut,
-    read_client: bool,
-    read_server: bool,
-    write_client: bool,
-) -> std::task::Poll<Io> {
-    use std::task::Poll::Ready;
-    if let Some(server) = server {
-        if !to_server.is_empty() {
-            if let Ready(r) = server.io.poll_write_from(cx, to_server) {
-                return Ready(Io::ServerWrote(r));
-            }
-        }
-        if read_server {
-            if let Ready(r) = server.io.poll_read_more(cx) {
-                return Ready(Io::ServerRead(r));
-            }
-        }
-    }
-    if write_client && client.has_output() {
-        if let Ready(r) = client.poll_write_queued(cx) {
-            return Ready(Io::ClientWrote(r));
-        }
-    }
-    if read_client {
-        if let Ready(r) = client.poll_read_more(cx) {
-            return Ready(Io::ClientRead(r));
-        }
-    }
-    std::task::Poll::Pending
 }
