@@ -402,6 +402,10 @@ for c in conns:
 fn psycopg_everyday_calls_pin_no_client() {
     let mut cfg = PgProxyConfig::new(&cluster().primary().addr()).pool_size(2);
     cfg.log = "info,fulcrum_pin=debug";
+    // The login waits for the function catalog: on a loaded machine its
+    // first read can take longer than the default 100 ms, and a call read
+    // before it pins (default-deny, right, but not what is looked at here).
+    cfg.extra.push("function_catalog_wait = \"10s\"".into());
     let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
     let (host, port) = cfg.listen.rsplit_once(':').expect("host:port");
     let dsn = format!(

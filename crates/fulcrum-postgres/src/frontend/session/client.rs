@@ -67,11 +67,13 @@ impl Session {
             }
             // One look at a Query's first word tells whether Fulcrum may
             // answer it itself; most statements skip every check below.
-            if header.tag == b'Q' && self.try_answer_pid_call(header.total) {
+            let (pid_call, local) = match header.tag {
+                b'Q' => query_look(&self.client.read_buf[5..header.total]),
+                _ => (false, false),
+            };
+            if pid_call && self.try_answer_pid_call(header.total) {
                 continue;
             }
-            let local =
-                header.tag == b'Q' && may_answer_locally(&self.client.read_buf[5..header.total]);
             if local && self.try_answer_setting(header.total) {
                 continue;
             }
@@ -353,9 +355,14 @@ impl Session {
         let decision = self.next_unit_decision();
         // Hints live in comments: a text the classifier saw none in has none.
         let commented = self.query_unit.as_ref().is_none_or(|u| u.comments);
-        match unit_text(&self.client.read_buf) {
-            Some(text) if commented => self.reads.note_hint(text),
-            _ => self.reads.clear_hint(),
+        let text = if commented {
+            unit_text(&self.client.read_buf)
+        } else {
+            None
+        };
+        match text {
+            Some(text) => self.reads.note_hint(text),
+            None => self.reads.clear_hint(),
         }
         let txn = match (self.engine.deferred(), status_byte(self.engine.status())) {
             (Some(read_only), _) => RouteTxn::Deferred { read_only },
@@ -545,10 +552,11 @@ impl Session {
     }
 }
 
-/// Whether the Query `body` starts with a word one of Fulcrum's own
-/// answers is for (settings and causal tokens, DEALLOCATE, transaction
-/// control): the cheap test before any of them reads the text.
-fn may_answer_locally(body: &[u8]) -> bool {
+/// The cheap look at a Query `body` before any of Fulcrum's own answers
+/// reads its text (its text and first word found once): may it be a call
+/// of `signal.rs`, and does it start with a word another answer is for
+/// (settings and causal tokens, DEALLOCATE, transaction control)?
+fn query_look(body: &[u8]) -> (bool, bool) {
     const WORDS: [&[u8]; 12] = [
         b"listen",
         b"unlisten",
@@ -563,8 +571,16 @@ fn may_answer_locally(body: &[u8]) -> bool {
         b"rollback",
         b"abort",
     ];
-    let first = query_text(body).map(first_word).unwrap_or_default();
-    WORDS.iter().any(|w| first.eq_ignore_ascii_case(w))
+    let Some(text) = query_text(body) else {
+        return (false, false);
+    };
+    let first = first_word(text);
+    let pid_call =
+        first.eq_ignore_ascii_case(b"select") && signal::select_list_opens_with_p(text, first);
+    (
+        pid_call,
+        WORDS.iter().any(|w| first.eq_ignore_ascii_case(w)),
+    )
 }
 
 /// The statement text of the Query or Parse at the front of `buf`.

@@ -83,9 +83,12 @@ fn may_be_pid_call(frame: &[u8]) -> bool {
 /// `text` opens with `SELECT` and a select list starting with `p`.
 fn select_of_p(text: &[u8]) -> bool {
     let first = first_word(text);
-    if !first.eq_ignore_ascii_case(b"select") {
-        return false;
-    }
+    first.eq_ignore_ascii_case(b"select") && select_list_opens_with_p(text, first)
+}
+
+/// `text`, whose first word is `first` (`SELECT`), has a select list
+/// starting with `p`.
+pub(super) fn select_list_opens_with_p(text: &[u8], first: &[u8]) -> bool {
     let at = text.len() - text.trim_ascii_start().len() + first.len();
     text.get(at..)
         .map(|r| r.trim_ascii_start())
