@@ -56,7 +56,7 @@ pub struct ServerStmt {
     /// definitions), replayed to the next client that prepares the same text.
     pub answer: Vec<u8>,
     /// The parameter types this statement was last executed with here.
-    pub types: Option<Vec<u8>>,
+    pub types: Option<std::sync::Arc<[u8]>>,
     /// When it was last used (a count of uses on this connection), for
     /// `max_prepared_statements`' least-recently-used eviction.
     pub used: u64,

@@ -22,8 +22,9 @@ pub struct ClientStmt {
     /// Its text may commit (read once, at prepare): an execute of it in
     /// flight when the server dies is never replayed.
     pub may_commit: bool,
-    /// The parameter types the client bound last (2 bytes each).
-    pub types: Option<Vec<u8>>,
+    /// The parameter types the client bound last (2 bytes each); shared,
+    /// so an execute's look at them copies no bytes.
+    pub types: Option<Arc<[u8]>>,
     /// Its digest (statistics), when digests are on.
     pub digest: Option<Arc<fulcrum_metrics::Digest>>,
 }

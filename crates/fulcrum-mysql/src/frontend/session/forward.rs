@@ -242,13 +242,17 @@ impl Session {
         max: usize,
     ) -> Result<BytesMut, SessionError> {
         let limit = self.ctx.config.query_timeout;
-        let killer = (
-            self.ctx.clone(),
-            self.backend,
-            self.user.clone(),
-            self.hello.wire_format,
-            self.hello.charset,
-        );
+        // Only with `query_timeout` set: no reference counts touched per
+        // message otherwise.
+        let killer = limit.map(|_| {
+            (
+                self.ctx.clone(),
+                self.backend,
+                self.user.clone(),
+                self.hello.wire_format,
+                self.hello.charset,
+            )
+        });
         let server: &mut ServerConn = self.server.as_mut().expect("attached");
         let thread = server.connection_id;
         let mut killed = false;
@@ -266,7 +270,9 @@ impl Session {
                                 // this long; KILL QUERY it, then read on (its
                                 // ERR 1317 reaches the client).
                                 killed = true;
-                                kill_query(killer.clone(), thread, limit);
+                                if let Some(killer) = killer.clone() {
+                                    kill_query(killer, thread, limit);
+                                }
                                 continue;
                             }
                         },

@@ -225,12 +225,19 @@ impl Session {
             );
             return Ok(());
         };
-        if let Some(types) = execute_types(payload, stmt.num_params) {
-            if let Some(s) = self.prepared.map.get_mut(&id) {
-                s.types = Some(types.to_vec());
+        // The types the client bound (kept when they are the ones it bound
+        // before: no allocation per execute).
+        let types = match (execute_types(payload, stmt.num_params), stmt.types) {
+            (Some(new), Some(old)) if *old == *new => Some(old),
+            (Some(new), _) => {
+                let new: Arc<[u8]> = new.into();
+                if let Some(s) = self.prepared.map.get_mut(&id) {
+                    s.types = Some(new.clone());
+                }
+                Some(new)
             }
-        }
-        let types = self.prepared.map.get(&id).and_then(|s| s.types.clone());
+            (None, old) => old,
+        };
         let cursor = payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0;
         if cursor {
             self.pin("cursor");
@@ -262,19 +269,21 @@ impl Session {
         // COM_STMT_FETCH (a cursor's next rows) carries no parameters and
         // is answered with binary rows only.
         let fetch = payload.first() == Some(&FETCH);
-        let mut body = match (&types, execute_types(payload, stmt.num_params)) {
-            _ if fetch => payload.to_vec(),
+        let typed = match (&types, execute_types(payload, stmt.num_params)) {
+            _ if fetch => None,
             (Some(t), None) if entry.types.as_ref() != Some(t) => {
-                with_types(payload, stmt.num_params, t).unwrap_or_else(|| payload.to_vec())
+                with_types(payload, stmt.num_params, t)
             }
-            _ => payload.to_vec(),
+            _ => None,
         };
         if !fetch {
             entry.types = types;
         }
-        let _ = set_statement_id(&mut body, server_id);
+        // Framed as it is copied; the statement id rewritten in place.
+        let body = typed.as_deref().unwrap_or(payload);
         let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
-        write_packet(&mut msg, 0, &body);
+        write_packet(&mut msg, 0, body);
+        let _ = set_statement_id(&mut msg[HEADER_LEN..], server_id);
         let shape = if fetch { Shape::Fetch } else { Shape::Results };
         self.digests.pending = if fetch { None } else { stmt.digest.clone() };
         if let Some(m) = self.digests.mirror.as_mut() {
