@@ -256,6 +256,42 @@ impl<C: Poolable> Pool<C> {
         entry
     }
 
+    /// An idle connection ready at once, or `None` (no permit free, none
+    /// idle, or the one at hand is due its `server_check_delay` check):
+    /// [`Pool::get`] without a future, for the common case of a unit that
+    /// finds a connection waiting.
+    pub fn try_get(&self) -> Option<Checkout<C>> {
+        let inner = &self.inner;
+        let permit = inner.permits.clone().try_acquire_owned().ok()?;
+        let idle = self.take_idle()?;
+        let quiet_ms = coarse::ms().saturating_sub(idle.since_ms);
+        if inner
+            .settings
+            .check_delay
+            .is_some_and(|d| quiet_ms >= d.as_millis() as u64)
+        {
+            // Checked by `get`: back where it was (the most recent end).
+            inner
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(idle);
+            return None;
+        }
+        inner.backend_load.fetch_add(1, Ordering::Relaxed);
+        idle.entry.requested();
+        Some(Checkout {
+            conn: Some(idle.conn),
+            born: idle.born,
+            born_ms: idle.born_ms,
+            worker: idle.worker,
+            budget: idle.budget,
+            entry: Some(idle.entry),
+            pool: inner.clone(),
+            _permit: permit,
+        })
+    }
+
     /// Takes an idle connection, or opens one with `connect` when none is idle.
     pub async fn get<E, F, Fut>(&self, connect: F) -> Result<Checkout<C>, PoolError<E>>
     where

@@ -66,6 +66,16 @@ impl Router {
         }
     }
 
+    /// [`Router::admit`] without waiting: `None` while paused.
+    pub fn try_admit(&self) -> Option<Admission> {
+        self.admitting.fetch_add(1, Ordering::SeqCst);
+        if !self.paused.load(Ordering::SeqCst) {
+            return Some(Admission(self.admitting.clone()));
+        }
+        self.admitting.fetch_sub(1, Ordering::SeqCst);
+        None
+    }
+
     /// Units of work admitted and not yet holding a server connection.
     pub fn admitting(&self) -> usize {
         self.admitting.load(Ordering::SeqCst)
