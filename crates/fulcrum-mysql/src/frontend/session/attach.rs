@@ -57,18 +57,44 @@ impl Session {
                 Route::Primary
             }
         };
-        let ctx = self.ctx.clone();
-        let avoid = self.engine.unit.retry.avoid();
-        match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
-            Ok(a) => {
-                self.engine.unit.now.waited(a.waited_until);
-                self.install(a.backend, a.conn)
+        if let Some((backend, conn)) = self.attach_at_once(route) {
+            self.install(backend, conn);
+        } else {
+            let ctx = self.ctx.clone();
+            let avoid = self.engine.unit.retry.avoid();
+            match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
+                Ok(a) => {
+                    self.engine.unit.now.waited(a.waited_until);
+                    self.install(a.backend, a.conn)
+                }
+                Err(why) => return Err(self.unattached(why, seq).await),
             }
-            Err(why) => return Err(self.unattached(why, seq).await),
         }
         let actual = self.ctx.router.route_of(self.backend);
         self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
+    }
+
+    /// The common case without a future (as PostgreSQL's `attach_at_once`):
+    /// a unit for the primary (a write, or a read in a cluster of one) and
+    /// an idle connection of the client's pool there, ready (no
+    /// `server_check_delay` check due). `None`: the full path. The caller
+    /// holds the unit's admission past the pause gate already.
+    fn attach_at_once(&mut self, route: Route) -> Option<(BackendId, Checkout<ServerConn>)> {
+        let router = &self.ctx.router;
+        if self.engine.unit.retry.avoid().is_some()
+            || (route == Route::Replica && router.backend_count() > 1)
+        {
+            return None;
+        }
+        let primary = router.primary()?;
+        let pool = match &self.pool {
+            Some((b, p)) if *b == primary => p,
+            _ => return None,
+        };
+        let conn = pool.try_get()?;
+        self.ctx.metrics.pool_wait.observe(0.0);
+        Some((primary, conn))
     }
 
     /// Makes `server` (of `backend`) the attached connection.
