@@ -439,3 +439,31 @@ async fn show_servers_lists_each_open_connection_and_its_state() {
         .iter()
         .all(|r| r.identity.remote_pid != 8));
 }
+
+/// `try_get`: an idle connection at once, or nothing (none idle, every
+/// permit held, or a check due), never a new connection.
+#[tokio::test]
+async fn try_get_takes_only_a_ready_idle_connection() {
+    let p = pool(1, 100);
+    assert!(p.try_get().is_none(), "none idle: nothing opened");
+    assert_eq!(p.stats().opened, 0);
+    let c = p.get(|| open(1)).await.unwrap();
+    assert!(p.try_get().is_none(), "the one permit is held");
+    c.release();
+    let c = p.try_get().expect("the idle one");
+    assert_eq!(c.id, 1);
+    c.release();
+    let checked: Pool<Conn> = Pool::configured(
+        PoolSettings {
+            check_delay: Some(Duration::ZERO),
+            ..settings(1, 100)
+        },
+        Arc::new(AtomicUsize::new(0)),
+        Vec::new(),
+        None,
+    );
+    checked.get(|| open(2)).await.unwrap().release();
+    assert!(checked.try_get().is_none(), "a check is due: left to get");
+    let c = checked.get(|| open(3)).await.unwrap();
+    assert_eq!(c.id, 2, "put back where it was, and checked by get");
+}

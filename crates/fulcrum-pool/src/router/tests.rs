@@ -252,3 +252,19 @@ fn the_commit_floor_belongs_to_the_primary_it_was_read_on() {
     r.set_primary(Some(0));
     assert_eq!(r.commit_floor(2), None, "another primary");
 }
+
+/// `try_admit` counts a unit past the gate as `admit` does, and admits
+/// none while paused.
+#[test]
+fn try_admit_counts_a_unit_and_refuses_while_paused() {
+    let r = Router::new(0, 1, &[], false);
+    let a = r.try_admit().expect("not paused");
+    assert_eq!(r.admitting(), 1);
+    drop(a);
+    assert_eq!(r.admitting(), 0);
+    r.set_paused(true);
+    assert!(r.try_admit().is_none());
+    assert_eq!(r.admitting(), 0, "a refused unit is not counted");
+    r.set_paused(false);
+    assert!(r.try_admit().is_some());
+}
