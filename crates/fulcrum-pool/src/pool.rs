@@ -264,12 +264,7 @@ impl<C: Poolable> Pool<C> {
         let inner = &self.inner;
         let permit = inner.permits.clone().try_acquire_owned().ok()?;
         let idle = self.take_idle()?;
-        let quiet_ms = coarse::ms().saturating_sub(idle.since_ms);
-        if inner
-            .settings
-            .check_delay
-            .is_some_and(|d| quiet_ms >= d.as_millis() as u64)
-        {
+        if self.check_due(&idle) {
             // Checked by `get`: back where it was (the most recent end).
             inner
                 .idle
@@ -278,9 +273,21 @@ impl<C: Poolable> Pool<C> {
                 .push_back(idle);
             return None;
         }
+        Some(self.hand_out(idle, permit))
+    }
+
+    /// `idle` has been quiet for `server_check_delay`: checked before use.
+    fn check_due(&self, idle: &Idle<C>) -> bool {
+        let quiet = Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms));
+        self.inner.settings.check_delay.is_some_and(|d| quiet >= d)
+    }
+
+    /// The checkout of idle connection `idle`, under `permit`.
+    fn hand_out(&self, idle: Idle<C>, permit: OwnedSemaphorePermit) -> Checkout<C> {
+        let inner = &self.inner;
         inner.backend_load.fetch_add(1, Ordering::Relaxed);
         idle.entry.requested();
-        Some(Checkout {
+        Checkout {
             conn: Some(idle.conn),
             born: idle.born,
             born_ms: idle.born_ms,
@@ -289,7 +296,7 @@ impl<C: Poolable> Pool<C> {
             entry: Some(idle.entry),
             pool: inner.clone(),
             _permit: permit,
-        })
+        }
     }
 
     /// Takes an idle connection, or opens one with `connect` when none is idle.
@@ -303,7 +310,7 @@ impl<C: Poolable> Pool<C> {
         let permit = self.permit(deadline).await?;
         while let Some(mut idle) = self.take_idle() {
             let quiet_for = || Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms));
-            if inner.settings.check_delay.is_some_and(|d| quiet_for() >= d) {
+            if self.check_due(&idle) {
                 let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
                 let passed = matches!(answered, Ok(true));
                 if let Some(hook) = &inner.on_check {
@@ -320,18 +327,7 @@ impl<C: Poolable> Pool<C> {
                     continue;
                 }
             }
-            inner.backend_load.fetch_add(1, Ordering::Relaxed);
-            idle.entry.requested();
-            return Ok(Checkout {
-                conn: Some(idle.conn),
-                born: idle.born,
-                born_ms: idle.born_ms,
-                worker: idle.worker,
-                budget: idle.budget,
-                entry: Some(idle.entry),
-                pool: inner.clone(),
-                _permit: permit,
-            });
+            return Ok(self.hand_out(idle, permit));
         }
         let budget = self.budget_permits(Some(deadline)).await?;
         let conn = Box::new(connect().await.map_err(PoolError::Connect)?);
