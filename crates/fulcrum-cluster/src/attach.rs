@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use fulcrum_pool::{BackendId, PrimaryWait, Route};
+use fulcrum_pool::{BackendId, Checkout, Pool, Poolable, PrimaryWait, Route};
 
 use crate::context::ClusterCore;
 
@@ -121,6 +121,35 @@ pub async fn attach<K: Checkouts, C, P, S>(
         conn,
         waited_until: waited.map(|w| w.until),
     })
+}
+
+/// [`attach`]'s common case without a future (whose state a unit would
+/// copy about 400 instructions' worth of): the unit goes to the primary (a
+/// write, or a read in a cluster of one), it avoids no backend, and an idle
+/// connection of `pool` (the client's pool on the primary, if that is the
+/// one it holds) is ready at once and `ready` for the client as it is.
+/// `None` leaves the unit to [`attach`]. The caller holds the unit's
+/// admission past the pause gate.
+pub fn at_once<C: Poolable, P, S>(
+    core: &ClusterCore<C, P, S>,
+    route: Route,
+    avoid: Option<BackendId>,
+    pool: Option<&(BackendId, Pool<C>)>,
+    ready: impl FnOnce(&C) -> bool,
+) -> Option<(BackendId, Checkout<C>)> {
+    let router = &core.router;
+    if avoid.is_some() || (route == Route::Replica && router.backend_count() > 1) {
+        return None;
+    }
+    let primary = router.primary()?;
+    let (_, pool) = pool.filter(|(b, _)| *b == primary)?;
+    let conn = pool.try_get()?;
+    if !ready(&conn) {
+        conn.release();
+        return None;
+    }
+    core.metrics.pool_wait.observe(0.0);
+    Some((primary, conn))
 }
 
 async fn attach_to<K: Checkouts, C, P, S>(

@@ -57,11 +57,15 @@ impl Session {
                 Route::Primary
             }
         };
-        if let Some((backend, conn)) = self.attach_at_once(route) {
+        let ctx = self.ctx.clone();
+        let avoid = self.engine.unit.retry.avoid();
+        // A connection at hand: taken without the full path's future (the
+        // schema and settings are made the client's after, as for any).
+        let at_once =
+            fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), |_| true);
+        if let Some((backend, conn)) = at_once {
             self.install(backend, conn);
         } else {
-            let ctx = self.ctx.clone();
-            let avoid = self.engine.unit.retry.avoid();
             match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
                 Ok(a) => {
                     self.engine.unit.now.waited(a.waited_until);
@@ -73,28 +77,6 @@ impl Session {
         let actual = self.ctx.router.route_of(self.backend);
         self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
-    }
-
-    /// The common case without a future (as PostgreSQL's `attach_at_once`):
-    /// a unit for the primary (a write, or a read in a cluster of one) and
-    /// an idle connection of the client's pool there, ready (no
-    /// `server_check_delay` check due). `None`: the full path. The caller
-    /// holds the unit's admission past the pause gate already.
-    fn attach_at_once(&mut self, route: Route) -> Option<(BackendId, Checkout<ServerConn>)> {
-        let router = &self.ctx.router;
-        if self.engine.unit.retry.avoid().is_some()
-            || (route == Route::Replica && router.backend_count() > 1)
-        {
-            return None;
-        }
-        let primary = router.primary()?;
-        let pool = match &self.pool {
-            Some((b, p)) if *b == primary => p,
-            _ => return None,
-        };
-        let conn = pool.try_get()?;
-        self.ctx.metrics.pool_wait.observe(0.0);
-        Some((primary, conn))
     }
 
     /// Makes `server` (of `backend`) the attached connection.

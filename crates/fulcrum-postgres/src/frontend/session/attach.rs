@@ -12,17 +12,25 @@ impl Session {
         if self.server.is_some() {
             return Ok(());
         }
-        if let Some((backend, conn, admission)) = self.attach_at_once(route) {
-            self.engine.unit.wrote_on_primary = self.engine.unit.may_write;
-            self.install(backend, conn);
-            drop(admission);
-            return Ok(());
-        }
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
         // admission is counted until the server connection is checked out.
         let ctx = self.ctx.clone();
-        let _admission = ctx.router.admit().await;
+        let _admission = match ctx.router.try_admit() {
+            Some(a) => a,
+            None => ctx.router.admit().await,
+        };
         let avoid = self.engine.unit.retry.avoid();
+        // A connection at hand that needs no reset and has the client's
+        // settings: taken without the full path's future.
+        let desired = &self.params.desired;
+        let ready = |c: &ServerConn| !c.reset_due && c.applied == *desired;
+        let at_once =
+            fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), ready);
+        if let Some((backend, conn)) = at_once {
+            self.engine.unit.wrote_on_primary = self.engine.unit.may_write;
+            self.install(backend, conn);
+            return Ok(());
+        }
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
             Ok(a) => {
                 self.engine.unit.wrote_on_primary =
@@ -33,39 +41,6 @@ impl Session {
             }
             Err(why) => Err(self.unattached(why).await),
         }
-    }
-
-    /// The common case without a future (whose state a unit would copy
-    /// about 400 instructions' worth of): the unit goes to the primary (a
-    /// write, or a read in a cluster of one), nothing is paused, and an
-    /// idle connection of the client's pool there is ready as it is (no
-    /// check due, no reset, the client's settings). `None`: the full path,
-    /// `fulcrum_cluster::attach`, which waits, retries and checks.
-    fn attach_at_once(
-        &mut self,
-        route: Route,
-    ) -> Option<(BackendId, Checkout<ServerConn>, fulcrum_pool::Admission)> {
-        let router = &self.ctx.router;
-        if self.engine.unit.retry.avoid().is_some()
-            || (route == Route::Replica && router.backend_count() > 1)
-        {
-            return None;
-        }
-        let primary = router.primary()?;
-        // The pool handle the full path keeps (its first checkout makes it).
-        let pool = match &self.pool {
-            Some((b, p)) if *b == primary => p,
-            _ => return None,
-        };
-        // Counted from before the connection is taken, as `admit` does.
-        let admission = router.try_admit()?;
-        let conn = pool.try_get()?;
-        if conn.reset_due || conn.applied != self.params.desired {
-            conn.release();
-            return None;
-        }
-        self.ctx.metrics.pool_wait.observe(0.0);
-        Some((primary, conn, admission))
     }
 
     /// Makes `server` (of `backend`) the attached connection.
