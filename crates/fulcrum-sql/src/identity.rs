@@ -15,6 +15,8 @@ pub struct Identity {
     pub connection_id: bool,
 }
 
+use crate::lex::{line_end, skip_quoted};
+
 /// The ids `sql` asks for (MySQL).
 pub(crate) fn of(sql: &str) -> Identity {
     let mut found = Identity::default();
@@ -81,9 +83,9 @@ fn words(sql: &str, mut f: impl FnMut(&[u8], Option<usize>)) {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            q @ (b'\'' | b'"') => i = skip_quoted(b, i + 1, q),
+            q @ (b'\'' | b'"') => i = skip_quoted(b, i + 1, q, true),
             b'`' => {
-                let end = skip_quoted(b, i + 1, b'`');
+                let end = skip_quoted(b, i + 1, b'`', false);
                 f(&b[i + 1..end.saturating_sub(1).max(i + 1)], None);
                 i = end;
             }
@@ -118,33 +120,6 @@ fn words(sql: &str, mut f: impl FnMut(&[u8], Option<usize>)) {
 
 fn executable(rest: &[u8]) -> bool {
     rest.starts_with(b"!") || rest.starts_with(b"M!")
-}
-
-fn line_end(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && b[i] != b'\n' {
-        i += 1;
-    }
-    i
-}
-
-/// The index after the closing `quote` (a doubled or backslashed quote is
-/// one character).
-fn skip_quoted(b: &[u8], mut i: usize, quote: u8) -> usize {
-    while i < b.len() {
-        if b[i] == b'\\' && quote != b'`' {
-            i += 2;
-            continue;
-        }
-        if b[i] == quote {
-            if b.get(i + 1) == Some(&quote) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i += 1;
-    }
-    b.len()
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod fingerprint;
 mod functions;
 mod hints;
 mod identity;
+mod lex;
 pub mod listen;
 mod mysql;
 mod rules;

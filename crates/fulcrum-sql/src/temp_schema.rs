@@ -7,15 +7,17 @@
 //! answer does not depend on the literals the decision cache normalises
 //! away. Pure, one pass over the bytes.
 
+use crate::lex::{line_end, skip_quoted};
+
 /// True when `sql` has an identifier `pg_temp` or `pg_temp_<n>`.
 pub(crate) fn names_temp_schema(sql: &str) -> bool {
     let b = sql.as_bytes();
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'\'' => i = skip_quoted(b, i + 1, b'\''),
+            b'\'' => i = skip_quoted(b, i + 1, b'\'', false),
             b'"' => {
-                let end = skip_quoted(b, i + 1, b'"');
+                let end = skip_quoted(b, i + 1, b'"', false);
                 let close = if end > i + 1 && b[end - 1] == b'"' {
                     end - 1
                 } else {
@@ -27,11 +29,7 @@ pub(crate) fn names_temp_schema(sql: &str) -> bool {
                 }
                 i = end;
             }
-            b'-' if b.get(i + 1) == Some(&b'-') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
+            b'-' if b.get(i + 1) == Some(&b'-') => i = line_end(b, i),
             b'/' if b.get(i + 1) == Some(&b'*') => {
                 i = crate::fingerprint::block_comment_end(b, i).unwrap_or(b.len());
             }
@@ -59,21 +57,6 @@ fn is_temp_schema(word: &[u8]) -> bool {
     let rest = &word[7..];
     rest.is_empty()
         || (rest[0] == b'_' && rest.len() > 1 && rest[1..].iter().all(u8::is_ascii_digit))
-}
-
-/// The index after the closing `quote` (a doubled quote is one character).
-fn skip_quoted(b: &[u8], mut i: usize, quote: u8) -> usize {
-    while i < b.len() {
-        if b[i] == quote {
-            if b.get(i + 1) == Some(&quote) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i += 1;
-    }
-    b.len()
 }
 
 /// After a `$tag$ ... $tag$` body, or past a lone `$` (a parameter `$1`).
