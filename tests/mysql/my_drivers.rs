@@ -25,6 +25,19 @@ pub(crate) fn setup() -> (&'static MariaCluster, &'static FulcrumProcess, &'stat
     (c, p, port)
 }
 
+/// A second Fulcrum in front of the same servers, in session pooling: the
+/// port of the one the tests comparing both pooling modes share.
+pub(crate) fn session_pooled() -> u16 {
+    static S: OnceLock<(FulcrumProcess, u16)> = OnceLock::new();
+    let c = maria_one_replica();
+    S.get_or_init(|| {
+        let port = free_port();
+        let toml = maria_toml(c, port, "pool_mode = \"session\"");
+        (FulcrumProcess::start(&toml).expect("fulcrum"), port)
+    })
+    .1
+}
+
 /// Runs a PyMySQL `script` against `host:port` (HOST, PORT, USER, PASSWORD,
 /// DB in its environment); returns its standard output.
 pub(crate) fn pymysql(host_port: &str, script: &str) -> String {
@@ -386,14 +399,7 @@ fn a_clients_own_wait_timeout_closes_it_as_the_server_would() {
     );
     let through = pymysql(&format!("127.0.0.1:{port}"), WAIT_TIMEOUT);
     assert_eq!(through, direct, "transaction pooling");
-    let session_port = free_port();
-    let _session = FulcrumProcess::start(&maria_toml(
-        cluster,
-        session_port,
-        "pool_mode = \"session\"",
-    ))
-    .expect("fulcrum");
-    let through = pymysql(&format!("127.0.0.1:{session_port}"), WAIT_TIMEOUT);
+    let through = pymysql(&format!("127.0.0.1:{}", session_pooled()), WAIT_TIMEOUT);
     assert_eq!(through, direct, "session pooling");
 }
 

@@ -4,11 +4,9 @@
 //! `information_schema.PROCESSLIST`), and `KILL <id>` from another client
 //! ends it, as PyMySQL's own test_issue_36 does directly.
 
-use fulcrum_suite::maria_toml;
-use fulcrum_testkit::{free_port, FulcrumProcess};
 use mysql_async::prelude::Queryable;
 
-use crate::my_drivers::{pymysql, setup};
+use crate::my_drivers::{pymysql, session_pooled, setup};
 
 /// What a client is told of its own id, asked four ways.
 async fn ids_seen(port: u16) -> (u32, Vec<u64>) {
@@ -44,14 +42,8 @@ async fn ids_seen(port: u16) -> (u32, Vec<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_login_id_is_the_id_every_answer_shows() {
-    let (cluster, _fulcrum, &port) = setup();
-    let session_port = free_port();
-    let _session = FulcrumProcess::start(&maria_toml(
-        cluster,
-        session_port,
-        "pool_mode = \"session\"",
-    ))
-    .expect("fulcrum");
+    let (_, _fulcrum, &port) = setup();
+    let session_port = session_pooled();
     for (mode, port) in [("transaction", port), ("session", session_port)] {
         let (id, seen) = ids_seen(port).await;
         assert!(id >= 1 << 30, "{mode}: Fulcrum's ids start high ({id})");
@@ -90,13 +82,7 @@ print("killer works", k.fetchall() == ((1,),))
 #[test]
 fn another_client_kills_a_client_by_its_login_id() {
     let (cluster, _fulcrum, &port) = setup();
-    let session_port = free_port();
-    let _session = FulcrumProcess::start(&maria_toml(
-        cluster,
-        session_port,
-        "pool_mode = \"session\"",
-    ))
-    .expect("fulcrum");
+    let session_port = session_pooled();
     let expected = "listed True\nbroken True\ngone True\nkiller works True\n";
     let direct = pymysql(&cluster.primary().addr(), ISSUE_36);
     assert_eq!(direct, expected, "directly");
