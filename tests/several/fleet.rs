@@ -89,3 +89,29 @@ pub async fn write_port(cfg: &PgProxyConfig) -> Option<u16> {
         _ => None,
     })
 }
+
+/// `SWITCHOVER main TO <to>` on `console`, asked again (twice at most) when
+/// Patroni refuses for a moment (its candidate's health check under load),
+/// as an operator would. A last refusal panics, naming `what`, with `log()`.
+pub async fn switchover_through_patroni(
+    console: &tokio_postgres::Client,
+    to: &str,
+    what: &str,
+    log: impl Fn() -> String,
+) {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match console
+            .simple_query(&format!("SWITCHOVER main TO {to}"))
+            .await
+        {
+            Ok(_) => return,
+            Err(e) if tries < 3 => {
+                eprintln!("SWITCHOVER try {tries}: {e}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => panic!("SWITCHOVER through Patroni{what}: {e}\n{}", log()),
+        }
+    }
+}

@@ -15,7 +15,7 @@ use fulcrum_suite::{
 use fulcrum_testkit::{free_port, EtcdCluster, FulcrumProcess, PatroniCluster};
 use tokio_postgres::Client;
 
-use crate::fleet::write_port;
+use crate::fleet::{switchover_through_patroni, write_port};
 
 struct Follower {
     cfg: PgProxyConfig,
@@ -159,23 +159,7 @@ async fn two_instances_follow_a_patroni_switchover_and_a_killed_leader() {
     let target = 1 - first;
     let console = console_connect(fleet[0].admin).await;
     let asked = Instant::now();
-    // Patroni may refuse a switchover for a moment (its candidate's health
-    // check under load): asked again, as an operator would.
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match console
-            .simple_query(&format!("SWITCHOVER main TO {}", addresses[target]))
-            .await
-        {
-            Ok(_) => break,
-            Err(e) if tries < 3 => {
-                eprintln!("SWITCHOVER try {tries}: {e}");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            Err(e) => panic!("SWITCHOVER through Patroni: {e}"),
-        }
-    }
+    switchover_through_patroni(&console, &addresses[target], "", String::new).await;
     assert_eq!(pat.leader(), Some(target), "Patroni switched over");
     // SHOW CLUSTERS names the source, its epoch and its leader.
     let rows = console.simple_query("SHOW CLUSTERS").await.unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use fulcrum_suite::{console_connect, serial, with_console, with_metrics, PgProxyConfig};
 use fulcrum_testkit::{free_port, EtcdCluster, FulcrumProcess, PatroniCluster, TestCerts};
 
-use crate::fleet::write_port;
+use crate::fleet::{switchover_through_patroni, write_port};
 
 struct Follower {
     cfg: PgProxyConfig,
@@ -113,25 +113,8 @@ async fn patroni_over_https_with_basic_authentication() {
 
     // The right credentials: Patroni switches over, both follow.
     let console = console_connect(good.admin).await;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match console
-            .simple_query(&format!("SWITCHOVER main TO {}", addresses[target]))
-            .await
-        {
-            Ok(_) => break,
-            // Patroni may refuse for a moment (its candidate's health check).
-            Err(e) if tries < 3 => {
-                eprintln!("SWITCHOVER try {tries}: {e}");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            Err(e) => panic!(
-                "SWITCHOVER through Patroni over https: {e}\n{}",
-                good.process.log_contents()
-            ),
-        }
-    }
+    let log = || good.process.log_contents();
+    switchover_through_patroni(&console, &addresses[target], " over https", log).await;
     assert_eq!(pat.leader(), Some(target), "Patroni switched over");
     for f in [&good, &bad] {
         let took = follows(f, port_of(&addresses[target]), Duration::from_secs(20)).await;
