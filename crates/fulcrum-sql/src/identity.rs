@@ -50,6 +50,13 @@ pub fn with_connection_id(sql: &str, id: u32) -> String {
 pub fn select_connection_id(sql: &str) -> Option<&str> {
     let sql = sql.trim().trim_end_matches(';').trim_end();
     let rest = strip_word(sql, "select")?;
+    // Every SELECT comes here: a look at its next word, no scan of the rest.
+    if !rest
+        .get(.."connection_id".len())
+        .is_some_and(|w| w.eq_ignore_ascii_case("connection_id"))
+    {
+        return None;
+    }
     let call_end = rest.find(')')? + 1;
     let call = &rest[..call_end];
     let name: String = call.chars().filter(|c| !c.is_whitespace()).collect();
