@@ -935,6 +935,10 @@ async fn show_queries_lists_statement_digests() {
         matches!(code.as_deref(), Some("42703") | Some("42P01")),
         "the server's error: {err:?}"
     );
+    // tokio-postgres returns the error as soon as the ErrorResponse comes,
+    // which PostgreSQL flushes before its ReadyForQuery; the unit (and its
+    // digest) ends with that. The next statement waits for it.
+    c.batch_execute("").await.unwrap();
     let (columns, rows) = show(&a, "SHOW QUERIES").await;
     assert_eq!(
         columns,
