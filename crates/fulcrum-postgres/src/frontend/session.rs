@@ -103,6 +103,9 @@ pub struct Session {
     engine: Engine,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     query_unit: Option<Classified>,
+    /// The length of the text of the Query at the front of the client
+    /// buffer, found once by `query_look` (valid: NUL-terminated).
+    query_text_len: Option<usize>,
     /// The transaction (or batch) lost with its server, answered locally,
     /// and why Fulcrum gave the connection up, when it did.
     lost: Option<lost::Lost>,
@@ -267,6 +270,7 @@ impl Session {
             })
             .with_txn_log(txn_log),
             query_unit: None,
+            query_text_len: None,
             lost: None,
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),

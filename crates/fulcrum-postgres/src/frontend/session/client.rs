@@ -67,10 +67,12 @@ impl Session {
             }
             // One look at a Query's first word tells whether Fulcrum may
             // answer it itself; most statements skip every check below.
-            let (pid_call, local) = match header.tag {
+            let look = match header.tag {
                 b'Q' => query_look(&self.client.read_buf[5..header.total]),
-                _ => (false, false),
+                _ => QueryLook::default(),
             };
+            let (pid_call, local) = (look.pid_call, look.local);
+            self.query_text_len = look.text;
             if pid_call && self.try_answer_pid_call(header.total) {
                 continue;
             }
@@ -140,12 +142,14 @@ impl Session {
                 self.ask_commit_id_before_sync();
             }
             let frame = self.client.read_buf.split_to(header.total);
+            // What the look found was of this frame, no longer the front.
+            self.query_text_len = None;
             self.log_client_frame(header.tag, &frame);
             if let Some(m) = self.mirror.as_mut() {
                 m.client_frame(header.tag, &frame);
             }
             self.engine.unit.retry.keep(&frame);
-            if !self.on_client_frame(header.tag, frame).await? {
+            if !self.on_client_frame(header.tag, frame, look.text).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
             }
@@ -159,11 +163,13 @@ impl Session {
         Ok(held)
     }
 
-    /// Handles one client frame. Returns false on Terminate.
+    /// Handles one client frame (a Query's text `text_len` bytes long, as
+    /// `query_look` found it). Returns false on Terminate.
     pub(super) async fn on_client_frame(
         &mut self,
         tag: u8,
         frame: BytesMut,
+        text_len: Option<usize>,
     ) -> Result<bool, SessionError> {
         tracing::trace!(tag = %(tag as char), len = frame.len(), "client message");
         match tag {
@@ -181,7 +187,7 @@ impl Session {
             b'Q' => {
                 // The classification says whether it deallocates; it is
                 // kept for the Query's handling below (one pass).
-                let text = query_text(&frame[5..]).unwrap_or_default();
+                let text = text_len.map_or(&[][..], |n| &frame[5..5 + n]);
                 let unit = self.query_unit(text);
                 if self.one_setting_too_many(unit.effects.iter().as_slice()) {
                     return Err(self.too_many_settings().await);
@@ -220,7 +226,7 @@ impl Session {
         }
         match tag {
             b'Q' => {
-                let text = query_text(&frame[5..]).unwrap_or_default();
+                let text = text_len.map_or(&[][..], |n| &frame[5..5 + n]);
                 let unit = self.query_unit(text);
                 if unit.may_commit {
                     self.engine.unit.commit_in_flight = true;
@@ -324,27 +330,39 @@ impl Session {
     pub(super) fn next_unit_decision(&mut self) -> Decision {
         let query_unit = std::cell::RefCell::new(None);
         let local_listen = self.listens_locally();
-        let decision = unit_decision(
-            &self.client.read_buf,
-            self.ctx.config.max_message_size,
-            &|sql| {
-                let unit = self.ctx.classify_unit(sql);
-                let d = self
-                    .ctx
-                    .catalog_decision(&unit, &self.id.user, &self.id.database);
-                *query_unit.borrow_mut() = Some(unit);
-                if local_listen
-                    && notify::is_listen_decision(d)
-                    && fulcrum_sql::listen::listen_statement(sql).is_some()
-                {
-                    // Answered by Fulcrum, never run on a server: no pin.
-                    return Decision::Read;
-                }
-                d
-            },
-            &self.stmts.map,
-            self.stmts.unnamed_decision,
-        );
+        let classify = |sql: &str| {
+            let unit = self.ctx.classify_unit(sql);
+            let d = self
+                .ctx
+                .catalog_decision(&unit, &self.id.user, &self.id.database);
+            *query_unit.borrow_mut() = Some(unit);
+            if local_listen
+                && notify::is_listen_decision(d)
+                && fulcrum_sql::listen::listen_statement(sql).is_some()
+            {
+                // Answered by Fulcrum, never run on a server: no pin.
+                return Decision::Read;
+            }
+            d
+        };
+        // A Query whose text `query_look` found: classified from there.
+        let front_text = match (self.client.read_buf.first(), self.query_text_len) {
+            (Some(b'Q'), Some(n)) => {
+                Some(std::str::from_utf8(&self.client.read_buf[5..5 + n]).ok())
+            }
+            _ => None,
+        };
+        let decision = match front_text {
+            Some(Some(text)) => classify(text),
+            Some(None) => Decision::Write,
+            None => unit_decision(
+                &self.client.read_buf,
+                self.ctx.config.max_message_size,
+                &classify,
+                &self.stmts.map,
+                self.stmts.unnamed_decision,
+            ),
+        };
         self.query_unit = query_unit.into_inner();
         decision
     }
@@ -552,11 +570,35 @@ impl Session {
     }
 }
 
-/// The cheap look at a Query `body` before any of Fulcrum's own answers
-/// reads its text (its text and first word found once): may it be a call
-/// of `signal.rs`, and does it start with a word another answer is for
-/// (settings and causal tokens, DEALLOCATE, transaction control)?
-fn query_look(body: &[u8]) -> (bool, bool) {
+/// What one look at a Query's body tells, before any of Fulcrum's own
+/// answers reads its text: the text's length (found once for the whole
+/// unit: routing and handling read it from here), whether it may be a call
+/// of `signal.rs`, and whether it starts with a word another answer is for
+/// (settings and causal tokens, DEALLOCATE, transaction control).
+#[derive(Debug, Default, Clone, Copy)]
+struct QueryLook {
+    text: Option<usize>,
+    pid_call: bool,
+    local: bool,
+}
+
+fn query_look(body: &[u8]) -> QueryLook {
+    let Some(text) = query_text(body) else {
+        return QueryLook::default();
+    };
+    let first = first_word(text);
+    let pid_call =
+        first.eq_ignore_ascii_case(b"select") && signal::select_list_opens_with_p(text, first);
+    QueryLook {
+        text: Some(text.len()),
+        pid_call,
+        local: answer_word(first),
+    }
+}
+
+/// `first` is a statement's first word that one of Fulcrum's own answers
+/// may be for (a short list, told apart by length first).
+fn answer_word(first: &[u8]) -> bool {
     const WORDS: [&[u8]; 12] = [
         b"listen",
         b"unlisten",
@@ -571,16 +613,12 @@ fn query_look(body: &[u8]) -> (bool, bool) {
         b"rollback",
         b"abort",
     ];
-    let Some(text) = query_text(body) else {
-        return (false, false);
-    };
-    let first = first_word(text);
-    let pid_call =
-        first.eq_ignore_ascii_case(b"select") && signal::select_list_opens_with_p(text, first);
-    (
-        pid_call,
-        WORDS.iter().any(|w| first.eq_ignore_ascii_case(w)),
-    )
+    if !(3..=10).contains(&first.len()) {
+        return false;
+    }
+    WORDS
+        .iter()
+        .any(|w| w.len() == first.len() && first.eq_ignore_ascii_case(w))
 }
 
 /// The statement text of the Query or Parse at the front of `buf`.
