@@ -29,6 +29,8 @@ fn cluster() -> &'static MariaCluster {
         for table in [
             "CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
             "CREATE TABLE blobs (id INT PRIMARY KEY, b LONGBLOB)",
+            "CREATE TABLE found_rows_t (id INT PRIMARY KEY)",
+            "INSERT INTO found_rows_t VALUES (1), (2), (3), (4), (5), (6), (7)",
         ] {
             c.primary().sql(table).expect("table");
         }
@@ -99,6 +101,44 @@ async fn reads_go_to_both_replicas_and_writes_to_the_primary() {
         port_of(&mut conn, "SELECT @@port FOR UPDATE").await,
         cluster().primary().port()
     );
+}
+
+/// `FOUND_ROWS()` answers for the `SQL_CALC_FOUND_ROWS` before it, as
+/// directly: both run on one server connection, and Fulcrum asks that
+/// connection nothing in between (mysql_async asks for no session
+/// tracking, so a write's GTID would otherwise be asked with
+/// `SELECT @@last_gtid`, which resets `FOUND_ROWS()`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn found_rows_runs_where_calc_found_rows_did() {
+    let (_p, port) = start("");
+    let mut conn = maria_connect(port).await;
+    for sql in [
+        "SELECT SQL_CALC_FOUND_ROWS id FROM found_rows_t LIMIT 1",
+        "select /*! sql_calc_found_rows */ id from found_rows_t where id > 0 limit 2",
+    ] {
+        for _ in 0..3 {
+            conn.query_drop(sql).await.unwrap();
+            let n: u64 = conn
+                .query_first("SELECT FOUND_ROWS()")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(n, 7, "FOUND_ROWS() after {sql}");
+        }
+    }
+    // A plain read (on the primary now: after a SQL_CALC_FOUND_ROWS unit
+    // the client's position counts as unknown) is asked nothing after it
+    // either: FOUND_ROWS() counts its rows, as directly. (One client: the
+    // primary's idle connection it used is the one it gets again.)
+    conn.query_drop("SELECT 'sql_calc_found_rows' FROM found_rows_t LIMIT 3")
+        .await
+        .unwrap();
+    let n: u64 = conn
+        .query_first("SELECT FOUND_ROWS()")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,17 +2,22 @@
 //! or reads the process list (`SHOW PROCESSLIST`,
 //! `information_schema.PROCESSLIST`). A pooled client was given Fulcrum's
 //! id at login, not its server thread's, so such a unit's answer is
-//! translated. Identifiers only: string literals and comments are skipped,
+//! translated. And whether it names `SQL_CALC_FOUND_ROWS`, whose
+//! `FOUND_ROWS()` needs the same connection next. Identifiers only: string literals and comments are skipped,
 //! so the answer does not depend on the literals the decision cache
 //! normalises away. Pure, one pass over the bytes, made on a cache miss.
 
-/// What connection ids a unit asks for.
+/// What connection ids a unit asks for, and whether it ties the next
+/// command to its connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Identity {
     /// It names `PROCESSLIST`: its rows' `Id` column holds thread ids.
     pub processlist: bool,
     /// It calls `CONNECTION_ID()`.
     pub connection_id: bool,
+    /// It names `SQL_CALC_FOUND_ROWS`: the `FOUND_ROWS()` after it must
+    /// run on the same server connection.
+    pub found_rows: bool,
 }
 
 use crate::lex::{line_end, skip_quoted};
@@ -23,6 +28,7 @@ pub(crate) fn of(sql: &str) -> Identity {
     words(sql, |word, call| {
         found.processlist |= word.eq_ignore_ascii_case(b"processlist");
         found.connection_id |= call.is_some() && word.eq_ignore_ascii_case(b"connection_id");
+        found.found_rows |= word.eq_ignore_ascii_case(b"sql_calc_found_rows");
     });
     found
 }
@@ -144,6 +150,8 @@ mod tests {
         assert!(id("select connection_id ( ) as me").connection_id);
         assert!(id("/*!SELECT*/ connection_id()").connection_id);
         assert!(id("SELECT /*M! connection_id() */ 1").connection_id);
+        assert!(id("SELECT SQL_CALC_FOUND_ROWS * FROM t LIMIT 1").found_rows);
+        assert!(id("select /*! sql_calc_found_rows */ a from t").found_rows);
         for sql in [
             "SELECT 'processlist', 'connection_id()'",
             "SELECT \"CONNECTION_ID()\"",
@@ -153,6 +161,8 @@ mod tests {
             "SELECT connection_id FROM t",
             "SELECT my_processlist FROM t",
             "SELECT 'it\\'s processlist'",
+            "SELECT 'sql_calc_found_rows' FROM t",
+            "SELECT 1 /* SQL_CALC_FOUND_ROWS */",
         ] {
             assert_eq!(id(sql), Identity::default(), "{sql}");
         }

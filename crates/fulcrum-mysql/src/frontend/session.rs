@@ -492,7 +492,11 @@ impl Session {
                     let sent = own_id.as_deref().unwrap_or(&msg);
                     self.forward(sent, seq, Shape::Results, routing, effects)
                         .await?;
-                    let first = text.split_whitespace().next().unwrap_or("");
+                    // DDL is never a plain read: reads skip the look.
+                    let first = match routing.may_write {
+                        true => text.split_whitespace().next().unwrap_or(""),
+                        false => "",
+                    };
                     if ["create", "alter", "drop"]
                         .iter()
                         .any(|w| first.eq_ignore_ascii_case(w))

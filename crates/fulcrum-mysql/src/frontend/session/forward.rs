@@ -178,7 +178,8 @@ impl Session {
             self.set_status(status);
         }
         if !reply.error || reply.last_gtid.is_some() {
-            self.after_primary_answer(reply.last_gtid.take(), self.unit_routing.target)
+            let target = self.unit_routing.target;
+            self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
                 .await?;
         }
         if let Some(code) = reply.error_code {

@@ -86,11 +86,15 @@ impl Session {
     /// After an answer from the primary: the GTID of a write it committed.
     /// A connection that cannot report it in the OK is asked `@@last_gtid`
     /// once the client has its answer; if that fails, the client's reads go
-    /// to the primary until its next write.
+    /// to the primary until its next write. Not after a unit whose next
+    /// command needs the session's diagnostics as it left them
+    /// (`SQL_CALC_FOUND_ROWS`, `keep_next`): a question would reset its
+    /// `FOUND_ROWS()`, so the position counts as unknown instead.
     pub(super) async fn after_primary_answer(
         &mut self,
         last_gtid: Option<String>,
         target: Target,
+        keep_next: bool,
     ) -> Result<(), SessionError> {
         if !self.ctx.router.is_primary(self.backend) {
             return Ok(());
@@ -109,14 +113,21 @@ impl Session {
         if server.track_gtid
             || self.ctx.router.backend_count() < 2
             || target == Target::Go(Route::Replica)
+            || !self.engine.unit.may_write
             || self.in_transaction()
             || !self.reads.tracks_writes()
         {
             return Ok(());
         }
+        let schema = self.schema_key();
+        if keep_next {
+            // Reads on the primary until the client's next write.
+            self.reads
+                .learnt(&self.ctx.reads(&self.user, &schema), None);
+            return Ok(());
+        }
         // The answer goes out before its GTID is known: another connection
         // of the user reads on the primary meanwhile.
-        let schema = self.schema_key();
         self.reads.learning(&self.ctx.reads(&self.user, &schema));
         self.flush().await?;
         let server = self.server.as_mut().expect("attached");

@@ -76,11 +76,16 @@ impl Session {
             self.reads.clear_hint();
         }
         self.engine.unit.commit_in_flight = unit.may_commit;
-        let first = text
-            .trim_start()
-            .split(|c: char| c.is_whitespace() || c == ';')
-            .next()
-            .unwrap_or("");
+        // USE classifies as a setting (or, unparsed, not as a read or a
+        // write): plain reads and writes skip the look at the first word.
+        let first = match decision {
+            Decision::Read | Decision::Primary | Decision::Write => "",
+            _ => text
+                .trim_start()
+                .split(|c: char| c.is_whitespace() || c == ';')
+                .next()
+                .unwrap_or(""),
+        };
         if first.eq_ignore_ascii_case("use") {
             let name = text.trim_start()[first.len()..]
                 .trim()
@@ -105,8 +110,9 @@ impl Session {
         effects.thread_ids = unit.identity.processlist;
         effects.own_id = unit.identity.connection_id && !unit.identity.processlist;
         // FOUND_ROWS() must run where SQL_CALC_FOUND_ROWS did: keep the
-        // connection for the next command.
-        effects.keep_next = contains_ignore_case(text, "sql_calc_found_rows");
+        // connection for the next command (a fact of the classification,
+        // read from identifiers when the text was first seen).
+        effects.keep_next = unit.identity.found_rows;
         let routing = self.route_unit(decision);
         if self.digests.mirror.is_some() {
             let (user, format) = (
@@ -139,11 +145,11 @@ mod tests {
     use super::contains_ignore_case;
 
     #[test]
-    fn found_rows_needs_are_seen_in_any_case() {
+    fn needles_are_found_in_any_case() {
         assert!(contains_ignore_case(
-            "SELECT SQL_CALC_FOUND_ROWS * FROM t",
-            "sql_calc_found_rows"
+            "LOAD DATA LOCAL INFILE 'x' INTO TABLE t",
+            "local infile"
         ));
-        assert!(!contains_ignore_case("SELECT 1", "sql_calc_found_rows"));
+        assert!(!contains_ignore_case("SELECT 1", "local infile"));
     }
 }
