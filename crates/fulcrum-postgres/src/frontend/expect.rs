@@ -238,86 +238,15 @@ impl Expectations {
     /// Accounts for one server message with tag `tag` (body for 'Z').
     pub fn on_server(&mut self, tag: u8, body: &[u8]) -> (Step, Effects) {
         let mut fx = Effects::default();
-        if matches!(self.queue.front(), Some(Expect::Position)) {
-            match tag {
-                b'D' => {
-                    self.position = backend_msg::parse_data_row(body)
-                        .and_then(|cols| cols.first().copied().flatten())
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(fulcrum_cluster::lag::parse_lsn);
-                }
-                b'Z' => {
-                    self.queue.pop_front();
-                    fx.position = Some(self.position.take());
-                }
-                _ => {}
-            }
-            return (Step::Drop, fx);
-        }
-        if let Some(&Expect::CommitId { in_batch }) = self.queue.front() {
-            match tag {
-                b'D' => {
-                    let value =
-                        backend_msg::parse_data_row(body).and_then(|cols| cols.first().copied());
-                    self.commit_id = match value {
-                        Some(None) => CommitId::NothingWritten,
-                        Some(Some(v)) => std::str::from_utf8(v)
-                            .ok()
-                            .and_then(|v| v.parse().ok())
-                            .map_or(CommitId::Unknown, CommitId::Id),
-                        None => CommitId::Unknown,
-                    };
-                    return (Step::Drop, fx);
-                }
-                b'Z' if !in_batch => {
-                    self.queue.pop_front();
-                    let id = std::mem::take(&mut self.commit_id);
-                    // Outside a transaction (or in a failed one) the answer
-                    // says nothing of the client's transaction.
-                    fx.commit_id = Some(if body.first() == Some(&b'T') {
-                        id
-                    } else {
-                        CommitId::Unknown
-                    });
-                    return (Step::Drop, fx);
-                }
-                // In a client's batch it ends at its portal's CloseComplete.
-                b'3' if in_batch => {
-                    self.queue.pop_front();
-                    fx.commit_id = Some(std::mem::take(&mut self.commit_id));
-                    return (Step::Drop, fx);
-                }
-                b'E' if in_batch => {
-                    // The client's transaction failed with it: the client
-                    // is told (the usual error path below skips to Sync).
-                    self.commit_id = CommitId::Unknown;
-                }
-                b'E' => {
-                    self.commit_id = CommitId::Unknown;
-                    // Behind a statement that failed, the transaction was
-                    // already aborted: that error is not news. Any other
-                    // (a cancel) aborted the client's transaction: shown.
-                    let code = backend_msg::parse_error_fields(body).code;
-                    let step = if code == backend_msg::sqlstate::IN_FAILED_TRANSACTION {
-                        Step::Drop
-                    } else {
-                        Step::Forward
-                    };
+        match self.queue.front() {
+            Some(Expect::Position) => return (self.on_position(tag, body, &mut fx), fx),
+            Some(&Expect::CommitId { in_batch }) => {
+                if let Some(step) = self.on_commit_id(tag, body, in_batch, &mut fx) {
                     return (step, fx);
                 }
-                b'N' | b'S' | b'A' => return (Step::Forward, fx),
-                _ => return (Step::Drop, fx),
             }
-        }
-        if matches!(self.queue.front(), Some(Expect::SwallowQuery)) {
-            return match tag {
-                b'Z' => {
-                    self.queue.pop_front();
-                    (Step::Drop, fx)
-                }
-                b'E' | b'N' | b'S' | b'A' => (Step::Forward, fx),
-                _ => (Step::Drop, fx),
-            };
+            Some(Expect::SwallowQuery) => return (self.on_swallowed_query(tag), fx),
+            _ => {}
         }
         let step = match tag {
             b'1' => match self.queue.front() {
@@ -344,28 +273,7 @@ impl Expectations {
                 Step::Forward
             }
             b'G' => {
-                // Extended-protocol COPY FROM STDIN: the server ignores Sync (and
-                // Flush) until CopyDone/CopyFail, so Syncs the client pipelined
-                // after this Execute and before its copy end owe no reply.
-                // <https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-COPY>
-                if matches!(self.queue.front(), Some(Expect::Execute(..))) {
-                    let mut i = 1;
-                    let mut ended = false;
-                    while i < self.queue.len() {
-                        match self.queue[i] {
-                            Expect::Sync => {
-                                self.queue.remove(i);
-                                fx.ignored_syncs += 1;
-                            }
-                            Expect::CopyEnd => {
-                                ended = true;
-                                break;
-                            }
-                            _ => i += 1,
-                        }
-                    }
-                    self.copy_in_open = !ended;
-                }
+                self.on_copy_in(&mut fx);
                 Step::Forward
             }
             b'T' | b'n' => {
@@ -375,63 +283,202 @@ impl Expectations {
                 Step::Forward
             }
             b'C' | b'I' | b's' => {
-                match self.queue.front() {
-                    Some(Expect::Execute(..)) => {
-                        if let Some(Expect::Execute(ops, stamp)) = self.queue.pop_front() {
-                            self.batch_ops.extend(ops);
-                            fx.finished = stamp.map(|s| (s, tag_rows(tag, body), false));
-                        }
-                    }
-                    Some(Expect::Query(_, Some(_))) => self.query_rows += tag_rows(tag, body),
-                    _ => {}
-                }
+                self.on_complete(tag, body, &mut fx);
                 Step::Forward
             }
             b'E' => {
-                if let Some(Expect::Bind(Some(name)) | Expect::Describe(Some(name), _)) =
-                    self.queue.front()
-                {
-                    fx.failed_statement = Some(name.clone());
-                }
-                match self.queue.front() {
-                    Some(Expect::Query(..)) => self.query_failed = true,
-                    None => {}
-                    Some(Expect::Execute(_, Some(stamp))) => {
-                        fx.finished = Some((stamp.clone(), 0, true));
-                        self.skip_to_sync();
-                        fx.skipped_to_sync = true;
-                    }
-                    Some(_) => {
-                        // Extended protocol: the server discards everything up to Sync.
-                        self.skip_to_sync();
-                        fx.skipped_to_sync = true;
-                    }
-                }
-                self.batch_ops.clear();
+                self.on_error(&mut fx);
                 Step::Forward
             }
             b'Z' => {
-                while let Some(e) = self.queue.pop_front() {
-                    match e {
-                        Expect::Sync => break,
-                        Expect::Query(ops, stamp) => {
-                            if !self.query_failed {
-                                self.batch_ops.extend(ops);
-                            }
-                            let rows = std::mem::take(&mut self.query_rows);
-                            fx.finished = stamp.map(|s| (s, rows, self.query_failed));
-                            break;
-                        }
-                        _ => {}
-                    }
-                }
-                self.query_failed = false;
-                fx.ready = body.first().copied();
+                self.on_ready(body, &mut fx);
                 Step::Forward
             }
             _ => Step::Forward,
         };
         (step, fx)
+    }
+
+    /// A frame of the answer to Fulcrum's own position query (dropped): its
+    /// row holds the LSN, its ReadyForQuery ends it.
+    fn on_position(&mut self, tag: u8, body: &[u8], fx: &mut Effects) -> Step {
+        match tag {
+            b'D' => {
+                self.position = backend_msg::parse_data_row(body)
+                    .and_then(|cols| cols.first().copied().flatten())
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .and_then(fulcrum_cluster::lag::parse_lsn);
+            }
+            b'Z' => {
+                self.queue.pop_front();
+                fx.position = Some(self.position.take());
+            }
+            _ => {}
+        }
+        Step::Drop
+    }
+
+    /// A frame of the answer to the transaction-id query asked ahead of a
+    /// COMMIT; `None` when the frame is the client's (an error that
+    /// failed its transaction in a batch), handled as usual.
+    fn on_commit_id(
+        &mut self,
+        tag: u8,
+        body: &[u8],
+        in_batch: bool,
+        fx: &mut Effects,
+    ) -> Option<Step> {
+        Some(match tag {
+            b'D' => {
+                let value =
+                    backend_msg::parse_data_row(body).and_then(|cols| cols.first().copied());
+                self.commit_id = match value {
+                    Some(None) => CommitId::NothingWritten,
+                    Some(Some(v)) => std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .map_or(CommitId::Unknown, CommitId::Id),
+                    None => CommitId::Unknown,
+                };
+                Step::Drop
+            }
+            b'Z' if !in_batch => {
+                self.queue.pop_front();
+                let id = std::mem::take(&mut self.commit_id);
+                // Outside a transaction (or in a failed one) the answer
+                // says nothing of the client's transaction.
+                fx.commit_id = Some(if body.first() == Some(&b'T') {
+                    id
+                } else {
+                    CommitId::Unknown
+                });
+                Step::Drop
+            }
+            // In a client's batch it ends at its portal's CloseComplete.
+            b'3' if in_batch => {
+                self.queue.pop_front();
+                fx.commit_id = Some(std::mem::take(&mut self.commit_id));
+                Step::Drop
+            }
+            b'E' if in_batch => {
+                // The client's transaction failed with it: the client
+                // is told (the usual error path skips to Sync).
+                self.commit_id = CommitId::Unknown;
+                return None;
+            }
+            b'E' => {
+                self.commit_id = CommitId::Unknown;
+                // Behind a statement that failed, the transaction was
+                // already aborted: that error is not news. Any other
+                // (a cancel) aborted the client's transaction: shown.
+                let code = backend_msg::parse_error_fields(body).code;
+                if code == backend_msg::sqlstate::IN_FAILED_TRANSACTION {
+                    Step::Drop
+                } else {
+                    Step::Forward
+                }
+            }
+            b'N' | b'S' | b'A' => Step::Forward,
+            _ => Step::Drop,
+        })
+    }
+
+    /// A frame of the answer to a Query Fulcrum sent (a deferred BEGIN):
+    /// only what the client must see (errors, notices) goes on.
+    fn on_swallowed_query(&mut self, tag: u8) -> Step {
+        match tag {
+            b'Z' => {
+                self.queue.pop_front();
+                Step::Drop
+            }
+            b'E' | b'N' | b'S' | b'A' => Step::Forward,
+            _ => Step::Drop,
+        }
+    }
+
+    /// CopyInResponse. Extended-protocol COPY FROM STDIN: the server
+    /// ignores Sync (and Flush) until CopyDone/CopyFail, so Syncs the
+    /// client pipelined after this Execute and before its copy end owe no
+    /// reply.
+    /// <https://www.postgresql.org/docs/15/protocol-flow.html#PROTOCOL-COPY>
+    fn on_copy_in(&mut self, fx: &mut Effects) {
+        if !matches!(self.queue.front(), Some(Expect::Execute(..))) {
+            return;
+        }
+        let mut i = 1;
+        let mut ended = false;
+        while i < self.queue.len() {
+            match self.queue[i] {
+                Expect::Sync => {
+                    self.queue.remove(i);
+                    fx.ignored_syncs += 1;
+                }
+                Expect::CopyEnd => {
+                    ended = true;
+                    break;
+                }
+                _ => i += 1,
+            }
+        }
+        self.copy_in_open = !ended;
+    }
+
+    /// CommandComplete, EmptyQueryResponse or PortalSuspended: an Execute
+    /// is done (its stamp finished), or a Query's statement counted.
+    fn on_complete(&mut self, tag: u8, body: &[u8], fx: &mut Effects) {
+        match self.queue.front() {
+            Some(Expect::Execute(..)) => {
+                if let Some(Expect::Execute(ops, stamp)) = self.queue.pop_front() {
+                    self.batch_ops.extend(ops);
+                    fx.finished = stamp.map(|s| (s, tag_rows(tag, body), false));
+                }
+            }
+            Some(Expect::Query(_, Some(_))) => self.query_rows += tag_rows(tag, body),
+            _ => {}
+        }
+    }
+
+    /// ErrorResponse: a Query fails at its ReadyForQuery; in the extended
+    /// protocol the server discards everything up to Sync.
+    fn on_error(&mut self, fx: &mut Effects) {
+        if let Some(Expect::Bind(Some(name)) | Expect::Describe(Some(name), _)) = self.queue.front()
+        {
+            fx.failed_statement = Some(name.clone());
+        }
+        match self.queue.front() {
+            Some(Expect::Query(..)) => self.query_failed = true,
+            None => {}
+            Some(Expect::Execute(_, Some(stamp))) => {
+                fx.finished = Some((stamp.clone(), 0, true));
+                self.skip_to_sync();
+                fx.skipped_to_sync = true;
+            }
+            Some(_) => {
+                self.skip_to_sync();
+                fx.skipped_to_sync = true;
+            }
+        }
+        self.batch_ops.clear();
+    }
+
+    /// ReadyForQuery: what was owed up to its Sync or Query is settled.
+    fn on_ready(&mut self, body: &[u8], fx: &mut Effects) {
+        while let Some(e) = self.queue.pop_front() {
+            match e {
+                Expect::Sync => break,
+                Expect::Query(ops, stamp) => {
+                    if !self.query_failed {
+                        self.batch_ops.extend(ops);
+                    }
+                    let rows = std::mem::take(&mut self.query_rows);
+                    fx.finished = stamp.map(|s| (s, rows, self.query_failed));
+                    break;
+                }
+                _ => {}
+            }
+        }
+        self.query_failed = false;
+        fx.ready = body.first().copied();
     }
 }
 
