@@ -402,7 +402,7 @@ impl Session {
                 && self.to_server.len() < FORWARD_WINDOW
                 && self
                     .client
-                    .may_read(self.engine.unit.held, self.ctx.config.max_message_size);
+                    .may_read(self.engine.unit().held, self.ctx.config.max_message_size);
             let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
             let idle = self.idle_timeout();
             if let Some((limit, _)) = idle {
@@ -459,7 +459,7 @@ impl Session {
             })
             .await;
             // A new wake-up: the stamps made handling it share one clock read.
-            self.engine.unit.now.reset();
+            self.engine.new_wake();
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
                 Event::Notified(Some(frame)) => self.deliver(frame).await?,
@@ -481,7 +481,7 @@ impl Session {
                 }
                 Event::Io(Io::ClientWrote(r)) => {
                     // The answer has started: a lost replica can no longer be hidden.
-                    self.engine.unit.retry.disarm();
+                    self.engine.answered();
                     r?;
                 }
                 Event::Io(Io::ServerWrote(Ok(_))) => {

@@ -58,17 +58,20 @@ impl Session {
             }
         };
         let ctx = self.ctx.clone();
-        let avoid = self.engine.unit.retry.avoid();
+        let avoid = self.engine.unit().retry.avoid();
         // A connection at hand: taken without the full path's future (the
         // schema and settings are made the client's after, as for any).
         let at_once =
             fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), |_| true);
         if let Some((backend, conn)) = at_once {
+            // `at_once` takes only the primary's connections.
+            self.engine.attached(true, None);
             self.install(backend, conn);
         } else {
             match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
                 Ok(a) => {
-                    self.engine.unit.now.waited(a.waited_until);
+                    let on_primary = ctx.router.is_primary(a.backend);
+                    self.engine.attached(on_primary, a.waited_until);
                     self.install(a.backend, a.conn)
                 }
                 Err(why) => return Err(self.unattached(why, seq).await),
@@ -79,14 +82,13 @@ impl Session {
         Ok(())
     }
 
-    /// Makes `server` (of `backend`) the attached connection.
+    /// Makes `server` (of `backend`) the attached connection (the engine
+    /// was told first: `Engine::attached`, `Engine::replay_attached`).
     pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
         self.client_entry.set_active(backend);
         self.backend = backend;
         self.set_running(Some((backend, server.connection_id)));
         self.server = Some(server);
-        let now = self.engine.unit.now.get();
-        self.engine.unit.attached(now);
     }
 
     /// Returns the server connection to the pool unless the client needs it.
@@ -121,7 +123,7 @@ impl Session {
         if let Some(server) = self.server.take() {
             self.set_running(None);
             self.client_entry.set_idle();
-            if let Some(took) = self.engine.unit.finished() {
+            if let Some(took) = self.engine.unit_over() {
                 let schema = self.schema.as_deref().unwrap_or("");
                 self.ctx.unit_done(self.backend, took, &self.user, schema);
             }

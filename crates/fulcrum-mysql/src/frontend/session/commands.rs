@@ -63,8 +63,7 @@ impl Session {
             &mut self.engine.txn_log,
             fulcrum_session::TxnLog::new(None, fulcrum_session::Framing::Whole),
         );
-        self.engine = Engine::new(None).with_txn_log(log);
-        self.engine.unit.may_write = false;
+        self.engine = Engine::new(None).with_txn_log(log).with_may_write(false);
         self.desired.clear();
         self.prepared.map.clear();
         self.prepared.last = None;

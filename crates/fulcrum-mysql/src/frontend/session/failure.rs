@@ -38,15 +38,15 @@ impl Session {
         // A COMMIT, or a write outside a transaction, may have committed
         // before the connection died: only the server knows (08007). The
         // BEGIN that opens a replayable transaction commits nothing.
-        let commit = std::mem::take(&mut self.engine.unit.commit_in_flight);
+        let commit = self.engine.commit_lost();
         let unknown = commit
             || (!in_txn
                 && !replayable
-                && self.engine.unit.may_write
+                && self.engine.unit().may_write
                 && self.ctx.router.is_primary(backend));
         // MySQL can end any answer with an ERR: no "half a message" case.
         let loss = Loss {
-            retryable: self.engine.unit.retry.armed(),
+            retryable: self.engine.unit().retry.armed(),
             commit_in_flight: unknown,
             batch_open: false,
             mid_message: false,
@@ -63,7 +63,7 @@ impl Session {
         }
         if action == Some(Action::Retry) {
             tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
-            let _ = self.engine.unit.retry.take(backend);
+            let _ = self.engine.retry_elsewhere(backend);
             self.client.write_buf.clear();
             return SessionError::Retry;
         }

@@ -61,7 +61,7 @@ impl Session {
         loop {
             self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
             self.keep_for_next = false;
-            self.engine.unit.commit_in_flight = false;
+            self.engine.unit_lost();
             let deadline = self.txn.run.as_ref().expect("replaying").deadline();
             let ctx = self.ctx.clone();
             let Some((primary, server)) = attach_primary(&ctx, deadline, self).await else {
@@ -70,7 +70,7 @@ impl Session {
                     .await);
             };
             // After a wait for the primary: the clock is read again.
-            self.engine.unit.now.reset();
+            self.engine.replay_attached();
             self.install(primary, server);
             match self.prepare_server(self.txn.lost_seq).await {
                 Ok(()) => {}

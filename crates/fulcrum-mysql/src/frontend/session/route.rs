@@ -32,7 +32,7 @@ impl Session {
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
-        self.engine.unit.may_write = routing.may_write;
+        self.engine.routed(&routing);
         self.unit_routing = routing;
         if let Some(m) = self.digests.mirror.as_mut() {
             // What the statement is, not where it goes (a read inside a
@@ -75,7 +75,7 @@ impl Session {
         } else {
             self.reads.clear_hint();
         }
-        self.engine.unit.commit_in_flight = unit.may_commit;
+        self.engine.sending(unit.may_commit);
         let first = text
             .trim_start()
             .split(|c: char| c.is_whitespace() || c == ';')

@@ -13,7 +13,7 @@ impl Session {
         loop {
             let held = self.take_client_frames().await?;
             self.settle().await?;
-            self.engine.unit.held = held && self.server.is_some();
+            self.engine.holding(held && self.server.is_some());
             if !(held && self.server.is_none()) {
                 return Ok(());
             }
@@ -105,7 +105,7 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
-                    unit_started.get_or_insert_with(|| self.engine.unit.now.get());
+                    unit_started.get_or_insert_with(|| self.engine.now());
                     let routing = self.route_unit();
                     self.attach_unit(routing).await?;
                 } else if self.at_unit_start() {
@@ -126,11 +126,7 @@ impl Session {
                     if was == Phase::Settling {
                         // It rides along on the primary connection held for
                         // the position query, and counts as a unit.
-                        self.engine.unit.wrote_on_primary = routing.may_write;
-                        let now = self.engine.unit.now.get();
-                        if self.engine.unit.attached_at.is_none() {
-                            self.engine.unit.attached(now);
-                        }
+                        let now = self.engine.rides_along(routing.may_write);
                         unit_started.get_or_insert(now);
                     }
                 }
@@ -144,7 +140,7 @@ impl Session {
             if let Some(m) = self.mirror.as_mut() {
                 m.client_frame(header.tag, &frame);
             }
-            self.engine.unit.retry.keep(&frame);
+            self.engine.unit_frame(&frame);
             if !self.on_client_frame(header.tag, frame).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
@@ -223,13 +219,13 @@ impl Session {
                 let text = query_text(&frame[5..]).unwrap_or_default();
                 let unit = self.query_unit(text);
                 if unit.may_commit {
-                    self.engine.unit.commit_in_flight = true;
+                    self.engine.commit_sent();
                 }
                 self.txn.unit_writes = may_write(unit.decision);
                 let stamp = if replaying {
                     None
                 } else {
-                    let now = self.engine.unit.now.get();
+                    let now = self.engine.now();
                     let memo = &mut self.stmts.last_digest;
                     self.ctx
                         .digest_stamp_of(&unit, text, self.backend, now, memo)
@@ -384,7 +380,7 @@ impl Session {
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
-        self.engine.unit.may_write = routing.may_write;
+        self.engine.routed(&routing);
         if self.mirror.is_some() {
             // What the statements are, not where they go (a read inside a
             // transaction goes to the primary), each statement of a Query
@@ -548,7 +544,7 @@ impl Session {
             && !with_begin
             && !self.ctx.router.is_primary(self.backend);
         let mark = self.client.write_buf.len();
-        self.engine.unit.retry.arm(eligible, mark);
+        self.engine.may_retry(eligible, mark);
     }
 }
 

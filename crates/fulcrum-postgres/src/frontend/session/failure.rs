@@ -27,7 +27,7 @@ impl Session {
             m.abandon();
         }
         if let Some(s) = self.server.take() {
-            tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit.commit_in_flight, commit_id = ?self.engine.unit.commit_id, "server connection lost during a client's work");
+            tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit().commit_in_flight, commit_id = ?self.engine.unit().commit_id, "server connection lost during a client's work");
             s.discard();
         }
         self.id.cancel.set_target(None);
@@ -52,19 +52,19 @@ impl Session {
             return Ok(());
         }
         let loss = Loss {
-            retryable: self.engine.unit.retry.has_frames(),
+            retryable: self.engine.unit().retry.has_frames(),
             // A unit at status I on the primary autocommits, unless it is
             // the first of a transaction whose BEGIN went ahead of it.
-            commit_in_flight: self.engine.unit.commit_in_flight
+            commit_in_flight: self.engine.unit().commit_in_flight
                 || (self.engine.status() == Status::Idle
-                    && self.engine.unit.wrote_on_primary
+                    && self.engine.unit().wrote_on_primary
                     && !replayable),
             batch_open: self.owed.unsynced,
             // A large frame half forwarded cannot be followed by a clean
             // answer (a pinned client's state is lost too: the engine knows).
             mid_message: self.owed.stream_left > 0,
             replayable,
-            commit_resolvable: self.engine.unit.commit_id != CommitId::Unknown,
+            commit_resolvable: self.engine.unit().commit_id != CommitId::Unknown,
         };
         let action = self.engine.step(Event::ServerLost(loss)).iter().next();
         match action {
@@ -74,7 +74,8 @@ impl Session {
                 // it writes again.
                 self.owed.expect = Expectations::default();
                 self.to_server.clear();
-                self.engine.unit.attached_at = None;
+                // (A unit on the primary was never armed for a retry.)
+                self.engine.connection_lost();
                 self.on_position(None);
                 Ok(())
             }
@@ -99,22 +100,27 @@ impl Session {
         }
     }
 
-    /// Forgets everything owed by the dead connection.
+    /// Forgets everything owed by the dead connection, and the engine
+    /// forgets the connection.
     pub(super) fn forget_unit(&mut self) {
+        self.forget_owed();
+        self.engine.connection_lost();
+    }
+
+    /// Forgets everything owed by the dead connection.
+    pub(super) fn forget_owed(&mut self) {
         self.owed.expect = Expectations::default();
         self.owed.ready = 0;
         self.owed.unsynced = false;
         self.owed.stream_left = 0;
         self.to_server.clear();
-        self.engine.unit.attached_at = None;
-        self.engine.unit.retry.disarm();
     }
 
     /// Sends the unit again, from the client's own frames, to whatever the
     /// router picks now (the dead replica is suspect, so not it).
     async fn retry_unit(&mut self) -> Result<(), SessionError> {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
-        let (frames, client_mark) = self.engine.unit.retry.take(self.backend);
+        let (frames, client_mark) = self.engine.retry_elsewhere(self.backend);
         self.forget_unit();
         self.lost_because = None;
         self.client.write_buf.truncate(client_mark);
@@ -122,7 +128,7 @@ impl Session {
         again.extend_from_slice(&self.client.read_buf);
         self.client.read_buf = again;
         let r = Box::pin(self.on_client_input()).await;
-        self.engine.unit.retry.done();
+        self.engine.retry_sent();
         r
     }
 
@@ -139,11 +145,10 @@ impl Session {
                 .map_or(String::new(), |why| format!(" ({why})")),
             outcome.advice()
         );
-        self.engine.unit.commit_in_flight = false;
-        self.engine.unit.commit_id = CommitId::Unknown;
         let owed = self.owed.ready;
         let unsynced = self.owed.unsynced;
-        self.forget_unit();
+        self.engine.unit_lost();
+        self.forget_owed();
         self.params.txn_ops.clear();
         self.params.txn_committed = None;
         let status = if in_txn { b'E' } else { b'I' };
