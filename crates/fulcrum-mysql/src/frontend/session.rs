@@ -17,6 +17,7 @@
 //! replayed (user variables, temporary tables, GET_LOCK, LOCK TABLES,
 //! prepared statements, ...) pins the client to its connection.
 
+mod actions;
 mod attach;
 mod checkout;
 mod commands;
@@ -32,6 +33,7 @@ mod route;
 mod token;
 mod txn_log;
 
+use actions::Carried;
 use identity::{kill_target, process_kill_target};
 
 use std::collections::HashMap;
@@ -42,7 +44,7 @@ use bytes::BytesMut;
 use fulcrum_cluster::clients::Interrupt;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
-use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
+use fulcrum_session::{Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
 
 use fulcrum_tls::ClientStream;
@@ -340,7 +342,9 @@ impl Session {
                         if i == Interrupt::Drain {
                             // Close(Drained), now or at the next boundary: the
                             // boundary check at the top of the loop performs it.
-                            self.engine.step(Event::Drain).close_now();
+                            let actions = self.engine.step(Event::Drain);
+                            let carried = self.carry_out_now(actions);
+                            debug_assert_eq!(carried, Carried::Done, "Drain answers nothing");
                             continue;
                         }
                         let msg = "fulcrum: connection killed by an administrator (KILL)";

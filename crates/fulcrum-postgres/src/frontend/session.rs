@@ -19,12 +19,13 @@ use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
 use fulcrum_session::txn::{self, Deferral};
 use fulcrum_session::{
-    decide, Action, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
+    decide, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
 };
 use fulcrum_sql::statements::{first_word, is_single_statement};
 use fulcrum_sql::{Classified, Decision, Effect, Effects};
 use fulcrum_tls::ClientStream;
 
+mod actions;
 mod attach;
 mod checkout;
 mod cleanup;
@@ -46,6 +47,7 @@ mod text;
 mod token;
 mod txn_log;
 
+use actions::Carried;
 use idle::IdleKind;
 use io::{poll_io, Io};
 
@@ -477,7 +479,8 @@ impl Session {
                 Event::Shutdown => {
                     // Close(Drained), now or at the next boundary: the
                     // boundary check at the top of the loop performs it.
-                    self.engine.step(fulcrum_session::Event::Drain).close_now();
+                    let actions = self.engine.step(fulcrum_session::Event::Drain);
+                    self.carry_out_now(actions);
                 }
                 Event::Io(Io::ClientWrote(r)) => {
                     // The answer has started: a lost replica can no longer be hidden.

@@ -39,7 +39,9 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason)).close_now();
+            let actions = self.engine.step(Event::Pin(reason));
+            let carried = self.carry_out_now(actions);
+            debug_assert_eq!(carried, Carried::Done, "Pin answers nothing");
         }
     }
 
@@ -48,15 +50,29 @@ impl Session {
     /// primary, waited for up to `pool_timeout` during a failover); a
     /// retried read avoids the replica that was lost under it.
     pub(super) async fn attach(&mut self, routing: Routing, seq: u8) -> Result<(), SessionError> {
-        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
-            Some(Action::Attach(route)) => route,
+        let holding = self.server.is_some();
+        // Attach: a client without a connection is always told where.
+        let actions = self.engine.step(Event::Unit(routing));
+        let carried = self.carry_out(actions, seq).await?;
+        debug_assert_eq!(carried, Carried::Done, "a unit answers nothing");
+        if holding {
             // A client holding its connection is asked for none.
-            _ if self.server.is_some() => return Ok(()),
-            _ => {
-                debug_assert!(false, "no route for a client without a connection");
-                Route::Primary
-            }
-        };
+            return Ok(());
+        }
+        if self.server.is_none() {
+            debug_assert!(false, "no route for a client without a connection");
+            self.check_out(Route::Primary, seq).await?;
+        }
+        let actual = self.ctx.router.route_of(self.backend);
+        let actions = self.engine.step(Event::Attached(actual));
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Attached answers nothing");
+        Ok(())
+    }
+
+    /// Checks out a server connection for `route` and makes it the
+    /// attached one (the engine's `Attach`).
+    pub(super) async fn check_out(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
         let ctx = self.ctx.clone();
         let avoid = self.engine.unit().retry.avoid();
         // A connection at hand: taken without the full path's future (the
@@ -77,8 +93,6 @@ impl Session {
                 Err(why) => return Err(self.unattached(why, seq).await),
             }
         }
-        let actual = self.ctx.router.route_of(self.backend);
-        self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
     }
 
@@ -113,9 +127,10 @@ impl Session {
                 Owed::Nothing
             },
         };
-        if self.engine.step(ready).contains(Action::Detach) {
-            self.detach();
-        }
+        // Detach, and a pending drain's Close at a boundary.
+        let actions = self.engine.step(ready);
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Ready answers nothing");
     }
 
     /// Returns the server connection to the pool.

@@ -62,13 +62,9 @@ impl Session {
         }
         let status = self.engine.status();
         let owed = self.owed();
-        if self
-            .engine
-            .step(Event::Ready { status, owed })
-            .contains(Action::Detach)
-        {
-            self.detach();
-        }
+        // Detach, and a pending drain's Close at a boundary.
+        let actions = self.engine.step(Event::Ready { status, owed });
+        self.carry_out_now(actions);
     }
 
     /// What the attached connection still owes.
@@ -138,7 +134,8 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason)).close_now();
+            let actions = self.engine.step(Event::Pin(reason));
+            self.carry_out_now(actions);
         }
     }
 }

@@ -112,11 +112,8 @@ impl Session {
                     // A new unit behind work still on the connection.
                     let routing = self.route_unit();
                     let was = self.engine.phase();
-                    if self
-                        .engine
-                        .step(Event::Unit(routing))
-                        .contains(Action::Hold)
-                    {
+                    let actions = self.engine.step(Event::Unit(routing));
+                    if self.carry_out(actions).await? == Carried::Held {
                         // It needs another connection (a write behind a
                         // replica read), or is a read waiting for the
                         // position of the write before it: it stays
@@ -405,21 +402,25 @@ impl Session {
     /// Attaches a server connection for a unit from a client that has none,
     /// the deferred BEGIN (if any) going ahead of the unit in the same write.
     pub(super) async fn attach_unit(&mut self, routing: Routing) -> Result<(), SessionError> {
-        // A client without a connection is always told where to attach.
-        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
-            Some(Action::Attach(route)) => route,
-            _ => {
-                debug_assert!(false, "no route for a client without a connection");
-                Route::Primary
-            }
-        };
         let begin = self.engine.take_begin();
         if let (Some(m), Some(sql)) = (self.mirror.as_mut(), begin.as_deref()) {
             m.begin(sql);
         }
-        self.attach(route).await?;
+        // A client without a connection is always told where to attach.
+        let actions = self.engine.step(Event::Unit(routing));
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(
+            carried,
+            Carried::Done,
+            "a unit without a connection is never held"
+        );
+        if self.server.is_none() {
+            debug_assert!(false, "no route for a client without a connection");
+            self.attach(Route::Primary).await?;
+        }
         let actual = self.ctx.router.route_of(self.backend);
-        self.engine.step(Event::Attached(actual)).close_now();
+        let actions = self.engine.step(Event::Attached(actual));
+        self.carry_out_now(actions);
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
             if self.engine.txn_log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite

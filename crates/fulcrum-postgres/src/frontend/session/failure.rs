@@ -10,11 +10,12 @@
 
 use bytes::BytesMut;
 
-use fulcrum_session::{Action, CommitId, Event, Loss, Outcome, Owed, Phase, Status};
+use fulcrum_session::{CommitId, Event, Loss, Outcome, Owed, Phase, Status};
 
+use super::actions::Carried;
 use super::lost::Lost;
 use super::Session;
-use crate::codec::backend_msg::{self, sqlstate};
+use crate::codec::backend_msg;
 use crate::frontend::error::SessionError;
 use crate::frontend::expect::Expectations;
 
@@ -34,12 +35,12 @@ impl Session {
         self.ctx.router.suspect(backend);
         if self.engine.status() == Status::Idle && self.owed() == Owed::OwnQuery {
             // The client's unit was answered in this same read.
-            self.engine
-                .step(Event::Ready {
-                    status: Status::Idle,
-                    owed: Owed::OwnQuery,
-                })
-                .close_now();
+            let ready = Event::Ready {
+                status: Status::Idle,
+                owed: Owed::OwnQuery,
+            };
+            let actions = self.engine.step(ready);
+            self.carry_out_now(actions);
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
@@ -66,38 +67,28 @@ impl Session {
             replayable,
             commit_resolvable: self.engine.unit().commit_id != CommitId::Unknown,
         };
-        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
-        match action {
-            None if was == Phase::Settling => {
-                // Only Fulcrum's own position query was in flight: the
-                // client is owed nothing; its reads use the primary until
-                // it writes again.
-                self.owed.expect = Expectations::default();
-                self.to_server.clear();
-                // (A unit on the primary was never armed for a retry.)
-                self.engine.connection_lost();
-                self.on_position(None);
-                Ok(())
-            }
-            Some(Action::Retry) => self.retry_unit().await,
-            Some(Action::Replay) => self.replay_transaction().await,
-            Some(Action::Resolve) => self.resolve_commit().await,
-            Some(Action::Fail(outcome)) => {
-                self.fail_unit(outcome);
-                Ok(())
-            }
-            _ => {
-                let msg = format!(
-                    "fulcrum: lost the connection to server {} of cluster \"{}\"{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
-                    self.ctx.backends[backend],
-                    self.ctx.name(),
-                    self.lost_because
-                        .take()
-                        .map_or(String::new(), |why| format!(" ({why})")),
-                );
-                Err(self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await)
-            }
+        let actions = self.engine.step(Event::ServerLost(loss));
+        if was == Phase::Settling {
+            // Only Fulcrum's own position query was in flight: the client
+            // is owed nothing; its reads use the primary until it writes
+            // again.
+            self.owed.expect = Expectations::default();
+            self.to_server.clear();
+            // (A unit on the primary was never armed for a retry.)
+            self.engine.connection_lost();
+            self.on_position(None);
+        } else if actions.is_empty() {
+            // No server connection is attached in the phases whose loss
+            // asks nothing (idle, deferred, lost, resolving): if one was,
+            // what it held is gone with it.
+            tracing::error!(phase = ?was, "server lost in a phase without a server connection");
+            return Err(self.state_lost().await);
         }
+        // Retry, Replay, Resolve, Fail, Close(StateLost), or a pending
+        // drain's Close.
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(carried, Carried::Done, "ServerLost holds nothing");
+        Ok(())
     }
 
     /// Forgets everything owed by the dead connection, and the engine
@@ -118,7 +109,7 @@ impl Session {
 
     /// Sends the unit again, from the client's own frames, to whatever the
     /// router picks now (the dead replica is suspect, so not it).
-    async fn retry_unit(&mut self) -> Result<(), SessionError> {
+    pub(super) async fn retry_unit(&mut self) -> Result<(), SessionError> {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
         let (frames, client_mark) = self.engine.retry_elsewhere(self.backend);
         self.forget_unit();

@@ -22,7 +22,8 @@ impl Session {
         ) {
             lost::Answer::Pass => {
                 self.lost = None;
-                self.engine.step(Event::LostEnded).close_now();
+                let actions = self.engine.step(Event::LostEnded);
+                self.carry_out_now(actions);
                 false
             }
             lost::Answer::Held => {
@@ -34,7 +35,8 @@ impl Session {
             }
             lost::Answer::Done => {
                 self.lost = None;
-                self.engine.step(Event::LostEnded).close_now();
+                let actions = self.engine.step(Event::LostEnded);
+                self.carry_out_now(actions);
                 self.set_status(b'I');
                 let _ = self.client.read_buf.split_to(total);
                 true

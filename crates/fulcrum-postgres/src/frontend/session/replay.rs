@@ -98,6 +98,8 @@ impl Session {
             Progress::Matched => {
                 let run = *self.txn.run.take().expect("replaying");
                 self.client.read_buf = run.matched(&self.ctx, &mut self.engine, self.backend).rest;
+                let actions = self.engine.step(Event::Replayed);
+                self.carry_out_now(actions);
                 false
             }
             Progress::Differs => {
@@ -133,9 +135,9 @@ impl Session {
         self.set_status(b'T');
         self.client.read_buf = held.rest;
         self.lost_because = Some(format!("transaction replay failed: {why}"));
-        if let Some(Action::Fail(outcome)) = self.engine.step(Event::ReplayFailed).iter().next() {
-            self.fail_unit(outcome);
-        }
+        // Fail(NotCommitted): 08006, the transaction lost.
+        let actions = self.engine.step(Event::ReplayFailed);
+        self.carry_out_now(actions);
     }
 }
 

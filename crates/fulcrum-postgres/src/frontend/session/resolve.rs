@@ -181,15 +181,9 @@ impl Session {
         if committed {
             self.committed_without_server(position);
         }
-        // A pending drain's Close is performed by the session loop's
-        // boundary check.
-        for action in actions.iter() {
-            match action {
-                Action::Replay => return self.replay_transaction().await,
-                Action::Fail(outcome) => self.fail_unit(outcome),
-                _ => {}
-            }
-        }
+        // Replay, Fail, or (committed) a pending drain's Close.
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(carried, Carried::Done, "Resolved holds nothing");
         Ok(())
     }
 
