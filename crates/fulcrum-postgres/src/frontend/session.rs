@@ -105,9 +105,12 @@ pub struct Session {
     engine: Engine,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     query_unit: Option<Classified>,
-    /// The transaction (or batch) lost with its server, answered locally,
-    /// and why Fulcrum gave the connection up, when it did.
-    lost: Option<lost::Lost>,
+    /// How Fulcrum answers the transaction (or batch) lost with its server
+    /// while the engine is `Lost` (whether there is one is the engine's
+    /// phase, `Engine::is_lost`: this is written whenever it enters it), and
+    /// why Fulcrum gave the connection up, when it did (words for the
+    /// client's error, which the engine does not know).
+    lost: lost::Lost,
     lost_because: Option<String>,
     /// Read consistency: the session's mode, the unit's hint, the position
     /// its reads must not be older than.
@@ -269,7 +272,7 @@ impl Session {
             })
             .with_txn_log(txn_log),
             query_unit: None,
-            lost: None,
+            lost: lost::Lost::default(),
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,

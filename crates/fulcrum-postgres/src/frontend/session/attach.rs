@@ -116,12 +116,12 @@ impl Session {
     }
 
     /// Between transactions with nothing in flight: where a SIGTERM drain
-    /// may end the session without cutting any work.
+    /// may end the session without cutting any work (the engine's boundary
+    /// is never `Lost`: a lost transaction is answered until it ends).
     pub(super) fn at_boundary(&self) -> bool {
         self.engine.at_boundary()
             && self.engine.status() == Status::Idle
             && self.owed() == Owed::Nothing
-            && self.lost.is_none()
             && self.client.read_buf.is_empty()
     }
 

@@ -59,7 +59,7 @@ impl Session {
                         .await);
                 }
             };
-            if self.lost.is_some()
+            if self.engine.is_lost()
                 && self.server.is_none()
                 && self.answer_lost(header.tag, header.total)
             {

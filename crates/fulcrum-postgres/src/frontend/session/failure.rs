@@ -152,12 +152,13 @@ impl Session {
         }
         self.set_status(status);
         if self.engine.is_lost() {
-            self.lost = Some(Lost {
+            // Entering Lost: how it is answered, from scratch.
+            self.lost = Lost {
                 in_txn,
                 errored: unsynced,
                 ending: false,
                 untold: (owed == 0 && !unsynced).then_some(msg),
-            });
+            };
         }
     }
 }
