@@ -17,7 +17,7 @@
 use bytes::BytesMut;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, PrimaryWait};
-use fulcrum_session::{Compare, Engine, Event, Replay};
+use fulcrum_session::{Compare, Engine, Replay};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::attach::{Checkouts, Failure};
@@ -131,7 +131,9 @@ impl<X> ReplayRun<X> {
         }
     }
 
-    /// The replay matched: the engine leaves `Replaying`, the client goes on.
+    /// The replay matched: the log follows it, and the client goes on (the
+    /// protocol tells the engine `Event::Replayed` and carries out what it
+    /// asks).
     pub fn matched<C, P, Sc>(
         self,
         core: &ClusterCore<C, P, Sc>,
@@ -139,7 +141,6 @@ impl<X> ReplayRun<X> {
         backend: BackendId,
     ) -> X {
         engine.txn_log.replayed(&self.replay);
-        engine.step(Event::Replayed).close_now();
         core.metrics.transaction_replay("replayed");
         tracing::info!(server = %core.address(backend), "transaction replayed; its answers matched what the client had received");
         self.lost

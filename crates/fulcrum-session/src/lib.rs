@@ -14,7 +14,8 @@
 //!   `SET TRANSACTION`, the `COMMIT` of an empty transaction);
 //! - `unit`: the unit in flight (may write, wrote on the primary, commit in
 //!   flight, attach time, held, the replica-read retry copy), held by the
-//!   `Engine`;
+//!   `Engine` and changed only through its events (`state/unit_events.rs`);
+//!   the front ends read it through `Engine::unit`;
 //! - `reads`: read consistency, its steps written once and generic over
 //!   the protocol's positions and replica probe.
 //!

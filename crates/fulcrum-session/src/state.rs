@@ -15,6 +15,8 @@ use fulcrum_sql::{Decision, PinReason};
 use crate::route::Target;
 use crate::txn::{self, Deferral, DeferredTxn};
 
+#[path = "state/unit_events.rs"]
+mod unit_events;
 #[path = "state/vocabulary.rs"]
 mod vocabulary;
 pub use vocabulary::{Action, Actions, Ending, Event, Loss, Outcome, Resolution};
@@ -78,8 +80,9 @@ pub struct Engine {
     /// first real one (`BEGIN ...; SET TRANSACTION ...`).
     begin: String,
     /// The unit in flight: may it write, did it on the primary, a COMMIT
-    /// in flight, when it attached, its retry.
-    pub unit: crate::unit::Unit,
+    /// in flight, when it attached, its retry. Changed only through the
+    /// events of `unit_events.rs`.
+    unit: crate::unit::Unit,
     /// `transaction_replay`: the open transaction's client frames and the
     /// checksum of what the client received in it (disabled unless
     /// [`Engine::with_txn_log`] gave it a size).

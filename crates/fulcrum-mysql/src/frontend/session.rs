@@ -17,6 +17,7 @@
 //! replayed (user variables, temporary tables, GET_LOCK, LOCK TABLES,
 //! prepared statements, ...) pins the client to its connection.
 
+mod actions;
 mod attach;
 mod checkout;
 mod commands;
@@ -32,6 +33,7 @@ mod route;
 mod token;
 mod txn_log;
 
+use actions::Carried;
 use identity::{kill_target, process_kill_target};
 
 use std::collections::HashMap;
@@ -42,7 +44,7 @@ use bytes::BytesMut;
 use fulcrum_cluster::clients::Interrupt;
 use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, PoolError, Route};
-use fulcrum_session::{Action, Engine, Event, Loss, Owed, Routing, Status, Target};
+use fulcrum_session::{Engine, Event, Loss, Owed, Routing, Status, Target};
 use fulcrum_sql::Decision;
 
 use fulcrum_tls::ClientStream;
@@ -182,14 +184,15 @@ impl Session {
     ) -> Session {
         let ctx_consistency = ctx.config.consistency;
         let ctx_replay = ctx.config.transaction_replay;
-        let mut engine = Engine::new(None).with_txn_log(
-            fulcrum_session::TxnLog::new(
-                ctx_replay.map(|r| r.max_size),
-                fulcrum_session::Framing::Whole,
+        let engine = Engine::new(None)
+            .with_txn_log(
+                fulcrum_session::TxnLog::new(
+                    ctx_replay.map(|r| r.max_size),
+                    fulcrum_session::Framing::Whole,
+                )
+                .with_debug(ctx_replay.is_some_and(|r| r.debug)),
             )
-            .with_debug(ctx_replay.is_some_and(|r| r.debug)),
-        );
-        engine.unit.may_write = false;
+            .with_may_write(false);
         let mirror = crate::mirror::ClientMirror::for_client(
             &ctx,
             &login.user,
@@ -339,7 +342,9 @@ impl Session {
                         if i == Interrupt::Drain {
                             // Close(Drained), now or at the next boundary: the
                             // boundary check at the top of the loop performs it.
-                            self.engine.step(Event::Drain).close_now();
+                            let actions = self.engine.step(Event::Drain);
+                            let carried = self.carry_out_now(actions);
+                            debug_assert_eq!(carried, Carried::Done, "Drain answers nothing");
                             continue;
                         }
                         let msg = "fulcrum: connection killed by an administrator (KILL)";
@@ -371,7 +376,7 @@ impl Session {
             let msg = self.client.read_buf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
             // A new command: the stamps made handling it share one clock read.
-            self.engine.unit.now.reset();
+            self.engine.new_wake();
             self.dispatch(msg, span).await
         }
     }
@@ -483,7 +488,7 @@ impl Session {
                         return Ok(true);
                     }
                     let (routing, effects, key) = self.route_query(text);
-                    let now = self.engine.unit.now.get();
+                    let now = self.engine.now();
                     self.digests.pending =
                         self.ctx
                             .digest_entry_of(key, text.as_bytes(), now, &mut self.digests.last);
@@ -510,12 +515,13 @@ impl Session {
                     let payload = reassembled(&msg, &span);
                     // A prepared COMMIT in flight may have committed (08007;
                     // never replayed).
-                    self.engine.unit.commit_in_flight = cmd != Command::StmtFetch
+                    let may_commit = cmd != Command::StmtFetch
                         && payload
                             .get(1..5)
                             .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
                             .and_then(|id| self.prepared.map.get(&id))
                             .is_some_and(|s| s.may_commit);
+                    self.engine.sending(may_commit);
                     self.stmt_execute(&payload, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,

@@ -19,12 +19,13 @@ use fulcrum_net::Connection;
 use fulcrum_pool::{BackendId, Checkout, Pool, PoolError, Route};
 use fulcrum_session::txn::{self, Deferral};
 use fulcrum_session::{
-    decide, Action, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
+    decide, Engine, Event, Facts, Owed, Phase, Routing, Status, Txn as RouteTxn,
 };
 use fulcrum_sql::statements::{first_word, is_single_statement};
 use fulcrum_sql::{Classified, Decision, Effect, Effects};
 use fulcrum_tls::ClientStream;
 
+mod actions;
 mod attach;
 mod checkout;
 mod cleanup;
@@ -46,6 +47,7 @@ mod text;
 mod token;
 mod txn_log;
 
+use actions::Carried;
 use idle::IdleKind;
 use io::{poll_io, Io};
 
@@ -106,9 +108,12 @@ pub struct Session {
     /// The length of the text of the Query at the front of the client
     /// buffer, found once by `query_look` (valid: NUL-terminated).
     query_text_len: Option<usize>,
-    /// The transaction (or batch) lost with its server, answered locally,
-    /// and why Fulcrum gave the connection up, when it did.
-    lost: Option<lost::Lost>,
+    /// How Fulcrum answers the transaction (or batch) lost with its server
+    /// while the engine is `Lost` (whether there is one is the engine's
+    /// phase, `Engine::is_lost`: this is written whenever it enters it), and
+    /// why Fulcrum gave the connection up, when it did (words for the
+    /// client's error, which the engine does not know).
+    lost: lost::Lost,
     lost_because: Option<String>,
     /// Read consistency: the session's mode, the unit's hint, the position
     /// its reads must not be older than.
@@ -271,7 +276,7 @@ impl Session {
             .with_txn_log(txn_log),
             query_unit: None,
             query_text_len: None,
-            lost: None,
+            lost: lost::Lost::default(),
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
@@ -406,7 +411,7 @@ impl Session {
                 && self.to_server.len() < FORWARD_WINDOW
                 && self
                     .client
-                    .may_read(self.engine.unit.held, self.ctx.config.max_message_size);
+                    .may_read(self.engine.unit().held, self.ctx.config.max_message_size);
             let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
             let idle = self.idle_timeout();
             if let Some((limit, _)) = idle {
@@ -463,7 +468,7 @@ impl Session {
             })
             .await;
             // A new wake-up: the stamps made handling it share one clock read.
-            self.engine.unit.now.reset();
+            self.engine.new_wake();
             match event {
                 Event::QueryTimeout => self.cancel_slow_query(),
                 Event::Notified(Some(frame)) => self.deliver(frame).await?,
@@ -481,11 +486,12 @@ impl Session {
                 Event::Shutdown => {
                     // Close(Drained), now or at the next boundary: the
                     // boundary check at the top of the loop performs it.
-                    self.engine.step(fulcrum_session::Event::Drain).close_now();
+                    let actions = self.engine.step(fulcrum_session::Event::Drain);
+                    self.carry_out_now(actions);
                 }
                 Event::Io(Io::ClientWrote(r)) => {
                     // The answer has started: a lost replica can no longer be hidden.
-                    self.engine.unit.retry.disarm();
+                    self.engine.answered();
                     r?;
                 }
                 Event::Io(Io::ServerWrote(Ok(_))) => {

@@ -176,39 +176,29 @@ impl Actions {
         Actions([Some(a), Some(b)])
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
-        self.0.iter().flatten().copied()
-    }
-
+    /// Whether the event asked for nothing.
     pub fn is_empty(&self) -> bool {
         self.0[0].is_none()
     }
 
-    pub fn contains(&self, a: Action) -> bool {
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        self.0.iter().flatten().copied()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn contains(&self, a: Action) -> bool {
         self.iter().any(|x| x == a)
     }
+}
 
-    /// For events whose transitions ask nothing of the front end but a
-    /// drain's end (`Pin`, `Attached`, `LostEnded`, `Replayed`,
-    /// `ReplayFailed`, `Drain`): whether the session must close now. The
-    /// front end performs that close at its boundary check. Anything else
-    /// here is a transition-table bug (checked in debug builds and by
-    /// `quiet_events_ask_only_for_a_drains_close`).
-    pub fn close_now(self) -> bool {
-        debug_assert!(
-            self.iter()
-                .all(|a| matches!(a, Action::Close(Ending::Drained))),
-            "an action nobody performs: {self:?}"
-        );
-        self.contains(Action::Close(Ending::Drained))
-    }
+/// The actions in order, for the front end's executor to carry out each
+/// (matching every variant).
+impl IntoIterator for Actions {
+    type Item = Action;
+    type IntoIter = std::iter::Flatten<std::array::IntoIter<Option<Action>, 2>>;
 
-    /// What a `Clean` asks before the connection goes back, if any:
-    /// `(rollback, reset)`.
-    pub fn clean(self) -> Option<(bool, bool)> {
-        self.iter().find_map(|a| match a {
-            Action::Clean { rollback, reset } => Some((rollback, reset)),
-            _ => None,
-        })
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter().flatten()
     }
 }

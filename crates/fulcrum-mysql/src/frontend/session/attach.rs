@@ -39,7 +39,9 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason)).close_now();
+            let actions = self.engine.step(Event::Pin(reason));
+            let carried = self.carry_out_now(actions);
+            debug_assert_eq!(carried, Carried::Done, "Pin answers nothing");
         }
     }
 
@@ -48,45 +50,59 @@ impl Session {
     /// primary, waited for up to `pool_timeout` during a failover); a
     /// retried read avoids the replica that was lost under it.
     pub(super) async fn attach(&mut self, routing: Routing, seq: u8) -> Result<(), SessionError> {
-        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
-            Some(Action::Attach(route)) => route,
+        let holding = self.server.is_some();
+        // Attach: a client without a connection is always told where.
+        let actions = self.engine.step(Event::Unit(routing));
+        let carried = self.carry_out(actions, seq).await?;
+        debug_assert_eq!(carried, Carried::Done, "a unit answers nothing");
+        if holding {
             // A client holding its connection is asked for none.
-            _ if self.server.is_some() => return Ok(()),
-            _ => {
-                debug_assert!(false, "no route for a client without a connection");
-                Route::Primary
-            }
-        };
+            return Ok(());
+        }
+        if self.server.is_none() {
+            debug_assert!(false, "no route for a client without a connection");
+            self.check_out(Route::Primary, seq).await?;
+        }
+        let actual = self.ctx.router.route_of(self.backend);
+        let actions = self.engine.step(Event::Attached(actual));
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Attached answers nothing");
+        Ok(())
+    }
+
+    /// Checks out a server connection for `route` and makes it the
+    /// attached one (the engine's `Attach`).
+    pub(super) async fn check_out(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
         let ctx = self.ctx.clone();
-        let avoid = self.engine.unit.retry.avoid();
+        let avoid = self.engine.unit().retry.avoid();
         // A connection at hand: taken without the full path's future (the
         // schema and settings are made the client's after, as for any).
         let at_once =
             fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), |_| true);
         if let Some((backend, conn)) = at_once {
+            // `at_once` takes only the primary's connections.
+            self.engine.attached(true, None);
             self.install(backend, conn);
         } else {
             match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
                 Ok(a) => {
-                    self.engine.unit.now.waited(a.waited_until);
+                    let on_primary = ctx.router.is_primary(a.backend);
+                    self.engine.attached(on_primary, a.waited_until);
                     self.install(a.backend, a.conn)
                 }
                 Err(why) => return Err(self.unattached(why, seq).await),
             }
         }
-        let actual = self.ctx.router.route_of(self.backend);
-        self.engine.step(Event::Attached(actual)).close_now();
         Ok(())
     }
 
-    /// Makes `server` (of `backend`) the attached connection.
+    /// Makes `server` (of `backend`) the attached connection (the engine
+    /// was told first: `Engine::attached`, `Engine::replay_attached`).
     pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
         self.client_entry.set_active(backend);
         self.backend = backend;
         self.set_running(Some((backend, server.connection_id)));
         self.server = Some(server);
-        let now = self.engine.unit.now.get();
-        self.engine.unit.attached(now);
     }
 
     /// Returns the server connection to the pool unless the client needs it.
@@ -111,9 +127,10 @@ impl Session {
                 Owed::Nothing
             },
         };
-        if self.engine.step(ready).contains(Action::Detach) {
-            self.detach();
-        }
+        // Detach, and a pending drain's Close at a boundary.
+        let actions = self.engine.step(ready);
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Ready answers nothing");
     }
 
     /// Returns the server connection to the pool.
@@ -121,7 +138,7 @@ impl Session {
         if let Some(server) = self.server.take() {
             self.set_running(None);
             self.client_entry.set_idle();
-            if let Some(took) = self.engine.unit.finished() {
+            if let Some(took) = self.engine.unit_over() {
                 let schema = self.schema.as_deref().unwrap_or("");
                 self.ctx.unit_done(self.backend, took, &self.user, schema);
             }

@@ -63,8 +63,7 @@ impl Session {
             &mut self.engine.txn_log,
             fulcrum_session::TxnLog::new(None, fulcrum_session::Framing::Whole),
         );
-        self.engine = Engine::new(None).with_txn_log(log);
-        self.engine.unit.may_write = false;
+        self.engine = Engine::new(None).with_txn_log(log).with_may_write(false);
         self.desired.clear();
         self.prepared.map.clear();
         self.prepared.last = None;
@@ -121,12 +120,13 @@ impl Session {
             self.hello.caps,
             self.status,
         );
-        // The pinned state is gone with the reset: the engine lifts the pin.
-        if self.engine.step(Event::Reset).contains(Action::Detach) {
-            self.detach();
-        } else {
-            self.maybe_detach();
-        }
+        // The pinned state is gone with the reset: the engine lifts the pin
+        // and detaches; otherwise the connection goes back as after any
+        // command.
+        let actions = self.engine.step(Event::Reset);
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Reset answers nothing");
+        self.maybe_detach();
         Ok(())
     }
 }

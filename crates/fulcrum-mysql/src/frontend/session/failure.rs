@@ -4,6 +4,7 @@
 //! client idle in a replayable transaction, and what the connection needs
 //! when the client leaves (the engine's `Clean`).
 
+use super::actions::Carried;
 use super::*;
 use fulcrum_session::Outcome;
 
@@ -38,15 +39,15 @@ impl Session {
         // A COMMIT, or a write outside a transaction, may have committed
         // before the connection died: only the server knows (08007). The
         // BEGIN that opens a replayable transaction commits nothing.
-        let commit = std::mem::take(&mut self.engine.unit.commit_in_flight);
+        let commit = self.engine.commit_lost();
         let unknown = commit
             || (!in_txn
                 && !replayable
-                && self.engine.unit.may_write
+                && self.engine.unit().may_write
                 && self.ctx.router.is_primary(backend));
         // MySQL can end any answer with an ERR: no "half a message" case.
         let loss = Loss {
-            retryable: self.engine.unit.retry.armed(),
+            retryable: self.engine.unit().retry.armed(),
             commit_in_flight: unknown,
             batch_open: false,
             mid_message: false,
@@ -55,18 +56,18 @@ impl Session {
             // transaction committed (docs/failover.md).
             commit_resolvable: false,
         };
-        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
-        if action == Some(Action::Replay) {
-            self.txn.lost_seq = seq;
-            tracing::warn!(server = %self.ctx.address(backend), %why, "server connection lost in a transaction; replaying it");
-            return SessionError::Replay;
-        }
-        if action == Some(Action::Retry) {
-            tracing::warn!(server = %self.ctx.address(backend), "server connection lost before it answered a read");
-            let _ = self.engine.unit.retry.take(backend);
-            self.client.write_buf.clear();
-            return SessionError::Retry;
-        }
+        let actions = self.engine.step(Event::ServerLost(loss));
+        // Retry and Replay hand the command back to the caller; Fail and
+        // Close(StateLost) leave it to be answered here.
+        let outcome = match self.carry_out(actions, seq).await {
+            Ok(Carried::Failed(outcome)) => Some(outcome),
+            Ok(Carried::StateLost | Carried::Done) => None,
+            Err(SessionError::Replay) => {
+                tracing::warn!(server = %self.ctx.address(backend), %why, "server connection lost in a transaction; replaying it");
+                return SessionError::Replay;
+            }
+            Err(e) => return e,
+        };
         // A transaction or pinned state lost with its connection ends the
         // session (the engine is Lost, or says Close); a lone statement
         // does not.
@@ -75,18 +76,20 @@ impl Session {
         // (as after an autocommit write). Any other transaction lost
         // mid-way ends the session, so that nothing the client sends next
         // runs outside the transaction it believes it is in.
-        if commit && action == Some(Action::Fail(Outcome::Unknown)) && self.engine.is_lost() {
-            self.engine.step(Event::LostEnded).close_now();
+        if commit && outcome == Some(Outcome::Unknown) && self.engine.is_lost() {
+            let actions = self.engine.step(Event::LostEnded);
+            let carried = self.carry_out_now(actions);
+            debug_assert_eq!(carried, Carried::Done, "LostEnded answers nothing");
         }
-        let ends = !matches!(action, Some(Action::Fail(_))) || self.engine.is_lost();
-        let (state, advice) = match action {
-            Some(Action::Fail(Outcome::Unknown)) => (*b"08007", Outcome::Unknown.advice()),
+        let ends = outcome.is_none() || self.engine.is_lost();
+        let (state, advice) = match outcome {
+            Some(Outcome::Unknown) => (*b"08007", Outcome::Unknown.advice()),
             _ if ends => (
                 *b"70100",
                 "the transaction or session state was lost: reconnect",
             ),
-            Some(Action::Fail(outcome)) => (*b"70100", outcome.advice()),
-            _ => (*b"70100", Outcome::NotAnswered.advice()),
+            Some(outcome) => (*b"70100", outcome.advice()),
+            None => (*b"70100", Outcome::NotAnswered.advice()),
         };
         let msg = format!(
             "fulcrum: lost the connection to server {} of cluster \"{}\" ({why}); {advice}",
@@ -110,18 +113,14 @@ impl Session {
     /// The client is gone: a connection in a transaction or pinned is closed
     /// (the server rolls back and forgets); otherwise it goes back.
     pub(super) async fn cleanup(&mut self) {
-        // The engine says what the connection needs first: a rollback (in
-        // a transaction) or a reset (pinned state); either closes it here.
-        let clean = self.engine.step(Event::ClientGone).clean();
-        if let Some(server) = self.server.take() {
-            let dirty =
-                clean.is_some_and(|(rollback, reset)| rollback || reset) || self.in_transaction();
-            if dirty || !server.io.read_buf.is_empty() {
-                server.discard();
-            } else {
-                server.release();
-            }
+        // The engine says what the connection needs first (`Clean`): a
+        // rollback (in a transaction) or a reset (pinned state); either
+        // closes it here. Nothing asked: it goes back as it is.
+        let actions = self.engine.step(Event::ClientGone);
+        if let Err(e) = self.carry_out(actions, 0).await {
+            tracing::debug!(error = %e, "cleaning the server connection");
         }
+        self.give_back(false);
     }
 
     /// The server of a client idle in a replayable transaction went away:

@@ -26,7 +26,7 @@ impl Session {
             && routing.target == Target::Go(Route::Replica)
             && self.engine.pinned().is_none()
             && !self.ctx.router.is_primary(self.backend);
-        self.engine.unit.retry.arm(retryable, 0);
+        self.engine.may_retry(retryable, 0);
         let first = self.backend;
         let again = effects.clone();
         self.digests.pending = digest.clone();
@@ -35,7 +35,7 @@ impl Session {
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
                 // Anywhere but the dead replica (suspect now besides).
                 let attached = self.attach(routing, seq).await;
-                self.engine.unit.retry.done();
+                self.engine.retry_sent();
                 attached?;
                 match self.prepare_server(seq).await {
                     Ok(()) => {}
@@ -49,7 +49,7 @@ impl Session {
                 self.forward_bytes(msg, seq, shape, again).await
             }
             r => {
-                self.engine.unit.retry.disarm();
+                self.engine.answered();
                 r
             }
         }
@@ -63,7 +63,7 @@ impl Session {
         seq: u8,
     ) -> Result<bool, SessionError> {
         if self.server.is_none() {
-            self.engine.unit.arrived_at = Some(self.engine.unit.now.get());
+            self.engine.arrived();
         }
         if self.server.is_some() {
             return Ok(true);
@@ -107,13 +107,13 @@ impl Session {
             .filter(|_| !replaying)
             .map(|digest| {
                 let primary = self.ctx.router.is_primary(self.backend);
-                fulcrum_metrics::Stamp::new(digest, self.engine.unit.now.get(), primary)
+                fulcrum_metrics::Stamp::new(digest, self.engine.now(), primary)
             });
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
         }
-        if let Some(t) = self.engine.unit.arrived_at.take() {
+        if let Some(t) = self.engine.forwarded() {
             self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
         }
         let mut reply = Reply::new(shape, server.caps);
@@ -169,10 +169,10 @@ impl Session {
         }
         // Answered: whatever it was, its outcome is known. The answer's end
         // is read from the clock once, for its digest and the unit's end.
-        self.engine.unit.commit_in_flight = false;
-        self.engine.unit.now.reset();
+        self.engine.commit_answered();
+        self.engine.new_wake();
         if let Some(stamp) = stamp {
-            stamp.finish(reply.rows, reply.error, self.engine.unit.now.get());
+            stamp.finish(reply.rows, reply.error, self.engine.now());
         }
         if let Some(status) = reply.status {
             self.set_status(status);
@@ -324,7 +324,7 @@ impl Session {
             return Ok(());
         }
         if !self.client.write_buf.is_empty() {
-            self.engine.unit.retry.disarm();
+            self.engine.answered();
             self.client.flush().await?;
         }
         Ok(())

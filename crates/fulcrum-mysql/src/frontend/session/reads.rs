@@ -113,7 +113,7 @@ impl Session {
         if server.track_gtid
             || self.ctx.router.backend_count() < 2
             || target == Target::Go(Route::Replica)
-            || !self.engine.unit.may_write
+            || !self.engine.unit().may_write
             || self.in_transaction()
             || !self.reads.tracks_writes()
         {

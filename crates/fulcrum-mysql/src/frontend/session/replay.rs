@@ -36,6 +36,9 @@ impl Session {
             Progress::Matched => {
                 let run = self.txn.run.take().expect("replaying");
                 run.matched(&self.ctx, &mut self.engine, self.backend);
+                let actions = self.engine.step(Event::Replayed);
+                let carried = self.carry_out_now(actions);
+                debug_assert_eq!(carried, Carried::Done, "Replayed answers nothing");
                 self.absorb_output();
                 Ok(true)
             }
@@ -61,7 +64,7 @@ impl Session {
         loop {
             self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
             self.keep_for_next = false;
-            self.engine.unit.commit_in_flight = false;
+            self.engine.unit_lost();
             let deadline = self.txn.run.as_ref().expect("replaying").deadline();
             let ctx = self.ctx.clone();
             let Some((primary, server)) = attach_primary(&ctx, deadline, self).await else {
@@ -70,7 +73,7 @@ impl Session {
                     .await);
             };
             // After a wait for the primary: the clock is read again.
-            self.engine.unit.now.reset();
+            self.engine.replay_attached();
             self.install(primary, server);
             match self.prepare_server(self.txn.lost_seq).await {
                 Ok(()) => {}
@@ -147,8 +150,9 @@ impl Session {
         self.set_running(None);
         // Fail(NotCommitted): answered below, and the session ends (a
         // MySQL client cannot be told its transaction is gone otherwise).
-        let failed = self.engine.step(Event::ReplayFailed);
-        debug_assert!(failed.iter().all(|a| matches!(a, Action::Fail(_))));
+        let actions = self.engine.step(Event::ReplayFailed);
+        let carried = self.carry_out_now(actions);
+        debug_assert!(matches!(carried, Carried::Failed(_) | Carried::Done));
         let msg = format!(
             "fulcrum: lost the connection to the primary of cluster \"{}\" (transaction replay failed: {why}); the transaction or session state was lost: reconnect",
             self.ctx.name(),

@@ -3,9 +3,10 @@
 //! COM_QUERY and the prepared-statement commands route through here alike;
 //! `route_query` also reads what a COM_QUERY changes in the session.
 
-use fulcrum_session::{decide, Action, Event, Facts, Owed, Routing, Txn};
+use fulcrum_session::{decide, Event, Facts, Routing, Txn};
 use fulcrum_sql::Decision;
 
+use super::actions::Carried;
 use super::{Effects, Session, MAX_SETS};
 
 impl Session {
@@ -32,7 +33,7 @@ impl Session {
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
-        self.engine.unit.may_write = routing.may_write;
+        self.engine.routed(&routing);
         self.unit_routing = routing;
         if let Some(m) = self.digests.mirror.as_mut() {
             // What the statement is, not where it goes (a read inside a
@@ -40,20 +41,11 @@ impl Session {
             // statement of a text too.
             m.unit_writes(!fulcrum_cluster::mirror::reads_only_takes(decision));
         }
-        if self.server.is_some()
-            && self
-                .engine
-                .step(Event::Unit(routing))
-                .contains(Action::Hold)
-        {
-            self.keep_for_next = false;
-            let ready = Event::Ready {
-                status: self.engine.status(),
-                owed: Owed::Nothing,
-            };
-            if self.engine.step(ready).contains(Action::Detach) {
-                self.detach();
-            }
+        if self.server.is_some() {
+            // Hold: the held connection goes back at once (`act_now`).
+            let actions = self.engine.step(Event::Unit(routing));
+            let carried = self.carry_out_now(actions);
+            debug_assert_eq!(carried, Carried::Done, "a unit answers nothing");
         }
         routing
     }
@@ -75,7 +67,7 @@ impl Session {
         } else {
             self.reads.clear_hint();
         }
-        self.engine.unit.commit_in_flight = unit.may_commit;
+        self.engine.sending(unit.may_commit);
         // USE classifies as a setting (or, unparsed, not as a read or a
         // write): plain reads and writes skip the look at the first word.
         let first = match decision {

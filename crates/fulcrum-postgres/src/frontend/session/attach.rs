@@ -19,7 +19,7 @@ impl Session {
             Some(a) => a,
             None => ctx.router.admit().await,
         };
-        let avoid = self.engine.unit.retry.avoid();
+        let avoid = self.engine.unit().retry.avoid();
         // A connection at hand that needs no reset and has the client's
         // settings: taken without the full path's future.
         let desired = &self.params.desired;
@@ -27,15 +27,15 @@ impl Session {
         let at_once =
             fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), ready);
         if let Some((backend, conn)) = at_once {
-            self.engine.unit.wrote_on_primary = self.engine.unit.may_write;
+            // `at_once` takes only the primary's connections.
+            self.engine.attached(true, None);
             self.install(backend, conn);
             return Ok(());
         }
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
             Ok(a) => {
-                self.engine.unit.wrote_on_primary =
-                    ctx.router.is_primary(a.backend) && self.engine.unit.may_write;
-                self.engine.unit.now.waited(a.waited_until);
+                let on_primary = ctx.router.is_primary(a.backend);
+                self.engine.attached(on_primary, a.waited_until);
                 self.install(a.backend, a.conn);
                 Ok(())
             }
@@ -43,14 +43,13 @@ impl Session {
         }
     }
 
-    /// Makes `server` (of `backend`) the attached connection.
+    /// Makes `server` (of `backend`) the attached connection (the engine
+    /// was told first: `Engine::attached`, `Engine::replay_attached`).
     pub(super) fn install(&mut self, backend: BackendId, mut server: Checkout<ServerConn>) {
         self.backend = backend;
         self.id.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
         self.server = Some(server);
-        let now = self.engine.unit.now.get();
-        self.engine.unit.attached(now);
         self.id.entry.set_active(backend);
     }
 
@@ -63,13 +62,9 @@ impl Session {
         }
         let status = self.engine.status();
         let owed = self.owed();
-        if self
-            .engine
-            .step(Event::Ready { status, owed })
-            .contains(Action::Detach)
-        {
-            self.detach();
-        }
+        // Detach, and a pending drain's Close at a boundary.
+        let actions = self.engine.step(Event::Ready { status, owed });
+        self.carry_out_now(actions);
     }
 
     /// What the attached connection still owes.
@@ -96,7 +91,7 @@ impl Session {
         if let Some(mut server) = self.server.take() {
             // `server_reset_query_always`: the next checkout runs it first.
             server.reset_due |= self.ctx.config.server_reset_query_always;
-            self.engine.unit.retry.disarm();
+            self.engine.answered();
             self.id.cancel.set_target(None);
             self.record_unit();
             self.id.entry.set_idle();
@@ -114,19 +109,19 @@ impl Session {
 
     /// A unit of work is over: its latency, metrics and slow log (once).
     pub(super) fn record_unit(&mut self) {
-        if let Some(took) = self.engine.unit.finished() {
+        if let Some(took) = self.engine.unit_over() {
             self.ctx
                 .unit_done(self.backend, took, &self.id.user, &self.id.database);
         }
     }
 
     /// Between transactions with nothing in flight: where a SIGTERM drain
-    /// may end the session without cutting any work.
+    /// may end the session without cutting any work (the engine's boundary
+    /// is never `Lost`: a lost transaction is answered until it ends).
     pub(super) fn at_boundary(&self) -> bool {
         self.engine.at_boundary()
             && self.engine.status() == Status::Idle
             && self.owed() == Owed::Nothing
-            && self.lost.is_none()
             && self.client.read_buf.is_empty()
     }
 
@@ -139,7 +134,8 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            self.engine.step(Event::Pin(reason)).close_now();
+            let actions = self.engine.step(Event::Pin(reason));
+            self.carry_out_now(actions);
         }
     }
 }

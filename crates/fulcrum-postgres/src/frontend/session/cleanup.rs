@@ -9,8 +9,21 @@ impl Session {
         // The client listens no more (its hub forgets it).
         self.listen = None;
         self.id.cancel.set_target(None);
-        // What the engine asks of the connection before it goes back.
-        let clean = self.engine.step(Event::ClientGone).clean();
+        // What the engine asks of the connection before it goes back
+        // (`Clean`); nothing asked (no transaction, no pin): it goes back as
+        // it is, unless work is in flight.
+        let actions = self.engine.step(Event::ClientGone);
+        if let Err(e) = self.carry_out(actions).await {
+            tracing::debug!(error = %e, "cleaning the server connection");
+        }
+        self.clean(false, false).await;
+    }
+
+    /// `Clean`: the server connection goes back clean (rolled back when
+    /// the client was in a transaction, as the status it was last told
+    /// says, which is when the engine asks `rollback`; reset when `reset`),
+    /// or is closed. Nothing when no connection is attached.
+    pub(super) async fn clean(&mut self, _rollback: bool, reset: bool) {
         let Some(mut server) = self.server.take() else {
             return;
         };
@@ -43,7 +56,7 @@ impl Session {
             });
             return;
         }
-        let reset_session = clean.is_some_and(|(_, reset)| reset);
+        let reset_session = reset;
         let in_txn = self.engine.status() != Status::Idle;
         // `server_reset_query_always`: the next checkout runs it (unless it
         // runs here).

@@ -13,7 +13,7 @@ impl Session {
         loop {
             let held = self.take_client_frames().await?;
             self.settle().await?;
-            self.engine.unit.held = held && self.server.is_some();
+            self.engine.holding(held && self.server.is_some());
             if !(held && self.server.is_none()) {
                 return Ok(());
             }
@@ -59,7 +59,7 @@ impl Session {
                         .await);
                 }
             };
-            if self.lost.is_some()
+            if self.engine.is_lost()
                 && self.server.is_none()
                 && self.answer_lost(header.tag, header.total)
             {
@@ -107,18 +107,15 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
-                    unit_started.get_or_insert_with(|| self.engine.unit.now.get());
+                    unit_started.get_or_insert_with(|| self.engine.now());
                     let routing = self.route_unit();
                     self.attach_unit(routing).await?;
                 } else if self.at_unit_start() {
                     // A new unit behind work still on the connection.
                     let routing = self.route_unit();
                     let was = self.engine.phase();
-                    if self
-                        .engine
-                        .step(Event::Unit(routing))
-                        .contains(Action::Hold)
-                    {
+                    let actions = self.engine.step(Event::Unit(routing));
+                    if self.carry_out(actions).await? == Carried::Held {
                         // It needs another connection (a write behind a
                         // replica read), or is a read waiting for the
                         // position of the write before it: it stays
@@ -128,11 +125,7 @@ impl Session {
                     if was == Phase::Settling {
                         // It rides along on the primary connection held for
                         // the position query, and counts as a unit.
-                        self.engine.unit.wrote_on_primary = routing.may_write;
-                        let now = self.engine.unit.now.get();
-                        if self.engine.unit.attached_at.is_none() {
-                            self.engine.unit.attached(now);
-                        }
+                        let now = self.engine.rides_along(routing.may_write);
                         unit_started.get_or_insert(now);
                     }
                 }
@@ -148,7 +141,7 @@ impl Session {
             if let Some(m) = self.mirror.as_mut() {
                 m.client_frame(header.tag, &frame);
             }
-            self.engine.unit.retry.keep(&frame);
+            self.engine.unit_frame(&frame);
             if !self.on_client_frame(header.tag, frame, look.text).await? {
                 self.flush_server().await?;
                 return Err(SessionError::ClientGone);
@@ -229,13 +222,13 @@ impl Session {
                 let text = text_len.map_or(&[][..], |n| &frame[5..5 + n]);
                 let unit = self.query_unit(text);
                 if unit.may_commit {
-                    self.engine.unit.commit_in_flight = true;
+                    self.engine.commit_sent();
                 }
                 self.txn.unit_writes = may_write(unit.decision);
                 let stamp = if replaying {
                     None
                 } else {
-                    let now = self.engine.unit.now.get();
+                    let now = self.engine.now();
                     let memo = &mut self.stmts.last_digest;
                     self.ctx
                         .digest_stamp_of(&unit, text, self.backend, now, memo)
@@ -402,7 +395,7 @@ impl Session {
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
-        self.engine.unit.may_write = routing.may_write;
+        self.engine.routed(&routing);
         if self.mirror.is_some() {
             // What the statements are, not where they go (a read inside a
             // transaction goes to the primary), each statement of a Query
@@ -427,21 +420,25 @@ impl Session {
     /// Attaches a server connection for a unit from a client that has none,
     /// the deferred BEGIN (if any) going ahead of the unit in the same write.
     pub(super) async fn attach_unit(&mut self, routing: Routing) -> Result<(), SessionError> {
-        // A client without a connection is always told where to attach.
-        let route = match self.engine.step(Event::Unit(routing)).iter().next() {
-            Some(Action::Attach(route)) => route,
-            _ => {
-                debug_assert!(false, "no route for a client without a connection");
-                Route::Primary
-            }
-        };
         let begin = self.engine.take_begin();
         if let (Some(m), Some(sql)) = (self.mirror.as_mut(), begin.as_deref()) {
             m.begin(sql);
         }
-        self.attach(route).await?;
+        // A client without a connection is always told where to attach.
+        let actions = self.engine.step(Event::Unit(routing));
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(
+            carried,
+            Carried::Done,
+            "a unit without a connection is never held"
+        );
+        if self.server.is_none() {
+            debug_assert!(false, "no route for a client without a connection");
+            self.attach(Route::Primary).await?;
+        }
         let actual = self.ctx.router.route_of(self.backend);
-        self.engine.step(Event::Attached(actual)).close_now();
+        let actions = self.engine.step(Event::Attached(actual));
+        self.carry_out_now(actions);
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
             if self.engine.txn_log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite
@@ -566,7 +563,7 @@ impl Session {
             && !with_begin
             && !self.ctx.router.is_primary(self.backend);
         let mark = self.client.write_buf.len();
-        self.engine.unit.retry.arm(eligible, mark);
+        self.engine.may_retry(eligible, mark);
     }
 }
 

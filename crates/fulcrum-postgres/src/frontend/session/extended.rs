@@ -29,7 +29,7 @@ impl Session {
             }
         }
         if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
-            self.engine.unit.commit_in_flight = true;
+            self.engine.commit_sent();
         }
         let unit = parse_msg(&frame[5..])
             .and_then(|p| std::str::from_utf8(p.query).ok())
@@ -97,7 +97,7 @@ impl Session {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
-        let now = self.engine.unit.now.get();
+        let now = self.engine.now();
         let memo = &mut self.stmts.last_digest;
         let digest = self.ctx.digest_entry_of(unit.key, p.query, now, memo);
         match (digest, self.stmts.digests.get_mut(p.name)) {
@@ -121,7 +121,7 @@ impl Session {
         let primary = self.ctx.router.is_primary(self.backend);
         Some(fulcrum_metrics::Stamp::new(
             digest,
-            self.engine.unit.now.get(),
+            self.engine.now(),
             primary,
         ))
     }
@@ -241,7 +241,7 @@ impl Session {
                     .is_some_and(|s| s.may_commit)
             };
             if commits {
-                self.engine.unit.commit_in_flight = true;
+                self.engine.commit_sent();
             }
             let decision = if b.statement.is_empty() {
                 self.stmts.unnamed_decision

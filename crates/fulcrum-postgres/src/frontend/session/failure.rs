@@ -10,11 +10,12 @@
 
 use bytes::BytesMut;
 
-use fulcrum_session::{Action, CommitId, Event, Loss, Outcome, Owed, Phase, Status};
+use fulcrum_session::{CommitId, Event, Loss, Outcome, Owed, Phase, Status};
 
+use super::actions::Carried;
 use super::lost::Lost;
 use super::Session;
-use crate::codec::backend_msg::{self, sqlstate};
+use crate::codec::backend_msg;
 use crate::frontend::error::SessionError;
 use crate::frontend::expect::Expectations;
 
@@ -27,19 +28,19 @@ impl Session {
             m.abandon();
         }
         if let Some(s) = self.server.take() {
-            tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit.commit_in_flight, commit_id = ?self.engine.unit.commit_id, "server connection lost during a client's work");
+            tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit().commit_in_flight, commit_id = ?self.engine.unit().commit_id, "server connection lost during a client's work");
             s.discard();
         }
         self.id.cancel.set_target(None);
         self.ctx.router.suspect(backend);
         if self.engine.status() == Status::Idle && self.owed() == Owed::OwnQuery {
             // The client's unit was answered in this same read.
-            self.engine
-                .step(Event::Ready {
-                    status: Status::Idle,
-                    owed: Owed::OwnQuery,
-                })
-                .close_now();
+            let ready = Event::Ready {
+                status: Status::Idle,
+                owed: Owed::OwnQuery,
+            };
+            let actions = self.engine.step(ready);
+            self.carry_out_now(actions);
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
@@ -52,69 +53,65 @@ impl Session {
             return Ok(());
         }
         let loss = Loss {
-            retryable: self.engine.unit.retry.has_frames(),
+            retryable: self.engine.unit().retry.has_frames(),
             // A unit at status I on the primary autocommits, unless it is
             // the first of a transaction whose BEGIN went ahead of it.
-            commit_in_flight: self.engine.unit.commit_in_flight
+            commit_in_flight: self.engine.unit().commit_in_flight
                 || (self.engine.status() == Status::Idle
-                    && self.engine.unit.wrote_on_primary
+                    && self.engine.unit().wrote_on_primary
                     && !replayable),
             batch_open: self.owed.unsynced,
             // A large frame half forwarded cannot be followed by a clean
             // answer (a pinned client's state is lost too: the engine knows).
             mid_message: self.owed.stream_left > 0,
             replayable,
-            commit_resolvable: self.engine.unit.commit_id != CommitId::Unknown,
+            commit_resolvable: self.engine.unit().commit_id != CommitId::Unknown,
         };
-        let action = self.engine.step(Event::ServerLost(loss)).iter().next();
-        match action {
-            None if was == Phase::Settling => {
-                // Only Fulcrum's own position query was in flight: the
-                // client is owed nothing; its reads use the primary until
-                // it writes again.
-                self.owed.expect = Expectations::default();
-                self.to_server.clear();
-                self.engine.unit.attached_at = None;
-                self.on_position(None);
-                Ok(())
-            }
-            Some(Action::Retry) => self.retry_unit().await,
-            Some(Action::Replay) => self.replay_transaction().await,
-            Some(Action::Resolve) => self.resolve_commit().await,
-            Some(Action::Fail(outcome)) => {
-                self.fail_unit(outcome);
-                Ok(())
-            }
-            _ => {
-                let msg = format!(
-                    "fulcrum: lost the connection to server {} of cluster \"{}\"{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
-                    self.ctx.backends[backend],
-                    self.ctx.name(),
-                    self.lost_because
-                        .take()
-                        .map_or(String::new(), |why| format!(" ({why})")),
-                );
-                Err(self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await)
-            }
+        let actions = self.engine.step(Event::ServerLost(loss));
+        if was == Phase::Settling {
+            // Only Fulcrum's own position query was in flight: the client
+            // is owed nothing; its reads use the primary until it writes
+            // again.
+            self.owed.expect = Expectations::default();
+            self.to_server.clear();
+            // (A unit on the primary was never armed for a retry.)
+            self.engine.connection_lost();
+            self.on_position(None);
+        } else if actions.is_empty() {
+            // No server connection is attached in the phases whose loss
+            // asks nothing (idle, deferred, lost, resolving): if one was,
+            // what it held is gone with it.
+            tracing::error!(phase = ?was, "server lost in a phase without a server connection");
+            return Err(self.state_lost().await);
         }
+        // Retry, Replay, Resolve, Fail, Close(StateLost), or a pending
+        // drain's Close.
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(carried, Carried::Done, "ServerLost holds nothing");
+        Ok(())
+    }
+
+    /// Forgets everything owed by the dead connection, and the engine
+    /// forgets the connection.
+    pub(super) fn forget_unit(&mut self) {
+        self.forget_owed();
+        self.engine.connection_lost();
     }
 
     /// Forgets everything owed by the dead connection.
-    pub(super) fn forget_unit(&mut self) {
+    pub(super) fn forget_owed(&mut self) {
         self.owed.expect = Expectations::default();
         self.owed.ready = 0;
         self.owed.unsynced = false;
         self.owed.stream_left = 0;
         self.to_server.clear();
-        self.engine.unit.attached_at = None;
-        self.engine.unit.retry.disarm();
     }
 
     /// Sends the unit again, from the client's own frames, to whatever the
     /// router picks now (the dead replica is suspect, so not it).
-    async fn retry_unit(&mut self) -> Result<(), SessionError> {
+    pub(super) async fn retry_unit(&mut self) -> Result<(), SessionError> {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
-        let (frames, client_mark) = self.engine.unit.retry.take(self.backend);
+        let (frames, client_mark) = self.engine.retry_elsewhere(self.backend);
         self.forget_unit();
         self.lost_because = None;
         self.client.write_buf.truncate(client_mark);
@@ -122,7 +119,7 @@ impl Session {
         again.extend_from_slice(&self.client.read_buf);
         self.client.read_buf = again;
         let r = Box::pin(self.on_client_input()).await;
-        self.engine.unit.retry.done();
+        self.engine.retry_sent();
         r
     }
 
@@ -139,11 +136,10 @@ impl Session {
                 .map_or(String::new(), |why| format!(" ({why})")),
             outcome.advice()
         );
-        self.engine.unit.commit_in_flight = false;
-        self.engine.unit.commit_id = CommitId::Unknown;
         let owed = self.owed.ready;
         let unsynced = self.owed.unsynced;
-        self.forget_unit();
+        self.engine.unit_lost();
+        self.forget_owed();
         self.params.txn_ops.clear();
         self.params.txn_committed = None;
         let status = if in_txn { b'E' } else { b'I' };
@@ -156,12 +152,13 @@ impl Session {
         }
         self.set_status(status);
         if self.engine.is_lost() {
-            self.lost = Some(Lost {
+            // Entering Lost: how it is answered, from scratch.
+            self.lost = Lost {
                 in_txn,
                 errored: unsynced,
                 ending: false,
                 untold: (owed == 0 && !unsynced).then_some(msg),
-            });
+            };
         }
     }
 }

@@ -8,9 +8,10 @@ impl Session {
     /// Answers a frame of a client whose transaction died with its server;
     /// false when the frame is for normal processing.
     pub(super) fn answer_lost(&mut self, tag: u8, total: usize) -> bool {
-        let Some(lost) = self.lost.as_mut() else {
+        if !self.engine.is_lost() {
             return false;
-        };
+        }
+        let lost = &mut self.lost;
         let ctx = &self.ctx;
         let ends =
             |text: &[u8]| std::str::from_utf8(text).is_ok_and(|t| ctx.classify(t) == Decision::End);
@@ -21,8 +22,8 @@ impl Session {
             &mut self.client.write_buf,
         ) {
             lost::Answer::Pass => {
-                self.lost = None;
-                self.engine.step(Event::LostEnded).close_now();
+                let actions = self.engine.step(Event::LostEnded);
+                self.carry_out_now(actions);
                 false
             }
             lost::Answer::Held => {
@@ -33,8 +34,8 @@ impl Session {
                 true
             }
             lost::Answer::Done => {
-                self.lost = None;
-                self.engine.step(Event::LostEnded).close_now();
+                let actions = self.engine.step(Event::LostEnded);
+                self.carry_out_now(actions);
                 self.set_status(b'I');
                 let _ = self.client.read_buf.split_to(total);
                 true

@@ -22,7 +22,7 @@ pub enum Answer {
     Pass,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lost {
     /// The client is in a transaction block (status `E` until it ends it).
     pub in_txn: bool,

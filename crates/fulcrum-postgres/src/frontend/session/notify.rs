@@ -232,7 +232,7 @@ impl Session {
             && !self.owed.unsynced
             && self.owed.stream_left == 0
             && self.engine.status() == Status::Idle
-            && self.lost.is_none()
+            && !self.engine.is_lost()
             && self.txn.run.is_none()
             && self.client.write_buf.len() < FORWARD_WINDOW
     }

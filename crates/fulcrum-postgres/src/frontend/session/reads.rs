@@ -67,10 +67,10 @@ impl Session {
     /// 'I', nothing else owed): ask the primary's position on the same
     /// connection, behind the answer the client already has.
     pub(super) fn after_unit(&mut self) {
-        if !self.engine.unit.wrote_on_primary || self.owed.ready > 0 || self.owed.unsynced {
+        if !self.engine.unit().wrote_on_primary || self.owed.ready > 0 || self.owed.unsynced {
             return;
         }
-        self.engine.unit.wrote_on_primary = false;
+        self.engine.write_over();
         // With one backend every read is on the primary already: no
         // position to keep (a single-node cluster pays nothing).
         if !self.reads.tracks_writes()

@@ -53,11 +53,10 @@ impl Session {
             }
             Some(run) => run.restart(&mut self.engine, &mut self.client, false),
         }
-        self.forget_unit();
-        self.set_status(b'I');
-        self.engine.unit.commit_in_flight = false;
         // The transaction gets a new id where it is replayed.
-        self.engine.unit.commit_id = fulcrum_session::CommitId::Unknown;
+        self.engine.unit_lost();
+        self.forget_owed();
+        self.set_status(b'I');
         self.params.txn_ops.clear();
         self.params.txn_committed = None;
         self.lost_because = None;
@@ -68,9 +67,8 @@ impl Session {
             return Ok(());
         };
         // After a wait for the primary: the clock is read again.
-        self.engine.unit.now.reset();
+        self.engine.replay_attached();
         self.install(primary, server);
-        self.engine.unit.wrote_on_primary = true;
         let run = self.txn.run.as_ref().expect("replaying");
         if let Some(sql) = &run.replay.begin {
             put_query(&mut self.to_server, sql);
@@ -100,6 +98,8 @@ impl Session {
             Progress::Matched => {
                 let run = *self.txn.run.take().expect("replaying");
                 self.client.read_buf = run.matched(&self.ctx, &mut self.engine, self.backend).rest;
+                let actions = self.engine.step(Event::Replayed);
+                self.carry_out_now(actions);
                 false
             }
             Progress::Differs => {
@@ -135,9 +135,9 @@ impl Session {
         self.set_status(b'T');
         self.client.read_buf = held.rest;
         self.lost_because = Some(format!("transaction replay failed: {why}"));
-        if let Some(Action::Fail(outcome)) = self.engine.step(Event::ReplayFailed).iter().next() {
-            self.fail_unit(outcome);
-        }
+        // Fail(NotCommitted): 08006, the transaction lost.
+        let actions = self.engine.step(Event::ReplayFailed);
+        self.carry_out_now(actions);
     }
 }
 

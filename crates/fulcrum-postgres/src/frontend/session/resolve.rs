@@ -41,7 +41,7 @@ impl Session {
                 .config
                 .transaction_replay
                 .is_some_and(|r| r.resolve_commits)
-            && !matches!(self.engine.unit.commit_id, CommitId::Id(_))
+            && !matches!(self.engine.unit().commit_id, CommitId::Id(_))
             && self.engine.txn_log.is_open()
             && self.engine.status() != Status::Failed
             && self.replayable()
@@ -81,14 +81,14 @@ impl Session {
             put_sync(&mut self.to_server);
         }
         self.owed.expect.push(Expect::CommitId { in_batch });
-        self.engine.unit.commit_id = CommitId::Unknown;
+        self.engine.commit_id_asked();
     }
 
     /// Whether the unit being queued may write, read once (a Query's
     /// classification or a Bind's statement set it).
     fn unit_may_write(&mut self) -> bool {
         std::mem::take(&mut self.txn.unit_writes)
-            && !self.engine.unit.commit_in_flight
+            && !self.engine.unit().commit_in_flight
             && self.may_ask_commit_id()
     }
 
@@ -148,7 +148,7 @@ impl Session {
     /// The engine said Resolve: asks the new primary what became of the
     /// transaction whose COMMIT was in flight, and acts on the answer.
     pub(super) async fn resolve_commit(&mut self) -> Result<(), SessionError> {
-        let id = std::mem::take(&mut self.engine.unit.commit_id);
+        let id = self.engine.resolving_commit();
         let (resolution, position) = match id {
             CommitId::NothingWritten => (Resolution::Committed, None),
             CommitId::Id(xid) => self.ask_new_primary(xid).await,
@@ -165,12 +165,9 @@ impl Session {
         if resolution == Resolution::Committed {
             // After waiting for the new primary: the clock is read again
             // for the digests the answer ends.
-            self.engine.unit.now.reset();
+            self.engine.new_wake();
             let mut out = BytesMut::new();
-            committed = self
-                .owed
-                .expect
-                .answer_commit(&mut out, self.engine.unit.now.get());
+            committed = self.owed.expect.answer_commit(&mut out, self.engine.now());
             if committed {
                 self.client.write_buf.extend_from_slice(&out);
             }
@@ -184,15 +181,9 @@ impl Session {
         if committed {
             self.committed_without_server(position);
         }
-        // A pending drain's Close is performed by the session loop's
-        // boundary check.
-        for action in actions.iter() {
-            match action {
-                Action::Replay => return self.replay_transaction().await,
-                Action::Fail(outcome) => self.fail_unit(outcome),
-                _ => {}
-            }
-        }
+        // Replay, Fail, or (committed) a pending drain's Close.
+        let carried = self.carry_out(actions).await?;
+        debug_assert_eq!(carried, Carried::Done, "Resolved holds nothing");
         Ok(())
     }
 
@@ -251,9 +242,8 @@ impl Session {
         self.owed.unsynced = false;
         self.owed.stream_left = 0;
         self.to_server.clear();
-        self.engine.unit.commit_in_flight = false;
-        self.engine.unit.attached_at = None;
-        self.engine.unit.retry.disarm();
+        // (Its id was taken when the resolution started.)
+        self.engine.unit_lost();
         self.engine.txn_log.close();
         self.set_status(b'I');
         for op in std::mem::take(&mut self.params.txn_ops) {

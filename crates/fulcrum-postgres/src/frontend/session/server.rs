@@ -37,7 +37,7 @@ impl Session {
         self.absorb_output();
         if self.client.has_output() {
             // The answer has started: a lost replica can no longer be hidden.
-            self.engine.unit.retry.disarm();
+            self.engine.answered();
             self.client.write_now()?;
         }
         Ok(())
@@ -167,7 +167,7 @@ impl Session {
                 server.prepared.confirm(name);
             }
             if let Some((stamp, rows, failed)) = &fx.finished {
-                stamp.finish(*rows, *failed, self.engine.unit.now.get());
+                stamp.finish(*rows, *failed, self.engine.now());
             }
             if fx.skipped_to_sync {
                 server.drop_pending_statements();
@@ -193,7 +193,7 @@ impl Session {
                 self.log_ready(status);
                 if status != b'I' && self.ctx.router.is_primary(self.backend) {
                     // A transaction on the primary: it may write.
-                    self.engine.unit.wrote_on_primary = true;
+                    self.engine.txn_on_primary();
                 }
                 if status == b'I' {
                     self.after_unit();
@@ -203,7 +203,7 @@ impl Session {
                 self.on_position(lsn);
             }
             if let Some(id) = fx.commit_id {
-                self.engine.unit.commit_id = id;
+                self.engine.commit_id_learnt(id);
             }
         }
         self.owed.expect.drain_synthetic(
@@ -227,10 +227,10 @@ impl Session {
         self.owed.ready = self.owed.ready.saturating_sub(1);
         if status == b'I' {
             // The transaction is over: its id with it.
-            self.engine.unit.commit_id = fulcrum_session::CommitId::Unknown;
+            self.engine.txn_ended();
         }
         if self.owed.ready == 0 {
-            self.engine.unit.commit_in_flight = false;
+            self.engine.commit_answered();
             // What the next unit prepares may evict what this one used.
             if let Some(server) = self.server.as_mut() {
                 server.prepared.begin_unit();

@@ -1,0 +1,116 @@
+//! Carrying out what the engine asks. Every `Actions` a step returns goes
+//! through [`Session::carry_out`] (where an action may wait: attach, retry,
+//! replay, resolve, end the session, clean the connection) or
+//! [`Session::carry_out_now`] (events whose actions need no waiting), and
+//! each matches every `Action` variant: a new action does not compile
+//! until this front end performs it. An action an event cannot lead to is
+//! reported (`unexpected`), never dropped unread.
+
+use fulcrum_session::{Action, Actions, Ending};
+
+use super::*;
+
+/// What is left to the caller once the engine's actions are carried out
+/// (only a unit behind an attached connection can be held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Carried {
+    /// Everything asked was done.
+    Done,
+    /// `Hold`: the unit stays buffered until the attached connection has
+    /// answered (and gone back).
+    Held,
+}
+
+impl Carried {
+    /// Both of two results: a hold is kept.
+    fn and(self, other: Carried) -> Carried {
+        if other == Carried::Held {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+impl Session {
+    /// Carries out `actions` in order, waiting where an action needs it.
+    pub(super) async fn carry_out(&mut self, actions: Actions) -> Result<Carried, SessionError> {
+        let mut carried = Carried::Done;
+        for action in actions {
+            match action {
+                // A client holding its connection keeps it (`attach` does
+                // nothing then).
+                Action::Attach(route) => self.attach(route).await?,
+                Action::Retry => self.retry_unit().await?,
+                Action::Replay => self.replay_transaction().await?,
+                // Boxed: resolving may lead to a replay, whose units are
+                // carried out here again.
+                Action::Resolve => Box::pin(self.resolve_commit()).await?,
+                Action::Close(Ending::StateLost) => return Err(self.state_lost().await),
+                Action::Clean { rollback, reset } => self.clean(rollback, reset).await,
+                now @ (Action::Hold
+                | Action::Detach
+                | Action::Fail(_)
+                | Action::Close(Ending::Drained)) => carried = carried.and(self.act_now(now)),
+            }
+        }
+        Ok(carried)
+    }
+
+    /// Carries out `actions` of an event that asks for nothing to wait on
+    /// and holds nothing (`Ready`, `Pin`, `Attached`, `Drain`, `LostEnded`,
+    /// `Replayed`, `ReplayFailed`).
+    pub(super) fn carry_out_now(&mut self, actions: Actions) {
+        for action in actions {
+            if self.act_now(action) == Carried::Held {
+                unexpected(action);
+            }
+        }
+    }
+
+    /// One action that needs no waiting.
+    fn act_now(&mut self, action: Action) -> Carried {
+        match action {
+            Action::Hold => return Carried::Held,
+            Action::Detach => self.detach(),
+            Action::Fail(outcome) => self.fail_unit(outcome),
+            // The session loop's boundary check ends the session (a drain
+            // reached a boundary): it writes the client its FATAL first.
+            Action::Close(Ending::Drained) => {}
+            // The attached connection serves the unit.
+            Action::Attach(_) if self.server.is_some() => {}
+            Action::Attach(_)
+            | Action::Retry
+            | Action::Replay
+            | Action::Resolve
+            | Action::Close(Ending::StateLost)
+            | Action::Clean { .. } => unexpected(action),
+        }
+        Carried::Done
+    }
+
+    /// `Close(StateLost)`: the server died with state that cannot be
+    /// rebuilt elsewhere (pinned, session pooling, a message half
+    /// forwarded): the client gets a FATAL error and the session ends.
+    pub(super) async fn state_lost(&mut self) -> SessionError {
+        let msg = format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\"{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
+            self.ctx.backends[self.backend],
+            self.ctx.name(),
+            self.lost_because
+                .take()
+                .map_or(String::new(), |why| format!(" ({why})")),
+        );
+        self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await
+    }
+}
+
+/// An action the event just stepped cannot lead to (a transition-table
+/// bug): loud in debug builds, logged in release ones.
+fn unexpected(action: Action) {
+    debug_assert!(false, "an action this event cannot lead to: {action:?}");
+    tracing::error!(
+        ?action,
+        "the session engine asked for an action its event cannot lead to; not carried out"
+    );
+}
