@@ -86,9 +86,11 @@ struct Wait {
 }
 
 /// Polls `f` to its end; when it had to wait, from when to when (the
-/// clock is read only then).
-async fn clocked<F: Future>(f: F) -> (F::Output, Option<Wait>) {
-    let mut f = std::pin::pin!(f);
+/// clock is read only then). `f` is pinned by the caller: an `async fn`
+/// taking the future by value would hold it twice in its state (the
+/// argument, and the pinned copy it polls), and every client's session
+/// task carries that state's size (issue 44: memory per idle client).
+async fn clocked<F: Future>(mut f: std::pin::Pin<&mut F>) -> (F::Output, Option<Wait>) {
     let mut from = None;
     let out = std::future::poll_fn(|cx| {
         let p = f.as_mut().poll(cx);
@@ -115,7 +117,8 @@ pub async fn attach<K: Checkouts, C, P, S>(
     avoid: Option<BackendId>,
     k: &mut K,
 ) -> Result<Attached<K::Conn>, Unattached<K::Error>> {
-    let (attached, waited) = clocked(attach_to(core, route, avoid, k)).await;
+    let attaching = std::pin::pin!(attach_to(core, route, avoid, k));
+    let (attached, waited) = clocked(attaching).await;
     attached.map(|(backend, conn)| Attached {
         backend,
         conn,
@@ -187,7 +190,10 @@ async fn attach_to<K: Checkouts, C, P, S>(
     let mut primaries = PrimaryWait::new(&core.router, deadline, false);
     while let Some((primary, _)) = primaries.next().await {
         core.metrics.waiting.inc();
-        let (got, waited) = clocked(k.checkout(primary)).await;
+        let (got, waited) = {
+            let checkout = std::pin::pin!(k.checkout(primary));
+            clocked(checkout).await
+        };
         core.metrics.waiting.dec();
         core.metrics.pool_wait.observe(waited.map_or(0.0, |w| {
             w.until.saturating_duration_since(w.from).as_secs_f64()

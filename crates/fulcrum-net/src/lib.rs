@@ -16,6 +16,10 @@
 //! never knows a wire protocol beyond what its `Framing` says, and nothing
 //! of SQL or routing.
 //!
+//! An idle client holds no read buffer: `poll_read_idle` gives an empty
+//! one back to this thread's spares (`spare.rs`) when the socket has
+//! nothing, and the next read takes one.
+//!
 //! Beside it, `PendingLogins`: the cap on connections still logging in;
 //! and `within`: the deadline on opening a server connection.
 
@@ -23,9 +27,11 @@
 
 mod deadline;
 mod pending;
+mod spare;
 
 pub use deadline::within;
 pub use pending::{PendingLogins, PendingTicket};
+pub use spare::SPARE_MAX;
 
 use std::future::Future;
 use std::io;
@@ -39,9 +45,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// this much when less than a quarter of it is free).
 pub const READ_CHUNK: usize = 8 * 1024;
 
-/// A client's read buffer and reads: statements are small, and an idle
-/// client keeps its buffer, so this is most of what it holds (PgBouncer's
-/// `pkt_buf` is 4 kB). A larger message gets room for all of it as it
+/// A client's read buffer and reads: statements are small (PgBouncer's
+/// `pkt_buf` is 4 kB), and an idle client gives its buffer back
+/// (`poll_read_idle`). A larger message gets room for all of it as it
 /// arrives (`reserve_for`).
 pub const CLIENT_READ_CHUNK: usize = 2 * 1024;
 
@@ -119,9 +125,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Reads what the socket has (waiting for at least one byte); 0 at EOF.
     pub async fn read_more(&mut self) -> io::Result<usize> {
-        if self.read_buf.capacity() - self.read_buf.len() < self.chunk / 4 {
-            self.read_buf.reserve(self.chunk);
-        }
+        self.make_room();
         self.stream.read_buf(&mut self.read_buf).await
     }
 
@@ -129,12 +133,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// other side: a read never waits behind a write, nor a write behind a
     /// read).
     pub fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.read_buf.capacity() - self.read_buf.len() < self.chunk / 4 {
-            self.read_buf.reserve(self.chunk);
-        }
+        self.make_room();
         let read = self.stream.read_buf(&mut self.read_buf);
         tokio::pin!(read);
         read.poll(cx)
+    }
+
+    /// [`poll_read_more`](Self::poll_read_more) for a peer that owes
+    /// nothing (a client between units): when the socket has nothing and
+    /// nothing is buffered, the read buffer goes back to this thread's
+    /// spares, so an idle client holds none; the next read takes one (a
+    /// pop, not an allocation, while the thread has spares).
+    pub fn poll_read_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let r = self.poll_read_more(cx);
+        if r.is_pending() && self.read_buf.is_empty() {
+            spare::give(std::mem::take(&mut self.read_buf));
+        }
+        r
+    }
+
+    /// Reads what the socket has, as [`read_more`](Self::read_more), holding
+    /// no read buffer while it waits with nothing buffered
+    /// ([`poll_read_idle`](Self::poll_read_idle)).
+    pub async fn read_more_idle(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_read_idle(cx)).await
+    }
+
+    /// Room for one read: a chunk more when less than a quarter of one is
+    /// free (a spare buffer when none is held).
+    fn make_room(&mut self) {
+        if self.read_buf.capacity() == 0 {
+            self.read_buf = spare::take(self.chunk);
+        } else if self.read_buf.capacity() - self.read_buf.len() < self.chunk / 4 {
+            self.read_buf.reserve(self.chunk);
+        }
     }
 
     /// Polls one write of the front of `buf` (this connection's queue or a
@@ -398,6 +430,48 @@ mod tests {
         near.write_now().unwrap();
         assert_eq!(near.write_now_from(&mut other).unwrap(), 3);
         assert!(other.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_idle_read_holds_no_buffer_and_the_next_read_takes_one_back() {
+        let (a, b) = tokio::io::duplex(64);
+        let mut near = Connection::new(a).with_chunk(CLIENT_READ_CHUNK);
+        let mut far = Connection::new(b);
+        let mut cx = Context::from_waker(Waker::noop());
+        let kept = spare::kept();
+        assert!(near.poll_read_idle(&mut cx).is_pending());
+        assert_eq!(
+            near.read_buf.capacity(),
+            0,
+            "nothing to read: no buffer held"
+        );
+        assert_eq!(spare::kept(), kept + 1, "it waits in this thread's spares");
+        far.queue(b"abc");
+        far.flush().await.unwrap();
+        near.read_more_idle().await.unwrap();
+        assert_eq!(&near.read_buf[..], b"abc");
+        assert!(near.read_buf.capacity() >= CLIENT_READ_CHUNK);
+        assert_eq!(spare::kept(), kept, "the spare was taken back");
+        // Something buffered: the buffer is kept while the read waits.
+        assert!(near.poll_read_idle(&mut cx).is_pending());
+        assert_eq!(&near.read_buf[..], b"abc");
+        near.take(3);
+        assert!(near.poll_read_idle(&mut cx).is_pending());
+        assert_eq!(near.read_buf.capacity(), 0);
+    }
+
+    #[test]
+    fn spares_are_bounded_and_large_buffers_freed() {
+        let kept = spare::kept();
+        spare::give(BytesMut::with_capacity(64 * 1024));
+        assert_eq!(spare::kept(), kept, "a grown buffer is freed");
+        for _ in 0..SPARE_MAX + 5 {
+            spare::give(BytesMut::with_capacity(CLIENT_READ_CHUNK));
+        }
+        assert_eq!(spare::kept(), SPARE_MAX);
+        let taken = spare::take(CLIENT_READ_CHUNK);
+        assert!(taken.capacity() >= CLIENT_READ_CHUNK && taken.is_empty());
+        assert_eq!(spare::kept(), SPARE_MAX - 1);
     }
 
     #[tokio::test]

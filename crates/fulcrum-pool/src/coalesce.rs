@@ -42,12 +42,15 @@ impl<T: Clone> Coalesced<T> {
     }
 
     /// A result from a fetch that started after this call: this caller runs
-    /// `fetch` itself when no fetch is running, and otherwise waits for
-    /// the next one (`fetch` is then dropped unrun). `None` when the fetch
-    /// that served it failed.
-    pub async fn get<F>(&self, fetch: F) -> Option<T>
+    /// `fetch()` itself when no fetch is running, and otherwise waits for
+    /// the next one (`fetch` is then never called). `None` when the fetch
+    /// that served it failed. (A closure, not the future: an `async fn`
+    /// holds a future argument twice in its state, as the argument and as
+    /// the future it awaits; a session's task carries that size.)
+    pub async fn get<F, Fut>(&self, fetch: F) -> Option<T>
     where
-        F: Future<Output = Option<T>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Option<T>>,
     {
         let mut rx = self.done.subscribe();
         // Fetches numbered `need` or later started after this point.
@@ -65,7 +68,7 @@ impl<T: Clone> Coalesced<T> {
                     number,
                     finished: false,
                 };
-                let result = fetch.await;
+                let result = fetch().await;
                 guard.finish(result.clone());
                 return result;
             }
@@ -135,9 +138,9 @@ mod tests {
     #[tokio::test]
     async fn a_lone_caller_fetches_every_time() {
         let c = Coalesced::new();
-        assert_eq!(c.get(async { Some(7) }).await, Some(7));
+        assert_eq!(c.get(|| async { Some(7) }).await, Some(7));
         assert_eq!(
-            c.get(async { Some(8) }).await,
+            c.get(|| async { Some(8) }).await,
             Some(8),
             "never a stale value"
         );
@@ -152,7 +155,7 @@ mod tests {
         for _ in 0..50 {
             let (c, counter) = (c.clone(), counter.clone());
             tasks.push(tokio::spawn(async move {
-                c.get(async move {
+                c.get(|| async move {
                     let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     Some(n)
@@ -177,7 +180,7 @@ mod tests {
         let early = {
             let c = c.clone();
             tokio::spawn(async move {
-                c.get(async move {
+                c.get(|| async move {
                     first_gate.await.ok();
                     Some("old")
                 })
@@ -190,7 +193,7 @@ mod tests {
         }
         let late = {
             let c = c.clone();
-            tokio::spawn(async move { c.get(async { Some("new") }).await })
+            tokio::spawn(async move { c.get(|| async { Some("new") }).await })
         };
         tokio::task::yield_now().await;
         release_first.send(()).unwrap();
@@ -208,14 +211,14 @@ mod tests {
         let c = Arc::new(Coalesced::<u32>::new());
         let leader = {
             let c = c.clone();
-            tokio::spawn(async move { c.get(std::future::pending()).await })
+            tokio::spawn(async move { c.get(std::future::pending).await })
         };
         while c.fetches() == 0 {
             tokio::task::yield_now().await;
         }
         let waiter = {
             let c = c.clone();
-            tokio::spawn(async move { c.get(async { Some(5) }).await })
+            tokio::spawn(async move { c.get(|| async { Some(5) }).await })
         };
         tokio::task::yield_now().await;
         leader.abort();
@@ -224,7 +227,7 @@ mod tests {
         // not serve it: it runs the next one itself.
         assert_eq!(waiter.await.unwrap(), Some(5));
         assert_eq!(
-            c.get(async { Some(6) }).await,
+            c.get(|| async { Some(6) }).await,
             Some(6),
             "no fetch left stuck"
         );
@@ -233,7 +236,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_fetch_gives_none_to_its_callers() {
         let c = Coalesced::<u32>::new();
-        assert_eq!(c.get(async { None }).await, None);
-        assert_eq!(c.get(async { Some(1) }).await, Some(1));
+        assert_eq!(c.get(|| async { None }).await, None);
+        assert_eq!(c.get(|| async { Some(1) }).await, Some(1));
     }
 }

@@ -300,6 +300,12 @@ impl<C: Poolable> Pool<C> {
     }
 
     /// Takes an idle connection, or opens one with `connect` when none is idle.
+    ///
+    /// The waits (for a permit, a check, a new connection) are boxed: they
+    /// are rare, and their futures' state would otherwise be part of every
+    /// client session's task, idle or not (docs/architecture.md, "Memory
+    /// per idle client"). A permit at hand and an idle connection that
+    /// needs no check allocate nothing.
     pub async fn get<E, F, Fut>(&self, connect: F) -> Result<Checkout<C>, PoolError<E>>
     where
         F: FnOnce() -> Fut,
@@ -307,11 +313,14 @@ impl<C: Poolable> Pool<C> {
     {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::from_std(coarse::now()) + inner.settings.timeout;
-        let permit = self.permit(deadline).await?;
+        let permit = match inner.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => Box::pin(self.permit(deadline)).await?,
+        };
         while let Some(mut idle) = self.take_idle() {
             let quiet_for = || Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms));
             if self.check_due(&idle) {
-                let answered = tokio::time::timeout_at(deadline, idle.conn.check()).await;
+                let answered = Box::pin(tokio::time::timeout_at(deadline, idle.conn.check())).await;
                 let passed = matches!(answered, Ok(true));
                 if let Some(hook) = &inner.on_check {
                     hook(passed);
@@ -329,6 +338,22 @@ impl<C: Poolable> Pool<C> {
             }
             return Ok(self.hand_out(idle, permit));
         }
+        Box::pin(self.open(permit, deadline, connect)).await
+    }
+
+    /// [`get`](Self::get)'s new connection: the budgets' permits, then
+    /// `connect`.
+    async fn open<E, F, Fut>(
+        &self,
+        permit: OwnedSemaphorePermit,
+        deadline: tokio::time::Instant,
+        connect: F,
+    ) -> Result<Checkout<C>, PoolError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<C, E>>,
+    {
+        let inner = &self.inner;
         let budget = self.budget_permits(Some(deadline)).await?;
         let conn = Box::new(connect().await.map_err(PoolError::Connect)?);
         inner.opened.fetch_add(1, Ordering::Relaxed);

@@ -23,7 +23,9 @@ pub async fn read_client_message(
         match scan_message(buf, max) {
             Ok(Some(span)) => return Ok(span),
             Ok(None) => {
-                if client.read_more().await? == 0 {
+                // Between commands the client holds no read buffer while it
+                // sends nothing (`read_more_idle`).
+                if client.read_more_idle().await? == 0 {
                     return Err(SessionError::ClientGone);
                 }
             }

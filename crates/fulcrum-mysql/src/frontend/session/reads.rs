@@ -159,7 +159,7 @@ impl Session {
         );
         let strong = || {
             ctx.primary_position
-                .get(primary_position(ctx, user, wire, charset))
+                .get(|| primary_position(ctx, user, wire, charset))
         };
         self.reads
             .check(&shared, backend, &mut Replica(server), strong)

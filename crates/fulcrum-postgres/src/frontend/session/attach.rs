@@ -39,7 +39,7 @@ impl Session {
                 self.install(a.backend, a.conn);
                 Ok(())
             }
-            Err(why) => Err(self.unattached(why).await),
+            Err(why) => Err(Box::pin(self.unattached(why)).await),
         }
     }
 

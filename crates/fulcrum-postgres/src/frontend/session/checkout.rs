@@ -37,13 +37,15 @@ impl Checkouts for Session {
             .get(|| ctx.open(backend, user, database))
             .await
             .map_err(CheckoutError::Pool)?;
+        // A reset or the client's settings are a round trip to the server:
+        // boxed, so their state is not part of every client's task.
         let mut ready = Ok(());
         if server.reset_due {
-            ready = run_reset(&self.ctx, &mut server).await;
+            ready = Box::pin(run_reset(&self.ctx, &mut server)).await;
             server.reset_due = ready.is_err();
         }
         if ready.is_ok() && server.applied != self.params.desired {
-            ready = sync_params(&mut server, &self.params.desired).await;
+            ready = Box::pin(sync_params(&mut server, &self.params.desired)).await;
         }
         if let Err(e) = ready {
             if !matches!(e, InternalError::Server { .. }) {

@@ -22,7 +22,14 @@ use crate::frontend::expect::Expectations;
 impl Session {
     /// The server connection died under the client: the engine decides
     /// (retry, answer and keep the client, or close), this performs it.
+    /// Boxed: rare, and its state (a replay, a COMMIT's resolution: over a
+    /// kilobyte) would otherwise be part of every client's task, idle or
+    /// not (docs/architecture.md, "Memory per idle client").
     pub(super) async fn server_lost(&mut self) -> Result<(), SessionError> {
+        Box::pin(self.handle_server_lost()).await
+    }
+
+    async fn handle_server_lost(&mut self) -> Result<(), SessionError> {
         let backend = self.backend;
         if let Some(m) = self.mirror.as_mut() {
             m.abandon();

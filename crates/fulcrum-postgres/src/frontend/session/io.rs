@@ -23,6 +23,7 @@ pub(super) fn poll_io(
     write_client: bool,
 ) -> std::task::Poll<Io> {
     use std::task::Poll::Ready;
+    let attached = server.is_some();
     if let Some(server) = server {
         if !to_server.is_empty() {
             if let Ready(r) = server.io.poll_write_from(cx, to_server) {
@@ -41,7 +42,14 @@ pub(super) fn poll_io(
         }
     }
     if read_client {
-        if let Ready(r) = client.poll_read_more(cx) {
+        // Between units (no server attached) the client is idle: while it
+        // sends nothing it holds no read buffer.
+        let read = if attached {
+            client.poll_read_more(cx)
+        } else {
+            client.poll_read_idle(cx)
+        };
+        if let Ready(r) = read {
             return Ready(Io::ClientRead(r));
         }
     }

@@ -107,7 +107,7 @@ impl Session {
         let (user, database) = (&self.id.user, &self.id.database);
         let strong = || {
             ctx.primary_position
-                .get(primary_position(ctx, user, database))
+                .get(|| primary_position(ctx, user, database))
         };
         self.reads
             .check(&shared, backend, &mut Replica(server), strong)
