@@ -179,6 +179,17 @@ pub fn reassemble(buf: &[u8], max: usize) -> Result<Option<Message<'_>>, PacketE
     Ok(Some(Message { payload, span }))
 }
 
+/// The payload of a whole client message (its packets joined; borrowed
+/// when it is one packet, the usual case).
+pub fn payload_of<'a>(msg: &'a [u8], span: &MessageSpan) -> std::borrow::Cow<'a, [u8]> {
+    match reassemble(msg, usize::MAX) {
+        Ok(Some(m)) => m.payload,
+        _ => std::borrow::Cow::Borrowed(
+            &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)],
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -512,7 +512,7 @@ impl Session {
                 }
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
-                    let payload = reassembled(&msg, &span);
+                    let payload = crate::codec::packet::payload_of(&msg, &span);
                     // A prepared COMMIT in flight may have committed (08007;
                     // never replayed).
                     let may_commit = cmd != Command::StmtFetch
@@ -527,7 +527,7 @@ impl Session {
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),
                 Command::StmtSendLongData => {
-                    let payload = reassembled(&msg, &span);
+                    let payload = crate::codec::packet::payload_of(&msg, &span);
                     self.stmt_long_data(&payload, seq).await?
                 }
                 Command::FieldList => {
@@ -541,7 +541,7 @@ impl Session {
                         .await?
                 }
                 Command::ChangeUser => {
-                    let payload = reassembled(&msg, &span);
+                    let payload = crate::codec::packet::payload_of(&msg, &span);
                     self.change_user(&payload, seq).await?
                 }
                 Command::ProcessKill => match process_kill_target(first) {
@@ -574,20 +574,6 @@ async fn server_went_away(server: Option<&mut Checkout<ServerConn>>) {
             let _ = s.io.read_more().await;
         }
         None => std::future::pending().await,
-    }
-}
-
-/// The payload of a whole client message (its packets joined; borrowed
-/// when it is one packet, the usual case).
-fn reassembled<'a>(
-    msg: &'a [u8],
-    span: &crate::codec::packet::MessageSpan,
-) -> std::borrow::Cow<'a, [u8]> {
-    match crate::codec::packet::reassemble(msg, usize::MAX) {
-        Ok(Some(m)) => m.payload,
-        _ => std::borrow::Cow::Borrowed(
-            &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(msg.len() - HEADER_LEN)],
-        ),
     }
 }
 

@@ -35,6 +35,7 @@ mod failure;
 mod idle;
 mod io;
 mod local;
+mod look;
 mod lost;
 mod notify;
 mod query_timeout;

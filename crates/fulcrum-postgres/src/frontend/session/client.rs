@@ -2,6 +2,7 @@
 //! once, holding a unit behind work in flight, and settling after every
 //! batch so no answer Fulcrum owes is left behind.
 
+use super::look::{query_look, unit_text, QueryLook};
 use super::*;
 
 impl Session {
@@ -564,66 +565,5 @@ impl Session {
             && !self.ctx.router.is_primary(self.backend);
         let mark = self.client.write_buf.len();
         self.engine.may_retry(eligible, mark);
-    }
-}
-
-/// What one look at a Query's body tells, before any of Fulcrum's own
-/// answers reads its text: the text's length (found once for the whole
-/// unit: routing and handling read it from here), whether it may be a call
-/// of `signal.rs`, and whether it starts with a word another answer is for
-/// (settings and causal tokens, DEALLOCATE, transaction control).
-#[derive(Debug, Default, Clone, Copy)]
-struct QueryLook {
-    text: Option<usize>,
-    pid_call: bool,
-    local: bool,
-}
-
-fn query_look(body: &[u8]) -> QueryLook {
-    let Some(text) = query_text(body) else {
-        return QueryLook::default();
-    };
-    let first = first_word(text);
-    let pid_call =
-        first.eq_ignore_ascii_case(b"select") && signal::select_list_opens_with_p(text, first);
-    QueryLook {
-        text: Some(text.len()),
-        pid_call,
-        local: answer_word(first),
-    }
-}
-
-/// `first` is a statement's first word that one of Fulcrum's own answers
-/// may be for (a short list, told apart by length first).
-fn answer_word(first: &[u8]) -> bool {
-    const WORDS: [&[u8]; 12] = [
-        b"listen",
-        b"unlisten",
-        b"set",
-        b"reset",
-        b"show",
-        b"deallocate",
-        b"begin",
-        b"start",
-        b"commit",
-        b"end",
-        b"rollback",
-        b"abort",
-    ];
-    if !(3..=10).contains(&first.len()) {
-        return false;
-    }
-    WORDS
-        .iter()
-        .any(|w| w.len() == first.len() && first.eq_ignore_ascii_case(w))
-}
-
-/// The statement text of the Query or Parse at the front of `buf`.
-fn unit_text(buf: &[u8]) -> Option<&[u8]> {
-    let body = buf.get(5..)?;
-    match buf[0] {
-        b'Q' => query_text(body),
-        b'P' => parse_msg(body).map(|p| p.query),
-        _ => None,
     }
 }
