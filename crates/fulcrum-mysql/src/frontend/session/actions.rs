@@ -77,6 +77,22 @@ impl Session {
         Ok(carried)
     }
 
+    /// Carries out `actions` with no async layer when that is all they
+    /// ask: one `Attach` whose connection is at hand (`check_out_now`),
+    /// the usual unit. `Err` gives them back untouched, for
+    /// [`carry_out`](Self::carry_out).
+    pub(super) fn carry_out_at_once(&mut self, actions: Actions) -> Result<Carried, Actions> {
+        let mut all = actions.into_iter();
+        match (all.next(), all.next()) {
+            (Some(Action::Attach(route)), None)
+                if self.server.is_none() && self.check_out_now(route) =>
+            {
+                Ok(Carried::Done)
+            }
+            _ => Err(actions),
+        }
+    }
+
     /// Carries out `actions` of an event that asks for nothing to wait on
     /// (`Ready`, `Pin`, `Attached`, `Reset`, `Drain`, `LostEnded`,
     /// `Replayed`, a command behind an attached connection); what is left

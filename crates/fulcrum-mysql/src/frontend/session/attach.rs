@@ -53,7 +53,10 @@ impl Session {
         let holding = self.server.is_some();
         // Attach: a client without a connection is always told where.
         let actions = self.engine.step(Event::Unit(routing));
-        let carried = self.carry_out(actions, seq).await?;
+        let carried = match self.carry_out_at_once(actions) {
+            Ok(carried) => carried,
+            Err(actions) => self.carry_out(actions, seq).await?,
+        };
         debug_assert_eq!(carried, Carried::Done, "a unit answers nothing");
         if holding {
             // A client holding its connection is asked for none.
@@ -73,27 +76,37 @@ impl Session {
     /// Checks out a server connection for `route` and makes it the
     /// attached one (the engine's `Attach`).
     pub(super) async fn check_out(&mut self, route: Route, seq: u8) -> Result<(), SessionError> {
+        if self.check_out_now(route) {
+            return Ok(());
+        }
         let ctx = self.ctx.clone();
         let avoid = self.engine.unit().retry.avoid();
-        // A connection at hand: taken without the full path's future (the
-        // schema and settings are made the client's after, as for any).
-        let at_once =
-            fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), |_| true);
-        if let Some((backend, conn)) = at_once {
-            // `at_once` takes only the primary's connections.
-            self.engine.attached(true, None);
-            self.install(backend, conn);
-        } else {
-            match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
-                Ok(a) => {
-                    let on_primary = ctx.router.is_primary(a.backend);
-                    self.engine.attached(on_primary, a.waited_until);
-                    self.install(a.backend, a.conn)
-                }
-                Err(why) => return Err(self.unattached(why, seq).await),
+        match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
+            Ok(a) => {
+                let on_primary = ctx.router.is_primary(a.backend);
+                self.engine.attached(on_primary, a.waited_until);
+                self.install(a.backend, a.conn)
             }
+            Err(why) => return Err(self.unattached(why, seq).await),
         }
         Ok(())
+    }
+
+    /// Checks out, without waiting, a connection at hand for `route` (the
+    /// schema and settings are made the client's after, as for any):
+    /// `fulcrum_cluster::attach::at_once`, no future. False, with nothing
+    /// changed, when the full way is needed.
+    pub(super) fn check_out_now(&mut self, route: Route) -> bool {
+        let avoid = self.engine.unit().retry.avoid();
+        let at_once =
+            fulcrum_cluster::attach::at_once(&self.ctx, route, avoid, self.pool.as_ref(), |_| true);
+        let Some((backend, conn)) = at_once else {
+            return false;
+        };
+        // `at_once` takes only the primary's connections.
+        self.engine.attached(true, None);
+        self.install(backend, conn);
+        true
     }
 
     /// Makes `server` (of `backend`) the attached connection (the engine

@@ -70,7 +70,10 @@ impl Session {
         }
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
         // admission is counted until the server connection is checked out.
-        let admission = self.ctx.router.admit().await;
+        let admission = match self.ctx.router.try_admit() {
+            Some(a) => a,
+            None => self.ctx.router.admit().await,
+        };
         self.attach(routing, seq).await?;
         drop(admission);
         match self.prepare_server(seq).await {

@@ -57,6 +57,18 @@ impl Session {
         Ok(carried)
     }
 
+    /// Carries out `actions` with no async layer when that is all they
+    /// ask: one `Attach` whose connection is at hand (`attach_now`), the
+    /// usual unit. `Err` gives them back untouched, for
+    /// [`carry_out`](Self::carry_out).
+    pub(super) fn carry_out_at_once(&mut self, actions: Actions) -> Result<Carried, Actions> {
+        let mut all = actions.into_iter();
+        match (all.next(), all.next()) {
+            (Some(Action::Attach(route)), None) if self.attach_now(route) => Ok(Carried::Done),
+            _ => Err(actions),
+        }
+    }
+
     /// Carries out `actions` of an event that asks for nothing to wait on
     /// and holds nothing (`Ready`, `Pin`, `Attached`, `Drain`, `LostEnded`,
     /// `Replayed`, `ReplayFailed`).

@@ -9,7 +9,7 @@ impl Session {
     /// Attaches a server connection for `route` (`fulcrum_cluster::attach`:
     /// a replica, else the primary, waited for during a failover).
     pub(super) async fn attach(&mut self, route: Route) -> Result<(), SessionError> {
-        if self.server.is_some() {
+        if self.server.is_some() || self.attach_now(route) {
             return Ok(());
         }
         // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
@@ -20,18 +20,6 @@ impl Session {
             None => ctx.router.admit().await,
         };
         let avoid = self.engine.unit().retry.avoid();
-        // A connection at hand that needs no reset and has the client's
-        // settings: taken without the full path's future.
-        let desired = &self.params.desired;
-        let ready = |c: &ServerConn| !c.reset_due && c.applied == *desired;
-        let at_once =
-            fulcrum_cluster::attach::at_once(&ctx, route, avoid, self.pool.as_ref(), ready);
-        if let Some((backend, conn)) = at_once {
-            // `at_once` takes only the primary's connections.
-            self.engine.attached(true, None);
-            self.install(backend, conn);
-            return Ok(());
-        }
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
             Ok(a) => {
                 let on_primary = ctx.router.is_primary(a.backend);
@@ -41,6 +29,29 @@ impl Session {
             }
             Err(why) => Err(Box::pin(self.unattached(why)).await),
         }
+    }
+
+    /// Attaches, without waiting, a connection at hand for `route` that
+    /// needs no reset and has the client's settings, when nothing holds
+    /// new units (`fulcrum_cluster::attach::at_once`, no future); false,
+    /// with nothing changed, when the full way is needed.
+    pub(super) fn attach_now(&mut self, route: Route) -> bool {
+        let ctx = &self.ctx;
+        let Some(_admission) = ctx.router.try_admit() else {
+            return false;
+        };
+        let avoid = self.engine.unit().retry.avoid();
+        let desired = &self.params.desired;
+        let ready = |c: &ServerConn| !c.reset_due && c.applied == *desired;
+        let at_once =
+            fulcrum_cluster::attach::at_once(ctx, route, avoid, self.pool.as_ref(), ready);
+        let Some((backend, conn)) = at_once else {
+            return false;
+        };
+        // `at_once` takes only the primary's connections.
+        self.engine.attached(true, None);
+        self.install(backend, conn);
+        true
     }
 
     /// Makes `server` (of `backend`) the attached connection (the engine

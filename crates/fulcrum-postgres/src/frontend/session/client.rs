@@ -427,7 +427,10 @@ impl Session {
         }
         // A client without a connection is always told where to attach.
         let actions = self.engine.step(Event::Unit(routing));
-        let carried = self.carry_out(actions).await?;
+        let carried = match self.carry_out_at_once(actions) {
+            Ok(carried) => carried,
+            Err(actions) => self.carry_out(actions).await?,
+        };
         debug_assert_eq!(
             carried,
             Carried::Done,
