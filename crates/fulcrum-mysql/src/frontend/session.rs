@@ -422,17 +422,7 @@ impl Session {
                 Command::Query => self.query(first, &msg, seq).await?,
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
-                    let payload = crate::codec::packet::payload_of(&msg, &span);
-                    // A prepared COMMIT in flight may have committed (08007;
-                    // never replayed).
-                    let may_commit = cmd != Command::StmtFetch
-                        && payload
-                            .get(1..5)
-                            .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
-                            .and_then(|id| self.prepared.map.get(&id))
-                            .is_some_and(|s| s.may_commit);
-                    self.engine.sending(may_commit);
-                    self.stmt_execute(&payload, seq).await?
+                    self.stmt_execute_command(cmd, &msg, &span, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),
