@@ -12,9 +12,10 @@
 use fulcrum_pool::Route;
 use fulcrum_sql::{Decision, PinReason};
 
-use crate::route::Target;
 use crate::txn::{self, Deferral, DeferredTxn};
 
+#[path = "state/transitions.rs"]
+mod transitions;
 #[path = "state/unit_events.rs"]
 mod unit_events;
 #[path = "state/vocabulary.rs"]
@@ -204,293 +205,31 @@ impl Engine {
         }
     }
 
-    /// Applies `event`; returns what to do, in order.
+    /// Applies `event`; returns what to do, in order. The transition
+    /// table is in `transitions.rs`, one function per event.
     pub fn step(&mut self, event: Event) -> Actions {
-        use Phase::*;
-        match event {
-            Event::Unit(_) => self.quiet = false,
+        let (next, actions) = match event {
+            Event::Drain => self.on_drain(),
+            Event::Unit(r) => {
+                self.quiet = false;
+                self.on_unit(r)
+            }
+            Event::Deferred { read_only } => self.on_deferred(read_only),
+            Event::DeferredEnded => self.on_deferred_ended(),
+            Event::Attached(route) => self.on_attached(route),
+            Event::Pin(reason) => self.on_pin(reason),
             Event::Ready { status, owed } => {
                 self.status = status;
-                self.quiet = status == Status::Idle && owed == Owed::Nothing
+                self.quiet = status == Status::Idle && owed == Owed::Nothing;
+                self.on_ready(status, owed)
             }
-            _ => {}
-        }
-        let (next, actions) = match (self.phase, event) {
-            (_, Event::Drain) => {
-                self.draining = true;
-                let close = self.at_boundary();
-                (
-                    self.phase,
-                    if close {
-                        Actions::one(Action::Close(Ending::Drained))
-                    } else {
-                        Actions::none()
-                    },
-                )
-            }
-            // A unit from a client without a server connection.
-            (Idle | Deferred { .. }, Event::Unit(r)) => {
-                let route = match r.target {
-                    Target::Go(route) => route,
-                    Target::Stay => Route::Primary,
-                };
-                let next = match r.pin {
-                    Some(reason) => Pinned(reason),
-                    None => Busy { route },
-                };
-                (next, Actions::one(Action::Attach(route)))
-            }
-            (Idle | Deferred { .. }, Event::Deferred { read_only }) => {
-                (Deferred { read_only }, Actions::none())
-            }
-            (Deferred { .. }, Event::DeferredEnded) => {
-                self.begin.clear();
-                (Idle, self.boundary(Actions::none()))
-            }
-            // A unit pipelined behind one in flight outside a transaction.
-            // Only the position is owed: a read waits for it (then goes to
-            // a replica that has it); anything else rides along.
-            (Settling, Event::Unit(r)) => match (r.target, r.pin) {
-                (Target::Go(Route::Replica), _) => (self.phase, Actions::one(Action::Hold)),
-                (_, Some(reason)) => (Pinned(reason), Actions::none()),
-                _ => (
-                    Busy {
-                        route: Route::Primary,
-                    },
-                    Actions::none(),
-                ),
-            },
-            (Busy { route }, Event::Unit(r)) => match (r.target, r.pin) {
-                (_, Some(reason)) if route == Route::Primary => (Pinned(reason), Actions::none()),
-                (Target::Go(Route::Primary), _) if route == Route::Replica => {
-                    (self.phase, Actions::one(Action::Hold))
-                }
-                (_, Some(_)) => (self.phase, Actions::one(Action::Hold)),
-                _ => (self.phase, Actions::none()),
-            },
-            (InTransaction { .. }, Event::Unit(r)) => match r.pin {
-                Some(reason) => (Pinned(reason), Actions::none()),
-                None => (self.phase, Actions::none()),
-            },
-            // A pinned client holds its connection (`Stay`); one pinned
-            // before it had any (session pooling) attaches it now.
-            (Pinned(_), Event::Unit(r)) => match r.target {
-                Target::Go(route) => (self.phase, Actions::one(Action::Attach(route))),
-                Target::Stay => (self.phase, Actions::none()),
-            },
-            (Busy { .. }, Event::Attached(route)) => (Busy { route }, Actions::none()),
-            (Idle | Busy { .. } | Settling | InTransaction { .. }, Event::Pin(reason)) => {
-                (Pinned(reason), Actions::none())
-            }
-            // The server's answers.
-            (Busy { .. } | InTransaction { .. } | Settling, Event::Ready { status, owed }) => {
-                match (status, owed) {
-                    (Status::InTransaction, _) => {
-                        (InTransaction { failed: false }, Actions::none())
-                    }
-                    (Status::Failed, _) => (InTransaction { failed: true }, Actions::none()),
-                    (Status::Idle, Owed::Client) => (self.phase, Actions::none()),
-                    (Status::Idle, Owed::OwnQuery) => (Settling, Actions::none()),
-                    (Status::Idle, Owed::Nothing) => {
-                        (Idle, self.boundary(Actions::one(Action::Detach)))
-                    }
-                }
-            }
-            (Pinned(_), Event::Ready { .. }) => {
-                let boundary = if self.quiet {
-                    self.boundary(Actions::none())
-                } else {
-                    Actions::none()
-                };
-                (self.phase, boundary)
-            }
-            (Pinned(_), Event::Reset) => (Idle, self.boundary(Actions::one(Action::Detach))),
-            // A server lost under the client.
-            (Busy { .. } | InTransaction { failed: false } | Replaying, Event::ServerLost(l))
-                if l.replayable && !l.commit_in_flight && !l.mid_message =>
-            {
-                (Replaying, Actions::one(Action::Replay))
-            }
-            (Busy { .. } | InTransaction { failed: false }, Event::ServerLost(l))
-                if l.replayable && l.commit_in_flight && l.commit_resolvable && !l.mid_message =>
-            {
-                (Resolving, Actions::one(Action::Resolve))
-            }
-            (Resolving, Event::Resolved(Resolution::Committed)) => {
-                (Idle, self.boundary(Actions::none()))
-            }
-            (Resolving, Event::Resolved(Resolution::NotCommitted)) => {
-                (Replaying, Actions::one(Action::Replay))
-            }
-            (Resolving, Event::Resolved(Resolution::Unknown)) => (
-                Lost { in_txn: true },
-                Actions::one(Action::Fail(Outcome::Unknown)),
-            ),
-            // The replayed COMMIT itself was in flight: it may have committed.
-            (Replaying, Event::ServerLost(l)) if l.commit_in_flight => (
-                Lost { in_txn: true },
-                Actions::one(Action::Fail(Outcome::Unknown)),
-            ),
-            (Replaying, Event::ServerLost(_) | Event::ReplayFailed) => (
-                Lost { in_txn: true },
-                Actions::one(Action::Fail(Outcome::NotCommitted)),
-            ),
-            (Replaying, Event::Replayed) => (InTransaction { failed: false }, Actions::none()),
-            (Replaying, Event::ClientGone) => (
-                Idle,
-                Actions::one(Action::Clean {
-                    rollback: true,
-                    reset: false,
-                }),
-            ),
-            (Busy { .. }, Event::ServerLost(l)) => {
-                if l.mid_message {
-                    (Idle, Actions::one(Action::Close(Ending::StateLost)))
-                } else if l.retryable {
-                    (Idle, Actions::one(Action::Retry))
-                } else {
-                    let outcome = if l.commit_in_flight {
-                        Outcome::Unknown
-                    } else {
-                        Outcome::NotAnswered
-                    };
-                    let next = if l.batch_open {
-                        Lost { in_txn: false }
-                    } else {
-                        Idle
-                    };
-                    (next, Actions::one(Action::Fail(outcome)))
-                }
-            }
-            (InTransaction { .. }, Event::ServerLost(l)) => {
-                if l.mid_message {
-                    (Idle, Actions::one(Action::Close(Ending::StateLost)))
-                } else {
-                    let outcome = if l.commit_in_flight {
-                        Outcome::Unknown
-                    } else {
-                        Outcome::NotCommitted
-                    };
-                    (Lost { in_txn: true }, Actions::one(Action::Fail(outcome)))
-                }
-            }
-            // Only Fulcrum's own query was in flight: the client is owed
-            // nothing (its reads use the primary until it writes again).
-            (Settling, Event::ServerLost(_)) => (Idle, self.boundary(Actions::none())),
-            (Pinned(_), Event::ServerLost(_)) => {
-                (Idle, Actions::one(Action::Close(Ending::StateLost)))
-            }
-            (Lost { .. }, Event::LostEnded) => (Idle, self.boundary(Actions::none())),
-            // The client left: what its server connection needs first.
-            (Busy { .. } | Settling, Event::ClientGone) => (
-                Idle,
-                Actions::one(Action::Clean {
-                    rollback: false,
-                    reset: false,
-                }),
-            ),
-            (InTransaction { .. }, Event::ClientGone) => (
-                Idle,
-                Actions::one(Action::Clean {
-                    rollback: true,
-                    reset: false,
-                }),
-            ),
-            (Pinned(_), Event::ClientGone) => (
-                Idle,
-                Actions::one(Action::Clean {
-                    rollback: true,
-                    reset: true,
-                }),
-            ),
-            (Idle | Deferred { .. } | Lost { .. } | Resolving, Event::ClientGone) => {
-                self.begin.clear();
-                (Idle, Actions::none())
-            }
-            // Every other event changes nothing in the phase it arrives in
-            // (e.g. a Ready for Fulcrum's own query after the client's unit
-            // was already settled). Listed, not a wildcard: a new phase or
-            // event does not compile until it is placed.
-            (Lost { .. } | Replaying | Resolving, Event::Unit(_))
-            | (
-                Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Lost { .. }
-                | Replaying
-                | Resolving,
-                Event::Deferred { .. },
-            )
-            | (
-                Idle
-                | Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Lost { .. }
-                | Replaying
-                | Resolving,
-                Event::DeferredEnded,
-            )
-            | (
-                Idle
-                | Deferred { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Lost { .. }
-                | Replaying
-                | Resolving,
-                Event::Attached(_),
-            )
-            | (Deferred { .. } | Pinned(_) | Lost { .. } | Replaying | Resolving, Event::Pin(_))
-            | (Idle | Deferred { .. } | Lost { .. } | Replaying | Resolving, Event::Ready { .. })
-            | (
-                Idle
-                | Deferred { .. }
-                | Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Lost { .. }
-                | Replaying
-                | Resolving,
-                Event::Reset,
-            )
-            | (Idle | Deferred { .. } | Lost { .. } | Resolving, Event::ServerLost(_))
-            | (
-                Idle
-                | Deferred { .. }
-                | Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Replaying
-                | Resolving,
-                Event::LostEnded,
-            )
-            | (
-                Idle
-                | Deferred { .. }
-                | Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Lost { .. }
-                | Resolving,
-                Event::Replayed | Event::ReplayFailed,
-            )
-            | (
-                Idle
-                | Deferred { .. }
-                | Busy { .. }
-                | Settling
-                | InTransaction { .. }
-                | Pinned(_)
-                | Lost { .. }
-                | Replaying,
-                Event::Resolved(_),
-            ) => (self.phase, Actions::none()),
+            Event::Reset => self.on_reset(),
+            Event::ServerLost(l) => self.on_loss(l),
+            Event::LostEnded => self.on_lost_ended(),
+            Event::Replayed => self.on_replay_end(false),
+            Event::ReplayFailed => self.on_replay_end(true),
+            Event::Resolved(resolution) => self.on_resolved(resolution),
+            Event::ClientGone => self.on_client_gone(),
         };
         self.phase = next;
         actions

@@ -27,6 +27,7 @@ mod identity;
 mod idle;
 mod options;
 mod prepared;
+mod query;
 mod reads;
 mod replay;
 mod route;
@@ -417,112 +418,11 @@ impl Session {
                 ),
                 Command::SetOption => self.set_option(first, seq),
                 Command::ResetConnection => self.reset_connection(seq).await?,
-                Command::InitDb => {
-                    let asked =
-                        init_db_schema(first).map(|s| String::from_utf8_lossy(s).into_owned());
-                    // `[[cluster.database]]`: an alias is sent by its server
-                    // name; one not listed is answered here, as the server would.
-                    let schema = match &asked {
-                        Some(name) => match self.ctx.config.server_database(name) {
-                            Some(server) => Some(server.to_owned()),
-                            None => {
-                                put_error(
-                                    &mut self.client.write_buf,
-                                    seq,
-                                    codes::BAD_DB,
-                                    &format!("Unknown database '{name}'"),
-                                );
-                                return Ok(true);
-                            }
-                        },
-                        None => None,
-                    };
-                    let renamed = match (&asked, &schema) {
-                        (Some(a), Some(s)) if a != s => {
-                            let mut packet = BytesMut::new();
-                            // The client's own sequence id for the command.
-                            write_packet(
-                                &mut packet,
-                                msg[3],
-                                &crate::codec::command::build_command(
-                                    Command::InitDb,
-                                    s.as_bytes(),
-                                ),
-                            );
-                            Some(packet)
-                        }
-                        _ => None,
-                    };
-                    let effects = Effects {
-                        schema,
-                        ..Default::default()
-                    };
-                    let routing = self.route_unit(Decision::Primary);
-                    self.forward(
-                        renamed.as_deref().unwrap_or(&msg),
-                        seq,
-                        Shape::Results,
-                        routing,
-                        effects,
-                    )
-                    .await?;
-                }
-                Command::Query => {
-                    let text = query_text(first)
-                        .and_then(|t| std::str::from_utf8(t).ok())
-                        .unwrap_or("");
-                    if let Some(target) = kill_target(text) {
-                        self.kill(target, seq).await?;
-                        return Ok(true);
-                    }
-                    if self.try_answer_connection_id(text, seq) {
-                        return Ok(true);
-                    }
-                    if self.try_answer_setting(text, seq) {
-                        return Ok(true);
-                    }
-                    if self.try_answer_position(text, seq).await {
-                        return Ok(true);
-                    }
-                    if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
-                        return Ok(true);
-                    }
-                    let (routing, effects, key) = self.route_query(text);
-                    let now = self.engine.now();
-                    self.digests.pending =
-                        self.ctx
-                            .digest_entry_of(key, text.as_bytes(), now, &mut self.digests.last);
-                    // `CONNECTION_ID()` within a statement: the client's id.
-                    let own_id = effects.own_id.then(|| self.with_own_id(text, msg[3]));
-                    let sent = own_id.as_deref().unwrap_or(&msg);
-                    self.forward(sent, seq, Shape::Results, routing, effects)
-                        .await?;
-                    // DDL is never a plain read: reads skip the look.
-                    let first = match routing.may_write {
-                        true => text.split_whitespace().next().unwrap_or(""),
-                        false => "",
-                    };
-                    if ["create", "alter", "drop"]
-                        .iter()
-                        .any(|w| first.eq_ignore_ascii_case(w))
-                    {
-                        // A function may have been created or changed.
-                        self.ctx.functions.forget();
-                    }
-                }
+                Command::InitDb => self.init_db(first, &msg, seq).await?,
+                Command::Query => self.query(first, &msg, seq).await?,
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
-                    let payload = crate::codec::packet::payload_of(&msg, &span);
-                    // A prepared COMMIT in flight may have committed (08007;
-                    // never replayed).
-                    let may_commit = cmd != Command::StmtFetch
-                        && payload
-                            .get(1..5)
-                            .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
-                            .and_then(|id| self.prepared.map.get(&id))
-                            .is_some_and(|s| s.may_commit);
-                    self.engine.sending(may_commit);
-                    self.stmt_execute(&payload, seq).await?
+                    self.stmt_execute_command(cmd, &msg, &span, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),

@@ -94,24 +94,9 @@ impl Session {
         shape: Shape,
         effects: Effects,
     ) -> Result<(), SessionError> {
-        // A replay sends the logged commands again: they were counted (and
-        // their digests stamped) when the client sent them.
         let replaying = self.txn.run.is_some();
-        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) && !replaying {
-            self.ctx
-                .metrics
-                .queries(self.backend, self.route_label(), 1);
-        }
         let keep_was = std::mem::take(&mut self.keep_for_next);
-        let stamp = self
-            .digests
-            .pending
-            .take()
-            .filter(|_| !replaying)
-            .map(|digest| {
-                let primary = self.ctx.router.is_primary(self.backend);
-                fulcrum_metrics::Stamp::new(digest, self.engine.now(), primary)
-            });
+        let stamp = self.count_and_stamp(msg, replaying);
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
             return Err(self.lost(seq, "writing to the server failed").await);
@@ -120,13 +105,86 @@ impl Session {
             self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
         }
         let mut reply = Reply::new(shape, server.caps);
-        let max = self.ctx.config.max_message_size as usize;
         // `[[cluster.mirror]]`: the answer's rows are summed up for the diff.
         let mirroring = self.digests.mirror.is_some() && !replaying;
-        let (sent_at, mut skip) = (std::time::Instant::now(), false);
+        let sent_at = std::time::Instant::now();
+        let skip = self
+            .relay_answer(seq, &mut reply, effects.thread_ids, mirroring)
+            .await?;
+        if mirroring {
+            if let Some(m) = self.digests.mirror.as_mut() {
+                m.answered(msg, &reply, sent_at, skip);
+                if m.waiting() {
+                    // `mirror_mode = "sync"`: the answer waits for the mirror's.
+                    m.wait().await;
+                }
+            }
+        }
+        // Answered: whatever it was, its outcome is known. The answer's end
+        // is read from the clock once, for its digest and the unit's end.
+        self.engine.commit_answered();
+        self.engine.new_wake();
+        if let Some(stamp) = stamp {
+            stamp.finish(reply.rows, reply.error, self.engine.now());
+        }
+        if let Some(status) = reply.status {
+            self.set_status(status);
+        }
+        if !reply.error || reply.last_gtid.is_some() {
+            let target = self.unit_routing.target;
+            self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
+                .await?;
+        }
+        if let Some(code) = reply.error_code {
+            self.ctx.metrics.error(&code.to_string());
+        }
+        if !reply.error {
+            self.record_effects(effects.set, effects.schema);
+        }
+        // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
+        self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
+        // In a transaction the engine keeps the connection; it learns the
+        // status from every answer.
+        self.maybe_detach();
+        Ok(())
+    }
+
+    /// Counts a COM_QUERY or COM_STMT_EXECUTE about to go to the server
+    /// and takes the pending digest's stamp. Neither for a replay: it sends
+    /// the logged commands again, counted (and their digests stamped) when
+    /// the client sent them.
+    fn count_and_stamp(&mut self, msg: &[u8], replaying: bool) -> Option<fulcrum_metrics::Stamp> {
+        if matches!(msg.get(HEADER_LEN), Some(&0x03) | Some(&0x17)) && !replaying {
+            self.ctx
+                .metrics
+                .queries(self.backend, self.route_label(), 1);
+        }
+        self.digests
+            .pending
+            .take()
+            .filter(|_| !replaying)
+            .map(|digest| {
+                let primary = self.ctx.router.is_primary(self.backend);
+                fulcrum_metrics::Stamp::new(digest, self.engine.now(), primary)
+            })
+    }
+
+    /// Streams the server's answer to the client up to its end (`reply`
+    /// says where that is): rows summed up for the mirror, a process
+    /// list's thread ids translated (`thread_ids`), LOAD DATA LOCAL's file
+    /// sent when asked for. True when the answer asked for a file (the
+    /// mirror skips it).
+    async fn relay_answer(
+        &mut self,
+        seq: u8,
+        reply: &mut Reply,
+        thread_ids: bool,
+        mirroring: bool,
+    ) -> Result<bool, SessionError> {
+        let max = self.ctx.config.max_message_size as usize;
+        let mut skip = false;
         // A process list: its thread ids become clients' ids (`identity.rs`).
-        let mut ids = effects
-            .thread_ids
+        let mut ids = thread_ids
             .then(|| super::identity::ThreadIds::new(self.ctx.thread_owners(self.backend)));
         while !reply.is_done() {
             let mut frame = self.next_server_message(seq, max).await?;
@@ -161,53 +219,25 @@ impl Session {
                 self.flush().await?;
             }
         }
-        if mirroring {
-            if let Some(m) = self.digests.mirror.as_mut() {
-                m.answered(msg, &reply, sent_at, skip);
-                if m.waiting() {
-                    // `mirror_mode = "sync"`: the answer waits for the mirror's.
-                    m.wait().await;
-                }
+        Ok(skip)
+    }
+
+    /// A successful command's session changes: its `SET` statement joins
+    /// those replayed (and is applied on the attached connection), its
+    /// schema becomes the client's and the connection's.
+    fn record_effects(&mut self, set: Option<String>, schema: Option<String>) {
+        let server = self.server.as_mut().expect("attached");
+        if let Some(set) = set {
+            if let Some(t) = crate::codec::wait_timeout::session_wait_timeout(&set) {
+                self.wait_timeout = Some(t);
             }
+            self.desired.push(set);
+            server.applied = self.desired.clone();
         }
-        // Answered: whatever it was, its outcome is known. The answer's end
-        // is read from the clock once, for its digest and the unit's end.
-        self.engine.commit_answered();
-        self.engine.new_wake();
-        if let Some(stamp) = stamp {
-            stamp.finish(reply.rows, reply.error, self.engine.now());
+        if let Some(schema) = schema {
+            server.schema = Some(schema.clone());
+            self.schema = Some(schema);
         }
-        if let Some(status) = reply.status {
-            self.set_status(status);
-        }
-        if !reply.error || reply.last_gtid.is_some() {
-            let target = self.unit_routing.target;
-            self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
-                .await?;
-        }
-        if let Some(code) = reply.error_code {
-            self.ctx.metrics.error(&code.to_string());
-        }
-        if !reply.error {
-            let server = self.server.as_mut().expect("attached");
-            if let Some(set) = effects.set {
-                if let Some(t) = crate::codec::wait_timeout::session_wait_timeout(&set) {
-                    self.wait_timeout = Some(t);
-                }
-                self.desired.push(set);
-                server.applied = self.desired.clone();
-            }
-            if let Some(schema) = effects.schema {
-                server.schema = Some(schema.clone());
-                self.schema = Some(schema);
-            }
-        }
-        // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
-        self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
-        // In a transaction the engine keeps the connection; it learns the
-        // status from every answer.
-        self.maybe_detach();
-        Ok(())
     }
 
     /// LOAD DATA LOCAL INFILE: the client's packets go to the server as they

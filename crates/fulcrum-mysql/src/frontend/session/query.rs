@@ -1,0 +1,115 @@
+//! The two commands that carry a name or SQL text for the server:
+//! COM_INIT_DB (a schema, renamed by `[[cluster.database]]`) and COM_QUERY
+//! (a statement Fulcrum answers itself, or routes and forwards).
+
+use super::*;
+
+impl Session {
+    /// COM_INIT_DB: the schema asked for, sent by its server name (an alias
+    /// of `[[cluster.database]]`) or answered here when it is not listed.
+    pub(super) async fn init_db(
+        &mut self,
+        first: &[u8],
+        msg: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let asked = init_db_schema(first).map(|s| String::from_utf8_lossy(s).into_owned());
+        // `[[cluster.database]]`: an alias is sent by its server
+        // name; one not listed is answered here, as the server would.
+        let schema = match &asked {
+            Some(name) => match self.ctx.config.server_database(name) {
+                Some(server) => Some(server.to_owned()),
+                None => {
+                    put_error(
+                        &mut self.client.write_buf,
+                        seq,
+                        codes::BAD_DB,
+                        &format!("Unknown database '{name}'"),
+                    );
+                    return Ok(());
+                }
+            },
+            None => None,
+        };
+        let renamed = match (&asked, &schema) {
+            (Some(a), Some(s)) if a != s => {
+                let mut packet = BytesMut::new();
+                // The client's own sequence id for the command.
+                write_packet(
+                    &mut packet,
+                    msg[3],
+                    &crate::codec::command::build_command(Command::InitDb, s.as_bytes()),
+                );
+                Some(packet)
+            }
+            _ => None,
+        };
+        let effects = Effects {
+            schema,
+            ..Default::default()
+        };
+        let routing = self.route_unit(Decision::Primary);
+        self.forward(
+            renamed.as_deref().unwrap_or(msg),
+            seq,
+            Shape::Results,
+            routing,
+            effects,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// COM_QUERY: answered by Fulcrum (KILL, CONNECTION_ID(), a setting,
+    /// the commit position, a second statement refused), or routed and
+    /// forwarded; DDL makes the known functions be forgotten.
+    pub(super) async fn query(
+        &mut self,
+        first: &[u8],
+        msg: &[u8],
+        seq: u8,
+    ) -> Result<(), SessionError> {
+        let text = query_text(first)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .unwrap_or("");
+        if let Some(target) = kill_target(text) {
+            self.kill(target, seq).await?;
+            return Ok(());
+        }
+        if self.try_answer_connection_id(text, seq) {
+            return Ok(());
+        }
+        if self.try_answer_setting(text, seq) {
+            return Ok(());
+        }
+        if self.try_answer_position(text, seq).await {
+            return Ok(());
+        }
+        if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
+            return Ok(());
+        }
+        let (routing, effects, key) = self.route_query(text);
+        let now = self.engine.now();
+        self.digests.pending =
+            self.ctx
+                .digest_entry_of(key, text.as_bytes(), now, &mut self.digests.last);
+        // `CONNECTION_ID()` within a statement: the client's id.
+        let own_id = effects.own_id.then(|| self.with_own_id(text, msg[3]));
+        let sent = own_id.as_deref().unwrap_or(msg);
+        self.forward(sent, seq, Shape::Results, routing, effects)
+            .await?;
+        // DDL is never a plain read: reads skip the look.
+        let first = match routing.may_write {
+            true => text.split_whitespace().next().unwrap_or(""),
+            false => "",
+        };
+        if ["create", "alter", "drop"]
+            .iter()
+            .any(|w| first.eq_ignore_ascii_case(w))
+        {
+            // A function may have been created or changed.
+            self.ctx.functions.forget();
+        }
+        Ok(())
+    }
+}
