@@ -422,7 +422,9 @@ impl Session {
                 Command::Query => self.query(first, &msg, seq).await?,
                 Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
-                    self.stmt_execute_command(cmd, &msg, &span, seq).await?
+                    let payload = crate::codec::packet::payload_of(&msg, &span);
+                    self.note_execute_commit(cmd, &payload);
+                    self.stmt_execute(&payload, seq).await?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),

@@ -209,18 +209,12 @@ impl Session {
         self.prepared.map.get(&id).map(|s| (id, s.clone()))
     }
 
-    /// The message of a COM_STMT_EXECUTE, FETCH or BULK_EXECUTE (`cmd`):
-    /// the engine is told whether it may commit, then it is executed.
-    pub(super) async fn stmt_execute_command(
-        &mut self,
-        cmd: Command,
-        msg: &[u8],
-        span: &crate::codec::packet::MessageSpan,
-        seq: u8,
-    ) -> Result<(), SessionError> {
-        let payload = crate::codec::packet::payload_of(msg, span);
-        // A prepared COMMIT in flight may have committed (08007;
-        // never replayed).
+    /// Before a COM_STMT_EXECUTE, FETCH or BULK_EXECUTE (`cmd`, its
+    /// `payload`) runs: the engine is told whether it may commit (a
+    /// prepared COMMIT in flight may have committed: 08007, never
+    /// replayed). No future of its own: the execute is awaited by the
+    /// caller.
+    pub(super) fn note_execute_commit(&mut self, cmd: Command, payload: &[u8]) {
         let may_commit = cmd != Command::StmtFetch
             && payload
                 .get(1..5)
@@ -228,7 +222,6 @@ impl Session {
                 .and_then(|id| self.prepared.map.get(&id))
                 .is_some_and(|s| s.may_commit);
         self.engine.sending(may_commit);
-        self.stmt_execute(&payload, seq).await
     }
 
     /// COM_STMT_EXECUTE (and MariaDB's BULK_EXECUTE, FETCH): on the
