@@ -30,6 +30,7 @@ mod attach;
 mod checkout;
 mod cleanup;
 mod client;
+mod client_frame;
 mod extended;
 mod failure;
 mod forward;

@@ -56,8 +56,12 @@ impl Session {
                 NextFrame::Wait => break,
                 NextFrame::Lost => return self.server_lost().await,
             };
-            let ControlFlow::Continue(error_code) = self.look_at_error(header) else {
-                return self.server_lost().await;
+            let error_code = match header.tag {
+                b'E' | b'N' => match self.look_at_error(header) {
+                    ControlFlow::Continue(code) => code,
+                    ControlFlow::Break(()) => return self.server_lost().await,
+                },
+                _ => None,
             };
             let (frame, step, mut fx) = self.take_server_frame(header);
             self.note_server_frame(header.tag, &frame, &mut fx, error_code);
@@ -139,10 +143,10 @@ impl Session {
         NextFrame::Whole(header)
     }
 
-    /// Looks at a whole ErrorResponse or NoticeResponse at the front of the
-    /// server buffer: an error is counted (and a read-only refusal from the
-    /// primary has the router recheck it) and its SQLSTATE returned. Breaks
-    /// when the message says the server is closing this connection.
+    /// Looks at the whole ErrorResponse or NoticeResponse at the front of
+    /// the server buffer: an error is counted (and a read-only refusal from
+    /// the primary has the router recheck it) and its SQLSTATE returned.
+    /// Breaks when the message says the server is closing this connection.
     #[inline]
     fn look_at_error(&mut self, header: FrameHeader) -> ControlFlow<(), Option<String>> {
         let buf = &self.server.as_ref().expect("attached").io.read_buf;
@@ -216,10 +220,10 @@ impl Session {
         fx: &mut ServerEffects,
         error_code: Option<String>,
     ) {
-        let server = self.server.as_mut().expect("attached");
         match tag {
             b'S' => {
                 if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
+                    let server = self.server.as_mut().expect("attached");
                     server.reported.insert(n.to_owned(), v.to_owned());
                 }
             }
@@ -239,16 +243,19 @@ impl Session {
             _ => {}
         }
         if let Some(name) = fx.prepared.take() {
+            let server = self.server.as_mut().expect("attached");
             server.prepared.confirm(name);
         }
         if let Some((stamp, rows, failed)) = &fx.finished {
             stamp.finish(*rows, *failed, self.engine.now());
         }
         if fx.skipped_to_sync {
+            let server = self.server.as_mut().expect("attached");
             server.drop_pending_statements();
         }
         if let (Some(name), Some(code)) = (&fx.failed_statement, &error_code) {
             if statement_went_stale(code) {
+                let server = self.server.as_mut().expect("attached");
                 server.prepared.remove(name);
                 self.renew_statement(name);
             }
