@@ -1,7 +1,11 @@
 //! Server to client: forwarding the server's frames through the reply
 //! queue, settling session state at ReadyForQuery, and the two flushes.
 
+use std::ops::ControlFlow;
+
+use super::super::expect::Effects as ServerEffects;
 use super::*;
+use crate::codec::frame::FrameHeader;
 
 impl Session {
     /// Writes what is queued for the server as far as it takes it now (the
@@ -43,168 +47,31 @@ impl Session {
         Ok(())
     }
 
+    /// Handles what the server sent: each complete frame in turn, rows and
+    /// copy data streamed through, then the writes and a possible detach.
     pub(super) async fn on_server_input(&mut self) -> Result<(), SessionError> {
         loop {
-            let server = self.server.as_mut().expect("attached");
-            let buf = &mut server.io.read_buf;
-            if self.owed.stream_left > 0 {
-                let take = self.owed.stream_left.min(buf.len());
-                self.client.write_buf.extend_from_slice(&buf.split_to(take));
-                self.owed.stream_left -= take;
-                if buf.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            let header = match check_frame(buf, u32::MAX as u64) {
-                Ok(Some(h)) => h,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "malformed message from server");
-                    self.lost_because = Some(format!("it sent a malformed message: {e}"));
-                    return self.server_lost().await;
-                }
+            let header = match self.next_server_frame() {
+                NextFrame::Whole(header) => header,
+                NextFrame::Wait => break,
+                NextFrame::Lost => return self.server_lost().await,
             };
-            let max = self.ctx.config.max_message_size;
-            if header.total as u64 > max && !matches!(header.tag, b'D' | b'd') {
-                // Rows and copy data stream through; any other message is
-                // buffered whole, so it is held to the client's limit.
-                let why = format!(
-                    "its {:?} message of {} bytes is over max_message_size ({max} bytes)",
-                    header.tag as char, header.total
-                );
-                tracing::warn!(server = %server.cancel.address, "closing a server connection: {why}");
-                self.lost_because = Some(why);
-                return self.server_lost().await;
-            }
-            if buf.len() < header.total {
-                if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
-                    self.owed.stream_left = header.total - buf.len();
-                    if header.tag == b'D' && self.txn.run.is_none() {
-                        if let Some(m) = self.mirror.as_mut() {
-                            m.server_row(&buf[5..], header.total - 5);
-                        }
-                    }
-                    self.client.write_buf.extend_from_slice(buf);
-                    buf.clear();
-                } else {
-                    buf.reserve(fulcrum_net::reserve_ahead(buf.len(), header.total));
-                }
-                break;
-            }
-            let mut error_code = None;
-            if header.tag == b'E' && buf.len() >= header.total {
-                let fields = parse_error_fields(&buf[5..header.total]);
-                self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
-                if fields.code == sqlstate::READ_ONLY_SQL_TRANSACTION
-                    && self.ctx.router.is_primary(self.backend)
-                {
-                    // The write target refused a write as read-only: it may
-                    // have been demoted elsewhere (Patroni, an operator).
-                    self.ctx.router.recheck();
-                }
-                error_code = Some(fields.code.to_owned());
-            }
-            if matches!(header.tag, b'E' | b'N')
-                && self.stmts.rewrite
-                && self.engine.pinned().is_none()
-            {
-                let fields = parse_error_fields(&buf[5..header.total]);
-                // An immediate shutdown warns (a notice, 57P01/57P02) before
-                // closing; a terminated backend or a crash sends FATAL.
-                let closing = fields.severity == "FATAL"
-                    || fields.severity == "PANIC"
-                    || (header.tag == b'N' && fields.code.starts_with("57P"));
-                if closing {
-                    // The server is closing this connection (shutdown, crash,
-                    // pg_terminate_backend): the client's session is not over.
-                    tracing::info!(code = %fields.code, message = ?fields.message, "server ended the connection");
-                    return self.server_lost().await;
-                }
-            }
-            let mut frame = buf.split_to(header.total);
-            tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
-            if header.tag == b'A' && self.id.server_key.is_none() {
-                // A pinned client knows Fulcrum's pid; one given its
-                // server's (session pooling) sees the server's as it is.
-                own_notification_pid(
-                    &mut frame,
-                    server.cancel.process_id,
-                    self.id.cancel.process_id,
-                );
-            }
-            self.owed.expect.drain_synthetic(
-                &mut self.client.write_buf,
-                status_byte(self.engine.status()),
-            );
-            let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
-            if step == Step::Forward && self.engine.txn_log.is_open() {
-                // Only what reaches the client (not Fulcrum's own queries).
-                super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
-            }
-            match header.tag {
-                b'S' => {
-                    if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
-                        server.reported.insert(n.to_owned(), v.to_owned());
-                    }
-                }
-                b'C' => match command_tag(&frame[5..]) {
-                    b"COMMIT" => self.params.txn_committed = Some(true),
-                    b"ROLLBACK" => self.params.txn_committed = Some(false),
-                    tag if is_ddl_tag(tag) => {
-                        // Statements prepared before may now be stale; again
-                        // at the end of the transaction, when others see it.
-                        self.ctx.statements.schema_changed();
-                        // A function may have been created or changed.
-                        self.ctx.functions.forget();
-                        self.ddl_in_txn = true;
-                    }
-                    _ => {}
+            let error_code = match header.tag {
+                b'E' | b'N' => match self.look_at_error(header) {
+                    ControlFlow::Continue(code) => code,
+                    ControlFlow::Break(()) => return self.server_lost().await,
                 },
-                _ => {}
-            }
-            if let Some(name) = fx.prepared {
-                server.prepared.confirm(name);
-            }
-            if let Some((stamp, rows, failed)) = &fx.finished {
-                stamp.finish(*rows, *failed, self.engine.now());
-            }
-            if fx.skipped_to_sync {
-                server.drop_pending_statements();
-            }
-            if let (Some(name), Some(code)) = (&fx.failed_statement, &error_code) {
-                if statement_went_stale(code) {
-                    server.prepared.remove(name);
-                    self.renew_statement(name);
-                }
-            }
+                _ => None,
+            };
+            let (frame, step, mut fx) = self.take_server_frame(header);
+            self.note_server_frame(header.tag, &frame, &mut fx, error_code);
             if step == Step::Forward {
                 self.client.write_buf.extend_from_slice(&frame);
                 if let Some(m) = self.mirror.as_mut().filter(|_| self.txn.run.is_none()) {
                     m.server_frame(header.tag, &frame[5..]);
                 }
             }
-            self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
-            if let Some(status) = fx.ready {
-                if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
-                    self.ctx.statements.schema_changed();
-                }
-                self.on_ready(status);
-                self.log_ready(status);
-                if status != b'I' && self.ctx.router.is_primary(self.backend) {
-                    // A transaction on the primary: it may write.
-                    self.engine.txn_on_primary();
-                }
-                if status == b'I' {
-                    self.after_unit();
-                }
-            }
-            if let Some(lsn) = fx.position {
-                self.on_position(lsn);
-            }
-            if let Some(id) = fx.commit_id {
-                self.engine.commit_id_learnt(id);
-            }
+            self.after_server_frame(fx);
         }
         self.owed.expect.drain_synthetic(
             &mut self.client.write_buf,
@@ -218,6 +85,208 @@ impl Session {
         self.flush_server().await?;
         self.maybe_detach();
         Ok(())
+    }
+
+    /// Finds the next whole frame in the server buffer, streaming rows and
+    /// copy data through to the client (the rest of one being streamed, or
+    /// the start of a large one); a frame that is malformed or over
+    /// `max_message_size` gives the connection up (`lost_because` set).
+    #[inline]
+    fn next_server_frame(&mut self) -> NextFrame {
+        let server = self.server.as_mut().expect("attached");
+        let buf = &mut server.io.read_buf;
+        if self.owed.stream_left > 0 {
+            let take = self.owed.stream_left.min(buf.len());
+            self.client.write_buf.extend_from_slice(&buf.split_to(take));
+            self.owed.stream_left -= take;
+            if buf.is_empty() {
+                return NextFrame::Wait;
+            }
+            // What follows in the buffer starts a new frame.
+        }
+        let header = match check_frame(buf, u32::MAX as u64) {
+            Ok(Some(h)) => h,
+            Ok(None) => return NextFrame::Wait,
+            Err(e) => {
+                tracing::warn!(error = %e, "malformed message from server");
+                self.lost_because = Some(format!("it sent a malformed message: {e}"));
+                return NextFrame::Lost;
+            }
+        };
+        let max = self.ctx.config.max_message_size;
+        if header.total as u64 > max && !matches!(header.tag, b'D' | b'd') {
+            // Rows and copy data stream through; any other message is
+            // buffered whole, so it is held to the client's limit.
+            let why = format!(
+                "its {:?} message of {} bytes is over max_message_size ({max} bytes)",
+                header.tag as char, header.total
+            );
+            tracing::warn!(server = %server.cancel.address, "closing a server connection: {why}");
+            self.lost_because = Some(why);
+            return NextFrame::Lost;
+        }
+        if buf.len() < header.total {
+            if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
+                self.owed.stream_left = header.total - buf.len();
+                if header.tag == b'D' && self.txn.run.is_none() {
+                    if let Some(m) = self.mirror.as_mut() {
+                        m.server_row(&buf[5..], header.total - 5);
+                    }
+                }
+                self.client.write_buf.extend_from_slice(buf);
+                buf.clear();
+            } else {
+                buf.reserve(fulcrum_net::reserve_ahead(buf.len(), header.total));
+            }
+            return NextFrame::Wait;
+        }
+        NextFrame::Whole(header)
+    }
+
+    /// Looks at the whole ErrorResponse or NoticeResponse at the front of
+    /// the server buffer: an error is counted (and a read-only refusal from
+    /// the primary has the router recheck it) and its SQLSTATE returned.
+    /// Breaks when the message says the server is closing this connection.
+    #[inline]
+    fn look_at_error(&mut self, header: FrameHeader) -> ControlFlow<(), Option<String>> {
+        let buf = &self.server.as_ref().expect("attached").io.read_buf;
+        let mut error_code = None;
+        if header.tag == b'E' && buf.len() >= header.total {
+            let fields = parse_error_fields(&buf[5..header.total]);
+            self.ctx.metrics.error(fields.code.get(..2).unwrap_or("??"));
+            if fields.code == sqlstate::READ_ONLY_SQL_TRANSACTION
+                && self.ctx.router.is_primary(self.backend)
+            {
+                // The write target refused a write as read-only: it may
+                // have been demoted elsewhere (Patroni, an operator).
+                self.ctx.router.recheck();
+            }
+            error_code = Some(fields.code.to_owned());
+        }
+        if matches!(header.tag, b'E' | b'N') && self.stmts.rewrite && self.engine.pinned().is_none()
+        {
+            let fields = parse_error_fields(&buf[5..header.total]);
+            // An immediate shutdown warns (a notice, 57P01/57P02) before
+            // closing; a terminated backend or a crash sends FATAL.
+            let closing = fields.severity == "FATAL"
+                || fields.severity == "PANIC"
+                || (header.tag == b'N' && fields.code.starts_with("57P"));
+            if closing {
+                // The server is closing this connection (shutdown, crash,
+                // pg_terminate_backend): the client's session is not over.
+                tracing::info!(code = %fields.code, message = ?fields.message, "server ended the connection");
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(error_code)
+    }
+
+    /// Takes the whole frame at the front of the server buffer and tells the
+    /// reply queue of it: whether it goes to the client, and its effects.
+    #[inline]
+    fn take_server_frame(&mut self, header: FrameHeader) -> (BytesMut, Step, ServerEffects) {
+        let server = self.server.as_mut().expect("attached");
+        let mut frame = server.io.read_buf.split_to(header.total);
+        tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
+        if header.tag == b'A' && self.id.server_key.is_none() {
+            // A pinned client knows Fulcrum's pid; one given its
+            // server's (session pooling) sees the server's as it is.
+            own_notification_pid(
+                &mut frame,
+                server.cancel.process_id,
+                self.id.cancel.process_id,
+            );
+        }
+        self.owed.expect.drain_synthetic(
+            &mut self.client.write_buf,
+            status_byte(self.engine.status()),
+        );
+        let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
+        if step == Step::Forward && self.engine.txn_log.is_open() {
+            // Only what reaches the client (not Fulcrum's own queries).
+            super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
+        }
+        (frame, step, fx)
+    }
+
+    /// Settles what a server frame changes on the connection: reported
+    /// parameters, a COMMIT's or ROLLBACK's outcome, DDL, confirmed and
+    /// stale prepared statements, a finished statement's stamp.
+    #[inline]
+    fn note_server_frame(
+        &mut self,
+        tag: u8,
+        frame: &[u8],
+        fx: &mut ServerEffects,
+        error_code: Option<String>,
+    ) {
+        match tag {
+            b'S' => {
+                if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
+                    let server = self.server.as_mut().expect("attached");
+                    server.reported.insert(n.to_owned(), v.to_owned());
+                }
+            }
+            b'C' => match command_tag(&frame[5..]) {
+                b"COMMIT" => self.params.txn_committed = Some(true),
+                b"ROLLBACK" => self.params.txn_committed = Some(false),
+                tag if is_ddl_tag(tag) => {
+                    // Statements prepared before may now be stale; again
+                    // at the end of the transaction, when others see it.
+                    self.ctx.statements.schema_changed();
+                    // A function may have been created or changed.
+                    self.ctx.functions.forget();
+                    self.ddl_in_txn = true;
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        if let Some(name) = fx.prepared.take() {
+            let server = self.server.as_mut().expect("attached");
+            server.prepared.confirm(name);
+        }
+        if let Some((stamp, rows, failed)) = &fx.finished {
+            stamp.finish(*rows, *failed, self.engine.now());
+        }
+        if fx.skipped_to_sync {
+            let server = self.server.as_mut().expect("attached");
+            server.drop_pending_statements();
+        }
+        if let (Some(name), Some(code)) = (&fx.failed_statement, &error_code) {
+            if statement_went_stale(code) {
+                let server = self.server.as_mut().expect("attached");
+                server.prepared.remove(name);
+                self.renew_statement(name);
+            }
+        }
+    }
+
+    /// After a server frame went where it goes: ignored Syncs, a
+    /// ReadyForQuery's settling, a position or commit id learnt.
+    #[inline]
+    fn after_server_frame(&mut self, fx: ServerEffects) {
+        self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
+        if let Some(status) = fx.ready {
+            if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
+                self.ctx.statements.schema_changed();
+            }
+            self.on_ready(status);
+            self.log_ready(status);
+            if status != b'I' && self.ctx.router.is_primary(self.backend) {
+                // A transaction on the primary: it may write.
+                self.engine.txn_on_primary();
+            }
+            if status == b'I' {
+                self.after_unit();
+            }
+        }
+        if let Some(lsn) = fx.position {
+            self.on_position(lsn);
+        }
+        if let Some(id) = fx.commit_id {
+            self.engine.commit_id_learnt(id);
+        }
     }
 
     /// ReadyForQuery: a unit of work ended; settle its session-state changes.
@@ -326,4 +395,14 @@ impl Session {
             }
         }
     }
+}
+
+/// What `next_server_frame` found at the front of the server buffer.
+enum NextFrame {
+    /// A whole frame, still in the buffer.
+    Whole(FrameHeader),
+    /// Nothing whole yet (or all of it streamed through): wait for more.
+    Wait,
+    /// The connection is given up (`lost_because` says why).
+    Lost,
 }
