@@ -74,9 +74,15 @@ impl Session {
             if matches!(
                 header.tag,
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
-            ) && self.route_front(&mut unit_started).await?
-            {
-                break true;
+            ) {
+                if self.server.is_none() {
+                    // The usual unit: no async layer before its attach.
+                    unit_started.get_or_insert_with(|| self.engine.now());
+                    let routing = self.route_unit();
+                    self.attach_unit(routing).await?;
+                } else if self.at_unit_start() && self.route_behind(&mut unit_started).await? {
+                    break true;
+                }
             }
             let frame = self.take_front_frame(header.tag, header.total);
             if !self.on_client_frame(header.tag, frame, look.text).await? {
@@ -158,36 +164,27 @@ impl Session {
         No
     }
 
-    /// Routes the unit a frame at the front starts: a client without a
-    /// connection attaches one (`unit_started` set); a new unit behind
-    /// work still on the attached connection steps the engine. True when
-    /// that unit is held until this connection has answered.
-    async fn route_front(
+    /// Routes a new unit behind work still on the attached connection:
+    /// the engine is stepped. True when that unit is held until this
+    /// connection has answered.
+    async fn route_behind(
         &mut self,
         unit_started: &mut Option<std::time::Instant>,
     ) -> Result<bool, SessionError> {
-        if self.server.is_none() {
-            unit_started.get_or_insert_with(|| self.engine.now());
-            let routing = self.route_unit();
-            self.attach_unit(routing).await?;
-        } else if self.at_unit_start() {
-            // A new unit behind work still on the connection.
-            let routing = self.route_unit();
-            let was = self.engine.phase();
-            let actions = self.engine.step(Event::Unit(routing));
-            if self.carry_out(actions).await? == Carried::Held {
-                // It needs another connection (a write behind a
-                // replica read), or is a read waiting for the
-                // position of the write before it: it stays
-                // buffered until this connection has answered.
-                return Ok(true);
-            }
-            if was == Phase::Settling {
-                // It rides along on the primary connection held for
-                // the position query, and counts as a unit.
-                let now = self.engine.rides_along(routing.may_write);
-                unit_started.get_or_insert(now);
-            }
+        let routing = self.route_unit();
+        let was = self.engine.phase();
+        let actions = self.engine.step(Event::Unit(routing));
+        if self.carry_out(actions).await? == Carried::Held {
+            // It needs another connection (a write behind a replica read),
+            // or is a read waiting for the position of the write before
+            // it: it stays buffered until this connection has answered.
+            return Ok(true);
+        }
+        if was == Phase::Settling {
+            // It rides along on the primary connection held for the
+            // position query, and counts as a unit.
+            let now = self.engine.rides_along(routing.may_write);
+            unit_started.get_or_insert(now);
         }
         Ok(false)
     }

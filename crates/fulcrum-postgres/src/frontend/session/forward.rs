@@ -72,7 +72,32 @@ impl Session {
             .await;
             // A new wake-up: the stamps made handling it share one clock read.
             self.engine.new_wake();
+            // The two wake-ups of every unit are handled here, with no
+            // async layer between the loop and the handler.
             match wake {
+                Wake::Io(Io::ClientRead(r)) => {
+                    let n = r?;
+                    if n == 0 {
+                        return Err(SessionError::ClientGone);
+                    }
+                    self.ctx.metrics.bytes_in.inc_by(n as u64);
+                    self.on_client_input().await?;
+                }
+                Wake::Io(Io::ServerRead(Ok(n))) if n > 0 => {
+                    self.ctx.metrics.bytes_out.inc_by(n as u64);
+                    // Progress: `query_timeout` counts from the last of it.
+                    self.timer.busy_since = None;
+                    self.on_server_input().await?;
+                    if self.server.is_none() {
+                        // The server closed (a FATAL or shutdown notice):
+                        // what Fulcrum answered in its place goes out now.
+                        self.flush_client().await?;
+                    }
+                    // Work held back while a replica finished goes now.
+                    if !self.client.read_buf.is_empty() {
+                        self.on_client_input().await?;
+                    }
+                }
                 Wake::Io(io) => self.on_io(io).await?,
                 other => self.on_other_wake(other).await?,
             }
@@ -158,8 +183,8 @@ impl Session {
         Poll::Pending
     }
 
-    /// Progress on a socket: what was read is handled, a write that failed
-    /// gives the server up, and a client that closed ends the session.
+    /// Progress on a socket other than the reads `forward` handles itself:
+    /// a write done or failed (the server given up), a server that closed.
     async fn on_io(&mut self, io: Io) -> Result<(), SessionError> {
         match io {
             Io::ClientWrote(r) => {
@@ -182,28 +207,9 @@ impl Session {
                 self.to_server.clear();
                 self.after_server_lost().await?;
             }
-            Io::ClientRead(r) => {
-                let n = r?;
-                if n == 0 {
-                    return Err(SessionError::ClientGone);
-                }
-                self.ctx.metrics.bytes_in.inc_by(n as u64);
-                self.on_client_input().await?;
-            }
+            Io::ClientRead(_) => unreachable!("a client read is handled by forward"),
             Io::ServerRead(Ok(n)) if n > 0 => {
-                self.ctx.metrics.bytes_out.inc_by(n as u64);
-                // Progress: `query_timeout` counts from the last of it.
-                self.timer.busy_since = None;
-                self.on_server_input().await?;
-                if self.server.is_none() {
-                    // The server closed (a FATAL or shutdown notice): what
-                    // Fulcrum answered in its place goes out now.
-                    self.flush_client().await?;
-                }
-                // Work held back while a replica finished goes now.
-                if !self.client.read_buf.is_empty() {
-                    self.on_client_input().await?;
-                }
+                unreachable!("a server read is handled by forward")
             }
             Io::ServerRead(_) => self.after_server_lost().await?,
         }
