@@ -72,19 +72,26 @@ impl Session {
         let text = query_text(first)
             .and_then(|t| std::str::from_utf8(t).ok())
             .unwrap_or("");
-        if let Some(target) = kill_target(text) {
-            self.kill(target, seq).await?;
+        // The first word, found once, tells which of Fulcrum's own answers
+        // may be for it (each also checks it): most statements try none.
+        let word = text.split_whitespace().next().unwrap_or("");
+        let is = |w: &str| word.eq_ignore_ascii_case(w);
+        if is("kill") {
+            if let Some(target) = kill_target(text) {
+                self.kill(target, seq).await?;
+                return Ok(());
+            }
+        }
+        if is("select") && self.try_answer_connection_id(text, seq) {
             return Ok(());
         }
-        if self.try_answer_connection_id(text, seq) {
+        if (is("set") || is("reset") || is("show")) && self.try_answer_setting(text, seq) {
             return Ok(());
         }
-        if self.try_answer_setting(text, seq) {
+        if (is("select") || is("set")) && self.try_answer_position(text, seq).await {
             return Ok(());
         }
-        if self.try_answer_position(text, seq).await {
-            return Ok(());
-        }
+        // The bytes as sent: a text that is not UTF-8 is checked too.
         if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
             return Ok(());
         }
@@ -98,15 +105,8 @@ impl Session {
         let sent = own_id.as_deref().unwrap_or(msg);
         self.forward(sent, seq, Shape::Results, routing, effects)
             .await?;
-        // DDL is never a plain read: reads skip the look.
-        let first = match routing.may_write {
-            true => text.split_whitespace().next().unwrap_or(""),
-            false => "",
-        };
-        if ["create", "alter", "drop"]
-            .iter()
-            .any(|w| first.eq_ignore_ascii_case(w))
-        {
+        // DDL is never a plain read.
+        if routing.may_write && (is("create") || is("alter") || is("drop")) {
             // A function may have been created or changed.
             self.ctx.functions.forget();
         }
