@@ -108,9 +108,6 @@ pub struct Session {
     engine: Engine,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     query_unit: Option<Classified>,
-    /// The length of the text of the Query at the front of the client
-    /// buffer, found once by `query_look` (valid: NUL-terminated).
-    query_text_len: Option<usize>,
     /// How Fulcrum answers the transaction (or batch) lost with its server
     /// while the engine is `Lost` (whether there is one is the engine's
     /// phase, `Engine::is_lost`: this is written whenever it enters it), and
@@ -278,7 +275,6 @@ impl Session {
             })
             .with_txn_log(txn_log),
             query_unit: None,
-            query_text_len: None,
             lost: lost::Lost::default(),
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),

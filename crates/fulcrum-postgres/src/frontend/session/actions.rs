@@ -106,12 +106,8 @@ impl Session {
     /// forwarded): the client gets a FATAL error and the session ends.
     pub(super) async fn state_lost(&mut self) -> SessionError {
         let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
-            self.ctx.backends[self.backend],
-            self.ctx.name(),
-            self.lost_because
-                .take()
-                .map_or(String::new(), |why| format!(" ({why})")),
+            "{}; the session's state (transaction, prepared statements, settings) was on it: reconnect",
+            self.lost_server_words()
         );
         self.fatal_client(sqlstate::CONNECTION_FAILURE, &msg).await
     }

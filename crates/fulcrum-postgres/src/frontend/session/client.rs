@@ -78,9 +78,11 @@ impl Session {
                 if self.server.is_none() {
                     // The usual unit: no async layer before its attach.
                     unit_started.get_or_insert_with(|| self.engine.now());
-                    let routing = self.route_unit();
+                    let routing = self.route_unit(look.text);
                     self.attach_unit(routing).await?;
-                } else if self.at_unit_start() && self.route_behind(&mut unit_started).await? {
+                } else if self.at_unit_start()
+                    && self.route_behind(look.text, &mut unit_started).await?
+                {
                     break true;
                 }
             }
@@ -115,15 +117,13 @@ impl Session {
 
     /// One look at a Query's first word tells whether Fulcrum may answer
     /// it itself (most statements skip every check); its text's length is
-    /// kept for routing (`query_text_len`).
+    /// handed to routing and to the frame's handling.
     #[inline]
-    fn look_at_front(&mut self, header: FrameHeader) -> QueryLook {
-        let look = match header.tag {
+    fn look_at_front(&self, header: FrameHeader) -> QueryLook {
+        match header.tag {
             b'Q' => query_look(&self.client.read_buf[5..header.total]),
             _ => QueryLook::default(),
-        };
-        self.query_text_len = look.text;
-        look
+        }
     }
 
     /// Answers the frame at the front (`total` bytes) when it is one
@@ -169,9 +169,10 @@ impl Session {
     /// connection has answered.
     async fn route_behind(
         &mut self,
+        text_len: Option<usize>,
         unit_started: &mut Option<std::time::Instant>,
     ) -> Result<bool, SessionError> {
-        let routing = self.route_unit();
+        let routing = self.route_unit(text_len);
         let was = self.engine.phase();
         let actions = self.engine.step(Event::Unit(routing));
         if self.carry_out(actions).await? == Carried::Held {
@@ -199,8 +200,6 @@ impl Session {
             self.ask_commit_id_before_sync();
         }
         let frame = self.client.read_buf.split_to(total);
-        // What the look found was of this frame, no longer the front.
-        self.query_text_len = None;
         self.log_client_frame(tag, &frame);
         if let Some(m) = self.mirror.as_mut() {
             m.client_frame(tag, &frame);
@@ -209,9 +208,10 @@ impl Session {
         frame
     }
 
-    /// The classification of the unit at the front of the client buffer;
+    /// The classification of the unit at the front of the client buffer
+    /// (a Query's text `text_len` bytes long, when `query_look` found it);
     /// a Query's whole classification is kept for its session effects.
-    pub(super) fn next_unit_decision(&mut self) -> Decision {
+    pub(super) fn next_unit_decision(&mut self, text_len: Option<usize>) -> Decision {
         let query_unit = std::cell::RefCell::new(None);
         let local_listen = self.listens_locally();
         let classify = |sql: &str| {
@@ -230,7 +230,7 @@ impl Session {
             d
         };
         // A Query whose text `query_look` found: classified from there.
-        let front_text = match (self.client.read_buf.first(), self.query_text_len) {
+        let front_text = match (self.client.read_buf.first(), text_len) {
             (Some(b'Q'), Some(n)) => {
                 Some(std::str::from_utf8(&self.client.read_buf[5..5 + n]).ok())
             }
@@ -252,9 +252,10 @@ impl Session {
     }
 
     /// The one routing decision for the unit at the front of the client
-    /// buffer (`fulcrum_session::decide`).
-    pub(super) fn route_unit(&mut self) -> Routing {
-        let decision = self.next_unit_decision();
+    /// buffer (`fulcrum_session::decide`; a Query's text `text_len` bytes
+    /// long, as `query_look` found it).
+    pub(super) fn route_unit(&mut self, text_len: Option<usize>) -> Routing {
+        let decision = self.next_unit_decision(text_len);
         // Hints live in comments: a text the classifier saw none in has none.
         let commented = self.query_unit.as_ref().is_none_or(|u| u.comments);
         let text = if commented {

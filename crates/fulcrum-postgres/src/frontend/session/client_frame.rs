@@ -40,7 +40,8 @@ impl Session {
             other => return self.invalid_frame(other).await,
         }
         if self.server.is_none() {
-            let routing = self.route_unit();
+            // The frame is off the buffer: the front is the next one's.
+            let routing = self.route_unit(None);
             self.attach_unit(routing).await?;
         }
         // A replay sends the logged frames again: they were counted (and

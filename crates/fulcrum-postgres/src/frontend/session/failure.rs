@@ -130,19 +130,25 @@ impl Session {
         r
     }
 
-    /// Errors the work in flight and keeps the client.
-    pub(super) fn fail_unit(&mut self, outcome: Outcome) {
-        let in_txn = self.engine.status() != Status::Idle;
-        let code = outcome.sqlstate();
-        let msg = format!(
-            "fulcrum: lost the connection to server {} of cluster \"{}\"{}; {}",
+    /// The start of every error telling the client its server was lost:
+    /// which server, of which cluster, and why Fulcrum gave it up when it
+    /// did (said once).
+    pub(super) fn lost_server_words(&mut self) -> String {
+        format!(
+            "fulcrum: lost the connection to server {} of cluster \"{}\"{}",
             self.ctx.backends[self.backend],
             self.ctx.name(),
             self.lost_because
                 .take()
                 .map_or(String::new(), |why| format!(" ({why})")),
-            outcome.advice()
-        );
+        )
+    }
+
+    /// Errors the work in flight and keeps the client.
+    pub(super) fn fail_unit(&mut self, outcome: Outcome) {
+        let in_txn = self.engine.status() != Status::Idle;
+        let code = outcome.sqlstate();
+        let msg = format!("{}; {}", self.lost_server_words(), outcome.advice());
         let owed = self.owed.ready;
         let unsynced = self.owed.unsynced;
         self.engine.unit_lost();
