@@ -74,7 +74,7 @@ usage: cargo bench --bench load -- [options]
                   published comparisons (scenarios 1-4) on PostgreSQL and
                   MariaDB clusters it starts, uncapped and CPU-capped, against
                   direct, Fulcrum, PgBouncer and Pgpool-II; rewrites the suite
-                  section of docs/benchmarks.md and docs/img/suite-*.png
+                  section of docs/benchmarks-suite.md and docs/img/suite-*.png
                   (--seconds, --rounds, --cpu-quota apply; defaults 8 s, 2
                   rounds, 0.3 CPU)
   --mysql-cpu-quota F
@@ -137,7 +137,7 @@ pub(crate) struct Options {
     pub(crate) cpu_quota: f64,
     /// `--cpu-period MS`: the cgroups' CPU period, in µs (default 100 ms).
     pub(crate) cpu_period_us: u64,
-    /// `--suite`: scenarios 1-4 on both databases, into docs/benchmarks.md.
+    /// `--suite`: scenarios 1-4 on both databases, into docs/benchmarks-suite.md.
     pub(crate) suite: bool,
     /// `--suite --only postgres|mysql`: one database only.
     pub(crate) only: Option<String>,

@@ -137,7 +137,7 @@ impl Scenario {
     /// (`img` is the chart's path relative to the markdown file).
     pub fn markdown(&self, img: Option<&str>) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "#### {}\n\n{}\n", self.title, self.setup);
+        let _ = writeln!(out, "### {}\n\n{}\n", self.title, self.setup);
         if self.rows.is_empty() {
             return self.markdown_goals_and_notes(out);
         }
