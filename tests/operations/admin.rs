@@ -519,11 +519,15 @@ async fn pause_holds_new_queries_until_resume() {
     assert!(waited >= Duration::from_millis(400), "{waited:?}");
 }
 
-/// PgBouncer's `PAUSE db`: the cluster serving the database holds its new
-/// queries until `RESUME db`.
+/// PgBouncer's `PAUSE db`: the database's new queries wait until `RESUME
+/// db`, while another database of the same cluster goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_a_database_holds_its_queries_until_resume() {
+    const OTHER_DB: &str = "pause_other";
     let c = fulcrum_suite::pg_primary();
+    let _ = c
+        .primary()
+        .sql(&format!("CREATE DATABASE {OTHER_DB} OWNER {APP_USER}"));
     let admin_port = free_port();
     let cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
     let _p = FulcrumProcess::start(&console_toml(&cfg, admin_port, "")).unwrap();
@@ -532,6 +536,11 @@ async fn pause_a_database_holds_its_queries_until_resume() {
         .unwrap();
     let client = pg_connect(&cfg).await;
     client.simple_query("SELECT 1").await.unwrap();
+    let (other, conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, OTHER_DB), NoTls)
+        .await
+        .expect("login to the other database");
+    tokio::spawn(conn);
+    other.simple_query("SELECT 1").await.unwrap();
     let e = a.simple_query("PAUSE no_such_db").await.unwrap_err();
     assert!(format!("{e:?}").contains("no_such_db"), "{e:?}");
     a.simple_query(&format!("PAUSE {APP_DB}")).await.unwrap();
@@ -545,6 +554,10 @@ async fn pause_a_database_holds_its_queries_until_resume() {
         !held.is_finished(),
         "the database's query waits while paused"
     );
+    tokio::time::timeout(Duration::from_secs(2), other.simple_query("SELECT 1"))
+        .await
+        .expect("another database of the cluster is not paused")
+        .unwrap();
     a.simple_query(&format!("RESUME {APP_DB}")).await.unwrap();
     let waited = tokio::time::timeout(Duration::from_secs(5), held)
         .await
@@ -555,7 +568,9 @@ async fn pause_a_database_holds_its_queries_until_resume() {
 
 /// SHOW SERVERS in PgBouncer's shape: the connection a session-pooled
 /// client holds, with its user, database, address and the server's own
-/// process id, `active` while the client is in a transaction.
+/// process id, `active` while the client is in a transaction, linked to
+/// the client (SHOW CLIENTS' id) and showing the `application_name` the
+/// client set; `idle` and unlinked after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_servers_lists_each_server_connection() {
     let c = fulcrum_suite::pg_primary();
@@ -578,6 +593,19 @@ async fn show_servers_lists_each_server_connection() {
         | [SimpleQueryMessage::Row(r), ..] => r.get(0).unwrap().to_owned(),
         other => panic!("{other:?}"),
     };
+    // The client's SET is followed (the server reports it).
+    client
+        .batch_execute("SET application_name = 'follows-set'")
+        .await
+        .unwrap();
+    let (ccols, clients) = show(&a, "SHOW CLIENTS").await;
+    let ccol = |name: &str| ccols.iter().position(|c| c == name).unwrap();
+    let active: Vec<&Vec<String>> = clients
+        .iter()
+        .filter(|r| r[ccol("state")] == "active")
+        .collect();
+    assert_eq!(active.len(), 1, "{clients:?}");
+    let client_id = active[0][ccol("id")].clone();
     let (columns, rows) = show(&a, "SHOW SERVERS").await;
     let col = |name: &str| columns.iter().position(|c| c == name).unwrap();
     let mine: Vec<&Vec<String>> = rows
@@ -600,6 +628,8 @@ async fn show_servers_lists_each_server_connection() {
     );
     assert_eq!(r[col("role")], "primary");
     assert!(r[col("local_port")].parse::<u16>().unwrap() > 0, "{r:?}");
+    assert_eq!(r[col("link")], client_id, "the client it serves: {r:?}");
+    assert_eq!(r[col("application_name")], "follows-set", "{r:?}");
     client.batch_execute("COMMIT").await.unwrap();
     drop(client);
     // Back in the pool: idle.
@@ -609,6 +639,7 @@ async fn show_servers_lists_each_server_connection() {
         if let Some(r) = rows.iter().find(|r| r[col("remote_pid")] == pid) {
             state = r[col("state")].clone();
             if state == "idle" {
+                assert_eq!(r[col("link")], "", "an idle server serves no one: {r:?}");
                 break;
             }
         }

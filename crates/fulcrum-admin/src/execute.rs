@@ -13,7 +13,7 @@ use fulcrum_postgres::codec::backend_msg;
 use crate::command::Command;
 use crate::Admin;
 
-/// How long PAUSE waits for transactions in progress to finish.
+/// How long WAIT_CLOSE waits for connections in use to close.
 const PAUSE_WAIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Failure = (&'static str, String);
@@ -35,24 +35,7 @@ impl Admin {
                 Ok(())
             }
             Command::Pause(target) => {
-                let clusters = self.targets(target.as_deref())?;
-                for c in &clusters {
-                    c.router().set_paused(true);
-                }
-                // Wait for the transactions in progress to finish.
-                let deadline = tokio::time::Instant::now() + PAUSE_WAIT;
-                while clusters
-                    .iter()
-                    .any(|c| c.router().total_load() + c.router().admitting() > 0)
-                {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err((
-                            "57014",
-                            "fulcrum admin: paused, but transactions still hold server connections after 60s".into(),
-                        ));
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                self.pause(target.as_deref()).await?;
                 backend_msg::command_complete(out, "PAUSE");
                 Ok(())
             }
@@ -110,9 +93,7 @@ impl Admin {
                 Ok(())
             }
             Command::Resume(target) => {
-                for c in self.targets(target.as_deref())? {
-                    c.router().set_paused(false);
-                }
+                self.resume(target.as_deref())?;
                 backend_msg::command_complete(out, "RESUME");
                 Ok(())
             }

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod command;
 mod execute;
+mod pause;
 mod queries;
 mod reason;
 pub mod rows;

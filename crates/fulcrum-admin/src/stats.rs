@@ -1,6 +1,7 @@
-//! SHOW STATS and SHOW TOTALS in PgBouncer's terms, from the Prometheus
-//! families: counts and bytes, and the time columns (microseconds) from the
-//! histograms' sums and counts. A unit of work (a transaction, or one
+//! SHOW STATS and SHOW TOTALS in PgBouncer's terms: SHOW STATS' rows per
+//! database from the clients' counts (`fulcrum_cluster::client_stats`),
+//! SHOW TOTALS from the Prometheus families (counts and bytes, and the
+//! time columns, in microseconds, from the histograms' sums and counts). A unit of work (a transaction, or one
 //! autocommit statement) is both Fulcrum's transaction and its query here.
 //! The `avg_*` columns are PgBouncer's (1.18+): per second, or per unit for
 //! the times, over the span since the snapshot before last (`Period`: a
@@ -83,6 +84,20 @@ impl StatFigures {
         f.waits = w.get_sample_count();
         f.wait_seconds = w.get_sample_sum();
         f
+    }
+
+    /// A database's figures from its clients' counts.
+    pub fn from_totals(t: &fulcrum_cluster::client_stats::Totals) -> StatFigures {
+        StatFigures {
+            xacts: t.xacts,
+            queries: t.queries,
+            received: t.received,
+            sent: t.sent,
+            units: t.xacts,
+            unit_seconds: t.unit_us as f64 / 1e6,
+            waits: t.waits,
+            wait_seconds: t.wait_us as f64 / 1e6,
+        }
     }
 
     pub fn add(&mut self, o: &StatFigures) {

@@ -56,6 +56,9 @@ pub trait Checkouts {
     /// A replica refused the login: drop the client's pool there if it
     /// holds nothing.
     fn forget(&mut self, _backend: BackendId) {}
+    /// A checkout of the primary waited `waited` (counted as the
+    /// cluster's `pool_wait`, for the client's own figures).
+    fn waited(&mut self, _waited: Duration) {}
 }
 
 /// Why no connection was attached.
@@ -195,9 +198,11 @@ async fn attach_to<K: Checkouts, C, P, S>(
             clocked(checkout).await
         };
         core.metrics.waiting.dec();
-        core.metrics.pool_wait.observe(waited.map_or(0.0, |w| {
-            w.until.saturating_duration_since(w.from).as_secs_f64()
-        }));
+        let took = waited.map_or(Duration::ZERO, |w| {
+            w.until.saturating_duration_since(w.from)
+        });
+        core.metrics.pool_wait.observe(took.as_secs_f64());
+        k.waited(took);
         match got {
             Ok(conn) => return Ok((primary, conn)),
             Err(e) => match k.failure(primary, &e, true) {

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
+use crate::client_stats::{ClientCounts, Totals};
+
 /// What a client is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientState {
@@ -57,6 +59,8 @@ pub struct ClientEntry {
     interrupts: AtomicU8,
     /// The session's task, woken when a flag is raised.
     waker: Mutex<Option<Waker>>,
+    /// What its units did (SHOW STATS' rows per database).
+    pub counts: ClientCounts,
 }
 
 /// Raised by the admin console's KILL: the session ends at once.
@@ -150,7 +154,13 @@ pub struct ClientRegistry {
     /// Databases (as clients name them) whose new logins are refused:
     /// the console's `DISABLE <database>`, PgBouncer's meaning.
     disabled_databases: Mutex<std::collections::HashSet<String>>,
+    /// The counts of the clients that left, per (cluster, database);
+    /// taken after `map`'s lock, never before it.
+    departed: Mutex<HashMap<DatabaseKey, Totals>>,
 }
+
+/// A database as its clients named it: (cluster, database).
+pub type DatabaseKey = (Arc<str>, Arc<str>);
 
 /// A registered client; dropping it removes the entry.
 #[derive(Debug)]
@@ -240,6 +250,15 @@ impl Drop for ClientHandle {
     fn drop(&mut self) {
         let mut map = self.registry.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(&self.entry.id);
+        // Under the map's lock: a SHOW STATS sees the client in one place.
+        let e = &self.entry;
+        self.registry
+            .departed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((e.cluster.clone(), e.database.clone()))
+            .or_default()
+            .add(&e.counts.totals());
     }
 }
 
@@ -271,6 +290,7 @@ impl ClientRegistry {
             since_ms: AtomicU64::new(now),
             interrupts: AtomicU8::new(0),
             waker: Mutex::new(None),
+            counts: ClientCounts::default(),
         });
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.insert(entry.id, entry.clone());
@@ -318,6 +338,26 @@ impl ClientRegistry {
         !set.is_empty() && set.contains(database)
     }
 
+    /// Each (cluster, database)'s counts: its departed clients' and its
+    /// connected clients', in one consistent look.
+    pub fn database_totals(&self) -> Vec<(DatabaseKey, Totals)> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self
+            .departed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for e in map.values() {
+            all.entry((e.cluster.clone(), e.database.clone()))
+                .or_default()
+                .add(&e.counts.totals());
+        }
+        drop(map);
+        let mut rows: Vec<_> = all.into_iter().collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
     /// Every client, oldest first.
     pub fn snapshot(&self) -> Vec<Arc<ClientEntry>> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
@@ -348,6 +388,32 @@ mod tests {
         let left = r.snapshot();
         assert_eq!(left.len(), 1);
         assert_eq!(&*left[0].user, "app");
+    }
+
+    #[test]
+    fn a_databases_totals_keep_the_counts_of_clients_that_left() {
+        let r: &'static ClientRegistry = Box::leak(Box::default());
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let a = r.register("main", "app".into(), "shop".into(), peer);
+        let b = r.register("main", "app".into(), "shop".into(), peer);
+        let c = r.register("main", "app".into(), "crm".into(), peer);
+        a.counts.queries(3);
+        b.counts.queries(4);
+        c.counts.queries(5);
+        drop(a);
+        let rows = r.database_totals();
+        let of = |db: &str| {
+            rows.iter()
+                .find(|((_, d), _)| &**d == db)
+                .map(|(_, t)| t.queries)
+        };
+        assert_eq!(of("shop"), Some(7), "departed and connected: {rows:?}");
+        assert_eq!(of("crm"), Some(5));
+        drop(b);
+        drop(c);
+        let rows = r.database_totals();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows.iter().map(|(_, t)| t.queries).sum::<u64>(), 12);
     }
 
     #[tokio::test]

@@ -42,6 +42,7 @@
 pub mod admin;
 pub mod attach;
 pub mod auth_cache;
+pub mod client_stats;
 pub mod clients;
 pub mod command;
 pub mod context;

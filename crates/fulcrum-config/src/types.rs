@@ -49,6 +49,9 @@ pub struct Global {
     pub slow_query_threshold: Option<Duration>,
     /// SIGTERM: how long in-flight transactions may take to finish.
     pub shutdown_timeout: Duration,
+    /// How long a server's host name's addresses are kept (`dns_max_ttl`;
+    /// zero: looked up for every connection).
+    pub dns_max_ttl: Duration,
     /// Logins of the admin console (`[[fulcrum.admin_user]]`).
     pub admin_users: Vec<User>,
     /// How console logins prove their password: SCRAM-SHA-256 or md5

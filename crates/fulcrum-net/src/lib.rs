@@ -21,11 +21,14 @@
 //! nothing, and the next read takes one.
 //!
 //! Beside it, `PendingLogins`: the cap on connections still logging in;
-//! and `within`: the deadline on opening a server connection.
+//! `within`: the deadline on opening a server connection; and `dns`: the
+//! cache of server names (`dns_max_ttl`) and a connect that tries each
+//! address of a name.
 
 #![forbid(unsafe_code)]
 
 mod deadline;
+pub mod dns;
 mod pending;
 mod spare;
 

@@ -57,6 +57,10 @@ pub struct Router {
     disabled: Vec<AtomicBool>,
     /// New units of work wait while true (admin `PAUSE`).
     paused: AtomicBool,
+    /// The databases whose new units wait (admin `PAUSE db`), and how
+    /// many there are (a unit reads only the count while it is 0).
+    paused_databases: Mutex<Vec<Arc<str>>>,
+    databases_paused: AtomicUsize,
     resumed: Notify,
     /// Units of work past the pause gate that have not checked out their
     /// server connection yet (see [`Router::admit`]).
@@ -138,6 +142,8 @@ impl Router {
             suspect: (0..backends).map(|_| AtomicBool::new(false)).collect(),
             disabled: (0..backends).map(|_| AtomicBool::new(false)).collect(),
             paused: AtomicBool::new(false),
+            paused_databases: Mutex::new(Vec::new()),
+            databases_paused: AtomicUsize::new(0),
             admitting: Arc::new(AtomicUsize::new(0)),
             resumed: Notify::new(),
             suspects_changed: Notify::new(),
@@ -173,6 +179,9 @@ impl Router {
             self.disabled[b].store(earlier.is_disabled(b), Ordering::Release);
         }
         self.paused.store(earlier.is_paused(), Ordering::SeqCst);
+        for database in earlier.paused_databases() {
+            self.set_database_paused(&database, true);
+        }
         *self.commit_floor.lock().unwrap_or_else(|e| e.into_inner()) = *earlier
             .commit_floor
             .lock()

@@ -1,14 +1,16 @@
 //! The server connections the pools hold, one entry per connection, for the
 //! admin console's SHOW SERVERS: what a connection says about itself
 //! ([`Poolable::identity`](crate::Poolable::identity), read once when it
-//! opens), when it opened and was last handed out, and whether it is in use
-//! (derived when asked, from the pool's idle list).
+//! opens), when it opened and was last handed out, whether it is in use
+//! (derived when asked, from the pool's idle list), the client it serves
+//! (`link`) and the `application_name` the server last reported.
 //!
 //! Cost: a pool's list is written when a connection opens (a lock and a
 //! push); a connection's entry goes with it when it closes (the slot that
 //! holds the connection holds the entry's only strong reference); a
-//! checkout stores one time with a relaxed store. Nothing else on the data
-//! path.
+//! checkout stores one time, and the session the client's id, each with a
+//! relaxed store; a server's `application_name` report (only when a client
+//! sets it) takes a lock. Nothing else on the data path.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -32,7 +34,8 @@ pub struct ServerIdentity {
     /// The TLS version and cipher (`TLSv1.3/TLS_AES_256_GCM_SHA384`);
     /// empty without TLS.
     pub tls: String,
-    /// The `application_name` the server reported at login.
+    /// The `application_name` the server reported at login (in a
+    /// [`ServerRow`]: the one it reported last).
     pub application_name: String,
 }
 
@@ -113,6 +116,9 @@ pub struct ServerRow {
     pub request_unix_ms: u64,
     /// A RECONNECT or `server_lifetime` closes it when it is next idle.
     pub close_needed: bool,
+    /// The id of the client it serves while `active` (PgBouncer's `link`;
+    /// the id SHOW CLIENTS shows); `None` when idle or not said.
+    pub link: Option<u64>,
 }
 
 /// A connection's entry. The slot holding the connection (idle or checked
@@ -125,6 +131,11 @@ pub(crate) struct Entry {
     connect_unix_ms: u64,
     /// When it was last handed out, ms since the Unix epoch.
     request_unix_ms: AtomicU64,
+    /// The client it was last handed to (0: not said).
+    link: AtomicU64,
+    /// The `application_name` the server reported after login, when it
+    /// changed (a client's `SET`, a replayed setting).
+    application_name: Mutex<Option<Box<str>>>,
 }
 
 impl Entry {
@@ -138,7 +149,25 @@ impl Entry {
             born_ms,
             connect_unix_ms: now,
             request_unix_ms: AtomicU64::new(now),
+            link: AtomicU64::new(0),
+            application_name: Mutex::new(None),
         })
+    }
+
+    /// The client (its registry id) the connection now serves.
+    pub(crate) fn link(&self, client: u64) {
+        self.link.store(client, Ordering::Relaxed);
+    }
+
+    /// The server reported a new `application_name`.
+    pub(crate) fn application_name_reported(&self, name: &str) {
+        let mut now = self
+            .application_name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if now.as_deref() != Some(name) {
+            *now = Some(name.into());
+        }
     }
 
     /// Handed out now: the one store a checkout pays.
@@ -153,14 +182,26 @@ impl Entry {
         state: ServerState,
         close_needed: bool,
     ) -> ServerRow {
+        let mut identity = self.identity.clone();
+        if let Some(name) = self
+            .application_name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+        {
+            identity.application_name = name.to_owned();
+        }
+        let link = Some(self.link.load(Ordering::Relaxed))
+            .filter(|&c| c != 0 && state == ServerState::Active);
         ServerRow {
             labels: labels.clone(),
             id: self.id,
             state,
-            identity: self.identity.clone(),
+            identity,
             connect_unix_ms: self.connect_unix_ms,
             request_unix_ms: self.request_unix_ms.load(Ordering::Relaxed),
             close_needed,
+            link,
         }
     }
 

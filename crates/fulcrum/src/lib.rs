@@ -225,6 +225,7 @@ pub async fn run_logging(
     set_log: fulcrum_admin::SetLog,
     log: String,
 ) -> Result<(), DaemonError> {
+    fulcrum_net::dns::set_max_ttl(config.fulcrum.dns_max_ttl);
     // The daemon's own shutdown: turned on by the caller's (signals) or by
     // the console's SHUTDOWN.
     let (stop, shutdown) = watch::channel(false);

@@ -64,6 +64,10 @@ fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
     let pending = keep_restart_only(&live.config, &mut new, &live.login_timeouts);
     let slow_changed = new.fulcrum.slow_query_threshold != live.config.fulcrum.slow_query_threshold;
     let mut notes = Vec::new();
+    if new.fulcrum.dns_max_ttl != live.config.fulcrum.dns_max_ttl {
+        fulcrum_net::dns::set_max_ttl(new.fulcrum.dns_max_ttl);
+        notes.push(format!("dns_max_ttl = {:?}", new.fulcrum.dns_max_ttl));
+    }
     // `live.config.fulcrum.log` is the file's last value: a file that
     // changes it applies it (over a `SET log`); one that does not leaves
     // the running filter alone.

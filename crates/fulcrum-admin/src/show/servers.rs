@@ -68,9 +68,9 @@ pub(crate) fn row(r: &ServerRow, role: &str) -> Vec<String> {
         "0".into(),
         u8::from(r.close_needed).to_string(),
         format!("{:#x}", r.id),
-        // The client a connection serves is the session's to know, not
-        // the pool's: empty, as PgBouncer shows an unlinked server.
-        String::new(),
+        // The client it serves (SHOW CLIENTS' id); empty when unlinked,
+        // as PgBouncer shows an idle server.
+        r.link.map(|c| c.to_string()).unwrap_or_default(),
         id.remote_pid.to_string(),
         id.tls.clone(),
         id.application_name.clone(),
@@ -129,6 +129,7 @@ mod tests {
             connect_unix_ms: 951_782_400_000,
             request_unix_ms: 951_782_401_000,
             close_needed: true,
+            link: Some(7),
         }
     }
 
@@ -164,7 +165,7 @@ mod tests {
                 "0",
                 "1",
                 "0xff",
-                "",
+                "7",
                 "4242",
                 "TLSv1.3",
                 "psql",

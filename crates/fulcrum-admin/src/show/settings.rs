@@ -18,49 +18,24 @@ impl Admin {
         )
     }
 
-    /// SHOW STATS (a row per cluster, named by its database as SHOW POOLS
-    /// names it) or, `totals`, SHOW TOTALS (one row); the averages from
-    /// each row's [`Period`](crate::stats::Period).
+    /// SHOW STATS (a row per database, PgBouncer's, from the clients'
+    /// counts: `fulcrum_cluster::client_stats`) or, `totals`, SHOW TOTALS
+    /// (one row, from the clusters' metrics); the averages from each
+    /// row's [`Period`](crate::stats::Period).
     pub(super) fn show_stats(&self, totals: bool, out: &mut BytesMut) {
         use crate::stats::Period;
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
         static PERIODS: OnceLock<Mutex<HashMap<String, Period>>> = OnceLock::new();
-        let clients = fulcrum_cluster::clients::registry().snapshot();
-        let mut per_row: Vec<(String, StatFigures)> = self
-            .clusters()
-            .iter()
-            .map(|c| {
-                // The database names SHOW POOLS shows for this cluster:
-                // its pools' and its clients'; the figures are the
-                // cluster's, so only a single name can carry them.
-                let cfg = c.config();
-                let mut names: std::collections::BTreeSet<String> =
-                    c.pools().into_iter().map(|p| p.database).collect();
-                names.extend(
-                    clients
-                        .iter()
-                        .filter(|e| *e.cluster == *cfg.name)
-                        .map(|e| e.database.to_string()),
-                );
-                names.remove("");
-                if names.is_empty() && cfg.databases.len() == 1 {
-                    names.insert(cfg.databases[0].name.clone());
-                }
-                let name = match names.len() {
-                    1 => names.pop_first().unwrap_or_default(),
-                    _ => cfg.name.clone(),
-                };
-                (name, StatFigures::of(&self.metrics, c.as_ref()))
-            })
-            .collect();
-        if totals {
+        let per_row: Vec<(String, StatFigures)> = if totals {
             let mut all = StatFigures::default();
-            for (_, f) in &per_row {
-                all.add(f);
+            for c in self.clusters() {
+                all.add(&StatFigures::of(&self.metrics, c.as_ref()));
             }
-            per_row = vec![("total".into(), all)];
-        }
+            vec![("total".into(), all)]
+        } else {
+            self.database_rows()
+        };
         let now = std::time::Instant::now();
         let mut periods = PERIODS
             .get_or_init(Default::default)
@@ -79,6 +54,30 @@ impl Admin {
             .collect();
         drop(periods);
         result(out, &StatFigures::COLUMNS, &rows);
+    }
+
+    /// A row per database its clients named (a MySQL client without a
+    /// schema: its cluster's name), the same name in several clusters
+    /// summed, as PgBouncer knows a database once; and the databases
+    /// `[[cluster.database]]` lists, at zero until a client comes.
+    fn database_rows(&self) -> Vec<(String, StatFigures)> {
+        let mut rows: std::collections::BTreeMap<String, StatFigures> = Default::default();
+        for c in self.clusters() {
+            for d in &c.config().databases {
+                rows.entry(d.name.clone()).or_default();
+            }
+        }
+        for ((cluster, database), t) in fulcrum_cluster::clients::registry().database_totals() {
+            let name = if database.is_empty() {
+                cluster
+            } else {
+                database
+            };
+            rows.entry(name.to_string())
+                .or_default()
+                .add(&StatFigures::from_totals(&t));
+        }
+        rows.into_iter().collect()
     }
 
     /// SHOW CONFIG: the global settings and each cluster's main ones.

@@ -60,6 +60,10 @@ fn global_keys_are_validated() {
              \"fulcrum_cluster=debug,info\"",
         ),
         (
+            &format!("[fulcrum]\ndns_max_ttl = \"15\"\n{MINIMAL}"),
+            "fulcrum.toml:2: fulcrum.dns_max_ttl: invalid duration \"15\": missing unit (us, ms, s, m, h), e.g. \"15s\"",
+        ),
+        (
             &format!("[fulcrum]\nadmin_auth = \"trust\"\n{MINIMAL}"),
             "fulcrum.toml:2: fulcrum.admin_auth: unknown value \"trust\", expected one of \
              \"scram-sha-256\", \"md5\"",

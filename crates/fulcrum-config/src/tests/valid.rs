@@ -43,6 +43,7 @@ fn every_key_is_read_into_the_config() {
         log_format = "json"
         slow_query_threshold = "250ms"
         shutdown_timeout = "10s"
+        dns_max_ttl = "0s"
         admin_auth = "md5"
 
         [[fulcrum.admin_user]]
@@ -126,6 +127,7 @@ fn every_key_is_read_into_the_config() {
             log_format: LogFormat::Json,
             slow_query_threshold: Some(Duration::from_millis(250)),
             shutdown_timeout: Duration::from_secs(10),
+            dns_max_ttl: Duration::ZERO,
             admin_users: vec![user("ops", "ops secret")],
             admin_auth: ClientAuth::Md5,
             stats_users: Vec::new(),
@@ -286,6 +288,7 @@ fn omitted_keys_take_their_documented_defaults() {
             log_format: LogFormat::Text,
             slow_query_threshold: None,
             shutdown_timeout: Duration::from_secs(30),
+            dns_max_ttl: Duration::from_secs(15),
             admin_users: vec![],
             admin_auth: ClientAuth::ScramSha256,
             stats_users: Vec::new(),

@@ -5,6 +5,8 @@ pub const LOG: &str = "info";
 pub const WORKERS: u32 = 0;
 pub const LOG_FORMAT: super::LogFormat = super::LogFormat::Text;
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `dns_max_ttl`: PgBouncer's default.
+pub const DNS_MAX_TTL: Duration = Duration::from_secs(15);
 pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;
 pub const POOL_SIZE: u32 = 20;
 pub const CLIENT_AUTH: super::ClientAuth = super::ClientAuth::ScramSha256;

@@ -84,6 +84,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             log_format: defaults::LOG_FORMAT,
             slow_query_threshold: None,
             shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
+            dns_max_ttl: defaults::DNS_MAX_TTL,
             admin_users: Vec::new(),
             admin_auth: defaults::ADMIN_AUTH,
             stats_users: Vec::new(),
@@ -119,6 +120,12 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             "shutdown_timeout",
             defaults::SHUTDOWN_TIMEOUT,
         )?,
+        dns_max_ttl: match &g.dns_max_ttl {
+            None => defaults::DNS_MAX_TTL,
+            Some(_) => t
+                .duration_or_off(&g.dns_max_ttl, "dns_max_ttl")?
+                .unwrap_or_default(),
+        },
         stats_users: stats_users(&t, g)?,
         status_key: match &g.status_key {
             None => None,

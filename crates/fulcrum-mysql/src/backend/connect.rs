@@ -11,7 +11,6 @@ use bytes::BytesMut;
 use fulcrum_net::Connection;
 use mysql_common::constants::CapabilityFlags as C;
 use thiserror::Error;
-use tokio::net::TcpStream;
 
 use super::conn::{InternalError, ServerConn};
 use crate::auth::{caching_sha2, native};
@@ -115,7 +114,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         address: address.clone(),
         source,
     };
-    let stream = TcpStream::connect(target.address.as_str())
+    let stream = fulcrum_net::dns::connect(target.address.as_str())
         .await
         .map_err(&io_failed)?;
     let _ = stream.set_nodelay(true);

@@ -376,6 +376,7 @@ impl Session {
             };
             let msg = self.client.read_buf.split_to(span.total);
             self.ctx.metrics.bytes_in.inc_by(span.total as u64);
+            self.client_entry.counts.received(span.total as u64);
             // A new command: the stamps made handling it share one clock read.
             self.engine.new_wake();
             self.dispatch(msg, span).await

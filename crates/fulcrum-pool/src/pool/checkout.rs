@@ -30,6 +30,22 @@ pub struct Checkout<C> {
 }
 
 impl<C> Checkout<C> {
+    /// Says which client (its registry id) the connection now serves:
+    /// SHOW SERVERS' `link` while it is checked out.
+    pub fn link(&self, client: u64) {
+        if let Some(e) = &self.entry {
+            e.link(client);
+        }
+    }
+
+    /// The server reported `application_name` = `name` (SHOW SERVERS
+    /// follows it).
+    pub fn application_name_reported(&self, name: &str) {
+        if let Some(e) = &self.entry {
+            e.application_name_reported(name);
+        }
+    }
+
     /// Gives a clean connection back to the pool.
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {

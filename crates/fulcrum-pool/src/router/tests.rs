@@ -268,3 +268,39 @@ fn try_admit_counts_a_unit_and_refuses_while_paused() {
     r.set_paused(false);
     assert!(r.try_admit().is_some());
 }
+
+/// A database's pause holds its units alone, counts none it refused, and
+/// is released by its resume; the cluster's pause holds every database.
+#[tokio::test]
+async fn a_database_pause_holds_that_database_alone() {
+    let r = std::sync::Arc::new(Router::new(0, 1, &[], false));
+    r.set_database_paused("shop", true);
+    assert!(r.try_admit_to("shop").is_none());
+    assert_eq!(r.admitting(), 0, "a refused unit is not counted");
+    assert!(r.try_admit_to("crm").is_some(), "another database goes on");
+    assert!(r.is_database_paused("shop") && !r.is_database_paused("crm"));
+    assert_eq!(
+        r.paused_databases(),
+        vec![std::sync::Arc::<str>::from("shop")]
+    );
+    let waiting = tokio::spawn({
+        let r = r.clone();
+        async move {
+            let _a = r.admit_to("shop").await;
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "the paused database's unit waits");
+    r.set_database_paused("shop", false);
+    tokio::time::timeout(std::time::Duration::from_secs(2), waiting)
+        .await
+        .expect("released by the resume")
+        .unwrap();
+    r.set_paused(true);
+    assert!(
+        r.try_admit_to("crm").is_none(),
+        "the cluster's pause holds all"
+    );
+    r.set_paused(false);
+    assert!(r.try_admit_to("shop").is_some());
+}

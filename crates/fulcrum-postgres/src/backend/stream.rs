@@ -2,11 +2,13 @@
 //! host is an absolute directory (`/var/run/postgresql:5432` means
 //! `/var/run/postgresql/.s.PGSQL.5432`, as libpq reads host and port).
 //! A Unix socket skips the TCP stack when Fulcrum runs on the database host.
-//! The stream type itself (`ServerStream`, with TLS) is `fulcrum_tls`'s.
+//! A host name is resolved through `fulcrum_net::dns` (kept for
+//! `dns_max_ttl`, each address tried). The stream type itself
+//! (`ServerStream`, with TLS) is `fulcrum_tls`'s.
 
 use std::io;
 
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::UnixStream;
 
 pub use fulcrum_tls::ServerStream;
 
@@ -22,7 +24,7 @@ pub async fn connect(address: &str) -> io::Result<ServerStream> {
     match unix_socket_path(address) {
         Some(path) => Ok(ServerStream::Unix(UnixStream::connect(path).await?)),
         None => {
-            let s = TcpStream::connect(address).await?;
+            let s = fulcrum_net::dns::connect(address).await?;
             s.set_nodelay(true)?;
             Ok(ServerStream::Tcp(s))
         }

@@ -105,6 +105,7 @@ impl Session {
         };
         // `at_once` takes only the primary's connections.
         self.engine.attached(true, None);
+        self.client_entry.counts.waited(std::time::Duration::ZERO);
         self.install(backend, conn);
         true
     }
@@ -113,6 +114,7 @@ impl Session {
     /// was told first: `Engine::attached`, `Engine::replay_attached`).
     pub(super) fn install(&mut self, backend: BackendId, server: Checkout<ServerConn>) {
         self.client_entry.set_active(backend);
+        server.link(self.client_entry.id);
         self.backend = backend;
         self.set_running(Some((backend, server.connection_id)));
         self.server = Some(server);
@@ -154,6 +156,7 @@ impl Session {
             if let Some(took) = self.engine.unit_over() {
                 let schema = self.schema.as_deref().unwrap_or("");
                 self.ctx.unit_done(self.backend, took, &self.user, schema);
+                self.client_entry.counts.unit(took);
             }
             // A connection holding more prepared statements than allowed is
             // closed rather than reused: memory on both sides stays bounded.

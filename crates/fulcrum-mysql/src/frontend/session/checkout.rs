@@ -38,6 +38,10 @@ impl Checkouts for Session {
             conn.discard();
         }
     }
+
+    fn waited(&mut self, waited: std::time::Duration) {
+        self.client_entry.counts.waited(waited);
+    }
 }
 
 impl Session {

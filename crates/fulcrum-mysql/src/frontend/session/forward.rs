@@ -158,6 +158,7 @@ impl Session {
             self.ctx
                 .metrics
                 .queries(self.backend, self.route_label(), 1);
+            self.client_entry.counts.queries(1);
         }
         self.digests
             .pending
@@ -210,6 +211,7 @@ impl Session {
             }
             skip |= reply.wants_file();
             self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
+            self.client_entry.counts.sent(frame.len() as u64);
             self.client.write_buf.extend_from_slice(&frame);
             if reply.wants_file() {
                 self.flush().await?;

@@ -12,12 +12,13 @@ impl Session {
         if self.server.is_some() || self.attach_now(route) {
             return Ok(());
         }
-        // Admin PAUSE (and SWITCHOVER) holds new units of work here; the
+        // Admin PAUSE (of the cluster or of the client's database) and
+        // SWITCHOVER hold new units of work here; the
         // admission is counted until the server connection is checked out.
         let ctx = self.ctx.clone();
-        let _admission = match ctx.router.try_admit() {
+        let _admission = match ctx.router.try_admit_to(&self.id.database) {
             Some(a) => a,
-            None => ctx.router.admit().await,
+            None => ctx.router.admit_to(&self.id.database).await,
         };
         let avoid = self.engine.unit().retry.avoid();
         match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
@@ -37,7 +38,7 @@ impl Session {
     /// with nothing changed, when the full way is needed.
     pub(super) fn attach_now(&mut self, route: Route) -> bool {
         let ctx = &self.ctx;
-        let Some(_admission) = ctx.router.try_admit() else {
+        let Some(_admission) = ctx.router.try_admit_to(&self.id.database) else {
             return false;
         };
         let avoid = self.engine.unit().retry.avoid();
@@ -50,6 +51,7 @@ impl Session {
         };
         // `at_once` takes only the primary's connections.
         self.engine.attached(true, None);
+        self.id.entry.counts.waited(std::time::Duration::ZERO);
         self.install(backend, conn);
         true
     }
@@ -60,6 +62,7 @@ impl Session {
         self.backend = backend;
         self.id.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
+        server.link(self.id.entry.id);
         self.server = Some(server);
         self.id.entry.set_active(backend);
     }
@@ -123,6 +126,7 @@ impl Session {
         if let Some(took) = self.engine.unit_over() {
             self.ctx
                 .unit_done(self.backend, took, &self.id.user, &self.id.database);
+            self.id.entry.counts.unit(took);
         }
     }
 

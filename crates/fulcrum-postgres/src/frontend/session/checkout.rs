@@ -104,6 +104,10 @@ impl Checkouts for Session {
         self.ctx
             .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
     }
+
+    fn waited(&mut self, waited: std::time::Duration) {
+        self.id.entry.counts.waited(waited);
+    }
 }
 
 impl Session {

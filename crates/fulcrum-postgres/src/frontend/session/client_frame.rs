@@ -51,6 +51,7 @@ impl Session {
             self.ctx
                 .metrics
                 .queries(self.backend, self.route_label(), 1);
+            self.id.entry.counts.queries(1);
         }
         match tag {
             b'Q' => self.queue_query(frame, text_len, replaying),

@@ -81,10 +81,12 @@ impl Session {
                         return Err(SessionError::ClientGone);
                     }
                     self.ctx.metrics.bytes_in.inc_by(n as u64);
+                    self.id.entry.counts.received(n as u64);
                     self.on_client_input().await?;
                 }
                 Wake::Io(Io::ServerRead(Ok(n))) if n > 0 => {
                     self.ctx.metrics.bytes_out.inc_by(n as u64);
+                    self.id.entry.counts.sent(n as u64);
                     // Progress: `query_timeout` counts from the last of it.
                     self.timer.busy_since = None;
                     self.on_server_input().await?;

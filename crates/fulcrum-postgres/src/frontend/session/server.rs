@@ -224,6 +224,9 @@ impl Session {
             b'S' => {
                 if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
                     let server = self.server.as_mut().expect("attached");
+                    if n == "application_name" {
+                        server.application_name_reported(v);
+                    }
                     server.reported.insert(n.to_owned(), v.to_owned());
                 }
             }
