@@ -83,6 +83,11 @@ work='' pg_data='' ctr='' run_pid='' daemon_pid=''
 cleanup() {
   local rc=$?
   set +e
+  trap - INT TERM
+  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null
+    timeout 10 tail --pid="$daemon_pid" -f /dev/null
+  fi
   if [ -n "$run_pid" ] && kill -0 "$run_pid" 2>/dev/null; then
     kill -TERM "$run_pid" 2>/dev/null
     timeout 20 tail --pid="$run_pid" -f /dev/null
@@ -230,8 +235,9 @@ build_image() {
   say "buildah bud docker/Dockerfile.local -> $image"
   # --format docker keeps HEALTHCHECK (OCI images have no such field);
   # --layers caches the apt-get layer, so a rebuild needs no network.
-  bounded 600 buildah bud --isolation chroot --format docker --layers --quiet \
-    --build-arg "BASE=$base" -f "$repo/docker/Dockerfile.local" -t "$image" "$ctx" >/dev/null || {
+  bounded 600 buildah bud --isolation chroot --format docker --layers \
+    --build-arg "BASE=$base" -f "$repo/docker/Dockerfile.local" -t "$image" "$ctx" >"$cache/bud.log" 2>&1 || {
+    tail -15 "$cache/bud.log" >&2
     mirror_reachable || cannot "building the image needs the Debian mirror $mirror (apt-get update), which does not answer"
     die "buildah bud of docker/Dockerfile.local failed"
   }
@@ -261,10 +267,11 @@ free_port() {
   die "no free loopback port found"
 }
 
-wait_tcp() { # port seconds
+wait_tcp() { # port seconds [pid that must stay alive meanwhile]
   local until=$((SECONDS + $2))
   while ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
     [ "$SECONDS" -lt "$until" ] || return 1
+    [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 1
     sleep 0.2
   done
 }
@@ -342,6 +349,15 @@ image_list() {
   buildah inspect --type image --format "{{range .Docker.Config.$1}}{{printf \"%s\\n\" .}}{{end}}" "$image"
 }
 
+# A working container of the image. buildah run would give the daemon 1024
+# open files (Docker's default is far more): it gets this shell's hard limit.
+working_container() {
+  local nofile
+  nofile=$(ulimit -Hn)
+  [ "$nofile" != unlimited ] || nofile=1048576
+  buildah from --ulimit "nofile=$nofile:$nofile" "$image"
+}
+
 # The pid of the process named $2 among $1's descendants.
 descendant() {
   local pid
@@ -353,7 +369,7 @@ descendant() {
 }
 
 start_daemon() { # config file on the host
-  ctr=$(buildah from "$image")
+  ctr=$(working_container)
   local cmd
   # The image's entrypoint and command, as `docker run` would start them.
   mapfile -t cmd < <(image_list Entrypoint; image_list Cmd)
@@ -361,7 +377,9 @@ start_daemon() { # config file on the host
   bounded 30 buildah run --isolation chroot -v "$1:/etc/fulcrum/fulcrum.toml:ro" "$ctr" -- \
     fulcrum check --config /etc/fulcrum/fulcrum.toml >&2 || die "fulcrum check in the container refused the config"
   say "starting ${cmd[*]} in $ctr"
-  buildah run --isolation chroot -v "$1:/etc/fulcrum/fulcrum.toml:ro" "$ctr" -- "${cmd[@]}" \
+  # In a session of its own (as below): a signal to this script's process
+  # group must not reach buildah run, which would kill the daemon outright.
+  setsid -w buildah run --isolation chroot -v "$1:/etc/fulcrum/fulcrum.toml:ro" "$ctr" -- "${cmd[@]}" \
     >"$work/fulcrum.log" 2>&1 &
   run_pid=$!
 }
@@ -389,9 +407,10 @@ check() {
   start_postgres
   write_config
   start_daemon "$work/etc/fulcrum.toml"
-  if ! wait_tcp "$fulcrum_port" 30; then
+  if ! wait_tcp "$fulcrum_port" 30 "$run_pid"; then
     tail -20 "$work/fulcrum.log" >&2
-    die "the containerised daemon is not listening on 127.0.0.1:$fulcrum_port after 30 s (log above)"
+    kill -0 "$run_pid" 2>/dev/null || die "the containerised daemon exited before listening (its log above)"
+    die "the containerised daemon is not listening on 127.0.0.1:$fulcrum_port after 30 s (its log above)"
   fi
   daemon_pid=$(descendant "$run_pid" fulcrum) || die "no fulcrum process under buildah run (pid $run_pid)"
   # It is the image's binary, chrooted into the container, as uid 10001.
@@ -410,8 +429,10 @@ check() {
   fi
   say "psql -h 127.0.0.1 -p $fulcrum_port -c 'SELECT 1' through the container: 1"
   healthcheck
-  # SIGTERM to buildah run reaches the daemon, which drains and exits 0.
-  kill -TERM "$run_pid"
+  # SIGTERM to the daemon itself, as `docker stop` sends it: it drains and
+  # exits 0, and buildah run with it. (buildah run does not pass a SIGTERM
+  # of its own on: it kills its command.)
+  kill -TERM "$daemon_pid"
   local rc=0
   bounded 30 tail --pid="$run_pid" -f /dev/null || die "the daemon did not stop within 30 s of SIGTERM"
   wait "$run_pid" || rc=$?
@@ -445,9 +466,22 @@ case $mode in
       build_image "$bin"
       deadline=$((SECONDS + 1000000)) # the daemon runs until stopped
     fi
-    ctr=$(buildah from "$image")
-    say "running $image in $ctr with $run_config; Ctrl-C stops it"
-    buildah run --isolation chroot -v "$(realpath "$run_config"):/etc/fulcrum/fulcrum.toml:ro" "$ctr" -- \
-      fulcrum --config /etc/fulcrum/fulcrum.toml
+    ctr=$(working_container)
+    say "running $image in $ctr with $run_config; Ctrl-C or SIGTERM stops it (the daemon drains)"
+    setsid -w buildah run --isolation chroot -v "$(realpath "$run_config"):/etc/fulcrum/fulcrum.toml:ro" \
+      "$ctr" -- fulcrum --config /etc/fulcrum/fulcrum.toml &
+    run_pid=$!
+    until daemon_pid=$(descendant "$run_pid" fulcrum); do
+      kill -0 "$run_pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    # buildah run kills its command on SIGTERM or SIGINT, so it runs in a
+    # session of its own (Ctrl-C does not reach it) and the daemon is
+    # signalled itself instead, as `docker stop` would: it drains.
+    trap '[ -z "$daemon_pid" ] || kill -TERM "$daemon_pid" 2>/dev/null' INT TERM
+    rc=0
+    while kill -0 "$run_pid" 2>/dev/null; do wait "$run_pid" || rc=$?; done
+    run_pid='' daemon_pid=''
+    exit "$rc"
     ;;
 esac
