@@ -479,8 +479,8 @@ case $mode in
     # session of its own (Ctrl-C does not reach it) and the daemon is
     # signalled itself instead, as `docker stop` would: it drains.
     trap '[ -z "$daemon_pid" ] || kill -TERM "$daemon_pid" 2>/dev/null' INT TERM
-    rc=0
-    while kill -0 "$run_pid" 2>/dev/null; do wait "$run_pid" || rc=$?; done
+    # (A wait cut short by the trap is waited again; the last is the status.)
+    while kill -0 "$run_pid" 2>/dev/null; do rc=0; wait "$run_pid" || rc=$?; done
     run_pid='' daemon_pid=''
     exit "$rc"
     ;;
