@@ -322,6 +322,9 @@ pub struct Cluster {
     pub server_reset_query: String,
     /// Also run it on every return in transaction pooling.
     pub server_reset_query_always: bool,
+    /// Run once on every new server connection, after its login and before
+    /// it serves a client (`connect_query`; a database's own overrides it).
+    pub connect_query: Option<String>,
     /// Health checks, lag limit and failover.
     pub health: Health,
     /// Who decides the primary (`topology`): this instance's probes, a
@@ -372,6 +375,14 @@ pub struct Database {
     pub name: String,
     /// What the servers call it (default: the same).
     pub server_database: String,
+    /// PostgreSQL: every client of this database is served by connections
+    /// logged in as this (`server_user`, `server_password`), whoever it
+    /// logged in as: one pool per backend for them all (PgBouncer's
+    /// `user=`/`password=` in `[databases]`).
+    pub server: Option<ServerLogin>,
+    /// PostgreSQL: run on each new server connection of this database
+    /// instead of the cluster's `connect_query`.
+    pub connect_query: Option<String>,
 }
 
 impl Cluster {
@@ -385,6 +396,37 @@ impl Cluster {
             .iter()
             .find(|d| d.name == client)
             .map(|d| d.server_database.as_str())
+    }
+
+    /// The `[[cluster.database]]` of a server database (aliases of one
+    /// server database agree on its login and `connect_query`: validated).
+    pub fn database_entry(&self, server_database: &str) -> Option<&Database> {
+        self.databases
+            .iter()
+            .find(|d| d.server_database == server_database)
+    }
+
+    /// The login every client of `server_database` is served with, when
+    /// its `[[cluster.database]]` forces one.
+    pub fn forced_login(&self, server_database: &str) -> Option<&ServerLogin> {
+        self.database_entry(server_database)?.server.as_ref()
+    }
+
+    /// The user a client's pools on `server_database` are keyed by: the
+    /// forced server login's, else the client's own.
+    pub fn pool_user<'a>(&'a self, client_user: &'a str, server_database: &str) -> &'a str {
+        self.forced_login(server_database)
+            .map_or(client_user, |l| l.user.as_str())
+    }
+
+    /// What a new server connection to `server_database` (`None`: a MySQL
+    /// connection, which serves every schema) runs before it serves: the
+    /// database's `connect_query`, else the cluster's.
+    pub fn connect_query(&self, server_database: Option<&str>) -> Option<&str> {
+        server_database
+            .and_then(|d| self.database_entry(d))
+            .and_then(|d| d.connect_query.as_deref())
+            .or(self.connect_query.as_deref())
     }
 }
 
