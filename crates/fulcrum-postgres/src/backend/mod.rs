@@ -3,6 +3,7 @@
 
 pub mod conn;
 pub mod connect;
+mod connect_query;
 pub mod conninfo;
 pub mod health;
 pub mod internal;
@@ -11,4 +12,5 @@ pub mod settings;
 pub mod stream;
 
 pub use conn::ServerConn;
+pub use connect_query::run_connect_query;
 pub use connect::{connect, ConnectError, Credential, ServerTarget, ServerTlsTarget};
