@@ -398,33 +398,51 @@ impl Cluster {
             .map(|d| d.server_database.as_str())
     }
 
-    /// The `[[cluster.database]]` of a server database (aliases of one
-    /// server database agree on its login and `connect_query`: validated).
-    pub fn database_entry(&self, server_database: &str) -> Option<&Database> {
+    /// The login every client of the database it asked for (`name`, as
+    /// listed) is served with, when its `[[cluster.database]]` forces one.
+    pub fn forced_login_of(&self, name: &str) -> Option<&ServerLogin> {
         self.databases
             .iter()
-            .find(|d| d.server_database == server_database)
+            .find(|d| d.name == name)?
+            .server
+            .as_ref()
     }
 
-    /// The login every client of `server_database` is served with, when
-    /// its `[[cluster.database]]` forces one.
-    pub fn forced_login(&self, server_database: &str) -> Option<&ServerLogin> {
-        self.database_entry(server_database)?.server.as_ref()
-    }
-
-    /// The user a client's pools on `server_database` are keyed by: the
-    /// forced server login's, else the client's own.
-    pub fn pool_user<'a>(&'a self, client_user: &'a str, server_database: &str) -> &'a str {
-        self.forced_login(server_database)
+    /// The user a client's pools are keyed by when it asked for database
+    /// `name`: the server login that database forces (all its clients
+    /// share its pools), else the client's own.
+    pub fn pool_user<'a>(&'a self, client_user: &'a str, name: &str) -> &'a str {
+        self.forced_login_of(name)
             .map_or(client_user, |l| l.user.as_str())
     }
 
-    /// What a new server connection to `server_database` (`None`: a MySQL
-    /// connection, which serves every schema) runs before it serves: the
-    /// database's `connect_query`, else the cluster's.
-    pub fn connect_query(&self, server_database: Option<&str>) -> Option<&str> {
-        server_database
-            .and_then(|d| self.database_entry(d))
+    /// The forced login a pool of `user` on `server_database` logs in
+    /// with: that of a `[[cluster.database]]` of this server database
+    /// forcing `user` (its pool key, [`Cluster::pool_user`]).
+    pub fn forced_login(&self, server_database: &str, user: &str) -> Option<&ServerLogin> {
+        self.forced_entry(server_database, user)?.server.as_ref()
+    }
+
+    fn forced_entry(&self, server_database: &str, user: &str) -> Option<&Database> {
+        self.databases.iter().find(|d| {
+            d.server_database == server_database && d.server.as_ref().is_some_and(|s| s.user == user)
+        })
+    }
+
+    /// What a new server connection of `user`'s pool on `server_database`
+    /// (`None`: a MySQL connection, which serves every schema) runs before
+    /// it serves: the `connect_query` of the `[[cluster.database]]` whose
+    /// pool it is (one forcing `user`, else one forcing none), else the
+    /// cluster's. Entries sharing a pool agree on it (validated).
+    pub fn connect_query(&self, server_database: Option<&str>, user: &str) -> Option<&str> {
+        let entry = server_database.and_then(|db| {
+            self.forced_entry(db, user).or_else(|| {
+                self.databases
+                    .iter()
+                    .find(|d| d.server_database == db && d.server.is_none())
+            })
+        });
+        entry
             .and_then(|d| d.connect_query.as_deref())
             .or(self.connect_query.as_deref())
     }

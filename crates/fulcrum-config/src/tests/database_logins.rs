@@ -35,23 +35,21 @@ fn a_database_forces_a_server_login_and_its_connect_query_wins() {
 "#
     ));
     let c = &config.clusters[0];
-    let login = c.forced_login("shop").expect("forced");
+    let login = c.forced_login_of("shop").expect("forced");
     assert_eq!(
         (login.user.as_str(), login.password.as_str()),
         ("shop_owner", "owner secret")
     );
     assert_eq!(c.pool_user("app", "shop"), "shop_owner");
     assert_eq!(c.pool_user("app", "other"), "app");
-    assert!(c.forced_login("other").is_none());
-    assert_eq!(
-        c.connect_query(Some("shop")),
-        Some("SET search_path = shop")
-    );
-    assert_eq!(
-        c.connect_query(Some("other")),
-        Some("SET application_name = 'cluster'")
-    );
-    assert_eq!(c.connect_query(None), Some("SET application_name = 'cluster'"));
+    assert!(c.forced_login_of("other").is_none());
+    // A pool's login and query, by its key (server database, user).
+    assert!(c.forced_login("shop", "shop_owner").is_some());
+    assert!(c.forced_login("shop", "app").is_none());
+    let cq = |db, user| c.connect_query(db, user);
+    assert_eq!(cq(Some("shop"), "shop_owner"), Some("SET search_path = shop"));
+    assert_eq!(cq(Some("other"), "app"), Some("SET application_name = 'cluster'"));
+    assert_eq!(cq(None, "app"), Some("SET application_name = 'cluster'"));
     // Never printed.
     assert!(!format!("{c:?}").contains("owner secret"));
 }
@@ -66,13 +64,13 @@ fn a_forced_server_password_comes_from_the_environment_too() {
     server_password = { env = "FULCRUM_TEST_DB_LOGIN_PASSWORD" }
 "#,
     ));
-    let login = config.clusters[0].forced_login("shop").expect("forced");
+    let login = config.clusters[0].forced_login_of("shop").expect("forced");
     assert_eq!(login.password, "from env");
     // No password: an empty one (trust on the server, as for a user's).
     let config = parse(&with(
         "    [[cluster.database]]\n    name = \"shop\"\n    server_user = \"owner\"\n",
     ));
-    let login = config.clusters[0].forced_login("shop").expect("forced");
+    let login = config.clusters[0].forced_login_of("shop").expect("forced");
     assert_eq!(login.password, "");
 }
 
@@ -124,11 +122,22 @@ fn bad_database_logins_and_connect_queries_name_file_line_and_key() {
         (
             &with(
                 "    [[cluster.database]]\n    name = \"shop\"\n    server_user = \"o\"\n\
-                 \x20   [[cluster.database]]\n    name = \"store\"\n    server_database = \"shop\"\n",
+                 \x20   [[cluster.database]]\n    name = \"store\"\n    server_database = \"shop\"\n\
+                 \x20   server_user = \"o\"\n    server_password = \"p\"\n",
             ),
             "fulcrum.toml:14: cluster[0].database[1].server_database: database[0] (\"shop\") is also \
-             server database \"shop\": aliases of one server database share its pools, so give them \
-             the same server_user, server_password and connect_query",
+             server database \"shop\" forcing server_user \"o\": such aliases share its pools, so \
+             give them the same server_password and connect_query",
+        ),
+        (
+            &with(
+                "    [[cluster.database]]\n    name = \"shop\"\n\
+                 \x20   [[cluster.database]]\n    name = \"store\"\n    server_database = \"shop\"\n\
+                 \x20   connect_query = \"SELECT 1\"\n",
+            ),
+            "fulcrum.toml:13: cluster[0].database[1].server_database: database[0] (\"shop\") is also \
+             server database \"shop\" forcing no server_user: such aliases share its pools, so \
+             give them the same server_password and connect_query",
         ),
         (
             &mysql_db("server_user = \"o\""),
@@ -139,4 +148,27 @@ fn bad_database_logins_and_connect_queries_name_file_line_and_key() {
             &format!("fulcrum.toml:13: cluster[0].database[0].connect_query: {why_mysql}"),
         ),
     ]);
+}
+
+#[test]
+fn aliases_of_one_server_database_may_force_different_logins() {
+    // PgBouncer's `shop = dbname=app user=owner` beside `app = dbname=app`:
+    // two pools, each with its own login and query.
+    let config = parse(&with(
+        r#"    [[cluster.database]]
+    name = "shop"
+    server_database = "app"
+    server_user = "owner"
+    connect_query = "SELECT 'owner'"
+    [[cluster.database]]
+    name = "app"
+    connect_query = "SELECT 'plain'"
+"#,
+    ));
+    let c = &config.clusters[0];
+    assert_eq!(c.pool_user("app", "shop"), "owner");
+    assert_eq!(c.pool_user("app", "app"), "app");
+    assert_eq!(c.connect_query(Some("app"), "owner"), Some("SELECT 'owner'"));
+    assert_eq!(c.connect_query(Some("app"), "app"), Some("SELECT 'plain'"));
+    assert!(c.forced_login("app", "app").is_none());
 }

@@ -22,9 +22,10 @@ pub(super) fn connect_query(t: &Table, value: &Value<String>) -> Result<Option<S
 }
 
 /// `[[cluster.database]]`: names unique; `server_database` defaults to the
-/// name; aliases of one server database share its pools, so they agree on
-/// `server_user`, `server_password` and `connect_query`. Those three are
-/// PostgreSQL's: a MySQL connection serves every schema.
+/// name; aliases of one server database that share pools (both forcing the
+/// same `server_user`, or neither forcing one) agree on `server_password`
+/// and `connect_query`. Those keys are PostgreSQL's: a MySQL connection
+/// serves every schema.
 pub(super) fn databases(
     t: &Table,
     c: &RawCluster,
@@ -65,14 +66,17 @@ pub(super) fn databases(
         }
         let server = server_login(&dt, &d.server_user, &d.server_password, base)?;
         let connect_query = connect_query(&dt, &d.connect_query)?;
-        if let Some((j, other)) = out
-            .iter()
-            .enumerate()
-            .find(|(_, o)| o.server_database == server_database)
-        {
+        let forced = server.as_ref().map(|s| &s.user);
+        if let Some((j, other)) = out.iter().enumerate().find(|(_, o)| {
+            o.server_database == server_database && o.server.as_ref().map(|s| &s.user) == forced
+        }) {
             if other.server != server || other.connect_query != connect_query {
+                let login = match forced {
+                    Some(u) => format!("forcing server_user {u:?}"),
+                    None => "forcing no server_user".to_owned(),
+                };
                 let reason = format!(
-                    "database[{j}] ({:?}) is also server database {server_database:?}: aliases of one server database share its pools, so give them the same server_user, server_password and connect_query",
+                    "database[{j}] ({:?}) is also server database {server_database:?} {login}: such aliases share its pools, so give them the same server_password and connect_query",
                     other.name
                 );
                 return Err(dt.error_at_header("server_database", reason));

@@ -304,7 +304,7 @@ impl MyClusterContext {
         // otherwise carry its size, idle clients' sessions included.
         let timeout = self.config.connect_timeout;
         let mut conn = Box::pin(connect(&target, timeout)).await?;
-        if let Some(sql) = self.config.connect_query(None) {
+        if let Some(sql) = self.config.connect_query(None, user) {
             Box::pin(conn.run_connect_query(sql, timeout)).await?;
         }
         Ok(conn)

@@ -186,7 +186,7 @@ impl ClusterContext {
         database: &str,
     ) -> Result<ServerConn, ConnectError> {
         let mut conn = self.log_in(backend, user, database).await?;
-        if let Some(sql) = self.config.connect_query(Some(database)) {
+        if let Some(sql) = self.config.connect_query(Some(database), user) {
             // Boxed, as the login: rare, and large for every checkout's future.
             let (address, timeout) = (&self.backends[backend], self.config.connect_timeout);
             Box::pin(crate::backend::run_connect_query(&mut conn, sql, address, timeout)).await?;
@@ -201,7 +201,7 @@ impl ClusterContext {
         user: &str,
         database: &str,
     ) -> Result<ServerConn, ConnectError> {
-        let forced = self.config.forced_login(database);
+        let forced = self.config.forced_login(database, user);
         let (server_user, credential) = match (forced, self.users.get(user)) {
             // `[[cluster.database]]` with server_user: whoever the client is.
             (Some(l), _) => (l.user.clone(), Credential::Password(l.password.clone())),
@@ -266,7 +266,7 @@ impl ProtocolContext for ClusterContext {
         for d in &self.config.databases {
             let database: Arc<str> = d.server_database.as_str().into();
             for u in &self.config.users {
-                let user = self.config.pool_user(&u.name, &d.server_database);
+                let user = self.config.pool_user(&u.name, &d.name);
                 if !out.iter().any(|(o, db)| **o == *user && *db == database) {
                     out.push((user.into(), database.clone()));
                 }

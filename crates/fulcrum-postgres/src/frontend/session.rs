@@ -237,15 +237,11 @@ impl Session {
             fulcrum_session::Framing::Postgres,
         )
         .with_debug(ctx.config.transaction_replay.is_some_and(|r| r.debug));
-        let pool_user: Arc<str> = match ctx.config.forced_login(&login.database) {
-            Some(l) => l.user.as_str().into(),
-            None => login.user.clone(),
-        };
         Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
             id: ClientId {
-                pool_user,
+                pool_user: login.pool_user,
                 user: login.user,
                 database: login.database,
                 cancel,

@@ -73,12 +73,15 @@ pub(super) fn write(
     notes: &mut Vec<String>,
 ) {
     for (i, db) in dbs.iter().enumerate() {
-        // Aliases of one server database share its pools in Fulcrum: the
-        // first one's login and connect_query go for all.
-        let first = dbs[..i].iter().find(|o| o.server == db.server);
+        // Aliases of one server database with the same user= (or none)
+        // share pools in Fulcrum: the first one's password and
+        // connect_query go for all of them.
+        let first = dbs[..i]
+            .iter()
+            .find(|o| o.server == db.server && o.user == db.user);
         let db_keys = match first {
             Some(f) if f.shared() != db.shared() => {
-                notes.push(format!("[databases] {}: same server database as {} with another user=/password=/connect_query=; Fulcrum's aliases of one server database share its pools: took {}'s", db.alias, f.alias, f.alias));
+                notes.push(format!("[databases] {}: same server database and user= as {} with another password=/connect_query=; such aliases share pools in Fulcrum: took {}'s", db.alias, f.alias, f.alias));
                 f
             }
             _ => db,
@@ -156,12 +159,12 @@ mod tests {
         assert!(!notes.contains("is per user in Fulcrum"), "{notes}");
         assert!(!notes.contains("connect_query="), "carried, not noted: {notes}");
         // What it wrote is a config Fulcrum takes, with those values.
-        let file = format!("{t}");
-        let config = fulcrum_config::parse(&file, std::path::Path::new("f.toml")).expect("valid");
+        let config = fulcrum_config::parse(t, std::path::Path::new("f.toml")).expect("valid");
         let c = &config.clusters[0];
-        assert_eq!(c.forced_login("shop").unwrap().user, "owner");
-        assert_eq!(c.connect_query(Some("shop")), Some("SET search_path = shop, public"));
-        assert_eq!(c.connect_query(Some("plain")), None);
+        assert_eq!(c.forced_login_of("shop").unwrap().user, "owner");
+        let cq = c.connect_query(Some("shop"), "owner");
+        assert_eq!(cq, Some("SET search_path = shop, public"));
+        assert_eq!(c.connect_query(Some("plain"), "app"), None);
     }
 
     #[test]
@@ -174,17 +177,24 @@ mod tests {
         let notes = r.notes.join("\n");
         assert!(notes.contains("[databases] *: user=/password= not carried over"), "{notes}");
         let config = fulcrum_config::parse(&r.toml, std::path::Path::new("f.toml")).expect("valid");
-        assert_eq!(config.clusters[0].connect_query(Some("any")), Some("SELECT 1"));
+        let cq = config.clusters[0].connect_query(Some("any"), "app");
+        assert_eq!(cq, Some("SELECT 1"));
     }
 
     #[test]
-    fn aliases_of_one_server_database_get_the_first_one_s_login() {
+    fn aliases_sharing_a_pool_get_the_first_one_s_connect_query() {
         let ini = Ini::parse(
-            "[databases]\na = host=h dbname=d user=owner\nb = host=h dbname=d user=app\n[pgbouncer]\n",
+            "[databases]\na = host=h dbname=d user=owner connect_query='SELECT 1'\n\
+             b = host=h dbname=d user=owner connect_query='SELECT 2'\n\
+             c = host=h dbname=d user=app connect_query='SELECT 3'\n[pgbouncer]\n",
         );
         let r = import(&ini, &users(), "p.ini").unwrap();
-        assert_eq!(r.toml.matches("server_user = \"owner\"").count(), 2, "{}", r.toml);
-        assert!(r.notes.join("\n").contains("[databases] b: same server database as a"));
-        fulcrum_config::parse(&r.toml, std::path::Path::new("f.toml")).expect("valid");
+        let t = &r.toml;
+        assert_eq!(t.matches("connect_query = \"SELECT 1\"").count(), 2, "{t}");
+        assert_eq!(t.matches("connect_query = \"SELECT 3\"").count(), 1, "another login: its own");
+        let notes = r.notes.join("\n");
+        assert!(notes.contains("[databases] b: same server database and user= as a"), "{notes}");
+        assert!(!notes.contains("[databases] c:"), "{notes}");
+        fulcrum_config::parse(t, std::path::Path::new("f.toml")).expect("valid");
     }
 }
