@@ -74,7 +74,10 @@ async fn a_database_forcing_a_login_serves_every_client_as_it_from_one_pool() {
             "{who} on shop runs as the forced login\n{}",
             f.log_contents()
         );
-        assert_eq!(first_value(client, "SELECT session_user").await, APP_MD5_USER);
+        assert_eq!(
+            first_value(client, "SELECT session_user").await,
+            APP_MD5_USER
+        );
         assert_eq!(
             first_value(client, "SELECT current_setting('app.cq')").await,
             "database",
@@ -104,8 +107,12 @@ async fn a_database_forcing_a_login_serves_every_client_as_it_from_one_pool() {
         "host=127.0.0.1 port={port} user=web password={APP_PASSWORD} dbname=shop connect_timeout=10"
     ))
     .await;
-    let e = wrong.err().expect("the server's password is not web's");
-    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("28P01"), "{e:?}");
+    let e = wrong.expect_err("the server's password is not web's");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("28P01"),
+        "{e:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,9 +163,8 @@ async fn connect_query_runs_once_per_new_server_connection_warm_up_included() {
     assert_eq!(count("cq_opened"), opened);
     // One row per server connection of the forced role, each run as it:
     // the live connections are exactly those logged.
-    let list = |sql: &str| {
-        tokio::task::block_in_place(|| cluster().primary().sql(sql)).expect("list")
-    };
+    let list =
+        |sql: &str| tokio::task::block_in_place(|| cluster().primary().sql(sql)).expect("list");
     let live = list(
         "SELECT string_agg(client_port::text, ',' ORDER BY client_port) FROM pg_stat_activity WHERE usename = 'cq_owner'",
     );
@@ -187,14 +193,15 @@ async fn a_failing_connect_query_fails_the_login_at_once_and_a_reload_fixes_it()
         "host=127.0.0.1 port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB} connect_timeout=30"
     ))
     .await
-    .err()
-    .expect("the login fails");
+    .expect_err("the login fails");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "answered at once, not after pool_timeout: {:?}",
         started.elapsed()
     );
-    let db = e.as_db_error().unwrap_or_else(|| panic!("an ErrorResponse: {e:?}"));
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("an ErrorResponse: {e:?}"));
     assert_eq!(db.code().code(), "08006", "{db:?}");
     assert!(
         db.message().contains("connect_query failed")

@@ -425,7 +425,8 @@ impl Cluster {
 
     fn forced_entry(&self, server_database: &str, user: &str) -> Option<&Database> {
         self.databases.iter().find(|d| {
-            d.server_database == server_database && d.server.as_ref().is_some_and(|s| s.user == user)
+            d.server_database == server_database
+                && d.server.as_ref().is_some_and(|s| s.user == user)
         })
     }
 

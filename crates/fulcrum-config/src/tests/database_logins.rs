@@ -13,7 +13,11 @@ fn with(extra: &str) -> String {
 
 /// `MINIMAL` with `line` in its `[[cluster]]` table, on line 5.
 fn with_cluster_key(line: &str) -> String {
-    MINIMAL.replacen("    [[cluster.backend]]", &format!("    {line}\n    [[cluster.backend]]"), 1)
+    MINIMAL.replacen(
+        "    [[cluster.backend]]",
+        &format!("    {line}\n    [[cluster.backend]]"),
+        1,
+    )
 }
 
 fn parse(text: &str) -> crate::Config {
@@ -47,8 +51,14 @@ fn a_database_forces_a_server_login_and_its_connect_query_wins() {
     assert!(c.forced_login("shop", "shop_owner").is_some());
     assert!(c.forced_login("shop", "app").is_none());
     let cq = |db, user| c.connect_query(db, user);
-    assert_eq!(cq(Some("shop"), "shop_owner"), Some("SET search_path = shop"));
-    assert_eq!(cq(Some("other"), "app"), Some("SET application_name = 'cluster'"));
+    assert_eq!(
+        cq(Some("shop"), "shop_owner"),
+        Some("SET search_path = shop")
+    );
+    assert_eq!(
+        cq(Some("other"), "app"),
+        Some("SET application_name = 'cluster'")
+    );
     assert_eq!(cq(None, "app"), Some("SET application_name = 'cluster'"));
     // Never printed.
     assert!(!format!("{c:?}").contains("owner secret"));
@@ -79,7 +89,8 @@ fn bad_database_logins_and_connect_queries_name_file_line_and_key() {
     let mysql = MINIMAL
         .replace("\"postgres\"", "\"mysql\"")
         .replace("5432", "3306");
-    let mysql_db = |key: &str| format!("{mysql}    [[cluster.database]]\n    name = \"shop\"\n    {key}\n");
+    let mysql_db =
+        |key: &str| format!("{mysql}    [[cluster.database]]\n    name = \"shop\"\n    {key}\n");
     let why_mysql = "is for PostgreSQL clusters: a MySQL server connection serves every schema \
                      (set server_user on [[cluster.user]], connect_query on [[cluster]])";
     assert_errors(&[
@@ -168,7 +179,10 @@ fn aliases_of_one_server_database_may_force_different_logins() {
     let c = &config.clusters[0];
     assert_eq!(c.pool_user("app", "shop"), "owner");
     assert_eq!(c.pool_user("app", "app"), "app");
-    assert_eq!(c.connect_query(Some("app"), "owner"), Some("SELECT 'owner'"));
+    assert_eq!(
+        c.connect_query(Some("app"), "owner"),
+        Some("SELECT 'owner'")
+    );
     assert_eq!(c.connect_query(Some("app"), "app"), Some("SELECT 'plain'"));
     assert!(c.forced_login("app", "app").is_none());
 }

@@ -53,7 +53,10 @@ pub(super) fn databases(
         if protocol == Protocol::Mysql {
             let mysql_only = [
                 ("server_user", d.server_user.as_ref().map(|v| v.span())),
-                ("server_password", d.server_password.as_ref().map(|v| v.span())),
+                (
+                    "server_password",
+                    d.server_password.as_ref().map(|v| v.span()),
+                ),
                 ("connect_query", d.connect_query.as_ref().map(|v| v.span())),
             ];
             if let Some((key, Some(span))) = mysql_only.into_iter().find(|(_, s)| s.is_some()) {

@@ -217,15 +217,20 @@ impl ServerConn {
         sql: &str,
         timeout: std::time::Duration,
     ) -> Result<(), super::ConnectError> {
-        let reason = match tokio::time::timeout(timeout, self.run_simple(Command::Query, sql.as_bytes())).await {
-            Ok(Ok(())) => {
-                self.connect_query = Some(sql.into());
-                return Ok(());
-            }
-            Ok(Err(InternalError::Server { code, message, .. })) => format!("{message} ({code})"),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {timeout:?}"),
-        };
+        let reason =
+            match tokio::time::timeout(timeout, self.run_simple(Command::Query, sql.as_bytes()))
+                .await
+            {
+                Ok(Ok(())) => {
+                    self.connect_query = Some(sql.into());
+                    return Ok(());
+                }
+                Ok(Err(InternalError::Server { code, message, .. })) => {
+                    format!("{message} ({code})")
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {timeout:?}"),
+            };
         tracing::warn!(server = %self.address, error = %reason, "connect_query failed; the new server connection is closed");
         Err(super::ConnectError::ConnectQuery {
             address: self.address.clone(),

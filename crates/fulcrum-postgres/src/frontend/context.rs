@@ -189,7 +189,10 @@ impl ClusterContext {
         if let Some(sql) = self.config.connect_query(Some(database), user) {
             // Boxed, as the login: rare, and large for every checkout's future.
             let (address, timeout) = (&self.backends[backend], self.config.connect_timeout);
-            Box::pin(crate::backend::run_connect_query(&mut conn, sql, address, timeout)).await?;
+            Box::pin(crate::backend::run_connect_query(
+                &mut conn, sql, address, timeout,
+            ))
+            .await?;
         }
         Ok(conn)
     }

@@ -124,7 +124,10 @@ mod tests {
         vec![
             ("app".into(), "secret".into()),
             ("owner".into(), "owner-secret".into()),
-            ("hashed".into(), "md5d41d8cd98f00b204e9800998ecf8427e".into()),
+            (
+                "hashed".into(),
+                "md5d41d8cd98f00b204e9800998ecf8427e".into(),
+            ),
         ]
     }
 
@@ -150,14 +153,20 @@ mod tests {
             t.contains("name = \"pay\"\nserver_user = \"payer\"\nserver_password = \"it's-me\"\n"),
             "{t}"
         );
-        assert!(t.contains("name = \"old\"\nserver_user = \"hashed\"\n\n"), "{t}");
+        assert!(
+            t.contains("name = \"old\"\nserver_user = \"hashed\"\n\n"),
+            "{t}"
+        );
         let notes = r.notes.join("\n");
         assert!(
             notes.contains("[databases] old: user=hashed: no clear-text password"),
             "{notes}"
         );
         assert!(!notes.contains("is per user in Fulcrum"), "{notes}");
-        assert!(!notes.contains("connect_query="), "carried, not noted: {notes}");
+        assert!(
+            !notes.contains("connect_query="),
+            "carried, not noted: {notes}"
+        );
         // What it wrote is a config Fulcrum takes, with those values.
         let config = fulcrum_config::parse(t, std::path::Path::new("f.toml")).expect("valid");
         let c = &config.clusters[0];
@@ -173,9 +182,16 @@ mod tests {
             "[databases]\n* = host=10.0.0.1 connect_query='SELECT 1' user=owner\n[pgbouncer]\n",
         );
         let r = import(&ini, &users(), "p.ini").unwrap();
-        assert!(r.toml.contains("connect_query = \"SELECT 1\"\n"), "{}", r.toml);
+        assert!(
+            r.toml.contains("connect_query = \"SELECT 1\"\n"),
+            "{}",
+            r.toml
+        );
         let notes = r.notes.join("\n");
-        assert!(notes.contains("[databases] *: user=/password= not carried over"), "{notes}");
+        assert!(
+            notes.contains("[databases] *: user=/password= not carried over"),
+            "{notes}"
+        );
         let config = fulcrum_config::parse(&r.toml, std::path::Path::new("f.toml")).expect("valid");
         let cq = config.clusters[0].connect_query(Some("any"), "app");
         assert_eq!(cq, Some("SELECT 1"));
@@ -191,9 +207,16 @@ mod tests {
         let r = import(&ini, &users(), "p.ini").unwrap();
         let t = &r.toml;
         assert_eq!(t.matches("connect_query = \"SELECT 1\"").count(), 2, "{t}");
-        assert_eq!(t.matches("connect_query = \"SELECT 3\"").count(), 1, "another login: its own");
+        assert_eq!(
+            t.matches("connect_query = \"SELECT 3\"").count(),
+            1,
+            "another login: its own"
+        );
         let notes = r.notes.join("\n");
-        assert!(notes.contains("[databases] b: same server database and user= as a"), "{notes}");
+        assert!(
+            notes.contains("[databases] b: same server database and user= as a"),
+            "{notes}"
+        );
         assert!(!notes.contains("[databases] c:"), "{notes}");
         fulcrum_config::parse(t, std::path::Path::new("f.toml")).expect("valid");
     }

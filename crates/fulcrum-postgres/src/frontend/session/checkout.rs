@@ -24,7 +24,9 @@ impl Checkouts for Session {
         let pool = match &self.pool {
             Some((b, p)) if *b == backend => p.clone(),
             _ => {
-                let p = self.ctx.pool(backend, &self.id.pool_user, &self.id.database);
+                let p = self
+                    .ctx
+                    .pool(backend, &self.id.pool_user, &self.id.database);
                 self.pool = Some((backend, p.clone()));
                 p
             }
