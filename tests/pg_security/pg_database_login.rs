@@ -91,6 +91,20 @@ async fn a_database_forcing_a_login_serves_every_client_as_it_from_one_pool() {
     let conn = first_value(&app, port_of).await;
     assert_eq!(first_value(&web, port_of).await, conn);
 
+    // LISTEN (answered by Fulcrum in transaction pooling) listens on a
+    // connection of the forced login too.
+    app.batch_execute("LISTEN cq_forced_channel")
+        .await
+        .expect("LISTEN");
+    let listeners = tokio::task::block_in_place(|| {
+        cluster().primary().sql(
+            "SELECT string_agg(DISTINCT usename, ',') FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN%cq_forced_channel%'",
+        )
+    })
+    .expect("listeners");
+    assert_eq!(listeners, APP_MD5_USER, "{}", f.log_contents());
+
     // The other database: each user's own login, and the cluster's query.
     let app_plain = login(port, APP_USER, APP_PASSWORD, APP_DB).await;
     let web_plain = login(port, "web", "web-pw", APP_DB).await;
