@@ -200,6 +200,7 @@ mod pg {
         rt.spawn(server(server_end));
         let (client_end, session_end) = tokio::io::duplex(PIPE);
         let login = Login {
+            pool_user: user.clone(),
             user: user.clone(),
             database: database.clone(),
             startup: BTreeMap::new(),
@@ -353,6 +354,7 @@ mod my {
             prepared: Default::default(),
             stmt_clock: 0,
             track_gtid: false,
+            connect_query: None,
         };
         let wire = caps() & fulcrum_mysql::codec::capabilities::WIRE_FORMAT;
         let pool = ctx.pool(0, &user, wire, charset);

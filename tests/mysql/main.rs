@@ -4,13 +4,14 @@
 //! OLTP, drivers, bad input, credentials and TLS. One test binary; each
 //! module was a binary of its own before.
 //!
-//! Clusters: `my_drivers` and `my_bad_input` share one primary with a
+//! Clusters: `my_drivers`, `my_bad_input` and `my_connect_query` share one primary with a
 //! replica (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
 //! packets), `my_sysbench` (which counts `Com_select` per server),
 //! `my_credentials` (its own server-side users) and `my_tls` (a TLS-only
 //! server) keep their own; other tests start one each.
 
 mod my_bad_input;
+mod my_connect_query;
 mod my_credentials;
 mod my_drivers;
 mod my_identity;

@@ -329,8 +329,8 @@ fn passwords_from_files_and_the_environment() {
 
 /// `fulcrum check --connect` logs in to each backend with each login and
 /// reports the role, or why it failed (exit 1): a good login on the
-/// primary, a user whose password the server refuses, a backend that is
-/// not there.
+/// primary, a user (and a database's forced login) whose password the
+/// server refuses, a backend that is not there.
 #[test]
 fn check_connect_reports_each_backends_role_and_each_refusal() {
     let c = fulcrum_suite::pg_primary();
@@ -344,7 +344,9 @@ fn check_connect_reports_each_backends_role_and_each_refusal() {
              [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
              [[cluster.backend]]\naddress = \"127.0.0.1:{nowhere}\"\nrole = \"replica\"\n\
              [[cluster.user]]\nname = \"{}\"\npassword = \"{}\"\n\
-             [[cluster.user]]\nname = \"intruder\"\npassword = \"guess\"\n",
+             [[cluster.user]]\nname = \"intruder\"\npassword = \"guess\"\n\
+             [[cluster.database]]\nname = \"forced\"\nserver_database = \"app\"\n\
+             server_user = \"app_md5\"\nserver_password = \"not-its-password\"\n",
             c.primary().addr(),
             fulcrum_testkit::APP_USER,
             fulcrum_testkit::APP_PASSWORD
@@ -374,6 +376,13 @@ fn check_connect_reports_each_backends_role_and_each_refusal() {
     assert!(
         stderr.contains(&format!(
             "main: {primary} as intruder: FAILED: login refused"
+        )),
+        "{stderr}"
+    );
+    // A database's forced login is checked too.
+    assert!(
+        stderr.contains(&format!(
+            "main: {primary} as app_md5: FAILED: login refused"
         )),
         "{stderr}"
     );

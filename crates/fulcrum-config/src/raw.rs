@@ -107,6 +107,7 @@ pub(crate) struct RawCluster {
     pub server_cleartext: Value<bool>,
     pub server_reset_query: Value<String>,
     pub server_reset_query_always: Value<bool>,
+    pub connect_query: Value<String>,
     pub health_interval: Value<DurationText>,
     pub health_timeout: Value<DurationText>,
     pub health_failures: Value<Int>,
@@ -176,6 +177,9 @@ pub(crate) struct RawMirror {
 pub(crate) struct RawDatabase {
     pub name: Value<String>,
     pub server_database: Value<String>,
+    pub server_user: Value<String>,
+    pub server_password: Value<SecretText>,
+    pub connect_query: Value<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -325,6 +325,9 @@ pub struct Cluster {
     pub server_reset_query: String,
     /// Also run it on every return in transaction pooling.
     pub server_reset_query_always: bool,
+    /// Run once on every new server connection, after its login and before
+    /// it serves a client (`connect_query`; a database's own overrides it).
+    pub connect_query: Option<String>,
     /// Health checks, lag limit and failover.
     pub health: Health,
     /// Who decides the primary (`topology`): this instance's probes, a
@@ -375,6 +378,14 @@ pub struct Database {
     pub name: String,
     /// What the servers call it (default: the same).
     pub server_database: String,
+    /// PostgreSQL: every client of this database is served by connections
+    /// logged in as this (`server_user`, `server_password`), whoever it
+    /// logged in as: one pool per backend for them all (PgBouncer's
+    /// `user=`/`password=` in `[databases]`).
+    pub server: Option<ServerLogin>,
+    /// PostgreSQL: run on each new server connection of this database
+    /// instead of the cluster's `connect_query`.
+    pub connect_query: Option<String>,
 }
 
 impl Cluster {
@@ -388,6 +399,56 @@ impl Cluster {
             .iter()
             .find(|d| d.name == client)
             .map(|d| d.server_database.as_str())
+    }
+
+    /// The login every client of the database it asked for (`name`, as
+    /// listed) is served with, when its `[[cluster.database]]` forces one.
+    pub fn forced_login_of(&self, name: &str) -> Option<&ServerLogin> {
+        self.databases
+            .iter()
+            .find(|d| d.name == name)?
+            .server
+            .as_ref()
+    }
+
+    /// The user a client's pools are keyed by when it asked for database
+    /// `name`: the server login that database forces (all its clients
+    /// share its pools), else the client's own.
+    pub fn pool_user<'a>(&'a self, client_user: &'a str, name: &str) -> &'a str {
+        self.forced_login_of(name)
+            .map_or(client_user, |l| l.user.as_str())
+    }
+
+    /// The forced login a pool of `user` on `server_database` logs in
+    /// with: that of a `[[cluster.database]]` of this server database
+    /// forcing `user` (its pool key, [`Cluster::pool_user`]).
+    pub fn forced_login(&self, server_database: &str, user: &str) -> Option<&ServerLogin> {
+        self.forced_entry(server_database, user)?.server.as_ref()
+    }
+
+    fn forced_entry(&self, server_database: &str, user: &str) -> Option<&Database> {
+        self.databases.iter().find(|d| {
+            d.server_database == server_database
+                && d.server.as_ref().is_some_and(|s| s.user == user)
+        })
+    }
+
+    /// What a new server connection of `user`'s pool on `server_database`
+    /// (`None`: a MySQL connection, which serves every schema) runs before
+    /// it serves: the `connect_query` of the `[[cluster.database]]` whose
+    /// pool it is (one forcing `user`, else one forcing none), else the
+    /// cluster's. Entries sharing a pool agree on it (validated).
+    pub fn connect_query(&self, server_database: Option<&str>, user: &str) -> Option<&str> {
+        let entry = server_database.and_then(|db| {
+            self.forced_entry(db, user).or_else(|| {
+                self.databases
+                    .iter()
+                    .find(|d| d.server_database == db && d.server.is_none())
+            })
+        });
+        entry
+            .and_then(|d| d.connect_query.as_deref())
+            .or(self.connect_query.as_deref())
     }
 }
 

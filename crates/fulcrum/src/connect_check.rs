@@ -73,12 +73,21 @@ pub async fn check(config: &Config) -> Vec<Line> {
     out
 }
 
-/// The health probe's login, then each user's server login, once each.
+/// The health probe's login, then each user's server login and each
+/// login a `[[cluster.database]]` forces, once each.
 fn logins(cluster: &Cluster) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> =
         vec![(cluster.health.user.clone(), cluster.health.password.clone())];
-    for u in &cluster.users {
-        let login = (u.server_user().to_owned(), u.server_password().to_owned());
+    let users = cluster
+        .users
+        .iter()
+        .map(|u| (u.server_user().to_owned(), u.server_password().to_owned()));
+    let forced = cluster
+        .databases
+        .iter()
+        .filter_map(|d| d.server.as_ref())
+        .map(|l| (l.user.clone(), l.password.clone()));
+    for login in users.chain(forced) {
         if !out.iter().any(|(n, _)| *n == login.0) {
             out.push(login);
         }

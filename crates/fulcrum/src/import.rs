@@ -2,4 +2,5 @@
 
 pub mod ini;
 pub mod pgbouncer;
+mod pgbouncer_databases;
 mod pgbouncer_keys;

@@ -4,6 +4,7 @@
 mod backend_user_errors;
 mod cluster_errors;
 mod coordinator_access;
+mod database_logins;
 mod documented;
 mod file_errors;
 mod tls;

@@ -55,6 +55,15 @@ pub struct ServerLogin {
     pub password: String,
 }
 
+impl std::fmt::Debug for ServerLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerLogin")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
 impl User {
     /// A user who logs in to the servers as itself.
     pub fn new(name: impl Into<String>, password: impl Into<String>) -> User {

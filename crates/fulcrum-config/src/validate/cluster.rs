@@ -240,7 +240,8 @@ pub(super) fn cluster(
         .is_some_and(|v| *v.get_ref());
     let server_cleartext = c.server_cleartext.as_ref().is_some_and(|v| *v.get_ref());
     let backends = backends(&t, c, &name, base)?;
-    let databases = databases(&t, c)?;
+    let connect_query = super::databases::connect_query(&t, &c.connect_query)?;
+    let databases = super::databases::databases(&t, c, protocol, base)?;
     let mirrors = super::mirror::mirrors(&t, c, base)?;
     // With auth_user, users may all come from the server.
     let users = if c.user.is_none() && c.auth_user.is_some() {
@@ -322,6 +323,7 @@ pub(super) fn cluster(
         allow_local_infile,
         server_reset_query,
         server_reset_query_always,
+        connect_query,
         server_cleartext,
         health,
         topology,
@@ -479,32 +481,4 @@ pub(super) fn non_empty<'r, T>(
         Some(tables) if tables.get_ref().0.is_empty() => Err(t.error(tables, name, reason)),
         Some(tables) => Ok(&tables.get_ref().0),
     }
-}
-
-/// `[[cluster.database]]`: names unique; `server_database` defaults to the name.
-fn databases(t: &Table, c: &RawCluster) -> Result<Vec<crate::types::Database>, Problem> {
-    let items = c
-        .database
-        .as_ref()
-        .map_or(&[][..], |d| d.get_ref().0.as_slice());
-    let mut out: Vec<crate::types::Database> = Vec::with_capacity(items.len());
-    for (i, raw) in items.iter().enumerate() {
-        let dt = t.child(&format!("database[{i}]"), raw.span());
-        let d = raw.get_ref();
-        let name = dt.text(&d.name, "name", None)?;
-        if let Some(j) = out.iter().position(|o| o.name == name) {
-            let v = dt.required(&d.name, "name")?;
-            return Err(dt.error(
-                v,
-                "name",
-                format!("database {name:?} is already database[{j}]"),
-            ));
-        }
-        let server_database = dt.text(&d.server_database, "server_database", Some(&name))?;
-        out.push(crate::types::Database {
-            name,
-            server_database,
-        });
-    }
-    Ok(out)
 }

@@ -6,7 +6,7 @@
 use super::cluster::non_empty;
 use super::table::Table;
 use crate::error::Problem;
-use crate::raw::{RawCluster, RawUser, Tables, Value};
+use crate::raw::{RawCluster, RawUser, SecretText, Tables, Value};
 use crate::types::{defaults, ClientAuth, Protocol, User};
 
 const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
@@ -186,19 +186,7 @@ pub(super) fn users(
             let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }
-        let server = match (&u.server_user, &u.server_password) {
-            (None, None) => None,
-            (None, Some(v)) => {
-                return Err(ut.error(v, "server_password", "needs server_user"));
-            }
-            (Some(_), p) => Some(crate::types::ServerLogin {
-                user: ut.text(&u.server_user, "server_user", None)?,
-                password: match p {
-                    Some(p) => ut.secret(p, "server_password", base)?,
-                    None => String::new(),
-                },
-            }),
-        };
+        let server = server_login(&ut, &u.server_user, &u.server_password, base)?;
         out.push(User {
             name,
             password,
@@ -206,4 +194,26 @@ pub(super) fn users(
         });
     }
     Ok(out)
+}
+
+/// `server_user` and `server_password` of a `[[cluster.user]]` or a
+/// `[[cluster.database]]`: the login used on the servers, if one is set
+/// (the password takes the same forms as a user's; none: empty).
+pub(super) fn server_login(
+    t: &Table,
+    user: &Value<String>,
+    password: &Value<SecretText>,
+    base: &std::path::Path,
+) -> Result<Option<crate::types::ServerLogin>, Problem> {
+    Ok(match (user, password) {
+        (None, None) => None,
+        (None, Some(v)) => return Err(t.error(v, "server_password", "needs server_user")),
+        (Some(_), p) => Some(crate::types::ServerLogin {
+            user: t.text(user, "server_user", None)?,
+            password: match p {
+                Some(p) => t.secret(p, "server_password", base)?,
+                None => String::new(),
+            },
+        }),
+    })
 }

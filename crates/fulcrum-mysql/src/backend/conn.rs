@@ -41,6 +41,9 @@ pub struct ServerConn {
     /// `last_gtid` is tracked on this connection (consistency `session`):
     /// set again after every COM_RESET_CONNECTION.
     pub track_gtid: bool,
+    /// `connect_query`, run when the connection was opened and again after
+    /// every COM_RESET_CONNECTION (which undoes what it set).
+    pub connect_query: Option<Arc<str>>,
 }
 
 /// Adds `last_gtid` to MariaDB's tracked variables (its defaults kept), so
@@ -200,7 +203,39 @@ impl ServerConn {
             self.run_simple(Command::Query, TRACK_GTID_SQL.as_bytes())
                 .await?;
         }
+        if let Some(sql) = self.connect_query.clone() {
+            self.run_simple(Command::Query, sql.as_bytes()).await?;
+        }
         Ok(())
+    }
+
+    /// `connect_query` on a connection just opened (kept, to run again
+    /// after each reset); an error drops the connection, as a failed
+    /// connect: logged with the server's words.
+    pub async fn run_connect_query(
+        &mut self,
+        sql: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(), super::ConnectError> {
+        let reason =
+            match tokio::time::timeout(timeout, self.run_simple(Command::Query, sql.as_bytes()))
+                .await
+            {
+                Ok(Ok(())) => {
+                    self.connect_query = Some(sql.into());
+                    return Ok(());
+                }
+                Ok(Err(InternalError::Server { code, message, .. })) => {
+                    format!("{message} ({code})")
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {timeout:?}"),
+            };
+        tracing::warn!(server = %self.address, error = %reason, "connect_query failed; the new server connection is closed");
+        Err(super::ConnectError::ConnectQuery {
+            address: self.address.clone(),
+            reason,
+        })
     }
 
     /// Runs `sql` and returns the first column of its first row (`None` for

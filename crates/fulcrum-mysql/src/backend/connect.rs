@@ -86,6 +86,9 @@ pub enum ConnectError {
     Protocol { address: String, reason: String },
     #[error("TLS with {address}: {reason}")]
     Tls { address: String, reason: String },
+    /// Logged in, but `connect_query` failed: the connection is dropped.
+    #[error("connect_query failed on {address}: {reason}")]
+    ConnectQuery { address: String, reason: String },
 }
 
 impl ConnectError {
@@ -305,6 +308,7 @@ fn new_conn(io: Connection<ServerStream>, target: &ServerTarget) -> ServerConn {
         applied: Vec::new(),
         prepared: Default::default(),
         track_gtid: false,
+        connect_query: None,
         stmt_clock: 0,
     }
 }

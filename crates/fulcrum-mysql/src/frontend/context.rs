@@ -302,7 +302,12 @@ impl MyClusterContext {
         // Boxed: a login's state (handshake, authentication, TLS) is large
         // and rarely alive, and every future awaiting a pool checkout would
         // otherwise carry its size, idle clients' sessions included.
-        Box::pin(connect(&target, self.config.connect_timeout)).await
+        let timeout = self.config.connect_timeout;
+        let mut conn = Box::pin(connect(&target, timeout)).await?;
+        if let Some(sql) = self.config.connect_query(None, user) {
+            Box::pin(conn.run_connect_query(sql, timeout)).await?;
+        }
+        Ok(conn)
     }
 }
 

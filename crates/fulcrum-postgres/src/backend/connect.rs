@@ -168,6 +168,9 @@ pub enum ConnectError {
     Protocol { address: Arc<str>, reason: String },
     #[error("TLS with {address}: {reason}")]
     Tls { address: Arc<str>, reason: String },
+    /// Logged in, but `connect_query` failed: the connection is dropped.
+    #[error("connect_query failed on {address}: {reason}")]
+    ConnectQuery { address: Arc<str>, reason: String },
 }
 
 impl ConnectError {

@@ -3,6 +3,7 @@
 
 pub mod conn;
 pub mod connect;
+mod connect_query;
 pub mod conninfo;
 pub mod health;
 pub mod internal;
@@ -12,3 +13,4 @@ pub mod stream;
 
 pub use conn::ServerConn;
 pub use connect::{connect, ConnectError, Credential, ServerTarget, ServerTlsTarget};
+pub use connect_query::run_connect_query;

@@ -177,19 +177,42 @@ impl ClusterContext {
         unit
     }
 
-    /// Opens a new server connection for a pool.
+    /// Opens a new server connection for a pool: logs in (as the login the
+    /// database forces, else the user's) and runs `connect_query`.
     pub async fn open(
         &self,
         backend: BackendId,
         user: &str,
         database: &str,
     ) -> Result<ServerConn, ConnectError> {
-        let (server_user, credential) = match self.users.get(user) {
-            Some(u) => (
+        let mut conn = self.log_in(backend, user, database).await?;
+        if let Some(sql) = self.config.connect_query(Some(database), user) {
+            // Boxed, as the login: rare, and large for every checkout's future.
+            let (address, timeout) = (&self.backends[backend], self.config.connect_timeout);
+            Box::pin(crate::backend::run_connect_query(
+                &mut conn, sql, address, timeout,
+            ))
+            .await?;
+        }
+        Ok(conn)
+    }
+
+    /// A new server connection, logged in, for `user`'s pool on `database`.
+    async fn log_in(
+        &self,
+        backend: BackendId,
+        user: &str,
+        database: &str,
+    ) -> Result<ServerConn, ConnectError> {
+        let forced = self.config.forced_login(database, user);
+        let (server_user, credential) = match (forced, self.users.get(user)) {
+            // `[[cluster.database]]` with server_user: whoever the client is.
+            (Some(l), _) => (l.user.clone(), Credential::Password(l.password.clone())),
+            (None, Some(u)) => (
                 u.server_user.clone(),
                 Credential::Password(u.server_password.clone()),
             ),
-            None => (
+            (None, None) => (
                 user.to_owned(),
                 self.auth
                     .proof(user)
@@ -239,13 +262,17 @@ impl ProtocolContext for ClusterContext {
         self.open(backend, user, database).await
     }
 
-    /// Each configured user with each listed database, besides the pools
-    /// in use.
+    /// Each configured user with each listed database (a database forcing
+    /// a server login: that login's one pool), besides the pools in use.
     fn configured_pools(&self) -> Vec<(Arc<str>, Arc<str>)> {
-        let mut out = Vec::new();
-        for u in &self.config.users {
-            for d in &self.config.databases {
-                out.push((u.name.as_str().into(), d.server_database.as_str().into()));
+        let mut out: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for d in &self.config.databases {
+            let database: Arc<str> = d.server_database.as_str().into();
+            for u in &self.config.users {
+                let user = self.config.pool_user(&u.name, &d.name);
+                if !out.iter().any(|(o, db)| **o == *user && *db == database) {
+                    out.push((user.into(), database.clone()));
+                }
             }
         }
         out

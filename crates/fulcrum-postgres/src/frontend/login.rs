@@ -32,6 +32,9 @@ const MAX_AUTH_MESSAGE: u64 = 16 * 1024;
 /// Who logged in, and the session parameters the client asked for.
 pub struct Login {
     pub user: Arc<str>,
+    /// Whose pools serve it: `user`, or the server login its database
+    /// forces (`[[cluster.database]]` `server_user`), shared by all.
+    pub pool_user: Arc<str>,
     pub database: Arc<str>,
     pub startup: SessionParams,
 }
@@ -232,18 +235,21 @@ pub async fn login(
     }
     // `[[cluster.database]]`: only the databases listed, by their server
     // names; checked after the password, as PostgreSQL does.
+    let pool_user: Arc<str> = ctx.config.pool_user(&user, &database).into();
     let Some(database) = ctx.config.server_database(&database).map(str::to_owned) else {
         let message = format!("database \"{database}\" does not exist");
         return Err(fatal(stream, sqlstate::INVALID_CATALOG_NAME, &message).await);
     };
     let login = Login {
+        pool_user,
         user: user.into(),
         database: database.into(),
         startup,
     };
     // Before AuthenticationOk's followers: the client's first reads find
     // the database's functions read (function_catalog_wait at most).
-    ctx.catalog_at_login(&login.user, (0, 0), &login.database)
+    // (As the pool's login: the client's may not exist on the server.)
+    ctx.catalog_at_login(&login.pool_user, (0, 0), &login.database)
         .await;
     Ok(Some((chosen, login)))
 }

@@ -135,6 +135,9 @@ pub struct Session {
 /// Who the client is.
 struct ClientId {
     user: Arc<str>,
+    /// Whose pools serve it: `user`, or the server login its database
+    /// forces (`[[cluster.database]]` `server_user`), shared by all.
+    pool_user: Arc<str>,
     database: Arc<str>,
     cancel: Arc<CancelSlot>,
     /// Session pooling: the client is known by its server's cancel key.
@@ -238,6 +241,7 @@ impl Session {
             backend: ctx.router.primary().unwrap_or(0),
             ctx,
             id: ClientId {
+                pool_user: login.pool_user,
                 user: login.user,
                 database: login.database,
                 cancel,
@@ -311,7 +315,7 @@ impl Session {
         let cached = if self.engine.pinned().is_none() {
             self.ctx.cached_welcome(
                 backend,
-                &self.id.user,
+                &self.id.pool_user,
                 &self.id.database,
                 &self.params.startup,
             )
@@ -334,7 +338,7 @@ impl Session {
                 let server = self.server.as_ref().expect("attached");
                 self.ctx.cache_welcome(
                     self.backend,
-                    &self.id.user,
+                    &self.id.pool_user,
                     &self.id.database,
                     &self.params.startup,
                     &server.reported,

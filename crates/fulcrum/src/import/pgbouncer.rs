@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::ini::{conn_params, Ini};
+use super::pgbouncer_databases::{self as databases, Db};
 use super::pgbouncer_keys::{duration, NOT_CARRIED};
 
 /// The result: the TOML text, and one note per setting not carried over
@@ -50,7 +51,7 @@ fn name_of(text: &str) -> String {
     }
 }
 
-fn is_hash(password: &str) -> bool {
+pub(super) fn is_hash(password: &str) -> bool {
     (password.len() == 35 && password.starts_with("md5")) || password.starts_with("SCRAM-SHA-256$")
 }
 
@@ -59,9 +60,11 @@ fn is_hash(password: &str) -> bool {
 struct Group {
     hosts: Vec<String>,
     port: String,
-    /// (alias, server database)
-    databases: Vec<(String, String)>,
+    /// The named entries.
+    databases: Vec<Db>,
     wildcard: bool,
+    /// The `*` entry, for its own keys.
+    star: Option<Db>,
     params: BTreeMap<String, String>,
 }
 
@@ -355,25 +358,25 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
                 groups.last_mut().expect("just pushed")
             }
         };
-        if alias == "*" {
-            group.wildcard = true;
-        } else {
-            group
-                .databases
-                .push((alias.clone(), p("dbname").unwrap_or_else(|| alias.clone())));
-        }
+        let mut db = Db::new(alias.clone(), p("dbname").unwrap_or_else(|| alias.clone()));
         for (k, v) in &params {
             match k.as_str() {
                 "host" | "port" | "dbname" => {}
+                k if db.take(k, v) => {}
                 "pool_size" | "pool_mode" | "reserve_pool" | "max_db_connections" | "min_pool_size" => {
                     if group.params.insert(k.clone(), v.clone()).is_some_and(|old| old != *v) {
                         notes.push(format!("[databases] {alias}: {k} differs between databases on one server; Fulcrum sets it per cluster (took {v})"));
                     }
                 }
-                "user" | "password" => notes.push(format!("[databases] {alias}: {k}= (a forced server login) is per user in Fulcrum: set server_user / server_password on the [[cluster.user]] entries")),
                 "auth_user" => notes.push(format!("[databases] {alias}: auth_user per database is per cluster in Fulcrum (auth_user, auth_query)")),
                 other => notes.push(format!("[databases] {alias}: {other}={v} not carried over (set it on the server or per role)")),
             }
+        }
+        if alias == "*" {
+            group.wildcard = true;
+            group.star = Some(db);
+        } else {
+            group.databases.push(db);
         }
     }
     if groups.is_empty() {
@@ -439,7 +442,7 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     let mut names: Vec<String> = Vec::new();
     for g in &groups {
         let mut name = if g.databases.len() == 1 && !g.wildcard {
-            name_of(&g.databases[0].0)
+            name_of(&g.databases[0].alias)
         } else if groups.len() == 1 {
             "main".to_owned()
         } else {
@@ -477,6 +480,10 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
         for l in lines {
             let _ = writeln!(out, "{l}");
         }
+        let star = g.star.as_ref();
+        if let Some(q) = star.and_then(|s| databases::wildcard(s, g.databases.len(), &mut notes)) {
+            let _ = writeln!(out, "connect_query = {}", quote(&q));
+        }
         out.push_str(&auth_lines);
         for h in &g.hosts {
             // A unix socket directory stays one: `/dir:port`.
@@ -493,14 +500,9 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
             );
         }
         if !g.wildcard {
-            for (alias, server) in &g.databases {
-                let _ = writeln!(out, "\n[[cluster.database]]\nname = {}", quote(alias));
-                if server != alias {
-                    let _ = writeln!(out, "server_database = {}", quote(server));
-                }
-            }
+            databases::write(&mut out, &g.databases, password_of, &mut notes);
         } else if !g.databases.is_empty() {
-            notes.push(format!("the `*` entry shares {}:{} with named databases: the cluster serves any database; renamed ones ({}) are not renamed", g.hosts[0], g.port, g.databases.iter().filter(|(a, s)| a != s).map(|(a, _)| a.as_str()).collect::<Vec<_>>().join(", ")));
+            notes.push(format!("the `*` entry shares {}:{} with named databases: the cluster serves any database; renamed ones ({}), their logins and connect_query are not carried over", g.hosts[0], g.port, g.databases.iter().filter(|d| d.alias != d.server).map(|d| d.alias.as_str()).collect::<Vec<_>>().join(", ")));
         }
         out.push_str(&user_lines);
     }

@@ -103,6 +103,15 @@ impl Session {
                 write_packet(&mut self.client.write_buf, seq, &payload);
                 message
             }
+            Unattached::Final(PoolError::Connect(e @ ConnectError::ConnectQuery { .. })) => {
+                let msg = format!(
+                    "fulcrum: a new connection to {} (primary of cluster \"{}\") was closed: {e}; fix connect_query in the config and reload",
+                    self.ctx.address(self.ctx.router.last_primary()),
+                    self.ctx.name()
+                );
+                put_error(&mut self.client.write_buf, seq, codes::HANDSHAKE, &msg);
+                msg
+            }
             Unattached::Final(e) => {
                 let msg = format!(
                     "fulcrum: {e} for user '{}' on {}; raise pool_size or pool_timeout for cluster \"{}\"",

@@ -24,7 +24,9 @@ impl Checkouts for Session {
         let pool = match &self.pool {
             Some((b, p)) if *b == backend => p.clone(),
             _ => {
-                let p = self.ctx.pool(backend, &self.id.user, &self.id.database);
+                let p = self
+                    .ctx
+                    .pool(backend, &self.id.pool_user, &self.id.database);
                 self.pool = Some((backend, p.clone()));
                 p
             }
@@ -32,7 +34,7 @@ impl Checkouts for Session {
         if self.ctx.router.is_primary(backend) {
             self.id.entry.set_waiting();
         }
-        let (ctx, user, database) = (&self.ctx, &self.id.user, &self.id.database);
+        let (ctx, user, database) = (&self.ctx, &self.id.pool_user, &self.id.database);
         let mut server = pool
             .get(|| ctx.open(backend, user, database))
             .await
@@ -102,7 +104,7 @@ impl Checkouts for Session {
 
     fn forget(&mut self, backend: BackendId) {
         self.ctx
-            .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
+            .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
     }
 
     fn waited(&mut self, waited: std::time::Duration) {
@@ -143,11 +145,19 @@ impl Session {
                 tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
                 self.pool = None;
                 self.ctx
-                    .forget_pool_if_empty(backend, &self.id.user, &self.id.database);
+                    .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
                 self.client.queue(&frame);
                 let _ = self.client.flush().await;
                 return SessionError::Refused(fields.message);
             }
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
+                e @ ConnectError::ConnectQuery { .. },
+            ))) => (
+                sqlstate::CONNECTION_FAILURE,
+                format!(
+                    "fulcrum: a new connection to {server} (primary of cluster \"{cluster}\") was closed: {e}; fix connect_query in the config and reload"
+                ),
+            ),
             Unattached::Final(CheckoutError::Pool(PoolError::Connect(e))) => {
                 tracing::warn!(error = %e, %cluster, "cannot open server connection");
                 (

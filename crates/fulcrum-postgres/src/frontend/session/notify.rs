@@ -59,7 +59,9 @@ impl Session {
     }
 
     fn client_listen(&mut self) -> &mut ClientListen {
-        let (ctx, user, database) = (&self.ctx, &self.id.user, &self.id.database);
+        // The listening connection is the pool's login's (a database's
+        // forced one, shared by its clients).
+        let (ctx, user, database) = (&self.ctx, &self.id.pool_user, &self.id.database);
         self.listen.get_or_insert_with(|| {
             Box::new(ClientListen {
                 subscription: Registry::subscribe(ctx, user, database),

@@ -104,7 +104,7 @@ impl Session {
     ) -> Check {
         let shared = self.ctx.reads(&self.id.user, &self.id.database);
         let ctx = &self.ctx;
-        let (user, database) = (&self.id.user, &self.id.database);
+        let (user, database) = (&self.id.pool_user, &self.id.database);
         let strong = || {
             ctx.primary_position
                 .get(|| primary_position(ctx, user, database))

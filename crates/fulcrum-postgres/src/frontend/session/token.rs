@@ -40,7 +40,7 @@ impl Session {
                 // commit acknowledged so far.
                 let position = match token {
                     Some(p) => Some(p),
-                    None => primary_position(&self.ctx, &self.id.user, &self.id.database).await,
+                    None => primary_position(&self.ctx, &self.id.pool_user, &self.id.database).await,
                 };
                 match position {
                     Some(p) => {
