@@ -177,3 +177,75 @@ async fn a_user_given_by_its_md5_hash_logs_in_with_md5_on_both_sides() {
         "{hash_as_password:?}"
     );
 }
+
+/// PgBouncer's config with an auth file of SCRAM secrets (`auth_type =
+/// md5`, which PgBouncer runs as SCRAM for them), imported: the users are
+/// kept with their verifiers, client_auth becomes scram-sha-256, and with
+/// no password in the file the health probe's comes from the environment
+/// (`fulcrum check` says so until it is set). The result serves the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_auth_file_of_scram_secrets_serves_its_users() {
+    use std::process::Command;
+    let verifier = stored(ROLE);
+    let dir = std::env::temp_dir().join(format!("fulcrum-import-verifier-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("userlist.txt"),
+        format!("\"{ROLE}\" \"{verifier}\"\n"),
+    )
+    .unwrap();
+    let listen = free_port();
+    let ini = dir.join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\n{APP_DB} = host=127.0.0.1 port={} dbname={APP_DB}\n[pgbouncer]\n\
+             listen_addr = 127.0.0.1\nlisten_port = {listen}\nauth_type = md5\nauth_file = userlist.txt\n\
+             pool_mode = transaction\n",
+            cluster().primary().port()
+        ),
+    )
+    .unwrap();
+    let bin = fulcrum_testkit::fulcrum_bin();
+    let out = Command::new(&bin)
+        .args(["import".as_ref(), "pgbouncer".as_ref(), ini.as_os_str()])
+        .output()
+        .unwrap();
+    let (toml, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        toml.contains(&format!("name = \"{ROLE}\"\npassword = \"{verifier}\""))
+            && toml.contains("client_auth = \"scram-sha-256\"")
+            && toml.contains("health_password = { env = \"FULCRUM_HEALTH_PASSWORD\" }"),
+        "{toml}"
+    );
+    assert!(stderr.contains("FULCRUM_HEALTH_PASSWORD"), "{stderr}");
+    let imported = dir.join("fulcrum.toml");
+    std::fs::write(&imported, &toml).unwrap();
+    let check = Command::new(&bin)
+        .args(["check".as_ref(), "--config".as_ref(), imported.as_os_str()])
+        .env_remove("FULCRUM_HEALTH_PASSWORD")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        !check.status.success()
+            && said.contains(
+                "health_password: environment variable FULCRUM_HEALTH_PASSWORD is not set"
+            ),
+        "{said}"
+    );
+    // The daemon inherits this process's environment; no other test reads
+    // the variable.
+    std::env::set_var("FULCRUM_HEALTH_PASSWORD", ROLE_PASSWORD);
+    let f = FulcrumProcess::start(&toml).expect("start the imported config");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let conn = format!("host=127.0.0.1 port={listen} dbname={APP_DB}");
+    let client = login(&conn, ROLE, ROLE_PASSWORD)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", f.log_contents()));
+    assert_eq!(first_value(&client, "SELECT current_user").await, ROLE);
+}

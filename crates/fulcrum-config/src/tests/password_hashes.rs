@@ -97,7 +97,7 @@ fn a_hash_the_login_method_cannot_use_is_refused() {
             "fulcrum.toml:12: cluster[0].user[0].server_password: is a SCRAM-SHA-256 verifier: Fulcrum logs in as server_user with its password itself (a stored hash passes through only for the client's own login)",
         ),
         (
-            &config("", &format!("\"pw\"\n    server_user = \"owner\"\n    server_password = \"SCRAM-SHA-256$1\"")),
+            &config("", "\"pw\"\n    server_user = \"owner\"\n    server_password = \"SCRAM-SHA-256$1\""),
             "fulcrum.toml:12: cluster[0].user[0].server_password: is a malformed SCRAM-SHA-256 verifier: Fulcrum logs in as server_user with its password itself (a stored hash passes through only for the client's own login)",
         ),
         (

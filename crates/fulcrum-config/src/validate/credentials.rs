@@ -163,7 +163,8 @@ pub(super) fn users(
     t: &Table,
     raw: &Value<Tables<RawUser>>,
     cluster: &str,
-    (protocol, auth): (Protocol, ClientAuth),
+    protocol: Protocol,
+    auth: ClientAuth,
     base: &std::path::Path,
 ) -> Result<Vec<User>, Problem> {
     let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
