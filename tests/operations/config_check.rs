@@ -395,9 +395,10 @@ fn check_connect_reports_each_backends_role_and_each_refusal() {
 }
 
 /// `fulcrum import pgbouncer` on PgBouncer's own example (Debian's
-/// /etc/pgbouncer/pgbouncer.ini, from the package) with an auth file: a
-/// config `fulcrum check` accepts, and every setting it could not carry
-/// over named on stderr.
+/// /etc/pgbouncer/pgbouncer.ini, from the package, `auth_type = md5`) with
+/// an auth file: a config `fulcrum check` accepts, the md5 hash kept, and
+/// every setting or user it could not carry over (a SCRAM secret, which md5
+/// cannot check) named on stderr.
 #[test]
 fn import_pgbouncer_converts_debians_example() {
     let pgbouncer = fulcrum_testkit::tool("/usr/sbin/pgbouncer", "pgbouncer");
@@ -406,7 +407,8 @@ fn import_pgbouncer_converts_debians_example() {
     let dir = TempDir::new();
     let userlist = dir.write(
         "userlist.txt",
-        "\"app\" \"secret\"\n\"hashed\" \"md5d41d8cd98f00b204e9800998ecf8427e\"\n",
+        "\"app\" \"secret\"\n\"hashed\" \"md5d41d8cd98f00b204e9800998ecf8427e\"\n\
+         \"scrammed\" \"SCRAM-SHA-256$4096:3Gzs3CMeVwGOnDpOPN0t1w==$IzrC80OShm1c9hPUIu//DMHJilWT3RDB5PkKtTzQ7X0=:aeom++Gc31b0VaQjEwZCJMCTTuItEBoTrxO6LjkwbTU=\"\n",
     );
     // An existing output file readable by all: replaced by one only its
     // owner can read (it holds the auth file's passwords).
@@ -431,11 +433,17 @@ fn import_pgbouncer_converts_debians_example() {
         "logfile",
         "pidfile",
         "unix_socket_dir",
-        "\"hashed\"",
+        "user \"scrammed\": the auth file holds a SCRAM secret, which client_auth = \"md5\" cannot check",
         "[databases] is empty",
     ] {
         assert!(stderr.contains(said), "{said} in:\n{stderr}");
     }
+    assert!(!stderr.contains("\"hashed\""), "{stderr}");
+    let toml = std::fs::read_to_string(&out_path).unwrap();
+    assert!(
+        toml.contains("name = \"hashed\"\npassword = \"md5d41d8cd98f00b204e9800998ecf8427e\""),
+        "{toml}"
+    );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&out_path).unwrap().permissions(),
     );

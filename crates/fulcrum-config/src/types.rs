@@ -10,7 +10,9 @@ pub use crate::coordination::{CoordinatorLoss, Etcd, Patroni, Topology};
 pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 
 mod logins;
+mod password_hash;
 pub use logins::{AuthQuery, ServerLogin, User};
+pub use password_hash::{PasswordHash, ScramVerifier};
 
 /// A whole, validated configuration file.
 #[derive(Debug, Clone, PartialEq)]

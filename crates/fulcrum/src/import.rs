@@ -4,3 +4,4 @@ pub mod ini;
 pub mod pgbouncer;
 mod pgbouncer_databases;
 mod pgbouncer_keys;
+mod pgbouncer_users;

@@ -42,7 +42,11 @@ impl std::fmt::Debug for AuthQuery {
 #[derive(Clone, PartialEq)]
 pub struct User {
     pub name: String,
+    /// The text given, as given (a hash's text when `hash` is set).
     pub password: String,
+    /// PostgreSQL clusters: the password was given as the server stores it
+    /// (a SCRAM-SHA-256 verifier or an md5 hash), never the password itself.
+    pub hash: Option<super::PasswordHash>,
     /// The login used on the servers, when not this one (`server_user`,
     /// `server_password`): many client users, one application role.
     pub server: Option<ServerLogin>,
@@ -70,8 +74,20 @@ impl User {
         User {
             name: name.into(),
             password: password.into(),
+            hash: None,
             server: None,
         }
+    }
+
+    /// The hash this user logs in to the servers with, when its server
+    /// login is its own and its password was given as a hash: what a
+    /// client proves (SCRAM) or the hash itself (md5) must serve, as the
+    /// text is no password.
+    pub fn server_hash(&self) -> Option<&super::PasswordHash> {
+        self.server
+            .is_none()
+            .then_some(self.hash.as_ref())
+            .flatten()
     }
 
     /// The name this user logs in to the servers with.
@@ -91,6 +107,7 @@ impl std::fmt::Debug for User {
         f.debug_struct("User")
             .field("name", &self.name)
             .field("password", &"<redacted>")
+            .field("hash", &self.hash)
             .field("server_user", &self.server.as_ref().map(|s| &s.user))
             .finish()
     }

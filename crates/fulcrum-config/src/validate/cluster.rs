@@ -247,7 +247,7 @@ pub(super) fn cluster(
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()
     } else {
-        credentials::users(&t, &c.user, &name, client_auth, base)?
+        credentials::users(&t, &c.user, &name, protocol, client_auth, base)?
     };
     let auth_query = credentials::auth_query(&t, c, protocol, &users, base)?;
     if let (Some(_), Some(v), ClientAuth::Trust | ClientAuth::Cert) =

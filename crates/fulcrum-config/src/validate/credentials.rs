@@ -7,7 +7,7 @@ use super::cluster::non_empty;
 use super::table::Table;
 use crate::error::Problem;
 use crate::raw::{RawCluster, RawUser, SecretText, Tables, Value};
-use crate::types::{defaults, ClientAuth, Protocol, User};
+use crate::types::{defaults, ClientAuth, PasswordHash, Protocol, User};
 
 const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("scram-sha-256", ClientAuth::ScramSha256),
@@ -92,17 +92,24 @@ pub(super) fn auth_query(
     let user = t.text(&c.auth_user, "auth_user", None)?;
     let password = match &c.auth_password {
         Some(p) => t.secret(p, "auth_password", base)?,
-        None => users
-            .iter()
-            .find(|u| u.name == user)
-            .map(|u| u.password.clone())
-            .ok_or_else(|| {
-                t.error(
-                    user_value,
-                    "auth_user",
-                    format!("{user:?} is not a [[cluster.user]]; add one or set auth_password"),
-                )
-            })?,
+        None => match users.iter().find(|u| u.name == user) {
+            Some(u) => match &u.hash {
+                // The auth user logs in by itself, before any client.
+                Some(hash) => {
+                    let reason = format!(
+                        "{user:?}'s [[cluster.user]] password is {}, which cannot log in by itself: set auth_password",
+                        hash.kind()
+                    );
+                    return Err(t.error(user_value, "auth_user", reason));
+                }
+                None => u.password.clone(),
+            },
+            None => {
+                let reason =
+                    format!("{user:?} is not a [[cluster.user]]; add one or set auth_password");
+                return Err(t.error(user_value, "auth_user", reason));
+            }
+        },
     };
     let (default_query, placeholder, default_db) = match protocol {
         Protocol::Postgres => (defaults::AUTH_QUERY_PG, "$1", defaults::AUTH_DATABASE_PG),
@@ -156,6 +163,7 @@ pub(super) fn users(
     t: &Table,
     raw: &Value<Tables<RawUser>>,
     cluster: &str,
+    protocol: Protocol,
     auth: ClientAuth,
     base: &std::path::Path,
 ) -> Result<Vec<User>, Problem> {
@@ -186,10 +194,17 @@ pub(super) fn users(
             let reason = format!("must not be empty when client_auth is {:?}", auth.name());
             return Err(ut.error(password, "password", reason));
         }
-        let server = server_login(&ut, &u.server_user, &u.server_password, base)?;
+        let server = server_login(&ut, &u.server_user, &u.server_password, base, protocol)?;
+        let hash = match protocol {
+            Protocol::Postgres => {
+                password_hash(&ut, password_value, &password, auth, server.is_some())?
+            }
+            Protocol::Mysql => None,
+        };
         out.push(User {
             name,
             password,
+            hash,
             server,
         });
     }
@@ -204,6 +219,7 @@ pub(super) fn server_login(
     user: &Value<String>,
     password: &Value<SecretText>,
     base: &std::path::Path,
+    protocol: Protocol,
 ) -> Result<Option<crate::types::ServerLogin>, Problem> {
     Ok(match (user, password) {
         (None, None) => None,
@@ -211,9 +227,65 @@ pub(super) fn server_login(
         (Some(_), p) => Some(crate::types::ServerLogin {
             user: t.text(user, "server_user", None)?,
             password: match p {
-                Some(p) => t.secret(p, "server_password", base)?,
+                Some(p) => server_password(t, p, base, protocol)?,
                 None => String::new(),
             },
         }),
     })
+}
+
+/// A PostgreSQL user's `password` given as the server stores it: checked,
+/// and refused where nothing could use it. SCRAM cannot check an md5 hash,
+/// nor md5 a verifier; and a verifier logs in to the servers only with the
+/// keys a client proves in a SCRAM login, which `trust` and `cert` never
+/// run (unless `server_user` logs in with a password of its own).
+fn password_hash(
+    ut: &Table,
+    value: &toml::Spanned<crate::raw::SecretText>,
+    password: &str,
+    auth: ClientAuth,
+    own_server_login: bool,
+) -> Result<Option<PasswordHash>, Problem> {
+    let hash = match PasswordHash::detect(password) {
+        None => return Ok(None),
+        Some(Err(why)) => return Err(ut.error(value, "password", why)),
+        Some(Ok(hash)) => hash,
+    };
+    let refusal = match (&hash, auth) {
+        (PasswordHash::Scram(_), ClientAuth::Md5) => Some(
+            "is a SCRAM-SHA-256 verifier, which client_auth = \"md5\" cannot check (md5 needs the password or its md5 hash): use client_auth = \"scram-sha-256\"".to_owned(),
+        ),
+        (PasswordHash::Scram(_), ClientAuth::Trust | ClientAuth::Cert) if !own_server_login => Some(format!(
+            "is a SCRAM-SHA-256 verifier: Fulcrum logs in to the servers with the keys a client proves in a SCRAM login, which client_auth = {:?} never runs: use client_auth = \"scram-sha-256\", or set server_user and server_password",
+            auth.name()
+        )),
+        (PasswordHash::Md5(_), ClientAuth::ScramSha256) => Some(
+            "is an md5 hash, which client_auth = \"scram-sha-256\" cannot check (SCRAM needs the password or a SCRAM verifier): use client_auth = \"md5\", or give the password or the SCRAM verifier the server stores".to_owned(),
+        ),
+        _ => None,
+    };
+    match refusal {
+        Some(reason) => Err(ut.error(value, "password", reason)),
+        None => Ok(Some(hash)),
+    }
+}
+
+/// `server_password`: the password itself. A hash cannot be passed
+/// through to another login than the client's own (PostgreSQL clusters;
+/// MySQL takes the text as it is).
+fn server_password(
+    ut: &Table,
+    value: &toml::Spanned<crate::raw::SecretText>,
+    base: &std::path::Path,
+    protocol: Protocol,
+) -> Result<String, Problem> {
+    let password = ut.secret(value, "server_password", base)?;
+    if protocol == Protocol::Postgres {
+        if let Some(hash) = PasswordHash::detect(&password) {
+            let kind = hash.map_or("a malformed SCRAM-SHA-256 verifier", |h| h.kind());
+            let reason = format!("is {kind}: Fulcrum logs in as server_user with its password itself (a stored hash passes through only for the client's own login)");
+            return Err(ut.error(value, "server_password", reason));
+        }
+    }
+    Ok(password)
 }

@@ -15,7 +15,7 @@ const FAILOVERS: &[(&str, Failover)] = &[
 ];
 
 /// The health-loop keys. The probe logs in as `health_user` (default: the
-/// cluster's first user, with its password).
+/// cluster's first user with a password, not a hash, with that password).
 pub(super) fn health(
     t: &Table,
     c: &RawCluster,
@@ -40,20 +40,19 @@ pub(super) fn health(
         1,
         defaults::HEALTH_FAILURES,
     )?;
+    // A user whose password is given as a hash cannot log in by itself
+    // (the probe runs before any client): the first user with a password.
     let first = users
-        .first()
+        .iter()
+        .find(|u| u.server_hash().is_none())
         .map(|u| u.server_user())
         .or(auth.map(|a| a.user.as_str()))
+        .or(users.first().map(|u| u.server_user()))
         .unwrap_or_default();
     let user = t.text(&c.health_user, "health_user", Some(first))?;
     let password = match &c.health_password {
         Some(p) => t.secret(p, "health_password", base)?,
-        None => users
-            .iter()
-            .find(|u| u.server_user() == user)
-            .map(|u| u.server_password().to_owned())
-            .or(auth.filter(|a| a.user == user).map(|a| a.password.clone()))
-            .unwrap_or_default(),
+        None => health_password(t, c, users, auth, &user)?,
     };
     let default_db = match protocol {
         Protocol::Postgres => defaults::HEALTH_DATABASE_POSTGRES,
@@ -126,4 +125,35 @@ fn parse_max_lag(v: &SizeValue) -> Result<MaxLag, String> {
         MaxLag::Time(d) if d.is_zero() => Err("must be greater than zero".into()),
         lag => Ok(lag),
     }
+}
+
+/// `health_user`'s password when `health_password` is not set: its
+/// `[[cluster.user]]` server login's, or `auth_user`'s; none (empty) for a
+/// login the file does not know. A user whose password is given as a
+/// hash is refused: the probe could not log in.
+fn health_password(
+    t: &Table,
+    c: &RawCluster,
+    users: &[User],
+    auth: Option<&crate::types::AuthQuery>,
+    user: &str,
+) -> Result<String, Problem> {
+    let mine = users.iter().filter(|u| u.server_user() == user);
+    if let Some(u) = mine.clone().find(|u| u.server_hash().is_none()) {
+        return Ok(u.server_password().to_owned());
+    }
+    if let Some(a) = auth.filter(|a| a.user == user) {
+        return Ok(a.password.clone());
+    }
+    if let Some(hash) = mine.filter_map(User::server_hash).next() {
+        let reason = format!(
+            "{user:?}'s [[cluster.user]] password is {}, which cannot log in by itself (the health probe runs before any client): set health_password, or a health_user with a password",
+            hash.kind()
+        );
+        return Err(match &c.health_user {
+            Some(v) => t.error(v, "health_user", reason),
+            None => t.error_at_header("health_user", reason),
+        });
+    }
+    Ok(String::new())
 }

@@ -145,9 +145,12 @@ pub(super) fn resolve(
                 .or(target.backends.first())
                 .ok_or_else(|| problem(format!("cluster {name:?} has no backend")))?;
             let (address, tls) = (backend.address.clone(), backend.tls.clone());
+            // A user whose password is a hash logs in only with what its
+            // client proved to the target's own listener: not mirrored.
             let users = target
                 .users
                 .iter()
+                .filter(|u| u.server_hash().is_none())
                 .map(|u| {
                     (
                         u.name.clone(),

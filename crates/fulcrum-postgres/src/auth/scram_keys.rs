@@ -1,6 +1,7 @@
 //! The client side of SCRAM-SHA-256 from keys instead of a password
-//! (PgBouncer's method for `auth_query` users): a client authenticated by
-//! Fulcrum with a verifier from the server proved its ClientKey (recovered
+//! (PgBouncer's method for `auth_query` users and auth-file SCRAM secrets):
+//! a client authenticated by Fulcrum with a verifier (from the server, or
+//! the config's password) proved its ClientKey (recovered
 //! by `ScramServer::client_key`); with it and the verifier's ServerKey,
 //! Fulcrum answers the server's own SCRAM exchange and checks the server's
 //! signature, never knowing the password. Pure: nonces come in.
@@ -41,7 +42,7 @@ pub enum Binding {
 pub enum KeysError {
     #[error("malformed SCRAM message from the server: {0}")]
     Malformed(&'static str),
-    #[error("the server's SCRAM salt or iteration count differs from the verifier auth_query returned (the password changed?)")]
+    #[error("the server's SCRAM salt or iteration count differs from the verifier Fulcrum holds for this user (auth_query's, or the config's password): the password changed, or the config holds another verifier than the server's")]
     OtherVerifier,
     #[error("the server's SCRAM signature does not match")]
     BadSignature,

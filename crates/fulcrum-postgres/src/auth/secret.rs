@@ -1,9 +1,9 @@
 //! A password as PostgreSQL stores it (`pg_authid.rolpassword`, shown by
 //! `pg_shadow.passwd`): a SCRAM-SHA-256 verifier, an md5 hash, or (very old
-//! installations) the password itself. Parsed from `auth_query`'s answer.
+//! installations) the password itself. Parsed from `auth_query`'s answer,
+//! or given as a `[[cluster.user]]` password (`fulcrum_config::PasswordHash`).
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
+use fulcrum_config::{PasswordHash, ScramVerifier};
 
 use super::scram::Verifier;
 
@@ -30,43 +30,48 @@ impl std::fmt::Debug for StoredSecret {
 
 impl StoredSecret {
     /// Reads a stored password; `None` for a text that starts like a SCRAM
-    /// verifier but is malformed (not taken as a password either).
+    /// verifier but is malformed (not taken as a password either). The
+    /// forms are told apart as the config tells them
+    /// (`fulcrum_config::PasswordHash::detect`).
     pub fn parse(stored: &str) -> Option<StoredSecret> {
         // No password is no secret: refused as a configured user without
         // one is, never a login with an empty password.
         if stored.is_empty() {
             return None;
         }
-        if let Some(rest) = stored.strip_prefix("SCRAM-SHA-256$") {
-            return parse_scram(rest).map(StoredSecret::Scram);
+        match PasswordHash::detect(stored) {
+            None => Some(StoredSecret::Plain(stored.to_owned())),
+            Some(Ok(hash)) => Some(hash.into()),
+            Some(Err(_)) => None,
         }
-        let is_md5 = stored.len() == 35
-            && stored.starts_with("md5")
-            && stored[3..].bytes().all(|b| b.is_ascii_hexdigit());
-        Some(if is_md5 {
-            StoredSecret::Md5(stored.to_ascii_lowercase())
-        } else {
-            StoredSecret::Plain(stored.to_owned())
-        })
     }
 }
 
-fn parse_scram(rest: &str) -> Option<Verifier> {
-    let (params, keys) = rest.split_once('$')?;
-    let (iterations, salt) = params.split_once(':')?;
-    let (stored, server) = keys.split_once(':')?;
-    let key = |b64: &str| -> Option<[u8; 32]> { B64.decode(b64).ok()?.try_into().ok() };
-    Some(Verifier {
-        salt: B64.decode(salt).ok()?,
-        iterations: iterations.parse().ok().filter(|i| *i > 0)?,
-        stored_key: key(stored)?,
-        server_key: key(server)?,
-    })
+impl From<PasswordHash> for StoredSecret {
+    fn from(hash: PasswordHash) -> StoredSecret {
+        match hash {
+            PasswordHash::Scram(v) => StoredSecret::Scram(Verifier::from(&v)),
+            PasswordHash::Md5(h) => StoredSecret::Md5(h),
+        }
+    }
+}
+
+impl From<&ScramVerifier> for Verifier {
+    fn from(v: &ScramVerifier) -> Verifier {
+        Verifier {
+            salt: v.salt.clone(),
+            iterations: v.iterations,
+            stored_key: v.stored_key,
+            server_key: v.server_key,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::STANDARD as B64;
+    use base64::Engine;
 
     #[test]
     fn a_scram_verifier_reads_back_as_the_one_derived_from_the_password() {

@@ -47,10 +47,12 @@ pub struct ServerTarget {
 pub enum Credential {
     /// The password (from the config).
     Password(String),
-    /// A SCRAM ClientKey and ServerKey (an `auth_query` user whose client
-    /// proved its key to Fulcrum): SCRAM only.
+    /// A SCRAM ClientKey and ServerKey (an `auth_query` user, or one whose
+    /// config password is a SCRAM verifier, whose client proved its key to
+    /// Fulcrum): SCRAM only.
     Scram(ScramKeys),
-    /// The stored md5 hash (an `auth_query` user with an md5 password): md5 only.
+    /// The stored md5 hash (an `auth_query` user with an md5 password, or a
+    /// config password given as its md5 hash): md5 only.
     Md5(String),
 }
 
@@ -288,7 +290,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             }
             backend::Message::AuthenticationCleartextPassword => {
                 let Credential::Password(password) = &target.credential else {
-                    return Err(auth("the server asks for the password in clear text, which Fulcrum does not know for this auth_query user: use scram-sha-256 (or md5) on the server".into()));
+                    return Err(auth(format!("the server asks for the password in clear text, which Fulcrum does not know for user {:?} (it holds only the user's stored SCRAM verifier or md5 hash, from auth_query or the config): use scram-sha-256 (or md5) for this user in the server's pg_hba.conf", target.user)));
                 };
                 if !target.allow_cleartext {
                     return Err(auth("the server asks for the password in clear text and server_cleartext = false: use scram-sha-256 on the server (or set server_cleartext = true)".into()));
@@ -313,7 +315,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     Credential::Md5(stored) => {
                         crate::auth::md5::response_from_hash(stored, body.salt())
                     }
-                    Credential::Scram(_) => return Err(auth("the server asks for md5, but this auth_query user's password is stored as SCRAM (it cannot be turned into md5): use scram-sha-256 in the server's pg_hba.conf".into())),
+                    Credential::Scram(_) => return Err(auth(format!("the server asks for md5, but Fulcrum holds only a SCRAM verifier for user {:?} (from auth_query or the config), which cannot answer md5: use scram-sha-256 for this user in the server's pg_hba.conf", target.user))),
                 };
                 frontend::password_message(hash.as_bytes(), &mut out).map_err(io)?;
             }
@@ -370,7 +372,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                         .map_err(io)?;
                         Scram::Keys(s)
                     }
-                    Credential::Md5(_) => return Err(auth("the server asks for SCRAM, but this auth_query user's password is stored as md5 (SCRAM needs the password): store the password as SCRAM (password_encryption = scram-sha-256) or use md5 in the server's pg_hba.conf".into())),
+                    Credential::Md5(_) => return Err(auth(format!("the server asks for SCRAM, but Fulcrum holds only an md5 hash for user {:?} (from auth_query or the config; SCRAM needs the password): store the password as SCRAM (password_encryption = scram-sha-256) or use md5 for this user in the server's pg_hba.conf", target.user))),
                 };
                 scram = Some(s);
             }
@@ -386,7 +388,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                     Scram::Keys(s) => {
                         let message = s
                             .client_final(body.data())
-                            .map_err(|e| auth(e.to_string()))?;
+                            .map_err(|e| auth(format!("user {:?}: {e}", target.user)))?;
                         frontend::sasl_response(message.as_bytes(), &mut out).map_err(io)?;
                     }
                 }

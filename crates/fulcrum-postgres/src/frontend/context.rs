@@ -2,11 +2,12 @@
 //! protocol-neutral `fulcrum_cluster::ClusterCore` (config, router, health,
 //! pools keyed by (backend, user, database), positions as LSNs, ...), which
 //! it dereferences to, and what is PostgreSQL's own: the users' SCRAM
-//! verifiers, the statement registry, the cancel keys and the cached
+//! verifiers (and the keys their clients proved, for users given by a
+//! verifier), the statement registry, the cancel keys and the cached
 //! welcome messages.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fulcrum_cluster::function_catalog::{FunctionKind, Functions, Wanted};
 use fulcrum_cluster::{ClusterCore, ProtocolContext};
@@ -17,6 +18,7 @@ use fulcrum_sql::{Decision, Dialect};
 use super::cancel::CancelRegistry;
 use super::statements::StatementRegistry;
 use crate::auth::scram::{Verifier, ITERATIONS};
+use crate::auth::secret::StoredSecret;
 use crate::backend::conn::SessionParams;
 use crate::backend::health::PgServerOps;
 use crate::backend::{connect, ConnectError, Credential, ServerConn, ServerTarget};
@@ -27,6 +29,36 @@ pub struct UserAuth {
     /// The login on the servers (`server_user`, `server_password`, else the same).
     pub server_user: String,
     pub server_password: String,
+    /// The password given as PostgreSQL stores it (a SCRAM verifier, whose
+    /// `verifier` this is, or an md5 hash): clients are checked against it
+    /// alone (`stored_login`).
+    pub stored: Option<StoredSecret>,
+    /// `stored` logs in to the servers too (the server login is the
+    /// user's own): with the hash, or the key a client proved.
+    pub passes_through: bool,
+    /// The SCRAM ClientKey the first client of `stored` proved.
+    pub proven: OnceLock<[u8; 32]>,
+}
+
+impl UserAuth {
+    fn of(u: &fulcrum_config::User) -> UserAuth {
+        let stored = u.hash.clone().map(StoredSecret::from);
+        let verifier = match &stored {
+            Some(StoredSecret::Scram(v)) => v.clone(),
+            // Never asked: an md5 hash is checked by md5 alone.
+            Some(_) => Verifier::unmatchable(&rand::random::<[u8; 16]>(), &u.name),
+            None => Verifier::new(&u.password, &rand::random::<[u8; 16]>(), ITERATIONS),
+        };
+        UserAuth {
+            password: u.password.clone(),
+            verifier,
+            server_user: u.server_user().to_owned(),
+            server_password: u.server_password().to_owned(),
+            stored,
+            passes_through: u.server_hash().is_some(),
+            proven: OnceLock::new(),
+        }
+    }
 }
 
 type WelcomeKey = (BackendId, Arc<str>, Arc<str>, SessionParams);
@@ -88,16 +120,7 @@ impl ClusterContext {
         let users = config
             .users
             .iter()
-            .map(|u| {
-                let salt: [u8; 16] = rand::random();
-                let auth = UserAuth {
-                    password: u.password.clone(),
-                    verifier: Verifier::new(&u.password, &salt, ITERATIONS),
-                    server_user: u.server_user().to_owned(),
-                    server_password: u.server_password().to_owned(),
-                };
-                (u.name.clone(), auth)
-            })
+            .map(|u| (u.name.clone(), UserAuth::of(u)))
             .collect();
         Arc::new(ClusterContext {
             auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
@@ -210,7 +233,12 @@ impl ClusterContext {
             (Some(l), _) => (l.user.clone(), Credential::Password(l.password.clone())),
             (None, Some(u)) => (
                 u.server_user.clone(),
-                Credential::Password(u.server_password.clone()),
+                super::stored_login::server_credential(u, user).map_err(|reason| {
+                    ConnectError::Auth {
+                        address: self.backends[backend].clone(),
+                        reason,
+                    }
+                })?,
             ),
             (None, None) => (
                 user.to_owned(),

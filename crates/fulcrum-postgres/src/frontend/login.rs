@@ -51,7 +51,7 @@ pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> Stream for S {}
 
 /// Writes `bytes` and pushes them out (a TLS stream holds them otherwise).
-async fn send<S: Stream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) async fn send<S: Stream>(stream: &mut S, bytes: &[u8]) -> std::io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
 }
@@ -255,7 +255,7 @@ pub async fn login(
 }
 
 /// Reads one whole 'p' (password/SASL) message body.
-async fn read_auth_message<S: Stream>(
+pub(super) async fn read_auth_message<S: Stream>(
     stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<BytesMut, SessionError> {
@@ -282,7 +282,7 @@ async fn read_auth_message<S: Stream>(
     }
 }
 
-fn auth_failed(user: &str) -> String {
+pub(super) fn auth_failed(user: &str) -> String {
     format!("password authentication failed for user \"{user}\"")
 }
 
@@ -306,6 +306,10 @@ async fn authenticate(
         _ => None,
     };
     let binding = binding.as_deref();
+    // A password given as the server stores it (SCRAM verifier, md5 hash).
+    if let Some(u) = ctx.users.get(user).filter(|u| u.stored.is_some()) {
+        return super::stored_login::login(ctx, stream, buf, user, method, u, binding).await;
+    }
     if known.is_none() && ctx.config.auth_query.is_some() {
         return auth_query_login(ctx, stream, buf, user, binding).await;
     }
@@ -572,6 +576,6 @@ pub async fn scram_exchange<S: Stream>(
 
 /// A verifier no password matches, stable per user name, so an unknown user
 /// sees the same salt every time, as a known one does.
-fn mock_verifier(ctx: &ClusterContext, user: &str) -> scram::Verifier {
+pub(super) fn mock_verifier(ctx: &ClusterContext, user: &str) -> scram::Verifier {
     scram::Verifier::unmatchable(&ctx.mock_secret, user)
 }

@@ -12,6 +12,7 @@ pub mod serve;
 pub mod session;
 pub mod startup_options;
 pub mod statements;
+mod stored_login;
 pub mod unit_route;
 
 pub use context::ClusterContext;

@@ -28,7 +28,7 @@ fn name_list(value: Option<&str>) -> Vec<String> {
     })
 }
 
-fn quote(s: &str) -> String {
+pub(super) fn quote(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
@@ -224,7 +224,6 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
             "md5"
         }
     };
-    let _ = writeln!(common, "client_auth = {}", quote(client_auth));
     // TLS.
     if let Some(mode) = take("client_tls_sslmode") {
         let (tls_mode, verify) = match mode {
@@ -295,25 +294,16 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
         notes.push("auth_user without auth_query: PgBouncer's default query reads pg_shadow; set auth_query to use it (docs/configuration.md, auth_query)".into());
     }
 
-    // Users: every clear-text password of the auth file.
-    let mut user_lines = String::new();
-    let mut carried = 0;
-    for (name, password) in users {
-        if is_hash(password) {
-            notes.push(format!("user {name:?}: the auth file holds a hash, not the password; Fulcrum logs in to the servers with the password: add it (password = {{ file = ... }}) or use auth_query"));
-            continue;
-        }
-        carried += 1;
-        let _ = writeln!(
-            user_lines,
-            "\n[[cluster.user]]\nname = {}\npassword = {}",
-            quote(name),
-            quote(password)
-        );
-    }
-    if carried == 0 && auth_lines.is_empty() {
+    // Users: the auth file's passwords, SCRAM secrets and md5 hashes that
+    // client_auth can check.
+    let carried =
+        super::pgbouncer_users::carry(users, client_auth, !auth_lines.is_empty(), &mut notes);
+    let _ = writeln!(common, "client_auth = {}", quote(carried.client_auth));
+    common.push_str(&carried.health);
+    let user_lines = carried.lines;
+    if carried.count == 0 && auth_lines.is_empty() {
         return Err(format!(
-            "{source}: no user could be carried over (no auth file given or read, or every password is a hash): Fulcrum needs [[cluster.user]] entries or auth_query; pass --userlist with clear-text passwords"
+            "{source}: no user could be carried over (no auth file given or read, or no password, SCRAM secret or md5 hash the client authentication can check): Fulcrum needs [[cluster.user]] entries or auth_query; pass --userlist"
         ));
     }
     for (key, _) in ini.section("users") {
@@ -583,6 +573,12 @@ mod tests {
             r.toml
         );
         assert!(!r.toml.contains("[[cluster.database]]"));
+        assert!(
+            r.toml
+                .contains("name = \"hashed\"\npassword = \"md5d41d8cd98f00b204e9800998ecf8427e\""),
+            "an md5 hash under md5 is kept: {}",
+            r.toml
+        );
         assert!(
             import(&ini, &[], "x.ini").is_err(),
             "no user: an error, not a config that fails"
