@@ -6,6 +6,7 @@ mod cluster_errors;
 mod coordinator_access;
 mod documented;
 mod file_errors;
+mod hba;
 mod tls;
 mod valid;
 

@@ -6,6 +6,7 @@ mod access;
 mod backends;
 mod cluster;
 mod credentials;
+mod hba;
 mod health;
 mod mirror;
 pub(crate) mod table;
