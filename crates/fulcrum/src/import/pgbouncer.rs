@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::ini::{conn_params, Ini};
-use super::pgbouncer_keys::{duration, NOT_CARRIED};
+use super::pgbouncer_keys::{client_auth, duration, NOT_CARRIED};
 
 /// The result: the TOML text, and one note per setting not carried over
 /// (or carried over with a change worth knowing).
@@ -205,23 +205,10 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     // Read by the caller (its users are `users`).
     take("auth_file");
     // Client authentication.
-    let client_auth = match take("auth_type").unwrap_or("md5") {
-        "md5" => "md5",
-        "scram-sha-256" => "scram-sha-256",
-        "trust" => "trust",
-        "cert" => "cert",
-        "any" => {
-            notes.push("auth_type = any (any user name, no password): Fulcrum checks the user name; took trust".into());
-            "trust"
-        }
-        other => {
-            notes.push(format!(
-                "auth_type = {other}: not in Fulcrum (scram-sha-256, md5, trust, cert); took md5"
-            ));
-            "md5"
-        }
-    };
-    let _ = writeln!(common, "client_auth = {}", quote(client_auth));
+    let (auth_type, hba_file) = (take("auth_type"), take("auth_hba_file"));
+    for line in client_auth(auth_type, hba_file, &mut notes) {
+        let _ = writeln!(common, "{line}");
+    }
     // TLS.
     if let Some(mode) = take("client_tls_sslmode") {
         let (tls_mode, verify) = match mode {
@@ -584,6 +571,34 @@ mod tests {
         assert!(
             import(&ini, &[], "x.ini").is_err(),
             "no user: an error, not a config that fails"
+        );
+    }
+
+    #[test]
+    fn auth_type_hba_carries_its_file() {
+        let ini = Ini::parse(
+            "[databases]\n[pgbouncer]\nauth_type = hba\nauth_hba_file = /etc/pgbouncer/hba.conf\n",
+        );
+        let r = import(&ini, &users(), "x.ini").unwrap();
+        let t = &r.toml;
+        assert!(
+            t.contains("client_auth = \"hba\"\nauth_hba_file = \"/etc/pgbouncer/hba.conf\"\n"),
+            "{t}"
+        );
+        assert!(
+            !r.notes.join("\n").contains("auth_hba_file"),
+            "{:?}",
+            r.notes
+        );
+        let ini = Ini::parse("[databases]\n[pgbouncer]\nauth_type = hba\n");
+        let r = import(&ini, &users(), "x.ini").unwrap();
+        assert!(r.toml.contains("client_auth = \"md5\""), "{}", r.toml);
+        assert!(
+            r.notes
+                .join("\n")
+                .contains("auth_type = hba without auth_hba_file"),
+            "{:?}",
+            r.notes
         );
     }
 }
