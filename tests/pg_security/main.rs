@@ -1,13 +1,14 @@
 //! PostgreSQL-side security and hostile input end to end: logins through
-//! `auth_query`, malformed and oversized protocol input, client-facing TLS
+//! `auth_query` and hba rules, malformed and oversized protocol input, client-facing TLS
 //! and TLS to the servers. One test binary; each module was a binary of its
 //! own before.
 //!
-//! Clusters: `pg_auth_query`, `pg_bad_input` and `pg_tls` share one
+//! Clusters: `pg_auth_query`, `pg_bad_input`, `pg_hba` and `pg_tls` share one
 //! PostgreSQL primary (`fulcrum_suite::pg_primary`); `pg_server_tls` runs a
 //! TLS-only one; tests that stop a server start their own.
 
 mod pg_auth_query;
 mod pg_bad_input;
+mod pg_hba;
 mod pg_server_tls;
 mod pg_tls;
