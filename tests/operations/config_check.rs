@@ -228,7 +228,7 @@ fn a_bad_hba_line_fails_check_naming_the_hba_file_and_line() {
     let out = check(&path);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let want = format!(
-        "{}:6: cluster[0].auth_hba_file: {}:2: unknown authentication method \"ident\", expected trust, reject, md5, scram-sha-256, cert or peer\n",
+        "{}:6: cluster[0].auth_hba_file: {}:2: unknown authentication method \"ident\", expected trust, reject, md5, scram-sha-256, password, cert or peer\n",
         path.display(),
         hba.display()
     );

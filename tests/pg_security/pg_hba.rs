@@ -1,16 +1,17 @@
 //! `client_auth = "hba"` end to end, through a real daemon in front of a
 //! real PostgreSQL: each line's method applied (reject, scram-sha-256,
-//! trust, cert), a login no line takes refused in PostgreSQL's words,
+//! password, trust, cert), a login no line takes refused in PostgreSQL's words,
 //! `hostssl` / `hostnossl` by the connection's TLS (psql), rules changed by
 //! a reload and kept when the new file is bad, and a bad line that stops the
 //! start naming the hba file and its line.
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fulcrum_suite::{pg_primary, PgProxyConfig};
+use fulcrum_suite::{pg_primary, startup_message, PgProxyConfig, PROTOCOL_3_0};
 use fulcrum_testkit::{
     pg_bin, FulcrumProcess, Signal, TestCerts, APP_DB, APP_MD5_USER, APP_PASSWORD, APP_TRUST_USER,
     APP_USER,
@@ -80,6 +81,24 @@ fn login(
     })
 }
 
+/// The code of the first Authentication request Fulcrum sends `user`
+/// asking for `db` (3: cleartext password, 5: md5, 10: SASL).
+fn first_auth_request(cfg: &PgProxyConfig, user: &str, db: &str) -> i32 {
+    let mut s = std::net::TcpStream::connect(&cfg.listen).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let params = [("user", user), ("database", db)];
+    s.write_all(&startup_message(PROTOCOL_3_0, &params))
+        .unwrap();
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).expect("an answer");
+    assert_eq!(
+        head[0], b'R',
+        "an Authentication request, got {:?}",
+        head[0] as char
+    );
+    i32::from_be_bytes([head[5], head[6], head[7], head[8]])
+}
+
 fn refused(code: &str, message: &str) -> Result<i32, (String, String)> {
     Err((code.to_owned(), message.to_owned()))
 }
@@ -89,6 +108,7 @@ fn each_line_picks_its_method_and_no_line_is_refused_in_postgresql_words() {
     let rules = Rules::new(&format!(
         "# TYPE DATABASE USER ADDRESS METHOD\n\
          host all {APP_TRUST_USER} 127.0.0.1/32 reject\n\
+         host postgres {APP_USER} 127.0.0.1/32 password\n\
          host all {APP_USER} 127.0.0.1/32 scram-sha-256\n\
          host {APP_DB} {APP_MD5_USER} 127.0.0.1/32 trust\n\
          host all all 10.0.0.0/8 trust\n"
@@ -120,6 +140,21 @@ fn each_line_picks_its_method_and_no_line_is_refused_in_postgresql_words() {
         login(&cfg, APP_MD5_USER, APP_DB, None),
         Ok(1),
         "trust asks no password"
+    );
+    // The password line: the password asked in clear (AuthenticationCleartextPassword).
+    assert_eq!(first_auth_request(&cfg, APP_USER, "postgres"), 3);
+    assert_eq!(
+        first_auth_request(&cfg, APP_USER, APP_DB),
+        10,
+        "SASL on the scram line"
+    );
+    assert_eq!(login(&cfg, APP_USER, "postgres", Some(APP_PASSWORD)), Ok(1));
+    assert_eq!(
+        login(&cfg, APP_USER, "postgres", Some("wrong")),
+        refused(
+            "28P01",
+            &format!("password authentication failed for user \"{APP_USER}\"")
+        )
     );
     assert_eq!(
         login(&cfg, APP_MD5_USER, "postgres", None),

@@ -95,6 +95,9 @@ pub enum ClientAuth {
     /// PostgreSQL: the method is picked per connection by the first line
     /// of `auth_hba_file` that applies ([`Cluster::hba`]).
     Hba,
+    /// PostgreSQL, from an hba `password` line only (no `client_auth`
+    /// value): the password asked in clear text.
+    Password,
     /// MySQL: `mysql_native_password` offered in the greeting.
     MysqlNativePassword,
     /// MySQL: `caching_sha2_password` offered in the greeting (MySQL 8's
@@ -111,6 +114,7 @@ impl ClientAuth {
             ClientAuth::Trust => "trust",
             ClientAuth::Cert => "cert",
             ClientAuth::Hba => "hba",
+            ClientAuth::Password => "password",
             ClientAuth::MysqlNativePassword => "mysql_native_password",
             ClientAuth::CachingSha2Password => "caching_sha2_password",
         }

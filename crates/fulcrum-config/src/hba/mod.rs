@@ -100,6 +100,8 @@ pub enum HbaMethod {
     Reject,
     Md5,
     ScramSha256,
+    /// The password in clear text (PostgreSQL's and PgBouncer's `password`).
+    Password,
     /// The TLS client certificate names the user (`hostssl` lines only).
     Cert,
     /// The client's OS user is the user asked for (`local` lines only).
@@ -113,6 +115,7 @@ impl HbaMethod {
             HbaMethod::Reject => "reject",
             HbaMethod::Md5 => "md5",
             HbaMethod::ScramSha256 => "scram-sha-256",
+            HbaMethod::Password => "password",
             HbaMethod::Cert => "cert",
             HbaMethod::Peer => "peer",
         }
@@ -120,7 +123,10 @@ impl HbaMethod {
 
     /// Whether the method asks the client for a password.
     pub fn asks_password(self) -> bool {
-        matches!(self, HbaMethod::Md5 | HbaMethod::ScramSha256)
+        matches!(
+            self,
+            HbaMethod::Md5 | HbaMethod::ScramSha256 | HbaMethod::Password
+        )
     }
 }
 

@@ -201,15 +201,10 @@ fn method(word: &str) -> Result<HbaMethod, String> {
         "scram-sha-256" => HbaMethod::ScramSha256,
         "cert" => HbaMethod::Cert,
         "peer" => HbaMethod::Peer,
-        "password" => {
-            return Err(
-                "method \"password\" (a cleartext password) is not supported by Fulcrum: use scram-sha-256 or md5"
-                    .into(),
-            )
-        }
+        "password" => HbaMethod::Password,
         other => {
             return Err(format!(
-                "unknown authentication method {other:?}, expected trust, reject, md5, scram-sha-256, cert or peer"
+                "unknown authentication method {other:?}, expected trust, reject, md5, scram-sha-256, password, cert or peer"
             ))
         }
     })

@@ -79,7 +79,7 @@ fn bad_hba_keys_and_lines_are_config_errors() {
         ),
         (
             with_keys("client_auth = \"hba\"\n    auth_hba_file = \"hba.conf\"\n"),
-            format!("fulcrum.toml:6: cluster[0].auth_hba_file: {hba}:2: unknown authentication method \"ident\", expected trust, reject, md5, scram-sha-256, cert or peer"),
+            format!("fulcrum.toml:6: cluster[0].auth_hba_file: {hba}:2: unknown authentication method \"ident\", expected trust, reject, md5, scram-sha-256, password, cert or peer"),
         ),
         (
             with_keys("client_auth = \"hba\"\n    auth_hba_file = \"ssl.conf\"\n"),

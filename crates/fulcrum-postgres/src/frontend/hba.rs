@@ -58,6 +58,7 @@ pub async fn method(
         HbaMethod::Trust => ClientAuth::Trust,
         HbaMethod::Md5 => ClientAuth::Md5,
         HbaMethod::ScramSha256 => ClientAuth::ScramSha256,
+        HbaMethod::Password => ClientAuth::Password,
         HbaMethod::Cert => ClientAuth::Cert,
         HbaMethod::Reject => unreachable!("a reject line is Verdict::Rejected"),
         HbaMethod::Peer => {

@@ -1,5 +1,6 @@
 //! The client's login: startup packet (SSL/GSS refused with 'N', cancel
-//! requests forwarded), then trust, md5 or SCRAM-SHA-256 against the
+//! requests forwarded), then trust, md5, SCRAM-SHA-256 (or, from an hba
+//! `password` line, a cleartext password) against the
 //! configured users. Wrong password and unknown user fail alike (28P01), and
 //! an unknown user still goes through a full exchange, so users cannot be
 //! enumerated.
@@ -476,6 +477,15 @@ pub async fn password_exchange<S: Stream>(
         ClientAuth::Cert => false,
         // Resolved to a line's method before (`super::hba::method`).
         ClientAuth::Hba => false,
+        // An hba `password` line: the password in clear text.
+        ClientAuth::Password => {
+            backend_msg::auth_request(&mut out, backend_msg::AUTH_CLEARTEXT, &[]);
+            send(stream, &out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            let response = password_msg(&body).unwrap_or_default();
+            known
+                .is_some_and(|(password, _)| scram::constant_time_eq(password.as_bytes(), response))
+        }
         // MySQL's methods: refused for PostgreSQL clusters by the config.
         ClientAuth::MysqlNativePassword | ClientAuth::CachingSha2Password => false,
         ClientAuth::Md5 => {
