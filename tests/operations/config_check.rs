@@ -217,6 +217,29 @@ fn invalid_configs_fail_check_with_file_line_key_and_reason() {
 }
 
 #[test]
+fn a_bad_hba_line_fails_check_naming_the_hba_file_and_line() {
+    let dir = TempDir::new();
+    let hba = dir.write(
+        "hba.conf",
+        "host all app 127.0.0.1/32 scram-sha-256\nhost all all all ident\n",
+    );
+    let toml = with_cluster_key("client_auth = \"hba\"\nauth_hba_file = \"hba.conf\"");
+    let path = dir.write("fulcrum.toml", &toml);
+    let out = check(&path);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let want = format!(
+        "{}:6: cluster[0].auth_hba_file: {}:2: unknown authentication method \"ident\", expected trust, reject, md5, scram-sha-256, password, cert or peer\n",
+        path.display(),
+        hba.display()
+    );
+    assert_eq!(text(&out.stderr), want);
+    // Fixed, the file passes.
+    dir.write("hba.conf", "host all app 127.0.0.1/32 scram-sha-256\n");
+    let out = check(&path);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
 fn missing_config_file_exits_2_naming_the_file() {
     let dir = TempDir::new();
     let missing = dir.0.join("missing.toml");

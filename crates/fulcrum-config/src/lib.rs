@@ -15,6 +15,7 @@
 mod addr;
 mod coordination;
 mod error;
+pub mod hba;
 mod keypath;
 pub mod log_filter;
 mod mirror;

@@ -55,6 +55,7 @@ pub(crate) struct RawCluster {
     pub pool_mode: Value<String>,
     pub pool_size: Value<Int>,
     pub client_auth: Value<String>,
+    pub auth_hba_file: Value<String>,
     pub pool_timeout: Value<DurationText>,
     pub connect_timeout: Value<DurationText>,
     pub server_connect_timeout: Value<DurationText>,

@@ -97,6 +97,12 @@ pub enum ClientAuth {
     /// PostgreSQL: the client's TLS certificate (checked against
     /// `tls_client_ca`) names the user by its CN; no password.
     Cert,
+    /// PostgreSQL: the method is picked per connection by the first line
+    /// of `auth_hba_file` that applies ([`Cluster::hba`]).
+    Hba,
+    /// PostgreSQL, from an hba `password` line only (no `client_auth`
+    /// value): the password asked in clear text.
+    Password,
     /// MySQL: `mysql_native_password` offered in the greeting.
     MysqlNativePassword,
     /// MySQL: `caching_sha2_password` offered in the greeting (MySQL 8's
@@ -112,6 +118,8 @@ impl ClientAuth {
             ClientAuth::Md5 => "md5",
             ClientAuth::Trust => "trust",
             ClientAuth::Cert => "cert",
+            ClientAuth::Hba => "hba",
+            ClientAuth::Password => "password",
             ClientAuth::MysqlNativePassword => "mysql_native_password",
             ClientAuth::CachingSha2Password => "caching_sha2_password",
         }
@@ -242,6 +250,9 @@ pub struct Cluster {
     /// Server connections per backend per (user, database).
     pub pool_size: u32,
     pub client_auth: ClientAuth,
+    /// `client_auth = "hba"`: the rules read from `auth_hba_file` (read
+    /// again at each reload); `None` otherwise.
+    pub hba: Option<crate::hba::Hba>,
     /// How long a client waits for a server connection before it gets an error.
     pub pool_timeout: Duration,
     /// How long opening (and authenticating) a server connection may take.

@@ -171,7 +171,7 @@ fn optional_cluster_keys_are_validated() {
         (
             &with_key("client_auth = \"password\""),
             "fulcrum.toml:5: cluster[0].client_auth: unknown value \"password\", expected one of \
-             \"scram-sha-256\", \"md5\", \"trust\", \"cert\"",
+             \"scram-sha-256\", \"md5\", \"trust\", \"cert\", \"hba\"",
         ),
         (
             &with_key("pool_timeout = \"5\""),
@@ -341,7 +341,7 @@ fn each_protocol_takes_its_own_client_auth_names() {
         (
             &with(MINIMAL, "client_auth = \"caching_sha2_password\""),
             "fulcrum.toml:4: cluster[0].client_auth: \"caching_sha2_password\" is a MySQL method; PostgreSQL clusters \
-             take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
+             take \"scram-sha-256\", \"md5\", \"trust\", \"cert\" or \"hba\"",
         ),
         (
             &with(&mysql, "max_db_connections = 10"),

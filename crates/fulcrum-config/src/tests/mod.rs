@@ -7,6 +7,7 @@ mod coordinator_access;
 mod database_logins;
 mod documented;
 mod file_errors;
+mod hba;
 mod password_hashes;
 mod tls;
 mod valid;

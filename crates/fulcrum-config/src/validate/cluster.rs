@@ -229,6 +229,7 @@ pub(super) fn cluster(
             ));
         }
     }
+    let hba = super::hba::hba(&t, c, client_auth, tls.as_ref(), base)?;
     let allow_local_infile = c.allow_local_infile.as_ref().is_some_and(|v| *v.get_ref());
     let server_reset_query = c.server_reset_query.as_ref().map_or_else(
         || "DISCARD ALL".to_owned(),
@@ -289,6 +290,7 @@ pub(super) fn cluster(
         pool_mode,
         pool_size,
         client_auth,
+        hba,
         pool_timeout,
         connect_timeout,
         client_login_timeout,

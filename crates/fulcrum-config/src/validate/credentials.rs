@@ -14,6 +14,7 @@ const CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("md5", ClientAuth::Md5),
     ("trust", ClientAuth::Trust),
     ("cert", ClientAuth::Cert),
+    ("hba", ClientAuth::Hba),
 ];
 const MYSQL_CLIENT_AUTHS: &[(&str, ClientAuth)] = &[
     ("mysql_native_password", ClientAuth::MysqlNativePassword),
@@ -33,7 +34,7 @@ pub(super) fn client_auth(
             CLIENT_AUTHS,
             MYSQL_CLIENT_AUTHS,
             defaults::CLIENT_AUTH,
-            "is a MySQL method; PostgreSQL clusters take \"scram-sha-256\", \"md5\", \"trust\" or \"cert\"",
+            "is a MySQL method; PostgreSQL clusters take \"scram-sha-256\", \"md5\", \"trust\", \"cert\" or \"hba\"",
         ),
         Protocol::Mysql => (
             MYSQL_CLIENT_AUTHS,

@@ -7,6 +7,7 @@ mod backends;
 mod cluster;
 mod credentials;
 mod databases;
+mod hba;
 mod health;
 mod mirror;
 pub(crate) mod table;

@@ -1,5 +1,6 @@
 //! The client's login: startup packet (SSL/GSS refused with 'N', cancel
-//! requests forwarded), then trust, md5 or SCRAM-SHA-256 against the
+//! requests forwarded), then trust, md5, SCRAM-SHA-256 (or, from an hba
+//! `password` line, a cleartext password) against the
 //! configured users. Wrong password and unknown user fail alike (28P01), and
 //! an unknown user still goes through a full exchange, so users cannot be
 //! enumerated.
@@ -225,7 +226,7 @@ pub async fn login(
         .expect("a listener has a cluster")
         .clone();
     let ctx: &ClusterContext = &chosen;
-    authenticate(ctx, stream, buf, &user).await?;
+    authenticate(ctx, stream, buf, &user, &database).await?;
     if fulcrum_cluster::clients::registry().is_database_disabled(&database) {
         // PostgreSQL's own words for a database that takes no connections.
         let message = format!(
@@ -291,12 +292,13 @@ async fn authenticate(
     stream: &mut ClientStream,
     buf: &mut BytesMut,
     user: &str,
+    database: &str,
 ) -> Result<(), SessionError> {
+    let method = super::hba::method(ctx, stream, user, database).await?;
     let known = ctx
         .users
         .get(user)
         .map(|u| (u.password.as_str(), &u.verifier));
-    let method = ctx.config.client_auth;
     if method == ClientAuth::Cert {
         return certificate_login(ctx, stream, user).await;
     }
@@ -310,8 +312,10 @@ async fn authenticate(
     if let Some(u) = ctx.users.get(user).filter(|u| u.stored.is_some()) {
         return super::stored_login::login(ctx, stream, buf, user, method, u, binding).await;
     }
-    if known.is_none() && ctx.config.auth_query.is_some() {
-        return auth_query_login(ctx, stream, buf, user, binding).await;
+    // Only a password proves an auth_query user (the server login needs it).
+    let proves = matches!(method, ClientAuth::Md5 | ClientAuth::ScramSha256);
+    if known.is_none() && ctx.config.auth_query.is_some() && proves {
+        return auth_query_login(ctx, stream, buf, (user, method), binding).await;
     }
     let ok = password_exchange(stream, buf, method, user, known, binding, || {
         mock_verifier(ctx, user)
@@ -332,7 +336,7 @@ async fn auth_query_login(
     ctx: &ClusterContext,
     stream: &mut ClientStream,
     buf: &mut BytesMut,
-    user: &str,
+    (user, method): (&str, ClientAuth),
     binding: Option<&[u8]>,
 ) -> Result<(), SessionError> {
     let looked = match super::auth_query::lookup(ctx, user, stream.peer_ip()).await {
@@ -351,8 +355,7 @@ async fn auth_query_login(
             "auth_query not run: this address found no user too often (auth_failed_lookups_per_minute)"
         );
     }
-    let method = ctx.config.client_auth;
-    // The method offered depends on client_auth alone, never on what the
+    // The method offered depends on client_auth (or the hba line) alone, never on what the
     // server stores: a secret the method cannot check fails like an
     // unknown user (the same exchange, the same 28P01), and the log says why.
     let usable = match (&looked.secret, method) {
@@ -482,6 +485,17 @@ pub async fn password_exchange<S: Stream>(
         ClientAuth::Trust => known.is_some(),
         // Decided by the TLS certificate before any password exchange.
         ClientAuth::Cert => false,
+        // Resolved to a line's method before (`super::hba::method`).
+        ClientAuth::Hba => false,
+        // An hba `password` line: the password in clear text.
+        ClientAuth::Password => {
+            backend_msg::auth_request(&mut out, backend_msg::AUTH_CLEARTEXT, &[]);
+            send(stream, &out).await?;
+            let body = read_auth_message(stream, buf).await?;
+            let response = password_msg(&body).unwrap_or_default();
+            known
+                .is_some_and(|(password, _)| scram::constant_time_eq(password.as_bytes(), response))
+        }
         // MySQL's methods: refused for PostgreSQL clusters by the config.
         ClientAuth::MysqlNativePassword | ClientAuth::CachingSha2Password => false,
         ClientAuth::Md5 => {

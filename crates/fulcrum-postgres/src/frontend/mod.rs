@@ -7,6 +7,7 @@ pub mod cancel;
 pub mod context;
 pub mod error;
 pub mod expect;
+pub mod hba;
 pub mod login;
 pub mod serve;
 pub mod session;

@@ -1,6 +1,44 @@
 //! What `fulcrum import pgbouncer` knows of PgBouncer's own settings: the
 //! `[pgbouncer]` keys with no Fulcrum equivalent (and why, for the notes),
-//! and PgBouncer's durations. Pure.
+//! `auth_type` in Fulcrum's words, and PgBouncer's durations. Pure.
+
+/// `auth_type` (and `auth_hba_file`) as the config lines of Fulcrum's
+/// `client_auth`; what cannot be carried is noted.
+pub(super) fn client_auth<'a>(
+    auth_type: Option<&str>,
+    hba_file: Option<&'a str>,
+    notes: &mut Vec<String>,
+) -> (&'static str, Option<&'a str>) {
+    let method = match auth_type.unwrap_or("md5") {
+        "md5" => "md5",
+        "scram-sha-256" => "scram-sha-256",
+        "trust" => "trust",
+        "cert" => "cert",
+        "hba" => match hba_file {
+            Some(file) => return ("hba", Some(file)),
+            None => {
+                notes.push("auth_type = hba without auth_hba_file (PgBouncer then refuses every login): took md5".into());
+                "md5"
+            }
+        },
+        "any" => {
+            notes.push("auth_type = any (any user name, no password): Fulcrum checks the user name; took trust".into());
+            "trust"
+        }
+        other => {
+            notes.push(format!(
+                "auth_type = {other}: not in Fulcrum (scram-sha-256, md5, trust, cert, hba); took md5"
+            ));
+            "md5"
+        }
+    };
+    if hba_file.is_some() {
+        notes.push(
+            "auth_hba_file: read only with auth_type = hba (as in PgBouncer); left out".into(),
+        );
+    }
+    (method, None)
+}
 
 /// `[pgbouncer]` keys with no Fulcrum equivalent, and why.
 pub(super) const NOT_CARRIED: &[(&str, &str)] = &[
@@ -16,10 +54,6 @@ pub(super) const NOT_CARRIED: &[(&str, &str)] = &[
     ("unix_socket_mode", "Fulcrum listens on TCP only"),
     ("unix_socket_group", "Fulcrum listens on TCP only"),
     ("user", "run Fulcrum as the user you want (systemd User=)"),
-    (
-        "auth_hba_file",
-        "Fulcrum has no hba rules; restrict access with the firewall or tls_client_ca",
-    ),
     (
         "ignore_startup_parameters",
         "not needed: Fulcrum tracks every startup parameter per client",

@@ -70,8 +70,10 @@ pub(super) fn carry(
         let refusal = match kind {
             Kind::Plain => None,
             Kind::Malformed(why) => Some(format!("its SCRAM secret is malformed: {why}")),
+            // hba: the file's lines pick the method per connection; a
+            // line the hash cannot serve refuses that login (28P01).
             Kind::Hash(PasswordHash::Scram(_)) => match client_auth {
-                "scram-sha-256" => None,
+                "scram-sha-256" | "hba" => None,
                 "md5" => Some("the auth file holds a SCRAM secret, which client_auth = \"md5\" cannot check (PgBouncer runs SCRAM for it; Fulcrum asks every client one method, and the md5 hashes of other users need md5): store its password as md5, or the others' as SCRAM".to_owned()),
                 other => Some(format!("the auth file holds a SCRAM secret: Fulcrum logs in to the servers with the keys a client proves by SCRAM, which client_auth = {other:?} never runs")),
             },
