@@ -3,3 +3,4 @@
 pub mod ini;
 pub mod pgbouncer;
 mod pgbouncer_keys;
+mod pgbouncer_users;

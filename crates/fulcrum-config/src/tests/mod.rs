@@ -7,6 +7,7 @@ mod coordinator_access;
 mod documented;
 mod file_errors;
 mod tls;
+mod user_pool;
 mod valid;
 
 use std::path::Path;

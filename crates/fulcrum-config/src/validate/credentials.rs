@@ -158,6 +158,7 @@ pub(super) fn users(
     cluster: &str,
     auth: ClientAuth,
     base: &std::path::Path,
+    pool_rules: super::user_pool::Rules,
 ) -> Result<Vec<User>, Problem> {
     let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
     let items = non_empty(t, raw, "user", reason)?;
@@ -199,10 +200,18 @@ pub(super) fn users(
                 },
             }),
         };
+        let pool = super::user_pool::user_pool(
+            &ut,
+            &u.pool_mode,
+            &u.pool_size,
+            &u.max_user_connections,
+            pool_rules,
+        )?;
         out.push(User {
             name,
             password,
             server,
+            pool,
         });
     }
     Ok(out)

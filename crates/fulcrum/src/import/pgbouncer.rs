@@ -108,10 +108,7 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     let pool_mode = match take("pool_mode").unwrap_or("session") {
         "session" => "session",
         "transaction" => "transaction",
-        "statement" => {
-            notes.push("pool_mode = statement: Fulcrum has session and transaction pooling; took transaction (multi-statement transactions stay whole)".into());
-            "transaction"
-        }
+        "statement" => "statement",
         other => {
             return Err(format!(
                 "{source}: pool_mode = {other:?} is not a PgBouncer pool mode"
@@ -292,7 +289,9 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
         notes.push("auth_user without auth_query: PgBouncer's default query reads pg_shadow; set auth_query to use it (docs/configuration.md, auth_query)".into());
     }
 
-    // Users: every clear-text password of the auth file.
+    // Users: every clear-text password of the auth file, with its [users]
+    // pool settings.
+    let mut pools = super::pgbouncer_users::user_pools(ini, &mut notes);
     let mut user_lines = String::new();
     let mut carried = 0;
     for (name, password) in users {
@@ -307,15 +306,14 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
             quote(name),
             quote(password)
         );
+        for line in pools.remove(name).unwrap_or_default() {
+            let _ = writeln!(user_lines, "{line}");
+        }
     }
+    super::pgbouncer_users::unplaced(pools, &mut notes);
     if carried == 0 && auth_lines.is_empty() {
         return Err(format!(
             "{source}: no user could be carried over (no auth file given or read, or every password is a hash): Fulcrum needs [[cluster.user]] entries or auth_query; pass --userlist with clear-text passwords"
-        ));
-    }
-    for (key, _) in ini.section("users") {
-        notes.push(format!(
-            "[users] {key}: per-user pool settings are not in Fulcrum (pools follow the cluster's)"
         ));
     }
 
@@ -464,10 +462,7 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
                 "min_pool_size" => format!("min_pool_size = {v}"),
                 "reserve_pool" => format!("reserve_pool_size = {v}"),
                 "max_db_connections" => format!("max_db_connections = {v}"),
-                "pool_mode" => format!(
-                    "pool_mode = {}",
-                    quote(if v == "statement" { "transaction" } else { v })
-                ),
+                "pool_mode" => format!("pool_mode = {}", quote(v)),
                 _ => continue,
             };
             let key = format!("{} = ", line.split(' ').next().unwrap_or(""));
@@ -508,82 +503,5 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn users() -> Vec<(String, String)> {
-        vec![
-            ("app".into(), "secret".into()),
-            ("ops".into(), "ops-secret".into()),
-            (
-                "hashed".into(),
-                "md5d41d8cd98f00b204e9800998ecf8427e".into(),
-            ),
-        ]
-    }
-
-    #[test]
-    fn databases_become_clusters_per_server_with_their_aliases() {
-        let ini = Ini::parse(
-            "[databases]\norders = host=10.0.0.1 port=5432 dbname=orders\nreports = host=10.0.0.1 dbname=analytics pool_size=5\nother = host=10.0.0.2 port=5433\nlocal = host=/var/run/postgresql\n\
-             [pgbouncer]\nlisten_addr = *\nlisten_port = 6432\npool_mode = transaction\ndefault_pool_size = 30\nauth_type = scram-sha-256\n\
-             server_lifetime = 3600\nquery_wait_timeout = 0\nadmin_users = ops\nlogfile = /var/log/pgbouncer.log\n[users]\napp = pool_mode=session\n",
-        );
-        let r = import(&ini, &users(), "pgbouncer.ini").unwrap();
-        let t = &r.toml;
-        assert!(t.contains("listen = \"0.0.0.0:6432\""), "{t}");
-        assert_eq!(t.matches("[[cluster]]").count(), 3, "{t}");
-        assert!(
-            t.contains("name = \"reports\"\nserver_database = \"analytics\""),
-            "{t}"
-        );
-        assert!(t.contains("address = \"10.0.0.2:5433\""), "{t}");
-        assert!(
-            t.contains("address = \"/var/run/postgresql:5432\""),
-            "a socket directory stays one: {t}"
-        );
-        assert!(t.contains("pool_size = 5"), "the per-database size: {t}");
-        assert!(t.contains("server_lifetime = \"3600s\""), "{t}");
-        assert!(t.contains("pool_timeout = \"1h\""), "{t}");
-        assert!(t.contains("client_auth = \"scram-sha-256\""), "{t}");
-        assert!(t.contains("[[fulcrum.admin_user]]\nname = \"ops\""), "{t}");
-        let parsed: toml::Table = t.parse().expect("valid TOML");
-        assert_eq!(parsed["cluster"].as_array().unwrap().len(), 3);
-        let notes = r.notes.join("\n");
-        for want in [
-            "logfile",
-            "[users] app",
-            "\"hashed\"",
-            "query_wait_timeout = 0",
-            "admin = \"127.0.0.1:6433\"",
-        ] {
-            assert!(notes.contains(want), "{want} in {notes}");
-        }
-    }
-
-    #[test]
-    fn no_databases_gives_one_cluster_for_the_local_server() {
-        let ini = Ini::parse("[databases]\n[pgbouncer]\nlisten_addr = localhost\nauth_type = md5\nmax_prepared_statements = 9 # x\n%include more.ini\n");
-        let r = import(&ini, &users(), "x.ini").unwrap();
-        let notes = r.notes.join("\n");
-        assert!(
-            notes.contains("x.ini:6: %include more.ini: not followed"),
-            "{notes}"
-        );
-        assert!(
-            notes.contains("max_prepared_statements = \"9 # x\": not an integer"),
-            "{notes}"
-        );
-        assert!(!r.toml.contains("max_prepared_statements"), "{}", r.toml);
-        assert!(
-            r.toml.contains("address = \"127.0.0.1:5432\""),
-            "{}",
-            r.toml
-        );
-        assert!(!r.toml.contains("[[cluster.database]]"));
-        assert!(
-            import(&ini, &[], "x.ini").is_err(),
-            "no user: an error, not a config that fails"
-        );
-    }
-}
+#[path = "pgbouncer_tests.rs"]
+mod tests;
