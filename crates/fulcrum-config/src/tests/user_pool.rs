@@ -5,13 +5,13 @@
 use super::{assert_errors, dedent, MINIMAL};
 use crate::PoolMode;
 
-/// `MINIMAL` with `lines` appended to its `[[cluster.user]]` (from line 12).
+/// `MINIMAL` with `lines` appended to its `[[cluster.user]]` (from line 11).
 fn user_with(lines: &str) -> String {
     format!("{MINIMAL}    {}\n", lines.replace('\n', "\n    "))
 }
 
 /// `MINIMAL` with `auth_user` (line 5) and a `[[cluster.user_default]]`
-/// table (its header on line 13) holding `lines`.
+/// table (its header on line 12) holding `lines`.
 fn default_with(lines: &str) -> String {
     let listen = "listen = \"127.0.0.1:6432\"\n";
     let base = MINIMAL.replace(listen, &format!("{listen}    auth_user = \"app\"\n"));
@@ -32,7 +32,7 @@ fn statement_pooling_is_for_postgres_clusters() {
         ),
         (
             &format!("{mysql}    pool_mode = \"statement\"\n"),
-            "fulcrum.toml:12: cluster[0].user[0].pool_mode: pool_mode = statement is for postgres clusters; use \"transaction\"",
+            "fulcrum.toml:11: cluster[0].user[0].pool_mode: pool_mode = statement is for postgres clusters; use \"transaction\"",
         ),
     ]);
 }
@@ -42,19 +42,19 @@ fn a_users_pool_keys_are_validated() {
     assert_errors(&[
         (
             &user_with("pool_mode = \"txn\""),
-            "fulcrum.toml:12: cluster[0].user[0].pool_mode: unknown value \"txn\", expected one of \"session\", \"transaction\", \"statement\"",
+            "fulcrum.toml:11: cluster[0].user[0].pool_mode: unknown value \"txn\", expected one of \"session\", \"transaction\", \"statement\"",
         ),
         (
             &user_with("pool_size = 0"),
-            "fulcrum.toml:12: cluster[0].user[0].pool_size: must be at least 1, got 0",
+            "fulcrum.toml:11: cluster[0].user[0].pool_size: must be at least 1, got 0",
         ),
         (
             &user_with("pool_size = \"ten\""),
-            "fulcrum.toml:12: cluster[0].user[0].pool_size: invalid type: string \"ten\", expected an integer",
+            "fulcrum.toml:11: cluster[0].user[0].pool_size: invalid type: string \"ten\", expected an integer",
         ),
         (
             &user_with("max_user_connections = -1"),
-            "fulcrum.toml:12: cluster[0].user[0].max_user_connections: must be at least 0, got -1",
+            "fulcrum.toml:11: cluster[0].user[0].max_user_connections: must be at least 0, got -1",
         ),
         (
             &MINIMAL.replace(
@@ -62,7 +62,7 @@ fn a_users_pool_keys_are_validated() {
                 "listen = \"127.0.0.1:6432\"\n    min_pool_size = 3\n",
             )
             .replace("password = \"secret\"\n", "password = \"secret\"\n    pool_size = 2\n"),
-            "fulcrum.toml:13: cluster[0].user[0].pool_size: must be at least the cluster's min_pool_size (3)",
+            "fulcrum.toml:12: cluster[0].user[0].pool_size: must be at least the cluster's min_pool_size (3)",
         ),
         (
             &MINIMAL.replace(
@@ -73,7 +73,7 @@ fn a_users_pool_keys_are_validated() {
                 "password = \"secret\"\n",
                 "password = \"secret\"\n    max_user_connections = 2\n",
             ),
-            "fulcrum.toml:13: cluster[0].user[0].max_user_connections: must be 0 (the cluster's) or at least the cluster's min_pool_size (3)",
+            "fulcrum.toml:12: cluster[0].user[0].max_user_connections: must be 0 (the cluster's) or at least the cluster's min_pool_size (3)",
         ),
     ]);
 }
@@ -83,27 +83,27 @@ fn the_user_default_is_one_table_for_auth_query_users() {
     assert_errors(&[
         (
             &format!("{MINIMAL}    [[cluster.user_default]]\n    pool_size = 2\n"),
-            "fulcrum.toml:12: cluster[0].user_default[0]: applies to users auth_query finds, and this cluster has no auth_user; set these keys on each [[cluster.user]]",
+            "fulcrum.toml:11: cluster[0].user_default[0]: applies to users auth_query finds, and this cluster has no auth_user; set these keys on each [[cluster.user]]",
         ),
         (
             &format!("{}    [[cluster.user_default]]\n    pool_size = 3\n", default_with("pool_size = 2")),
-            "fulcrum.toml:15: cluster[0].user_default[1]: a cluster has one [[cluster.user_default]] at most",
+            "fulcrum.toml:14: cluster[0].user_default[1]: a cluster has one [[cluster.user_default]] at most",
         ),
         (
             &default_with("pool_mode = \"always\""),
-            "fulcrum.toml:14: cluster[0].user_default[0].pool_mode: unknown value \"always\", expected one of \"session\", \"transaction\", \"statement\"",
+            "fulcrum.toml:13: cluster[0].user_default[0].pool_mode: unknown value \"always\", expected one of \"session\", \"transaction\", \"statement\"",
         ),
         (
             &default_with("pool_size = 0"),
-            "fulcrum.toml:14: cluster[0].user_default[0].pool_size: must be at least 1, got 0",
+            "fulcrum.toml:13: cluster[0].user_default[0].pool_size: must be at least 1, got 0",
         ),
         (
             &default_with("max_user_connections = 5000000000"),
-            "fulcrum.toml:14: cluster[0].user_default[0].max_user_connections: must be at most 4294967295, got 5000000000",
+            "fulcrum.toml:13: cluster[0].user_default[0].max_user_connections: must be at most 4294967295, got 5000000000",
         ),
         (
             &default_with("server_user = \"x\""),
-            "fulcrum.toml:14: cluster[0].user_default[0].server_user: unknown key, expected one of `pool_mode`, `pool_size`, `max_user_connections`",
+            "fulcrum.toml:13: cluster[0].user_default[0].server_user: unknown key `server_user`, expected one of `pool_mode`, `pool_size`, `max_user_connections`",
         ),
     ]);
 }
