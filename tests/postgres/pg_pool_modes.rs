@@ -120,7 +120,8 @@ async fn statement_mode_refuses_begin_with_pgbouncers_words_and_shares_one_conne
         primary_config()
             .pool_mode("statement")
             .pool_size(1)
-            .extra("pool_timeout = \"2s\""),
+            .extra("pool_timeout = \"2s\"")
+            .user_keys(STMT_USER, ""),
     );
     let a = pg_connect_as(&cfg, STMT_USER, APP_DB).await;
     let b = pg_connect_as(&cfg, STMT_USER, APP_DB).await;
@@ -181,6 +182,7 @@ async fn a_session_mode_user_keeps_its_temp_table_in_a_transaction_mode_cluster(
             .pool_mode("transaction")
             .extra("pool_timeout = \"2s\"")
             .user_keys(SESSION_USER, "pool_mode = \"session\"\npool_size = 1"),
+            .user_keys(TXN_USER, ""),
     );
     let s = pg_connect_as(&cfg, SESSION_USER, APP_DB).await;
     s.batch_execute("CREATE TEMP TABLE pm_scratch (x int)")
@@ -230,6 +232,7 @@ async fn a_users_pool_size_and_max_user_connections_cap_its_server_connections()
             .extra("pool_timeout = \"20s\"")
             .user_keys(SIZED_USER, "pool_size = 2")
             .user_keys(CAPPED_USER, "max_user_connections = 3"),
+            .user_keys(OTHER_USER, ""),
     );
     let sized = most_connections_under_load(&cfg, SIZED_USER, 6).await;
     assert_eq!(sized, 2, "pool_size = 2 for {SIZED_USER}");

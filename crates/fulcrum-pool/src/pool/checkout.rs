@@ -64,6 +64,8 @@ impl<C> Checkout<C> {
                 budget,
                 entry,
             });
+            drop(idle);
+            self.pool.returned.notify_one();
         }
     }
 
