@@ -181,7 +181,7 @@ async fn a_session_mode_user_keeps_its_temp_table_in_a_transaction_mode_cluster(
         primary_config()
             .pool_mode("transaction")
             .extra("pool_timeout = \"2s\"")
-            .user_keys(SESSION_USER, "pool_mode = \"session\"\npool_size = 1"),
+            .user_keys(SESSION_USER, "pool_mode = \"session\"\npool_size = 1")
             .user_keys(TXN_USER, ""),
     );
     let s = pg_connect_as(&cfg, SESSION_USER, APP_DB).await;
@@ -231,7 +231,7 @@ async fn a_users_pool_size_and_max_user_connections_cap_its_server_connections()
             .pool_size(10)
             .extra("pool_timeout = \"20s\"")
             .user_keys(SIZED_USER, "pool_size = 2")
-            .user_keys(CAPPED_USER, "max_user_connections = 3"),
+            .user_keys(CAPPED_USER, "max_user_connections = 3")
             .user_keys(OTHER_USER, ""),
     );
     let sized = most_connections_under_load(&cfg, SIZED_USER, 6).await;
