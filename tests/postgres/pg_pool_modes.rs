@@ -130,7 +130,10 @@ async fn statement_mode_refuses_begin_with_pgbouncers_words_and_shares_one_conne
     // the 2 s pool_timeout.
     for i in 0..5 {
         assert_eq!(one_string(&a, &format!("SELECT {i}")).await, i.to_string());
-        assert_eq!(one_string(&b, &format!("SELECT {i} + 1")).await, (i + 1).to_string());
+        assert_eq!(
+            one_string(&b, &format!("SELECT {i} + 1")).await,
+            (i + 1).to_string()
+        );
     }
     let row = b.query_one("SELECT $1::int * 2", &[&21i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 42, "extended protocol");
@@ -142,7 +145,9 @@ async fn statement_mode_refuses_begin_with_pgbouncers_words_and_shares_one_conne
     assert_eq!(server_connections(STMT_USER), 1);
 
     let e = a.batch_execute("BEGIN").await.expect_err("BEGIN refused");
-    let db = e.as_db_error().unwrap_or_else(|| panic!("a server error: {e}"));
+    let db = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("a server error: {e}"));
     assert_eq!(db.code().code(), "08P01");
     assert_eq!(db.severity(), "FATAL");
     assert_eq!(
@@ -156,7 +161,10 @@ async fn statement_mode_refuses_begin_with_pgbouncers_words_and_shares_one_conne
     // The other client goes on, on a new server connection (the refused
     // one was closed with its transaction).
     assert_eq!(one_string(&b, "SELECT 'still here'").await, "still here");
-    assert_eq!(one_string(&b, "SHOW transaction_isolation").await, "read committed");
+    assert_eq!(
+        one_string(&b, "SHOW transaction_isolation").await,
+        "read committed"
+    );
 
     // A transaction opened by a multi-statement query, or through the
     // extended protocol, ends the client the same way.
@@ -260,7 +268,10 @@ async fn a_users_max_user_connections_ends_a_wait_with_the_pool_timeout_error() 
             .await
             .expect_err("the second session waits past pool_timeout"),
     };
-    let message = e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default();
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
     assert!(
         message.contains("max_user_connections (1) for user \"pm_waiting\""),
         "{e}: {message}"

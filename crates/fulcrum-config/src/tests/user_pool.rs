@@ -137,8 +137,8 @@ fn users_take_their_own_pool_settings_over_the_clusters() {
         max_user_connections = 3
         "#,
     );
-    let config = crate::parse(&text, std::path::Path::new("fulcrum.toml"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let config =
+        crate::parse(&text, std::path::Path::new("fulcrum.toml")).unwrap_or_else(|e| panic!("{e}"));
     let c = &config.clusters[0];
     let of = |u: &str| {
         (
@@ -148,6 +148,10 @@ fn users_take_their_own_pool_settings_over_the_clusters() {
         )
     };
     assert_eq!(of("app"), (PoolMode::Session, 2, 12));
-    assert_eq!(of("batch"), (PoolMode::Statement, 8, 12), "0: the cluster's cap");
+    assert_eq!(
+        of("batch"),
+        (PoolMode::Statement, 8, 12),
+        "0: the cluster's cap"
+    );
     assert_eq!(of("found_by_auth_query"), (PoolMode::Transaction, 8, 3));
 }

@@ -51,7 +51,10 @@ pub(super) fn cluster_pool_mode(
     c: &RawCluster,
     protocol: Protocol,
 ) -> Result<PoolMode, Problem> {
-    Ok(pool_mode(t, &c.pool_mode, protocol, Some(defaults::POOL_MODE))?.unwrap_or(defaults::POOL_MODE))
+    Ok(
+        pool_mode(t, &c.pool_mode, protocol, Some(defaults::POOL_MODE))?
+            .unwrap_or(defaults::POOL_MODE),
+    )
 }
 
 /// A user's (or the user default's) three keys, each `None` when absent.
@@ -126,5 +129,11 @@ pub(super) fn user_default(t: &Table, c: &RawCluster, rules: Rules) -> Result<Us
     }
     let ut = t.child("user_default[0]", first.span());
     let d = first.get_ref();
-    user_pool(&ut, &d.pool_mode, &d.pool_size, &d.max_user_connections, rules)
+    user_pool(
+        &ut,
+        &d.pool_mode,
+        &d.pool_size,
+        &d.max_user_connections,
+        rules,
+    )
 }

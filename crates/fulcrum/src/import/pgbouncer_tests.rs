@@ -92,7 +92,10 @@ fn statement_pooling_and_users_pool_settings_are_carried_over() {
     );
     let r = import(&ini, &users(), "pgbouncer.ini").unwrap();
     let t = &r.toml;
-    assert!(t.contains("pool_mode = \"statement\"\npool_size = 10\n"), "{t}");
+    assert!(
+        t.contains("pool_mode = \"statement\"\npool_size = 10\n"),
+        "{t}"
+    );
     assert!(
         t.contains("name = \"app\"\npassword = \"secret\"\npool_mode = \"transaction\"\npool_size = 4\nmax_user_connections = 6\n"),
         "{t}"
@@ -106,8 +109,14 @@ fn statement_pooling_and_users_pool_settings_are_carried_over() {
     let c = &config.clusters[0];
     assert_eq!(c.pool_mode, fulcrum_config::PoolMode::Statement);
     assert_eq!(c.pool_mode_of("app"), fulcrum_config::PoolMode::Transaction);
-    assert_eq!((c.pool_size_of("app"), c.max_user_connections_of("app")), (4, 6));
-    assert_eq!((c.pool_size_of("ops"), c.max_user_connections_of("ops")), (10, 30));
+    assert_eq!(
+        (c.pool_size_of("app"), c.max_user_connections_of("app")),
+        (4, 6)
+    );
+    assert_eq!(
+        (c.pool_size_of("ops"), c.max_user_connections_of("ops")),
+        (10, 30)
+    );
     let notes = r.notes.join("\n");
     for want in [
         "[users] ops: reserve_pool_size=2 not carried over",
@@ -117,7 +126,10 @@ fn statement_pooling_and_users_pool_settings_are_carried_over() {
     ] {
         assert!(notes.contains(want), "{want} in {notes}");
     }
-    assert!(!notes.contains("statement"), "statement pooling is carried, not noted: {notes}");
+    assert!(
+        !notes.contains("statement"),
+        "statement pooling is carried, not noted: {notes}"
+    );
 }
 
 #[test]
@@ -126,5 +138,8 @@ fn a_databases_statement_pool_mode_stays_statement() {
         "[databases]\nreports = host=10.0.0.1 pool_mode=statement\n[pgbouncer]\npool_mode = transaction\n",
     );
     let t = import(&ini, &users(), "x.ini").unwrap().toml;
-    assert!(t.contains("pool_mode = \"statement\"") && !t.contains("\"transaction\""), "{t}");
+    assert!(
+        t.contains("pool_mode = \"statement\"") && !t.contains("\"transaction\""),
+        "{t}"
+    );
 }
