@@ -43,6 +43,8 @@ pub struct PgProxyConfig {
     pub backends: Vec<(String, &'static str)>,
     /// Extra `key = value` lines for the `[[cluster]]` table.
     pub extra: Vec<String>,
+    /// (user, lines) added to that user's `[[cluster.user]]` table.
+    pub user_keys: Vec<(String, String)>,
     pub log: &'static str,
 }
 
@@ -56,6 +58,7 @@ impl PgProxyConfig {
             client_auth: "scram-sha-256",
             backends: vec![(primary.to_owned(), "primary")],
             extra: Vec::new(),
+            user_keys: Vec::new(),
             log: if std::env::var_os("FULCRUM_TEST_TRACE").is_some() {
                 "trace"
             } else {
@@ -89,6 +92,13 @@ impl PgProxyConfig {
         self
     }
 
+    /// Adds `lines` to `user`'s `[[cluster.user]]` table; a user not among
+    /// the harness's four gets a table of its own, with the test password.
+    pub fn user_keys(mut self, user: &str, lines: &str) -> Self {
+        self.user_keys.push((user.to_owned(), lines.to_owned()));
+        self
+    }
+
     /// `host=... port=...` for tokio-postgres, as `user` with the test password.
     pub fn conn_string(&self, user: &str, db: &str) -> String {
         pg_conn_string(&self.listen, user, db)
@@ -108,10 +118,20 @@ impl PgProxyConfig {
                 "\n[[cluster.backend]]\naddress = \"{address}\"\nrole = \"{role}\"\nweight = 1\n"
             ));
         }
-        for user in [APP_USER, APP_MD5_USER, APP_PLAIN_USER, APP_TRUST_USER] {
+        let mut users: Vec<&str> = vec![APP_USER, APP_MD5_USER, APP_PLAIN_USER, APP_TRUST_USER];
+        for (user, _) in &self.user_keys {
+            if !users.contains(&user.as_str()) {
+                users.push(user);
+            }
+        }
+        for user in users {
             t.push_str(&format!(
                 "\n[[cluster.user]]\nname = \"{user}\"\npassword = \"{APP_PASSWORD}\"\n"
             ));
+            for (_, lines) in self.user_keys.iter().filter(|(u, _)| u == user) {
+                t.push_str(lines);
+                t.push('\n');
+            }
         }
         t
     }

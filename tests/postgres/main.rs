@@ -17,6 +17,7 @@ mod pg_mirror;
 mod pg_notify;
 mod pg_pgbench;
 mod pg_pids;
+mod pg_pool_modes;
 mod pg_proxy;
 mod pg_routing;
 mod pg_session;

@@ -75,8 +75,10 @@ fn protocol(c: &fulcrum_config::Cluster) -> String {
 }
 
 fn pool_mode(c: &fulcrum_config::Cluster) -> String {
-    match c.pool_mode {
-        fulcrum_config::PoolMode::Session => "session".into(),
-        fulcrum_config::PoolMode::Transaction => "transaction".into(),
-    }
+    c.pool_mode.name().into()
+}
+
+/// `user`'s pool mode (its own over the cluster's).
+fn user_pool_mode(c: &fulcrum_config::Cluster, user: &str) -> String {
+    c.pool_mode_of(user).name().into()
 }

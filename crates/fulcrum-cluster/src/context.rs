@@ -50,7 +50,7 @@ pub struct ClusterCore<C, P, S> {
     /// The backends' addresses, in config order.
     pub backends: Vec<Arc<str>>,
     pools: Mutex<PoolMap<C, S>>,
-    /// `max_db_connections`, `max_user_connections`.
+    /// `max_db_connections`, and each user's `max_user_connections`.
     budgets: Budgets,
     /// `consistency = "strong"`: the primary's position, one fetch shared
     /// by the reads that ask at the same time.
@@ -97,10 +97,7 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
             ),
             backends: addresses.iter().map(|a| a.as_str().into()).collect(),
             pools: Mutex::new(HashMap::new()),
-            budgets: Budgets::new(
-                config.budgets.max_db_connections,
-                config.budgets.max_user_connections,
-            ),
+            budgets: Budgets::new(config.budgets.max_db_connections),
             primary_position: Coalesced::new(),
             user_positions: UserPositions::default(),
             functions: Arc::new(FunctionCatalog::new(

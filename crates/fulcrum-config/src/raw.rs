@@ -155,6 +155,7 @@ pub(crate) struct RawCluster {
     pub transaction_replay_resolve_commits: Value<bool>,
     pub backend: Value<Tables<RawBackend>>,
     pub user: Value<Tables<RawUser>>,
+    pub user_default: Value<Tables<RawUserDefault>>,
     pub database: Value<Tables<RawDatabase>>,
     pub mirror: Value<Tables<RawMirror>>,
 }
@@ -210,6 +211,18 @@ pub(crate) struct RawUser {
     pub password: Value<SecretText>,
     pub server_user: Value<String>,
     pub server_password: Value<SecretText>,
+    pub pool_mode: Value<String>,
+    pub pool_size: Value<Int>,
+    pub max_user_connections: Value<Int>,
+}
+
+/// `[[cluster.user_default]]`: the pool settings of users not listed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawUserDefault {
+    pub pool_mode: Value<String>,
+    pub pool_size: Value<Int>,
+    pub max_user_connections: Value<Int>,
 }
 
 /// Deserializes the document, turning TOML and serde errors into located problems.
@@ -405,6 +418,9 @@ impl TableHeader for RawBackend {
 }
 impl TableHeader for RawUser {
     const HEADER: &'static str = "[[cluster.user]]";
+}
+impl TableHeader for RawUserDefault {
+    const HEADER: &'static str = "[[cluster.user_default]]";
 }
 impl TableHeader for RawDatabase {
     const HEADER: &'static str = "[[cluster.database]]";

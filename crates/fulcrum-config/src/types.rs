@@ -11,7 +11,7 @@ pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 
 mod logins;
 mod password_hash;
-pub use logins::{AuthQuery, ServerLogin, User};
+pub use logins::{AuthQuery, ServerLogin, User, UserPool};
 pub use password_hash::{PasswordHash, ScramVerifier};
 
 /// A whole, validated configuration file.
@@ -87,6 +87,20 @@ pub enum Protocol {
 pub enum PoolMode {
     Session,
     Transaction,
+    /// PostgreSQL: the server connection goes back after every statement;
+    /// a transaction block ends the client (PgBouncer's statement pooling).
+    Statement,
+}
+
+impl PoolMode {
+    /// The name written in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolMode::Session => "session",
+            PoolMode::Transaction => "transaction",
+            PoolMode::Statement => "statement",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,6 +373,9 @@ pub struct Cluster {
     pub transaction_replay: Option<TransactionReplay>,
     pub backends: Vec<Backend>,
     pub users: Vec<User>,
+    /// `[[cluster.user_default]]`: the pool settings of users not listed
+    /// (found by `auth_query`).
+    pub user_default: UserPool,
     /// `[[cluster.database]]`: when any is listed, the only databases this
     /// listener serves, each possibly an alias of another on the servers.
     pub databases: Vec<Database>,
@@ -402,6 +419,33 @@ pub struct Database {
 }
 
 impl Cluster {
+    /// The pool settings that apply to `user`: its `[[cluster.user]]`'s,
+    /// or `[[cluster.user_default]]`'s for a user not listed.
+    fn user_pool(&self, user: &str) -> UserPool {
+        self.users
+            .iter()
+            .find(|u| u.name == user)
+            .map_or(self.user_default, |u| u.pool)
+    }
+
+    /// `user`'s pool mode: its own, else the cluster's.
+    pub fn pool_mode_of(&self, user: &str) -> PoolMode {
+        self.user_pool(user).pool_mode.unwrap_or(self.pool_mode)
+    }
+
+    /// `user`'s pool size per (backend, database): its own, else the cluster's.
+    pub fn pool_size_of(&self, user: &str) -> u32 {
+        self.user_pool(user).pool_size.unwrap_or(self.pool_size)
+    }
+
+    /// `user`'s cap on server connections per backend (0: none): its own,
+    /// else the cluster's `max_user_connections`.
+    pub fn max_user_connections_of(&self, user: &str) -> u32 {
+        self.user_pool(user)
+            .max_user_connections
+            .unwrap_or(self.budgets.max_user_connections)
+    }
+
     /// The server's name for the database a client asked for; `None` when
     /// `[[cluster.database]]` lists others only.
     pub fn server_database<'a>(&'a self, client: &'a str) -> Option<&'a str> {

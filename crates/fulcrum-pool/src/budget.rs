@@ -75,33 +75,34 @@ type BudgetKey = (usize, bool, Arc<str>);
 
 /// The budgets of one cluster, made on first use: one per (backend,
 /// database) under `max_db_connections`, one per (backend, user) under
-/// `max_user_connections` (0: that cap is off).
+/// that user's `max_user_connections` (0: that cap is off).
 #[derive(Debug, Default)]
 pub struct Budgets {
     max_db: u32,
-    max_user: u32,
     made: Mutex<std::collections::HashMap<BudgetKey, Arc<Budget>>>,
 }
 
 impl Budgets {
-    pub fn new(max_db: u32, max_user: u32) -> Budgets {
+    pub fn new(max_db: u32) -> Budgets {
         Budgets {
             max_db,
-            max_user,
             made: Mutex::default(),
         }
     }
 
     /// The budgets a new pool of (backend, user, database) is under
-    /// (`database` `None`: connections not tied to one, as MySQL's).
+    /// (`database` `None`: connections not tied to one, as MySQL's), the
+    /// user's cap being `max_user` (its own or the cluster's; the same for
+    /// every pool of the user).
     pub fn for_pool(
         &self,
         backend: usize,
         user: &Arc<str>,
         database: Option<&Arc<str>>,
+        max_user: u32,
     ) -> Vec<Arc<Budget>> {
         let mut out = Vec::new();
-        if self.max_db == 0 && self.max_user == 0 {
+        if self.max_db == 0 && max_user == 0 {
             return out;
         }
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,8 +119,8 @@ impl Budgets {
                     .clone(),
             );
         }
-        if self.max_user > 0 {
-            let max = self.max_user;
+        if max_user > 0 {
+            let max = max_user;
             out.push(
                 made.entry((backend, false, user.clone()))
                     .or_insert_with(|| {

@@ -130,6 +130,9 @@ struct Inner<C> {
     permits: Arc<Semaphore>,
     reserve: Arc<Semaphore>,
     idle: Mutex<VecDeque<Idle<C>>>,
+    /// A connection went idle: wakes a checkout waiting at a budget's cap,
+    /// which takes it rather than a new one.
+    returned: tokio::sync::Notify,
     budgets: Vec<Arc<Budget>>,
     opened: AtomicU64,
     closed: AtomicU64,
@@ -206,6 +209,7 @@ impl<C: Poolable> Pool<C> {
             permits: Arc::new(Semaphore::new(settings.size as usize)),
             reserve: Arc::new(Semaphore::new(settings.reserve_size as usize)),
             idle: Mutex::new(VecDeque::new()),
+            returned: tokio::sync::Notify::new(),
             budgets,
             opened: AtomicU64::new(0),
             closed: AtomicU64::new(0),
@@ -354,7 +358,21 @@ impl<C: Poolable> Pool<C> {
         Fut: Future<Output = Result<C, E>>,
     {
         let inner = &self.inner;
-        let budget = self.budget_permits(Some(deadline)).await?;
+        // At a budget's cap, a connection of this pool given back
+        // meanwhile serves this checkout: the budget's room is held by the
+        // pool's own idle connections, so waiting for a permit alone
+        // would wait until one of them closes.
+        let budget = loop {
+            tokio::select! {
+                biased;
+                b = self.budget_permits(Some(deadline)) => break b?,
+                () = inner.returned.notified() => {
+                    if let Some(idle) = self.take_idle() {
+                        return Ok(self.hand_out(idle, permit));
+                    }
+                }
+            }
+        };
         let conn = Box::new(connect().await.map_err(PoolError::Connect)?);
         inner.opened.fetch_add(1, Ordering::Relaxed);
         inner.backend_load.fetch_add(1, Ordering::Relaxed);

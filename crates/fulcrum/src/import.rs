@@ -4,4 +4,5 @@ pub mod ini;
 pub mod pgbouncer;
 mod pgbouncer_databases;
 mod pgbouncer_keys;
+mod pgbouncer_user_pools;
 mod pgbouncer_users;

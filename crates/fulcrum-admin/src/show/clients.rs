@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 
-use super::pool_mode;
+use super::user_pool_mode;
 use crate::rows::result;
 use crate::Admin;
 
@@ -80,7 +80,7 @@ impl Admin {
                     u.name.clone(),
                     u.server_user().to_owned(),
                     "config".into(),
-                    pool_mode(config),
+                    user_pool_mode(config, &u.name),
                 ]);
             }
             if let Some(aq) = &config.auth_query {
@@ -89,7 +89,12 @@ impl Admin {
                     "*".into(),
                     "*".into(),
                     format!("auth_query as {}", aq.user),
-                    pool_mode(config),
+                    config
+                        .user_default
+                        .pool_mode
+                        .unwrap_or(config.pool_mode)
+                        .name()
+                        .into(),
                 ]);
             }
         }

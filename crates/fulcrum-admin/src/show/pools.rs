@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 
-use super::pool_mode;
+use super::{pool_mode, user_pool_mode};
 use crate::rows::result;
 use crate::Admin;
 
@@ -68,6 +68,7 @@ impl Admin {
             }
             let b = &config.budgets;
             for ((database, user), r) in by {
+                let (mode, size) = (user_pool_mode(config, &user), config.pool_size_of(&user));
                 rows.push(vec![
                     database,
                     user,
@@ -84,10 +85,10 @@ impl Admin {
                     "0".into(),
                     (r.maxwait_us / 1_000_000).to_string(),
                     (r.maxwait_us % 1_000_000).to_string(),
-                    pool_mode(config),
+                    mode,
                     config.name.clone(),
                     r.backends.to_string(),
-                    config.pool_size.to_string(),
+                    size.to_string(),
                     b.min_pool_size.to_string(),
                     b.reserve_pool_size.to_string(),
                     r.sv_reserve.to_string(),
@@ -157,15 +158,15 @@ impl Admin {
                     p.opened.to_string(),
                     p.closed.to_string(),
                     p.waits.to_string(),
-                    pool_mode(config),
-                    config.pool_size.to_string(),
+                    user_pool_mode(config, &p.user),
+                    config.pool_size_of(&p.user).to_string(),
                     b.min_pool_size.to_string(),
                     b.reserve_pool_size.to_string(),
                     p.reserve.to_string(),
                     per_db[&(p.backend.as_str(), p.database.as_str())].to_string(),
                     b.max_db_connections.to_string(),
                     per_user[&(p.backend.as_str(), p.user.as_str())].to_string(),
-                    b.max_user_connections.to_string(),
+                    config.max_user_connections_of(&p.user).to_string(),
                 ]);
             }
         }

@@ -39,10 +39,16 @@ impl<C: Poolable, P, S: PoolScope> ClusterCore<C, P, S> {
         pools
             .entry((backend, user.clone(), scope.clone()))
             .or_insert_with(|| {
+                // `[[cluster.user]]` `pool_size` and `max_user_connections`
+                // over the cluster's.
+                let mut settings = pool_upkeep::pool_settings(&self.config);
+                settings.size = self.config.pool_size_of(user);
+                let max_user = self.config.max_user_connections_of(user);
                 Pool::configured(
-                    pool_upkeep::pool_settings(&self.config),
+                    settings,
                     self.router.load_counter(backend),
-                    self.budgets.for_pool(backend, user, scope.database()),
+                    self.budgets
+                        .for_pool(backend, user, scope.database(), max_user),
                     Some(self.metrics.server_check_hook()),
                 )
                 // Listed in SHOW SERVERS under these names.

@@ -136,8 +136,8 @@ fn required_cluster_keys_must_be_present_and_valid() {
 fn optional_cluster_keys_are_validated() {
     assert_errors(&[
         (
-            &with_key("pool_mode = \"statement\""),
-            "fulcrum.toml:5: cluster[0].pool_mode: unknown value \"statement\", expected one of \"session\", \"transaction\"",
+            &with_key("pool_mode = \"sometimes\""),
+            "fulcrum.toml:5: cluster[0].pool_mode: unknown value \"sometimes\", expected one of \"session\", \"transaction\", \"statement\"",
         ),
         (&with_key("pool_size = 0"), "fulcrum.toml:5: cluster[0].pool_size: must be at least 1, got 0"),
         (

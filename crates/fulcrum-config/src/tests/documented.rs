@@ -33,6 +33,7 @@ fn every_key_is_documented() {
         format!("[[cluster]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.backend]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.user]]\n{unknown}\n"),
+        format!("[[cluster]]\n[[cluster.user_default]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.database]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.mirror]]\n{unknown}\n"),
         format!("[fulcrum]\n[[fulcrum.admin_user]]\n{unknown}\n"),

@@ -50,6 +50,19 @@ pub struct User {
     /// The login used on the servers, when not this one (`server_user`,
     /// `server_password`): many client users, one application role.
     pub server: Option<ServerLogin>,
+    /// This user's own `pool_mode`, `pool_size`, `max_user_connections`.
+    pub pool: UserPool,
+}
+
+/// A user's pool settings over the cluster's (PgBouncer's `[users]`):
+/// `pool_mode`, `pool_size` and `max_user_connections` on a
+/// `[[cluster.user]]`, or on the `[[cluster.user_default]]` for the users
+/// `auth_query` finds. `None`: the cluster's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UserPool {
+    pub pool_mode: Option<super::PoolMode>,
+    pub pool_size: Option<u32>,
+    pub max_user_connections: Option<u32>,
 }
 
 /// A server-side login.
@@ -76,6 +89,7 @@ impl User {
             password: password.into(),
             hash: None,
             server: None,
+            pool: UserPool::default(),
         }
     }
 
@@ -109,6 +123,7 @@ impl std::fmt::Debug for User {
             .field("password", &"<redacted>")
             .field("hash", &self.hash)
             .field("server_user", &self.server.as_ref().map(|s| &s.user))
+            .field("pool", &self.pool)
             .finish()
     }
 }

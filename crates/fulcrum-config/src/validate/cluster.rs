@@ -13,16 +13,11 @@ use super::table::Table;
 use crate::error::{Lines, Problem};
 use crate::raw::{RawCluster, Tables, Value};
 use crate::types::{
-    defaults, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute, PoolMode,
-    Protocol,
+    defaults, BalancePolicy, CausalWait, ClientAuth, Cluster, Consistency, DefaultRoute, Protocol,
 };
 
 const PROTOCOLS: &[(&str, Protocol)] =
     &[("postgres", Protocol::Postgres), ("mysql", Protocol::Mysql)];
-const POOL_MODES: &[(&str, PoolMode)] = &[
-    ("session", PoolMode::Session),
-    ("transaction", PoolMode::Transaction),
-];
 const BALANCES: &[(&str, BalancePolicy)] = &[
     ("round_robin", BalancePolicy::RoundRobin),
     ("weighted", BalancePolicy::Weighted),
@@ -52,12 +47,7 @@ pub(super) fn cluster(
     let name = t.text(&c.name, "name", None)?;
     let protocol = t.choice(&c.protocol, "protocol", PROTOCOLS, None)?;
     let listen = t.socket_addr(t.required(&c.listen, "listen")?, "listen")?;
-    let pool_mode = t.choice(
-        &c.pool_mode,
-        "pool_mode",
-        POOL_MODES,
-        Some(defaults::POOL_MODE),
-    )?;
+    let pool_mode = super::user_pool::cluster_pool_mode(&t, c, protocol)?;
     let pool_size = t.u32_at_least(&c.pool_size, "pool_size", 1, defaults::POOL_SIZE)?;
     let client_auth = credentials::client_auth(&t, c, protocol)?;
     let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
@@ -196,6 +186,10 @@ pub(super) fn cluster(
         metrics_top: t.u32_at_least(&c.digest_metrics_top, "digest_metrics_top", 0, 0)?,
     };
     let budgets = pool_budgets(&t, c, pool_size, protocol)?;
+    let pool_rules = super::user_pool::Rules {
+        protocol,
+        min_pool_size: budgets.min_pool_size,
+    };
     let max_classify_bytes = t.size(
         &c.max_classify_bytes,
         "max_classify_bytes",
@@ -248,8 +242,9 @@ pub(super) fn cluster(
     let users = if c.user.is_none() && c.auth_user.is_some() {
         Vec::new()
     } else {
-        credentials::users(&t, &c.user, &name, protocol, client_auth, base)?
+        credentials::users(&t, &c.user, &name, protocol, client_auth, base, pool_rules)?
     };
+    let user_default = super::user_pool::user_default(&t, c, pool_rules)?;
     let auth_query = credentials::auth_query(&t, c, protocol, &users, base)?;
     if let (Some(_), Some(v), ClientAuth::Trust | ClientAuth::Cert) =
         (&auth_query, &c.auth_user, client_auth)
@@ -336,6 +331,7 @@ pub(super) fn cluster(
         transaction_replay,
         backends,
         users,
+        user_default,
         databases,
         mirrors,
     })

@@ -167,6 +167,7 @@ pub(super) fn users(
     protocol: Protocol,
     auth: ClientAuth,
     base: &std::path::Path,
+    pool_rules: super::user_pool::Rules,
 ) -> Result<Vec<User>, Problem> {
     let reason = format!("cluster {cluster:?} has no users; add a [[cluster.user]]");
     let items = non_empty(t, raw, "user", reason)?;
@@ -202,11 +203,19 @@ pub(super) fn users(
             }
             Protocol::Mysql => None,
         };
+        let pool = super::user_pool::user_pool(
+            &ut,
+            &u.pool_mode,
+            &u.pool_size,
+            &u.max_user_connections,
+            pool_rules,
+        )?;
         out.push(User {
             name,
             password,
             hash,
             server,
+            pool,
         });
     }
     Ok(out)

@@ -67,7 +67,13 @@ pub(super) fn databases(
                 ));
             }
         }
-        let server = server_login(&dt, &d.server_user, &d.server_password, base, Protocol::Postgres)?;
+        let server = server_login(
+            &dt,
+            &d.server_user,
+            &d.server_password,
+            base,
+            Protocol::Postgres,
+        )?;
         let connect_query = connect_query(&dt, &d.connect_query)?;
         let forced = server.as_ref().map(|s| &s.user);
         if let Some((j, other)) = out.iter().enumerate().find(|(_, o)| {

@@ -12,6 +12,7 @@ mod health;
 mod mirror;
 pub(crate) mod table;
 mod topology;
+mod user_pool;
 
 use std::net::SocketAddr;
 use std::path::Path;

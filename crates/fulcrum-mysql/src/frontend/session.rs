@@ -276,7 +276,7 @@ impl Session {
         let entry = self.client_entry.clone_entry();
         let id = self.hello.connection_id;
         self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));
-        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+        if self.ctx.config.pool_mode_of(&self.user) == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
         let r = self.serve().await;

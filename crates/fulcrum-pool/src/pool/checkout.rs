@@ -80,6 +80,8 @@ impl<C> Checkout<C> {
                 budget,
                 entry,
             });
+            drop(idle);
+            self.pool.returned.notify_one();
         }
     }
 

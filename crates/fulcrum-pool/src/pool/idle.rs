@@ -88,6 +88,7 @@ impl<C: Poolable> Pool<C> {
                     budget,
                     entry,
                 });
+            inner.returned.notify_one();
             drop(permit);
         }
         Ok(opened)

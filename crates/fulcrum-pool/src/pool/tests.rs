@@ -467,3 +467,33 @@ async fn try_get_takes_only_a_ready_idle_connection() {
     let c = checked.get(|| open(3)).await.unwrap();
     assert_eq!(c.id, 2, "put back where it was, and checked by get");
 }
+
+#[tokio::test]
+async fn a_checkout_waiting_at_a_budgets_cap_takes_a_connection_its_pool_gets_back() {
+    // max_user_connections (2) under a pool_size of 5: the third client
+    // waits, and is served by the first connection given back, long
+    // before the pool_timeout.
+    let user = Budget::new(2, "max_user_connections (2) for user \"app\"");
+    let p: Pool<Conn> = Pool::configured(
+        settings(5, 5_000),
+        Arc::new(AtomicUsize::new(0)),
+        vec![user.clone()],
+        None,
+    );
+    let c1 = p.get(|| open(1)).await.unwrap();
+    let _c2 = p.get(|| open(2)).await.unwrap();
+    let p2 = p.clone();
+    let waiter = tokio::spawn(async move { p2.get(|| open(3)).await.map(|c| c.id) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(!waiter.is_finished(), "at the cap: it waits");
+    let started = Instant::now();
+    c1.release();
+    let got = tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("served before the pool_timeout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, 1, "the connection given back, not a new one");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(p.stats().opened, 2, "no third connection was opened");
+}

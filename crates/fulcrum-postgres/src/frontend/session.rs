@@ -46,6 +46,7 @@ mod replay;
 mod resolve;
 mod server;
 mod signal;
+mod statement_mode;
 mod text;
 mod token;
 mod txn_log;
@@ -121,6 +122,9 @@ pub struct Session {
     /// DDL ran in the open transaction (the schema generation moves again
     /// when it ends).
     ddl_in_txn: bool,
+    /// This client's pool mode: its user's (`[[cluster.user]]`
+    /// `pool_mode`), else the cluster's.
+    pool_mode: PoolMode,
     /// `transaction_replay`: a replay under way.
     txn: TxnReplay,
     /// LISTEN answered by Fulcrum (transaction pooling): the client's
@@ -224,7 +228,10 @@ impl Session {
         cancel: Arc<CancelSlot>,
         client_entry: fulcrum_cluster::clients::ClientHandle,
     ) -> Session {
-        let transaction_mode = ctx.config.pool_mode == PoolMode::Transaction;
+        // Statement pooling is transaction pooling that also refuses
+        // transaction blocks (`statement_mode.rs`).
+        let pool_mode = ctx.config.pool_mode_of(&login.user);
+        let transaction_mode = pool_mode != PoolMode::Session;
         let mirror = crate::mirror::ClientMirror::for_client(
             &ctx,
             &login.user,
@@ -283,6 +290,7 @@ impl Session {
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
+            pool_mode,
             txn: TxnReplay {
                 run: None,
                 unit_writes: false,
@@ -356,7 +364,7 @@ impl Session {
         // pg_stat_activity, pg_terminate_backend and notifications show);
         // a cancel with them still comes through Fulcrum.
         let mut key = (self.id.cancel.process_id, self.id.cancel.secret_key);
-        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+        if self.pool_mode == PoolMode::Session {
             if let Some(server) = &self.server {
                 let server_key = server.cancel.clone();
                 self.id.server_key = self.ctx.cancels.alias(&server_key, &self.id.cancel);

@@ -111,10 +111,7 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     let pool_mode = match take("pool_mode").unwrap_or("session") {
         "session" => "session",
         "transaction" => "transaction",
-        "statement" => {
-            notes.push("pool_mode = statement: Fulcrum has session and transaction pooling; took transaction (multi-statement transactions stay whole)".into());
-            "transaction"
-        }
+        "statement" => "statement",
         other => {
             return Err(format!(
                 "{source}: pool_mode = {other:?} is not a PgBouncer pool mode"
@@ -280,9 +277,16 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     }
 
     // Users: the auth file's passwords, SCRAM secrets and md5 hashes that
-    // client_auth can check.
-    let carried =
-        super::pgbouncer_users::carry(users, client_auth, !auth_lines.is_empty(), &mut notes);
+    // client_auth can check, each with its [users] pool settings.
+    let mut pools = super::pgbouncer_user_pools::user_pools(ini, &mut notes);
+    let carried = super::pgbouncer_users::carry(
+        users,
+        client_auth,
+        !auth_lines.is_empty(),
+        &mut pools,
+        &mut notes,
+    );
+    super::pgbouncer_user_pools::unplaced(pools, &mut notes);
     let _ = writeln!(common, "client_auth = {}", quote(carried.client_auth));
     if let Some(file) = hba_file {
         let _ = writeln!(common, "auth_hba_file = {}", quote(file));
@@ -292,11 +296,6 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
     if carried.count == 0 && auth_lines.is_empty() {
         return Err(format!(
             "{source}: no user could be carried over (no auth file given or read, or no password, SCRAM secret or md5 hash the client authentication can check): Fulcrum needs [[cluster.user]] entries or auth_query; pass --userlist"
-        ));
-    }
-    for (key, _) in ini.section("users") {
-        notes.push(format!(
-            "[users] {key}: per-user pool settings are not in Fulcrum (pools follow the cluster's)"
         ));
     }
 
@@ -445,10 +444,7 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
                 "min_pool_size" => format!("min_pool_size = {v}"),
                 "reserve_pool" => format!("reserve_pool_size = {v}"),
                 "max_db_connections" => format!("max_db_connections = {v}"),
-                "pool_mode" => format!(
-                    "pool_mode = {}",
-                    quote(if v == "statement" { "transaction" } else { v })
-                ),
+                "pool_mode" => format!("pool_mode = {}", quote(v)),
                 _ => continue,
             };
             let key = format!("{} = ", line.split(' ').next().unwrap_or(""));

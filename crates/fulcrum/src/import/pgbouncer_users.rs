@@ -4,6 +4,7 @@
 //! passes a SCRAM secret or md5 hash through to the servers as PgBouncer
 //! does); the others are named in a note with the reason. Pure.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use fulcrum_config::PasswordHash;
@@ -36,11 +37,14 @@ fn kind(password: &str) -> Kind {
 
 /// The users of the auth file under PgBouncer's `auth_type`, read as
 /// `asked`; `auth_user` says whether an `auth_user` with a password is
-/// carried (the health probe's default login then).
+/// carried (the health probe's default login then). A carried user's
+/// `[users]` pool lines (`pools`, by name) follow its password; those left
+/// in `pools` belong to no carried user.
 pub(super) fn carry(
     users: &[(String, String)],
     asked: &'static str,
     auth_user: bool,
+    pools: &mut BTreeMap<String, Vec<String>>,
     notes: &mut Vec<String>,
 ) -> Carried {
     let kinds: Vec<Kind> = users.iter().map(|(_, p)| kind(p)).collect();
@@ -94,6 +98,9 @@ pub(super) fn carry(
             super::pgbouncer::quote(name),
             super::pgbouncer::quote(password)
         );
+        for line in pools.remove(name).unwrap_or_default() {
+            let _ = writeln!(carried.lines, "{line}");
+        }
     }
     if carried.count > 0 && !plain && !auth_user {
         notes.push("every user carried over has a SCRAM secret or md5 hash, with which the health probe cannot log in (it runs before any client): health_password is read from the environment variable FULCRUM_HEALTH_PASSWORD; set it, or set health_user and health_password to a login with a password".into());
@@ -124,7 +131,7 @@ mod tests {
     fn scram_secrets_are_kept_and_md5_becomes_scram_when_nothing_needs_md5() {
         let mut notes = Vec::new();
         let u = users(&[("app", VERIFIER), ("ops", "ops-pw")]);
-        let c = carry(&u, "md5", false, &mut notes);
+        let c = carry(&u, "md5", false, &mut Default::default(), &mut notes);
         assert_eq!((c.count, c.client_auth), (2, "scram-sha-256"));
         assert!(
             c.lines
@@ -140,7 +147,7 @@ mod tests {
     fn a_hash_the_method_cannot_check_is_left_out_with_the_reason() {
         let mut notes = Vec::new();
         let u = users(&[("s", VERIFIER), ("m", MD5), ("bad", "SCRAM-SHA-256$x")]);
-        let c = carry(&u, "md5", false, &mut notes);
+        let c = carry(&u, "md5", false, &mut Default::default(), &mut notes);
         assert_eq!((c.count, c.client_auth), (1, "md5"), "{notes:?}");
         assert!(c.lines.contains("name = \"m\""), "{}", c.lines);
         let notes = notes.join("\n");
@@ -153,7 +160,13 @@ mod tests {
             "{notes}"
         );
         let mut notes = Vec::new();
-        let c = carry(&u, "scram-sha-256", true, &mut notes);
+        let c = carry(
+            &u,
+            "scram-sha-256",
+            true,
+            &mut Default::default(),
+            &mut notes,
+        );
         assert_eq!(c.count, 1);
         assert!(c.lines.contains("name = \"s\""), "{}", c.lines);
         assert!(c.health.is_empty(), "auth_user is the probe's login");
@@ -164,7 +177,7 @@ mod tests {
             "{notes:?}"
         );
         let mut notes = Vec::new();
-        let c = carry(&u, "trust", false, &mut notes);
+        let c = carry(&u, "trust", false, &mut Default::default(), &mut notes);
         assert_eq!(c.count, 1, "trust takes the md5 hash only");
         assert!(c.lines.contains("name = \"m\""), "{}", c.lines);
     }
@@ -176,6 +189,7 @@ mod tests {
             &users(&[("app", VERIFIER)]),
             "scram-sha-256",
             false,
+            &mut Default::default(),
             &mut notes,
         );
         assert_eq!(

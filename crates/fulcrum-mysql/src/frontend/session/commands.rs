@@ -90,7 +90,7 @@ impl Session {
             self.schema = Some(schema.clone());
             self.check_schema(&schema, seq).await?;
         }
-        if self.ctx.config.pool_mode == fulcrum_config::PoolMode::Session {
+        if self.ctx.config.pool_mode_of(&self.user) == fulcrum_config::PoolMode::Session {
             self.pin("session pool mode");
         }
         put_ok(

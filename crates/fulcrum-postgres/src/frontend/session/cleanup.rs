@@ -72,7 +72,7 @@ impl Session {
         // clients whose statements Fulcrum maps onto it, so a reset that does
         // not clear the whole session closes it too (session pooling keeps
         // PgBouncer's meaning: the operator's reset is what runs).
-        let session_pooling = self.ctx.config.pool_mode == PoolMode::Session;
+        let session_pooling = self.pool_mode == PoolMode::Session;
         let clears = reset_clears_session(&self.ctx)
             || (session_pooling && !self.ctx.config.server_reset_query.is_empty());
         if reset_session && !clears {

@@ -47,8 +47,11 @@ impl Session {
     /// `COMMIT`/`ROLLBACK` of a transaction with no statement yet, is answered
     /// by Fulcrum without a server: the first real statement picks the server
     /// (a replica for a read-only transaction) and the BEGIN travels with it.
+    /// Statement pooling defers nothing: a BEGIN goes to the server, whose
+    /// answer ends the client there (`statement_mode.rs`), as in PgBouncer.
     pub(super) fn try_defer_transaction_control(&mut self, total: usize) -> bool {
         if !self.stmts.rewrite
+            || self.pool_mode == PoolMode::Statement
             || self.engine.pinned().is_some()
             || self.engine.status() == Status::Failed
         {

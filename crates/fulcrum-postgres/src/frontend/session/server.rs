@@ -64,6 +64,9 @@ impl Session {
                 _ => None,
             };
             let (frame, step, mut fx) = self.take_server_frame(header);
+            if fx.ready.is_some_and(|s| s != b'I') && self.pool_mode == PoolMode::Statement {
+                return Err(self.refuse_transaction_block().await);
+            }
             self.note_server_frame(header.tag, &frame, &mut fx, error_code);
             if step == Step::Forward {
                 self.client.write_buf.extend_from_slice(&frame);

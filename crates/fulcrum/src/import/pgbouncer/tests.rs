@@ -38,12 +38,15 @@ fn databases_become_clusters_per_server_with_their_aliases() {
     assert!(t.contains("pool_timeout = \"1h\""), "{t}");
     assert!(t.contains("client_auth = \"scram-sha-256\""), "{t}");
     assert!(t.contains("[[fulcrum.admin_user]]\nname = \"ops\""), "{t}");
+    assert!(
+        t.contains("name = \"app\"\npassword = \"secret\"\npool_mode = \"session\"\n"),
+        "[users] app's pool_mode on its [[cluster.user]]: {t}"
+    );
     let parsed: toml::Table = t.parse().expect("valid TOML");
     assert_eq!(parsed["cluster"].as_array().unwrap().len(), 3);
     let notes = r.notes.join("\n");
     for want in [
         "logfile",
-        "[users] app",
         "\"hashed\"",
         "query_wait_timeout = 0",
         "admin = \"127.0.0.1:6433\"",
@@ -109,5 +112,71 @@ fn auth_type_hba_carries_its_file() {
             .contains("auth_type = hba without auth_hba_file"),
         "{:?}",
         r.notes
+    );
+}
+
+#[test]
+fn statement_pooling_and_users_pool_settings_are_carried_over() {
+    let ini = Ini::parse(
+        "[databases]\napp = host=10.0.0.1 port=5432\n\
+         [pgbouncer]\npool_mode = statement\ndefault_pool_size = 10\nmax_user_connections = 30\nauth_type = md5\n\
+         [users]\napp = pool_mode=transaction pool_size=4 max_user_connections=6\n\
+         ops = pool_mode=statement max_user_connections=0 reserve_pool_size=2\n\
+         hashed = pool_size=3\nbad = pool_mode=sometimes pool_size=x\n",
+    );
+    let r = import(&ini, &users(), "pgbouncer.ini").unwrap();
+    let t = &r.toml;
+    assert!(
+        t.contains("pool_mode = \"statement\"\npool_size = 10\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("name = \"app\"\npassword = \"secret\"\npool_mode = \"transaction\"\npool_size = 4\nmax_user_connections = 6\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("name = \"ops\"\npassword = \"ops-secret\"\npool_mode = \"statement\"\n"),
+        "max_user_connections=0 (the global cap) is left to the cluster's: {t}"
+    );
+    let config = fulcrum_config::parse(t, std::path::Path::new("fulcrum.toml"))
+        .unwrap_or_else(|e| panic!("{e}\n{t}"));
+    let c = &config.clusters[0];
+    assert_eq!(c.pool_mode, fulcrum_config::PoolMode::Statement);
+    assert_eq!(c.pool_mode_of("app"), fulcrum_config::PoolMode::Transaction);
+    assert_eq!(
+        (c.pool_size_of("app"), c.max_user_connections_of("app")),
+        (4, 6)
+    );
+    assert_eq!(
+        (c.pool_size_of("ops"), c.max_user_connections_of("ops")),
+        (10, 30)
+    );
+    assert!(
+        t.contains("name = \"hashed\"\npassword = \"md5d41d8cd98f00b204e9800998ecf8427e\"\npool_size = 3\n"),
+        "an md5 hash under md5 is carried, with its [users] pool_size: {t}"
+    );
+    let notes = r.notes.join("\n");
+    for want in [
+        "[users] ops: reserve_pool_size=2 not carried over",
+        "[users] bad: pool_mode=sometimes is not a PgBouncer pool mode",
+        "[users] bad: pool_size=x is not a number",
+    ] {
+        assert!(notes.contains(want), "{want} in {notes}");
+    }
+    assert!(
+        !notes.contains("statement"),
+        "statement pooling is carried, not noted: {notes}"
+    );
+}
+
+#[test]
+fn a_databases_statement_pool_mode_stays_statement() {
+    let ini = Ini::parse(
+        "[databases]\nreports = host=10.0.0.1 pool_mode=statement\n[pgbouncer]\npool_mode = transaction\n",
+    );
+    let t = import(&ini, &users(), "x.ini").unwrap().toml;
+    assert!(
+        t.contains("pool_mode = \"statement\"") && !t.contains("\"transaction\""),
+        "{t}"
     );
 }
