@@ -21,15 +21,19 @@
 //! nothing, and the next read takes one.
 //!
 //! Beside it, `PendingLogins`: the cap on connections still logging in;
-//! and `within`: the deadline on opening a server connection.
+//! `within`: the deadline on opening a server connection; and the client
+//! listener (`listener.rs`): TCP and an optional Unix-domain socket
+//! accepted as one, each client with its peer, and the socket file's life.
 
 #![forbid(unsafe_code)]
 
 mod deadline;
+pub mod listener;
 mod pending;
 mod spare;
 
 pub use deadline::within;
+pub use listener::{Accepted, ClientListener, ClientPeer, UnixPeer};
 pub use pending::{PendingLogins, PendingTicket};
 pub use spare::SPARE_MAX;
 

@@ -7,6 +7,7 @@ mod coordinator_access;
 mod documented;
 mod file_errors;
 mod tls;
+mod unix_socket;
 mod valid;
 
 use std::path::Path;
