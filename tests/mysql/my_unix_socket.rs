@@ -8,10 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use fulcrum_suite::{maria_one_replica, maria_toml};
+use fulcrum_suite::{maria_one_replica, maria_opts, maria_toml};
 use fulcrum_testkit::{
-    free_port, run_mariadb, run_mariadb_socket, wait_for_unix, FulcrumProcess, ScratchDir, Signal,
-    TestCerts, APP_DB, APP_PASSWORD, APP_USER,
+    free_port, run_mariadb_socket, wait_for_unix, FulcrumProcess, ScratchDir, Signal, TestCerts,
+    APP_DB, APP_PASSWORD, APP_USER,
 };
 use mysql_async::prelude::Queryable;
 
@@ -83,14 +83,9 @@ async fn no_tls_is_offered_over_the_socket_and_require_holds_for_tcp_only() {
     let out = run_mariadb_socket(&socket, APP_USER, APP_PASSWORD, APP_DB, "SELECT 1").unwrap();
     assert_eq!(out, "1");
     // Over TCP a plain login is still refused.
-    let err = run_mariadb(
-        &format!("127.0.0.1:{port}"),
-        APP_USER,
-        APP_PASSWORD,
-        APP_DB,
-        "SELECT 1",
-    )
-    .unwrap_err()
-    .to_string();
+    let err = mysql_async::Conn::new(maria_opts(port))
+        .await
+        .expect_err("require refuses a plain TCP login")
+        .to_string();
     assert!(err.contains("3159"), "{err}");
 }
