@@ -80,7 +80,7 @@ fn registry_entry(user: &Arc<str>, database: &Arc<str>) -> clients::ClientHandle
         "bench",
         user.clone(),
         database.clone(),
-        "127.0.0.1:0".parse().expect("an address"),
+        fulcrum_net::ClientPeer::Tcp("127.0.0.1:0".parse().expect("an address")),
     )
 }
 

@@ -4,8 +4,9 @@
 //! OLTP, drivers, bad input, credentials and TLS. One test binary; each
 //! module was a binary of its own before.
 //!
-//! Clusters: `my_drivers`, `my_bad_input` and `my_connect_query` share one primary with a
-//! replica (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
+//! Clusters: `my_drivers`, `my_bad_input`, `my_connect_query` and
+//! `my_unix_socket` share one primary with a replica
+//! (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
 //! packets), `my_sysbench` (which counts `Com_select` per server),
 //! `my_credentials` (its own server-side users) and `my_tls` (a TLS-only
 //! server) keep their own; other tests start one each.
@@ -21,3 +22,4 @@ mod my_proxy;
 mod my_routing;
 mod my_sysbench;
 mod my_tls;
+mod my_unix_socket;

@@ -253,6 +253,8 @@ async fn every_show_command_has_its_columns() {
                 "cluster",
                 "server",
                 "id",
+                "remote_pid",
+                "uid",
             ],
         ),
         (

@@ -3,8 +3,8 @@
 //! PostgreSQL 15 clusters, and the routing corpora through the classifier.
 //! One test binary; each module was a binary of its own before.
 //!
-//! Clusters: `pg_proxy` and `pg_drivers` share one primary with two
-//! replicas (`fulcrum_suite::pg_two_replicas`); `pg_isolation` keeps a
+//! Clusters: `pg_proxy`, `pg_drivers` and `pg_unix_socket` share one
+//! primary with two replicas (`fulcrum_suite::pg_two_replicas`); `pg_isolation` keeps a
 //! primary of its own (its objects and roles are its cases); `pg_routing` (which counts
 //! commits per server and times replicas) and `pg_session` (which
 //! terminates server backends by statement) keep their own; `pg_pgbench`
@@ -21,4 +21,5 @@ mod pg_pool_modes;
 mod pg_proxy;
 mod pg_routing;
 mod pg_session;
+mod pg_unix_socket;
 mod sql_corpus;

@@ -9,8 +9,8 @@
 //! session, which watches both with one [`Watcher`] (an atomic load per
 //! wake-up, not a lock).
 
+use fulcrum_net::ClientPeer;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -48,7 +48,8 @@ pub struct ClientEntry {
     pub cluster: Arc<str>,
     pub user: Arc<str>,
     pub database: Arc<str>,
-    pub peer: SocketAddr,
+    /// Its address, or the Unix socket it came in on with the peer's uid.
+    pub peer: ClientPeer,
     /// Milliseconds since the Unix epoch.
     pub connected_ms: u64,
     state: AtomicU8,
@@ -275,7 +276,7 @@ impl ClientRegistry {
         cluster: &str,
         user: Arc<str>,
         database: Arc<str>,
-        peer: SocketAddr,
+        peer: ClientPeer,
     ) -> ClientHandle {
         let now = fulcrum_pool::coarse::unix_ms();
         let entry = Arc::new(ClientEntry {
@@ -374,8 +375,8 @@ mod tests {
     #[test]
     fn clients_are_listed_while_connected_with_their_state() {
         let r: &'static ClientRegistry = Box::leak(Box::default());
-        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let a = r.register("main", "app".into(), "db".into(), peer);
+        let peer = ClientPeer::Tcp("127.0.0.1:5000".parse().unwrap());
+        let a = r.register("main", "app".into(), "db".into(), peer.clone());
         let b = r.register("main", "ro".into(), "db".into(), peer);
         assert_eq!(r.snapshot().len(), 2);
         a.set_waiting();
@@ -393,9 +394,9 @@ mod tests {
     #[test]
     fn a_databases_totals_keep_the_counts_of_clients_that_left() {
         let r: &'static ClientRegistry = Box::leak(Box::default());
-        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let a = r.register("main", "app".into(), "shop".into(), peer);
-        let b = r.register("main", "app".into(), "shop".into(), peer);
+        let peer = ClientPeer::Tcp("127.0.0.1:5000".parse().unwrap());
+        let a = r.register("main", "app".into(), "shop".into(), peer.clone());
+        let b = r.register("main", "app".into(), "shop".into(), peer.clone());
         let c = r.register("main", "app".into(), "crm".into(), peer);
         a.counts.queries(3);
         b.counts.queries(4);
@@ -419,8 +420,8 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_reports_the_drain_then_a_kill_each_once() {
         let r: &'static ClientRegistry = Box::leak(Box::default());
-        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let a = r.register("main", "app".into(), "db".into(), peer);
+        let peer = ClientPeer::Tcp("127.0.0.1:5000".parse().unwrap());
+        let a = r.register("main", "app".into(), "db".into(), peer.clone());
         let mut watch = a.watcher();
         let waiting = tokio::spawn(async move {
             let first = watch.next().await;

@@ -1,4 +1,6 @@
-//! A client listener, the same for every protocol: accepts connections,
+//! A client listener, the same for every protocol: accepts connections
+//! (on its TCP socket and its Unix-domain socket when it has one, both
+//! the same from here on),
 //! admits them while they log in (at most `max_pending_logins` at once, the
 //! oldest closed to make room, each within `client_login_timeout`), then
 //! clients up to `max_client_connections` (the first cluster's settings
@@ -12,12 +14,10 @@
 //! each protocol's cluster context implements.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fulcrum_net::{PendingLogins, PendingTicket};
-use tokio::net::{TcpListener, TcpStream};
+use fulcrum_net::{Accepted, ClientListener, ClientPeer, PendingLogins, PendingTicket};
 use tokio::sync::{watch, Semaphore};
 use tracing::Instrument;
 
@@ -60,8 +60,8 @@ pub trait Frontend: ProtocolContext {
     /// Why a login or a session ended other than cleanly.
     type Error: std::fmt::Display + Send;
 
-    /// The socket just accepted, ready to log in.
-    fn accept(stream: TcpStream) -> Self::Client;
+    /// The socket just accepted (TCP or Unix), ready to log in.
+    fn accept(stream: Accepted) -> Self::Client;
 
     /// Logs `client` in to one of `clusters` (those sharing the port, in
     /// config order): that cluster and the login, or `None` when the
@@ -99,14 +99,17 @@ pub trait Frontend: ProtocolContext {
 /// The cluster a client logged in to, and its login.
 pub type LoggedIn<F> = (Arc<F>, <F as Frontend>::Login);
 
-/// Accepts clients on `listener` until `shutdown` turns true.
+/// Accepts clients on `listener` (its TCP and Unix sockets, under one
+/// `max_client_connections` and `max_pending_logins`) until `shutdown`
+/// turns true; the sockets close (the Unix socket's file removed) when
+/// draining starts.
 /// On shutdown, waits up to `drain` for the sessions to end at their next
 /// transaction boundary. `current` has each cluster's context now, in
 /// config order: a config reload swaps them, and each new client takes the
 /// ones current when it connects. Listener settings are the first cluster's.
 pub async fn serve<F: Frontend>(
     current: Vec<watch::Receiver<Arc<F>>>,
-    listener: TcpListener,
+    listener: ClientListener,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
@@ -133,7 +136,9 @@ pub async fn serve<F: Frontend>(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        if let Accepted::Tcp(tcp) = &stream {
+            let _ = tcp.set_nodelay(true);
+        }
         let clusters: Vec<Arc<F>> = current.iter().map(|c| c.borrow().clone()).collect();
         let ctx = clusters[0].clone();
         let ticket = pending.admit();
@@ -152,7 +157,7 @@ pub async fn serve<F: Frontend>(
                 let cluster = &ctx.core().config.name;
                 let refused =
                     |reason: &str| tracing::info!(%peer, %cluster, ?reason, "client refused");
-                match handle(clusters, stream, peer, ticket, limit).await {
+                match handle(clusters, stream, peer.clone(), ticket, limit).await {
                     Ok(()) => tracing::debug!("client left"),
                     Err(Stop::Refused(reason)) => refused(reason),
                     Err(Stop::Failed(e)) => match F::ending(&e) {
@@ -205,8 +210,8 @@ enum LoginEnd<T> {
 /// One accepted client: its login, admission, and session.
 async fn handle<F: Frontend>(
     clusters: Vec<Arc<F>>,
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Accepted,
+    peer: ClientPeer,
     ticket: PendingTicket,
     limit: Arc<Semaphore>,
 ) -> Result<(), Stop<F::Error>> {

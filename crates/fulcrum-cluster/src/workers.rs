@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use tokio::net::TcpStream;
+use fulcrum_net::Accepted;
 use tokio::runtime::Handle;
 
 /// The process's workers, once started.
@@ -54,12 +54,12 @@ pub fn start(n: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs `session` with the accepted `stream` on the least busy worker (its
-/// socket moved to that worker's event loop), or on the current runtime
-/// when there are no workers.
-pub(crate) fn spawn<F, Fut>(stream: TcpStream, session: F)
+/// Runs `session` with the accepted `stream` (TCP or Unix) on the least
+/// busy worker (its socket moved to that worker's event loop), or on the
+/// current runtime when there are no workers.
+pub(crate) fn spawn<F, Fut>(stream: Accepted, session: F)
 where
-    F: FnOnce(TcpStream) -> Fut + Send + 'static,
+    F: FnOnce(Accepted) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let least_busy = WORKERS.get().and_then(|w| {
@@ -84,7 +84,7 @@ where
     sessions.fetch_add(1, Ordering::Relaxed);
     chosen.handle.spawn(async move {
         let _running = Running(sessions);
-        match TcpStream::from_std(std_stream) {
+        match std_stream.into_tokio() {
             Ok(stream) => session(stream).await,
             Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted client"),
         }
@@ -119,11 +119,15 @@ mod tests {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
             let mut clients = Vec::new();
             for _ in 0..4 {
-                clients.push(TcpStream::connect(addr).await.unwrap());
+                clients.push(tokio::net::TcpStream::connect(addr).await.unwrap());
                 let (stream, _) = listener.accept().await.unwrap();
+                let stream = Accepted::Tcp(stream);
                 let tx = tx.clone();
-                spawn(stream, move |mut stream| async move {
+                spawn(stream, move |stream| async move {
                     use tokio::io::AsyncReadExt;
+                    let Accepted::Tcp(mut stream) = stream else {
+                        panic!("a TCP stream stays one");
+                    };
                     let mut byte = [0u8; 1];
                     let read = stream.read_exact(&mut byte).await.is_ok();
                     let _ = tx.send((fulcrum_pool::worker::current(), read));

@@ -11,8 +11,10 @@ pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 
 mod logins;
 mod password_hash;
+pub(crate) mod unix_socket;
 pub use logins::{AuthQuery, ServerLogin, User, UserPool};
 pub use password_hash::{PasswordHash, ScramVerifier};
+pub use unix_socket::{pg_socket_path, UnixGroup, UnixPlace, UnixSocket};
 
 /// A whole, validated configuration file.
 #[derive(Debug, Clone, PartialEq)]
@@ -260,6 +262,9 @@ pub struct Cluster {
     pub name: String,
     pub protocol: Protocol,
     pub listen: SocketAddr,
+    /// A Unix-domain socket it also listens on (`unix_socket_dir`,
+    /// `unix_socket`); `None`: TCP only.
+    pub unix_socket: Option<UnixSocket>,
     pub pool_mode: PoolMode,
     /// Server connections per backend per (user, database).
     pub pool_size: u32,

@@ -21,18 +21,22 @@
 //! nothing, and the next read takes one.
 //!
 //! Beside it, `PendingLogins`: the cap on connections still logging in;
-//! `within`: the deadline on opening a server connection; and `dns`: the
+//! `within`: the deadline on opening a server connection; `dns`: the
 //! cache of server names (`dns_max_ttl`) and a connect that tries each
-//! address of a name.
+//! address of a name; and the client listener (`listener.rs`): TCP and an
+//! optional Unix-domain socket accepted as one, each client with its
+//! peer, and the socket file's life.
 
 #![forbid(unsafe_code)]
 
 mod deadline;
 pub mod dns;
+pub mod listener;
 mod pending;
 mod spare;
 
 pub use deadline::within;
+pub use listener::{Accepted, ClientListener, ClientPeer, UnixPeer};
 pub use pending::{PendingLogins, PendingTicket};
 pub use spare::SPARE_MAX;
 

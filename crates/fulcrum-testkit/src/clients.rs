@@ -179,6 +179,27 @@ pub fn run_mariadb(
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// [`run_mariadb`] over the Unix socket at `socket` (`mariadb
+/// --protocol=SOCKET -S PATH`).
+pub fn run_mariadb_socket(
+    socket: &std::path::Path,
+    user: &str,
+    password: &str,
+    db: &str,
+    sql: &str,
+) -> Result<String> {
+    let mut cmd = maria_command("mariadb");
+    cmd.args(["--protocol=SOCKET", "-S"])
+        .arg(socket)
+        .args(["-u", user])
+        .arg(format!("-p{password}"))
+        .args(["--batch", "--skip-column-names", "--connect-timeout=10"])
+        .args([db, "-e", sql]);
+    let what = format!("mariadb via {} as {user}", socket.display());
+    let out = process::run(&mut cmd, None, &what)?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn client(password: Option<&str>, name: &str) -> Command {
     let mut cmd = client_command(name);
     // A wedged proxy should fail a test, not hang it.

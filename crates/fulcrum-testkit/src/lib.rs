@@ -31,7 +31,9 @@ mod roles;
 mod scratch;
 mod tls;
 
-pub use clients::{pgbench, pgbench_init, run_mariadb, run_pgbench, run_psql, PgbenchResult};
+pub use clients::{
+    pgbench, pgbench_init, run_mariadb, run_mariadb_socket, run_pgbench, run_psql, PgbenchResult,
+};
 pub use error::{Result, TestkitError};
 pub use etcd_cluster::EtcdCluster;
 pub use fulcrum_process::{
@@ -42,7 +44,7 @@ pub use maria_node::MariaNode;
 pub use patroni_cluster::PatroniCluster;
 pub use pg_cluster::{PgCluster, PgClusterBuilder, KEEP_ENV, VERBOSE_ENV};
 pub use pg_node::PgNode;
-pub use ports::{free_port, wait_for_tcp, RESERVED_PORTS};
+pub use ports::{free_port, wait_for_tcp, wait_for_unix, RESERVED_PORTS};
 pub mod provision;
 pub use process::{find_maria_bin, find_pg_bin, is_root, maria_bin, pg_bin, raise_fd_limit};
 pub use provision::{python, tool};
@@ -50,5 +52,5 @@ pub use roles::{
     APP_DB, APP_MD5_USER, APP_PASSWORD, APP_PLAIN_USER, APP_TRUST_USER, APP_USER,
     MARIA_REPL_PASSWORD, MARIA_REPL_USER, MARIA_SUPERUSER, SUPERUSER,
 };
-pub use scratch::TMPDIR_ENV;
+pub use scratch::{ScratchDir, TMPDIR_ENV};
 pub use tls::TestCerts;

@@ -2,7 +2,8 @@
 //! out the well-known ports of the machine's own services (PostgreSQL 5432,
 //! PgBouncer/Fulcrum 6432, MariaDB 3306/33060), nor the same port twice in one
 //! process. A port can still be taken between probing and binding, so callers
-//! that start servers retry with a new port when the bind fails.
+//! that start servers retry with a new port when the bind fails. Also waits
+//! for a listener: on a TCP address, or on a Unix socket.
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -54,6 +55,21 @@ pub fn wait_for_tcp(addr: &str, timeout: Duration) -> bool {
             if stream.local_addr().ok() != stream.peer_addr().ok() {
                 return true;
             }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True once something accepts on the Unix socket at `path`, polling until
+/// `timeout`.
+pub fn wait_for_unix(path: &std::path::Path, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return true;
         }
         if Instant::now() >= deadline {
             return false;

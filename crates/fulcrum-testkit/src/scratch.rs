@@ -70,7 +70,38 @@ pub(crate) fn create(kind: &str, for_postgres: bool) -> Result<PathBuf> {
     }
 }
 
-/// Removes `fulcrum-{pg,maria,proc}-<pid>-<n>` directories under `parent`
+/// A directory of a test's own (where a Unix socket goes, say), under the
+/// harness's temp place with a short path; removed on drop (kept with
+/// `FULCRUM_TESTKIT_KEEP=1`).
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// A new, empty `<tmp>/fulcrum-dir-<pid>-<n>`, mode 0700.
+    pub fn new() -> Result<ScratchDir> {
+        Ok(ScratchDir {
+            path: create("dir", false)?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var(crate::pg_cluster::KEEP_ENV).is_ok_and(|v| v == "1") {
+            eprintln!("fulcrum-testkit: kept {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Removes `fulcrum-{pg,maria,proc,dir}-<pid>-<n>` directories under `parent`
 /// whose process no longer exists and that hold no live server. Best effort.
 fn sweep_stale(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
@@ -107,7 +138,8 @@ fn owner_pid(name: &str) -> Option<u32> {
     let rest = name
         .strip_prefix("fulcrum-pg-")
         .or_else(|| name.strip_prefix("fulcrum-maria-"))
-        .or_else(|| name.strip_prefix("fulcrum-proc-"))?;
+        .or_else(|| name.strip_prefix("fulcrum-proc-"))
+        .or_else(|| name.strip_prefix("fulcrum-dir-"))?;
     let (pid, n) = rest.split_once('-')?;
     n.parse::<u32>().ok()?;
     pid.parse().ok()
@@ -151,6 +183,7 @@ mod tests {
         assert_eq!(owner_pid("fulcrum-pg-1234-0"), Some(1234));
         assert_eq!(owner_pid("fulcrum-proc-77-12"), Some(77));
         assert_eq!(owner_pid("fulcrum-maria-4321-3"), Some(4321));
+        assert_eq!(owner_pid("fulcrum-dir-55-1"), Some(55));
         assert_eq!(owner_pid("fulcrum-pg-1234"), None);
         assert_eq!(owner_pid("fulcrum-pg-x-0"), None);
         assert_eq!(owner_pid("fulcrum-other-1-0"), None);

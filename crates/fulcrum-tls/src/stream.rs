@@ -1,19 +1,22 @@
 //! A client connection: plain TCP, or TLS over it once the protocol's
-//! handshake asked for it, or an in-process pipe (`Memory`: the session
-//! benchmarks drive a whole session without sockets).
+//! handshake asked for it, a Unix-domain socket (never TLS, as with
+//! PgBouncer), or an in-process pipe (`Memory`: the session benchmarks
+//! drive a whole session without sockets).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 pub enum ClientStream {
     Plain(TcpStream),
     Tls(Box<TlsStream<Prefixed>>),
+    /// A client of the listener's Unix-domain socket: local, never TLS.
+    Unix(UnixStream),
     /// One end of `tokio::io::duplex`: a client in the same process (no
     /// TLS, no peer address).
     Memory(DuplexStream),
@@ -44,17 +47,30 @@ impl ClientStream {
                 Ok(())
             }
             other => {
+                let why = match other {
+                    ClientStream::Unix(_) => "TLS is not offered over a Unix socket",
+                    _ => "TLS asked for twice",
+                };
                 *self = other;
-                Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "TLS asked for twice",
-                ))
+                Err(io::Error::new(io::ErrorKind::InvalidInput, why))
             }
         }
     }
 
     pub fn is_tls(&self) -> bool {
         matches!(self, ClientStream::Tls(_))
+    }
+
+    /// A client of the listener's Unix-domain socket.
+    pub fn is_unix(&self) -> bool {
+        matches!(self, ClientStream::Unix(_))
+    }
+
+    /// No one between the client and Fulcrum can read what it sends: TLS,
+    /// or a Unix socket (the kernel carries it; MySQL counts both as a
+    /// secure transport for a password in clear).
+    pub fn is_secure(&self) -> bool {
+        matches!(self, ClientStream::Tls(_) | ClientStream::Unix(_))
     }
 
     /// The certificate the client presented in the TLS handshake (checked
@@ -79,17 +95,17 @@ impl ClientStream {
         }
     }
 
-    /// The client's IP address (none once `Closed`).
+    /// The client's IP address (none over a Unix socket, or once `Closed`).
     pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
         self.tcp()?.peer_addr().ok().map(|a| a.ip())
     }
 
-    /// The TCP socket under it (none once `Closed`).
+    /// The TCP socket under it (none over a Unix socket, or once `Closed`).
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             ClientStream::Plain(s) => Some(s),
             ClientStream::Tls(s) => Some(&s.get_ref().0.tcp),
-            ClientStream::Memory(_) | ClientStream::Closed => None,
+            ClientStream::Unix(_) | ClientStream::Memory(_) | ClientStream::Closed => None,
         }
     }
 }
@@ -146,6 +162,12 @@ impl From<TcpStream> for ClientStream {
     }
 }
 
+impl From<UnixStream> for ClientStream {
+    fn from(s: UnixStream) -> ClientStream {
+        ClientStream::Unix(s)
+    }
+}
+
 impl AsyncRead for ClientStream {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -155,6 +177,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Memory(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
@@ -170,6 +193,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Memory(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
@@ -183,6 +207,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Memory(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Closed => Poll::Ready(Err(closed())),
         }
@@ -192,6 +217,7 @@ impl AsyncWrite for ClientStream {
         match self {
             ClientStream::Plain(s) => s.is_write_vectored(),
             ClientStream::Tls(s) => s.is_write_vectored(),
+            ClientStream::Unix(s) => s.is_write_vectored(),
             ClientStream::Memory(s) => s.is_write_vectored(),
             ClientStream::Closed => false,
         }
@@ -201,6 +227,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Memory(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Closed => Poll::Ready(Ok(())),
         }
@@ -210,6 +237,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Memory(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Closed => Poll::Ready(Ok(())),
         }

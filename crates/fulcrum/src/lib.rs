@@ -12,6 +12,7 @@
 pub mod connect_check;
 pub mod descriptors;
 pub mod import;
+mod listeners;
 pub mod log_filter;
 mod reload;
 pub mod systemd;
@@ -21,9 +22,12 @@ use std::sync::{Arc, Mutex};
 use fulcrum_cluster::{ClusterAdmin, ProtocolContext};
 use fulcrum_config::{Cluster, Config, Protocol};
 use fulcrum_metrics::Metrics;
+use fulcrum_net::ClientListener;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+
+pub use listeners::{bind_listener, LISTEN_BACKLOG};
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
@@ -31,6 +35,12 @@ pub enum DaemonError {
     Listen {
         cluster: String,
         address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cluster \"{cluster}\": cannot listen on the Unix socket {}: {source}", path.display())]
+    UnixSocket {
+        cluster: String,
+        path: std::path::PathBuf,
         source: std::io::Error,
     },
     #[error("cannot serve the admin console on {address}: {source}")]
@@ -154,7 +164,7 @@ fn start<X: ProtocolContext + fulcrum_metrics::Source>(
 fn listen<X: fulcrum_cluster::serve::Frontend>(
     on: &[&Current],
     pick: impl Fn(&Current) -> Option<&watch::Sender<Arc<X>>>,
-    listener: TcpListener,
+    listener: ClientListener,
     shutdown: &watch::Receiver<bool>,
     drain: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
@@ -165,25 +175,6 @@ fn listen<X: fulcrum_cluster::serve::Frontend>(
         shutdown.clone(),
         drain,
     ))
-}
-
-/// Pending connections a client listener queues before the kernel drops
-/// handshakes (capped by `net.core.somaxconn`). tokio's default is 128: a
-/// burst of 2,000 clients overflowed it, and a MySQL client whose handshake
-/// was dropped waits forever for the server's greeting.
-pub const LISTEN_BACKLOG: u32 = 4096;
-
-/// A client listener on `address` with [`LISTEN_BACKLOG`] (and
-/// `SO_REUSEADDR`, as `TcpListener::bind` sets it).
-pub fn bind_listener(address: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if address.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(address)?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 /// A backend reached over a network (not loopback, not a Unix socket)
@@ -261,27 +252,9 @@ pub async fn run_logging(
         ),
         None => None,
     };
-    // One listener per address: clusters sharing one are served by it,
-    // the client's database picking the cluster (port 0 is never shared:
-    // the OS picks a port per listener). Each listener with the indexes
-    // of its clusters.
-    let mut listeners: Vec<(Vec<usize>, TcpListener)> = Vec::new();
-    for (i, cluster) in config.clusters.iter().enumerate() {
-        let shares = cluster.listen.port() != 0;
-        if let Some((members, _)) = listeners
-            .iter_mut()
-            .find(|(m, _)| shares && config.clusters[m[0]].listen == cluster.listen)
-        {
-            members.push(i);
-            continue;
-        }
-        let listener = bind_listener(cluster.listen).map_err(|source| DaemonError::Listen {
-            cluster: cluster.name.clone(),
-            address: cluster.listen,
-            source,
-        })?;
-        listeners.push((vec![i], listener));
-    }
+    // One listener per address (and its Unix socket): clusters sharing
+    // one are served by it, the client's database picking the cluster.
+    let listeners = listeners::bind_all(&config)?;
     warn_unverified_backends(&config);
     let metrics = Arc::new(Metrics::new());
     // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
@@ -467,37 +440,6 @@ impl fulcrum_metrics::Source for ClientsByUser {
                 .clients_by_user
                 .with_label_values(&[&*cluster, &*user, state])
                 .set(n);
-        }
-    }
-}
-
-#[cfg(test)]
-mod listen_tests {
-    use super::{bind_listener, LISTEN_BACKLOG};
-
-    /// The kernel reports a listener's queue length as `ss`'s Send-Q.
-    #[tokio::test]
-    async fn client_listeners_queue_thousands_of_handshakes() {
-        let listener = bind_listener("127.0.0.1:0".parse().unwrap()).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let out = std::process::Command::new("ss")
-            .args(["-ltnH", &format!("sport = :{port}")])
-            .output()
-            .expect("ss (iproute2) runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let send_q: u32 = text
-            .split_whitespace()
-            .nth(2)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no listener line from ss: {text:?}"));
-        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        assert_eq!(send_q, LISTEN_BACKLOG.min(somaxconn));
-        if somaxconn > 128 {
-            assert!(send_q > 128, "more than tokio's default of 128");
         }
     }
 }

@@ -341,6 +341,8 @@ async fn watch_signals(
         }
         _ = int.recv() => {
             tracing::info!("SIGINT: stopping now");
+            // `exit` runs no destructors: the Unix sockets' files go first.
+            fulcrum_net::listener::remove_socket_files();
             std::process::exit(0);
         }
     }

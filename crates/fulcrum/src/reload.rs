@@ -216,7 +216,16 @@ pub(crate) fn keep_restart_only(
         let Some(old) = running.clusters.iter().find(|o| o.name == c.name) else {
             continue;
         };
-        // The listener's limits are set when it starts.
+        // The listener's Unix socket and limits are set when it starts.
+        if old.unix_socket != c.unix_socket {
+            pending.push(format!(
+                "{}.unix_socket (running {}; the file says {})",
+                c.name,
+                socket_words(old.unix_socket.as_ref()),
+                socket_words(c.unix_socket.as_ref())
+            ));
+            c.unix_socket = old.unix_socket.clone();
+        }
         if old.max_client_connections != c.max_client_connections {
             pending.push(format!(
                 "{}.max_client_connections (running {}; the file says {})",
@@ -241,6 +250,22 @@ pub(crate) fn keep_restart_only(
         }
     }
     pending
+}
+
+/// A Unix socket as a reload reports it: its place, mode and group.
+fn socket_words(socket: Option<&fulcrum_config::UnixSocket>) -> String {
+    let Some(s) = socket else {
+        return "none".into();
+    };
+    let place = match &s.place {
+        fulcrum_config::UnixPlace::Dir(d) => format!("unix_socket_dir {}", d.display()),
+        fulcrum_config::UnixPlace::File(f) => format!("unix_socket {}", f.display()),
+    };
+    let group = s
+        .group
+        .as_ref()
+        .map_or(String::new(), |g| format!(", group {}", g.name));
+    format!("{place}, mode {:04o}{group}", s.mode)
 }
 
 fn current_admin(current: &Current) -> Option<Arc<dyn ClusterAdmin>> {
@@ -284,6 +309,28 @@ mod tests {
         );
         let mut same = running.clone();
         assert!(keep_restart_only(&running, &mut same, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_changed_unix_socket_needs_a_restart_and_keeps_running() {
+        let running = config(
+            &[("main", "127.0.0.1:6432")],
+            "unix_socket_dir = \"/run/a\"",
+        );
+        let mut new = config(
+            &[("main", "127.0.0.1:6432")],
+            "unix_socket_dir = \"/run/b\"\nunix_socket_mode = \"0770\"",
+        );
+        let pending = keep_restart_only(&running, &mut new, &[]);
+        assert_eq!(
+            pending,
+            ["main.unix_socket (running unix_socket_dir /run/a, mode 0777; the file says unix_socket_dir /run/b, mode 0770)"]
+        );
+        assert_eq!(new.clusters[0].unix_socket, running.clusters[0].unix_socket);
+        let mut off = config(&[("main", "127.0.0.1:6432")], "");
+        let pending = keep_restart_only(&running, &mut off, &[]);
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert!(pending[0].ends_with("the file says none)"), "{pending:?}");
     }
 
     #[test]

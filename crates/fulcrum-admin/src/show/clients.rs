@@ -4,6 +4,7 @@
 //! mirroring's diff.
 
 use bytes::BytesMut;
+use fulcrum_net::ClientPeer;
 
 use super::user_pool_mode;
 use crate::rows::result;
@@ -26,6 +27,17 @@ impl Admin {
                         Some(c.config().backends.get(b)?.address.clone())
                     })
                     .unwrap_or_default();
+                // As PgBouncer: a Unix-socket client's addr is "unix" and
+                // its port the listener's; its pid is `remote_pid`.
+                let (addr, port, pid, uid) = match &e.peer {
+                    ClientPeer::Tcp(a) => (a.ip().to_string(), a.port(), 0, String::new()),
+                    ClientPeer::Unix(u) => (
+                        "unix".to_owned(),
+                        u.port,
+                        u.pid.unwrap_or(0),
+                        u.uid.map_or(String::new(), |uid| uid.to_string()),
+                    ),
+                };
                 let waited_ms = if state == fulcrum_cluster::clients::ClientState::Waiting {
                     now.saturating_sub(e.since_ms())
                 } else {
@@ -36,8 +48,8 @@ impl Admin {
                     e.user.to_string(),
                     e.database.to_string(),
                     state.as_str().into(),
-                    e.peer.ip().to_string(),
-                    e.peer.port().to_string(),
+                    addr,
+                    port.to_string(),
                     crate::rows::utc_time(e.connected_ms),
                     crate::rows::utc_time(e.since_ms()),
                     (waited_ms / 1000).to_string(),
@@ -45,6 +57,8 @@ impl Admin {
                     e.cluster.to_string(),
                     server,
                     e.id.to_string(),
+                    pid.to_string(),
+                    uid,
                 ]
             })
             .collect();
@@ -64,6 +78,8 @@ impl Admin {
                 "cluster",
                 "server",
                 "id",
+                "remote_pid",
+                "uid",
             ],
             &rows,
         );

@@ -10,6 +10,7 @@ mod file_errors;
 mod hba;
 mod password_hashes;
 mod tls;
+mod unix_socket;
 mod user_pool;
 mod valid;
 

@@ -50,6 +50,8 @@ pub(super) fn cluster(
     let pool_mode = super::user_pool::cluster_pool_mode(&t, c, protocol)?;
     let pool_size = t.u32_at_least(&c.pool_size, "pool_size", 1, defaults::POOL_SIZE)?;
     let client_auth = credentials::client_auth(&t, c, protocol)?;
+    let unix_socket =
+        super::unix_socket::unix_socket(&t, c, protocol, listen.port(), client_auth, base)?;
     let pool_timeout = t.duration(&c.pool_timeout, "pool_timeout", defaults::POOL_TIMEOUT)?;
     // `server_connect_timeout` is PgBouncer's name for the same setting.
     let connect_timeout = match (&c.connect_timeout, &c.server_connect_timeout) {
@@ -282,6 +284,7 @@ pub(super) fn cluster(
         name,
         protocol,
         listen,
+        unix_socket,
         pool_mode,
         pool_size,
         client_auth,

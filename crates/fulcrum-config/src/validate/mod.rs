@@ -12,6 +12,7 @@ mod health;
 mod mirror;
 pub(crate) mod table;
 mod topology;
+mod unix_socket;
 mod user_pool;
 
 use std::net::SocketAddr;
@@ -69,6 +70,7 @@ pub(crate) fn validate(raw: &RawConfig, lines: &Lines, source: &Path) -> Result<
         ));
     }
     check_listeners(&listeners)?;
+    unix_socket::distinct(raw_clusters, &clusters, lines)?;
 
     Ok(Config {
         source: source.to_owned(),
@@ -275,6 +277,13 @@ fn shared_port(on: &[Cluster], first: usize, line: usize, key: &str) -> Result<(
     if head.protocol != new.protocol {
         return fail(format!(
             "{} is already used by cluster {:?}, of the other protocol: only clusters of one protocol share a port",
+            new.listen, head.name
+        ));
+    }
+    if head.unix_socket != new.unix_socket {
+        return fail(format!(
+            "{} is shared with cluster {:?}, whose Unix socket (unix_socket_dir or unix_socket, its mode and group) differs: \
+             clusters on one port share its socket, so they must have the same",
             new.listen, head.name
         ));
     }

@@ -3,9 +3,10 @@
 //! password check against `[[cluster.user]]`: mysql_native_password, or
 //! caching_sha2_password's fast path (Fulcrum knows the password, so it can
 //! check the scramble and answer "fast auth success"); any other plugin is
-//! switched to mysql_native_password. Over TLS a caching_sha2 client whose
-//! fast path does not verify is asked for full authentication (the password
-//! in clear, inside TLS), as MySQL asks. Unknown users and wrong passwords get
+//! switched to mysql_native_password. Over TLS (or the Unix socket, which
+//! MySQL counts as secure too) a caching_sha2 client whose fast path does
+//! not verify is asked for full authentication (the password in clear,
+//! inside TLS), as MySQL asks. Unknown users and wrong passwords get
 //! the same ERR 1045.
 
 use std::sync::Arc;
@@ -82,7 +83,7 @@ async fn auth_query_login(
         );
     }
     let plugin = hello.auth_plugin.as_deref().unwrap_or(native::PLUGIN);
-    if plugin == caching_sha2::PLUGIN && conn.stream().is_tls() {
+    if plugin == caching_sha2::PLUGIN && conn.stream().is_secure() {
         return caching_sha2_login(ctx, conn, hello, scramble, seq, max, looked).await;
     }
     let response = if plugin == native::PLUGIN {
@@ -191,10 +192,12 @@ async fn caching_sha2_login(
 /// `auth_query` user, unknown user; any plugin), so it tells nothing but
 /// "refused".
 fn access_denied(stream: &ClientStream, user: &str, used_password: bool) -> String {
-    let host = stream
-        .peer_ip()
-        .map(|ip| ip.to_string())
-        .unwrap_or_default();
+    // A Unix-socket client is `localhost` to MySQL.
+    let host = match stream.peer_ip() {
+        Some(ip) => ip.to_string(),
+        None if stream.is_unix() => "localhost".to_owned(),
+        None => String::new(),
+    };
     let used = if used_password { "YES" } else { "NO" };
     format!("Access denied for user '{user}'@'{host}' (using password: {used})")
 }
@@ -261,7 +264,9 @@ async fn authenticate_client(
     let ctx: &MyClusterContext = &clusters[0];
     let connection_id = ctx.connection_id();
     let scramble = make_scramble(rand::random());
-    let tls = ctx.config.tls.as_ref();
+    // No TLS over the Unix socket (PgBouncer's rule): the greeting offers
+    // none there, and `tls_mode = "require"` is for TCP clients.
+    let tls = ctx.config.tls.as_ref().filter(|_| !conn.stream().is_unix());
     let mut ours = offered(tls.is_some());
     if !ctx.config.allow_local_infile {
         ours -= C::CLIENT_LOCAL_FILES;
@@ -313,7 +318,11 @@ async fn authenticate_client(
     let hello = match parse_client_hello(&msg[HEADER_LEN..]) {
         Ok(ClientHello::Response(r)) => r,
         Ok(ClientHello::SslRequest { .. }) => {
-            let m = "fulcrum: TLS is not enabled on this listener (tls_mode)";
+            let m = if conn.stream().is_unix() {
+                "fulcrum: TLS is not offered over the Unix socket"
+            } else {
+                "fulcrum: TLS is not enabled on this listener (tls_mode)"
+            };
             send_error(conn.stream_mut(), seq, codes::HANDSHAKE, m).await;
             return Err(refuse(m.into()));
         }
@@ -374,9 +383,10 @@ async fn authenticate_client(
             seq = write_packet(&mut out, seq, &caching_sha2::fast_auth_success());
             conn.send(&out).await?;
             true
-        } else if conn.stream().is_tls() {
+        } else if conn.stream().is_secure() {
             // As MySQL does when the fast path fails: full authentication,
-            // the password itself, which only travels over TLS.
+            // the password itself, which only travels over TLS or a Unix
+            // socket.
             let mut out = BytesMut::new();
             write_packet(&mut out, seq, &caching_sha2::perform_full_authentication());
             conn.send(&out).await?;

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use fulcrum_cluster::clients::ClientHandle;
 use fulcrum_cluster::serve::{Ending, Frontend, Refusal};
-use fulcrum_net::{Connection, PendingTicket};
+use fulcrum_net::{Accepted, Connection, PendingTicket};
 use fulcrum_tls::ClientStream;
-use tokio::net::TcpStream;
 
 use super::context::MyClusterContext;
 use super::error::SessionError;
@@ -23,9 +22,9 @@ impl Frontend for MyClusterContext {
     type Login = Login;
     type Error = SessionError;
 
-    fn accept(stream: TcpStream) -> Connection<ClientStream> {
+    fn accept(stream: Accepted) -> Connection<ClientStream> {
         Connection::with_read_buf(
-            ClientStream::from(stream),
+            stream.into_stream::<ClientStream>(),
             BytesMut::with_capacity(fulcrum_net::CLIENT_READ_CHUNK),
         )
         .with_chunk(fulcrum_net::CLIENT_READ_CHUNK)

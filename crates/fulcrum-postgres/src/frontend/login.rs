@@ -92,7 +92,10 @@ pub async fn login(
     ticket: &fulcrum_net::PendingTicket,
 ) -> Result<Option<(Arc<ClusterContext>, Login)>, SessionError> {
     let ctx: &ClusterContext = &clusters[0];
-    if let Some(tls) = &ctx.config.tls {
+    // No TLS over the Unix socket (PgBouncer's rule): an SSLRequest there
+    // is answered `N`, and `tls_mode = "require"` is for TCP clients.
+    let tls = ctx.config.tls.as_ref().filter(|_| !stream.is_unix());
+    if let Some(tls) = tls {
         let mut first = [0u8; 1];
         let direct = match stream.tcp() {
             Some(tcp) if buf.is_empty() => tcp.peek(&mut first).await? == 1 && first[0] == 0x16,
@@ -130,7 +133,7 @@ pub async fn login(
             Some((packet, used)) => {
                 let _ = buf.split_to(used);
                 match packet {
-                    StartupPacket::Ssl => match &ctx.config.tls {
+                    StartupPacket::Ssl => match tls {
                         Some(tls) if !stream.is_tls() => {
                             if !buf.is_empty() {
                                 // Bytes sent before the handshake would be
@@ -166,11 +169,8 @@ pub async fn login(
                     }
                     StartupPacket::Startup { params, .. } => {
                         ticket.mark_started();
-                        let require = ctx
-                            .config
-                            .tls
-                            .as_ref()
-                            .is_some_and(|t| t.mode == fulcrum_config::TlsMode::Require);
+                        let require =
+                            tls.is_some_and(|t| t.mode == fulcrum_config::TlsMode::Require);
                         if require && !stream.is_tls() {
                             return Err(fatal(
                                 stream,

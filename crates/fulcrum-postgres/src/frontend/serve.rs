@@ -8,10 +8,9 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use fulcrum_cluster::clients::ClientHandle;
 use fulcrum_cluster::serve::{Ending, Frontend, Refusal};
-use fulcrum_net::PendingTicket;
+use fulcrum_net::{Accepted, PendingTicket};
 use fulcrum_tls::ClientStream;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::context::ClusterContext;
 use super::error::SessionError;
@@ -25,9 +24,9 @@ impl Frontend for ClusterContext {
     type Login = Login;
     type Error = SessionError;
 
-    fn accept(stream: TcpStream) -> (ClientStream, BytesMut) {
+    fn accept(stream: Accepted) -> (ClientStream, BytesMut) {
         (
-            ClientStream::from(stream),
+            stream.into_stream(),
             BytesMut::with_capacity(fulcrum_net::CLIENT_READ_CHUNK),
         )
     }

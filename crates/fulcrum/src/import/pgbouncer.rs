@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::ini::{conn_params, Ini};
 use super::pgbouncer_databases::{self as databases, Db};
-use super::pgbouncer_keys::{client_auth, duration, NOT_CARRIED};
+use super::pgbouncer_keys::{client_auth, duration, unix_socket_lines, NOT_CARRIED};
 
 /// The result: the TOML text, and one note per setting not carried over
 /// (or carried over with a change worth knowing).
@@ -119,6 +119,12 @@ pub fn import(ini: &Ini, users: &[(String, String)], source: &str) -> Result<Imp
         }
     };
     let _ = writeln!(common, "pool_mode = {}", quote(pool_mode));
+    let (dir, mode, group) = (
+        take("unix_socket_dir"),
+        take("unix_socket_mode"),
+        take("unix_socket_group"),
+    );
+    common.push_str(&unix_socket_lines(dir, mode, group, &mut notes));
     let _ = writeln!(
         common,
         "pool_size = {}",

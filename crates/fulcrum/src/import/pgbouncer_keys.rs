@@ -1,6 +1,7 @@
 //! What `fulcrum import pgbouncer` knows of PgBouncer's own settings: the
 //! `[pgbouncer]` keys with no Fulcrum equivalent (and why, for the notes),
-//! `auth_type` in Fulcrum's words, and PgBouncer's durations. Pure.
+//! `auth_type` in Fulcrum's words, PgBouncer's durations, and its Unix
+//! socket keys. Pure.
 
 /// `auth_type` (and `auth_hba_file`) as the config lines of Fulcrum's
 /// `client_auth`; what cannot be carried is noted.
@@ -50,9 +51,6 @@ pub(super) const NOT_CARRIED: &[(&str, &str)] = &[
     ("syslog", "Fulcrum logs to stderr (journald under systemd)"),
     ("syslog_facility", "Fulcrum logs to stderr"),
     ("syslog_ident", "Fulcrum logs to stderr"),
-    ("unix_socket_dir", "Fulcrum listens on TCP only"),
-    ("unix_socket_mode", "Fulcrum listens on TCP only"),
-    ("unix_socket_group", "Fulcrum listens on TCP only"),
     ("user", "run Fulcrum as the user you want (systemd User=)"),
     (
         "ignore_startup_parameters",
@@ -165,9 +163,63 @@ pub(super) fn duration(value: &str) -> Option<String> {
     })
 }
 
+/// PgBouncer's `unix_socket_dir`, `unix_socket_mode` and
+/// `unix_socket_group` as every cluster's lines (the keys have the same
+/// names). An empty directory is off, as in PgBouncer; an unset one is
+/// PgBouncer's `/tmp`, which is not carried over (a mode or group given
+/// without it is said in `notes`).
+pub(super) fn unix_socket_lines(
+    dir: Option<&str>,
+    mode: Option<&str>,
+    group: Option<&str>,
+    notes: &mut Vec<String>,
+) -> String {
+    let q = |v: &str| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""));
+    match dir.map(str::trim) {
+        Some("") => String::new(),
+        None => {
+            if mode.is_some() || group.is_some() {
+                notes.push("unix_socket_mode / unix_socket_group without unix_socket_dir (PgBouncer: /tmp): not carried over; set unix_socket_dir to listen on a Unix socket".into());
+            }
+            String::new()
+        }
+        Some(dir) => {
+            let mut lines = format!("unix_socket_dir = {}\n", q(dir));
+            for (key, value) in [("unix_socket_mode", mode), ("unix_socket_group", group)] {
+                if let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) {
+                    lines.push_str(&format!("{key} = {}\n", q(v)));
+                }
+            }
+            lines
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unix_socket_keys_are_carried_when_a_directory_is_set() {
+        let mut notes = Vec::new();
+        assert_eq!(
+            unix_socket_lines(Some("/var/run/pgbouncer"), Some("0770"), Some("app"), &mut notes),
+            "unix_socket_dir = \"/var/run/pgbouncer\"\nunix_socket_mode = \"0770\"\nunix_socket_group = \"app\"\n"
+        );
+        assert!(notes.is_empty());
+        assert_eq!(
+            unix_socket_lines(Some(""), Some("0770"), None, &mut notes),
+            ""
+        );
+        assert!(notes.is_empty(), "empty: off, as in PgBouncer");
+        assert_eq!(unix_socket_lines(None, None, None, &mut notes), "");
+        assert!(
+            notes.is_empty(),
+            "unset: PgBouncer's /tmp, not carried over"
+        );
+        assert_eq!(unix_socket_lines(None, Some("0700"), None, &mut notes), "");
+        assert_eq!(notes.len(), 1, "a mode without a directory is named");
+    }
 
     #[test]
     fn durations_take_pgbouncer_units() {
