@@ -5,8 +5,10 @@
 //! `tls_mode = "require"` applies to TCP clients only. The socket file is
 //! removed when Fulcrum stops (SIGTERM, SIGINT); a stale one a crash left
 //! is replaced; a live one or a file that is not a socket stops the start
-//! with an error naming the path. A real daemon in front of the binary's
-//! shared primary; every socket in a scratch directory of the test's own.
+//! with an error naming the path. hba `local` lines apply to socket
+//! clients: `peer` admits the process whose system user is the requested
+//! user. A real daemon in front of the binary's shared primary; every
+//! socket in a scratch directory of the test's own.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -140,6 +142,65 @@ async fn psql_and_tokio_postgres_log_in_over_the_socket_with_their_pid_and_uid_r
     assert_eq!(ours[0].get("port"), Some(&*port(&cfg).to_string()));
     assert_eq!(ours[0].get("uid"), Some(&*me.uid().to_string()));
     assert_eq!(ours[0].get("user"), Some(APP_USER));
+}
+
+/// `client_auth = "hba"` with a `local ... peer` line: the socket client
+/// whose system user (the kernel's SO_PEERCRED uid, named by the system's
+/// user list) is the requested user logs in without a password; another
+/// user over the socket gets PostgreSQL's 28000 "Peer authentication
+/// failed"; a `host` line still asks TCP clients for their password.
+#[tokio::test]
+async fn hba_peer_admits_the_socket_client_whose_system_user_it_is() {
+    let dir = ScratchDir::new().unwrap();
+    let me = Command::new("id").arg("-un").output().expect("id -un");
+    let me = String::from_utf8_lossy(&me.stdout).trim().to_owned();
+    assert!(!me.is_empty() && me != APP_USER, "system user {me:?}");
+    let hba = dir.path().join("hba.conf");
+    std::fs::write(
+        &hba,
+        "local all all peer\nhost all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .unwrap();
+    let cfg = config(
+        dir.path(),
+        &[&format!("auth_hba_file = \"{}\"", hba.display())],
+    )
+    .client_auth("hba")
+    .user_keys(
+        &me,
+        &format!("server_user = \"{APP_USER}\"\nserver_password = \"{APP_PASSWORD}\""),
+    );
+    let socket = socket_path(dir.path(), &cfg);
+    let _p = start(&cfg.to_toml(), &socket);
+    let over_socket = |user: &str| {
+        format!(
+            "host={} port={} user={user} dbname={APP_DB} connect_timeout=10",
+            dir.path().display(),
+            port(&cfg)
+        )
+    };
+    let client = pg_connect_str(&over_socket(&me))
+        .await
+        .expect("peer: the system user logs in with no password");
+    let row = client.query_one("SELECT current_user", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), APP_USER, "as its server_user");
+    let e = pg_connect_str(&format!(
+        "{} password={APP_PASSWORD}",
+        over_socket(APP_USER)
+    ))
+    .await
+    .err()
+    .expect("another user over the socket is refused");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!(db.code().code(), "28000", "{db:?}");
+    assert_eq!(
+        db.message(),
+        format!("Peer authentication failed for user \"{APP_USER}\"")
+    );
+    let tcp = pg_connect_str(&cfg.conn_string(APP_USER, APP_DB))
+        .await
+        .expect("TCP with the password, by the host line");
+    tcp.simple_query("SELECT 1").await.unwrap();
 }
 
 #[tokio::test]
