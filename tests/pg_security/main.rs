@@ -7,9 +7,9 @@
 //!
 //! Clusters: `pg_auth_query`, `pg_bad_input`, `pg_database_login`,
 //! `pg_hba`, `pg_pgbouncer_migration`, `pg_stored_password` and `pg_tls`
-//! share one PostgreSQL
-//! primary (`fulcrum_suite::pg_primary`); `pg_server_tls` runs a TLS-only
-//! one; tests that stop a server start their own.
+//! share one PostgreSQL primary (`fulcrum_suite::pg_primary`);
+//! `pg_server_tls` runs a TLS-only one; tests that stop a server start
+//! their own.
 
 mod pg_auth_query;
 mod pg_bad_input;
