@@ -5,7 +5,8 @@
 //! operator commands (`PAUSE`, `RESUME`, `DISABLE`, `ENABLE`, `SWITCHOVER`,
 //! `RELOAD`, `SET log`). The parser (`command.rs`) and the row encoding
 //! (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
-//! command, `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
+//! command (`pause.rs`: PAUSE and RESUME of every cluster, one cluster, or
+//! one database), `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
 //! digest, memory and traffic ones).
 //!
 //! It sees clusters only through `fulcrum_cluster::ClusterAdmin`, and

@@ -19,7 +19,8 @@
 //! listener (accept, pending-login admission, `max_client_connections`, a
 //! task per client, the drain on shutdown). `clients` and `view` are shared
 //! registries the data path and the admin console read and write with
-//! short locks or atomics; `auth_cache` holds what `auth_query` fetched and
+//! short locks or atomics (`client_stats`: each client's traffic counts,
+//! summed per database for SHOW STATS); `auth_cache` holds what `auth_query` fetched and
 //! what clients proved, for both protocols; `admin` is what the console
 //! asks of a cluster; `attach` checks out a server connection for a unit
 //! of work (a replica, else the primary, waited for during a failover),
