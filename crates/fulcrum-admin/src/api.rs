@@ -2,7 +2,9 @@
 //! (`/api/v1/<table>` on the metrics port): the same rows the console's
 //! SHOW sends, read back from its result set (one producer for both), as
 //! an array of objects keyed by column. Decoding is a pure function over
-//! the console's bytes.
+//! the console's bytes. Beside the tables, what only the status page
+//! wants: `history` (the recent totals, `fulcrum_metrics::history`) and
+//! `mirrors` (each mirror target's totals).
 
 use bytes::BytesMut;
 
@@ -21,6 +23,9 @@ pub const TABLES: &[&str] = &[
     "databases",
     "lists",
     "failovers",
+    "mirror",
+    "mirrors",
+    "history",
 ];
 
 impl Admin {
@@ -37,11 +42,68 @@ impl Admin {
             "databases" => self.show(Show::Databases, &mut out),
             "lists" => self.show(Show::Lists, &mut out),
             "failovers" => self.show(Show::Failovers, &mut out),
+            "mirror" => self.show(Show::Mirror, &mut out),
             "queries" => self.show_queries(None, &mut out).ok()?,
+            "mirrors" => return Some(self.mirrors_json()),
+            "history" => return Some(history_json(&self.metrics.history.points())),
             _ => return None,
         }
         Some(to_json(&out))
     }
+}
+
+impl Admin {
+    /// Each mirror target: its cluster, name and totals (sent, dropped,
+    /// differing); `[]` when no cluster mirrors.
+    fn mirrors_json(&self) -> String {
+        let mut rows = Vec::new();
+        for c in &self.clusters() {
+            for m in c.mirrors() {
+                let (sent, dropped, differing) = m.totals();
+                rows.push(serde_json::json!({
+                    "cluster": c.config().name,
+                    "target": m.target,
+                    "sent": sent,
+                    "dropped": dropped,
+                    "differing": differing,
+                }));
+            }
+        }
+        serde_json::Value::Array(rows).to_string()
+    }
+}
+
+/// `/api/v1/history`: the sampling interval and window, then each
+/// cluster's points (what happened between two consecutive samples), oldest
+/// first. Numbers, not strings: nothing here comes from the console.
+pub fn history_json(clusters: &[(String, Vec<fulcrum_metrics::history::Point>)]) -> String {
+    use fulcrum_metrics::history::{SAMPLE_EVERY, WINDOW};
+    let clusters: Vec<serde_json::Value> = clusters
+        .iter()
+        .map(|(name, points)| {
+            let points: Vec<serde_json::Value> = points
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "at_unix_ms": p.at_unix_ms,
+                        "seconds": p.seconds,
+                        "transactions": p.transactions,
+                        "errors": p.errors,
+                        "pool_waits": p.pool_waits,
+                        "pool_wait_us": p.pool_wait_us,
+                        "clients_waiting": p.clients_waiting,
+                    })
+                })
+                .collect();
+            serde_json::json!({"cluster": name, "points": points})
+        })
+        .collect();
+    serde_json::json!({
+        "interval_s": SAMPLE_EVERY.as_secs(),
+        "window_s": WINDOW.as_secs(),
+        "clusters": clusters,
+    })
+    .to_string()
 }
 
 /// A console result set (RowDescription, DataRows) as a JSON array of
@@ -149,5 +211,25 @@ mod tests {
             "[]",
             "garbage is no rows, never a panic"
         );
+    }
+
+    #[test]
+    fn the_history_is_numbers_per_cluster() {
+        let point = fulcrum_metrics::history::Point {
+            at_unix_ms: 5000,
+            seconds: 5.0,
+            transactions: 50,
+            errors: 1,
+            pool_waits: 50,
+            pool_wait_us: 1200,
+            clients_waiting: 0,
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&history_json(&[("ma\"in".into(), vec![point])])).unwrap();
+        assert_eq!(json["interval_s"], 5);
+        assert_eq!(json["window_s"], 600);
+        assert_eq!(json["clusters"][0]["cluster"], "ma\"in");
+        assert_eq!(json["clusters"][0]["points"][0]["transactions"], 50);
+        assert_eq!(json["clusters"][0]["points"][0]["pool_wait_us"], 1200);
     }
 }

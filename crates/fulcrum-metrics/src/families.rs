@@ -73,6 +73,8 @@ pub struct Metrics {
     pub mirror_dropped: IntCounterVec,
     pub mirror_differing: IntCounterVec,
     pub mirror_skipped_clients: IntCounterVec,
+    /// The status page's recent totals per cluster (`history.rs`).
+    pub history: crate::history::History,
     /// By cluster name: a reload replaces a cluster's source.
     sources: Mutex<Vec<(String, Arc<dyn Source>)>>,
 }
@@ -217,6 +219,7 @@ impl Metrics {
             mirror_differing: counter(&r, "fulcrum_mirror_differing_total", "Mirrored units whose answer differed from the primary's: error or success and its SQLSTATE, rows returned or affected, or the checksum of the rows (order-insensitive).", &["cluster", "target"]),
             mirror_skipped_clients: counter(&r, "fulcrum_mirror_skipped_clients_total", "Clients drawn for a mirror target but not mirrored there, by reason: no_login (the target cluster lists no [[cluster.user]] for the client's user).", &["cluster", "target", "reason"]),
             registry: r,
+            history: crate::history::History::default(),
             sources: Mutex::new(Vec::new()),
         }
     }

@@ -205,7 +205,7 @@ fn status_answer(
         None => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "no such table; try /api/v1/clusters, servers, backends, pools, clients, queries, stats, databases, lists, failovers\n".to_owned(),
+            "no such table; try /api/v1/clusters, servers, backends, pools, clients, queries, stats, databases, lists, failovers, mirror, mirrors, history\n".to_owned(),
         ),
     }
 }

@@ -1,14 +1,16 @@
 //! Fulcrum's Prometheus metrics. Owns the metric families (`families.rs`),
 //! the per-cluster handles the data path increments (`cluster.rs`: label
 //! values bound once, so a query costs a few atomic adds), figures taken at
-//! scrape time from pools, health and classifier (`Source`), and the
-//! `/metrics` endpoint (`http.rs`). Knows no wire protocol.
+//! scrape time from pools, health and classifier (`Source`), the status
+//! page's recent history (`history.rs`), and the `/metrics` endpoint and
+//! status page (`http.rs`). Knows no wire protocol.
 
 #![forbid(unsafe_code)]
 
 mod cluster;
 pub mod digest;
 mod families;
+pub mod history;
 pub mod http;
 pub mod mirror;
 mod refresh;

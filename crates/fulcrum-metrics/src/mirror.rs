@@ -141,6 +141,11 @@ impl MirrorStats {
         }
     }
 
+    /// The target's totals: (sent, dropped, differing), every digest's.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        (self.sent.get(), self.dropped.get(), self.differing.get())
+    }
+
     /// SHOW MIRROR's rows, most sent first.
     pub fn rows(&self) -> Vec<MirrorRow> {
         let map = self.digests.lock().unwrap_or_else(|e| e.into_inner());

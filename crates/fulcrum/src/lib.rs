@@ -330,6 +330,15 @@ pub async fn run_logging(
         tasks.push(task);
     }
     *admin_list.lock().unwrap_or_else(|e| e.into_inner()) = admin_clusters;
+    if config.fulcrum.metrics.is_some() {
+        // The status page's charts: each cluster's totals sampled every
+        // 5 s (the first now, its series all made), the last 10 minutes
+        // kept in a fixed ring per cluster.
+        tokio::spawn(fulcrum_metrics::history::sample_every(
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+    }
     if let Some(listener) = admin_listener {
         tracing::info!(listen = ?config.fulcrum.admin, "admin console");
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
