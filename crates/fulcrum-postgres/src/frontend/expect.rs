@@ -136,6 +136,15 @@ impl Expectations {
         self.copy_in_open
     }
 
+    /// The answer to a client's Query or Execute is what the server sends
+    /// now: its rows (and a Query's RowDescription) carry nothing this
+    /// queue acts on, so they may be forwarded without [`Self::on_server`]
+    /// (it would answer `Forward` with no effects for them).
+    #[inline]
+    pub fn rows_are_plain(&self) -> bool {
+        matches!(self.queue.front(), Some(Expect::Query(..) | Expect::Execute(..)))
+    }
+
     /// The client sent CopyDone or CopyFail.
     pub fn client_copy_end(&mut self) {
         self.copy_in_open = false;

@@ -51,6 +51,7 @@ impl Session {
     /// copy data streamed through, then the writes and a possible detach.
     pub(super) async fn on_server_input(&mut self) -> Result<(), SessionError> {
         loop {
+            self.forward_plain_run();
             let header = match self.next_server_frame() {
                 NextFrame::Whole(header) => header,
                 NextFrame::Wait => break,
@@ -88,6 +89,41 @@ impl Session {
         self.flush_server().await?;
         self.maybe_detach();
         Ok(())
+    }
+
+    /// Copies the run of whole frames at the front of the server buffer
+    /// that need nothing but forwarding (rows, and a RowDescription no
+    /// Describe waits for) to the client at once: no per-row split, reply
+    /// queue step or bookkeeping. Only while the answer to a client's Query
+    /// or Execute is coming and nothing else reads the rows (no mirror,
+    /// nothing being streamed); anything else is left to the frame loop,
+    /// which also reports a malformed or oversized frame.
+    #[inline]
+    fn forward_plain_run(&mut self) {
+        if self.owed.stream_left > 0 || self.mirror.is_some() || !self.owed.expect.rows_are_plain()
+        {
+            return;
+        }
+        let max = self.ctx.config.max_message_size;
+        let buf = &mut self.server.as_mut().expect("attached").io.read_buf;
+        let mut end = 0;
+        while let Some(&[tag, a, b, c, d]) = buf.get(end..end + 5) {
+            let len = u32::from_be_bytes([a, b, c, d]) as u64;
+            let plain = tag == b'D' || (tag == b'T' && len <= max.saturating_add(4));
+            // A length under 4 or over i32 is malformed: the loop says so.
+            if !plain || !(4..=i32::MAX as u64).contains(&len) {
+                break;
+            }
+            let total = 1 + len as usize;
+            if buf.len() - end < total {
+                break;
+            }
+            end += total;
+        }
+        if end > 0 {
+            self.client.write_buf.extend_from_slice(&buf[..end]);
+            bytes::Buf::advance(buf, end);
+        }
     }
 
     /// Finds the next whole frame in the server buffer, streaming rows and
