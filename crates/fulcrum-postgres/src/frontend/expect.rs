@@ -142,7 +142,10 @@ impl Expectations {
     /// (it would answer `Forward` with no effects for them).
     #[inline]
     pub fn rows_are_plain(&self) -> bool {
-        matches!(self.queue.front(), Some(Expect::Query(..) | Expect::Execute(..)))
+        matches!(
+            self.queue.front(),
+            Some(Expect::Query(..) | Expect::Execute(..))
+        )
     }
 
     /// The client sent CopyDone or CopyFail.

@@ -187,10 +187,15 @@ impl Session {
         // A process list: its thread ids become clients' ids (`identity.rs`).
         let mut ids = thread_ids
             .then(|| super::identity::ThreadIds::new(self.ctx.thread_owners(self.backend)));
+        // Bytes relayed, counted once per answer.
+        let mut sent = 0u64;
         while !reply.is_done() {
-            let mut frame = self.next_server_message(seq, max).await?;
-            let first =
-                &frame[HEADER_LEN..HEADER_LEN + (frame.len() - HEADER_LEN).min(MAX_PAYLOAD)];
+            let total = self.next_server_span(seq, max).await?;
+            // The message is read where it lies in the server buffer and
+            // copied once, to the client's (no split, no reference count).
+            let server = self.server.as_mut().expect("attached");
+            let frame = &server.io.read_buf[..total];
+            let first = &frame[HEADER_LEN..HEADER_LEN + (total - HEADER_LEN).min(MAX_PAYLOAD)];
             let was_row = reply.in_rows();
             let column = reply.next_is_column();
             if let Err(e) = reply.on_message(first) {
@@ -202,17 +207,22 @@ impl Session {
                     m.row(first);
                 }
             }
+            let mut translated = None;
             if let Some(ids) = ids.as_mut() {
                 if column {
                     ids.column(first);
-                } else if let Some(translated) = ids.row(&frame).filter(|_| row) {
-                    frame = translated;
+                } else if row {
+                    translated = ids.row(frame);
                 }
             }
+            let frame = translated.as_deref().unwrap_or(frame);
+            sent += frame.len() as u64;
+            self.client.write_buf.extend_from_slice(frame);
+            bytes::Buf::advance(&mut server.io.read_buf, total);
             skip |= reply.wants_file();
-            self.ctx.metrics.bytes_out.inc_by(frame.len() as u64);
-            self.client_entry.counts.sent(frame.len() as u64);
-            self.client.write_buf.extend_from_slice(&frame);
+            if reply.wants_file() || self.client.write_buf.len() >= FLUSH_AT {
+                self.count_sent(std::mem::take(&mut sent));
+            }
             if reply.wants_file() {
                 self.flush().await?;
                 self.send_file(seq).await?;
@@ -221,7 +231,16 @@ impl Session {
                 self.flush().await?;
             }
         }
+        self.count_sent(sent);
         Ok(skip)
+    }
+
+    /// Bytes relayed to the client: the metric and the client's counter.
+    fn count_sent(&mut self, n: u64) {
+        if n > 0 {
+            self.ctx.metrics.bytes_out.inc_by(n);
+            self.client_entry.counts.sent(n);
+        }
     }
 
     /// A successful command's session changes: its `SET` statement joins
@@ -277,6 +296,18 @@ impl Session {
         seq: u8,
         max: usize,
     ) -> Result<BytesMut, SessionError> {
+        let total = self.next_server_span(seq, max).await?;
+        let server = self.server.as_mut().expect("attached");
+        Ok(server.io.read_buf.split_to(total))
+    }
+
+    /// Reads until a whole message is at the front of the server buffer
+    /// and gives its length (header included), leaving it there.
+    pub(super) async fn next_server_span(
+        &mut self,
+        seq: u8,
+        max: usize,
+    ) -> Result<usize, SessionError> {
         let limit = self.ctx.config.query_timeout;
         // Only with `query_timeout` set: no reference counts touched per
         // message otherwise.
@@ -321,7 +352,7 @@ impl Session {
                 Err(e) => return Err(self.lost(seq, &e.to_string()).await),
             }
         };
-        Ok(server.io.read_buf.split_to(span.total))
+        Ok(span.total)
     }
 
     /// Gives the attached server the client's schema and session settings.

@@ -64,17 +64,22 @@ impl Session {
                 },
                 _ => None,
             };
-            let (frame, step, mut fx) = self.take_server_frame(header);
+            let (step, mut fx, noted) = self.take_server_frame(header);
             if fx.ready.is_some_and(|s| s != b'I') && self.pool_mode == PoolMode::Statement {
                 return Err(self.refuse_transaction_block().await);
             }
-            self.note_server_frame(header.tag, &frame, &mut fx, error_code);
+            self.note_server_frame(noted, &mut fx, error_code);
+            // The frame is copied from where it lies in the server buffer
+            // (no split, no reference count), then passed over.
+            let server = self.server.as_mut().expect("attached");
+            let frame = &server.io.read_buf[..header.total];
             if step == Step::Forward {
-                self.client.write_buf.extend_from_slice(&frame);
+                self.client.write_buf.extend_from_slice(frame);
                 if let Some(m) = self.mirror.as_mut().filter(|_| self.txn.run.is_none()) {
                     m.server_frame(header.tag, &frame[5..]);
                 }
             }
+            bytes::Buf::advance(&mut server.io.read_buf, header.total);
             self.after_server_frame(fx);
         }
         self.owed.expect.drain_synthetic(
@@ -220,21 +225,19 @@ impl Session {
         ControlFlow::Continue(error_code)
     }
 
-    /// Takes the whole frame at the front of the server buffer and tells the
-    /// reply queue of it: whether it goes to the client, and its effects.
+    /// Tells the reply queue of the whole frame at the front of the server
+    /// buffer (left there): whether it goes to the client, its effects, and
+    /// what of it settles the connection's state.
     #[inline]
-    fn take_server_frame(&mut self, header: FrameHeader) -> (BytesMut, Step, ServerEffects) {
+    fn take_server_frame(&mut self, header: FrameHeader) -> (Step, ServerEffects, Noted) {
         let server = self.server.as_mut().expect("attached");
-        let mut frame = server.io.read_buf.split_to(header.total);
+        let server_pid = server.cancel.process_id;
+        let frame = &mut server.io.read_buf[..header.total];
         tracing::trace!(tag = %(header.tag as char), len = frame.len(), "server message");
         if header.tag == b'A' && self.id.server_key.is_none() {
             // A pinned client knows Fulcrum's pid; one given its
             // server's (session pooling) sees the server's as it is.
-            own_notification_pid(
-                &mut frame,
-                server.cancel.process_id,
-                self.id.cancel.process_id,
-            );
+            own_notification_pid(frame, server_pid, self.id.cancel.process_id);
         }
         self.owed.expect.drain_synthetic(
             &mut self.client.write_buf,
@@ -245,7 +248,7 @@ impl Session {
             // Only what reaches the client (not Fulcrum's own queries).
             super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
         }
-        (frame, step, fx)
+        (step, fx, Noted::of(header.tag, &frame[5..]))
     }
 
     /// Settles what a server frame changes on the connection: reported
@@ -254,35 +257,29 @@ impl Session {
     #[inline]
     fn note_server_frame(
         &mut self,
-        tag: u8,
-        frame: &[u8],
+        noted: Noted,
         fx: &mut ServerEffects,
         error_code: Option<String>,
     ) {
-        match tag {
-            b'S' => {
-                if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
-                    let server = self.server.as_mut().expect("attached");
-                    if n == "application_name" {
-                        server.application_name_reported(v);
-                    }
-                    server.reported.insert(n.to_owned(), v.to_owned());
+        match noted {
+            Noted::Parameter(n, v) => {
+                let server = self.server.as_mut().expect("attached");
+                if n == "application_name" {
+                    server.application_name_reported(&v);
                 }
+                server.reported.insert(n, v);
             }
-            b'C' => match command_tag(&frame[5..]) {
-                b"COMMIT" => self.params.txn_committed = Some(true),
-                b"ROLLBACK" => self.params.txn_committed = Some(false),
-                tag if is_ddl_tag(tag) => {
-                    // Statements prepared before may now be stale; again
-                    // at the end of the transaction, when others see it.
-                    self.ctx.statements.schema_changed();
-                    // A function may have been created or changed.
-                    self.ctx.functions.forget();
-                    self.ddl_in_txn = true;
-                }
-                _ => {}
-            },
-            _ => {}
+            Noted::Commit => self.params.txn_committed = Some(true),
+            Noted::Rollback => self.params.txn_committed = Some(false),
+            Noted::Ddl => {
+                // Statements prepared before may now be stale; again
+                // at the end of the transaction, when others see it.
+                self.ctx.statements.schema_changed();
+                // A function may have been created or changed.
+                self.ctx.functions.forget();
+                self.ddl_in_txn = true;
+            }
+            Noted::Nothing => {}
         }
         if let Some(name) = fx.prepared.take() {
             let server = self.server.as_mut().expect("attached");
@@ -435,6 +432,37 @@ impl Session {
                 | Effect::Commit
                 | Effect::Rollback => {}
             }
+        }
+    }
+}
+
+/// What of a server frame settles the connection's state, read from the
+/// frame while it lies in the server buffer.
+enum Noted {
+    Nothing,
+    /// A ParameterStatus: its name and value.
+    Parameter(String, String),
+    Commit,
+    Rollback,
+    /// A CommandComplete of DDL.
+    Ddl,
+}
+
+impl Noted {
+    #[inline]
+    fn of(tag: u8, body: &[u8]) -> Noted {
+        match tag {
+            b'S' => match parse_parameter_status(body) {
+                Some((n, v)) => Noted::Parameter(n.to_owned(), v.to_owned()),
+                None => Noted::Nothing,
+            },
+            b'C' => match command_tag(body) {
+                b"COMMIT" => Noted::Commit,
+                b"ROLLBACK" => Noted::Rollback,
+                tag if is_ddl_tag(tag) => Noted::Ddl,
+                _ => Noted::Nothing,
+            },
+            _ => Noted::Nothing,
         }
     }
 }
