@@ -10,6 +10,18 @@ use tokio::time::Sleep;
 
 use super::*;
 
+/// One of the loop's timers: made when first armed, then reset in place.
+type Timer = Option<Pin<Box<Sleep>>>;
+
+/// Sets `timer` to go off at `deadline`, making it the first time.
+#[inline]
+fn arm(timer: &mut Timer, deadline: tokio::time::Instant) {
+    match timer {
+        Some(sleep) => sleep.as_mut().reset(deadline),
+        None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+    }
+}
+
 /// What woke the forwarding loop.
 enum Wake {
     Io(Io),
@@ -45,12 +57,12 @@ impl Session {
         // Admin KILL (ends the session wherever it stands) and the drain
         // on SIGTERM: one watch, an atomic load per wake-up.
         let mut interrupts = self.id.entry.watcher();
-        // Armed only while the client is quiet and a timeout is set.
-        let idle_sleep = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(idle_sleep);
+        // Armed only while the client is quiet and a timeout is set; made
+        // the first time it is armed, so a session whose cluster sets no
+        // timeout carries no timer in its task (112 bytes each).
+        let mut idle_sleep: Timer = None;
         // Armed while the server owes an answer and `query_timeout` is set.
-        let query_sleep = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(query_sleep);
+        let mut query_sleep: Timer = None;
         loop {
             let draining = self.id.entry.draining();
             if draining && self.at_boundary() {
@@ -61,12 +73,12 @@ impl Session {
             // What was queued for the client joins the transaction's
             // checksum before any of it is written.
             self.absorb_output();
-            let turn = self.arm_turn(idle_sleep.as_mut(), query_sleep.as_mut());
+            let turn = self.arm_turn(&mut idle_sleep, &mut query_sleep);
             // One future polling each source in turn (what a biased
             // `select!` does, without its per-turn branch bookkeeping): a
             // timer or the notifications only when armed.
             let wake = std::future::poll_fn(|cx| {
-                let (idle, query) = (idle_sleep.as_mut(), query_sleep.as_mut());
+                let (idle, query) = (&mut idle_sleep, &mut query_sleep);
                 self.poll_wake(cx, &turn, &mut interrupts, idle, query)
             })
             .await;
@@ -109,7 +121,7 @@ impl Session {
     /// What this turn reads and waits for; the idle and `query_timeout`
     /// timers are reset to their deadlines when armed.
     #[inline]
-    fn arm_turn(&mut self, idle_sleep: Pin<&mut Sleep>, query_sleep: Pin<&mut Sleep>) -> Turn {
+    fn arm_turn(&mut self, idle_sleep: &mut Timer, query_sleep: &mut Timer) -> Turn {
         let replaying = self.txn.run.is_some();
         let read_client = !replaying
             && self.to_server.len() < FORWARD_WINDOW
@@ -119,11 +131,11 @@ impl Session {
         let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
         let idle = self.idle_timeout();
         if let Some((limit, _)) = idle {
-            idle_sleep.reset(tokio::time::Instant::now() + limit);
+            arm(idle_sleep, tokio::time::Instant::now() + limit);
         }
         let query_deadline = self.query_deadline();
         if let Some(deadline) = query_deadline {
-            query_sleep.reset(deadline);
+            arm(query_sleep, deadline);
         }
         // Notifications go out only when the client is owed nothing.
         let notify = !replaying && self.may_notify();
@@ -144,8 +156,8 @@ impl Session {
         cx: &mut Context<'_>,
         turn: &Turn,
         interrupts: &mut Watcher,
-        idle_sleep: Pin<&mut Sleep>,
-        query_sleep: Pin<&mut Sleep>,
+        idle_sleep: &mut Timer,
+        query_sleep: &mut Timer,
     ) -> Poll<Wake> {
         use std::future::Future;
         use std::task::Poll::Ready;
@@ -170,11 +182,18 @@ impl Session {
             return Ready(Wake::Io(io));
         }
         if let Some((_, kind)) = turn.idle {
-            if idle_sleep.poll(cx).is_ready() {
+            if idle_sleep
+                .as_mut()
+                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+            {
                 return Ready(Wake::Idle(kind));
             }
         }
-        if turn.query_deadline.is_some() && query_sleep.poll(cx).is_ready() {
+        if turn.query_deadline.is_some()
+            && query_sleep
+                .as_mut()
+                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        {
             return Ready(Wake::QueryTimeout);
         }
         if turn.notify {
