@@ -96,6 +96,9 @@ pub struct Session {
     /// The admin console's KILL and the drain on SIGTERM (the session ends
     /// at its next transaction boundary), watched on the client's entry.
     interrupts: fulcrum_cluster::clients::Watcher,
+    /// The idle timeout's timer, made the first time it is armed (a
+    /// cluster that sets no idle timeout makes none) and reset in place.
+    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -225,6 +228,7 @@ impl Session {
                 ..Default::default()
             },
             interrupts: client_entry.watcher(),
+            idle_timer: None,
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {
                 map: HashMap::default(),
@@ -330,7 +334,15 @@ impl Session {
                     return Ok(false);
                 }
                 let idle = self.idle_timeout();
-                let limit = idle.map_or(Duration::from_secs(86_400), |(d, _)| d);
+                if let Some((limit, _)) = idle {
+                    let deadline = tokio::time::Instant::now() + limit;
+                    match self.idle_timer.as_mut() {
+                        Some(timer) => timer.as_mut().reset(deadline),
+                        None => {
+                            self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline)))
+                        }
+                    }
+                }
                 // With transaction_replay, a client idle in its transaction
                 // watches its server: one that goes away (a SWITCHOVER
                 // ends it, a crash) is let go at once, and the transaction
@@ -358,7 +370,7 @@ impl Session {
                         self.let_server_go();
                         continue;
                     }
-                    _ = tokio::time::sleep(limit), if idle.is_some() => {
+                    _ = fires(&mut self.idle_timer), if idle.is_some() => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);
                         if kind == "wait_timeout" {
                             // As the server ends it: the connection is
@@ -486,5 +498,13 @@ impl Drop for Session {
     /// point a later `KILL <id>` at a server connection another client uses.
     fn drop(&mut self) {
         self.ctx.forget_client(self.hello.connection_id);
+    }
+}
+
+/// Waits for `timer` (never, when it was not made).
+async fn fires(timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
     }
 }
