@@ -4,8 +4,8 @@
 //! OLTP, drivers, bad input, credentials and TLS. One test binary; each
 //! module was a binary of its own before.
 //!
-//! Clusters: `my_drivers`, `my_bad_input`, `my_connect_query` and
-//! `my_unix_socket` share one primary with a replica
+//! Clusters: `my_drivers`, `my_bad_input`, `my_connect_query`,
+//! `my_server_refusal` and `my_unix_socket` share one primary with a replica
 //! (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
 //! packets), `my_sysbench` (which counts `Com_select` per server),
 //! `my_credentials` (its own server-side users) and `my_tls` (a TLS-only
@@ -20,6 +20,7 @@ mod my_mirror;
 mod my_mirror_reads;
 mod my_proxy;
 mod my_routing;
+mod my_server_refusal;
 mod my_sysbench;
 mod my_tls;
 mod my_unix_socket;

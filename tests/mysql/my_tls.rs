@@ -140,7 +140,8 @@ fn plain_text_and_a_wrong_ca_are_clear_errors() {
     let other = TestCerts::new().expect("another CA");
     for (server, needle) in [
         // MariaDB answers a plain login under require_secure_transport
-        // with its own 1045, which reaches the client as the server sent it.
+        // with its own 1045, which reaches the client as the server's refusal
+        // (its code and words).
         ("server_tls = \"disable\"".to_string(), "access denied"),
         (
             format!(

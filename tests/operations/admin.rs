@@ -447,6 +447,16 @@ async fn every_show_command_has_its_columns() {
             .any(|r| r[0] == "fulcrum.admin_auth" && r[1] == "scram-sha-256"),
         "{config:?}"
     );
+    assert!(
+        config
+            .iter()
+            .any(|r| r[0] == "cluster.main.client_auth" && r[1] == "md5"),
+        "the cluster's client_auth: {config:?}"
+    );
+    assert!(
+        !config.iter().any(|r| r[0].ends_with(".auth_hba_file")),
+        "no hba file without client_auth = \"hba\": {config:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,8 @@
 //! test binary; each module was a binary of its own before.
 //!
 //! Clusters: `pg_auth_query`, `pg_bad_input`, `pg_database_login`,
-//! `pg_hba`, `pg_pgbouncer_migration`, `pg_stored_password` and `pg_tls`
+//! `pg_hba`, `pg_pgbouncer_migration`, `pg_server_refusal`, `pg_stored_password`
+//! and `pg_tls`
 //! share one PostgreSQL primary (`fulcrum_suite::pg_primary`);
 //! `pg_server_tls` runs a TLS-only one; tests that stop a server start
 //! their own.
@@ -16,6 +17,7 @@ mod pg_bad_input;
 mod pg_database_login;
 mod pg_hba;
 mod pg_pgbouncer_migration;
+mod pg_server_refusal;
 mod pg_server_tls;
 mod pg_stored_password;
 mod pg_tls;

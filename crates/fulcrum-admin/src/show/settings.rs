@@ -1,5 +1,7 @@
 //! SHOW CONFIG, SHOW LISTS, SHOW STATS, SHOW TOTALS and SHOW VERSION: the
-//! running config, counts of what Fulcrum holds, and traffic figures.
+//! running config (global keys and each cluster's main ones, its
+//! `client_auth` and hba file included; never a password), counts of what
+//! Fulcrum holds, and traffic figures.
 
 use bytes::BytesMut;
 
@@ -97,33 +99,7 @@ impl Admin {
             vec!["fulcrum.admin_auth".into(), g.admin_auth.name().into()],
         ];
         for c in &config.clusters {
-            let k = |key: &str| format!("cluster.{}.{key}", c.name);
-            rows.extend([
-                vec![k("protocol"), protocol(c)],
-                vec![k("listen"), c.listen.to_string()],
-                vec![k("pool_mode"), pool_mode(c)],
-                vec![k("pool_size"), c.pool_size.to_string()],
-                vec![k("balance"), format!("{:?}", c.balance)],
-                vec![k("failover"), format!("{:?}", c.health.failover)],
-                vec![k("health_interval"), format!("{:?}", c.health.interval)],
-                vec![k("max_lag"), format!("{:?}", c.health.max_lag)],
-                vec![
-                    k("backends"),
-                    c.backends
-                        .iter()
-                        .map(|b| b.address.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ],
-                vec![
-                    k("users"),
-                    c.users
-                        .iter()
-                        .map(|u| u.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                ],
-            ]);
+            rows.extend(cluster_rows(c));
         }
         result(out, &["key", "value"], &rows);
     }
@@ -171,5 +147,90 @@ impl Admin {
             .map(|(c, what)| vec![(*c).to_owned(), (*what).to_owned()])
             .collect();
         result(out, &["command", "does"], &rows);
+    }
+}
+
+/// SHOW CONFIG's rows for one cluster: `cluster.<name>.<key>` and its
+/// value, `auth_hba_file` only when `client_auth = "hba"` reads one.
+fn cluster_rows(c: &fulcrum_config::Cluster) -> Vec<Vec<String>> {
+    let k = |key: &str| format!("cluster.{}.{key}", c.name);
+    let mut rows = vec![
+        vec![k("protocol"), protocol(c)],
+        vec![k("listen"), c.listen.to_string()],
+        vec![k("pool_mode"), pool_mode(c)],
+        vec![k("pool_size"), c.pool_size.to_string()],
+        vec![k("client_auth"), c.client_auth.name().into()],
+    ];
+    if let Some(hba) = &c.hba {
+        rows.push(vec![k("auth_hba_file"), hba.path.display().to_string()]);
+    }
+    rows.extend([
+        vec![k("balance"), format!("{:?}", c.balance)],
+        vec![k("failover"), format!("{:?}", c.health.failover)],
+        vec![k("health_interval"), format!("{:?}", c.health.interval)],
+        vec![k("max_lag"), format!("{:?}", c.health.max_lag)],
+        vec![
+            k("backends"),
+            c.backends
+                .iter()
+                .map(|b| b.address.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ],
+        vec![
+            k("users"),
+            c.users
+                .iter()
+                .map(|u| u.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ],
+    ]);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(cluster_keys: &str, dir: &std::path::Path) -> Vec<Vec<String>> {
+        let toml = format!(
+            "[[cluster]]\nname = \"main\"\nprotocol = \"postgres\"\nlisten = \"127.0.0.1:6432\"\n{cluster_keys}\n\
+             [[cluster.backend]]\naddress = \"127.0.0.1:5432\"\nrole = \"primary\"\n\
+             [[cluster.user]]\nname = \"app\"\npassword = \"secret\"\n"
+        );
+        let config = fulcrum_config::parse(&toml, &dir.join("fulcrum.toml")).expect("valid");
+        cluster_rows(&config.clusters[0])
+    }
+
+    fn value<'a>(rows: &'a [Vec<String>], key: &str) -> Option<&'a str> {
+        rows.iter().find(|r| r[0] == key).map(|r| r[1].as_str())
+    }
+
+    #[test]
+    fn client_auth_is_listed_and_the_hba_file_when_it_is_read() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-show-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = rows("client_auth = \"md5\"", &dir);
+        assert_eq!(value(&plain, "cluster.main.client_auth"), Some("md5"));
+        assert_eq!(
+            value(&plain, "cluster.main.auth_hba_file"),
+            None,
+            "{plain:?}"
+        );
+
+        std::fs::write(
+            dir.join("hba.conf"),
+            "host all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .unwrap();
+        let hba = rows("client_auth = \"hba\"\nauth_hba_file = \"hba.conf\"", &dir);
+        assert_eq!(value(&hba, "cluster.main.client_auth"), Some("hba"));
+        assert_eq!(
+            value(&hba, "cluster.main.auth_hba_file"),
+            Some(dir.join("hba.conf").display().to_string().as_str()),
+            "the file read, joined to the config's directory: {hba:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

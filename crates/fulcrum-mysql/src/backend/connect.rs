@@ -74,10 +74,12 @@ pub enum ConnectError {
     },
     #[error("timed out after {timeout:?} connecting to {address}")]
     Timeout { address: String, timeout: Duration },
-    /// The server refused with ERR; `payload` is it, to pass on.
-    #[error("{address} refused the connection: {message} ({code})")]
+    /// The server refused with ERR the login of `user` (the server
+    /// login); `payload` is it, to pass on.
+    #[error("{address} refused the login of user '{user}': {message} ({code})")]
     Server {
         address: String,
+        user: String,
         code: u16,
         message: String,
         payload: Vec<u8>,
@@ -142,7 +144,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
     let msg = conn.io.read_buf.split_to(total);
     let payload = &msg[HEADER_LEN..];
     if payload.first() == Some(&0xFF) {
-        return Err(server_refusal(&address, payload));
+        return Err(server_refusal(&address, &target.user, payload));
     }
     let hs = parse_server_handshake(payload).map_err(|e| protocol(e.to_string()))?;
     conn.connection_id = hs.connection_id;
@@ -248,7 +250,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
                 }
                 return Ok(conn);
             }
-            AuthReply::Err => return Err(server_refusal(&address, payload)),
+            AuthReply::Err => return Err(server_refusal(&address, &target.user, payload)),
             AuthReply::Switch => {
                 let switch = parse_auth_switch(payload).map_err(|e| protocol(e.to_string()))?;
                 let mut scramble = [0u8; 20];
@@ -349,10 +351,11 @@ fn auth_response(
     }
 }
 
-fn server_refusal(address: &str, payload: &[u8]) -> ConnectError {
+fn server_refusal(address: &str, user: &str, payload: &[u8]) -> ConnectError {
     match parse_err(payload) {
         Ok(err) => ConnectError::Server {
             address: address.to_owned(),
+            user: user.to_owned(),
             code: err.code,
             message: String::from_utf8_lossy(err.message).into_owned(),
             payload: payload.to_vec(),

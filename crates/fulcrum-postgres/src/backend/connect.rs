@@ -157,10 +157,12 @@ pub enum ConnectError {
         address: Arc<str>,
         timeout: Duration,
     },
-    /// The server refused with an ErrorResponse; `frame` is it, whole, to pass on.
-    #[error("{address} refused the connection: {} ({})", fields.message, fields.code)]
+    /// The server refused the login of `user` (the server login) with an
+    /// ErrorResponse; `frame` is it, whole, to pass on.
+    #[error("{address} refused the login of user \"{user}\": {} ({})", fields.message, fields.code)]
     Server {
         address: Arc<str>,
+        user: String,
         fields: ErrorFields,
         frame: BytesMut,
     },
@@ -268,6 +270,7 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
             let frame = buf.split_to(header.total);
             return Err(ConnectError::Server {
                 address: address.clone(),
+                user: target.user.clone(),
                 fields: parse_error_fields(&frame[5..]),
                 frame,
             });

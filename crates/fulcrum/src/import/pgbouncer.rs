@@ -51,8 +51,13 @@ fn name_of(text: &str) -> String {
     }
 }
 
+/// Whether the auth file's `password` is a SCRAM secret or md5 hash (a
+/// malformed SCRAM secret included) rather than a clear-text password, by
+/// the rule Fulcrum applies to a config password
+/// ([`fulcrum_config::PasswordHash::detect`]): `md5` followed by 32
+/// characters that are not all hex digits is a password.
 pub(super) fn is_hash(password: &str) -> bool {
-    (password.len() == 35 && password.starts_with("md5")) || password.starts_with("SCRAM-SHA-256$")
+    fulcrum_config::PasswordHash::detect(password).is_some()
 }
 
 /// One server group: the `[databases]` entries on one host list and port.

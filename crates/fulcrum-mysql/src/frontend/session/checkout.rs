@@ -1,7 +1,10 @@
 //! MySQL's side of checking out a server connection
 //! (`fulcrum_cluster::attach` does the steps): the client's pool (by its
 //! wire format and character set), what each error means, and the answers
-//! in MySQL's words when the primary cannot take the work.
+//! in MySQL's words when the primary cannot take the work: a login the
+//! server denies (1044, 1045, 1698) as the server's refusal of that user,
+//! with its code; ERR 1040 only for a pool with no connection to give
+//! within `pool_timeout`.
 
 use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
 
@@ -95,6 +98,29 @@ impl Session {
                 msg
             }
             Unattached::Final(PoolError::Connect(ConnectError::Server {
+                address,
+                user,
+                code,
+                message,
+                payload,
+            })) if matches!(code, 1044 | 1045 | 1698) => {
+                // Access denied to Fulcrum's login for this user (a password
+                // the server does not take, no such user, no right to the
+                // database): the server's code, state and words, said to
+                // be the server's, since the client's own login to Fulcrum
+                // went through.
+                tracing::warn!(code, server = %address, %user, %message, "server refused the login");
+                let state = crate::codec::err::parse_err(&payload)
+                    .ok()
+                    .and_then(|e| e.sql_state)
+                    .unwrap_or(if code == 1044 { *b"42000" } else { *b"28000" });
+                let msg = format!(
+                    "fulcrum: the server {address} refused the login of user '{user}': {message}"
+                );
+                put_err(&mut self.client.write_buf, seq, code, state, &msg);
+                msg
+            }
+            Unattached::Final(PoolError::Connect(ConnectError::Server {
                 payload,
                 message,
                 ..
@@ -112,9 +138,29 @@ impl Session {
                 put_error(&mut self.client.write_buf, seq, codes::HANDSHAKE, &msg);
                 msg
             }
-            Unattached::Final(e) => {
+            Unattached::Final(PoolError::Connect(e)) => {
+                // Not a pool that is full: the login could not be made
+                // (TLS, the server's answers).
                 let msg = format!(
-                    "fulcrum: {e} for user '{}' on {}; raise pool_size or pool_timeout for cluster \"{}\"",
+                    "fulcrum: cannot open a connection to {} (primary of cluster \"{}\") for user '{}': {e}",
+                    self.ctx.address(self.ctx.router.last_primary()),
+                    self.ctx.name(),
+                    self.user
+                );
+                put_error(&mut self.client.write_buf, seq, codes::HANDSHAKE, &msg);
+                msg
+            }
+            Unattached::Final(e) => {
+                // ER_CON_COUNT_ERROR ("Too many connections"): the user's
+                // pool had no server connection to give within pool_timeout.
+                let what = match e {
+                    PoolError::Timeout(waited, size) => format!(
+                        "pool_timeout ({waited:?}) ran out waiting for a server connection: all {size} of the pool's connections are in use"
+                    ),
+                    other => other.to_string(),
+                };
+                let msg = format!(
+                    "fulcrum: no server connection for user '{}' on {}: {what}; raise pool_size or pool_timeout for cluster \"{}\"",
                     self.user,
                     self.ctx.address(self.ctx.router.last_primary()),
                     self.ctx.name()

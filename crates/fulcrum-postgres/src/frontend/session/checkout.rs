@@ -2,7 +2,9 @@
 //! (`fulcrum_cluster::attach` does the steps): the client's pool and
 //! session parameters, what each error means (a primary shutting down,
 //! starting or in recovery counts as down, so the unit waits for it), and
-//! the answers in PostgreSQL's words when the primary cannot take the work.
+//! the answers in PostgreSQL's words when the primary cannot take the work:
+//! a login the server refuses (class 28) as the server's refusal of that
+//! user, with its code; other server refusals passed on unchanged.
 
 use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
 
@@ -135,6 +137,27 @@ impl Session {
                 ),
             ),
             Unattached::Final(CheckoutError::Pool(PoolError::Connect(ConnectError::Server {
+                address,
+                user,
+                fields,
+                ..
+            }))) if fields.code.starts_with("28") => {
+                // The server refused Fulcrum's login for this user (28P01 a
+                // password it does not take, 28000 no such role, a role that
+                // may not log in, a pg_hba.conf line): its code and words,
+                // said to be the server's, since the client's own login to
+                // Fulcrum went through.
+                tracing::warn!(code = %fields.code, server = %address, %user, message = ?fields.message, "server refused the login");
+                self.pool = None;
+                self.ctx
+                    .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
+                let msg = format!(
+                    "fulcrum: the server {address} refused the login of user \"{user}\": {}",
+                    fields.message
+                );
+                return self.fatal_client(&fields.code, &msg).await;
+            }
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(ConnectError::Server {
                 frame,
                 fields,
                 ..
@@ -158,6 +181,33 @@ impl Session {
                     "fulcrum: a new connection to {server} (primary of cluster \"{cluster}\") was closed: {e}; fix connect_query in the config and reload"
                 ),
             ),
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
+                e @ ConnectError::Auth { .. },
+            ))) => {
+                // Fulcrum could not log in with what it holds (a method the
+                // config's credential cannot answer, a refused cleartext
+                // request, SCRAM without the server's proof): the server
+                // is up, the login is what fails.
+                tracing::warn!(error = %e, %cluster, "cannot log in to the server");
+                (
+                    sqlstate::INVALID_AUTHORIZATION,
+                    format!(
+                        "fulcrum: cannot log in to {server} (primary of cluster \"{cluster}\") for user \"{}\": {e}",
+                        self.id.user
+                    ),
+                )
+            }
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
+                e @ ConnectError::Tls { .. },
+            ))) => {
+                tracing::warn!(error = %e, %cluster, "cannot open server connection");
+                (
+                    sqlstate::CONNECTION_FAILURE,
+                    format!(
+                        "fulcrum: cannot open a connection to {server} (primary of cluster \"{cluster}\"): {e}; check server_tls and the server's certificate"
+                    ),
+                )
+            }
             Unattached::Final(CheckoutError::Pool(PoolError::Connect(e))) => {
                 tracing::warn!(error = %e, %cluster, "cannot open server connection");
                 (

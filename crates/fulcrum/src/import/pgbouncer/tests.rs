@@ -180,3 +180,49 @@ fn a_databases_statement_pool_mode_stays_statement() {
         "{t}"
     );
 }
+
+#[test]
+fn md5_then_32_characters_that_are_not_hex_is_a_clear_text_password() {
+    // Fulcrum logs in with it as a password (PasswordHash::detect), so the
+    // importer carries it where a clear-text password is needed.
+    let not_hex = "md5zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz";
+    let hex = "md5d41d8cd98f00b204e9800998ecf8427e";
+    assert_eq!(not_hex.len(), 35);
+    assert!(!is_hash(not_hex));
+    assert!(is_hash(hex));
+    assert!(
+        is_hash("SCRAM-SHA-256$x"),
+        "a malformed SCRAM secret is no password"
+    );
+    let ini = Ini::parse(
+        "[databases]\n[pgbouncer]\nauth_type = md5\nadmin_users = ops, hashed\n\
+         auth_user = ops\nauth_query = SELECT usename, passwd FROM pg_shadow WHERE usename=$1\n",
+    );
+    let users = vec![
+        ("ops".to_owned(), not_hex.to_owned()),
+        ("hashed".to_owned(), hex.to_owned()),
+    ];
+    let r = import(&ini, &users, "pgbouncer.ini").unwrap();
+    let t = &r.toml;
+    assert!(
+        t.contains(&format!(
+            "auth_user = \"ops\"\nauth_password = \"{not_hex}\""
+        )),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "[[fulcrum.admin_user]]\nname = \"ops\"\npassword = \"{not_hex}\""
+        )),
+        "{t}"
+    );
+    let notes = r.notes.join("\n");
+    assert!(
+        !notes.contains("auth_user \"ops\""),
+        "ops's password is carried: {notes}"
+    );
+    assert!(
+        notes.contains("admin/stats user \"hashed\": no clear-text password"),
+        "{notes}"
+    );
+}
