@@ -185,7 +185,7 @@ fn the_key_is_the_hash_of_the_normalised_text() {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             sql.push_str(pieces[(seed % pieces.len() as u64) as usize]);
-            if seed % 3 == 0 {
+            if seed.is_multiple_of(3) {
                 sql.push(' ');
             }
         }
