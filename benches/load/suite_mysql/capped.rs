@@ -5,7 +5,7 @@
 
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, MariaNode};
 
-use super::counts::{counts_notes, cpu_ticks, Counts, NodeCounts};
+use super::counts::{counts_notes, cpu_ticks, status, Counts, NodeCounts};
 use super::{
     cluster_section, listen_addr, record_version, rounds_text, sysbench_sample, POOL_SIZE,
 };
@@ -15,7 +15,7 @@ use crate::fulcrum::fulcrum_config;
 use crate::relay::{RelayKind, TcpRelay};
 use crate::report::{self, Goal, Row, Scenario};
 use crate::suite::SuiteReport;
-use crate::sysbench::{com_select, sysbench, SYSBENCH_PREPARE_TIMEOUT, SYSBENCH_TABLES};
+use crate::sysbench::{sysbench, SYSBENCH_PREPARE_TIMEOUT, SYSBENCH_TABLES};
 use crate::{Options, Result};
 
 /// Capped regime: a primary and 2 replicas.
@@ -56,6 +56,8 @@ fn relay_target(kind: RelayKind) -> &'static str {
 }
 /// `my-scale-out`: sysbench `--threads`.
 const SCALE_OUT_THREADS: u32 = 16;
+/// `my-scale-out`: how long the idle cluster's `Questions` are counted.
+const IDLE_SECONDS: u64 = 5;
 /// `my-scale-out`: the least each node count must reach, as a ratio to direct.
 const SCALE_OUT_GOALS: [(usize, f64); 2] = [(2, 1.88), (3, 2.70)];
 /// `my-s1-*`: sysbench `--threads` (the published runs used 20-65 clients).
@@ -304,7 +306,32 @@ impl Capped<'_> {
             scenario.goals.push(goal);
         }
         scenario.notes.extend(counts_notes(self.names, &counts));
+        scenario.notes.push(self.idle_note()?);
         Ok(scenario)
+    }
+
+    /// The note on what the cluster is sent with no client for
+    /// [`IDLE_SECONDS`]: `Questions` per second on each node (the daemon's
+    /// health probes, the counters' own reads), read after the runs.
+    fn idle_note(&self) -> Result<String> {
+        let nodes: Vec<&MariaNode> = self.cluster.nodes().collect();
+        let before = self.node_counts(&nodes)?;
+        std::thread::sleep(std::time::Duration::from_secs(IDLE_SECONDS));
+        let after = self.node_counts(&nodes)?;
+        let rates: Vec<f64> = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| a.questions.saturating_sub(b.questions) as f64 / IDLE_SECONDS as f64)
+            .collect();
+        let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();
+        Ok(format!(
+            "With no client for {IDLE_SECONDS} s after the runs, `Questions` per second on \
+             {} (Fulcrum's health probes of every listener's cluster, and the counters' \
+             own reads: 2 statements per node in all): {}, {:.1} in all.",
+            self.names.join(" / "),
+            cells.join(" / "),
+            rates.iter().sum::<f64>()
+        ))
     }
 
     /// One `my-s1-*`: `workload` directly on the primary and through the
@@ -361,11 +388,7 @@ impl Capped<'_> {
         let nodes: Vec<&MariaNode> = self.cluster.nodes().collect();
         let mut counts: Vec<Counts> = rows
             .iter()
-            .map(|r| Counts {
-                target: r.target.clone(),
-                transactions: 0,
-                nodes: vec![NodeCounts::default(); nodes.len()],
-            })
+            .map(|r| Counts::new(r.target.clone(), nodes.len()))
             .collect();
         report::alternate(
             rows,
@@ -394,8 +417,10 @@ impl Capped<'_> {
             .iter()
             .enumerate()
             .map(|(i, node)| {
+                let status = status(node)?;
                 Ok(NodeCounts {
-                    selects: com_select(node)?,
+                    selects: status.selects,
+                    questions: status.questions,
                     throttling: self.caps.throttling(i),
                     cpu_ticks: node.pid().and_then(cpu_ticks).unwrap_or(0),
                 })

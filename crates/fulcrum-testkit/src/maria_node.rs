@@ -296,6 +296,23 @@ impl MariaNode {
         self.run_client(cmd, Some(script))
     }
 
+    /// The global status counters `names` (e.g. `Com_select`, `Questions`),
+    /// in that order, read with one `SHOW GLOBAL STATUS` (which, with the
+    /// client's `COM_QUIT`, `Questions` counts).
+    pub fn global_status(&self, names: &[&str]) -> Result<Vec<u64>> {
+        let list: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+        let query = format!(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ({})",
+            list.join(", ")
+        );
+        let out = self.sql(&query)?;
+        parse_global_status(&out, names).ok_or_else(|| TestkitError::Parse {
+            what: format!("{} on {}", names.join(", "), self.target()),
+            reason: "a counter missing or not a number".into(),
+            output: out,
+        })
+    }
+
     /// `@@global.read_only`: true on a replica.
     pub fn read_only(&self) -> Result<bool> {
         let value = self.sql_db("mysql", "SELECT @@global.read_only")?;
@@ -436,4 +453,50 @@ impl MariaNode {
 
 fn log_len(path: &Path) -> usize {
     std::fs::metadata(path).map_or(0, |m| m.len() as usize)
+}
+
+/// The values of `names` (matched whatever their case) in `SHOW GLOBAL
+/// STATUS` rows printed `name<TAB>value` a line; `None` when one is missing
+/// or not a number.
+fn parse_global_status(text: &str, names: &[&str]) -> Option<Vec<u64>> {
+    names
+        .iter()
+        .map(|name| {
+            text.lines().find_map(|line| {
+                let (n, v) = line.split_once('\t')?;
+                n.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().parse().ok())?
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_global_status;
+
+    #[test]
+    fn global_status_values_come_in_the_order_asked_whatever_the_case() {
+        let text = "Com_select\t987\nQuestions\t1234";
+        assert_eq!(
+            parse_global_status(text, &["Questions", "Com_select"]),
+            Some(vec![1234, 987])
+        );
+        assert_eq!(
+            parse_global_status("COM_SELECT\t5\n", &["Com_select"]),
+            Some(vec![5])
+        );
+    }
+
+    #[test]
+    fn global_status_without_a_counter_or_with_a_bad_value_is_none() {
+        let names = ["Com_select", "Questions"];
+        assert_eq!(parse_global_status("Com_select\t5", &names), None);
+        assert_eq!(
+            parse_global_status("Com_select\t5\nQuestions\tmany", &names),
+            None
+        );
+        assert_eq!(parse_global_status("", &names), None);
+    }
 }
