@@ -21,7 +21,8 @@
 //! nothing, and the next read takes one.
 //!
 //! Beside it, `PendingLogins`: the cap on connections still logging in;
-//! `within`: the deadline on opening a server connection; `dns`: the
+//! `within`: the deadline on opening a server connection; `SessionTimer`:
+//! a session's idle or query timer, made when first armed; `dns`: the
 //! cache of server names (`dns_max_ttl`) and a connect that tries each
 //! address of a name; and the client listener (`listener.rs`): TCP and an
 //! optional Unix-domain socket accepted as one, each client with its
@@ -35,7 +36,7 @@ pub mod listener;
 mod pending;
 mod spare;
 
-pub use deadline::within;
+pub use deadline::{within, SessionTimer};
 pub use listener::{Accepted, ClientListener, ClientPeer, UnixPeer};
 pub use pending::{PendingLogins, PendingTicket};
 pub use spare::SPARE_MAX;

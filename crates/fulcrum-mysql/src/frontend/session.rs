@@ -98,7 +98,7 @@ pub struct Session {
     interrupts: fulcrum_cluster::clients::Watcher,
     /// The idle timeout's timer, made the first time it is armed (a
     /// cluster that sets no idle timeout makes none) and reset in place.
-    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    idle_timer: fulcrum_net::SessionTimer,
     /// Status flags of the last answer (in a transaction, autocommit).
     status: StatusFlags,
     /// The client's prepared statements, by the ids Fulcrum gave it.
@@ -228,7 +228,7 @@ impl Session {
                 ..Default::default()
             },
             interrupts: client_entry.watcher(),
-            idle_timer: None,
+            idle_timer: Default::default(),
             status: StatusFlags::SERVER_STATUS_AUTOCOMMIT,
             prepared: Prepared {
                 map: HashMap::default(),
@@ -335,13 +335,7 @@ impl Session {
                 }
                 let idle = self.idle_timeout();
                 if let Some((limit, _)) = idle {
-                    let deadline = tokio::time::Instant::now() + limit;
-                    match self.idle_timer.as_mut() {
-                        Some(timer) => timer.as_mut().reset(deadline),
-                        None => {
-                            self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline)))
-                        }
-                    }
+                    self.idle_timer.arm(tokio::time::Instant::now() + limit);
                 }
                 // With transaction_replay, a client idle in its transaction
                 // watches its server: one that goes away (a SWITCHOVER
@@ -370,7 +364,7 @@ impl Session {
                         self.let_server_go();
                         continue;
                     }
-                    _ = fires(&mut self.idle_timer), if idle.is_some() => {
+                    _ = self.idle_timer.fired(), if idle.is_some() => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);
                         if kind == "wait_timeout" {
                             // As the server ends it: the connection is
@@ -498,13 +492,5 @@ impl Drop for Session {
     /// point a later `KILL <id>` at a server connection another client uses.
     fn drop(&mut self) {
         self.ctx.forget_client(self.hello.connection_id);
-    }
-}
-
-/// Waits for `timer` (never, when it was not made).
-async fn fires(timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
-    match timer {
-        Some(sleep) => sleep.as_mut().await,
-        None => std::future::pending().await,
     }
 }

@@ -2,25 +2,12 @@
 //! the one future polling every source of a wake-up, and what is done with
 //! each wake-up (socket progress, a timer, a notification, a KILL, the drain).
 
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use fulcrum_cluster::clients::Watcher;
-use tokio::time::Sleep;
+use fulcrum_net::SessionTimer;
 
 use super::*;
-
-/// One of the loop's timers: made when first armed, then reset in place.
-type Timer = Option<Pin<Box<Sleep>>>;
-
-/// Sets `timer` to go off at `deadline`, making it the first time.
-#[inline]
-fn arm(timer: &mut Timer, deadline: tokio::time::Instant) {
-    match timer {
-        Some(sleep) => sleep.as_mut().reset(deadline),
-        None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
-    }
-}
 
 /// What woke the forwarding loop.
 enum Wake {
@@ -60,9 +47,9 @@ impl Session {
         // Armed only while the client is quiet and a timeout is set; made
         // the first time it is armed, so a session whose cluster sets no
         // timeout carries no timer in its task (112 bytes each).
-        let mut idle_sleep: Timer = None;
+        let mut idle_sleep = SessionTimer::default();
         // Armed while the server owes an answer and `query_timeout` is set.
-        let mut query_sleep: Timer = None;
+        let mut query_sleep = SessionTimer::default();
         loop {
             let draining = self.id.entry.draining();
             if draining && self.at_boundary() {
@@ -121,7 +108,7 @@ impl Session {
     /// What this turn reads and waits for; the idle and `query_timeout`
     /// timers are reset to their deadlines when armed.
     #[inline]
-    fn arm_turn(&mut self, idle_sleep: &mut Timer, query_sleep: &mut Timer) -> Turn {
+    fn arm_turn(&mut self, idle_sleep: &mut SessionTimer, query_sleep: &mut SessionTimer) -> Turn {
         let replaying = self.txn.run.is_some();
         let read_client = !replaying
             && self.to_server.len() < FORWARD_WINDOW
@@ -131,11 +118,11 @@ impl Session {
         let read_server = self.client.write_buf.len() < FORWARD_WINDOW;
         let idle = self.idle_timeout();
         if let Some((limit, _)) = idle {
-            arm(idle_sleep, tokio::time::Instant::now() + limit);
+            idle_sleep.arm(tokio::time::Instant::now() + limit);
         }
         let query_deadline = self.query_deadline();
         if let Some(deadline) = query_deadline {
-            arm(query_sleep, deadline);
+            query_sleep.arm(deadline);
         }
         // Notifications go out only when the client is owed nothing.
         let notify = !replaying && self.may_notify();
@@ -156,10 +143,9 @@ impl Session {
         cx: &mut Context<'_>,
         turn: &Turn,
         interrupts: &mut Watcher,
-        idle_sleep: &mut Timer,
-        query_sleep: &mut Timer,
+        idle_sleep: &mut SessionTimer,
+        query_sleep: &mut SessionTimer,
     ) -> Poll<Wake> {
-        use std::future::Future;
         use std::task::Poll::Ready;
         // An interrupt first (an atomic load), so a stream that keeps
         // the sockets busy cannot hold off a KILL.
@@ -182,18 +168,11 @@ impl Session {
             return Ready(Wake::Io(io));
         }
         if let Some((_, kind)) = turn.idle {
-            if idle_sleep
-                .as_mut()
-                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
-            {
+            if idle_sleep.poll_fired(cx) {
                 return Ready(Wake::Idle(kind));
             }
         }
-        if turn.query_deadline.is_some()
-            && query_sleep
-                .as_mut()
-                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
-        {
+        if turn.query_deadline.is_some() && query_sleep.poll_fired(cx) {
             return Ready(Wake::QueryTimeout);
         }
         if turn.notify {
