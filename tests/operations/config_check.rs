@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fulcrum_testkit::fulcrum_bin;
+use fulcrum_testkit::{fulcrum_bin, run_fulcrum};
 
 /// A valid one-cluster file; the broken cases are edits of it. Line numbers:
 /// 1 `[[cluster]]`, 2 name, 3 protocol, 4 listen, 5 `[[cluster.backend]]`,
@@ -52,21 +52,8 @@ impl Drop for TempDir {
     }
 }
 
-fn fulcrum(args: &[&std::ffi::OsStr]) -> Output {
-    let bin = fulcrum_bin();
-    assert!(
-        bin.is_file(),
-        "{} not found: run `cargo build -p fulcrum` first",
-        bin.display()
-    );
-    Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
-}
-
 fn check(path: &Path) -> Output {
-    fulcrum(&["check".as_ref(), "--config".as_ref(), path.as_os_str()])
+    run_fulcrum(&["check".as_ref(), "--config".as_ref(), path.as_os_str()])
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -243,7 +230,7 @@ fn a_bad_hba_line_fails_check_naming_the_hba_file_and_line() {
 fn missing_config_file_exits_2_naming_the_file() {
     let dir = TempDir::new();
     let missing = dir.0.join("missing.toml");
-    let out = fulcrum(&["--config".as_ref(), missing.as_os_str()]);
+    let out = run_fulcrum(&["--config".as_ref(), missing.as_os_str()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = text(&out.stderr);
     assert!(
@@ -375,7 +362,7 @@ fn check_connect_reports_each_backends_role_and_each_refusal() {
             fulcrum_testkit::APP_PASSWORD
         ),
     );
-    let out = fulcrum(&[
+    let out = run_fulcrum(&[
         "check".as_ref(),
         "--connect".as_ref(),
         "--config".as_ref(),
@@ -441,7 +428,7 @@ fn import_pgbouncer_converts_debians_example() {
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
     )
     .unwrap();
-    let out = fulcrum(&[
+    let out = run_fulcrum(&[
         "import".as_ref(),
         "pgbouncer".as_ref(),
         ini.as_os_str(),
@@ -508,7 +495,7 @@ fn import_pgbouncer_names_includes_and_validates_max_prepared_statements() {
         );
         let out_path = dir.0.join(format!("imported-{}.toml", carried as u8));
         let _ = std::fs::remove_file(&out_path);
-        let out = fulcrum(&[
+        let out = run_fulcrum(&[
             "import".as_ref(),
             "pgbouncer".as_ref(),
             ini.as_os_str(),
@@ -579,7 +566,7 @@ async fn import_pgbouncer_with_several_databases_serves_clients() {
             certs.key.display()
         ),
     );
-    let out = fulcrum(&["import".as_ref(), "pgbouncer".as_ref(), ini.as_os_str()]);
+    let out = run_fulcrum(&["import".as_ref(), "pgbouncer".as_ref(), ini.as_os_str()]);
     let (toml, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(

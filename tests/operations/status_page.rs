@@ -20,6 +20,15 @@ use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_USER};
 
 const KEY: &str = "status-key-for-the-tests";
 
+/// `cfg` with the metrics port on `metrics` and the status page on, under `KEY`.
+fn with_status_page(cfg: &PgProxyConfig, metrics: u16) -> String {
+    with_metrics(&cfg.to_toml(), metrics).replacen(
+        "[fulcrum]\n",
+        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
+        1,
+    )
+}
+
 /// Headless Chromium on the page, with `what` (`--dump-dom`,
 /// `--screenshot=...`): its standard output.
 fn chromium(port: u16, what: &[&str]) -> String {
@@ -73,11 +82,7 @@ async fn chromium_renders_roles_and_pools_before_and_after_a_failover() {
         .extra("failover = \"promote\"")
         .extra("failover_timeout = \"1s\"");
     let metrics = free_port();
-    let toml = with_metrics(&cfg.to_toml(), metrics).replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
-        1,
-    );
+    let toml = with_status_page(&cfg, metrics);
     let _p = FulcrumProcess::start(&toml).unwrap();
 
     // The API wants the key; the page is there with it.
@@ -153,11 +158,7 @@ async fn the_page_and_the_api_carry_security_headers() {
     let c = tokio::task::block_in_place(|| PgCluster::builder().start()).unwrap();
     let cfg = PgProxyConfig::new(&c.primary().addr());
     let metrics = free_port();
-    let toml = with_metrics(&cfg.to_toml(), metrics).replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
-        1,
-    );
+    let toml = with_status_page(&cfg, metrics);
     let _p = FulcrumProcess::start(&toml).unwrap();
     for path in [
         format!("/?key={KEY}"),
@@ -265,11 +266,7 @@ async fn the_page_shows_charts_statements_by_time_and_colours_after_traffic() {
         .extra("health_password = \"\"")
         .extra("health_interval = \"500ms\"");
     let metrics = free_port();
-    let toml = with_metrics(&cfg.to_toml(), metrics).replacen(
-        "[fulcrum]\n",
-        &format!("[fulcrum]\nstatus_key = \"{KEY}\"\n"),
-        1,
-    );
+    let toml = with_status_page(&cfg, metrics);
     let _p = FulcrumProcess::start(&toml).unwrap();
 
     // Traffic across at least two samples (every 5 s): a slow statement,

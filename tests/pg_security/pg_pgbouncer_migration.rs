@@ -7,11 +7,10 @@
 //! shared primary, as PgBouncer would serve it.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use fulcrum_suite::pg_primary;
 use fulcrum_testkit::{
-    free_port, fulcrum_bin, run_psql, wait_for_unix, FulcrumProcess, ScratchDir, APP_DB,
+    free_port, run_fulcrum, run_psql, wait_for_unix, FulcrumProcess, ScratchDir, APP_DB,
     APP_PASSWORD, APP_USER,
 };
 
@@ -23,13 +22,6 @@ const OWNER: &str = "mig_owner";
 const OWNER_PASSWORD: &str = "owner-secret";
 /// A user an hba `reject` line refuses.
 const REJECTED: &str = "mig_rejected";
-
-fn fulcrum(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(fulcrum_bin())
-        .args(args)
-        .output()
-        .expect("run fulcrum")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -136,7 +128,7 @@ async fn a_pgbouncer_config_using_every_item_imports_checks_and_serves_as_pgboun
     let ini = pgbouncer_files(dir.path(), &verifier, port);
     let out_path = dir.path().join("fulcrum.toml");
     let userlist = dir.path().join("userlist.txt");
-    let imported = fulcrum(&[
+    let imported = run_fulcrum(&[
         "import".as_ref(),
         "pgbouncer".as_ref(),
         ini.as_os_str(),
@@ -168,7 +160,7 @@ async fn a_pgbouncer_config_using_every_item_imports_checks_and_serves_as_pgboun
         !toml.contains(SCRAM_PASSWORD),
         "no password of the verifier's user"
     );
-    let checked = fulcrum(&["check".as_ref(), "--config".as_ref(), out_path.as_os_str()]);
+    let checked = run_fulcrum(&["check".as_ref(), "--config".as_ref(), out_path.as_os_str()]);
     assert!(
         checked.status.success(),
         "fulcrum check: {}{}",

@@ -48,6 +48,21 @@ pub fn fulcrum_bin() -> PathBuf {
     profile_dir.join("fulcrum")
 }
 
+/// Runs the daemon binary once with `args` (a CLI command such as `check`
+/// or `import`) and gives its exit status and output.
+pub fn run_fulcrum(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let bin = fulcrum_bin();
+    assert!(
+        bin.is_file(),
+        "{} not found: run `cargo build -p fulcrum` first",
+        bin.display()
+    );
+    Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
+}
+
 fn build_daemon(profile_dir: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

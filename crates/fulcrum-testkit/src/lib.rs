@@ -37,7 +37,7 @@ pub use clients::{
 pub use error::{Result, TestkitError};
 pub use etcd_cluster::EtcdCluster;
 pub use fulcrum_process::{
-    fulcrum_bin, listen_addrs, FulcrumProcess, Signal, FULCRUM_BIN_ENV, START_TIMEOUT,
+    fulcrum_bin, listen_addrs, run_fulcrum, FulcrumProcess, Signal, FULCRUM_BIN_ENV, START_TIMEOUT,
 };
 pub use maria_cluster::{MariaCluster, MariaClusterBuilder};
 pub use maria_node::MariaNode;
