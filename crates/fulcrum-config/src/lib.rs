@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod addr;
+mod cache;
 mod coordination;
 mod error;
 pub mod hba;

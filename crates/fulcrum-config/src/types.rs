@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::cache::{Cache, CacheInvalidation, CacheIsolation, CacheMode, CacheRule};
 pub use crate::coordination::{CoordinatorLoss, Etcd, Patroni, Topology};
 pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 
@@ -388,6 +389,8 @@ pub struct Cluster {
     pub databases: Vec<Database>,
     /// `[[cluster.mirror]]`: where its traffic is mirrored to.
     pub mirrors: Vec<Mirror>,
+    /// `[cluster.cache]`: the result cache (off unless configured).
+    pub cache: Cache,
 }
 
 /// `transaction_replay = true`: how much of a transaction is kept, and how

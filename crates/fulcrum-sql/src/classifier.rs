@@ -45,6 +45,9 @@ pub struct Classified {
     /// MySQL: the connection ids it asks for (`CONNECTION_ID()`, the
     /// process list), read with the decision and cached with it.
     pub identity: crate::identity::Identity,
+    /// What the result cache needs: the tables a read may be kept for and
+    /// what a write may change (`cache_facts.rs`).
+    pub cache: crate::cache_facts::CacheFacts,
 }
 
 /// Per-cluster classifier settings.
@@ -297,6 +300,7 @@ impl Classifier {
             key: 0,
             comments: false,
             identity: Default::default(),
+            cache: crate::cache_facts::CacheFacts::of_decision(decision),
         }
     }
 
@@ -344,6 +348,7 @@ impl Classifier {
                 key: 0,
                 comments: false,
                 identity: Default::default(),
+                cache: crate::cache_facts::of(&stmts, self.dialect, decision),
             });
         }
         // Each statement's effect, with the text the client wrote for it
@@ -371,6 +376,7 @@ impl Classifier {
             key: 0,
             comments: false,
             identity: Default::default(),
+            cache: crate::cache_facts::of(&stmts, self.dialect, decision),
         })
     }
 
@@ -492,6 +498,7 @@ impl From<Decision> for Classified {
             key: 0,
             comments: false,
             identity: Default::default(),
+            cache: crate::cache_facts::CacheFacts::of_decision(decision),
         }
     }
 }

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod cache;
+mod cache_facts;
 mod calls;
 mod classifier;
 pub mod consistency;
@@ -30,6 +31,7 @@ mod set_config;
 pub mod statements;
 mod temp_schema;
 
+pub use cache_facts::{CacheFacts, Writes};
 pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;

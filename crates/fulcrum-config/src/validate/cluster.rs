@@ -337,6 +337,7 @@ pub(super) fn cluster(
         user_default,
         databases,
         mirrors,
+        cache: crate::types::Cache::default(),
     })
 }
 
