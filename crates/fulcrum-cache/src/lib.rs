@@ -248,6 +248,19 @@ impl Cache {
         }
     }
 
+    /// No change stream can be had (PostgreSQL without `wal_level =
+    /// logical`): the cache serves on Fulcrum's own writes alone, as with
+    /// `invalidation = "proxy"` (the caller warns).
+    pub fn without_stream(&self) {
+        self.store().drop_stream();
+    }
+
+    /// Whether the cache needs and has lost its change stream: `Some(up)`
+    /// under `invalidation = "stream"`, `None` when no stream is used.
+    pub fn stream_up(&self) -> Option<bool> {
+        self.store().stream()
+    }
+
     /// Whether the cache answers now.
     pub fn serving(&self) -> bool {
         self.store().serving()

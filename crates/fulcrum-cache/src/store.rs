@@ -87,6 +87,14 @@ impl Store {
         }
     }
 
+    pub(crate) fn drop_stream(&mut self) {
+        self.stream_up = None;
+    }
+
+    pub(crate) fn stream(&self) -> Option<bool> {
+        self.stream_up
+    }
+
     pub(crate) fn sequence(&self) -> u64 {
         self.sequence
     }
@@ -161,7 +169,9 @@ impl Store {
         }
         let overtaken = self.all_version > fill.started
             || fill.tables.iter().any(|t| {
-                self.table_versions.get(t).is_some_and(|v| *v > fill.started)
+                self.table_versions
+                    .get(t)
+                    .is_some_and(|v| *v > fill.started)
                     || self
                         .database_versions
                         .get(&t.0)

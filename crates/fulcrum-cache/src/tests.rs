@@ -156,7 +156,10 @@ fn the_byte_budget_evicts_the_least_recently_used() {
     assert!(hit(&c, b"a", &tables).is_some(), "a is now the most recent");
     assert!(fill(&c, b"c", &tables).store(answer.clone()));
     assert!(c.bytes() <= 800);
-    assert!(hit(&c, b"b", &tables).is_none(), "b was the least recently used");
+    assert!(
+        hit(&c, b"b", &tables).is_none(),
+        "b was the least recently used"
+    );
     assert!(hit(&c, b"a", &tables).is_some());
     assert!(hit(&c, b"c", &tables).is_some());
     // Over max_result: not kept.
@@ -174,7 +177,10 @@ fn with_a_stream_nothing_is_served_while_it_is_down() {
     let g = fill(&c, b"j", &tables);
     c.set_stream_up(false);
     assert!(c.is_empty(), "going down drops every entry");
-    assert!(!g.store(Bytes::from_static(b"v")), "a fill across the loss is not kept");
+    assert!(
+        !g.store(Bytes::from_static(b"v")),
+        "a fill across the loss is not kept"
+    );
     c.set_stream_up(true);
     assert!(hit(&c, b"k", &tables).is_none());
 }
@@ -192,7 +198,13 @@ fn flush_by_table_name_or_all() {
 
 #[test]
 fn table_names_as_invalidation_knows_them() {
-    assert_eq!(table("app", "public.T", false), (Arc::from("app"), Arc::from("t")));
+    assert_eq!(
+        table("app", "public.T", false),
+        (Arc::from("app"), Arc::from("t"))
+    );
     assert_eq!(table("app", "t", true), (Arc::from("app"), Arc::from("t")));
-    assert_eq!(table("app", "shop.t", true), (Arc::from("shop"), Arc::from("t")));
+    assert_eq!(
+        table("app", "shop.t", true),
+        (Arc::from("shop"), Arc::from("t"))
+    );
 }

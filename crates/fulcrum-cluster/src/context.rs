@@ -61,6 +61,8 @@ pub struct ClusterCore<C, P, S> {
     pub functions: Arc<FunctionCatalog>,
     /// `[[cluster.mirror]]`: the targets and their diffs.
     pub mirrors: crate::mirror::Targets,
+    /// `[cluster.cache]`: the result cache, when its mode is not `off`.
+    pub cache: Option<fulcrum_cache::Cache>,
 }
 
 impl<C, P: Clone, S> ClusterCore<C, P, S> {
@@ -73,6 +75,7 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
     ) -> ClusterCore<C, P, S> {
         let addresses: Vec<String> = config.backends.iter().map(|b| b.address.clone()).collect();
         ClusterCore {
+            cache: result_cache(&config, &metrics),
             mirrors: crate::mirror::Targets::new(&config, &metrics),
             metrics: Arc::new(fulcrum_metrics::ClusterMetrics::new(
                 metrics,
@@ -108,6 +111,34 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
             config,
         }
     }
+}
+
+/// `[cluster.cache]`'s cache with its counters, unless `mode = "off"`.
+fn result_cache(
+    config: &Cluster,
+    metrics: &fulcrum_metrics::Metrics,
+) -> Option<fulcrum_cache::Cache> {
+    let c = &config.cache;
+    if !c.enabled() {
+        return None;
+    }
+    let name = config.name.as_str();
+    let counters = fulcrum_cache::CacheMetrics {
+        hits: metrics.cache_hits.with_label_values(&[name]),
+        misses: metrics.cache_misses.with_label_values(&[name]),
+        invalidations: fulcrum_cache::Source::ALL.map(|s| {
+            metrics
+                .cache_invalidations
+                .with_label_values(&[name, s.label()])
+        }),
+        bytes: metrics.cache_bytes.with_label_values(&[name]),
+    };
+    let limits = fulcrum_cache::Limits {
+        max_memory: c.max_memory,
+        max_result: c.max_result,
+        needs_stream: c.invalidation == fulcrum_config::CacheInvalidation::Stream,
+    };
+    Some(fulcrum_cache::Cache::new(limits, counters))
 }
 
 impl<C, P, S> ClusterCore<C, P, S> {
