@@ -118,6 +118,7 @@ pub struct Fill {
     cache: Cache,
     key: Arc<[u8]>,
     digest: u64,
+    database: Arc<str>,
     tables: Arc<[Table]>,
     /// The write sequence when the fill started.
     started: u64,
@@ -140,6 +141,8 @@ impl Waiter {
 /// The lookup's key, its statement's digest and the tables it reads.
 pub struct Query<'a> {
     pub key: &'a [u8],
+    /// The session's database: whose change stream must be up.
+    pub database: &'a str,
     /// The statement's digest (the per-digest statistics).
     pub digest: u64,
     /// The digest's normalised text, shown by `SHOW CACHE`.
@@ -181,7 +184,7 @@ impl Cache {
     pub fn lookup(&self, q: &Query<'_>, may_wait: bool) -> Lookup {
         let now = Instant::now();
         let mut store = self.store();
-        if !store.serving() {
+        if !store.serving(q.database) {
             return Lookup::Off;
         }
         if let Some(answer) = store.hit(q.key, now, &self.inner.metrics) {
@@ -204,6 +207,7 @@ impl Cache {
             cache: self.clone(),
             key,
             digest: q.digest,
+            database: Arc::from(q.database),
             tables: Arc::from(q.tables),
             started: store.sequence(),
             ttl: q.ttl,
@@ -238,32 +242,46 @@ impl Cache {
         }
     }
 
-    /// The change stream is up (`true`) or down: while it is down under
-    /// `invalidation = "stream"` nothing is served or stored, and going
-    /// down drops every entry (what it would have reported is unknown).
-    pub fn set_stream_up(&self, up: bool) {
+    /// `database`'s change stream is up (`true`) or down. Under
+    /// `invalidation = "stream"` nothing of a database is served or stored
+    /// unless its stream is up (a stream reports one database's changes:
+    /// PostgreSQL's logical decoding is per database), and going down drops
+    /// the database's entries and the fills under way (what the stream
+    /// would have reported meanwhile is unknown).
+    pub fn set_stream_up(&self, database: &str, up: bool) {
         let mut store = self.store();
-        if store.set_stream(up) && !up {
-            store.bump_all(Source::Stream, &self.inner.metrics);
+        if store.set_stream(database, up) && !up {
+            store.bump_database(database, Source::Stream, &self.inner.metrics);
         }
+    }
+
+    /// Databases looked up since the last call whose stream nobody has
+    /// started: the stream's owner starts one for each.
+    pub fn wanted_streams(&self) -> Vec<Arc<str>> {
+        self.store().take_wanted()
     }
 
     /// No change stream can be had (PostgreSQL without `wal_level =
     /// logical`): the cache serves on Fulcrum's own writes alone, as with
     /// `invalidation = "proxy"` (the caller warns).
     pub fn without_stream(&self) {
-        self.store().drop_stream();
+        self.store().drop_streams();
     }
 
-    /// Whether the cache needs and has lost its change stream: `Some(up)`
-    /// under `invalidation = "stream"`, `None` when no stream is used.
-    pub fn stream_up(&self) -> Option<bool> {
-        self.store().stream()
+    /// Whether the cache depends on change streams (`invalidation =
+    /// "stream"`, and streams can be had).
+    pub fn uses_streams(&self) -> bool {
+        self.store().uses_streams()
     }
 
-    /// Whether the cache answers now.
-    pub fn serving(&self) -> bool {
-        self.store().serving()
+    /// Each database's stream state (`SHOW CACHE`), by name.
+    pub fn streams(&self) -> Vec<(Arc<str>, bool)> {
+        self.store().stream_states()
+    }
+
+    /// Whether the cache answers for `database` now.
+    pub fn serving(&self, database: &str) -> bool {
+        self.store().serving(database)
     }
 
     /// Bytes the entries hold (keys, answers and their bookkeeping).

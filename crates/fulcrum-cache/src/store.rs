@@ -46,8 +46,11 @@ pub(crate) struct Store {
     all_version: u64,
     /// Keys being filled, with the channel their waiters watch.
     filling: HashMap<Arc<[u8]>, watch::Receiver<()>>,
-    /// `None`: no stream is needed (`invalidation = "proxy"`).
-    stream_up: Option<bool>,
+    /// Per database, whether its change stream is up; `None`: no stream is
+    /// needed (`invalidation = "proxy"`, or none can be had).
+    streams: Option<HashMap<Arc<str>, bool>>,
+    /// Databases looked up whose stream nobody has started yet.
+    wanted: Vec<Arc<str>>,
     stats: DigestStats,
     races: u64,
 }
@@ -66,33 +69,62 @@ impl Store {
             database_versions: HashMap::new(),
             all_version: 0,
             filling: HashMap::new(),
-            stream_up: limits.needs_stream.then_some(false),
+            streams: limits.needs_stream.then(HashMap::new),
+            wanted: Vec::new(),
             stats: DigestStats::default(),
             races: 0,
         }
     }
 
-    pub(crate) fn serving(&self) -> bool {
-        self.stream_up != Some(false)
-    }
-
-    /// Returns whether the state changed.
-    pub(crate) fn set_stream(&mut self, up: bool) -> bool {
-        match self.stream_up {
-            Some(was) if was != up => {
-                self.stream_up = Some(up);
-                true
+    /// Whether entries of `database` may be served and filled: its change
+    /// stream is up, or none is needed. A database seen for the first
+    /// time is queued for its stream (`wanted`).
+    pub(crate) fn serving(&mut self, database: &str) -> bool {
+        let Some(streams) = &mut self.streams else {
+            return true;
+        };
+        match streams.get(database) {
+            Some(up) => *up,
+            None => {
+                let database: Arc<str> = Arc::from(database);
+                streams.insert(database.clone(), false);
+                self.wanted.push(database);
+                false
             }
-            _ => false,
         }
     }
 
-    pub(crate) fn drop_stream(&mut self) {
-        self.stream_up = None;
+    /// Returns whether the state changed.
+    pub(crate) fn set_stream(&mut self, database: &str, up: bool) -> bool {
+        let Some(streams) = &mut self.streams else {
+            return false;
+        };
+        let was = streams.insert(Arc::from(database), up);
+        was != Some(up)
     }
 
-    pub(crate) fn stream(&self) -> Option<bool> {
-        self.stream_up
+    pub(crate) fn drop_streams(&mut self) {
+        self.streams = None;
+        self.wanted.clear();
+    }
+
+    pub(crate) fn uses_streams(&self) -> bool {
+        self.streams.is_some()
+    }
+
+    pub(crate) fn take_wanted(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.wanted)
+    }
+
+    pub(crate) fn stream_states(&self) -> Vec<(Arc<str>, bool)> {
+        let mut v: Vec<_> = self
+            .streams
+            .iter()
+            .flatten()
+            .map(|(d, up)| (d.clone(), *up))
+            .collect();
+        v.sort();
+        v
     }
 
     pub(crate) fn sequence(&self) -> u64 {
@@ -164,7 +196,8 @@ impl Store {
         now: Instant,
         m: &CacheMetrics,
     ) -> bool {
-        if answer.len() as u64 > self.limits.max_result || !self.serving() {
+        let database = fill.database.clone();
+        if answer.len() as u64 > self.limits.max_result || !self.serving(&database) {
             return false;
         }
         let overtaken = self.all_version > fill.started

@@ -26,6 +26,7 @@ fn t(name: &str) -> Table {
 fn q<'a>(key: &'a [u8], tables: &'a [Table]) -> Query<'a> {
     Query {
         key,
+        database: "app",
         digest: 7,
         text: "select v from t where id = $1",
         tables,
@@ -171,18 +172,25 @@ fn with_a_stream_nothing_is_served_while_it_is_down() {
     let c = cache(1 << 20, true);
     let tables = [t("t")];
     assert!(matches!(c.lookup(&q(b"k", &tables), true), Lookup::Off));
-    c.set_stream_up(true);
+    assert_eq!(c.wanted_streams(), vec![Arc::<str>::from("app")]);
+    assert!(c.wanted_streams().is_empty(), "asked for once");
+    c.set_stream_up("app", true);
     let f = fill(&c, b"k", &tables);
     assert!(f.store(Bytes::from_static(b"v")));
     let g = fill(&c, b"j", &tables);
-    c.set_stream_up(false);
-    assert!(c.is_empty(), "going down drops every entry");
+    c.set_stream_up("other", false);
+    assert_eq!(c.len(), 1, "another database's stream is not this one's");
+    c.set_stream_up("app", false);
+    assert!(c.is_empty(), "going down drops the database's entries");
     assert!(
         !g.store(Bytes::from_static(b"v")),
         "a fill across the loss is not kept"
     );
-    c.set_stream_up(true);
+    assert!(!c.serving("app"));
+    c.set_stream_up("app", true);
     assert!(hit(&c, b"k", &tables).is_none());
+    c.without_stream();
+    assert!(c.serving("new") && !c.uses_streams());
 }
 
 #[test]
