@@ -77,6 +77,56 @@ impl Default for Cache {
     }
 }
 
+impl CacheMode {
+    /// The words the file uses, as `Table::choice` takes them.
+    pub const NAMES: &'static [(&'static str, CacheMode)] = &[
+        ("off", CacheMode::Off),
+        ("rules", CacheMode::Rules),
+        ("auto", CacheMode::Auto),
+    ];
+
+    /// The word the file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::Off => "off",
+            CacheMode::Rules => "rules",
+            CacheMode::Auto => "auto",
+        }
+    }
+}
+
+impl CacheIsolation {
+    /// The words the file uses, as `Table::choice` takes them.
+    pub const NAMES: &'static [(&'static str, CacheIsolation)] = &[
+        ("user", CacheIsolation::User),
+        ("shared", CacheIsolation::Shared),
+    ];
+
+    /// The word the file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheIsolation::User => "user",
+            CacheIsolation::Shared => "shared",
+        }
+    }
+}
+
+impl CacheInvalidation {
+    /// The words the file uses, as `Table::choice` takes them.
+    pub const NAMES: &'static [(&'static str, CacheInvalidation)] = &[
+        ("stream", CacheInvalidation::Stream),
+        ("proxy", CacheInvalidation::Proxy),
+    ];
+
+    /// The word the file uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheInvalidation::Stream => "stream",
+            CacheInvalidation::Proxy => "proxy",
+        }
+    }
+}
+
 impl Cache {
     /// The cluster caches anything at all.
     pub fn enabled(&self) -> bool {
@@ -131,6 +181,19 @@ mod tests {
                 in_transactions: false,
             }],
             ..Cache::default()
+        }
+    }
+
+    #[test]
+    fn names_are_the_files_words() {
+        for &(word, m) in CacheMode::NAMES {
+            assert_eq!(m.name(), word);
+        }
+        for &(word, i) in CacheIsolation::NAMES {
+            assert_eq!(i.name(), word);
+        }
+        for &(word, i) in CacheInvalidation::NAMES {
+            assert_eq!(i.name(), word);
         }
     }
 

@@ -162,6 +162,29 @@ pub(crate) struct RawCluster {
     pub user_default: Value<Tables<RawUserDefault>>,
     pub database: Value<Tables<RawDatabase>>,
     pub mirror: Value<Tables<RawMirror>>,
+    pub cache: Value<Single<RawCache>>,
+}
+
+/// `[cluster.cache]`: the result cache (one table, not an array).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawCache {
+    pub mode: Value<String>,
+    pub max_memory: Value<SizeValue>,
+    pub ttl: Value<DurationText>,
+    pub max_result: Value<SizeValue>,
+    pub isolation: Value<String>,
+    pub invalidation: Value<String>,
+    pub rule: Value<Tables<RawCacheRule>>,
+}
+
+/// `[[cluster.cache.rule]]`: tables whose reads are kept.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(crate) struct RawCacheRule {
+    pub tables: Value<Vec<Spanned<String>>>,
+    pub ttl: Value<DurationText>,
+    pub in_transactions: Value<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -432,8 +455,36 @@ impl TableHeader for RawDatabase {
 impl TableHeader for RawMirror {
     const HEADER: &'static str = "[[cluster.mirror]]";
 }
+impl TableHeader for RawCache {
+    const HEADER: &'static str = "[cluster.cache] (single brackets)";
+}
+impl TableHeader for RawCacheRule {
+    const HEADER: &'static str = "[[cluster.cache.rule]]";
+}
 impl TableHeader for RawAdminUser {
     const HEADER: &'static str = "[[fulcrum.admin_user]]";
+}
+
+/// One table that is not an array (`[cluster.cache]`). Exists to replace
+/// serde's confusing message for `[[cluster.cache]]` (double brackets) with
+/// the header meant.
+#[derive(Debug)]
+pub(crate) struct Single<T>(pub T);
+
+impl<'de, T: Deserialize<'de> + TableHeader> Deserialize<'de> for Single<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + TableHeader> Visitor<'de> for V<T> {
+            type Value = Single<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "one table, starting with {}", T::HEADER)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Single<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Single)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
 }
 
 /// An array of tables. Exists to replace serde's "expected a sequence" (what a user who

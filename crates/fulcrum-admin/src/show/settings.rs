@@ -1,6 +1,7 @@
 //! SHOW CONFIG, SHOW LISTS, SHOW STATS, SHOW TOTALS and SHOW VERSION: the
 //! running config (global keys and each cluster's main ones, its
-//! `client_auth` and hba file included; never a password), counts of what
+//! `client_auth` and hba file and its `[cluster.cache]` included; never a
+//! password), counts of what
 //! Fulcrum holds, and traffic figures.
 
 use bytes::BytesMut;
@@ -151,7 +152,8 @@ impl Admin {
 }
 
 /// SHOW CONFIG's rows for one cluster: `cluster.<name>.<key>` and its
-/// value, `auth_hba_file` only when `client_auth = "hba"` reads one.
+/// value, `auth_hba_file` only when `client_auth = "hba"` reads one, then
+/// `cache.<key>` (sizes in bytes, the rules counted).
 fn cluster_rows(c: &fulcrum_config::Cluster) -> Vec<Vec<String>> {
     let k = |key: &str| format!("cluster.{}.{key}", c.name);
     let mut rows = vec![
@@ -185,6 +187,16 @@ fn cluster_rows(c: &fulcrum_config::Cluster) -> Vec<Vec<String>> {
                 .collect::<Vec<_>>()
                 .join(", "),
         ],
+    ]);
+    let cache = &c.cache;
+    rows.extend([
+        vec![k("cache.mode"), cache.mode.name().into()],
+        vec![k("cache.max_memory"), cache.max_memory.to_string()],
+        vec![k("cache.ttl"), format!("{:?}", cache.ttl)],
+        vec![k("cache.max_result"), cache.max_result.to_string()],
+        vec![k("cache.isolation"), cache.isolation.name().into()],
+        vec![k("cache.invalidation"), cache.invalidation.name().into()],
+        vec![k("cache.rules"), cache.rules.len().to_string()],
     ]);
     rows
 }
@@ -232,5 +244,37 @@ mod tests {
             "the file read, joined to the config's directory: {hba:?}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_cache_keys_are_listed() {
+        let dir = std::env::temp_dir().join(format!("fulcrum-show-cache-{}", std::process::id()));
+        let off = rows("", &dir);
+        assert_eq!(value(&off, "cluster.main.cache.mode"), Some("off"));
+        assert_eq!(
+            value(&off, "cluster.main.cache.max_memory"),
+            Some("268435456")
+        );
+        assert_eq!(value(&off, "cluster.main.cache.ttl"), Some("60s"));
+        assert_eq!(
+            value(&off, "cluster.main.cache.max_result"),
+            Some("1048576")
+        );
+        assert_eq!(value(&off, "cluster.main.cache.isolation"), Some("user"));
+        assert_eq!(
+            value(&off, "cluster.main.cache.invalidation"),
+            Some("stream")
+        );
+        assert_eq!(value(&off, "cluster.main.cache.rules"), Some("0"));
+        let on = rows(
+            "cache = { mode = \"rules\", ttl = \"2m\", isolation = \"shared\", \
+             invalidation = \"proxy\", rule = [{ tables = [\"a\"] }, { tables = [\"b\"] }] }",
+            &dir,
+        );
+        assert_eq!(value(&on, "cluster.main.cache.mode"), Some("rules"));
+        assert_eq!(value(&on, "cluster.main.cache.ttl"), Some("120s"));
+        assert_eq!(value(&on, "cluster.main.cache.isolation"), Some("shared"));
+        assert_eq!(value(&on, "cluster.main.cache.invalidation"), Some("proxy"));
+        assert_eq!(value(&on, "cluster.main.cache.rules"), Some("2"));
     }
 }

@@ -36,13 +36,16 @@ fn every_key_is_documented() {
         format!("[[cluster]]\n[[cluster.user_default]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.database]]\n{unknown}\n"),
         format!("[[cluster]]\n[[cluster.mirror]]\n{unknown}\n"),
+        format!("[[cluster]]\n[cluster.cache]\n{unknown}\n"),
+        format!("[[cluster]]\n[[cluster.cache.rule]]\n{unknown}\n"),
         format!("[fulcrum]\n[[fulcrum.admin_user]]\n{unknown}\n"),
     ];
     let mut missing = Vec::new();
     for text in &tables {
         for key in keys_of(text) {
-            // A table is documented under its header, `[[cluster.backend]]`.
-            if !docs.contains(&format!("`{key}`")) && !docs.contains(&format!(".{key}]]")) {
+            // A table is documented under its header, `[[cluster.backend]]`
+            // or `[cluster.cache]`.
+            if !docs.contains(&format!("`{key}`")) && !docs.contains(&format!(".{key}]")) {
                 missing.push(key);
             }
         }

@@ -2,6 +2,7 @@
 //! `file:line: key: reason`, and valid files (including config/*.toml) with their values.
 
 mod backend_user_errors;
+mod cache;
 mod cluster_errors;
 mod coordinator_access;
 mod database_logins;

@@ -207,6 +207,7 @@ fn every_key_is_read_into_the_config() {
                 user_default: Default::default(),
                 databases: vec![],
                 mirrors: vec![],
+                cache: Default::default(),
             },
             Cluster {
                 name: "shop".into(),
@@ -277,6 +278,7 @@ fn every_key_is_read_into_the_config() {
                 user_default: Default::default(),
                 databases: vec![],
                 mirrors: vec![],
+                cache: Default::default(),
             },
         ],
     };

@@ -2,7 +2,7 @@
 //! `[[cluster.database]]` tables: per-key values, then the rules across
 //! them (no duplicates, budgets that can be met). The credential keys are
 //! in `credentials`, the backends in `backends`, the health and failover
-//! keys in `health`.
+//! keys in `health`, the result cache in `cache`.
 
 use toml::Spanned;
 
@@ -280,6 +280,7 @@ pub(super) fn cluster(
         Some(defaults::CAUSAL_WAIT),
     )?;
     let transaction_replay = transaction_replay(&t, c)?;
+    let cache = super::cache::cache(&t, c)?;
     Ok(Cluster {
         name,
         protocol,
@@ -337,7 +338,7 @@ pub(super) fn cluster(
         user_default,
         databases,
         mirrors,
-        cache: crate::types::Cache::default(),
+        cache,
     })
 }
 

@@ -4,6 +4,7 @@
 
 mod access;
 mod backends;
+mod cache;
 mod cluster;
 mod credentials;
 mod databases;
