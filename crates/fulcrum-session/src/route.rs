@@ -46,6 +46,10 @@ pub struct Facts {
     /// The client wrote and its commit position could not be learnt.
     pub position_unknown: bool,
     pub default_route: DefaultRoute,
+    /// The unit fills a result-cache entry: it reads on the primary, the
+    /// one server sure to have every write the cache's table versions
+    /// count (a replica may still lack one).
+    pub cache_fill: bool,
 }
 
 impl Facts {
@@ -63,6 +67,7 @@ impl Facts {
             session: Consistency::Session,
             position_unknown: false,
             default_route: DefaultRoute::Primary,
+            cache_fill: false,
         }
     }
 }
@@ -140,7 +145,7 @@ pub fn decide(f: &Facts) -> Routing {
         // A read that must see the client's write, at a position not known:
         // only the primary is sure to have it.
         let blind = consistency.tracks_writes() && f.position_unknown;
-        if replica && !blind {
+        if replica && !blind && !f.cache_fill {
             Target::Go(Route::Replica)
         } else {
             Target::Go(Route::Primary)

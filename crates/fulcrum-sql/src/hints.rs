@@ -23,6 +23,13 @@ pub fn hint(sql: &str) -> Option<Hint> {
     found
 }
 
+/// `/* fulcrum:nocache */` in a comment of `sql`: the result cache neither
+/// answers nor keeps this statement.
+pub fn no_cache(sql: &str) -> bool {
+    sql.find("fulcrum:nocache")
+        .is_some_and(|at| comments(sql, at).iter().any(|c| c.contains("fulcrum:nocache")))
+}
+
 /// The comments of `sql` that end after byte `from` (a cheap lexer that
 /// skips quoted strings and identifiers).
 fn comments(sql: &str, from: usize) -> Vec<&str> {
@@ -87,5 +94,13 @@ mod tests {
         );
         assert_eq!(hint("SELECT 'x' # fulcrum:replica"), Some(Hint::Replica));
         assert_eq!(hint("SELECT 1"), None);
+    }
+
+    #[test]
+    fn the_no_cache_hint_is_a_comment() {
+        assert!(no_cache("SELECT v FROM t /* fulcrum:nocache */"));
+        assert!(no_cache("-- fulcrum:nocache\nSELECT v FROM t"));
+        assert!(!no_cache("SELECT 'fulcrum:nocache' FROM t"));
+        assert!(!no_cache("SELECT v FROM t"));
     }
 }

@@ -27,6 +27,7 @@ use fulcrum_tls::ClientStream;
 
 mod actions;
 mod attach;
+mod cache;
 mod checkout;
 mod cleanup;
 mod client;
@@ -134,6 +135,11 @@ pub struct Session {
     /// `[[cluster.mirror]]`: this client's units on their way to the
     /// mirror targets (`None`: not mirrored, the usual case).
     mirror: Option<Box<crate::mirror::ClientMirror>>,
+    /// `[cluster.cache]`: the answer of a read that missed, being kept.
+    cache_fill: Option<Box<cache::Capture>>,
+    /// `[cluster.cache]`: what the client's writes in flight (or in its
+    /// open transaction) may have changed.
+    cache_written: Option<Box<cache::Written>>,
 }
 
 /// Who the client is.
@@ -298,6 +304,8 @@ impl Session {
             },
             listen: None,
             mirror,
+            cache_fill: None,
+            cache_written: None,
         }
     }
 

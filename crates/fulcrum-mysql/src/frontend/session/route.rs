@@ -29,6 +29,7 @@ impl Session {
             session: self.reads.session(),
             position_unknown: self.reads.position_unknown(),
             default_route: self.ctx.config.default_route,
+            cache_fill: false,
         });
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");

@@ -76,6 +76,12 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
+                    if header.tag == b'Q' && self.ctx.cache.is_some() {
+                        let step = self.cache_front(header.total, look.text).await;
+                        if matches!(step, cache::CacheStep::Answered) {
+                            continue;
+                        }
+                    }
                     // The usual unit: no async layer before its attach.
                     unit_started.get_or_insert_with(|| self.engine.now());
                     let routing = self.route_unit(look.text);
@@ -283,6 +289,7 @@ impl Session {
             session: self.reads.session(),
             position_unknown: self.reads.position_unknown(),
             default_route: self.ctx.config.default_route,
+            cache_fill: self.cache_fill.is_some(),
         });
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");

@@ -134,6 +134,7 @@ impl Session {
         if unit.may_commit {
             self.engine.commit_sent();
         }
+        self.cache_writes(&unit.cache.writes);
         self.txn.unit_writes = may_write(unit.decision);
         let stamp = if replaying {
             None
@@ -172,6 +173,7 @@ impl Session {
     /// what it does to the session (default-deny: the client is pinned).
     fn queue_function_call(&mut self, frame: BytesMut) {
         self.pin("FunctionCall message");
+        self.cache_writes(&fulcrum_sql::Writes::Everything);
         self.queue_to_server(frame);
         self.owed.expect.push(Expect::Query(Vec::new(), None));
         self.owed.ready += 1;

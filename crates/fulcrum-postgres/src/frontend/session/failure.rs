@@ -34,6 +34,7 @@ impl Session {
         if let Some(m) = self.mirror.as_mut() {
             m.abandon();
         }
+        self.cache_server_lost();
         if let Some(s) = self.server.take() {
             tracing::warn!(server = %s.cancel.address, commit_in_flight = self.engine.unit().commit_in_flight, commit_id = ?self.engine.unit().commit_id, "server connection lost during a client's work");
             s.discard();

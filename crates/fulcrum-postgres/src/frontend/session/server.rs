@@ -73,13 +73,22 @@ impl Session {
             // (no split, no reference count), then passed over.
             let server = self.server.as_mut().expect("attached");
             let frame = &server.io.read_buf[..header.total];
+            let mut filled = None;
             if step == Step::Forward {
                 self.client.write_buf.extend_from_slice(frame);
+                if let Some(c) = self.cache_fill.as_mut() {
+                    if c.frame(header.tag, frame) {
+                        filled = Some(frame[5]);
+                    }
+                }
                 if let Some(m) = self.mirror.as_mut().filter(|_| self.txn.run.is_none()) {
                     m.server_frame(header.tag, &frame[5..]);
                 }
             }
             bytes::Buf::advance(&mut server.io.read_buf, header.total);
+            if let Some(status) = filled {
+                self.cache_filled(status);
+            }
             self.after_server_frame(fx);
         }
         self.owed.expect.drain_synthetic(
@@ -127,6 +136,9 @@ impl Session {
         }
         if end > 0 {
             self.client.write_buf.extend_from_slice(&buf[..end]);
+            if let Some(c) = self.cache_fill.as_mut() {
+                c.take(&buf[..end]);
+            }
             bytes::Buf::advance(buf, end);
         }
     }
@@ -140,6 +152,9 @@ impl Session {
         let server = self.server.as_mut().expect("attached");
         let buf = &mut server.io.read_buf;
         if self.owed.stream_left > 0 {
+            if let Some(c) = self.cache_fill.as_mut() {
+                c.spoil();
+            }
             let take = self.owed.stream_left.min(buf.len());
             self.client.write_buf.extend_from_slice(&buf.split_to(take));
             self.owed.stream_left -= take;
@@ -171,6 +186,9 @@ impl Session {
         }
         if buf.len() < header.total {
             if matches!(header.tag, b'D' | b'd') && buf.len() >= STREAM_THRESHOLD {
+                if let Some(c) = self.cache_fill.as_mut() {
+                    c.spoil();
+                }
                 self.owed.stream_left = header.total - buf.len();
                 if header.tag == b'D' && self.txn.run.is_none() {
                     if let Some(m) = self.mirror.as_mut() {
@@ -307,6 +325,9 @@ impl Session {
     fn after_server_frame(&mut self, fx: ServerEffects) {
         self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
         if let Some(status) = fx.ready {
+            if self.cache_written.is_some() {
+                self.cache_ready(status);
+            }
             if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
                 self.ctx.statements.schema_changed();
             }
