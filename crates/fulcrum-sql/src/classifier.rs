@@ -169,6 +169,12 @@ impl Classifier {
         unit.comments = scan.comments;
         if scan.comments {
             unit.decision = with_hint(sql, unit.decision);
+            // A read hinted to the primary asks for the freshest answer:
+            // never from the result cache.
+            if unit.decision != Decision::Read {
+                unit.cache.reads = None;
+                unit.cache.calls = None;
+            }
         }
         unit
     }

@@ -6,7 +6,10 @@
 //! no tokio, no sockets. `sqlparser` is the authority; decisions are cached by
 //! a literal-normalised fingerprint, so a repeated statement is parsed once.
 //! When in doubt the answer is the primary: a wrong "read" is a correctness
-//! bug, a wrong "write" only costs scale.
+//! bug, a wrong "write" only costs scale. The same pass tells the result
+//! cache which tables a read may be kept for and what a write may change
+//! (`CacheFacts`; a read not surely repeatable is never kept, a write the
+//! AST cannot place changes everything).
 
 #![forbid(unsafe_code)]
 

@@ -55,6 +55,29 @@ pub(crate) fn called_in_from(t: &TableFactor) -> Option<&ObjectName> {
     }
 }
 
+/// An EXPLAIN that runs its statement (ANALYZE, or the `analyze` option
+/// not turned off); false for any other statement.
+pub(crate) fn explain_runs(stmt: &Statement) -> bool {
+    let Statement::Explain {
+        analyze, options, ..
+    } = stmt
+    else {
+        return false;
+    };
+    let analyze_option = options.as_ref().is_some_and(|opts| {
+        opts.iter().any(|o| {
+            o.name.value.eq_ignore_ascii_case("analyze")
+                && o.arg.as_ref().is_none_or(|a| {
+                    !matches!(
+                        a.to_string().to_ascii_lowercase().as_str(),
+                        "false" | "off" | "0"
+                    )
+                })
+        })
+    });
+    *analyze || analyze_option
+}
+
 pub(crate) fn classify_statement(
     stmt: &Statement,
     dialect: Dialect,
@@ -65,24 +88,8 @@ pub(crate) fn classify_statement(
         Statement::Query(q) => query(q, f),
         // EXPLAIN ANALYZE runs the statement: it goes where the statement
         // would. Plain EXPLAIN only plans: a read.
-        Statement::Explain {
-            analyze,
-            statement,
-            options,
-            ..
-        } => {
-            let analyze_option = options.as_ref().is_some_and(|opts| {
-                opts.iter().any(|o| {
-                    o.name.value.eq_ignore_ascii_case("analyze")
-                        && o.arg.as_ref().is_none_or(|a| {
-                            !matches!(
-                                a.to_string().to_ascii_lowercase().as_str(),
-                                "false" | "off" | "0"
-                            )
-                        })
-                })
-            });
-            if *analyze || analyze_option {
+        Statement::Explain { statement, .. } => {
+            if explain_runs(stmt) {
                 classify_statement(statement, dialect, f)
             } else if dialect == Dialect::MySql
                 && !matches!(statement.as_ref(), Statement::Query(_))
