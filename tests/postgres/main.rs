@@ -10,6 +10,7 @@
 //! terminates server backends by statement) keep their own; `pg_pgbench`
 //! starts one for its test.
 
+mod pg_cache;
 mod pg_drivers;
 mod pg_isolation;
 mod pg_memory;
