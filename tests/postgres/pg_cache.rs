@@ -10,8 +10,8 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{pg_connect, pg_connect_as, PgProxyConfig};
-use fulcrum_testkit::{FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_USER};
+use fulcrum_suite::{console_connect, pg_connect, pg_connect_as, with_console, PgProxyConfig};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, APP_DB, APP_MD5_USER, APP_USER};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,6 +50,12 @@ fn cluster() -> &'static PgCluster {
 /// writes only (`proxy`: a write behind its back stays unseen, which is
 /// how a test tells a cached answer from a fresh one).
 fn start(tables: &str, isolation: &str) -> (FulcrumProcess, PgProxyConfig) {
+    let (p, cfg, _) = start_with_console(tables, isolation);
+    (p, cfg)
+}
+
+/// `start`, with the admin console on the returned port.
+fn start_with_console(tables: &str, isolation: &str) -> (FulcrumProcess, PgProxyConfig, u16) {
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         // A user function pins its caller unless declared free of session
         // state (default-deny); the fill race's slow read calls this one.
@@ -58,8 +64,9 @@ fn start(tables: &str, isolation: &str) -> (FulcrumProcess, PgProxyConfig) {
             "cache = {{ mode = \"rules\", invalidation = \"proxy\", isolation = \"{isolation}\", \
              rule = [{{ tables = [{tables}] }}] }}"
         ));
-    let p = FulcrumProcess::start(&cfg.to_toml()).expect("start fulcrum");
-    (p, cfg)
+    let admin = free_port();
+    let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin)).expect("start fulcrum");
+    (p, cfg, admin)
 }
 
 /// A write made directly on the primary, not through Fulcrum.
@@ -276,4 +283,57 @@ async fn the_hint_and_the_session_setting_turn_the_cache_off() {
     assert_eq!(value(&a, read).await, "90", "this client no longer uses it");
     let b = pg_connect(&cfg).await;
     assert_eq!(value(&b, read).await, "9", "other clients still do");
+}
+
+/// `SHOW CACHE` on the console: (digest's query, entries, hits, misses) of
+/// each digest row.
+async fn show_cache(admin: u16) -> Vec<(String, u64, u64, u64)> {
+    let n = |r: &tokio_postgres::SimpleQueryRow, c: &str| -> u64 {
+        r.get(c).and_then(|v| v.parse().ok()).unwrap_or_default()
+    };
+    console_connect(admin)
+        .await
+        .simple_query("SHOW CACHE")
+        .await
+        .expect("SHOW CACHE")
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) if r.get("digest") != Some("(cluster)") => Some((
+                r.get("query").unwrap_or_default().to_owned(),
+                n(r, "entries"),
+                n(r, "hits"),
+                n(r, "misses"),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_cache_counts_and_flush_cache_drops_entries() {
+    let (_p, cfg, admin) = start_with_console("\"cache_t\"", "user");
+    let a = pg_connect(&cfg).await;
+    run(&a, "UPDATE cache_t SET v = 11 WHERE id = 11").await;
+    let read = "SELECT v FROM cache_t WHERE id = 11";
+    for _ in 0..3 {
+        assert_eq!(value(&a, read).await, "11");
+    }
+    let rows = show_cache(admin).await;
+    let row = rows
+        .iter()
+        .find(|r| r.0.contains("cache_t"))
+        .unwrap_or_else(|| panic!("no cache_t digest in {rows:?}"));
+    assert_eq!((row.1, row.2, row.3), (1, 2, 1), "entries, hits, misses");
+    behind_its_back("UPDATE cache_t SET v = 110 WHERE id = 11");
+    assert_eq!(value(&a, read).await, "11", "kept");
+    let console = console_connect(admin).await;
+    let flushed = console.simple_query("FLUSH CACHE public.cache_t").await;
+    assert!(flushed.is_ok(), "{flushed:?}");
+    assert_eq!(
+        value(&a, read).await,
+        "110",
+        "flushed: read from the server"
+    );
+    assert!(console.simple_query("FLUSH CACHE").await.is_ok());
+    assert!(console.simple_query("FLUSH").await.is_err(), "usage error");
 }

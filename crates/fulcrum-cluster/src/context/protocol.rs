@@ -174,4 +174,7 @@ impl<X: ProtocolContext> ClusterAdmin for X {
     fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
         self.core().mirrors.stats()
     }
+    fn cache(&self) -> Option<fulcrum_cache::Cache> {
+        self.core().cache.clone()
+    }
 }
