@@ -18,6 +18,14 @@ use super::*;
 /// it goes to the server itself.
 const FILL_WAIT: Duration = Duration::from_secs(5);
 
+/// How a read is kept: the tables it reads, how long, and whether only
+/// from its key's second miss (`mode = "auto"`).
+struct Keep {
+    tables: Vec<Table>,
+    ttl: Duration,
+    second_miss: bool,
+}
+
 /// What the cache did with the Query at the front of the client buffer.
 pub(super) enum CacheStep {
     /// Not the cache's: routed as usual.
@@ -183,7 +191,7 @@ impl Session {
             return CacheStep::Pass;
         };
         let unit = self.ctx.classify_unit(text);
-        let Some((tables, ttl)) = self.keepable(&unit, text) else {
+        let Some(keep) = self.keepable(&unit, text) else {
             return CacheStep::Pass;
         };
         let key = self.cache_key(b'Q', &[text.as_bytes()]);
@@ -194,8 +202,9 @@ impl Session {
             database: &database,
             digest: unit.key,
             text: &normal,
-            tables: &tables,
-            ttl,
+            tables: &keep.tables,
+            ttl: keep.ttl,
+            second_miss: keep.second_miss,
         };
         self.cache_lookup(&query, total).await
     }
@@ -219,7 +228,7 @@ impl Session {
             return CacheStep::Pass;
         };
         let classified = self.ctx.classify_unit(text);
-        let Some((tables, ttl)) = self.keepable(&classified, text) else {
+        let Some(keep) = self.keepable(&classified, text) else {
             return CacheStep::Pass;
         };
         let rest = &self.client.read_buf[unit.rest.clone()];
@@ -234,8 +243,9 @@ impl Session {
             database: &database,
             digest: classified.key,
             text: &normal,
-            tables: &tables,
-            ttl,
+            tables: &keep.tables,
+            ttl: keep.ttl,
+            second_miss: keep.second_miss,
         };
         let total = unit.total;
         self.cache_lookup(&query, total).await
@@ -274,11 +284,7 @@ impl Session {
     /// The tables and TTL of a read the cache may keep: a deterministic
     /// read of tables a rule lists (or, in `auto` mode, any), with no
     /// `fulcrum:nocache` hint.
-    fn keepable(
-        &self,
-        unit: &fulcrum_sql::Classified,
-        text: &str,
-    ) -> Option<(Vec<Table>, Duration)> {
+    fn keepable(&self, unit: &fulcrum_sql::Classified, text: &str) -> Option<Keep> {
         let config = &self.ctx.config.cache;
         let reads = unit.cache.reads.as_ref()?;
         if unit.comments && fulcrum_sql::no_cache(text) {
@@ -293,9 +299,10 @@ impl Session {
             }
         }
         let names = reads.iter().map(|t| &**t);
-        let ttl = match config.rule_for(names) {
-            Some(rule) => rule.ttl.unwrap_or(config.ttl).min(config.ttl),
-            None if config.mode == fulcrum_config::CacheMode::Auto => config.ttl,
+        let (ttl, second_miss) = match config.rule_for(names) {
+            Some(rule) => (rule.ttl.unwrap_or(config.ttl).min(config.ttl), false),
+            // `auto`: a key is kept from its second miss on.
+            None if config.mode == fulcrum_config::CacheMode::Auto => (config.ttl, true),
             None => return None,
         };
         let db = &self.id.database;
@@ -303,7 +310,11 @@ impl Session {
             .iter()
             .map(|t| fulcrum_cache::table(db, t, false))
             .collect();
-        Some((tables, ttl))
+        Some(Keep {
+            tables,
+            ttl,
+            second_miss,
+        })
     }
 
     /// The key of a unit: its kind, the database, the user (unless entries
