@@ -1,8 +1,9 @@
 //! What the core asks of the protocol context that holds it
 //! ([`ProtocolContext`]: open a server connection for a pool, the health
 //! loop's server operations, a database's functions), and what it does
-//! with that: start the health loop, `min_pool_size` upkeep and the
-//! function catalog's lookups, and answer the admin console
+//! with that: start the health loop, `min_pool_size` upkeep, the
+//! function catalog's lookups and (by default, none) the cache's change
+//! streams, and answer the admin console
 //! ([`ClusterAdmin`], for every protocol context).
 
 use std::future::Future;
@@ -137,6 +138,20 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
                 }
             },
         ))
+    }
+
+    /// Starts the result cache's change streams (`[cluster.cache]
+    /// invalidation = "stream"`), until the health loop stops (start that
+    /// first). This default is a protocol without one (MariaDB/MySQL: the
+    /// binlog stream is not built yet): the cache falls back to Fulcrum's
+    /// own writes, as with `invalidation = "proxy"`, and says so once.
+    fn start_change_streams(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let cache = self.core().cache.as_ref()?;
+        if cache.uses_streams() {
+            tracing::warn!(cluster = %self.core().name(), "cache invalidation = \"stream\": this protocol's change stream (the MariaDB/MySQL binlog stream) is not built yet; the cache is invalidated by the writes that pass through Fulcrum only, as with invalidation = \"proxy\"");
+            cache.without_stream();
+        }
+        None
     }
 }
 

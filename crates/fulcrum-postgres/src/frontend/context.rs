@@ -362,6 +362,12 @@ impl ProtocolContext for ClusterContext {
         Some(self.statements.len())
     }
 
+    /// One logical decoding stream per database the cache serves
+    /// (`crate::change_stream`).
+    fn start_change_streams(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        crate::change_stream::start(self)
+    }
+
     fn listeners(&self) -> Vec<fulcrum_cluster::ListenerRow> {
         self.notifications
             .listing()
