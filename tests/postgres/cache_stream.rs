@@ -59,6 +59,7 @@ fn query<'a>(key: &'a [u8], tables: &'a [Table]) -> Query<'a> {
         text: "select v from t",
         tables,
         ttl: Duration::from_secs(600),
+        second_miss: false,
     }
 }
 

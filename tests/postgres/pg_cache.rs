@@ -28,7 +28,8 @@ fn cluster() -> &'static PgCluster {
             .sql_script(
                 APP_DB,
                 &format!(
-                    "CREATE TABLE cache_t (id int PRIMARY KEY, v int);
+                    "ALTER ROLE {APP_USER} REPLICATION; -- the health user's change stream
+                     CREATE TABLE cache_t (id int PRIMARY KEY, v int);
                      INSERT INTO cache_t SELECT i, i FROM generate_series(1, 1000) i;
                      CREATE TABLE cache_other (id int PRIMARY KEY, v int);
                      INSERT INTO cache_other VALUES (1, 1);
@@ -56,12 +57,21 @@ fn start(tables: &str, isolation: &str) -> (FulcrumProcess, PgProxyConfig) {
 
 /// `start`, with the admin console on the returned port.
 fn start_with_console(tables: &str, isolation: &str) -> (FulcrumProcess, PgProxyConfig, u16) {
+    start_invalidated_by(tables, isolation, "proxy")
+}
+
+/// `start_with_console`, invalidated by `invalidation`.
+fn start_invalidated_by(
+    tables: &str,
+    isolation: &str,
+    invalidation: &str,
+) -> (FulcrumProcess, PgProxyConfig, u16) {
     let cfg = PgProxyConfig::new(&cluster().primary().addr())
         // A user function pins its caller unless declared free of session
         // state (default-deny); the fill race's slow read calls this one.
         .extra("session_free_functions = [\"cache_slow\"]")
         .extra(&format!(
-            "cache = {{ mode = \"rules\", invalidation = \"proxy\", isolation = \"{isolation}\", \
+            "cache = {{ mode = \"rules\", invalidation = \"{invalidation}\", isolation = \"{isolation}\", \
              rule = [{{ tables = [{tables}] }}] }}"
         ));
     let admin = free_port();
@@ -336,4 +346,79 @@ async fn show_cache_counts_and_flush_cache_drops_entries() {
     );
     assert!(console.simple_query("FLUSH CACHE").await.is_ok());
     assert!(console.simple_query("FLUSH").await.is_err(), "usage error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_behind_fulcrums_back_reach_readers_through_the_change_stream() {
+    let (_p, cfg, admin) = start_invalidated_by("\"cache_t\"", "user", "stream");
+    let a = pg_connect(&cfg).await;
+    let read = "SELECT v FROM cache_t WHERE id = 13";
+    let mut worst = Duration::ZERO;
+    for i in 0..20 {
+        // Kept first (the stream is up once the database is asked for).
+        for _ in 0..3 {
+            value(&a, read).await;
+        }
+        behind_its_back(&format!(
+            "UPDATE cache_t SET v = {} WHERE id = 13",
+            1000 + i
+        ));
+        let written = Instant::now();
+        loop {
+            if value(&a, read).await == (1000 + i).to_string() {
+                break;
+            }
+            assert!(
+                written.elapsed() < Duration::from_secs(1),
+                "round {i}: the direct write not seen within 1 s"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        worst = worst.max(written.elapsed());
+    }
+    eprintln!("a direct write seen through the cache within {worst:?} at worst (20 rounds)");
+    let rows = show_cache(admin).await;
+    let hits: u64 = rows.iter().map(|r| r.2).sum();
+    assert!(
+        hits >= 20,
+        "the reads were answered from the cache: {rows:?}"
+    );
+    // The stream lost, and a write made while it is: the new stream (a new
+    // slot, made after the write) never reports it, so only dropping the
+    // entries when the loss is noticed keeps them from serving the old value
+    // until their TTL (60 s). Seen within milliseconds, as any direct write.
+    value(&a, read).await;
+    behind_its_back(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'fulcrum_cache'; \
+         UPDATE cache_t SET v = 5000 WHERE id = 13",
+    );
+    let lost = Instant::now();
+    while value(&a, read).await != "5000" {
+        assert!(
+            lost.elapsed() < Duration::from_secs(1),
+            "an entry outlived the stream's loss"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!(
+        "after the stream's loss, the write seen in {:?}",
+        lost.elapsed()
+    );
+    // And the cache serves again once the stream is back.
+    let back = Instant::now();
+    loop {
+        value(&a, read).await;
+        let before: u64 = show_cache(admin).await.iter().map(|r| r.2).sum();
+        value(&a, read).await;
+        let after: u64 = show_cache(admin).await.iter().map(|r| r.2).sum();
+        if after > before {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "the stream never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
