@@ -26,8 +26,11 @@ pub fn hint(sql: &str) -> Option<Hint> {
 /// `/* fulcrum:nocache */` in a comment of `sql`: the result cache neither
 /// answers nor keeps this statement.
 pub fn no_cache(sql: &str) -> bool {
-    sql.find("fulcrum:nocache")
-        .is_some_and(|at| comments(sql, at).iter().any(|c| c.contains("fulcrum:nocache")))
+    sql.find("fulcrum:nocache").is_some_and(|at| {
+        comments(sql, at)
+            .iter()
+            .any(|c| c.contains("fulcrum:nocache"))
+    })
 }
 
 /// The comments of `sql` that end after byte `from` (a cheap lexer that

@@ -103,11 +103,14 @@ impl Session {
     /// `SET fulcrum.cache = off` (or `false`): this client's reads neither
     /// use nor fill the cache until it sets it back or resets it.
     fn cache_off(&self) -> bool {
-        self.params.desired.get("fulcrum.cache").is_some_and(|stmt| {
-            let value = stmt.rsplit(['=', ' ']).next().unwrap_or("");
-            let value = value.trim_matches(|c| c == '\'' || c == ';' || c == ' ');
-            value.eq_ignore_ascii_case("off") || value.eq_ignore_ascii_case("false")
-        })
+        self.params
+            .desired
+            .get("fulcrum.cache")
+            .is_some_and(|stmt| {
+                let value = stmt.rsplit(['=', ' ']).next().unwrap_or("");
+                let value = value.trim_matches(|c| c == '\'' || c == ';' || c == ' ');
+                value.eq_ignore_ascii_case("off") || value.eq_ignore_ascii_case("false")
+            })
     }
 
     /// Looks the Query at the front of the client buffer (`total` bytes,
@@ -165,7 +168,11 @@ impl Session {
     /// The tables and TTL of a read the cache may keep: a deterministic
     /// read of tables a rule lists (or, in `auto` mode, any), with no
     /// `fulcrum:nocache` hint.
-    fn keepable(&self, unit: &fulcrum_sql::Classified, text: &str) -> Option<(Vec<Table>, Duration)> {
+    fn keepable(
+        &self,
+        unit: &fulcrum_sql::Classified,
+        text: &str,
+    ) -> Option<(Vec<Table>, Duration)> {
         let config = &self.ctx.config.cache;
         let reads = unit.cache.reads.as_ref()?;
         // Functions no list knows to be immutable: not kept (the catalog's
