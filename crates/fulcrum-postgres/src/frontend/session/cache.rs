@@ -180,6 +180,10 @@ impl Session {
         if unit.cache.calls.is_some() || (unit.comments && fulcrum_sql::no_cache(text)) {
             return None;
         }
+        // Relation catalog: only ordinary tables the server has shown.
+        if !self.relations_keepable(reads) {
+            return None;
+        }
         let names = reads.iter().map(|t| &**t);
         let ttl = match config.rule_for(names) {
             Some(rule) => rule.ttl.unwrap_or(config.ttl).min(config.ttl),
@@ -254,6 +258,8 @@ impl Session {
         let now = match writes {
             Writes::Nothing => return,
             Writes::Everything => Written::Database,
+            // Relation catalog: triggers, rules, cascades, partitions.
+            Writes::Tables(names) if self.relations_wide(names) => Written::Database,
             Writes::Tables(names) => Written::Tables(
                 names
                     .iter()
@@ -273,6 +279,24 @@ impl Session {
             (None, now) => now,
         };
         self.cache_written = Some(Box::new(merged));
+    }
+
+    /// The relation catalog's word on a read of `names`: kept only when
+    /// every name is an ordinary table (asked for when not known yet).
+    fn relations_keepable(&self, names: &[std::sync::Arc<str>]) -> bool {
+        let id = &self.id;
+        self.ctx
+            .relations
+            .keepable(&id.pool_user, (0, 0), &id.database, names)
+    }
+
+    /// The relation catalog's word on a write to `names`: whether it may
+    /// change more than them (the whole database is invalidated then).
+    fn relations_wide(&self, names: &[std::sync::Arc<str>]) -> bool {
+        let id = &self.id;
+        self.ctx
+            .relations
+            .wide_writes(&id.pool_user, (0, 0), &id.database, names)
     }
 
     fn invalidate(&self, written: &Written) {
