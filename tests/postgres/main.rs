@@ -8,7 +8,8 @@
 //! primary of its own (its objects and roles are its cases); `pg_routing` (which counts
 //! commits per server and times replicas) and `pg_session` (which
 //! terminates server backends by statement) keep their own; `pg_pgbench`
-//! starts one for its test.
+//! starts one for its test; `pg_relations` keeps a primary of its own (its
+//! objects are its cases).
 
 mod pg_drivers;
 mod pg_isolation;
@@ -19,6 +20,7 @@ mod pg_pgbench;
 mod pg_pids;
 mod pg_pool_modes;
 mod pg_proxy;
+mod pg_relations;
 mod pg_routing;
 mod pg_session;
 mod pg_unix_socket;
