@@ -8,9 +8,12 @@
 //! primary of its own (its objects and roles are its cases); `pg_routing` (which counts
 //! commits per server and times replicas) and `pg_session` (which
 //! terminates server backends by statement) keep their own; `pg_pgbench`
-//! starts one for its test; `pg_relations` keeps a primary of its own (its
-//! objects are its cases).
+//! starts one for its test; `cache_stream` starts its own (one with
+//! logical decoding, one without); `pg_relations` keeps a primary of its
+//! own (its objects are its cases).
 
+mod cache_stream;
+mod pg_cache;
 mod pg_drivers;
 mod pg_isolation;
 mod pg_memory;

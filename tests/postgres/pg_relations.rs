@@ -185,8 +185,11 @@ async fn the_cache_keeps_tables_not_views_and_triggers_invalidate_the_database()
 
     let plain = "SELECT count(*) FROM e2e_plain";
     let view = "SELECT count(*) FROM e2e_view";
-    assert_eq!(one(&client, plain).await, "1");
-    assert_eq!(one(&client, view).await, "1");
+    // `auto` keeps a key from its second miss on.
+    for _ in 0..2 {
+        assert_eq!(one(&client, plain).await, "1");
+        assert_eq!(one(&client, view).await, "1");
+    }
     primary
         .sql_script(APP_DB, "INSERT INTO e2e_plain VALUES (2)")
         .expect("a change behind Fulcrum's back");

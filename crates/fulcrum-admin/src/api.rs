@@ -26,6 +26,7 @@ pub const TABLES: &[&str] = &[
     "mirror",
     "mirrors",
     "history",
+    "cache",
 ];
 
 impl Admin {
@@ -43,6 +44,7 @@ impl Admin {
             "lists" => self.show(Show::Lists, &mut out),
             "failovers" => self.show(Show::Failovers, &mut out),
             "mirror" => self.show(Show::Mirror, &mut out),
+            "cache" => self.show(Show::Cache, &mut out),
             "queries" => self.show_queries(None, &mut out).ok()?,
             "mirrors" => return Some(self.mirrors_json()),
             "history" => return Some(history_json(&self.metrics.history.points())),

@@ -30,6 +30,7 @@ pub enum Show {
     Failovers,
     Listeners,
     Mirror,
+    Cache,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +64,9 @@ pub enum Command {
     ShowQueries(Option<String>),
     /// `SHOW QUERIES RESET [cluster]`: forget the digests.
     ResetQueries(Option<String>),
+    /// `FLUSH CACHE [table]`: drop every result-cache entry, or those of
+    /// the tables of that name, in every cluster.
+    FlushCache(Option<String>),
 }
 
 impl Command {
@@ -111,6 +115,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "FAILOVERS" => Show::Failovers,
             "LISTENERS" => Show::Listeners,
             "MIRROR" => Show::Mirror,
+            "CACHE" => Show::Cache,
             other => {
                 return Err(format!(
                     "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
@@ -132,6 +137,9 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["ENABLE", _] if !words[1].contains(':') => Ok(Command::EnableDatabase(words[1].to_owned())),
         ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
         ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
+        ["FLUSH", "CACHE"] => Ok(Command::FlushCache(None)),
+        ["FLUSH", "CACHE", _] => Ok(Command::FlushCache(Some(words[2].to_owned()))),
+        ["FLUSH", ..] => Err("usage: FLUSH CACHE [table]".into()),
         ["RELOAD"] => Ok(Command::Reload),
         ["SHUTDOWN"] => Ok(Command::Shutdown),
         ["KILL", _] => Ok(Command::Kill(words[1].to_owned())),
@@ -193,6 +201,13 @@ mod tests {
         assert_eq!(parse("SHOW QUERIES RESET"), Ok(Command::ResetQueries(None)));
         assert_eq!(parse("show mem"), Ok(Command::Show(Show::Mem)));
         assert_eq!(parse("KILL app;"), Ok(Command::Kill("app".into())));
+        assert_eq!(parse("flush cache"), Ok(Command::FlushCache(None)));
+        assert_eq!(
+            parse("FLUSH CACHE public.t;"),
+            Ok(Command::FlushCache(Some("public.t".into())))
+        );
+        assert_eq!(parse("SHOW CACHE"), Ok(Command::Show(Show::Cache)));
+        assert!(parse("FLUSH").is_err());
         assert!(parse("KILL").is_err());
         assert_eq!(parse("reconnect"), Ok(Command::Reconnect(None)));
         assert_eq!(

@@ -85,6 +85,17 @@ impl Admin {
                 backend_msg::command_complete(out, "WAIT_CLOSE");
                 Ok(())
             }
+            Command::FlushCache(table) => {
+                let mut dropped = 0;
+                for c in self.clusters() {
+                    if let Some(cache) = c.cache() {
+                        dropped += cache.flush(table.as_deref());
+                    }
+                }
+                tracing::info!(table = ?table, dropped, "result cache flushed by an operator");
+                backend_msg::command_complete(out, &format!("FLUSH {dropped}"));
+                Ok(())
+            }
             Command::ResetQueries(target) => {
                 for c in self.targets(target.as_deref())? {
                     c.digests().reset();

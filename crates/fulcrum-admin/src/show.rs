@@ -5,6 +5,7 @@
 //! CLIENTS and USERS, `settings` for CONFIG, LISTS, STATS, TOTALS and
 //! VERSION; QUERIES and MEM are `queries`'), and the labels they share.
 
+mod cache;
 mod clients;
 mod pools;
 mod servers;
@@ -37,6 +38,7 @@ impl Admin {
             Show::Failovers => self.show_failovers(out),
             Show::Listeners => self.show_listeners(out),
             Show::Mirror => self.show_mirror(out),
+            Show::Cache => self.show_cache(out),
         }
     }
 }
@@ -55,6 +57,8 @@ const HELP: &[(&str, &str)] = &[
     ("SHOW FAILOVERS", "the changes of primary this instance saw, with their times"),
     ("SHOW LISTENERS", "LISTEN/NOTIFY: each listening connection, its channels and clients"),
     ("SHOW MIRROR", "mirroring's diff per target and digest: sent, dropped, differing, latency of each side"),
+    ("SHOW CACHE", "the result cache per cluster and digest: entries, bytes, hits, misses, invalidations by source; each database's change stream"),
+    ("FLUSH CACHE [table]", "drop every result-cache entry, or those of tables of that name"),
     ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
     ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),
     ("PAUSE [database | cluster] | RESUME [database | cluster]", "hold new units of work (of the clusters serving the database), then let them go"),

@@ -150,6 +150,9 @@ pub struct Query<'a> {
     pub tables: &'a [Table],
     /// How long an entry filled now may be served.
     pub ttl: Duration,
+    /// Fill only a key seen before (`mode = "auto"`): a key's first miss
+    /// is remembered, its second fills.
+    pub second_miss: bool,
 }
 
 /// A cluster's result cache: cheap to clone, one store behind a lock.
@@ -193,6 +196,9 @@ impl Cache {
         }
         self.inner.metrics.misses.inc();
         store.missed(q.digest, q.text);
+        if q.second_miss && store.first_miss(q.key) {
+            return Lookup::Off;
+        }
         if let Some(rx) = store.filling(q.key) {
             return if may_wait {
                 Lookup::Wait(Waiter(rx))

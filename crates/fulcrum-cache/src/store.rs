@@ -18,6 +18,9 @@ use crate::{Fill, Limits, Source, Table};
 const ENTRY_OVERHEAD: u64 = 192;
 /// Per table an entry reads (its slot in the entry and in the index).
 const TABLE_OVERHEAD: u64 = 64;
+/// Keys whose first miss `mode = "auto"` remembers (by hash, 8 bytes each),
+/// forgotten all at once when full.
+const SEEN_ONCE_MAX: usize = 65_536;
 
 struct Entry {
     answer: Bytes,
@@ -53,6 +56,9 @@ pub(crate) struct Store {
     wanted: Vec<Arc<str>>,
     stats: DigestStats,
     races: u64,
+    /// Hashes of keys that missed once (`second_miss`).
+    seen_once: HashSet<u64>,
+    seen_hasher: std::collections::hash_map::RandomState,
 }
 
 impl Store {
@@ -73,6 +79,8 @@ impl Store {
             wanted: Vec::new(),
             stats: DigestStats::default(),
             races: 0,
+            seen_once: HashSet::new(),
+            seen_hasher: Default::default(),
         }
     }
 
@@ -168,6 +176,22 @@ impl Store {
         let answer = e.answer.clone();
         self.stats.hit(digest);
         Some(answer)
+    }
+
+    /// Whether this is `key`'s first miss (remembered for its second).
+    pub(crate) fn first_miss(&mut self, key: &[u8]) -> bool {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.seen_hasher.build_hasher();
+        h.write(key);
+        let hash = h.finish();
+        if self.seen_once.remove(&hash) {
+            return false;
+        }
+        if self.seen_once.len() >= SEEN_ONCE_MAX {
+            self.seen_once.clear();
+        }
+        self.seen_once.insert(hash);
+        true
     }
 
     pub(crate) fn missed(&mut self, digest: u64, text: &str) {

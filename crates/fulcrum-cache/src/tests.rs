@@ -31,6 +31,7 @@ fn q<'a>(key: &'a [u8], tables: &'a [Table]) -> Query<'a> {
         text: "select v from t where id = $1",
         tables,
         ttl: Duration::from_secs(60),
+        second_miss: false,
     }
 }
 
@@ -215,4 +216,19 @@ fn table_names_as_invalidation_knows_them() {
         table("app", "shop.t", true),
         (Arc::from("shop"), Arc::from("t"))
     );
+}
+
+#[test]
+fn auto_mode_fills_a_key_at_its_second_miss() {
+    let c = cache(1 << 20, false);
+    let tables = [t("t")];
+    let mut query = q(b"k", &tables);
+    query.second_miss = true;
+    assert!(matches!(c.lookup(&query, true), Lookup::Off), "first miss");
+    let Lookup::Fill(f) = c.lookup(&query, true) else {
+        panic!("the second miss fills");
+    };
+    assert!(f.store(Bytes::from_static(b"v")));
+    assert!(matches!(c.lookup(&query, true), Lookup::Hit(_)));
+    assert_eq!(c.digests()[0].misses, 2);
 }

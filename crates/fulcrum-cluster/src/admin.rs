@@ -66,4 +66,6 @@ pub trait ClusterAdmin: Send + Sync {
     fn listeners(&self) -> Vec<ListenerRow>;
     /// Its mirror targets' diffs (SHOW MIRROR).
     fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>>;
+    /// `[cluster.cache]`: the result cache, when configured.
+    fn cache(&self) -> Option<fulcrum_cache::Cache>;
 }

@@ -221,6 +221,13 @@ impl<C, P, S> ClusterCore<C, P, S> {
         }
     }
 
+    /// Turns true when the health loop stops (`None` before it started):
+    /// the cluster's other background tasks (a protocol's change streams)
+    /// end with it.
+    pub fn health_stopped(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.health.stopped()
+    }
+
     /// The digest table (made on first use).
     pub fn digest_table(&self) -> &Arc<fulcrum_metrics::DigestTable> {
         self.digests.table(self.config.digests.max_entries)

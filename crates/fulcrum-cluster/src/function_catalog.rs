@@ -29,6 +29,10 @@ pub enum FunctionKind {
     /// May write (PostgreSQL: volatile; MariaDB: MODIFIES SQL DATA, or
     /// CONTAINS SQL and not deterministic, the default).
     Write,
+    /// A read whose result depends on its arguments alone (PostgreSQL:
+    /// immutable in every overload): the result cache may keep reads
+    /// calling it.
+    Immutable,
 }
 
 /// The user-defined functions of one database (or schema), by name.
@@ -156,6 +160,21 @@ impl FunctionCatalog {
     ) -> bool {
         self.known_all(user, options, database, names, |functions, n| {
             functions.get(n) != Some(&FunctionKind::Write)
+        })
+    }
+
+    /// Whether every name in `names` is a user function of `database` the
+    /// server says is immutable (the result cache keeps reads calling only
+    /// such). Not known yet: no, and asked for.
+    pub fn all_immutable(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        names: &[Arc<str>],
+    ) -> bool {
+        self.known_all(user, options, database, names, |functions, n| {
+            functions.get(n) == Some(&FunctionKind::Immutable)
         })
     }
 

@@ -16,12 +16,14 @@
 //! PostgreSQL's own: frames, the reply queue, statement and portal maps,
 //! session-parameter replay, how a write's LSN is learnt and a replica's is
 //! asked, and the words of every answer. Sockets and their buffers are
-//! `fulcrum_net::Connection`s.
+//! `fulcrum_net::Connection`s. `change_stream` reads the primary's logical
+//! decoding to invalidate the result cache (`fulcrum_cache`).
 
 #![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod backend;
+pub mod change_stream;
 pub mod codec;
 pub mod frontend;
 pub mod mirror;

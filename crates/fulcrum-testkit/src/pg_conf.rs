@@ -46,7 +46,9 @@ pub(crate) fn cluster_settings(max_connections: u32) -> Vec<(String, String)> {
         s("synchronous_commit", "off"),
         s("full_page_writes", "off"),
         s("shared_buffers", "32MB"),
-        s("wal_level", "replica"),
+        // Logical: the cache's change stream decodes the primary's WAL
+        // (a superset of replica; replicas are unaffected).
+        s("wal_level", "logical"),
         s("hot_standby", "on"),
         s("max_wal_senders", "10"),
         s("max_replication_slots", "10"),

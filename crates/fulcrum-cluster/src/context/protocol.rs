@@ -1,8 +1,9 @@
 //! What the core asks of the protocol context that holds it
 //! ([`ProtocolContext`]: open a server connection for a pool, the health
 //! loop's server operations, a database's functions and relations), and
-//! what it does with that: start the health loop, `min_pool_size` upkeep
-//! and the function and relation catalogs' lookups, and answer the admin console
+//! what it does with that: start the health loop, `min_pool_size` upkeep,
+//! the function and relation catalogs' lookups and (by default, none) the
+//! cache's change streams, and answer the admin console
 //! ([`ClusterAdmin`], for every protocol context).
 
 use std::future::Future;
@@ -179,6 +180,20 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
             },
         ))
     }
+
+    /// Starts the result cache's change streams (`[cluster.cache]
+    /// invalidation = "stream"`), until the health loop stops (start that
+    /// first). This default is a protocol without one (MariaDB/MySQL: the
+    /// binlog stream is not built yet): the cache falls back to Fulcrum's
+    /// own writes, as with `invalidation = "proxy"`, and says so once.
+    fn start_change_streams(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let cache = self.core().cache.as_ref()?;
+        if cache.uses_streams() {
+            tracing::warn!(cluster = %self.core().name(), "cache invalidation = \"stream\": this protocol's change stream (the MariaDB/MySQL binlog stream) is not built yet; the cache is invalidated by the writes that pass through Fulcrum only, as with invalidation = \"proxy\"");
+            cache.without_stream();
+        }
+        None
+    }
 }
 
 impl<X: ProtocolContext> ClusterAdmin for X {
@@ -214,5 +229,8 @@ impl<X: ProtocolContext> ClusterAdmin for X {
     }
     fn mirrors(&self) -> Vec<Arc<fulcrum_metrics::MirrorStats>> {
         self.core().mirrors.stats()
+    }
+    fn cache(&self) -> Option<fulcrum_cache::Cache> {
+        self.core().cache.clone()
     }
 }

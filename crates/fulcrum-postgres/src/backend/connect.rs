@@ -186,14 +186,26 @@ impl ConnectError {
 
 /// Opens and authenticates a connection within `timeout`.
 pub async fn connect(target: &ServerTarget, timeout: Duration) -> Result<ServerConn, ConnectError> {
+    connect_with(target, &[], timeout).await
+}
+
+/// [`connect`] with more startup parameters (a change stream's `replication=database`).
+pub async fn connect_with(
+    target: &ServerTarget,
+    extra: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<ServerConn, ConnectError> {
     let timed_out = |timeout| ConnectError::Timeout {
         address: target.address.clone(),
         timeout,
     };
-    fulcrum_net::within(timeout, connect_inner(target), timed_out).await
+    fulcrum_net::within(timeout, connect_inner(target, extra), timed_out).await
 }
 
-async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError> {
+async fn connect_inner(
+    target: &ServerTarget,
+    extra: &[(&str, &str)],
+) -> Result<ServerConn, ConnectError> {
     let address = target.address.clone();
     let io = |source| ConnectError::Io {
         address: address.clone(),
@@ -233,13 +245,15 @@ async fn connect_inner(target: &ServerTarget) -> Result<ServerConn, ConnectError
         .map_or(BindingMode::Disable, |t| t.channel_binding);
     let mut out = BytesMut::new();
     frontend::startup_message(
-        // Nothing else: the server's defaults are what `RESET ALL` returns to
-        // when a connection passes to another client; each client's own
-        // startup parameters are replayed on top (see frontend::session).
+        // Nothing else (`extra`: connections no client uses): the server's
+        // defaults are what `RESET ALL` returns to between clients; each
+        // client's own startup parameters are replayed on top (frontend::session).
         [
             ("user", target.user.as_str()),
             ("database", target.database.as_str()),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied()),
         &mut out,
     )
     .map_err(io)?;

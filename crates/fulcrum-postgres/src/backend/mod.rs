@@ -12,5 +12,5 @@ pub mod settings;
 pub mod stream;
 
 pub use conn::ServerConn;
-pub use connect::{connect, ConnectError, Credential, ServerTarget, ServerTlsTarget};
+pub use connect::{connect, connect_with, ConnectError, Credential, ServerTarget, ServerTlsTarget};
 pub use connect_query::run_connect_query;

@@ -4,6 +4,7 @@
 pub mod backend_msg;
 pub mod frame;
 pub mod frontend_msg;
+pub mod replication;
 pub mod startup;
 
 pub use frame::{check_frame, FrameError, FrameHeader};

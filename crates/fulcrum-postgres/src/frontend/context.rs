@@ -316,7 +316,8 @@ impl ProtocolContext for ClusterContext {
         let mut conn = self.catalog_conn(w).await?;
         let rows = conn
             .query_rows(
-                "SELECT p.proname::text, bool_or(p.provolatile = 'v')::text FROM pg_proc p \
+                "SELECT p.proname::text, bool_or(p.provolatile = 'v')::text, \
+                 bool_and(p.provolatile = 'i')::text FROM pg_proc p \
                  JOIN pg_namespace n ON n.oid = p.pronamespace \
                  WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') GROUP BY p.proname",
             )
@@ -325,8 +326,11 @@ impl ProtocolContext for ClusterContext {
         let mut functions = Functions::new();
         for row in rows {
             if let (Some(Some(name)), Some(Some(volatile))) = (row.first(), row.get(1)) {
+                let immutable = matches!(row.get(2), Some(Some(v)) if v == "true");
                 let kind = if volatile == "true" {
                     FunctionKind::Write
+                } else if immutable {
+                    FunctionKind::Immutable
                 } else {
                     FunctionKind::Read
                 };
@@ -343,6 +347,12 @@ impl ProtocolContext for ClusterContext {
 
     fn prepared_statements(&self) -> Option<usize> {
         Some(self.statements.len())
+    }
+
+    /// One logical decoding stream per database the cache serves
+    /// (`crate::change_stream`).
+    fn start_change_streams(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        crate::change_stream::start(self)
     }
 
     fn listeners(&self) -> Vec<fulcrum_cluster::ListenerRow> {

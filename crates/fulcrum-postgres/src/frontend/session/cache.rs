@@ -18,6 +18,14 @@ use super::*;
 /// it goes to the server itself.
 const FILL_WAIT: Duration = Duration::from_secs(5);
 
+/// How a read is kept: the tables it reads, how long, and whether only
+/// from its key's second miss (`mode = "auto"`).
+struct Keep {
+    tables: Vec<Table>,
+    ttl: Duration,
+    second_miss: bool,
+}
+
 /// What the cache did with the Query at the front of the client buffer.
 pub(super) enum CacheStep {
     /// Not the cache's: routed as usual.
@@ -43,6 +51,63 @@ pub(super) struct Capture {
 pub(super) enum Written {
     Tables(Vec<Table>),
     Database,
+}
+
+/// An extended-protocol unit the cache may answer, as found at the front
+/// of the client buffer.
+struct ExtendedUnit<'a> {
+    /// Its bytes, all frames to Sync.
+    total: usize,
+    statement: &'a [u8],
+    /// Where the Bind's parameters and formats lie in the buffer.
+    rest: std::ops::Range<usize>,
+    /// The portal is described (its RowDescription is in the answer).
+    described: bool,
+}
+
+/// Bind (of a named statement), an optional Describe of its portal,
+/// Execute of all its rows, Sync: all whole in `buf`. Pure over the bytes.
+fn extended_unit(buf: &[u8], max: u64) -> Option<ExtendedUnit<'_>> {
+    let frame = |at: usize| -> Option<(u8, &[u8], usize)> {
+        let h = check_frame(buf.get(at..)?, max).ok()??;
+        let body = buf.get(at + 5..at + h.total)?;
+        Some((h.tag, body, h.total))
+    };
+    let (tag, body, mut total) = frame(0)?;
+    let bind = bind_msg(body).filter(|b| tag == b'B' && !b.statement.is_empty())?;
+    let rest_at = 5 + bind.portal.len() + 1 + bind.statement.len() + 1;
+    let mut described = false;
+    let (mut tag, mut body, mut len) = frame(total)?;
+    if tag == b'D' {
+        let portal = body.strip_prefix(b"P")?.strip_suffix(b"\0")?;
+        if portal != bind.portal {
+            return None;
+        }
+        described = true;
+        total += len;
+        (tag, body, len) = frame(total)?;
+    }
+    // Execute of this portal, all rows (a row limit suspends the portal).
+    let (portal, rows) = body.split_at_checked(body.len().checked_sub(4)?)?;
+    if tag != b'E' || portal.strip_suffix(b"\0")? != bind.portal || rows != [0, 0, 0, 0] {
+        return None;
+    }
+    total += len;
+    let (tag, _, len) = frame(total)?;
+    if tag != b'S' {
+        return None;
+    }
+    Some(ExtendedUnit {
+        total: total + len,
+        statement: bind.statement,
+        rest: rest_at..5 + body_len(buf),
+        described,
+    })
+}
+
+/// The length of the body of the frame at the front of `buf` (whole).
+fn body_len(buf: &[u8]) -> usize {
+    u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize - 4
 }
 
 impl Capture {
@@ -126,25 +191,76 @@ impl Session {
             return CacheStep::Pass;
         };
         let unit = self.ctx.classify_unit(text);
-        let Some((tables, ttl)) = self.keepable(&unit, text) else {
+        let Some(keep) = self.keepable(&unit, text) else {
             return CacheStep::Pass;
         };
         let key = self.cache_key(b'Q', &[text.as_bytes()]);
         let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000);
-        let cache = self.ctx.cache.clone().expect("checked above");
+        let database = self.id.database.clone();
         let query = Query {
             key: &key,
-            database: &self.id.database,
+            database: &database,
             digest: unit.key,
             text: &normal,
-            tables: &tables,
-            ttl,
+            tables: &keep.tables,
+            ttl: keep.ttl,
+            second_miss: keep.second_miss,
         };
-        let mut found = cache.lookup(&query, true);
+        self.cache_lookup(&query, total).await
+    }
+
+    /// Looks the extended-protocol unit at the front of the client buffer
+    /// up: a Bind of a named statement, its portal's Describe, an Execute
+    /// of all rows and Sync (what pgbench -M prepared and libpq's
+    /// `PQexecPrepared` send). Anything else is not the cache's.
+    pub(super) async fn cache_front_bind(&mut self) -> CacheStep {
+        if !self.cache_may_answer() || !self.stmts.signals.is_empty() || self.listen.is_some() {
+            return CacheStep::Pass;
+        }
+        let max = self.ctx.config.max_message_size;
+        let Some(unit) = extended_unit(&self.client.read_buf, max) else {
+            return CacheStep::Pass;
+        };
+        let Some(statement) = self.stmts.map.get(unit.statement).cloned() else {
+            return CacheStep::Pass;
+        };
+        let Ok(text) = std::str::from_utf8(&statement.query) else {
+            return CacheStep::Pass;
+        };
+        let classified = self.ctx.classify_unit(text);
+        let Some(keep) = self.keepable(&classified, text) else {
+            return CacheStep::Pass;
+        };
+        let rest = &self.client.read_buf[unit.rest.clone()];
+        let key = self.cache_key(
+            b'E',
+            &[statement.definition(), rest, &[unit.described as u8]],
+        );
+        let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000);
+        let database = self.id.database.clone();
+        let query = Query {
+            key: &key,
+            database: &database,
+            digest: classified.key,
+            text: &normal,
+            tables: &keep.tables,
+            ttl: keep.ttl,
+            second_miss: keep.second_miss,
+        };
+        let total = unit.total;
+        self.cache_lookup(&query, total).await
+    }
+
+    /// The lookup of `query` for the unit of `total` bytes at the front:
+    /// a hit answers it, a miss takes the fill, another client's fill is
+    /// waited for first.
+    async fn cache_lookup(&mut self, query: &Query<'_>, total: usize) -> CacheStep {
+        let cache = self.ctx.cache.clone().expect("checked by cache_may_answer");
+        let mut found = cache.lookup(query, true);
         if let Lookup::Wait(waiter) = found {
             // Another client is filling it: its answer serves this one too.
             let _ = tokio::time::timeout(FILL_WAIT, waiter.wait()).await;
-            found = cache.lookup(&query, false);
+            found = cache.lookup(query, false);
         }
         match found {
             Lookup::Hit(answer) => {
@@ -168,26 +284,29 @@ impl Session {
     /// The tables and TTL of a read the cache may keep: a deterministic
     /// read of tables a rule lists (or, in `auto` mode, any), with no
     /// `fulcrum:nocache` hint.
-    fn keepable(
-        &self,
-        unit: &fulcrum_sql::Classified,
-        text: &str,
-    ) -> Option<(Vec<Table>, Duration)> {
+    fn keepable(&self, unit: &fulcrum_sql::Classified, text: &str) -> Option<Keep> {
         let config = &self.ctx.config.cache;
         let reads = unit.cache.reads.as_ref()?;
-        // Functions no list knows to be immutable: not kept (the catalog's
-        // word on them is not asked yet).
-        if unit.cache.calls.is_some() || (unit.comments && fulcrum_sql::no_cache(text)) {
+        if unit.comments && fulcrum_sql::no_cache(text) {
             return None;
         }
         // Relation catalog: only ordinary tables the server has shown.
         if !self.relations_keepable(reads) {
             return None;
         }
+        // Functions no list knows to be immutable: kept only if the
+        // catalog says each is a user function declared IMMUTABLE.
+        if let Some(calls) = &unit.cache.calls {
+            let (user, db) = (&self.id.user, &self.id.database);
+            if !self.ctx.functions.all_immutable(user, (0, 0), db, calls) {
+                return None;
+            }
+        }
         let names = reads.iter().map(|t| &**t);
-        let ttl = match config.rule_for(names) {
-            Some(rule) => rule.ttl.unwrap_or(config.ttl).min(config.ttl),
-            None if config.mode == fulcrum_config::CacheMode::Auto => config.ttl,
+        let (ttl, second_miss) = match config.rule_for(names) {
+            Some(rule) => (rule.ttl.unwrap_or(config.ttl).min(config.ttl), false),
+            // `auto`: a key is kept from its second miss on.
+            None if config.mode == fulcrum_config::CacheMode::Auto => (config.ttl, true),
             None => return None,
         };
         let db = &self.id.database;
@@ -195,7 +314,11 @@ impl Session {
             .iter()
             .map(|t| fulcrum_cache::table(db, t, false))
             .collect();
-        Some((tables, ttl))
+        Some(Keep {
+            tables,
+            ttl,
+            second_miss,
+        })
     }
 
     /// The key of a unit: its kind, the database, the user (unless entries
@@ -297,6 +420,38 @@ impl Session {
         self.ctx
             .relations
             .wide_writes(&id.pool_user, (0, 0), &id.database, names)
+    }
+
+    /// What a simple Query's `unit` may change: its facts, or the whole
+    /// database when it is a read calling a user function the catalog says
+    /// may write (the text cannot tell what that function changes).
+    pub(super) fn cache_query_writes(&mut self, unit: &fulcrum_sql::Classified) {
+        if self.ctx.cache.is_none() {
+            return;
+        }
+        let (user, db) = (&self.id.user, &self.id.database);
+        let calls_writer = unit.functions.is_some()
+            && unit.decision == Decision::Read
+            && self.ctx.catalog_decision(unit, user, db) != Decision::Read;
+        match calls_writer {
+            true => self.cache_writes(&Writes::Everything),
+            false => self.cache_writes(&unit.cache.writes),
+        }
+    }
+
+    /// A Bind (`frame`) of a statement that may write (its routing says
+    /// so): what its text names, else (the unnamed statement's text is not
+    /// kept; a read calling a function that writes) the whole database.
+    pub(super) fn cache_bind_writes(&mut self, frame: &[u8]) {
+        let writes = bind_msg(&frame[5..])
+            .and_then(|b| self.stmts.map.get(b.statement))
+            .and_then(|s| std::str::from_utf8(&s.query).ok())
+            .map(|text| self.ctx.classify_unit(text).cache.writes)
+            // It may write (its routing said so) yet its text names nothing
+            // it changes (a read calling a function that writes).
+            .filter(|w| *w != Writes::Nothing)
+            .unwrap_or(Writes::Everything);
+        self.cache_writes(&writes);
     }
 
     fn invalidate(&self, written: &Written) {

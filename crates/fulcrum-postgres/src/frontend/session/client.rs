@@ -76,8 +76,11 @@ impl Session {
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
                 if self.server.is_none() {
-                    if header.tag == b'Q' && self.ctx.cache.is_some() {
-                        let step = self.cache_front(header.total, look.text).await;
+                    if self.ctx.cache.is_some() && matches!(header.tag, b'Q' | b'B') {
+                        let step = match header.tag {
+                            b'Q' => self.cache_front(header.total, look.text).await,
+                            _ => self.cache_front_bind().await,
+                        };
                         if matches!(step, cache::CacheStep::Answered) {
                             continue;
                         }

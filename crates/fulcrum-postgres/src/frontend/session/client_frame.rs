@@ -134,7 +134,7 @@ impl Session {
         if unit.may_commit {
             self.engine.commit_sent();
         }
-        self.cache_writes(&unit.cache.writes);
+        self.cache_query_writes(&unit);
         self.txn.unit_writes = may_write(unit.decision);
         let stamp = if replaying {
             None

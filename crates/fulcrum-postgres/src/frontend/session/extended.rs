@@ -252,6 +252,9 @@ impl Session {
                     .map_or(Decision::Unknown, |s| s.decision)
             };
             self.txn.unit_writes |= may_write(decision);
+            if self.ctx.cache.is_some() && may_write(decision) {
+                self.cache_bind_writes(&frame);
+            }
         }
         if !self.stmts.digests.is_empty() {
             if let Some(b) = bind_msg(&frame[5..]) {
