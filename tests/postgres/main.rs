@@ -9,7 +9,8 @@
 //! commits per server and times replicas) and `pg_session` (which
 //! terminates server backends by statement) keep their own; `pg_pgbench`
 //! starts one for its test; `cache_stream` starts its own (one with
-//! logical decoding, one without).
+//! logical decoding, one without); `pg_relations` keeps a primary of its
+//! own (its objects are its cases).
 
 mod cache_stream;
 mod pg_cache;
@@ -22,6 +23,7 @@ mod pg_pgbench;
 mod pg_pids;
 mod pg_pool_modes;
 mod pg_proxy;
+mod pg_relations;
 mod pg_routing;
 mod pg_session;
 mod pg_unix_socket;

@@ -1,7 +1,7 @@
 //! The protocol-neutral core of a cluster's context: what the PostgreSQL
 //! and MySQL contexts share. It owns the cluster's config, its metrics
 //! handles, the health loop's handle, the router and health view, the
-//! classifier, the statement digests, the function catalog, the
+//! classifier, the statement digests, the function and relation catalogs, the
 //! causal-read positions and the server connection pools (`pools`); it is
 //! generic over the protocol's server connection (`C`), its replication
 //! position (`P`: PostgreSQL's LSN, MariaDB's GTID list) and what besides
@@ -25,6 +25,7 @@ use fulcrum_pool::{BackendId, Balance, Budgets, Coalesced, Pool, Router, UserPos
 use fulcrum_sql::{Classified, Classifier, ClassifierConfig, Decision, Dialect};
 
 use crate::function_catalog::FunctionCatalog;
+use crate::relation_catalog::RelationCatalog;
 use crate::{ClusterView, DigestSlot, HealthLoop};
 
 pub use pools::PoolScope;
@@ -59,6 +60,9 @@ pub struct ClusterCore<C, P, S> {
     pub user_positions: UserPositions<P>,
     /// `function_catalog`: what the server says of functions no list decides.
     pub functions: Arc<FunctionCatalog>,
+    /// With a result cache: which relations its reads may be kept of, and
+    /// which writes invalidate the whole database.
+    pub relations: Arc<RelationCatalog>,
     /// `[[cluster.mirror]]`: the targets and their diffs.
     pub mirrors: crate::mirror::Targets,
     /// `[cluster.cache]`: the result cache, when its mode is not `off`.
@@ -104,6 +108,11 @@ impl<C, P: Clone, S> ClusterCore<C, P, S> {
             primary_position: Coalesced::new(),
             user_positions: UserPositions::default(),
             functions: Arc::new(FunctionCatalog::new(
+                config
+                    .function_catalog
+                    .unwrap_or(fulcrum_config::defaults::FUNCTION_CATALOG_TTL),
+            )),
+            relations: Arc::new(RelationCatalog::new(
                 config
                     .function_catalog
                     .unwrap_or(fulcrum_config::defaults::FUNCTION_CATALOG_TTL),
@@ -300,11 +309,32 @@ impl<C, P, S> ClusterCore<C, P, S> {
     /// `database`: when the function catalog has not read that database yet,
     /// ask for it and wait up to `function_catalog_wait`, so the client's
     /// first reads are routed by the catalog, not sent to the primary.
+    /// With a result cache, the relation catalog likewise (in the same
+    /// wait), so the first reads may be kept.
     pub async fn catalog_at_login(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
+        let deadline = tokio::time::Instant::now() + self.config.function_catalog_wait;
+        let relations = self.cache.is_some() && !self.relations.knows(database);
+        if relations {
+            self.relations.want(user, options, database);
+        }
+        self.functions_at_login(user, options, database, deadline)
+            .await;
+        if relations {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.relations.wait_known(database, left).await;
+        }
+    }
+
+    async fn functions_at_login(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        deadline: tokio::time::Instant,
+    ) {
         if self.config.function_catalog.is_none() || self.functions.knows(database) {
             return;
         }
-        let deadline = tokio::time::Instant::now() + self.config.function_catalog_wait;
         // Twice at most: a lookup as the health user (at start) that could
         // not log in is followed by one with this client's login.
         for _ in 0..2 {

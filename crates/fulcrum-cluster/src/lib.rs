@@ -14,7 +14,7 @@
 //!
 //! A cluster's shared state: `context::ClusterCore`, what every protocol's
 //! cluster context holds (config, metrics, router and health view,
-//! classifier, digests, function catalog, causal-read positions, the
+//! classifier, digests, function and relation catalogs, causal-read positions, the
 //! server connection pools and their upkeep), and `serve`, the client
 //! listener (accept, pending-login admission, `max_client_connections`, a
 //! task per client, the drain on shutdown). `clients` and `view` are shared
@@ -56,6 +56,7 @@ pub mod mirror;
 pub mod monitor;
 pub mod ops;
 pub mod pool_upkeep;
+pub mod relation_catalog;
 pub mod replay;
 pub mod serve;
 pub mod state;

@@ -202,6 +202,15 @@ impl ClusterMetrics {
             .inc();
     }
 
+    /// A read of a database's relations (the result cache's relation
+    /// catalog) ended: loaded or failed.
+    pub fn relation_lookup(&self, loaded: bool) {
+        self.metrics
+            .relation_lookups
+            .with_label_values(&[self.name.as_str(), if loaded { "loaded" } else { "failed" }])
+            .inc();
+    }
+
     /// An `auth_query` lookup ended: `cached`, `found`, `missing`,
     /// `limited` or `failed`.
     pub fn auth_lookup(&self, outcome: &'static str) {

@@ -141,8 +141,8 @@ fn context(
 
 /// Starts `ctx`, a cluster's new context: `earlier` (the one a reload
 /// replaces) hands over first, then it is registered with metrics and its
-/// health loop, pool upkeep, function lookups and the cache's change
-/// streams start. Returns the channel its listener takes it from.
+/// health loop, pool upkeep, function and relation lookups and the cache's
+/// change streams start. Returns the channel its listener takes it from.
 fn start<X: ProtocolContext + fulcrum_metrics::Source>(
     ctx: Arc<X>,
     earlier: Option<&watch::Sender<Arc<X>>>,
@@ -156,6 +156,7 @@ fn start<X: ProtocolContext + fulcrum_metrics::Source>(
     ctx.start_health(shutdown.clone());
     ctx.start_pool_upkeep();
     ctx.start_function_lookups();
+    ctx.start_relation_lookups();
     ctx.start_change_streams();
     watch::channel(ctx).0
 }

@@ -1,9 +1,9 @@
 //! What the core asks of the protocol context that holds it
 //! ([`ProtocolContext`]: open a server connection for a pool, the health
-//! loop's server operations, a database's functions), and what it does
-//! with that: start the health loop, `min_pool_size` upkeep, the
-//! function catalog's lookups and (by default, none) the cache's change
-//! streams, and answer the admin console
+//! loop's server operations, a database's functions and relations), and
+//! what it does with that: start the health loop, `min_pool_size` upkeep,
+//! the function and relation catalogs' lookups and (by default, none) the
+//! cache's change streams, and answer the admin console
 //! ([`ClusterAdmin`], for every protocol context).
 
 use std::future::Future;
@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use super::{ClusterCore, PoolScope};
 use crate::admin::{ClusterAdmin, ListenerRow, PoolRow};
 use crate::function_catalog::{self, Functions, Wanted};
+use crate::relation_catalog::{self, Relations};
 use crate::{ClusterView, MonitorHandle, ServerOps};
 
 /// A protocol's cluster context: its protocol-neutral core, and the few
@@ -55,6 +56,14 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
     /// Reads the functions of `wanted`'s database on the primary (`None`:
     /// the lookup failed).
     fn read_functions(&self, wanted: &Wanted) -> impl Future<Output = Option<Functions>> + Send;
+
+    /// Reads the relations of `wanted`'s database on the primary, for the
+    /// result cache (`None`: the lookup failed, or the protocol does not
+    /// read them: nothing of the database is then kept).
+    fn read_relations(&self, wanted: &Wanted) -> impl Future<Output = Option<Relations>> + Send {
+        let _ = wanted;
+        std::future::ready(None)
+    }
 
     /// The prepared statements this cluster's clients hold, where the
     /// protocol counts them (a gauge).
@@ -135,6 +144,38 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
                         core.metrics.function_lookup(found.is_some());
                         core.functions.settle(&core.config.name, w, found);
                     }
+                }
+            },
+        ))
+    }
+
+    /// Runs the relation catalog's lookups on the primary until the health
+    /// loop stops (start that first); nothing without a result cache.
+    fn start_relation_lookups(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let core = self.core();
+        core.cache.as_ref()?;
+        let stop = core.health.stopped()?;
+        let weak = Arc::downgrade(self);
+        let databases = core
+            .config
+            .databases
+            .iter()
+            .map(|d| Arc::<str>::from(d.server_database.as_str()))
+            .collect();
+        let router = core.router.clone();
+        Some(relation_catalog::start_lookups(
+            core.relations.clone(),
+            core.config.name.clone(),
+            stop,
+            databases,
+            move || router.primary(),
+            move |w| {
+                let ctx = weak.upgrade();
+                async move {
+                    let ctx = ctx?;
+                    let found = ctx.read_relations(&w).await;
+                    ctx.core().metrics.relation_lookup(found.is_some());
+                    found
                 }
             },
         ))

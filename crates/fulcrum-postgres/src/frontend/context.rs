@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fulcrum_cluster::function_catalog::{FunctionKind, Functions, Wanted};
+use fulcrum_cluster::relation_catalog::Relations;
 use fulcrum_cluster::{ClusterCore, ProtocolContext};
 use fulcrum_config::Cluster;
 use fulcrum_pool::BackendId;
@@ -312,26 +313,7 @@ impl ProtocolContext for ClusterContext {
     /// (`pg_proc` shows every user the same), or, at start and after a
     /// failover (no client asked), as the health user.
     async fn read_functions(&self, w: &Wanted) -> Option<Functions> {
-        let primary = self.router.primary()?;
-        let mut conn = if w.user.is_empty() {
-            let target = crate::backend::ServerTarget {
-                address: self.backends[primary].clone(),
-                user: self.config.health.user.clone(),
-                credential: Credential::Password(self.config.health.password.clone()),
-                database: w.database.to_string(),
-                allow_cleartext: self.config.server_cleartext,
-                tls: self
-                    .config
-                    .backends
-                    .get(primary)
-                    .and_then(|b| crate::backend::ServerTlsTarget::from_config(&b.tls)),
-            };
-            crate::backend::connect(&target, self.config.connect_timeout)
-                .await
-                .ok()?
-        } else {
-            self.open(primary, &w.user, &w.database).await.ok()?
-        };
+        let mut conn = self.catalog_conn(w).await?;
         let rows = conn
             .query_rows(
                 "SELECT p.proname::text, bool_or(p.provolatile = 'v')::text, \
@@ -356,6 +338,11 @@ impl ProtocolContext for ClusterContext {
             }
         }
         Some(functions)
+    }
+
+    /// The database's relations, for the result cache (`relations`).
+    async fn read_relations(&self, w: &Wanted) -> Option<Relations> {
+        self.relations_of(w).await
     }
 
     fn prepared_statements(&self) -> Option<usize> {

@@ -9,6 +9,7 @@ pub mod error;
 pub mod expect;
 pub mod hba;
 pub mod login;
+pub mod relations;
 pub mod serve;
 pub mod session;
 pub mod startup_options;

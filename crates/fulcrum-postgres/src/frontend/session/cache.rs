@@ -290,6 +290,10 @@ impl Session {
         if unit.comments && fulcrum_sql::no_cache(text) {
             return None;
         }
+        // Relation catalog: only ordinary tables the server has shown.
+        if !self.relations_keepable(reads) {
+            return None;
+        }
         // Functions no list knows to be immutable: kept only if the
         // catalog says each is a user function declared IMMUTABLE.
         if let Some(calls) = &unit.cache.calls {
@@ -377,6 +381,8 @@ impl Session {
         let now = match writes {
             Writes::Nothing => return,
             Writes::Everything => Written::Database,
+            // Relation catalog: triggers, rules, cascades, partitions.
+            Writes::Tables(names) if self.relations_wide(names) => Written::Database,
             Writes::Tables(names) => Written::Tables(
                 names
                     .iter()
@@ -396,6 +402,24 @@ impl Session {
             (None, now) => now,
         };
         self.cache_written = Some(Box::new(merged));
+    }
+
+    /// The relation catalog's word on a read of `names`: kept only when
+    /// every name is an ordinary table (asked for when not known yet).
+    fn relations_keepable(&self, names: &[std::sync::Arc<str>]) -> bool {
+        let id = &self.id;
+        self.ctx
+            .relations
+            .keepable(&id.pool_user, (0, 0), &id.database, names)
+    }
+
+    /// The relation catalog's word on a write to `names`: whether it may
+    /// change more than them (the whole database is invalidated then).
+    fn relations_wide(&self, names: &[std::sync::Arc<str>]) -> bool {
+        let id = &self.id;
+        self.ctx
+            .relations
+            .wide_writes(&id.pool_user, (0, 0), &id.database, names)
     }
 
     /// What a simple Query's `unit` may change: its facts, or the whole

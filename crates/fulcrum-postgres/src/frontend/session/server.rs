@@ -295,6 +295,8 @@ impl Session {
                 self.ctx.statements.schema_changed();
                 // A function may have been created or changed.
                 self.ctx.functions.forget();
+                // A trigger, rule, view or key may have come or gone.
+                self.ctx.relations.forget();
                 self.ddl_in_txn = true;
             }
             Noted::Nothing => {}
@@ -330,6 +332,8 @@ impl Session {
             }
             if status == b'I' && std::mem::take(&mut self.ddl_in_txn) {
                 self.ctx.statements.schema_changed();
+                // Read again now that others see it.
+                self.ctx.relations.forget();
             }
             self.on_ready(status);
             self.log_ready(status);

@@ -1,0 +1,515 @@
+//! `relation_catalog`: what the server says of the relations a cached read
+//! names or a write touches, which the statement text cannot show (issue
+//! 46). Per database, every relation by its unqualified lower-case name
+//! ([`Relations`]): whether reads of it may be kept by the result cache
+//! (an ordinary, permanent table that is no partition, no inheritance
+//! parent or child, outside the system schemas: not a view, materialized
+//! view, sequence or foreign table), and whether a write to it may change
+//! more than itself (a user trigger, a rule, a foreign key referencing it
+//! with a cascading action, a partition or inheritance tree): such a write
+//! invalidates the whole database. A name in several schemas is combined
+//! conservatively (kept only if every one may be, wide if any is).
+//!
+//! Mirrors `function_catalog`: read in one query on the primary by the
+//! protocol context ([`crate::ProtocolContext::read_relations`]) in the
+//! background, only when the cluster has a cache; kept for
+//! `function_catalog_ttl` (a stale answer still used while it is read
+//! again); forgotten on DDL seen through Fulcrum (a lookup in flight then
+//! is discarded); a failed lookup asked again after [`RETRY_AFTER`]. The
+//! data path never waits: a database not known yet keeps nothing and
+//! invalidates itself whole on every write, and is asked for; a login asks
+//! for its database and waits up to `function_catalog_wait`.
+//!
+//! Row-level security: tables with `relrowsecurity` stay keepable, because
+//! the cache key holds the user and every setting the client has (policies
+//! depending on anything else, such as a setting changed inside a function,
+//! are outside what the cache can see: leave such tables out of `auto`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+pub use crate::function_catalog::{Wanted, RETRY_AFTER};
+
+/// What the server says of one relation name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relation {
+    /// Reads of it may be kept (an ordinary permanent table, alone).
+    pub keepable: bool,
+    /// A write to it may change other relations too.
+    pub wide: bool,
+}
+
+impl Relation {
+    /// What two relations of one name (in different schemas) make together.
+    pub fn and(self, other: Relation) -> Relation {
+        Relation {
+            keepable: self.keepable && other.keepable,
+            wide: self.wide || other.wide,
+        }
+    }
+}
+
+/// The relations of one database, by unqualified lower-case name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Relations {
+    by_name: HashMap<Arc<str>, Relation>,
+}
+
+/// The last part of `name` (`schema.table` to `table`), lower case.
+fn key(name: &str) -> String {
+    name.rsplit('.').next().unwrap_or(name).to_lowercase()
+}
+
+impl Relations {
+    pub fn new() -> Relations {
+        Relations::default()
+    }
+
+    /// Adds the relation `name` (as the server spells it): one already
+    /// known by that name is combined with it conservatively.
+    pub fn add(&mut self, name: &str, relation: Relation) {
+        let name = key(name);
+        match self.by_name.get_mut(name.as_str()) {
+            Some(known) => *known = known.and(relation),
+            None => {
+                self.by_name.insert(name.into(), relation);
+            }
+        }
+    }
+
+    /// What is known of `name` (qualified or not; any case).
+    pub fn get(&self, name: &str) -> Option<Relation> {
+        self.by_name.get(key(name).as_str()).copied()
+    }
+
+    /// Whether reads of every name may be kept (an unknown name: no).
+    pub fn keepable(&self, names: &[Arc<str>]) -> bool {
+        names
+            .iter()
+            .all(|n| self.get(n).is_some_and(|r| r.keepable))
+    }
+
+    /// Whether a write to any name may change more than the names (an
+    /// unknown name: yes).
+    pub fn wide_writes(&self, names: &[Arc<str>]) -> bool {
+        names.iter().any(|n| self.get(n).is_none_or(|r| r.wide))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// A database's relations and when they were read.
+type ReadAt = (Arc<Relations>, Instant);
+
+/// Most databases kept; the table is emptied when it fills.
+const MAX_DATABASES: usize = 1_000;
+
+#[derive(Debug)]
+pub struct RelationCatalog {
+    ttl: Duration,
+    known: RwLock<HashMap<Arc<str>, ReadAt>>,
+    /// Databases asked for and not answered yet.
+    pending: Mutex<HashSet<Arc<str>>>,
+    /// Databases whose lookup failed, and when.
+    failed: Mutex<HashMap<Arc<str>, Instant>>,
+    queue: Mutex<Vec<Wanted>>,
+    /// Bumped by [`Self::forget`]: a lookup begun before is discarded.
+    generation: AtomicU64,
+    wake: Notify,
+    settled: Notify,
+}
+
+impl RelationCatalog {
+    pub fn new(ttl: Duration) -> RelationCatalog {
+        RelationCatalog {
+            ttl,
+            known: RwLock::default(),
+            pending: Mutex::default(),
+            failed: Mutex::default(),
+            queue: Mutex::default(),
+            generation: AtomicU64::new(0),
+            wake: Notify::new(),
+            settled: Notify::new(),
+        }
+    }
+
+    /// Whether `database`'s relations are known (fresh or stale).
+    pub fn knows(&self, database: &str) -> bool {
+        self.known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(database)
+    }
+
+    /// Asks for `database`'s relations (with `user`'s login, or the health
+    /// user's when empty), unless asked already or failed less than
+    /// [`RETRY_AFTER`] ago.
+    pub fn want(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
+        let backing_off = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(database)
+            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if backing_off {
+            return;
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.insert(database.into()) {
+            self.queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Wanted {
+                    user: user.clone(),
+                    options,
+                    database: database.into(),
+                });
+            self.wake.notify_one();
+        }
+    }
+
+    /// Waits until `database`'s relations are known, its lookup ended, or
+    /// `limit` passed (a login: its first reads may then be kept).
+    pub async fn wait_known(&self, database: &str, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            let waiting = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(database);
+            if self.knows(database) || !waiting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Whether the result cache may keep a read of `names` on `database`
+    /// (of `user`, with its protocol `options`): only once the database's
+    /// relations are known and every name is an ordinary table. Unknown or
+    /// stale: asked for (a stale answer is still used).
+    pub fn keepable(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        names: &[Arc<str>],
+    ) -> bool {
+        self.answer(user, options, database, |r| r.keepable(names))
+            .unwrap_or(false)
+    }
+
+    /// Whether a write to `names` on `database` must invalidate the whole
+    /// database: a name with triggers, rules, cascading foreign keys onto
+    /// it, partitions or inheritance, an unknown name, or a database not
+    /// known yet (asked for then).
+    pub fn wide_writes(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        names: &[Arc<str>],
+    ) -> bool {
+        self.answer(user, options, database, |r| r.wide_writes(names))
+            .unwrap_or(true)
+    }
+
+    /// `test` of `database`'s relations, `None` while they are not known;
+    /// asks for them when unknown or stale.
+    fn answer(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        test: impl Fn(&Relations) -> bool,
+    ) -> Option<bool> {
+        let (answer, ask) = {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            match known.get(database) {
+                Some((relations, at)) => (Some(test(relations)), at.elapsed() >= self.ttl),
+                None => (None, true),
+            }
+        };
+        if ask {
+            self.want(user, options, database);
+        }
+        answer
+    }
+
+    /// The lookups to run now.
+    pub fn wanted(&self) -> Vec<Wanted> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves when lookups are queued.
+    pub async fn requested(&self) {
+        self.wake.notified().await
+    }
+
+    /// The count of [`Self::forget`]s so far: a lookup notes it before it
+    /// reads and hands it to [`Self::settle`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Records the outcome of lookup `w`, begun at `generation` (`None`:
+    /// it failed). A lookup that DDL may have overtaken is not kept (the
+    /// next read asks again); a failure as the health user holds nothing
+    /// back (the next login asks with its own).
+    pub fn settle(&self, cluster: &str, w: Wanted, found: Option<Relations>, generation: u64) {
+        match found {
+            Some(_) if generation != self.generation() => {
+                tracing::debug!(%cluster, database = %w.database, "relation catalog: read before DDL, not kept");
+                self.unpend(&w.database);
+            }
+            Some(relations) => {
+                tracing::debug!(%cluster, database = %w.database, relations = relations.len(), "relation catalog read");
+                self.learned(w.database, relations);
+            }
+            None if w.user.is_empty() => self.unpend(&w.database),
+            None => self.failed(&w.database),
+        }
+    }
+
+    fn unpend(&self, database: &str) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(database);
+        self.settled.notify_waiters();
+    }
+
+    /// The server's answer for `database`.
+    pub fn learned(&self, database: Arc<str>, relations: Relations) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&database);
+        {
+            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+            if known.len() >= MAX_DATABASES {
+                known.clear();
+            }
+            known.insert(database.clone(), (Arc::new(relations), Instant::now()));
+        }
+        self.unpend(&database);
+    }
+
+    /// A lookup failed: asked again after [`RETRY_AFTER`].
+    pub fn failed(&self, database: &Arc<str>) {
+        {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if failed.len() >= MAX_DATABASES {
+                failed.clear();
+            }
+            failed.insert(database.clone(), Instant::now());
+        }
+        self.unpend(database);
+    }
+
+    /// The databases whose relations are known now.
+    pub fn databases(&self) -> Vec<Arc<str>> {
+        self.known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// DDL went through Fulcrum: every database is read again, and lookups
+    /// under way are not kept.
+    pub fn forget(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+/// Runs `look_up` for each lookup `catalog` wants until `stop` turns true,
+/// one at a time; `databases` are asked for at once, and every known one
+/// again whenever `primary` names another server (as
+/// `function_catalog::start_lookups`).
+pub fn start_lookups<F, Fut, P>(
+    catalog: Arc<RelationCatalog>,
+    cluster: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    databases: Vec<Arc<str>>,
+    primary: P,
+    look_up: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Wanted) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<Relations>> + Send,
+    P: Fn() -> Option<usize> + Send + 'static,
+{
+    let by_health_user: Arc<str> = "".into();
+    for database in &databases {
+        catalog.want(&by_health_user, (0, 0), database);
+    }
+    tokio::spawn(async move {
+        let mut last_primary = primary();
+        loop {
+            let now = primary();
+            if now != last_primary && now.is_some() {
+                last_primary = now;
+                let mut all = catalog.databases();
+                all.extend(databases.iter().cloned());
+                for database in all {
+                    catalog.want(&by_health_user, (0, 0), &database);
+                }
+            }
+            for w in catalog.wanted() {
+                let generation = catalog.generation();
+                let found = look_up(w.clone()).await;
+                catalog.settle(&cluster, w, found, generation);
+            }
+            tokio::select! {
+                _ = catalog.requested() => {}
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> Arc<str> {
+        s.into()
+    }
+
+    const TABLE: Relation = Relation {
+        keepable: true,
+        wide: false,
+    };
+    const VIEW: Relation = Relation {
+        keepable: false,
+        wide: false,
+    };
+    const TRIGGERED: Relation = Relation {
+        keepable: true,
+        wide: true,
+    };
+
+    fn app() -> Relations {
+        let mut r = Relations::new();
+        r.add("accounts", TABLE);
+        r.add("balances", VIEW);
+        r.add("orders", TRIGGERED);
+        r
+    }
+
+    #[test]
+    fn names_are_unqualified_and_combined_conservatively() {
+        let mut r = app();
+        assert!(r.keepable(&[n("accounts"), n("public.accounts")]));
+        assert!(r.keepable(&[n("App.ACCOUNTS")]), "any case, any schema");
+        assert!(!r.keepable(&[n("accounts"), n("balances")]), "a view");
+        assert!(!r.keepable(&[n("missing")]), "unknown: not kept");
+        assert!(r.keepable(&[]), "nothing to refuse");
+        assert!(!r.wide_writes(&[n("accounts")]));
+        assert!(r.wide_writes(&[n("accounts"), n("orders")]), "a trigger");
+        assert!(r.wide_writes(&[n("missing")]), "unknown: the database");
+        r.add("audit.accounts", VIEW);
+        assert!(!r.keepable(&[n("accounts")]), "a view of that name too");
+        r.add("other.accounts", TRIGGERED);
+        assert!(r.wide_writes(&[n("accounts")]), "wide in one schema");
+        r.add("\"odd.balances\"", TABLE);
+        assert_eq!(r.get("balances"), Some(VIEW), "a dotted name combines");
+    }
+
+    #[test]
+    fn nothing_is_kept_and_writes_are_wide_until_the_database_is_known() {
+        let c = RelationCatalog::new(Duration::from_secs(60));
+        let (u, db) = (n("app"), n("app"));
+        assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        assert!(c.wide_writes(&u, (0, 0), &db, &[n("accounts")]));
+        let wanted = c.wanted();
+        assert_eq!(wanted.len(), 1, "asked once: {wanted:?}");
+        let generation = c.generation();
+        c.settle("main", wanted[0].clone(), Some(app()), generation);
+        assert!(c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        assert!(!c.wide_writes(&u, (0, 0), &db, &[n("accounts")]));
+        assert!(c.wide_writes(&u, (0, 0), &db, &[n("orders")]));
+        assert!(c.wanted().is_empty(), "known and fresh");
+        assert!(!c.keepable(&u, (0, 0), &n("other"), &[n("accounts")]));
+        assert_eq!(c.wanted().len(), 1, "per database");
+    }
+
+    #[test]
+    fn ddl_forgets_and_discards_a_lookup_it_overtook() {
+        let c = RelationCatalog::new(Duration::from_secs(60));
+        let (u, db) = (n("app"), n("app"));
+        c.want(&u, (0, 0), &db);
+        let w = c.wanted().remove(0);
+        let generation = c.generation();
+        c.forget();
+        c.settle("main", w, Some(app()), generation);
+        assert!(!c.knows(&db), "read before the DDL: not kept");
+        assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        let w = c.wanted().remove(0);
+        c.settle("main", w, Some(app()), c.generation());
+        assert!(c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        c.forget();
+        assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        assert!(c.wide_writes(&u, (0, 0), &db, &[n("accounts")]));
+    }
+
+    #[test]
+    fn failures_back_off_and_stale_answers_are_used_while_refreshed() {
+        let c = RelationCatalog::new(Duration::ZERO);
+        let (u, db) = (n("app"), n("app"));
+        c.want(&u, (0, 0), &db);
+        let w = c.wanted().remove(0);
+        c.settle("main", w, None, c.generation());
+        assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        assert!(
+            c.wanted().is_empty(),
+            "not asked again right after a failure"
+        );
+        c.failed
+            .lock()
+            .unwrap()
+            .insert(db.clone(), Instant::now() - RETRY_AFTER);
+        assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
+        let w = c.wanted().remove(0);
+        c.settle("main", w, Some(app()), c.generation());
+        assert!(c.keepable(&u, (0, 0), &db, &[n("accounts")]), "stale, used");
+        assert_eq!(c.wanted().len(), 1, "and refreshed");
+    }
+
+    #[test]
+    fn a_failure_as_the_health_user_holds_nothing_back() {
+        let c = RelationCatalog::new(Duration::from_secs(60));
+        let db = n("app");
+        c.want(&n(""), (0, 0), &db);
+        let w = c.wanted().remove(0);
+        c.settle("main", w, None, c.generation());
+        c.want(&n("app"), (0, 0), &db);
+        assert_eq!(c.wanted().len(), 1, "a client's login asks at once");
+    }
+}
