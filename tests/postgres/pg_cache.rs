@@ -70,6 +70,10 @@ fn start_invalidated_by(
         // A user function pins its caller unless declared free of session
         // state (default-deny); the fill race's slow read calls this one.
         .extra("session_free_functions = [\"cache_slow\"]")
+        // A login waits for its database's catalogs (functions, relations),
+        // so its first reads are already kept (a loaded machine may take
+        // longer than the default 100 ms).
+        .extra("function_catalog_wait = \"10s\"")
         .extra(&format!(
             "cache = {{ mode = \"rules\", invalidation = \"{invalidation}\", isolation = \"{isolation}\", \
              rule = [{{ tables = [{tables}] }}] }}"
