@@ -12,6 +12,7 @@
 //! server) keep their own; other tests start one each.
 
 mod my_bad_input;
+mod my_cache_stream;
 mod my_connect_query;
 mod my_credentials;
 mod my_drivers;

@@ -238,6 +238,12 @@ impl Cache {
             .bump_database(database, source, &self.inner.metrics);
     }
 
+    /// Anything anywhere may have changed (a statement the change stream
+    /// reports as text): every entry goes, and every fill under way.
+    pub fn invalidate_all(&self, source: Source) {
+        self.store().bump_all(source, &self.inner.metrics);
+    }
+
     /// `FLUSH CACHE [table]`: drops every entry, or those of tables named
     /// `table` (unqualified, any database). Returns how many went.
     pub fn flush(&self, table: Option<&str>) -> usize {

@@ -27,6 +27,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod change_stream;
 pub mod codec;
 pub mod frontend;
 pub mod mirror;

@@ -183,13 +183,14 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
 
     /// Starts the result cache's change streams (`[cluster.cache]
     /// invalidation = "stream"`), until the health loop stops (start that
-    /// first). This default is a protocol without one (MariaDB/MySQL: the
-    /// binlog stream is not built yet): the cache falls back to Fulcrum's
-    /// own writes, as with `invalidation = "proxy"`, and says so once.
+    /// first). This default is a protocol without one: the cache falls
+    /// back to Fulcrum's own writes, as with `invalidation = "proxy"`, and
+    /// says so once. PostgreSQL (logical decoding) and MySQL (the binlog)
+    /// override it.
     fn start_change_streams(self: &Arc<Self>) -> Option<JoinHandle<()>> {
         let cache = self.core().cache.as_ref()?;
         if cache.uses_streams() {
-            tracing::warn!(cluster = %self.core().name(), "cache invalidation = \"stream\": this protocol's change stream (the MariaDB/MySQL binlog stream) is not built yet; the cache is invalidated by the writes that pass through Fulcrum only, as with invalidation = \"proxy\"");
+            tracing::warn!(cluster = %self.core().name(), "cache invalidation = \"stream\": this protocol has no change stream; the cache is invalidated by the writes that pass through Fulcrum only, as with invalidation = \"proxy\"");
             cache.without_stream();
         }
         None

@@ -344,6 +344,10 @@ impl ProtocolContext for MyClusterContext {
     /// Read as the health user, so one user's privileges (ROUTINES lists
     /// only the routines a user may see) do not decide every user's
     /// routing; as the client that asked when the health user cannot log in.
+    fn start_change_streams(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        crate::change_stream::start(self)
+    }
+
     async fn read_functions(&self, w: &Wanted) -> Option<Functions> {
         let primary = self.router.primary()?;
         let sql = format!(
