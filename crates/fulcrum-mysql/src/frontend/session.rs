@@ -19,6 +19,7 @@
 
 mod actions;
 mod attach;
+mod cache;
 mod checkout;
 mod commands;
 mod failure;
@@ -121,6 +122,8 @@ pub struct Session {
     /// The server went away while the client was idle in its transaction
     /// (let go at once; the next command handles the loss).
     server_gone: bool,
+    /// The result cache: the opt-out, a fill under way, what was written.
+    cache: cache::SessionCache,
 }
 
 /// What the client's handshake settled.
@@ -250,6 +253,7 @@ impl Session {
                 lost_seq: 1,
             },
             server_gone: false,
+            cache: Default::default(),
         }
     }
 

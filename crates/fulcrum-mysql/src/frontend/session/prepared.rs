@@ -268,6 +268,11 @@ impl Session {
             })
         });
         let routing = self.route_unit(stmt.decision);
+        if payload.first() != Some(&FETCH) {
+            // The result cache: what it may change goes now, and again at
+            // its answer.
+            self.cache_execute_writes(&stmt.sql, stmt.decision);
+        }
         if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
