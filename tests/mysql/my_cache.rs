@@ -1,7 +1,8 @@
 //! The result cache (`[cluster.cache]`, issue 46) on MySQL sessions,
 //! through a real Fulcrum in front of a real MariaDB primary: a kept read
 //! is answered from the cache (shown by a write made behind Fulcrum's
-//! back, which a cached answer does not see); every write through Fulcrum
+//! back, which a cached answer does not see), in the text and the binary
+//! protocol (a prepared read is kept by its parameters); every write through Fulcrum
 //! (text or prepared, alone or in a transaction) is seen by the writer and
 //! every other client at once; volatile reads are never kept; one user's
 //! entry never answers another who may not read the table; the
@@ -51,12 +52,20 @@ fn cluster() -> &'static MariaCluster {
 /// (`proxy`: a write behind its back stays unseen, which is how a test
 /// tells a cached answer from a fresh one).
 fn start() -> (FulcrumProcess, u16) {
+    start_with("rule = [{ tables = [\"cache_t\"] }]", None)
+}
+
+/// Fulcrum with the cache's `rules`, and metrics on `metrics` if given.
+fn start_with(rules: &str, metrics: Option<u16>) -> (FulcrumProcess, u16) {
     let port = free_port();
     let mut toml = maria_toml(
         cluster(),
         port,
-        "cache = { mode = \"rules\", invalidation = \"proxy\", rule = [{ tables = [\"cache_t\"] }] }",
+        &format!("cache = {{ mode = \"rules\", invalidation = \"proxy\", {rules} }}"),
     );
+    if let Some(m) = metrics {
+        toml = fulcrum_suite::with_metrics(&toml, m);
+    }
     toml.push_str(&format!(
         "[[cluster.user]]\nname = \"{OTHER_USER}\"\npassword = \"{OTHER_PASSWORD}\"\n"
     ));
@@ -79,6 +88,16 @@ fn behind_its_back(sql: &str) {
 /// The first value of `sql`'s first row (text protocol).
 async fn value(conn: &mut Conn, sql: &str) -> i64 {
     tokio::time::timeout(CALL_TIMEOUT, conn.query_first::<i64, _>(sql))
+        .await
+        .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|| panic!("{sql}: no row"))
+}
+
+/// `v` of row `id`, read by a prepared statement (binary protocol).
+async fn prepared(conn: &mut Conn, id: i64) -> i64 {
+    let sql = "SELECT v FROM cache_t WHERE id = ?";
+    tokio::time::timeout(CALL_TIMEOUT, conn.exec_first::<i64, _, _>(sql, (id,)))
         .await
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
@@ -124,6 +143,37 @@ async fn a_kept_read_is_answered_from_the_cache_until_a_write_through_fulcrum() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_reads_are_kept_by_their_parameters() {
+    let (f, port) = start();
+    let (mut a, mut b) = (connect(port).await, connect(port).await);
+    assert_eq!(prepared(&mut a, 6).await, 6, "filled");
+    assert_eq!(prepared(&mut a, 7).await, 7, "filled");
+    behind_its_back(
+        "UPDATE cache_t SET v = 600 WHERE id = 6; UPDATE cache_t SET v = 700 WHERE id = 7",
+    );
+    for _ in 0..3 {
+        // Each execute's answer, by its parameters, for either client.
+        assert_eq!(prepared(&mut a, 6).await, 6, "{}", f.log_contents());
+        assert_eq!(prepared(&mut b, 7).await, 7);
+    }
+    // The text protocol's read is another entry (another answer's bytes).
+    assert_eq!(
+        value(&mut a, "SELECT v FROM cache_t WHERE id = 6").await,
+        600
+    );
+    // A prepared write through Fulcrum drops them all.
+    tokio::time::timeout(
+        CALL_TIMEOUT,
+        b.exec_drop("UPDATE cache_t SET v = ? WHERE id = ?", (66, 6)),
+    )
+    .await
+    .expect("bounded")
+    .expect("prepared update");
+    assert_eq!(prepared(&mut a, 6).await, 66);
+    assert_eq!(prepared(&mut a, 7).await, 700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_rounds_of_update_then_read_are_never_stale() {
     let (_f, port) = start();
     let (mut writer, mut reader) = (connect(port).await, connect(port).await);
@@ -163,6 +213,7 @@ async fn fifty_rounds_of_update_then_read_are_never_stale() {
         for _ in 0..2 {
             assert_eq!(value(&mut reader, read).await, v, "round {i}: reader");
             assert_eq!(value(&mut writer, read).await, v, "round {i}: writer");
+            assert_eq!(prepared(&mut reader, 2).await, v, "round {i}: prepared");
         }
     }
 }
@@ -249,4 +300,51 @@ async fn the_hint_the_opt_out_and_a_client_s_settings_keep_it_fresh() {
     );
     run(&mut off, "SET fulcrum.cache = on").await;
     assert_eq!(value(&mut off, read).await, 5, "on again: the kept answer");
+}
+
+/// sysbench's point selects through the cache, in the text protocol and
+/// with prepared statements: no errors, and most reads are hits (1000 rows,
+/// 4000 reads each run). The hit ratios are printed.
+#[test]
+fn sysbench_point_selects_are_mostly_hits() {
+    let metrics = free_port();
+    let (_f, port) = start_with("rule = [{ tables = [\"sbtest1\"] }]", Some(metrics));
+    fulcrum_suite::sysbench(port, 1, 1000, &["oltp_point_select", "prepare"]);
+    let counts = || {
+        let text = fulcrum_suite::scrape(metrics);
+        let hits = fulcrum_suite::family_sum(&text, "fulcrum_cache_hits_total", &[]);
+        let misses = fulcrum_suite::family_sum(&text, "fulcrum_cache_misses_total", &[]);
+        (hits, misses)
+    };
+    for ps_mode in ["disable", "auto"] {
+        let (h0, m0) = counts();
+        let out = fulcrum_suite::sysbench(
+            port,
+            1,
+            1000,
+            &[
+                "oltp_point_select",
+                "run",
+                "--threads=4",
+                "--events=4000",
+                "--time=0",
+                &format!("--db-ps-mode={ps_mode}"),
+            ],
+        );
+        let (h1, m1) = counts();
+        let (hits, misses) = (h1 - h0, m1 - m0);
+        let ratio = hits / (hits + misses).max(1.0);
+        eprintln!(
+            "sysbench oltp_point_select ps-mode={ps_mode}: {hits} hits, {misses} misses, hit ratio {ratio:.2}"
+        );
+        assert!(
+            out.contains("ignored errors:                      0"),
+            "{out}"
+        );
+        assert!(
+            ratio > 0.5,
+            "ps-mode={ps_mode}: {hits} hits, {misses} misses"
+        );
+    }
+    fulcrum_suite::sysbench(port, 1, 1000, &["oltp_point_select", "cleanup"]);
 }

@@ -155,6 +155,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn another_setting_of_fulcrum_s_is_recognised_by_its_name() {
+        let op = |t| setting_op_for(t, "fulcrum.cache");
+        assert_eq!(op("SET fulcrum.cache = off"), Some(SettingOp::Set("off")));
+        assert_eq!(
+            op("set session FULCRUM.CACHE to 'on';"),
+            Some(SettingOp::Set("on"))
+        );
+        assert_eq!(op("RESET fulcrum.cache"), Some(SettingOp::Reset));
+        assert_eq!(op("SHOW fulcrum.cache"), Some(SettingOp::Show));
+        assert_eq!(op("SET fulcrum.consistency = strong"), None);
+        assert_eq!(setting_op("SET fulcrum.cache = off"), None);
+    }
+
+    #[test]
     fn hints_are_found_at_the_start() {
         assert_eq!(
             hinted(b"/* fulcrum:consistency=eventual */ SELECT 1"),

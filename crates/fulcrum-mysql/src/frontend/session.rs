@@ -435,7 +435,11 @@ impl Session {
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
                     let payload = crate::codec::packet::payload_of(&msg, &span);
                     self.note_execute_commit(cmd, &payload);
-                    self.stmt_execute(&payload, seq).await?
+                    let executed = self.stmt_execute(&payload, seq).await;
+                    // Not answered by a server (refused, none could be
+                    // had): nothing to keep.
+                    self.cache_spoil();
+                    executed?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),

@@ -1,7 +1,7 @@
 //! The result cache on a MySQL session (`[cluster.cache]`; docs/routing.md,
-//! "Cache", "MySQL and MariaDB"): a COM_QUERY from an idle client answered
-//! from the cluster's cache, the answer of one that missed kept as it
-//! passes (`Capture`), what the client's writes (COM_QUERY and
+//! "Cache", "MySQL and MariaDB"): a COM_QUERY or COM_STMT_EXECUTE from an
+//! idle client answered from the cluster's cache, the answer of one that
+//! missed kept as it passes (`Capture`), what the client's writes (COM_QUERY and
 //! COM_STMT_EXECUTE) invalidate, when they are forwarded and again when
 //! their answer (or their transaction's end) comes back, and the session's
 //! opt-out, `SET fulcrum.cache = off`, which Fulcrum answers itself. The
@@ -94,8 +94,12 @@ impl Capture {
         }
         // A result set opens with its column count: not an OK (0x00), an
         // ERR (0xFF), a LOCAL INFILE request (0xFB) or an EOF (0xFE).
+        // Its sequence ids start at 1 (a one-packet command's answer), as
+        // `put_answer` expects.
         let opening = self.answer.is_empty();
-        let bad_start = opening && matches!(first.first(), None | Some(0x00 | 0xFB | 0xFE | 0xFF));
+        let bad_start = opening
+            && (frame.get(3) != Some(&1)
+                || matches!(first.first(), None | Some(0x00 | 0xFB | 0xFE | 0xFF)));
         if altered || bad_start || reply.error || reply.wants_file() {
             return self.spoil();
         }
@@ -200,15 +204,60 @@ impl Session {
         let Some((tables, ttl)) = self.keepable(&unit, text) else {
             return CacheStep::Pass;
         };
-        let key = self.cache_key(b'Q', text.as_bytes());
+        let key = self.cache_key(b'Q', &[text.as_bytes()]);
+        self.cache_lookup(&key, text, unit.key, &tables, ttl, seq)
+            .await
+    }
+
+    /// Looks a COM_STMT_EXECUTE (`payload`, no cursor) of the statement
+    /// `sql` (decided `decision` at its prepare) up, its parameters' types
+    /// `types` (this execute's, or those bound before).
+    pub(super) async fn cache_front_execute(
+        &mut self,
+        (sql, decision): (&str, Decision),
+        types: Option<&[u8]>,
+        payload: &[u8],
+        seq: u8,
+    ) -> CacheStep {
+        if !self.cache_may_answer() || decision != Decision::Read {
+            return CacheStep::Pass;
+        }
+        let unit = self.ctx.classifier.classify_unit(sql);
+        let Some((tables, ttl)) = self.keepable(&unit, sql) else {
+            return CacheStep::Pass;
+        };
+        // The text, the types in force, then all of the execute after the
+        // statement id: flags, iterations, NULL bitmap, the types flag
+        // (and types), the values.
+        let Some(rest) = payload.get(5..) else {
+            return CacheStep::Pass;
+        };
+        let types = types.unwrap_or_default();
+        let key = self.cache_key(b'E', &[sql.as_bytes(), types, rest]);
+        self.cache_lookup(&key, sql, unit.key, &tables, ttl, seq)
+            .await
+    }
+
+    /// The lookup of `key` (`text`, its fingerprint `digest`, reading
+    /// `tables`): a hit answers the command, a miss takes the fill, another
+    /// client's fill is waited for first.
+    async fn cache_lookup(
+        &mut self,
+        key: &[u8],
+        text: &str,
+        digest: u64,
+        tables: &[Table],
+        ttl: Duration,
+        seq: u8,
+    ) -> CacheStep {
         let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::MySql, 1000);
         let database = self.schema.as_deref().map(database_key).unwrap_or_default();
         let query = Query {
-            key: &key,
+            key,
             database: &database,
-            digest: unit.key,
+            digest,
             text: &normal,
-            tables: &tables,
+            tables,
             ttl,
         };
         let cache = self.ctx.cache.clone().expect("checked by cache_may_answer");
@@ -276,9 +325,9 @@ impl Session {
     /// (they shape the answer's bytes: EOF packets or not, session
     /// tracking, the text's encoding), every SET statement the client ran
     /// (replayed on its connections: `sql_mode`, `time_zone`, `NAMES`, ...),
-    /// then the statement.
-    fn cache_key(&self, kind: u8, statement: &[u8]) -> Vec<u8> {
-        let mut key = Vec::with_capacity(128 + statement.len());
+    /// then `parts` (the statement, an execute's types and values).
+    fn cache_key(&self, kind: u8, parts: &[&[u8]]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(128 + parts.iter().map(|p| p.len() + 4).sum::<usize>());
         let mut put = |b: &[u8]| {
             key.extend_from_slice(&(b.len() as u32).to_le_bytes());
             key.extend_from_slice(b);
@@ -295,7 +344,9 @@ impl Session {
             put(set.as_bytes());
         }
         put(b"--");
-        put(statement);
+        for p in parts {
+            put(p);
+        }
         key
     }
 
