@@ -1,15 +1,15 @@
 //! The result cache (`[cluster.cache]`, issue 46) on MySQL sessions,
 //! through a real Fulcrum in front of a real MariaDB primary: a kept read
-//! is answered from the cache (shown by a write made behind Fulcrum's
-//! back, which a cached answer does not see), in the text and the binary
-//! protocol (a prepared read is kept by its parameters); every write through Fulcrum
+//! is answered from the cache (shown by a write made behind Fulcrum's back,
+//! which a cached answer does not see), in the text and the binary protocol
+//! (a prepared read is kept by its parameters); every write through Fulcrum
 //! (text or prepared, alone or in a transaction) is seen by the writer and
 //! every other client at once; a read a write overtook is not kept (the
-//! fill race); volatile reads are never kept; one user's
-//! entry never answers another who may not read the table; the
-//! `fulcrum:nocache` hint, `SET fulcrum.cache = off` and a session setting
-//! of the client's own keep it from a stale answer; sysbench's point
-//! selects are mostly hits. Every wait is bounded.
+//! fill race); volatile reads are never kept; one user's entry never
+//! answers another who may not read the table; the `fulcrum:nocache` hint,
+//! `SET fulcrum.cache = off` and a session setting of the client's own keep
+//! it from a stale answer; sysbench's point selects are mostly hits. Every
+//! wait is bounded.
 //!
 //! The module keeps a primary of its own (no replica: a read that is not
 //! kept is read where the write was, so what a test sees is the cache's
