@@ -109,6 +109,13 @@ pub enum SettingOp<'a> {
 
 /// Recognises a statement about `fulcrum.consistency`.
 pub fn setting_op(text: &str) -> Option<SettingOp<'_>> {
+    setting_op_for(text, SETTING)
+}
+
+/// Recognises a statement about Fulcrum's own session setting `name`
+/// (`fulcrum.consistency`, or on MySQL `fulcrum.cache`): `SET [SESSION]
+/// name = value` (or `TO value`), `RESET name`, `SHOW name`.
+pub fn setting_op_for<'a>(text: &'a str, name: &str) -> Option<SettingOp<'a>> {
     let t = text.trim().trim_end_matches(';').trim();
     let mut words = t
         .split(|c: char| c.is_whitespace() || c == '=')
@@ -118,7 +125,7 @@ pub fn setting_op(text: &str) -> Option<SettingOp<'_>> {
     if verb.eq_ignore_ascii_case("set") && next.eq_ignore_ascii_case("session") {
         next = words.next()?;
     }
-    if !next.eq_ignore_ascii_case(SETTING) {
+    if !next.eq_ignore_ascii_case(name) {
         return None;
     }
     let rest: Vec<&str> = words.collect();
@@ -146,6 +153,20 @@ pub fn setting_op(text: &str) -> Option<SettingOp<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_setting_of_fulcrum_s_is_recognised_by_its_name() {
+        let op = |t| setting_op_for(t, "fulcrum.cache");
+        assert_eq!(op("SET fulcrum.cache = off"), Some(SettingOp::Set("off")));
+        assert_eq!(
+            op("set session FULCRUM.CACHE to 'on';"),
+            Some(SettingOp::Set("on"))
+        );
+        assert_eq!(op("RESET fulcrum.cache"), Some(SettingOp::Reset));
+        assert_eq!(op("SHOW fulcrum.cache"), Some(SettingOp::Show));
+        assert_eq!(op("SET fulcrum.consistency = strong"), None);
+        assert_eq!(setting_op("SET fulcrum.cache = off"), None);
+    }
 
     #[test]
     fn hints_are_found_at_the_start() {

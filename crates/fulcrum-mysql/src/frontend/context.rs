@@ -344,6 +344,14 @@ impl ProtocolContext for MyClusterContext {
     /// Read as the health user, so one user's privileges (ROUTINES lists
     /// only the routines a user may see) do not decide every user's
     /// routing; as the client that asked when the health user cannot log in.
+    /// The database's tables, for the result cache (`relations.rs`).
+    async fn read_relations(
+        &self,
+        w: &Wanted,
+    ) -> Option<fulcrum_cluster::relation_catalog::Relations> {
+        self.relations_of(w).await
+    }
+
     fn start_change_streams(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
         crate::change_stream::start(self)
     }

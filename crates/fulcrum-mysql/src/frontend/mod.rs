@@ -6,6 +6,7 @@ pub mod auth_query;
 pub mod context;
 pub mod error;
 pub mod login;
+mod relations;
 pub mod reply;
 pub mod serve;
 pub mod session;

@@ -122,6 +122,11 @@ impl Reply {
         )
     }
 
+    /// A result ended with SERVER_MORE_RESULTS_EXISTS: another follows.
+    pub fn awaits_next_result(&self) -> bool {
+        self.state == State::First
+    }
+
     /// The server asked the client for a file (LOAD DATA LOCAL INFILE):
     /// the client's packets go to the server up to an empty one.
     pub fn wants_file(&self) -> bool {

@@ -19,6 +19,7 @@
 
 mod actions;
 mod attach;
+mod cache;
 mod checkout;
 mod commands;
 mod failure;
@@ -121,6 +122,8 @@ pub struct Session {
     /// The server went away while the client was idle in its transaction
     /// (let go at once; the next command handles the loss).
     server_gone: bool,
+    /// The result cache: the opt-out, a fill under way, what was written.
+    cache: cache::SessionCache,
 }
 
 /// What the client's handshake settled.
@@ -250,6 +253,7 @@ impl Session {
                 lost_seq: 1,
             },
             server_gone: false,
+            cache: Default::default(),
         }
     }
 
@@ -431,7 +435,11 @@ impl Session {
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
                     let payload = crate::codec::packet::payload_of(&msg, &span);
                     self.note_execute_commit(cmd, &payload);
-                    self.stmt_execute(&payload, seq).await?
+                    let executed = self.stmt_execute(&payload, seq).await;
+                    // Not answered by a server (refused, none could be
+                    // had): nothing to keep.
+                    self.cache_spoil();
+                    executed?
                 }
                 Command::StmtReset => self.stmt_reset(first, seq).await?,
                 Command::StmtClose => self.stmt_close(first),

@@ -65,6 +65,7 @@ impl Session {
         );
         self.engine = Engine::new(None).with_txn_log(log).with_may_write(false);
         self.desired.clear();
+        self.cache.off = false;
         self.prepared.map.clear();
         self.prepared.last = None;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
@@ -106,6 +107,7 @@ impl Session {
     /// pinned connection is reset on the server too and unpinned.
     pub(super) async fn reset_connection(&mut self, seq: u8) -> Result<(), SessionError> {
         self.desired.clear();
+        self.cache.off = false;
         self.keep_for_next = false;
         if let Some(server) = self.server.as_mut() {
             match server.reset().await {

@@ -20,6 +20,7 @@ impl Session {
         if let Some(s) = self.server.take() {
             s.discard();
         }
+        self.cache_server_lost();
         self.set_running(None);
         self.ctx.router.suspect(backend);
         let in_txn = self.in_transaction();

@@ -32,6 +32,7 @@ impl Session {
         self.digests.pending = digest.clone();
         match self.forward_bytes(msg, seq, shape, effects).await {
             Err(SessionError::Retry) => {
+                self.cache_spoil();
                 tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
                 // Anywhere but the dead replica (suspect now besides).
                 let attached = self.attach(routing, seq).await;
@@ -130,6 +131,8 @@ impl Session {
         if let Some(status) = reply.status {
             self.set_status(status);
         }
+        // Before the client can see the answer's end.
+        self.cache_answered();
         if !reply.error || reply.last_gtid.is_some() {
             let target = self.unit_routing.target;
             self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
@@ -214,6 +217,9 @@ impl Session {
                 } else if row {
                     translated = ids.row(frame);
                 }
+            }
+            if let Some(c) = self.cache.fill.as_mut() {
+                c.message(frame, first, reply, translated.is_some());
             }
             let frame = translated.as_deref().unwrap_or(frame);
             sent += frame.len() as u64;

@@ -257,6 +257,20 @@ impl Session {
         if cursor {
             self.pin("cursor");
         }
+        let fetch = payload.first() == Some(&FETCH);
+        if payload.first() == Some(&0x17) && !cursor {
+            // The result cache: a hit is the answer; a miss it may keep
+            // goes to the primary and is captured as it passes.
+            let step = self.cache_front_execute(
+                (&stmt.sql, stmt.decision),
+                types.as_deref(),
+                payload,
+                seq,
+            );
+            if let super::cache::CacheStep::Answered = step.await {
+                return Ok(());
+            }
+        }
         // `[[cluster.mirror]]`: the execute by its text, with its types
         // (the target prepares it under its own id); not a cursor's.
         let mirrored = self.digests.mirror.is_some().then(|| {
@@ -268,6 +282,11 @@ impl Session {
             })
         });
         let routing = self.route_unit(stmt.decision);
+        if !fetch {
+            // The result cache: what it may change goes now, and again at
+            // its answer.
+            self.cache_execute_writes(&stmt.sql, stmt.decision);
+        }
         if !self.ensure_attached(routing, seq).await? {
             return Ok(());
         }
@@ -283,7 +302,6 @@ impl Session {
         let entry = server.prepared.get_mut(&stmt.sql).expect("just prepared");
         // COM_STMT_FETCH (a cursor's next rows) carries no parameters and
         // is answered with binary rows only.
-        let fetch = payload.first() == Some(&FETCH);
         let typed = match (&types, execute_types(payload, stmt.num_params)) {
             _ if fetch => None,
             (Some(t), None) if entry.types.as_ref() != Some(t) => {

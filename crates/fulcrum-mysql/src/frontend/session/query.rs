@@ -85,7 +85,9 @@ impl Session {
         if is("select") && self.try_answer_connection_id(text, seq) {
             return Ok(());
         }
-        if (is("set") || is("reset") || is("show")) && self.try_answer_setting(text, seq) {
+        if (is("set") || is("reset") || is("show"))
+            && (self.try_answer_setting(text, seq) || self.try_answer_cache_setting(text, seq))
+        {
             return Ok(());
         }
         if (is("select") || is("set")) && self.try_answer_position(text, seq).await {
@@ -93,6 +95,11 @@ impl Session {
         }
         // The bytes as sent: a text that is not UTF-8 is checked too.
         if self.refuse_second_statement(query_text(first).unwrap_or_default(), seq) {
+            return Ok(());
+        }
+        // The result cache: a hit is the answer; a miss it may keep is
+        // routed to the primary (`cache_fill`) and captured as it passes.
+        if let cache::CacheStep::Answered = self.cache_front(text, seq).await {
             return Ok(());
         }
         let (routing, effects, key) = self.route_query(text);
@@ -103,12 +110,19 @@ impl Session {
         // `CONNECTION_ID()` within a statement: the client's id.
         let own_id = effects.own_id.then(|| self.with_own_id(text, msg[3]));
         let sent = own_id.as_deref().unwrap_or(msg);
-        self.forward(sent, seq, Shape::Results, routing, effects)
-            .await?;
+        let forwarded = self
+            .forward(sent, seq, Shape::Results, routing, effects)
+            .await;
+        // Not answered (no server could be had): nothing to keep.
+        self.cache_spoil();
+        forwarded?;
         // DDL is never a plain read.
-        if routing.may_write && (is("create") || is("alter") || is("drop")) {
+        if routing.may_write && (is("create") || is("alter") || is("drop") || is("rename")) {
             // A function may have been created or changed.
             self.ctx.functions.forget();
+            // A table, view, trigger or key may have come or gone (MySQL's
+            // DDL commits at once: it is seen by all now).
+            self.ctx.relations.forget();
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ impl Session {
             session: self.reads.session(),
             position_unknown: self.reads.position_unknown(),
             default_route: self.ctx.config.default_route,
-            cache_fill: false,
+            cache_fill: self.cache.fill.is_some(),
         });
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
@@ -107,6 +107,9 @@ impl Session {
         // read from identifiers when the text was first seen).
         effects.keep_next = unit.identity.found_rows;
         let routing = self.route_unit(decision);
+        // The result cache: what it may change goes now, and again at its
+        // answer.
+        self.cache_unit_writes(decision, &unit);
         if self.digests.mirror.is_some() {
             let (user, format) = (
                 &self.user,
