@@ -11,7 +11,12 @@
 //!
 //! Each protocol is measured twice in one run: `through Fulcrum`, and
 //! `direct`, the same client on the same scripted server with no session
-//! between them. The difference is what Fulcrum adds per unit.
+//! between them. The difference is what Fulcrum adds per unit. PostgreSQL
+//! has a third case, `cache hit`: the session of a cluster with a result
+//! cache rule on `pgbench_accounts` (`[cluster.cache]`, issue 46), the
+//! same Query sent again and again, so every unit after the first is
+//! answered from the cache without reaching the server; beside `through
+//! Fulcrum` it shows what a hit costs against a forwarded read.
 //!
 //! - PostgreSQL: pgbench -S's statement as a simple Query, answered with
 //!   RowDescription, DataRow, CommandComplete and ReadyForQuery.
@@ -25,7 +30,7 @@
 //! `cargo test --bench session` runs each once, as a smoke test (it fails
 //! if a unit does not come back with its row).
 //!
-//! `FULCRUM_SESSION_UNITS=N FULCRUM_SESSION_TARGET=pg|pg-direct|my|my-direct`
+//! `FULCRUM_SESSION_UNITS=N FULCRUM_SESSION_TARGET=pg|pg-direct|pg-cache|my|my-direct`
 //! runs N units through one target and exits, without criterion: what
 //! `tools/instructions-per-unit` counts under callgrind (a figure the
 //! machine's load does not move).
@@ -52,14 +57,18 @@ const PGBENCH_S: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = 48213
 const POINT_SELECT: &str = "SELECT c FROM sbtest1 WHERE id=4975";
 /// Room in each pipe (a unit's bytes are far fewer).
 const PIPE: usize = 64 * 1024;
+/// The `cache hit` case's cluster key: a rule on the table of [`PGBENCH_S`].
+const CACHE_RULE: &str = r#"cache = { mode = "rules", invalidation = "proxy", rule = [{ tables = ["pgbench_accounts"] }] }"#;
 
-fn config(protocol: &str) -> fulcrum_config::Cluster {
+/// The cluster, with `extra` keys (e.g. [`CACHE_RULE`]) after its `listen`.
+fn config(protocol: &str, extra: &str) -> fulcrum_config::Cluster {
     let text = format!(
         r#"
 [[cluster]]
 name = "bench"
 protocol = "{protocol}"
 listen = "127.0.0.1:1"
+{extra}
 
 [[cluster.user]]
 name = "app"
@@ -125,6 +134,9 @@ mod pg {
         out
     }
 
+    /// Queries the scripted servers have answered, all of them together.
+    static QUERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
     /// A PostgreSQL server that answers every Query with `answer()`.
     pub async fn server(mut io: DuplexStream) {
         let answer = answer();
@@ -138,7 +150,10 @@ mod pg {
                 let tag = buf[0];
                 buf.advance(1 + len);
                 match tag {
-                    b'Q' => io.write_all(&answer).await.expect("answer"),
+                    b'Q' => {
+                        QUERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        io.write_all(&answer).await.expect("answer")
+                    }
                     b'X' => return,
                     _ => {}
                 }
@@ -163,7 +178,26 @@ mod pg {
     /// A client logged in to a session whose pool holds one connection to
     /// the scripted server.
     pub fn session(rt: &Runtime) -> DuplexStream {
-        let ctx = ClusterContext::new(config("postgres"));
+        session_of(rt, "")
+    }
+
+    /// [`session`] of a cluster with a cache rule on `pgbench_accounts`,
+    /// the cache filled by one unit: every unit from here on is a hit.
+    pub fn session_cached(rt: &Runtime) -> DuplexStream {
+        let mut client = session_of(rt, CACHE_RULE);
+        let queries = || QUERIES.load(std::sync::atomic::Ordering::Relaxed);
+        let before = queries();
+        within(rt, "the units that fill and hit the cache", async {
+            round_trips(&mut client, &unit(), 1, ready).await;
+            assert_eq!(queries(), before + 1, "the first unit reached the server");
+            round_trips(&mut client, &unit(), 3, ready).await;
+        });
+        assert_eq!(queries(), before + 1, "the next units were cache hits");
+        client
+    }
+
+    fn session_of(rt: &Runtime, extra: &str) -> DuplexStream {
+        let ctx = ClusterContext::new(config("postgres", extra));
         let (user, database): (Arc<str>, Arc<str>) = ("app".into(), "app".into());
         let (proxy_end, server_end) = tokio::io::duplex(PIPE);
         let mut reported = BTreeMap::new();
@@ -339,7 +373,7 @@ mod my {
     }
 
     pub fn session(rt: &Runtime) -> DuplexStream {
-        let ctx = MyClusterContext::new(config("mysql"));
+        let ctx = MyClusterContext::new(config("mysql", ""));
         let user: Arc<str> = "app".into();
         let (proxy_end, server_end) = tokio::io::duplex(PIPE);
         let charset = 45;
@@ -417,6 +451,7 @@ fn bench_protocol(
     name: &str,
     unit: BytesMut,
     session: fn(&Runtime) -> DuplexStream,
+    cached: Option<fn(&Runtime) -> DuplexStream>,
     server: fn(DuplexStream) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     done: fn(&[u8]) -> bool,
 ) {
@@ -432,6 +467,18 @@ fn bench_protocol(
             )
         })
     });
+    if let Some(cached) = cached {
+        let mut client = cached(&rt);
+        group.bench_function("cache hit", |b| {
+            b.iter_custom(|iters| {
+                within(
+                    &rt,
+                    "a cache hit",
+                    round_trips(&mut client, &unit, iters, done),
+                )
+            })
+        });
+    }
     let (mut direct, server_end) = tokio::io::duplex(PIPE);
     rt.spawn(server(server_end));
     group.bench_function("direct", |b| {
@@ -452,6 +499,7 @@ fn sessions(c: &mut Criterion) {
         "pgbench -S, simple Query",
         pg::unit(),
         pg::session,
+        Some(pg::session_cached),
         |io| Box::pin(pg::server(io)),
         pg::ready,
     );
@@ -460,6 +508,7 @@ fn sessions(c: &mut Criterion) {
         "sysbench point select, COM_QUERY",
         my::unit(),
         my::session,
+        None,
         |io| Box::pin(my::server(io)),
         my::done,
     );
@@ -474,6 +523,7 @@ fn units_only(target: &str, n: u64) {
     let rt = runtime();
     let (mut client, unit, done): Target = match target {
         "pg" => (pg::session(&rt), pg::unit(), pg::ready),
+        "pg-cache" => (pg::session_cached(&rt), pg::unit(), pg::ready),
         "my" => (my::session(&rt), my::unit(), my::done),
         "pg-direct" | "my-direct" => {
             let (client, server_end) = tokio::io::duplex(PIPE);
@@ -485,7 +535,9 @@ fn units_only(target: &str, n: u64) {
                 (client, my::unit(), my::done)
             }
         }
-        other => panic!("FULCRUM_SESSION_TARGET: pg, pg-direct, my or my-direct, not {other:?}"),
+        other => panic!(
+            "FULCRUM_SESSION_TARGET: pg, pg-direct, pg-cache, my or my-direct, not {other:?}"
+        ),
     };
     within(&rt, "the units", round_trips(&mut client, &unit, n, done));
 }

@@ -22,17 +22,24 @@
 //! the report goes to `target/bench-scale-out.md` and the TPS-vs-nodes plot
 //! to `docs/img/scale-out.png`.
 //!
+//! With `--cache` the targets are PostgreSQL direct, Fulcrum without a cache
+//! and Fulcrum with a result-cache rule on `pgbench_accounts` (issue 46), in
+//! front of one primary capped at `--cpu-quota` CPUs, a point read of 1,000
+//! rows with `-M prepared` and `-M simple`; the report goes to
+//! `target/bench-cache.md`.
+//!
 //! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
 //! bounded in time (every pgbench run has a deadline), cleaned up on exit.
 //!
 //! Each mode is a module of its own (`mode_select.rs`,
 //! `mode_consistency_cost.rs`, `mode_mysql_consistency_cost.rs`,
-//! `mode_scale_out.rs`, `suite.rs`); what they share is in modules named for
-//! what they own: options, pgbench, sysbench, the measuring rounds, the
-//! daemon's config, PgBouncer and Pgpool-II (with what their wrappers share
-//! in `daemon.rs`), CPU caps, the machine record and child processes. This
-//! file holds the constants several of them use and dispatches to the mode.
+//! `mode_scale_out.rs`, `mode_cache.rs`, `suite.rs`); what they share is
+//! in modules named for what they own: options, pgbench, sysbench, the
+//! measuring rounds, the daemon's config, PgBouncer and Pgpool-II (with what
+//! their wrappers share in `daemon.rs`), CPU caps, the machine record and
+//! child processes. This file holds the constants several of them use and
+//! dispatches to the mode.
 //! No test harness (`harness = false`) and no unit tests: it is process
 //! plumbing, and its arithmetic (medians, ratios) is checked by eye.
 
@@ -48,6 +55,7 @@ mod fulcrum;
 mod machine;
 mod measure;
 mod mode_balance;
+mod mode_cache;
 mod mode_consistency_cost;
 mod mode_cpu_split;
 mod mode_mysql_consistency_cost;
@@ -134,6 +142,9 @@ fn run(opts: &Options) -> Result<()> {
     }
     if opts.mysql_consistency_cost {
         return mode_mysql_consistency_cost::run_mysql_consistency(opts);
+    }
+    if opts.cache {
+        return mode_cache::run_cache(opts);
     }
     if opts.scale_out {
         return mode_scale_out::run_scale_out(opts);

@@ -65,10 +65,16 @@ usage: cargo bench --bench load -- [options]
                   its own CPU-capped cgroup; targets PostgreSQL direct and
                   Fulcrum reading from 1, 2 and 3 nodes (pgbench -S); writes
                   docs/img/scale-out.png
-  --cpu-period MS --balance, --scale-out: the CFS period of the caps
+  --cache         the result cache (issue 46): one primary capped at
+                  --cpu-quota, pgbench -M prepared then -M simple (only
+                  --protocol's mode when given) reading pgbench_accounts with
+                  aid random in 1..1000, -c 8 and -s 1 unless given; targets
+                  PostgreSQL direct, Fulcrum without a cache and Fulcrum with
+                  a rule on pgbench_accounts; report in target/bench-cache.md
+  --cpu-period MS --balance, --scale-out, --cache: the CFS period of the caps
                   (default 100; the quota is --cpu-quota x this, at
                   least 1 ms)
-  --cpu-quota F   --scale-out: CPUs per PostgreSQL server (default 0.3; 0
+  --cpu-quota F   --scale-out, --cache: CPUs per PostgreSQL server (default 0.3; 0
                   runs uncapped and plots to target/ instead of docs/img/)
   --suite         the whole suite (docs/benchmarks.md, The suite): the
                   published comparisons (scenarios 1-4) on PostgreSQL and
@@ -157,6 +163,10 @@ pub(crate) struct Options {
     /// `--cpu-split`: each proxy's user and system CPU and switches per
     /// transaction, -M simple and prepared, 16 and 45 clients.
     pub(crate) cpu_split: bool,
+    /// `--cache`: direct vs Fulcrum without and with a result-cache rule.
+    pub(crate) cache: bool,
+    /// `--protocol` was given (`--cache` then runs that mode only).
+    pub(crate) protocol_given: bool,
 }
 
 impl Options {
@@ -194,9 +204,12 @@ impl Options {
             mysql_cpu_quota: 0.1,
             tls: false,
             cpu_split: false,
+            cache: false,
+            protocol_given: false,
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
+        let (mut clients_given, mut scale_given) = (false, false);
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--bench" {
@@ -255,6 +268,10 @@ impl Options {
                 opts.cpu_split = true;
                 continue;
             }
+            if flag == "--cache" {
+                opts.cache = true;
+                continue;
+            }
             if flag == "--no-docs" {
                 opts.no_docs = true;
                 continue;
@@ -271,13 +288,19 @@ impl Options {
                     opts.seconds = number(1)?;
                     seconds_given = true;
                 }
-                "--clients" => opts.clients = number(1)? as u32,
+                "--clients" => {
+                    opts.clients = number(1)? as u32;
+                    clients_given = true;
+                }
                 "--jobs" => opts.jobs = number(1)? as u32,
                 "--rounds" => {
                     opts.rounds = number(1)? as usize;
                     rounds_given = true;
                 }
-                "--scale" => opts.scale = number(1)? as u32,
+                "--scale" => {
+                    opts.scale = number(1)? as u32;
+                    scale_given = true;
+                }
                 "--workers" => opts.workers = number(0)? as u32,
                 "--baseline" => opts.baseline = Some(value.into()),
                 "--nodes" => {
@@ -326,7 +349,8 @@ impl Options {
                         .collect::<Result<_, _>>()?
                 }
                 "--protocol" if ["simple", "extended", "prepared"].contains(&value.as_str()) => {
-                    opts.protocol = value.clone()
+                    opts.protocol = value.clone();
+                    opts.protocol_given = true;
                 }
                 "--protocol" => return Err(format!("--protocol {value}: unknown mode")),
                 "--only" if ["postgres", "mysql"].contains(&value.as_str()) => {
@@ -351,10 +375,19 @@ impl Options {
                 _ => return Err(format!("unknown option {flag}")),
             }
         }
+        if opts.cache {
+            if !clients_given {
+                opts.clients = 8;
+            }
+            if !scale_given {
+                opts.scale = 1;
+            }
+        }
         // pgbench refuses more threads than clients.
         opts.jobs = opts.jobs.min(opts.clients);
         if opts.suite {
-            if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {
+            if opts.scale_out || opts.consistency_cost || opts.cache || opts.mysql_consistency_cost
+            {
                 return Err("--suite is a run of its own".into());
             }
             if !opts.workloads.is_empty() || replicas_given {
@@ -374,9 +407,12 @@ impl Options {
         if opts.only.is_some() || opts.no_docs {
             return Err("--only and --no-docs are for --suite".into());
         }
-        if opts.cpu_period_us != crate::cpu_caps::CPU_PERIOD_US && !opts.balance && !opts.scale_out
+        if opts.cpu_period_us != crate::cpu_caps::CPU_PERIOD_US
+            && !opts.balance
+            && !opts.scale_out
+            && !opts.cache
         {
-            return Err("--cpu-period is for --balance and --scale-out".into());
+            return Err("--cpu-period is for --balance, --scale-out and --cache".into());
         }
         if (opts.cpu_quota * opts.cpu_period_us as f64) < 1000.0 && opts.cpu_quota > 0.0 {
             return Err(format!(
@@ -384,6 +420,20 @@ impl Options {
                 opts.cpu_quota,
                 opts.cpu_period_us / 1000
             ));
+        }
+        if opts.cache {
+            if opts.balance
+                || opts.scale_out
+                || opts.consistency_cost
+                || opts.mysql_consistency_cost
+            {
+                return Err("--cache is a run of its own".into());
+            }
+            if opts.replicas > 0 || !opts.workloads.is_empty() {
+                return Err("--cache starts one primary and runs its own point read".into());
+            }
+            opts.workloads = vec![Workload::PointRead];
+            return Ok(opts);
         }
         if opts.balance {
             if opts.scale_out || opts.consistency_cost || opts.mysql_consistency_cost {

@@ -19,6 +19,12 @@ UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 ";
 
+/// `--cache`: one point read of the first 1,000 accounts (the result
+/// cache's must-show workload, issue 46).
+pub(crate) const POINT_READ_SCRIPT: &str = "\\set aid random(1, 1000)
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+";
+
 /// A pgbench script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Workload {
@@ -34,6 +40,8 @@ pub(crate) enum Workload {
     /// writers beside readers, what read-your-writes across an
     /// application's connections (`consistency = "user"`) costs.
     Mixed,
+    /// [`POINT_READ_SCRIPT`] (`--cache`): `aid` random in 1..1000.
+    PointRead,
 }
 
 impl Workload {
@@ -56,15 +64,22 @@ impl Workload {
             Workload::Mixed => {
                 "pgbench TPC-B 1 in 10, -S 9 in 10 (-b tpcb-like@1 -b select-only@9)"
             }
+            Workload::PointRead => {
+                "pgbench -f point-read (SELECT abalance FROM pgbench_accounts WHERE aid = :aid, \
+                 aid random in 1..1000)"
+            }
         }
     }
 
-    /// pgbench's script options; `script` is where [`WRITE_READ_SCRIPT`] is.
+    /// pgbench's script options; `script` is where [`WRITE_READ_SCRIPT`]
+    /// (or [`POINT_READ_SCRIPT`]) is.
     fn args(self, script: &Path) -> Vec<String> {
         match self {
             Workload::Select => vec!["-S".into()],
             Workload::TpcB => Vec::new(),
-            Workload::WriteRead => vec!["-f".into(), script.display().to_string()],
+            Workload::WriteRead | Workload::PointRead => {
+                vec!["-f".into(), script.display().to_string()]
+            }
             Workload::Mixed => ["-b", "tpcb-like@1", "-b", "select-only@9"]
                 .map(String::from)
                 .to_vec(),
