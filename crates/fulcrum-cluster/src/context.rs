@@ -151,6 +151,16 @@ fn result_cache(
 }
 
 impl<C, P, S> ClusterCore<C, P, S> {
+    /// The configured databases (`[[cluster.database]]`) by their names on
+    /// the servers: the catalogs read each at start.
+    pub fn server_databases(&self) -> Vec<Arc<str>> {
+        self.config
+            .databases
+            .iter()
+            .map(|d| Arc::<str>::from(d.server_database.as_str()))
+            .collect()
+    }
+
     pub fn name(&self) -> &str {
         &self.config.name
     }

@@ -150,6 +150,21 @@ impl Cache {
             any && all
         })
     }
+
+    /// How a read of `tables` (as the statement names them) is kept, if at
+    /// all: for its rule's `ttl` (never above the cluster's), or, in `auto`
+    /// mode with no rule, for the cluster's `ttl` from its key's second
+    /// miss on. Returns `(ttl, second_miss)`.
+    pub fn keeping<'a, I>(&self, tables: I) -> Option<(Duration, bool)>
+    where
+        I: IntoIterator<Item = &'a str> + Clone,
+    {
+        match self.rule_for(tables) {
+            Some(rule) => Some((rule.ttl.unwrap_or(self.ttl).min(self.ttl), false)),
+            None if self.mode == CacheMode::Auto => Some((self.ttl, true)),
+            None => None,
+        }
+    }
 }
 
 /// Whether a rule's `listed` name covers `named`, a statement's.
@@ -204,6 +219,21 @@ mod tests {
         assert!(c.rule_for(["a", "b"]).is_some());
         assert!(c.rule_for(["x.a", "public.b"]).is_some());
         assert!(c.rule_for(["a", "c"]).is_none());
+        assert_eq!(c.keeping(["a"]), Some((c.ttl, false)));
+        assert_eq!(
+            c.keeping(["c"]),
+            None,
+            "rules mode keeps only a rule's reads"
+        );
+        let auto = Cache {
+            mode: CacheMode::Auto,
+            ..c.clone()
+        };
+        assert_eq!(
+            auto.keeping(["c"]),
+            Some((c.ttl, true)),
+            "auto: from the second miss"
+        );
         assert!(c.rule_for(["other.b"]).is_none());
         assert!(
             c.rule_for(Vec::<&str>::new()).is_none(),

@@ -123,12 +123,7 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         core.config.function_catalog?;
         let stop = core.health.stopped()?;
         let weak = Arc::downgrade(self);
-        let databases = core
-            .config
-            .databases
-            .iter()
-            .map(|d| Arc::<str>::from(d.server_database.as_str()))
-            .collect();
+        let databases = core.server_databases();
         let router = core.router.clone();
         Some(function_catalog::start_lookups(
             core.functions.clone(),
@@ -156,12 +151,7 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         core.cache.as_ref()?;
         let stop = core.health.stopped()?;
         let weak = Arc::downgrade(self);
-        let databases = core
-            .config
-            .databases
-            .iter()
-            .map(|d| Arc::<str>::from(d.server_database.as_str()))
-            .collect();
+        let databases = core.server_databases();
         let router = core.router.clone();
         Some(relation_catalog::start_lookups(
             core.relations.clone(),

@@ -303,12 +303,7 @@ impl Session {
             }
         }
         let names = reads.iter().map(|t| &**t);
-        let (ttl, second_miss) = match config.rule_for(names) {
-            Some(rule) => (rule.ttl.unwrap_or(config.ttl).min(config.ttl), false),
-            // `auto`: a key is kept from its second miss on.
-            None if config.mode == fulcrum_config::CacheMode::Auto => (config.ttl, true),
-            None => return None,
-        };
+        let (ttl, second_miss) = config.keeping(names)?;
         let db = &self.id.database;
         let tables = reads
             .iter()
