@@ -191,16 +191,25 @@ impl Session {
             return CacheStep::Pass;
         };
         let unit = self.ctx.classify_unit(text);
-        let Some(keep) = self.keepable(&unit, text) else {
+        let keep = self.keepable(&unit, text);
+        let key = keep
+            .as_ref()
+            .map(|_| self.cache_key(b'Q', &[text.as_bytes()]));
+        let normal = keep
+            .as_ref()
+            .map(|_| fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000));
+        let digest = unit.key;
+        // Routing reads this classification of the same frame, not the
+        // text again (`next_unit_decision`).
+        self.query_unit = Some(unit);
+        let (Some(keep), Some(key), Some(normal)) = (keep, key, normal) else {
             return CacheStep::Pass;
         };
-        let key = self.cache_key(b'Q', &[text.as_bytes()]);
-        let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000);
         let database = self.id.database.clone();
         let query = Query {
             key: &key,
             database: &database,
-            digest: unit.key,
+            digest,
             text: &normal,
             tables: &keep.tables,
             ttl: keep.ttl,

@@ -219,12 +219,14 @@ impl Session {
 
     /// The classification of the unit at the front of the client buffer
     /// (a Query's text `text_len` bytes long, when `query_look` found it);
-    /// a Query's whole classification is kept for its session effects.
+    /// a Query's whole classification is kept for its session effects. A
+    /// Query the result cache looked up is not classified again: its
+    /// classification is in `query_unit` already.
     pub(super) fn next_unit_decision(&mut self, text_len: Option<usize>) -> Decision {
+        let looked_up = self.query_unit.take();
         let query_unit = std::cell::RefCell::new(None);
         let local_listen = self.listens_locally();
-        let classify = |sql: &str| {
-            let unit = self.ctx.classify_unit(sql);
+        let decide = |sql: &str, unit: fulcrum_sql::Classified| {
             let d = self
                 .ctx
                 .catalog_decision(&unit, &self.id.user, &self.id.database);
@@ -238,6 +240,7 @@ impl Session {
             }
             d
         };
+        let classify = |sql: &str| decide(sql, self.ctx.classify_unit(sql));
         // A Query whose text `query_look` found: classified from there.
         let front_text = match (self.client.read_buf.first(), text_len) {
             (Some(b'Q'), Some(n)) => {
@@ -246,7 +249,10 @@ impl Session {
             _ => None,
         };
         let decision = match front_text {
-            Some(Some(text)) => classify(text),
+            Some(Some(text)) => match looked_up {
+                Some(unit) => decide(text, unit),
+                None => classify(text),
+            },
             Some(None) => Decision::Write,
             None => unit_decision(
                 &self.client.read_buf,
