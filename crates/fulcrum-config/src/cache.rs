@@ -63,6 +63,18 @@ pub struct CacheRule {
     pub in_transactions: bool,
 }
 
+/// How one read is kept (`Cache::keeping`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keeping {
+    /// How long its entry is served at most.
+    pub ttl: Duration,
+    /// Kept only from its key's second miss on (`mode = "auto"`).
+    pub second_miss: bool,
+    /// Its rule lets it be answered from (and fill) the cache inside a
+    /// transaction too, where the isolation allows it.
+    pub in_transactions: bool,
+}
+
 impl Default for Cache {
     fn default() -> Cache {
         Cache {
@@ -154,14 +166,22 @@ impl Cache {
     /// How a read of `tables` (as the statement names them) is kept, if at
     /// all: for its rule's `ttl` (never above the cluster's), or, in `auto`
     /// mode with no rule, for the cluster's `ttl` from its key's second
-    /// miss on. Returns `(ttl, second_miss)`.
-    pub fn keeping<'a, I>(&self, tables: I) -> Option<(Duration, bool)>
+    /// miss on (and never inside a transaction).
+    pub fn keeping<'a, I>(&self, tables: I) -> Option<Keeping>
     where
         I: IntoIterator<Item = &'a str> + Clone,
     {
         match self.rule_for(tables) {
-            Some(rule) => Some((rule.ttl.unwrap_or(self.ttl).min(self.ttl), false)),
-            None if self.mode == CacheMode::Auto => Some((self.ttl, true)),
+            Some(rule) => Some(Keeping {
+                ttl: rule.ttl.unwrap_or(self.ttl).min(self.ttl),
+                second_miss: false,
+                in_transactions: rule.in_transactions,
+            }),
+            None if self.mode == CacheMode::Auto => Some(Keeping {
+                ttl: self.ttl,
+                second_miss: true,
+                in_transactions: false,
+            }),
             None => None,
         }
     }
@@ -219,7 +239,12 @@ mod tests {
         assert!(c.rule_for(["a", "b"]).is_some());
         assert!(c.rule_for(["x.a", "public.b"]).is_some());
         assert!(c.rule_for(["a", "c"]).is_none());
-        assert_eq!(c.keeping(["a"]), Some((c.ttl, false)));
+        let keeping = |ttl, second_miss| Keeping {
+            ttl,
+            second_miss,
+            in_transactions: false,
+        };
+        assert_eq!(c.keeping(["a"]), Some(keeping(c.ttl, false)));
         assert_eq!(
             c.keeping(["c"]),
             None,
@@ -231,7 +256,7 @@ mod tests {
         };
         assert_eq!(
             auto.keeping(["c"]),
-            Some((c.ttl, true)),
+            Some(keeping(c.ttl, true)),
             "auto: from the second miss"
         );
         assert!(c.rule_for(["other.b"]).is_none());

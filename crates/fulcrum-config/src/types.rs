@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::cache::{Cache, CacheInvalidation, CacheIsolation, CacheMode, CacheRule};
+pub use crate::cache::{Cache, CacheInvalidation, CacheIsolation, CacheMode, CacheRule, Keeping};
 pub use crate::coordination::{CoordinatorLoss, Etcd, Patroni, Topology};
 pub use crate::mirror::{Mirror, MirrorLogin, MirrorMode};
 

@@ -326,11 +326,11 @@ impl Session {
             return None;
         }
         let names = reads.iter().map(|t| &**t);
-        let (ttl, second_miss) = config.keeping(names)?;
+        let keeping = config.keeping(names)?;
         Some(Keep {
             tables: reads.iter().map(|t| table_of(db, t)).collect(),
-            ttl,
-            second_miss,
+            ttl: keeping.ttl,
+            second_miss: keeping.second_miss,
         })
     }
 

@@ -312,7 +312,7 @@ impl Session {
             }
         }
         let names = reads.iter().map(|t| &**t);
-        let (ttl, second_miss) = config.keeping(names)?;
+        let keeping = config.keeping(names)?;
         let db = &self.id.database;
         let tables = reads
             .iter()
@@ -320,8 +320,8 @@ impl Session {
             .collect();
         Some(Keep {
             tables,
-            ttl,
-            second_miss,
+            ttl: keeping.ttl,
+            second_miss: keeping.second_miss,
         })
     }
 
