@@ -17,7 +17,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// This module's primary, with the tables the cases read.
-fn cluster() -> &'static PgCluster {
+pub(crate) fn cluster() -> &'static PgCluster {
     static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let c = PgCluster::builder()
@@ -84,12 +84,12 @@ fn start_invalidated_by(
 }
 
 /// A write made directly on the primary, not through Fulcrum.
-fn behind_its_back(sql: &str) {
+pub(crate) fn behind_its_back(sql: &str) {
     cluster().primary().sql_script(APP_DB, sql).expect(sql);
 }
 
 /// The first value of `sql`'s first row (simple protocol).
-async fn value(client: &Client, sql: &str) -> String {
+pub(crate) async fn value(client: &Client, sql: &str) -> String {
     let answer = tokio::time::timeout(CALL_TIMEOUT, client.simple_query(sql))
         .await
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
@@ -129,7 +129,7 @@ async fn prepared_v(client: &Client, id: i32) -> i32 {
     row.get(0)
 }
 
-async fn run(client: &Client, sql: &str) {
+pub(crate) async fn run(client: &Client, sql: &str) {
     tokio::time::timeout(CALL_TIMEOUT, client.batch_execute(sql))
         .await
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))

@@ -137,11 +137,35 @@ async fn the_primary_says_which_relations_may_be_kept_and_which_writes_are_wide(
     assert!(!catalog.wide_writes(&user, (0, 0), APP_DB, &[n("rel_plain")]));
     assert!(catalog.wide_writes(&user, (0, 0), APP_DB, &[n("rel_triggered")]));
     assert!(!catalog.keepable(&user, (0, 0), APP_DB, &[n("rel_view")]));
+    assert!(
+        catalog.read_committed(&user, (0, 0), APP_DB),
+        "the server's default: READ COMMITTED"
+    );
     catalog.forget();
     assert!(
         !catalog.keepable(&user, (0, 0), APP_DB, &[n("rel_plain")]),
         "forgotten on DDL"
     );
+    assert!(!catalog.read_committed(&user, (0, 0), APP_DB), "not known");
+
+    // Any role's REPEATABLE READ default on this database (whoever the
+    // lookup logs in as) means a plain BEGIN is not proven READ COMMITTED.
+    let primary = cluster().primary();
+    let set = format!(
+        "CREATE ROLE rel_rr; ALTER ROLE rel_rr IN DATABASE {APP_DB} \
+         SET default_transaction_isolation = 'repeatable read'"
+    );
+    primary.sql_script(APP_DB, &set).expect("role setting");
+    let with_role = ctx.read_relations(&w).await.expect("relations read");
+    assert!(
+        !with_role.read_committed,
+        "a role's REPEATABLE READ default"
+    );
+    primary
+        .sql_script(APP_DB, "DROP ROLE rel_rr")
+        .expect("drop role");
+    let without = ctx.read_relations(&w).await.expect("relations read");
+    assert!(without.read_committed, "none left");
 }
 
 /// The first column of the first row `sql` returns through `client`.

@@ -53,10 +53,17 @@ impl Relation {
     }
 }
 
-/// The relations of one database, by unqualified lower-case name.
+/// The relations of one database, by unqualified lower-case name, and
+/// the database's default transaction isolation as far as the result
+/// cache's `in_transactions` needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Relations {
     by_name: HashMap<Arc<str>, Relation>,
+    /// A transaction that names no isolation level runs READ COMMITTED
+    /// (or READ UNCOMMITTED) for every user of the database: the server's
+    /// default says so and no per-database or per-role setting says
+    /// otherwise. False when not shown (default-deny).
+    pub read_committed: bool,
 }
 
 /// The last part of `name` (`schema.table` to `table`), lower case.
@@ -228,6 +235,14 @@ impl RelationCatalog {
     ) -> bool {
         self.answer(user, options, database, |r| r.wide_writes(names))
             .unwrap_or(true)
+    }
+
+    /// Whether a transaction on `database` that names no isolation level
+    /// runs READ COMMITTED (`Relations::read_committed`); false while not
+    /// known (asked for then).
+    pub fn read_committed(&self, user: &Arc<str>, options: (u32, u8), database: &str) -> bool {
+        self.answer(user, options, database, |r| r.read_committed)
+            .unwrap_or(false)
     }
 
     /// `test` of `database`'s relations, `None` while they are not known;

@@ -91,6 +91,10 @@ pub struct Engine {
     /// The transaction status the client was last told: by the server's
     /// answer, or by Fulcrum answering in its place.
     status: Status,
+    /// The first state the client left on its server connection that
+    /// Fulcrum cannot replay (a pin's reason): also for a client pinned
+    /// from the start (session pooling), whose phase it does not change.
+    state_left: Option<PinReason>,
 }
 
 impl Engine {
@@ -108,6 +112,7 @@ impl Engine {
             },
             txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
             status: Status::Idle,
+            state_left: None,
         }
     }
 
@@ -179,6 +184,22 @@ impl Engine {
         }
     }
 
+    /// The first state the client left on its server connection that
+    /// Fulcrum cannot replay, if any (a pin's reason; for a session-pooled
+    /// client, any pin after its login's).
+    pub fn state_left(&self) -> Option<PinReason> {
+        self.state_left
+    }
+
+    /// The statements a deferred transaction opened with (`BEGIN ...;
+    /// SET TRANSACTION ...`), while it is deferred.
+    pub fn deferred_begin(&self) -> Option<&str> {
+        match self.phase {
+            Phase::Deferred { .. } => Some(&self.begin),
+            _ => None,
+        }
+    }
+
     /// A transaction Fulcrum answered BEGIN for, not yet on a server.
     pub fn deferred(&self) -> Option<bool> {
         match self.phase {
@@ -212,18 +233,28 @@ impl Engine {
             Event::Drain => self.on_drain(),
             Event::Unit(r) => {
                 self.quiet = false;
+                if r.pin.is_some() {
+                    self.state_left = self.state_left.or(r.pin);
+                }
                 self.on_unit(r)
             }
             Event::Deferred { read_only } => self.on_deferred(read_only),
             Event::DeferredEnded => self.on_deferred_ended(),
             Event::Attached(route) => self.on_attached(route),
-            Event::Pin(reason) => self.on_pin(reason),
+            Event::Pin(reason) => {
+                self.state_left = self.state_left.or(Some(reason));
+                self.on_pin(reason)
+            }
             Event::Ready { status, owed } => {
                 self.status = status;
                 self.quiet = status == Status::Idle && owed == Owed::Nothing;
                 self.on_ready(status, owed)
             }
-            Event::Reset => self.on_reset(),
+            Event::Reset => {
+                // What a reset clears, it clears for the cache's word too.
+                self.state_left = None;
+                self.on_reset()
+            }
             Event::ServerLost(l) => self.on_loss(l),
             Event::LostEnded => self.on_lost_ended(),
             Event::Replayed => self.on_replay_end(false),

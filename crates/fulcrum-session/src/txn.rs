@@ -120,6 +120,47 @@ pub fn is_chained(sql: &str) -> bool {
     last.eq_ignore_ascii_case("chain") && before.eq_ignore_ascii_case("and")
 }
 
+/// The isolation level `sql` names (a transaction's `BEGIN ...; SET
+/// TRANSACTION ...`, or a `default_transaction_isolation` setting):
+/// `Some(true)` when every level it names is READ COMMITTED or READ
+/// UNCOMMITTED (PostgreSQL runs the latter as the former), `Some(false)`
+/// when it names another or a level it cannot read, `None` when it names
+/// none. The result cache serves reads inside a transaction only at READ
+/// COMMITTED, where each statement sees what is committed when it starts.
+pub fn names_read_committed(sql: &str) -> Option<bool> {
+    let lower = sql.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut named = None;
+    for (i, w) in words.iter().enumerate() {
+        let level = match *w {
+            // `ISOLATION LEVEL x`, `default_transaction_isolation = 'x'`,
+            // `transaction_isolation TO x`.
+            "level" if i > 0 && words[i - 1] == "isolation" => &words[i + 1..],
+            "default_transaction_isolation" | "transaction_isolation" | "tx_isolation" => {
+                let rest = &words[i + 1..];
+                match rest.first() {
+                    Some(&"to") => &rest[1..],
+                    _ => rest,
+                }
+            }
+            _ => continue,
+        };
+        let committed = matches!(
+            level,
+            ["read", "committed", ..] | ["read", "uncommitted", ..]
+        );
+        named = Some(named.unwrap_or(true) && committed);
+    }
+    // A mention of isolation this does not read is not a proof.
+    match named {
+        None if lower.contains("isolation") => Some(false),
+        named => named,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +282,41 @@ mod tests {
         ));
         assert!(!starts_with_ci("SET TRANSACTIOé", "set transaction"));
         assert!(!starts_with_ci("ééééééééé", "set transaction"));
+    }
+
+    #[test]
+    fn isolation_named_in_text() {
+        use super::names_read_committed as rc;
+        assert_eq!(rc("BEGIN"), None);
+        assert_eq!(rc("BEGIN READ ONLY"), None);
+        assert_eq!(rc("BEGIN ISOLATION LEVEL READ COMMITTED"), Some(true));
+        assert_eq!(
+            rc("start transaction isolation level read uncommitted, read only"),
+            Some(true)
+        );
+        assert_eq!(rc("BEGIN ISOLATION LEVEL REPEATABLE READ"), Some(false));
+        assert_eq!(
+            rc("BEGIN; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+            Some(false)
+        );
+        assert_eq!(
+            rc("BEGIN ISOLATION LEVEL READ COMMITTED; SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+            Some(false),
+            "every level named must be read committed"
+        );
+        assert_eq!(
+            rc("SET default_transaction_isolation = 'read committed'"),
+            Some(true)
+        );
+        assert_eq!(
+            rc("SET default_transaction_isolation TO 'repeatable read'"),
+            Some(false)
+        );
+        assert_eq!(
+            rc("SET SESSION transaction_isolation = 'READ-COMMITTED'"),
+            Some(true)
+        );
+        assert_eq!(rc("SET tx_isolation = 'REPEATABLE-READ'"), Some(false));
+        assert_eq!(rc("SET transaction isolation something"), Some(false));
     }
 }

@@ -30,6 +30,20 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, \
   EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid) AS inherits) x \
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND n.nspname NOT LIKE 'pg\\_toast%'";
 
+/// Whether a transaction naming no isolation level runs READ COMMITTED on
+/// this database for every user (the result cache's `in_transactions`):
+/// the default the lookup's login sees, and no `ALTER DATABASE` or
+/// `ALTER ROLE ... SET default_transaction_isolation` for this database or
+/// all of them that says another level (so the login the lookup ran as
+/// does not matter).
+pub const ISOLATION_QUERY: &str = "\
+SELECT (current_setting('default_transaction_isolation') IN ('read committed', 'read uncommitted') \
+ AND NOT EXISTS (SELECT 1 FROM pg_db_role_setting s, unnest(s.setconfig) c \
+  WHERE s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database())) \
+   AND lower(c) LIKE 'default\\_transaction\\_isolation=%' \
+   AND lower(replace(c, '''', '')) NOT IN ('default_transaction_isolation=read committed', \
+    'default_transaction_isolation=read uncommitted')))::text";
+
 /// The relations in the rows of [`RELATIONS_QUERY`].
 pub fn relations_of_rows(rows: &[Vec<Option<String>>]) -> Relations {
     let mut relations = Relations::new();
@@ -81,7 +95,13 @@ impl ClusterContext {
     pub(super) async fn relations_of(&self, w: &Wanted) -> Option<Relations> {
         let mut conn = self.catalog_conn(w).await?;
         let rows = conn.query_rows(RELATIONS_QUERY).await.ok()?;
-        Some(relations_of_rows(&rows))
+        let mut relations = relations_of_rows(&rows);
+        let isolation = conn.query_rows(ISOLATION_QUERY).await.ok()?;
+        relations.read_committed = isolation
+            .first()
+            .and_then(|row| row.first())
+            .is_some_and(|v| v.as_deref() == Some("true"));
+        Some(relations)
     }
 }
 

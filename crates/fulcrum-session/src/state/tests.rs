@@ -40,6 +40,7 @@ pub(super) fn engine(phase: Phase) -> Engine {
         unit: Default::default(),
         txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
         status: Status::Idle,
+        state_left: None,
     }
 }
 
@@ -358,4 +359,21 @@ fn outcomes_carry_their_sqlstate() {
     assert_eq!(Outcome::NotCommitted.sqlstate(), "08006");
     assert_eq!(Outcome::NotAnswered.sqlstate(), "08006");
     assert!(Outcome::Unknown.advice().contains("may or may not"));
+}
+
+#[test]
+fn state_left_is_recorded_for_a_client_pinned_from_the_start() {
+    let mut e = Engine::new(Some("session pool mode"));
+    assert_eq!(e.state_left(), None, "the login's pin is not state left");
+    let _ = e.step(Event::Pin("temporary table"));
+    assert_eq!(e.pinned(), Some("session pool mode"), "the phase stays");
+    assert_eq!(e.state_left(), Some("temporary table"));
+    let _ = e.step(Event::Pin("advisory lock"));
+    assert_eq!(e.state_left(), Some("temporary table"), "the first is kept");
+    let _ = e.step(Event::Reset);
+    assert_eq!(e.state_left(), None, "a reset clears it");
+
+    let mut t = Engine::new(None);
+    let _ = t.step(Event::Pin("prepared by SQL"));
+    assert_eq!(t.state_left(), Some("prepared by SQL"));
 }

@@ -149,8 +149,10 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            let actions = self.engine.step(Event::Pin(reason));
-            self.carry_out_now(actions);
         }
+        // A client pinned already (session pooling) still has the state
+        // recorded: the result cache serves it no more (`state_left`).
+        let actions = self.engine.step(Event::Pin(reason));
+        self.carry_out_now(actions);
     }
 }

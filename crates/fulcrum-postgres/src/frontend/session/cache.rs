@@ -14,6 +14,10 @@ use fulcrum_sql::Writes;
 
 use super::*;
 
+mod scope;
+
+use scope::Scope;
+
 /// How long a read waits for another client's fill of the same key before
 /// it goes to the server itself.
 const FILL_WAIT: Duration = Duration::from_secs(5);
@@ -24,6 +28,8 @@ struct Keep {
     tables: Vec<Table>,
     ttl: Duration,
     second_miss: bool,
+    /// Its rule lets it be served and filled inside a transaction.
+    in_transactions: bool,
 }
 
 /// What the cache did with the Query at the front of the client buffer.
@@ -44,6 +50,9 @@ pub(super) struct Capture {
     /// Something in the answer may not be kept (an error, a notice, a
     /// notification, a row streamed through, over `max_result`).
     spoiled: bool,
+    /// It runs inside a transaction (`in_transactions`): its answer ends
+    /// with `T`, and is kept as the `I` an idle client is given.
+    in_txn: bool,
 }
 
 /// What the client's writes may have changed, invalidated again when
@@ -142,29 +151,26 @@ impl Capture {
         self.answer = BytesMut::new();
     }
 
-    /// Stores the answer if it is whole and ended outside a transaction.
-    fn finish(self, status: u8) -> bool {
-        !self.spoiled && status == b'I' && self.fill.store(self.answer.freeze())
+    /// Stores the answer if it is whole and ended where it started: idle,
+    /// or (`in_transactions`) still in its transaction, kept with the
+    /// ReadyForQuery an idle client is given.
+    fn finish(mut self, status: u8) -> bool {
+        let whole = match (self.in_txn, status) {
+            (false, b'I') => true,
+            (true, b'T') => match self.answer.last_mut() {
+                Some(last) => {
+                    *last = b'I';
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        whole && !self.spoiled && self.fill.store(self.answer.freeze())
     }
 }
 
 impl Session {
-    /// Whether the unit at the front may be answered from (or fill) the
-    /// cache: an idle client with nothing in flight, no transaction, no
-    /// pin, no mirror, and no `SET fulcrum.cache = off`.
-    fn cache_may_answer(&self) -> bool {
-        self.ctx.cache.is_some()
-            && self.server.is_none()
-            && self.engine.status() == Status::Idle
-            && self.engine.deferred().is_none()
-            && self.engine.pinned().is_none()
-            && !self.engine.is_lost()
-            && self.txn.run.is_none()
-            && self.mirror.is_none()
-            && self.cache_fill.is_none()
-            && !self.cache_off()
-    }
-
     /// `SET fulcrum.cache = off` (or `false`): this client's reads neither
     /// use nor fill the cache until it sets it back or resets it.
     fn cache_off(&self) -> bool {
@@ -181,9 +187,9 @@ impl Session {
     /// Looks the Query at the front of the client buffer (`total` bytes,
     /// its text `text_len` long) up in the cache.
     pub(super) async fn cache_front(&mut self, total: usize, text_len: Option<usize>) -> CacheStep {
-        if !self.cache_may_answer() {
+        let Some(scope) = self.cache_scope() else {
             return CacheStep::Pass;
-        }
+        };
         let Some(n) = text_len else {
             return CacheStep::Pass;
         };
@@ -191,7 +197,9 @@ impl Session {
             return CacheStep::Pass;
         };
         let unit = self.ctx.classify_unit(text);
-        let keep = self.keepable(&unit, text);
+        let keep = self
+            .keepable(&unit, text)
+            .filter(|k| k.in_transactions || !scope.in_txn);
         let key = keep
             .as_ref()
             .map(|_| self.cache_key(b'Q', &[text.as_bytes()]));
@@ -215,7 +223,7 @@ impl Session {
             ttl: keep.ttl,
             second_miss: keep.second_miss,
         };
-        self.cache_lookup(&query, total).await
+        self.cache_lookup(&query, total, scope).await
     }
 
     /// Looks the extended-protocol unit at the front of the client buffer
@@ -223,7 +231,10 @@ impl Session {
     /// of all rows and Sync (what pgbench -M prepared and libpq's
     /// `PQexecPrepared` send). Anything else is not the cache's.
     pub(super) async fn cache_front_bind(&mut self) -> CacheStep {
-        if !self.cache_may_answer() || !self.stmts.signals.is_empty() || self.listen.is_some() {
+        let Some(scope) = self.cache_scope() else {
+            return CacheStep::Pass;
+        };
+        if !self.stmts.signals.is_empty() || self.listen.is_some() {
             return CacheStep::Pass;
         }
         let max = self.ctx.config.max_message_size;
@@ -237,7 +248,10 @@ impl Session {
             return CacheStep::Pass;
         };
         let classified = self.ctx.classify_unit(text);
-        let Some(keep) = self.keepable(&classified, text) else {
+        let Some(keep) = self
+            .keepable(&classified, text)
+            .filter(|k| k.in_transactions || !scope.in_txn)
+        else {
             return CacheStep::Pass;
         };
         let rest = &self.client.read_buf[unit.rest.clone()];
@@ -257,14 +271,14 @@ impl Session {
             second_miss: keep.second_miss,
         };
         let total = unit.total;
-        self.cache_lookup(&query, total).await
+        self.cache_lookup(&query, total, scope).await
     }
 
     /// The lookup of `query` for the unit of `total` bytes at the front:
-    /// a hit answers it, a miss takes the fill, another client's fill is
-    /// waited for first.
-    async fn cache_lookup(&mut self, query: &Query<'_>, total: usize) -> CacheStep {
-        let cache = self.ctx.cache.clone().expect("checked by cache_may_answer");
+    /// a hit answers it, a miss takes the fill (where `scope` lets it run
+    /// on the primary), another client's fill is waited for first.
+    async fn cache_lookup(&mut self, query: &Query<'_>, total: usize, scope: Scope) -> CacheStep {
+        let cache = self.ctx.cache.clone().expect("checked by cache_scope");
         let mut found = cache.lookup(query, true);
         if let Lookup::Wait(waiter) = found {
             // Another client is filling it: its answer serves this one too.
@@ -273,9 +287,11 @@ impl Session {
         }
         match found {
             Lookup::Hit(answer) => {
-                self.answer_from_cache(total, &answer);
+                self.answer_from_cache(total, &answer, scope.in_txn);
                 CacheStep::Answered
             }
+            // Its connection is a replica's: the answer may lack a write.
+            Lookup::Fill(_) if !scope.fill => CacheStep::Pass,
             Lookup::Fill(fill) => {
                 let max = usize::try_from(fill.max_result()).unwrap_or(usize::MAX);
                 self.cache_fill = Some(Box::new(Capture {
@@ -283,6 +299,7 @@ impl Session {
                     answer: BytesMut::new(),
                     max,
                     spoiled: false,
+                    in_txn: scope.in_txn,
                 }));
                 CacheStep::Filling
             }
@@ -322,6 +339,7 @@ impl Session {
             tables,
             ttl: keeping.ttl,
             second_miss: keeping.second_miss,
+            in_transactions: keeping.in_transactions,
         })
     }
 
@@ -353,13 +371,18 @@ impl Session {
         key
     }
 
-    /// Answers the `total`-byte frame at the front with a cached answer
-    /// (byte for byte the server's, ReadyForQuery included).
-    fn answer_from_cache(&mut self, total: usize, answer: &Bytes) {
+    /// Answers the `total`-byte unit at the front with a cached answer
+    /// (byte for byte the server's, its ReadyForQuery saying `T` inside a
+    /// transaction).
+    fn answer_from_cache(&mut self, total: usize, answer: &Bytes, in_txn: bool) {
         let _ = self.client.read_buf.split_to(total);
         self.client.write_buf.extend_from_slice(answer);
+        let status = if in_txn { b'T' } else { b'I' };
+        if let Some(last) = self.client.write_buf.last_mut() {
+            *last = status;
+        }
         self.id.entry.counts.queries(1);
-        self.set_status(b'I');
+        self.set_status(status);
     }
 
     /// A ReadyForQuery with `status`: what the client wrote is invalidated

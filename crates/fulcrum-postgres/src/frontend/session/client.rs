@@ -75,16 +75,21 @@ impl Session {
                 header.tag,
                 b'Q' | b'P' | b'B' | b'D' | b'C' | b'E' | b'S' | b'H' | b'F'
             ) {
-                if self.server.is_none() {
-                    if self.ctx.cache.is_some() && matches!(header.tag, b'Q' | b'B') {
-                        let step = match header.tag {
-                            b'Q' => self.cache_front(header.total, look.text).await,
-                            _ => self.cache_front_bind().await,
-                        };
-                        if matches!(step, cache::CacheStep::Answered) {
-                            continue;
-                        }
+                // The result cache: a client without a connection, or a
+                // session-pooled one holding its own (`cache_scope`).
+                if self.ctx.cache.is_some()
+                    && matches!(header.tag, b'Q' | b'B')
+                    && (self.server.is_none() || self.pool_mode == PoolMode::Session)
+                {
+                    let step = match header.tag {
+                        b'Q' => self.cache_front(header.total, look.text).await,
+                        _ => self.cache_front_bind().await,
+                    };
+                    if matches!(step, cache::CacheStep::Answered) {
+                        continue;
                     }
+                }
+                if self.server.is_none() {
                     // The usual unit: no async layer before its attach.
                     unit_started.get_or_insert_with(|| self.engine.now());
                     let routing = self.route_unit(look.text);
