@@ -1,6 +1,7 @@
 //! Running Fulcrum: the admin console, metrics and health endpoints,
 //! reloads, shutdown, clusters sharing a port, logging, the command line
-//! (version, completions, systemd notification) and `--check` of configs.
+//! (version, completions, systemd notification), `--check` of configs and
+//! binary upgrades (SIGUSR2).
 //! One test binary; each module was a binary of its own before. Every test
 //! starts the clusters it needs (most change them or the daemon's config).
 
@@ -13,3 +14,4 @@ mod reload;
 mod shared_port;
 mod shutdown;
 mod status_page;
+mod upgrade;

@@ -47,6 +47,8 @@ pub enum Command {
     DisableDatabase(String),
     EnableDatabase(String),
     Reload,
+    /// Start the binary at the daemon's path and hand it the listeners.
+    Upgrade,
     /// Drain and stop the daemon, as SIGTERM does.
     Shutdown,
     Switchover {
@@ -141,6 +143,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["FLUSH", "CACHE", _] => Ok(Command::FlushCache(Some(words[2].to_owned()))),
         ["FLUSH", ..] => Err("usage: FLUSH CACHE [table]".into()),
         ["RELOAD"] => Ok(Command::Reload),
+        ["UPGRADE"] => Ok(Command::Upgrade),
         ["SHUTDOWN"] => Ok(Command::Shutdown),
         ["KILL", _] => Ok(Command::Kill(words[1].to_owned())),
         ["KILL", ..] => Err("usage: KILL <database>".into()),
@@ -156,7 +159,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["SET", ..] => parse_set(text),
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {:?}; try SHOW HELP, SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SHUTDOWN, SET log = '...'",
+            "unknown command {:?}; try SHOW HELP, SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, UPGRADE, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SHUTDOWN, SET log = '...'",
             words[0]
         )),
     }
@@ -237,6 +240,7 @@ mod tests {
             Ok(Command::Enable("main/127.0.0.1:5433".into()))
         );
         assert_eq!(parse("RELOAD"), Ok(Command::Reload));
+        assert_eq!(parse("upgrade"), Ok(Command::Upgrade));
         assert_eq!(parse("SHUTDOWN"), Ok(Command::Shutdown));
         assert_eq!(parse("SHOW HELP"), Ok(Command::Show(Show::Help)));
         assert_eq!(parse("show servers"), Ok(Command::Show(Show::Servers)));

@@ -18,6 +18,24 @@ const PAUSE_WAIT: Duration = Duration::from_secs(60);
 
 pub(crate) type Failure = (&'static str, String);
 
+/// Asks the daemon's `what` (reload, upgrade) task and waits for its
+/// answer: the outer error when it cannot be asked, the inner one its own.
+async fn ask(
+    to: Option<&tokio::sync::mpsc::Sender<crate::ReloadRequest>>,
+    what: &str,
+) -> Result<Result<String, String>, Failure> {
+    let tx = to.ok_or(("55000", format!("fulcrum admin: {what} is not available")))?;
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    tx.send(reply).await.map_err(|_| {
+        (
+            "55000",
+            "fulcrum admin: the daemon is shutting down".to_string(),
+        )
+    })?;
+    rx.await
+        .map_err(|_| ("55000", format!("fulcrum admin: the {what} did not answer")))
+}
+
 impl Admin {
     pub(crate) async fn execute(&self, cmd: Command, out: &mut BytesMut) -> Result<(), Failure> {
         enum Kind {
@@ -128,34 +146,25 @@ impl Admin {
                 Ok(())
             }
             Command::Reload => {
-                let tx = self.reload.as_ref().ok_or((
-                    "55000",
-                    "fulcrum admin: reload is not available".to_string(),
-                ))?;
-                let (reply, rx) = tokio::sync::oneshot::channel();
-                tx.send(reply).await.map_err(|_| {
+                let summary = ask(self.reload.as_ref(), "reload").await?.map_err(|e| {
                     (
-                        "55000",
-                        "fulcrum admin: the daemon is shutting down".to_string(),
+                        "F0000",
+                        format!(
+                            "fulcrum admin: config not reloaded, the running config stays: {e}"
+                        ),
                     )
                 })?;
-                let summary = rx
-                    .await
-                    .map_err(|_| {
-                        (
-                            "55000",
-                            "fulcrum admin: the reload did not answer".to_string(),
-                        )
-                    })?
-                    .map_err(|e| {
-                        (
-                            "F0000",
-                            format!(
-                                "fulcrum admin: config not reloaded, the running config stays: {e}"
-                            ),
-                        )
-                    })?;
                 crate::rows::result(out, &["reload"], &[vec![summary]]);
+                Ok(())
+            }
+            Command::Upgrade => {
+                let summary = ask(self.upgrade.as_ref(), "upgrade").await?.map_err(|e| {
+                    (
+                        "F0000",
+                        format!("fulcrum admin: upgrade failed, this process keeps serving: {e}"),
+                    )
+                })?;
+                crate::rows::result(out, &["upgrade"], &[vec![summary]]);
                 Ok(())
             }
             Command::Switchover { cluster, backend } => {

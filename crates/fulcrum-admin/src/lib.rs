@@ -54,6 +54,8 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub set_log: SetLog,
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
+    /// UPGRADE: answered with the hand-over's outcome.
+    pub upgrade: Option<mpsc::Sender<ReloadRequest>>,
     /// SHUTDOWN: turns the daemon's shutdown on (a drain, as SIGTERM).
     pub shutdown: Option<tokio::sync::watch::Sender<bool>>,
 }

@@ -67,6 +67,7 @@ const HELP: &[(&str, &str)] = &[
     ("KILL database | RECONNECT [database] | WAIT_CLOSE [database]", "drop, or recycle, a database's connections"),
     ("SWITCHOVER cluster TO backend", "planned promotion (with etcd: on the leader; with Patroni: asked of Patroni)"),
     ("RELOAD", "read the config file again; says what needs a restart"),
+    ("UPGRADE", "start the binary at the daemon's path (same arguments, the config file as it is now) and hand it the listeners, as SIGUSR2 does"),
     ("SET log = 'filter'", "change the log filter"),
     ("SHUTDOWN", "drain and stop, as SIGTERM does"),
 ];

@@ -231,6 +231,13 @@ impl<C, P, S> ClusterCore<C, P, S> {
         }
     }
 
+    /// Stops the health loop and waits (up to `within`) for its last round
+    /// to end: an upgrade hands the cluster to the next process, whose
+    /// loop must be the only one. False if it did not end in time.
+    pub async fn stop_health(&self, within: std::time::Duration) -> bool {
+        self.health.stop_and_wait(within).await
+    }
+
     /// Turns true when the health loop stops (`None` before it started):
     /// the cluster's other background tasks (a protocol's change streams)
     /// end with it.

@@ -18,6 +18,8 @@ use crate::view::ClusterView;
 pub struct HealthLoop {
     monitor: OnceLock<MonitorHandle>,
     stop: OnceLock<Arc<watch::Sender<bool>>>,
+    /// Turns true when the loop's task has ended (its last round done).
+    finished: OnceLock<watch::Receiver<bool>>,
 }
 
 impl HealthLoop {
@@ -52,7 +54,28 @@ impl HealthLoop {
                 let _ = tx.send(true);
             }
         });
-        monitor.spawn(stop_rx)
+        let task = monitor.spawn(stop_rx);
+        let (done_tx, done_rx) = watch::channel(false);
+        let _ = self.finished.set(done_rx);
+        tokio::spawn(async move {
+            let _ = task.await;
+            let _ = done_tx.send(true);
+        })
+    }
+
+    /// Stops the loop and waits (up to `within`) for its round in progress,
+    /// a promotion included, to end: an upgrade's new process starts its
+    /// own loop only after this one is over. False if it did not end in
+    /// time.
+    pub async fn stop_and_wait(&self, within: std::time::Duration) -> bool {
+        self.stop();
+        let Some(mut done) = self.finished.get().cloned() else {
+            return true;
+        };
+        let ended = tokio::time::timeout(within, done.wait_for(|d| *d))
+            .await
+            .is_ok();
+        ended
     }
 
     /// Stops the loop now: a reload started the cluster's next one, and a

@@ -171,9 +171,25 @@ pub async fn serve<F: Frontend>(
         });
     }
     drop(listener);
+    let name = &config.name;
+    if let Some(keep) = handed_over() {
+        // An upgrade: the next process accepts from now on; the clients
+        // here stay until they leave, up to `upgrade_timeout`.
+        let busy = max as usize - limit.available_permits();
+        if busy > 0 {
+            tracing::info!(cluster = %name, clients = busy, "upgrade: the clients connected here stay until they leave (up to {keep:?})");
+        }
+        if tokio::time::timeout(keep, limit.acquire_many(max))
+            .await
+            .is_ok()
+        {
+            tracing::info!(cluster = %name, "upgrade: every client connected here has left");
+            return;
+        }
+        tracing::info!(cluster = %name, "upgrade_timeout reached: ending the clients still here at their next transaction boundary");
+    }
     // Every session ends at its next transaction boundary.
     clients::registry().drain_all();
-    let name = &config.name;
     let busy = max as usize - limit.available_permits();
     if busy > 0 {
         tracing::info!(cluster = %name, clients = busy, "draining: waiting up to {drain:?} for transactions in progress");
@@ -189,6 +205,21 @@ pub async fn serve<F: Frontend>(
             "shutdown_timeout reached: closing the clients still in a transaction"
         ),
     }
+}
+
+/// The clients' stay after an upgrade handed the listeners over.
+static HANDED_OVER: std::sync::Mutex<Option<Duration>> = std::sync::Mutex::new(None);
+
+/// An upgrade handed this process's listeners to the next process: the
+/// shutdown that follows stops accepting but lets connected clients stay
+/// until they leave, up to `keep` (`upgrade_timeout`), before they are
+/// ended at their next transaction boundary as on any shutdown.
+pub fn hand_over(keep: Duration) {
+    *HANDED_OVER.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep);
+}
+
+fn handed_over() -> Option<Duration> {
+    *HANDED_OVER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Why a client's task stopped short.

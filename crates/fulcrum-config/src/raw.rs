@@ -34,6 +34,7 @@ pub(crate) struct RawGlobal {
     pub log_format: Value<String>,
     pub slow_query_threshold: Value<DurationText>,
     pub shutdown_timeout: Value<DurationText>,
+    pub upgrade_timeout: Value<DurationText>,
     pub dns_max_ttl: Value<DurationText>,
     pub admin_user: Value<Tables<RawAdminUser>>,
     pub admin_auth: Value<String>,

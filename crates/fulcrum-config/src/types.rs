@@ -56,6 +56,9 @@ pub struct Global {
     pub slow_query_threshold: Option<Duration>,
     /// SIGTERM: how long in-flight transactions may take to finish.
     pub shutdown_timeout: Duration,
+    /// An upgrade (SIGUSR2, `UPGRADE`): how long clients left on the old
+    /// process may stay before they are ended at a transaction boundary.
+    pub upgrade_timeout: Duration,
     /// How long a server's host name's addresses are kept (`dns_max_ttl`;
     /// zero: looked up for every connection).
     pub dns_max_ttl: Duration,

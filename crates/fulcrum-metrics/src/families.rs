@@ -62,6 +62,7 @@ pub struct Metrics {
     pub prepared_statements: IntGaugeVec,
     pub failover_blocked: IntGaugeVec,
     pub reload_pending_restart: prometheus::IntGauge,
+    pub upgrades: IntCounterVec,
     pub topology_source: IntGaugeVec,
     pub topology_epoch: IntGaugeVec,
     pub topology_leader: IntGaugeVec,
@@ -175,6 +176,7 @@ impl Metrics {
             .expect("registered once");
         Metrics {
             reload_pending_restart,
+            upgrades: counter(&r, "fulcrum_upgrades_total", "Binary upgrades (SIGUSR2, the console's UPGRADE) started by this process, by outcome: handed_over (the new process took the listeners), failed (it did not start, failed its config check or did not answer; this process kept serving).", &["outcome"]),
             queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
             transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),
             client_connections: gauge(&r, "fulcrum_client_connections", "Client connections open now (logged in).", &["cluster"]),

@@ -7,14 +7,18 @@
 //! when connecting to it is refused (nobody listens), one another process
 //! listens on is an error, anything that is not a socket is never touched;
 //! the file is removed when the listener closes, or by
-//! [`remove_socket_files`] when the process stops at once. Nothing here
+//! [`remove_socket_files`] when the process stops at once, unless an
+//! upgrade handed it to the next process ([`disown_socket_files`]; that
+//! process adopts the socket with [`UnixSocket::adopt`]). Nothing here
 //! knows a wire protocol.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -173,6 +177,30 @@ impl UnixSocket {
         &self.file.path
     }
 
+    /// The listening socket, to hand to the next process on an upgrade.
+    pub fn listener_fd(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+
+    /// A listening socket bound at `path` by the process before this one
+    /// (an upgrade handed it over): this process owns its file from now on.
+    /// Must be called within a tokio runtime.
+    pub fn adopt(
+        listener: std::os::unix::net::UnixListener,
+        path: &Path,
+        port: u16,
+    ) -> io::Result<UnixSocket> {
+        listener.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(listener)?;
+        let meta = std::fs::symlink_metadata(path)?;
+        let file = SocketFile::new(path.to_path_buf(), meta.dev(), meta.ino());
+        Ok(UnixSocket {
+            listener,
+            file,
+            port,
+        })
+    }
+
     async fn accept(&self) -> io::Result<(Accepted, ClientPeer)> {
         let (s, _) = self.listener.accept().await?;
         let cred = s.peer_cred().ok();
@@ -296,8 +324,21 @@ impl Drop for SocketFile {
     fn drop(&mut self) {
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         open.retain(|(p, d, i)| !(*p == self.path && *d == self.dev && *i == self.ino));
-        remove_if_ours(&self.path, self.dev, self.ino);
+        if !DISOWNED.load(Ordering::Acquire) {
+            remove_if_ours(&self.path, self.dev, self.ino);
+        }
     }
+}
+
+/// An upgrade handed this process's sockets to the next process: their
+/// files are that process's now, and are never removed from here.
+static DISOWNED: AtomicBool = AtomicBool::new(false);
+
+/// The next process took this one's listening sockets (an upgrade): from
+/// now on no socket file is removed by this process, on drop or exit.
+pub fn disown_socket_files() {
+    DISOWNED.store(true, Ordering::Release);
+    OPEN.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
 fn remove_if_ours(path: &Path, dev: u64, ino: u64) {

@@ -16,6 +16,7 @@ mod listeners;
 pub mod log_filter;
 mod reload;
 pub mod systemd;
+pub mod upgrade;
 
 use std::sync::{Arc, Mutex};
 
@@ -92,6 +93,12 @@ struct Live {
     /// Each listener's `client_login_timeout` at start, by its first
     /// cluster: its sparing of logins at `max_pending_logins` keeps it.
     login_timeouts: Vec<(String, std::time::Duration)>,
+    /// Turns the daemon's shutdown on (after an upgrade's hand-over).
+    stop: watch::Sender<bool>,
+    /// The listening sockets an upgrade hands over.
+    sockets: upgrade::Sockets,
+    /// An upgrade handed them over: this process no longer accepts.
+    handed_over: bool,
 }
 
 /// A new context for `cluster` with its health loop running; registered
@@ -240,7 +247,7 @@ pub async fn run_logging(
     // connect, the console and /metrics are there too.
     let admin_listener = match config.fulcrum.admin {
         Some(address) => Some(
-            TcpListener::bind(address)
+            control_listener(address, upgrade::successor::admin(address))
                 .await
                 .map_err(|source| DaemonError::Admin { address, source })?,
         ),
@@ -248,7 +255,7 @@ pub async fn run_logging(
     };
     let metrics_listener = match config.fulcrum.metrics {
         Some(address) => Some(
-            TcpListener::bind(address)
+            control_listener(address, upgrade::successor::metrics(address))
                 .await
                 .map_err(|source| DaemonError::Metrics { address, source })?,
         ),
@@ -257,6 +264,25 @@ pub async fn run_logging(
     // One listener per address (and its Unix socket): clusters sharing
     // one are served by it, the client's database picking the cluster.
     let listeners = listeners::bind_all(&config)?;
+    let mut sockets = listeners::handed_sockets(&config, &listeners);
+    for (socket, listener, address) in [
+        (
+            upgrade::wire::Socket::Admin as fn(_) -> _,
+            &admin_listener,
+            config.fulcrum.admin,
+        ),
+        (
+            upgrade::wire::Socket::Metrics,
+            &metrics_listener,
+            config.fulcrum.metrics,
+        ),
+    ] {
+        if let (Some(l), Some(a)) = (listener, address) {
+            if let Ok(fd) = std::os::fd::AsFd::as_fd(l).try_clone_to_owned() {
+                sockets.push((socket(a), fd));
+            }
+        }
+    }
     warn_unverified_backends(&config);
     let metrics = Arc::new(Metrics::new());
     // `fulcrum_clients{cluster,user,state}` from the client registry, at scrape time.
@@ -277,12 +303,14 @@ pub async fn run_logging(
     }));
     let set_log = log_filter::recording(set_log, admin_config.clone());
     let (reload_tx, reload_rx) = mpsc::channel(4);
+    let (upgrade_tx, upgrade_rx) = mpsc::channel(1);
     let admin = Arc::new(fulcrum_admin::Admin {
         config: admin_config.clone(),
         clusters: admin_list.clone(),
         metrics: metrics.clone(),
         set_log: set_log.clone(),
         reload: Some(reload_tx.clone()),
+        upgrade: Some(upgrade_tx.clone()),
         shutdown: Some(stop.clone()),
     });
     if let Some(listener) = metrics_listener {
@@ -354,15 +382,32 @@ pub async fn run_logging(
         metrics,
         shutdown: shutdown.clone(),
         login_timeouts,
+        stop: stop.clone(),
+        sockets,
+        handed_over: false,
     };
     let cluster_count = live.clusters.len();
-    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    tokio::spawn(reload::reloads(live, reload_rx, reload_tx, hup));
+    use tokio::signal::unix::{signal, SignalKind};
+    let signals = reload::Signals {
+        hup: signal(SignalKind::hangup()).ok(),
+        usr2: signal(SignalKind::user_defined2()).ok(),
+    };
+    tokio::spawn(reload::reloads(
+        live,
+        reload::Requests {
+            reload: reload_rx,
+            upgrade: upgrade_rx,
+            _keep: (reload_tx, upgrade_tx),
+        },
+        signals,
+    ));
     // Every listener is open and serving: tell systemd (Type=notify), and
     // tell it again when draining starts.
     systemd::notify(&format!(
         "READY=1\nSTATUS=serving {cluster_count} cluster(s)"
     ));
+    // An upgrade's new process: the old one stops accepting now.
+    upgrade::successor::ready();
     let mut draining = shutdown.clone();
     tokio::spawn(async move {
         while draining.changed().await.is_ok() {
@@ -378,6 +423,21 @@ pub async fn run_logging(
         let _ = t.await;
     }
     Ok(())
+}
+
+/// The console's or metrics' listener on `address`: the one an upgrade
+/// handed over (`inherited`), else a new one.
+async fn control_listener(
+    address: std::net::SocketAddr,
+    inherited: Option<std::net::TcpListener>,
+) -> std::io::Result<TcpListener> {
+    match inherited {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            TcpListener::from_std(l)
+        }
+        None => TcpListener::bind(address).await,
+    }
 }
 
 /// The status page and `/api/v1` over the console's tables, behind

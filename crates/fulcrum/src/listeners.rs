@@ -3,10 +3,13 @@
 //! beside it when the cluster has `unix_socket_dir` (PostgreSQL) or
 //! `unix_socket` (MySQL). The socket's rules (a stale file replaced, a live
 //! or foreign one refused, the file removed on exit) are
-//! `fulcrum_net::listener`'s.
+//! `fulcrum_net::listener`'s. After an upgrade, the sockets the old process
+//! handed over are used instead of binding new ones
+//! (`upgrade::successor`), and [`handed_sockets`] names what this process
+//! would hand over in turn.
 
 use fulcrum_config::Config;
-use fulcrum_net::listener::{bind_unix, Found};
+use fulcrum_net::listener::{bind_unix, Found, UnixSocket};
 use fulcrum_net::ClientListener;
 use tokio::net::TcpListener;
 
@@ -45,11 +48,18 @@ pub(crate) fn bind_all(config: &Config) -> Result<Vec<(Vec<usize>, ClientListene
             members.push(i);
             continue;
         }
-        let tcp = bind_listener(cluster.listen).map_err(|source| DaemonError::Listen {
+        let listen_error = |source| DaemonError::Listen {
             cluster: cluster.name.clone(),
             address: cluster.listen,
             source,
-        })?;
+        };
+        let tcp = match crate::upgrade::successor::tcp(cluster.listen) {
+            Some(l) => l
+                .set_nonblocking(true)
+                .and_then(|()| TcpListener::from_std(l))
+                .map_err(listen_error)?,
+            None => bind_listener(cluster.listen).map_err(listen_error)?,
+        };
         let unix = match &cluster.unix_socket {
             None => None,
             Some(socket) => {
@@ -57,13 +67,18 @@ pub(crate) fn bind_all(config: &Config) -> Result<Vec<(Vec<usize>, ClientListene
                 let port = tcp.local_addr().map_or(cluster.listen.port(), |a| a.port());
                 let path = socket.path(port);
                 let gid = socket.group.as_ref().map(|g| g.gid);
-                let (unix, found) = bind_unix(&path, socket.mode, gid, port).map_err(|source| {
-                    DaemonError::UnixSocket {
-                        cluster: cluster.name.clone(),
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
+                let unix_error = |source| DaemonError::UnixSocket {
+                    cluster: cluster.name.clone(),
+                    path: path.clone(),
+                    source,
+                };
+                let (unix, found) = match crate::upgrade::successor::unix(port, &path) {
+                    Some(l) => (
+                        UnixSocket::adopt(l, &path, port).map_err(unix_error)?,
+                        Found::Nothing,
+                    ),
+                    None => bind_unix(&path, socket.mode, gid, port).map_err(unix_error)?,
+                };
                 if found == Found::Stale {
                     tracing::info!(cluster = %cluster.name, path = %path.display(), "replaced a stale socket file nobody listened on");
                 }
@@ -74,6 +89,33 @@ pub(crate) fn bind_all(config: &Config) -> Result<Vec<(Vec<usize>, ClientListene
         listeners.push((vec![i], ClientListener::new(tcp, unix)));
     }
     Ok(listeners)
+}
+
+/// Copies of the listening sockets of `listeners` (bound by [`bind_all`]
+/// for `config`), named as the config names them, for an upgrade to hand
+/// over. A `listen` on port 0 is left out: the next process binds its own.
+pub(crate) fn handed_sockets(
+    config: &Config,
+    listeners: &[(Vec<usize>, ClientListener)],
+) -> crate::upgrade::Sockets {
+    use crate::upgrade::wire::Socket;
+    use std::os::fd::AsFd;
+    let mut sockets = Vec::new();
+    for (members, listener) in listeners {
+        let address = config.clusters[members[0]].listen;
+        if address.port() == 0 {
+            continue;
+        }
+        if let Ok(fd) = listener.tcp().as_fd().try_clone_to_owned() {
+            sockets.push((Socket::Tcp(address), fd));
+        }
+        if let Some(unix) = listener.unix() {
+            if let Ok(fd) = unix.listener_fd().try_clone_to_owned() {
+                sockets.push((Socket::Unix(address.port(), unix.path().to_path_buf()), fd));
+            }
+        }
+    }
+    sockets
 }
 
 #[cfg(test)]

@@ -68,6 +68,7 @@ enum Import {
 }
 
 fn main() -> ExitCode {
+    fulcrum::upgrade::remember_start();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Completions { shell }) => {
@@ -153,6 +154,19 @@ fn main() -> ExitCode {
         }
     };
     let set_log = init_logging(&filter, config.fulcrum.log_format);
+    // Started by an upgrade: the config passed its check above; take the
+    // old process's listening sockets (it stops its health loops first).
+    match fulcrum::upgrade::successor::take_over() {
+        None => {}
+        Some(Ok(sockets)) => {
+            tracing::info!(sockets, "upgrade: took the old process's listening sockets")
+        }
+        Some(Err(e)) => {
+            tracing::error!("upgrade: {e}");
+            eprintln!("fulcrum: upgrade: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     fulcrum::descriptors::raise_for(&config);
     let runtime = match build_runtime(config.fulcrum.workers) {
         Ok(r) => r,
@@ -328,8 +342,8 @@ fn init_logging(filter: &str, format: fulcrum_config::LogFormat) -> fulcrum_admi
 }
 
 /// SIGTERM stops accepting and lets clients finish their transactions (up to
-/// `shutdown_timeout`); SIGINT stops at once. (SIGHUP reloads the config: the
-/// daemon's own handler, in `fulcrum::run`.)
+/// `shutdown_timeout`); SIGINT stops at once. (SIGHUP reloads the config and
+/// SIGUSR2 upgrades: the daemon's own handlers, in `fulcrum::run`.)
 async fn watch_signals(
     tx: watch::Sender<bool>,
     mut term: tokio::signal::unix::Signal,

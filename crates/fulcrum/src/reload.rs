@@ -15,36 +15,75 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{context, log_filter, systemd, Current, Live};
 
-/// Serves reload requests (the console's RELOAD) and SIGHUP (`hup`: its
-/// handler, installed before READY is told, so a SIGHUP right after it
-/// reloads rather than ending the process).
-pub(crate) async fn reloads(
-    mut live: Live,
-    mut requests: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
-    _keep: mpsc::Sender<fulcrum_admin::ReloadRequest>,
-    mut hup: Option<tokio::signal::unix::Signal>,
-) {
+/// The console's requests: RELOAD and UPGRADE.
+pub(crate) struct Requests {
+    pub reload: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
+    pub upgrade: mpsc::Receiver<fulcrum_admin::ReloadRequest>,
+    /// Senders kept so the channels stay open without a console.
+    pub _keep: (
+        mpsc::Sender<fulcrum_admin::ReloadRequest>,
+        mpsc::Sender<fulcrum_admin::ReloadRequest>,
+    ),
+}
+
+/// The handlers of SIGHUP (reload) and SIGUSR2 (upgrade), installed before
+/// READY is told, so such a signal right after it is served rather than
+/// ending the process.
+pub(crate) struct Signals {
+    pub hup: Option<tokio::signal::unix::Signal>,
+    pub usr2: Option<tokio::signal::unix::Signal>,
+}
+
+/// What the loop was asked to do, and whom to answer.
+enum Asked {
+    Reload(Option<oneshot::Sender<Result<String, String>>>),
+    Upgrade(Option<oneshot::Sender<Result<String, String>>>),
+}
+
+async fn recv_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal.as_mut() {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves reloads (the console's RELOAD, SIGHUP) and upgrades (UPGRADE,
+/// SIGUSR2), one at a time, until shutdown.
+pub(crate) async fn reloads(mut live: Live, mut requests: Requests, mut signals: Signals) {
     let mut shutdown = live.shutdown.clone();
     loop {
-        let reply: Option<oneshot::Sender<Result<String, String>>> = tokio::select! {
-            Some(reply) = requests.recv() => Some(reply),
-            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+        let asked = tokio::select! {
+            Some(reply) = requests.reload.recv() => Asked::Reload(Some(reply)),
+            Some(reply) = requests.upgrade.recv() => Asked::Upgrade(Some(reply)),
+            Some(()) = recv_signal(&mut signals.hup) => {
                 tracing::info!("SIGHUP: reloading {}", live.config.source.display());
-                None
+                Asked::Reload(None)
+            }
+            Some(()) = recv_signal(&mut signals.usr2) => {
+                tracing::info!("SIGUSR2: upgrading");
+                Asked::Upgrade(None)
             }
             _ = shutdown.changed() => return,
         };
-        let source = live.config.source.clone();
-        systemd::notify("RELOADING=1");
-        let result = reload(&mut live, &source);
-        match &result {
-            Ok(summary) => tracing::info!("config reloaded: {summary}"),
-            Err(e) => tracing::error!("config not reloaded, the running config stays: {e}"),
-        }
-        match &result {
-            Ok(_) => systemd::notify("READY=1\nSTATUS=config reloaded"),
-            Err(_) => systemd::notify("READY=1\nSTATUS=reload failed, the running config stays"),
-        }
+        let (result, reply) = match asked {
+            Asked::Upgrade(reply) => (crate::upgrade::upgrade(&mut live).await, reply),
+            Asked::Reload(reply) => {
+                let source = live.config.source.clone();
+                systemd::notify("RELOADING=1");
+                let result = reload(&mut live, &source);
+                match &result {
+                    Ok(summary) => tracing::info!("config reloaded: {summary}"),
+                    Err(e) => tracing::error!("config not reloaded, the running config stays: {e}"),
+                }
+                match &result {
+                    Ok(_) => systemd::notify("READY=1\nSTATUS=config reloaded"),
+                    Err(_) => {
+                        systemd::notify("READY=1\nSTATUS=reload failed, the running config stays")
+                    }
+                }
+                (result, reply)
+            }
+        };
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
@@ -189,6 +228,7 @@ pub(crate) fn keep_restart_only(
     keep!(workers, "fulcrum.workers");
     keep!(log_format, "fulcrum.log_format");
     keep!(shutdown_timeout, "fulcrum.shutdown_timeout");
+    keep!(upgrade_timeout, "fulcrum.upgrade_timeout");
     for old in &running.clusters {
         let Some(c) = new.clusters.iter().find(|c| c.name == old.name) else {
             pending.push(format!(

@@ -5,6 +5,8 @@ pub const LOG: &str = "info";
 pub const WORKERS: u32 = 0;
 pub const LOG_FORMAT: super::LogFormat = super::LogFormat::Text;
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long clients may stay on the old process after an upgrade.
+pub const UPGRADE_TIMEOUT: Duration = Duration::from_secs(600);
 /// `dns_max_ttl`: PgBouncer's default.
 pub const DNS_MAX_TTL: Duration = Duration::from_secs(15);
 pub const POOL_MODE: super::PoolMode = super::PoolMode::Transaction;

@@ -90,6 +90,7 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             log_format: defaults::LOG_FORMAT,
             slow_query_threshold: None,
             shutdown_timeout: defaults::SHUTDOWN_TIMEOUT,
+            upgrade_timeout: defaults::UPGRADE_TIMEOUT,
             dns_max_ttl: defaults::DNS_MAX_TTL,
             admin_users: Vec::new(),
             admin_auth: defaults::ADMIN_AUTH,
@@ -125,6 +126,11 @@ fn global(raw: Option<&Spanned<RawGlobal>>, lines: &Lines, base: &Path) -> Resul
             &g.shutdown_timeout,
             "shutdown_timeout",
             defaults::SHUTDOWN_TIMEOUT,
+        )?,
+        upgrade_timeout: t.duration(
+            &g.upgrade_timeout,
+            "upgrade_timeout",
+            defaults::UPGRADE_TIMEOUT,
         )?,
         dns_max_ttl: match &g.dns_max_ttl {
             None => defaults::DNS_MAX_TTL,

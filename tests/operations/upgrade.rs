@@ -1,0 +1,232 @@
+//! Binary upgrade (SIGUSR2, the console's UPGRADE): the new process takes
+//! the listening sockets while pgbench runs (no client aborted, no failed
+//! transaction, the old process exits once its clients leave), twice in a
+//! row; and a new process that fails its config check leaves the old one
+//! serving, its clients undisturbed.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::{console_connect, pg_connect, with_console, with_metrics, PgProxyConfig};
+use fulcrum_testkit::{
+    free_port, pgbench, FulcrumProcess, PgCluster, Signal, APP_DB, APP_PASSWORD, APP_USER,
+};
+
+/// Kills the processes an upgrade started (not the test's children) when
+/// the test ends, however it ends.
+struct Successors(Vec<u32>);
+
+impl Drop for Successors {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// The pid of the `nth` (from 1) hand-over the log names, waiting up to 60 s.
+fn handed_to(p: &FulcrumProcess, nth: usize) -> u32 {
+    let start = Instant::now();
+    loop {
+        let log = p.log_contents();
+        let pids: Vec<u32> = log
+            .match_indices("handed over to process ")
+            .filter_map(|(at, m)| {
+                log[at + m.len()..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|d| d.parse().ok())
+            })
+            .collect();
+        if let Some(pid) = pids.get(nth - 1) {
+            return *pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no hand-over #{nth} in the log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+fn wait_gone(pid: u32, within: Duration) -> bool {
+    let start = Instant::now();
+    while alive(pid) {
+        if start.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+fn port_of(cfg: &PgProxyConfig) -> String {
+    cfg.listen.rsplit_once(':').unwrap().1.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr())
+        .replica(&c.replicas()[0].addr())
+        .pool_size(10);
+    let metrics_port = free_port();
+    let p = FulcrumProcess::start(&with_metrics(&cfg.to_toml(), metrics_port)).unwrap();
+    let port = port_of(&cfg);
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["-h", "127.0.0.1", "-p", &port, "-U", APP_USER]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.push(APP_DB.to_string());
+        a
+    };
+    let init = args(&["-i", "-q", "-s", "1"]);
+    let init: Vec<&str> = init.iter().map(String::as_str).collect();
+    let out = tokio::task::block_in_place(|| pgbench(&init, Some(APP_PASSWORD))).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // TPC-B, prepared, 8 clients, 12 s, with SIGUSR2 at 4 s.
+    let run = args(&[
+        "-M", "prepared", "-c", "8", "-j", "2", "-T", "12", "-P", "1",
+    ]);
+    let bench = Command::new(fulcrum_testkit::pg_bin("pgbench"))
+        .args(&run)
+        .env("PGPASSWORD", APP_PASSWORD)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pgbench");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let signalled = Instant::now();
+    p.signal(Signal::Usr2).unwrap();
+    let first = handed_to(&p, 1);
+    let mut successors = Successors(vec![first]);
+    eprintln!(
+        "handed over to {first} {:?} after SIGUSR2",
+        signalled.elapsed()
+    );
+    let out = tokio::task::block_in_place(|| bench.wait_with_output()).unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "pgbench failed across the upgrade:\n{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("aborted"), "{stderr}");
+    assert!(
+        stdout.contains("number of failed transactions: 0"),
+        "{stdout}"
+    );
+    // The old process had pgbench's clients; they left, so it exits.
+    assert!(
+        p.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process did not exit after its clients left:\n{}",
+        p.log_contents()
+    );
+    assert!(alive(first));
+    // The listener is the new process's: a new client is served.
+    let client = pg_connect(&cfg).await;
+    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    let text = tokio::task::block_in_place(|| fulcrum_suite::scrape(metrics_port));
+    assert!(
+        text.contains("fulcrum_clients"),
+        "the new process serves /metrics:\n{text}"
+    );
+
+    // Again, from the new process, with a client connected: it stays on
+    // the old one until it leaves.
+    assert!(Command::new("kill")
+        .args(["-USR2", &first.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let second = handed_to(&p, 2);
+    successors.0.push(second);
+    assert_ne!(first, second);
+    let two: i32 = client.query_one("SELECT 2", &[]).await.unwrap().get(0);
+    assert_eq!(
+        two, 2,
+        "a client connected before the second upgrade keeps working"
+    );
+    assert!(alive(first), "the old process stays while its client does");
+    drop(client);
+    assert!(
+        wait_gone(first, Duration::from_secs(20)),
+        "the second old process did not exit"
+    );
+    let client = pg_connect(&cfg).await;
+    let three: i32 = client.query_one("SELECT 3", &[]).await.unwrap().get(0);
+    assert_eq!(three, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(0).start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr());
+    let admin_port = free_port();
+    let toml = with_console(&cfg.to_toml(), admin_port);
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let client = pg_connect(&cfg).await;
+    client.batch_execute("BEGIN").await.unwrap();
+    client.simple_query("SELECT 1").await.unwrap();
+
+    std::fs::write(p.config_path(), toml.replacen("pool_size", "pool_sise", 1)).unwrap();
+    p.signal(Signal::Usr2).unwrap();
+    p.wait_for_log(
+        "upgrade failed, this process keeps serving",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let log = p.log_contents();
+    assert!(log.contains("exited (exit status: 2)"), "{log}");
+    assert!(
+        log.contains("pool_sise"),
+        "the new process's config error is in the log:\n{log}"
+    );
+    // The console's UPGRADE says the same.
+    let admin = console_connect(admin_port).await;
+    let e = admin.simple_query("UPGRADE").await.unwrap_err();
+    assert!(format!("{e:?}").contains("upgrade failed"), "{e:?}");
+    // Nothing was disturbed: the transaction goes on, new clients come.
+    client.simple_query("SELECT 2").await.unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    let other = pg_connect(&cfg).await;
+    other.simple_query("SELECT 3").await.unwrap();
+    assert!(p.try_wait().is_none(), "the old process still runs");
+    // A good file again: the upgrade goes through.
+    std::fs::write(p.config_path(), &toml).unwrap();
+    let msgs = admin.simple_query("UPGRADE").await.unwrap();
+    let summary = format!("{msgs:?}");
+    assert!(summary.contains("handed over to process"), "{summary}");
+    let pid = handed_to(&p, 1);
+    let _successors = Successors(vec![pid]);
+    drop((client, other, admin));
+    assert!(
+        p.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process exits once its clients left"
+    );
+    pg_connect(&cfg)
+        .await
+        .simple_query("SELECT 4")
+        .await
+        .unwrap();
+}
