@@ -74,6 +74,7 @@ pub(crate) async fn upgrade(live: &mut Live) -> Result<String, String> {
             fulcrum_net::listener::disown_socket_files();
             fulcrum_cluster::serve::hand_over(live.config.fulcrum.upgrade_timeout);
             live.sockets.clear();
+            observe_only(live);
             let _ = live.stop.send(true);
             Ok(format!(
                 "handed over to process {pid} in {} ms",
@@ -208,12 +209,42 @@ fn greet(
 /// Restarts the health loops an upgrade stopped before it failed: each
 /// cluster gets a fresh context, as a reload gives it.
 fn restart_health(live: &mut Live) {
+    let shutdown = live.shutdown.clone();
+    fresh_contexts(live, &shutdown, |c| c);
+    tracing::info!("upgrade: health loops restarted");
+}
+
+/// After the hand-over, the clients still on this process route by health
+/// loops that only observe (`failover = "follow"`, `topology = "probe"`):
+/// a failover the new process makes reaches them, and this process never
+/// promotes. They run until the process exits (the daemon's shutdown,
+/// which the hand-over turns on, does not stop them).
+fn observe_only(live: &mut Live) {
+    static FOREVER: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
+    let never = FOREVER
+        .get_or_init(|| tokio::sync::watch::channel(false).0)
+        .subscribe();
+    fresh_contexts(live, &never, |mut c| {
+        c.health.failover = fulcrum_config::Failover::Follow;
+        c.topology = fulcrum_config::Topology::Probe;
+        c
+    });
+}
+
+/// Gives each cluster a fresh context (its health loop stopped by `until`),
+/// made from its config as `adjust` changes it; the running one's router
+/// follows it, so connected clients route by the new loop.
+fn fresh_contexts(
+    live: &mut Live,
+    until: &tokio::sync::watch::Receiver<bool>,
+    adjust: impl Fn(fulcrum_config::Cluster) -> fulcrum_config::Cluster,
+) {
     for (cluster, current) in live.clusters.iter_mut() {
         let (_, next) = crate::context(
-            cluster.clone(),
+            adjust(cluster.clone()),
             &live.config,
             &live.metrics,
-            &live.shutdown,
+            until,
             Some(current),
         );
         match (current, next) {
@@ -226,7 +257,6 @@ fn restart_health(live: &mut Live) {
             _ => unreachable!("same protocol"),
         }
     }
-    tracing::info!("upgrade: health loops restarted");
 }
 
 /// Stops every cluster's health loop, each waiting for its round in
