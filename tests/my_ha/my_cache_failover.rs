@@ -1,13 +1,16 @@
 //! The result cache's binlog stream across a failover (issue 46), as
 //! `tests/pg_ha/pg_cache_failover.rs` for PostgreSQL: a MariaDB primary and
 //! one GTID replica, `[cluster.cache] mode = "rules", invalidation =
-//! "stream"` with a rule on one table, `failover = "promote"`. An entry is
-//! kept, the primary is killed and Fulcrum promotes the replica; a write
-//! made directly on the new primary (not through Fulcrum), as soon as it
-//! takes writes, is seen through Fulcrum within a second and never un-seen
-//! afterwards; the cache serves again (its hits rise) once the stream is up
-//! on the new primary's binlog, and direct writes there keep being seen
-//! within a second. The delays are printed.
+//! "stream"` with a rule on one table, `failover = "promote"`. A direct
+//! write on the primary is read through Fulcrum within a second; then the
+//! replica stops replicating and a last direct write (lost with the
+//! primary) is read and kept. The primary is killed and Fulcrum promotes
+//! the replica: every read through Fulcrum gives the new primary's value,
+//! never the lost write the entry held (the new stream starts at the new
+//! primary's binlog end and never speaks of it: only the entries dropped
+//! when the old stream was lost keep it out); the cache serves again (its
+//! hits rise) once the stream is up on the new primary's binlog, and direct
+//! writes there are read within a second. The delays are printed.
 //!
 //! It wrecks its own cluster, so it takes its turn (`fulcrum_suite::serial`).
 
@@ -143,14 +146,27 @@ async fn a_failover_moves_the_cache_binlog_stream_to_the_new_primary() {
     let mut old = connect(c.primary().port()).await.expect("direct login");
     set_v(&mut old, c.primary(), 1).await;
     let before = until_seen(&mut client, port, 1, "on the old primary").await;
-    until_kept(&mut client, port, metrics, 1).await;
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
+
+    // The replica stops replicating: the next write (v = 2) is lost with
+    // the primary, as an asynchronous replica's last commits are. It is
+    // read through Fulcrum and kept.
+    let replica = &c.replicas()[0];
+    replica.sql_db("mysql", "STOP SLAVE").unwrap();
+    set_v(&mut old, c.primary(), 2).await;
+    until_seen(&mut client, port, 2, "the write the replica lacks").await;
+    until_kept(&mut client, port, metrics, 2).await;
+    let on_replica = replica
+        .sql_db(APP_DB, "SELECT v FROM cf_t WHERE id = 1")
+        .unwrap();
+    assert_eq!(on_replica.trim(), "1");
     drop(old);
 
-    // The primary killed with the entry (v = 1) kept.
+    // The primary killed with the entry (v = 2) kept; Fulcrum promotes the
+    // replica, where v is 1.
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
     let killed = Instant::now();
-    let new = &c.replicas()[0];
+    let new = replica;
     loop {
         if tokio::task::block_in_place(|| new.read_only()).is_ok_and(|r| !r) {
             break;
@@ -163,23 +179,20 @@ async fn a_failover_moves_the_cache_binlog_stream_to_the_new_primary() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let promoted = killed.elapsed();
+    // The new primary's value, never the lost write the entry held, until
+    // and after the cache serves again (the new stream starts at the new
+    // primary's binlog end and never speaks of v = 2: only dropping the
+    // entries when the old stream was lost does).
+    until_kept(&mut client, port, metrics, 1).await;
+    let serving = killed.elapsed();
+    assert_eq!(read(&mut client, port).await, Ok(1));
 
-    // A direct write on the new primary as soon as it takes writes: most
-    // likely before the stream is up on its binlog, which starts at the
-    // binlog's end then, so only the entries dropped when the old stream
-    // was lost keep it from being hidden.
+    // A direct write on the new primary: seen within 1 s, and so for 10 more.
     let mut fresh = connect(new.port()).await.expect("direct login");
-    set_v(&mut fresh, new, 2).await;
-    let written = Instant::now();
-    let first = until_seen(&mut client, port, 2, "first on the new primary").await;
-    // Never the old value again, until and after the cache serves again.
-    until_kept(&mut client, port, metrics, 2).await;
-    let serving = written.elapsed();
-    assert_eq!(read(&mut client, port).await, Ok(2));
-
-    // The stream on the new primary: direct writes there are seen within 1 s.
-    let mut worst = Duration::ZERO;
-    let mut current = 2;
+    set_v(&mut fresh, new, 3).await;
+    let first = until_seen(&mut client, port, 3, "first on the new primary").await;
+    let mut worst = first;
+    let mut current = 3;
     for i in 0..10 {
         until_kept(&mut client, port, metrics, current).await;
         current = 10 + i;
@@ -189,9 +202,9 @@ async fn a_failover_moves_the_cache_binlog_stream_to_the_new_primary() {
     }
     eprintln!(
         "MariaDB cache across a failover: a direct write seen in {before:?} before it; primary \
-         killed, replica promoted {promoted:?} later; a direct write on the new primary seen in \
-         {first:?}; the cache served again {serving:?} after that write; 10 direct writes there \
-         seen within {worst:?} at worst"
+         killed, replica promoted {promoted:?} later (test's view), the cache serving again \
+         {serving:?} after the kill; 11 direct writes on the new primary seen within {worst:?} \
+         at worst (the first in {first:?})"
     );
     assert!(
         p.log_contents().contains("cache binlog stream up"),

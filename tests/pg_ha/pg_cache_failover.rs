@@ -1,14 +1,17 @@
 //! The result cache's change stream across a failover (issue 46): a
 //! primary and one replica, `[cluster.cache] mode = "rules", invalidation =
-//! "stream"` with a rule on one table, `failover = "promote"`. An entry is
-//! kept, the primary is killed and Fulcrum promotes the replica; a write
-//! made directly on the new primary (not through Fulcrum), as soon as it
-//! takes writes, is seen through Fulcrum within a second and never
-//! un-seen afterwards (an entry kept from before the failover, or one the
-//! new stream was not told of, would bring the old value back once the
-//! cache serves again); the cache serves again (its hits rise) once the
-//! stream is up on the new primary, and direct writes there keep being
-//! seen within a second. The delays are printed.
+//! "stream"` with a rule on one table, `failover = "promote"`. A direct
+//! write on the primary (not through Fulcrum) is read through Fulcrum
+//! within a second; then the replica stops streaming, and a last direct
+//! write (one the replica never gets, as an asynchronous standby loses its
+//! last commits with the primary) is read and kept. The primary is killed
+//! and Fulcrum promotes the replica: every read through Fulcrum gives the
+//! new primary's value, never the lost write the entry held, while the
+//! cache comes back and after (the new stream, made after the failover,
+//! never speaks of that write: only the entries dropped when the old stream
+//! was lost keep it out); the cache serves again (its hits rise) once the
+//! stream is up on the new primary, and direct writes there are read within
+//! a second. The delays are printed.
 //!
 //! It wrecks its own cluster, so it takes its turn (`fulcrum_suite::serial`).
 
@@ -94,6 +97,10 @@ async fn until_seen(client: &Client, want: &str, within: Duration, what: &str) -
     start.elapsed()
 }
 
+fn scalar(node: &PgNode, sql: &str) -> String {
+    node.sql_db(APP_DB, sql).unwrap().trim().to_string()
+}
+
 /// A superuser connection straight to `node` (not through Fulcrum).
 async fn direct(node: &PgNode) -> Client {
     pg_connect_str(&format!(
@@ -146,13 +153,44 @@ async fn a_failover_moves_the_cache_stream_to_the_new_primary() {
     let old = direct(c.primary()).await;
     set_v(&old, 1).await;
     let before = until_seen(&client, "1", Duration::from_secs(1), "on the old primary").await;
-    until_kept(&client, metrics, "1", Duration::from_secs(5)).await;
     c.wait_replicas_caught_up(Duration::from_secs(30)).unwrap();
 
-    // The primary killed with the entry (v = 1) kept.
+    // The replica stops streaming: the next write (v = 2) is lost with the
+    // primary, as an asynchronous standby's last commits are. It is read
+    // through Fulcrum and kept.
+    let replica = &c.replicas()[0];
+    replica
+        .sql("ALTER SYSTEM SET primary_conninfo = ''")
+        .unwrap();
+    replica.sql("SELECT pg_reload_conf()").unwrap();
+    let stopping = Instant::now();
+    while scalar(
+        c.primary(),
+        "SELECT count(*) FROM pg_stat_replication WHERE application_name <> 'fulcrum_cache'",
+    ) != "0"
+    {
+        assert!(
+            stopping.elapsed() < Duration::from_secs(10),
+            "the replica still streams"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    set_v(&old, 2).await;
+    until_seen(
+        &client,
+        "2",
+        Duration::from_secs(1),
+        "the write the replica lacks",
+    )
+    .await;
+    until_kept(&client, metrics, "2", Duration::from_secs(5)).await;
+    assert_eq!(scalar(replica, "SELECT v FROM cf_t WHERE id = 1"), "1");
+
+    // The primary killed with the entry (v = 2) kept; Fulcrum promotes the
+    // replica, where v is 1.
     tokio::task::block_in_place(|| c.primary().stop_immediate()).unwrap();
     let killed = Instant::now();
-    let new = &c.replicas()[0];
+    let new = replica;
     loop {
         if tokio::task::block_in_place(|| new.is_in_recovery()).is_ok_and(|r| !r) {
             break;
@@ -165,29 +203,25 @@ async fn a_failover_moves_the_cache_stream_to_the_new_primary() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let promoted = killed.elapsed();
+    // The new primary's value, never the lost write the entry held, until
+    // and after the cache serves again (the new stream never speaks of v =
+    // 2: only dropping the entries when the old stream was lost does).
+    until_kept(&client, metrics, "1", Duration::from_secs(10)).await;
+    let serving = killed.elapsed();
+    assert_eq!(read(&client).await.as_deref(), Ok("1"));
 
-    // A direct write on the new primary as soon as it takes writes: most
-    // likely before the stream is up there, so the new stream is never told
-    // of it and only the entries dropped when the old stream was lost keep
-    // it from being hidden.
+    // A direct write on the new primary: seen within 1 s, and so for 10 more.
     let fresh = direct(new).await;
-    set_v(&fresh, 2).await;
-    let written = Instant::now();
+    set_v(&fresh, 3).await;
     let first = until_seen(
         &client,
-        "2",
+        "3",
         Duration::from_secs(1),
         "first on the new primary",
     )
     .await;
-    // Never the old value again, until and after the cache serves again.
-    until_kept(&client, metrics, "2", Duration::from_secs(10)).await;
-    let serving = written.elapsed();
-    assert_eq!(read(&client).await.as_deref(), Ok("2"));
-
-    // The stream on the new primary: direct writes there are seen within 1 s.
-    let mut worst = Duration::ZERO;
-    let mut current = 2;
+    let mut worst = first;
+    let mut current = 3;
     for i in 0..10 {
         until_kept(
             &client,
@@ -209,9 +243,9 @@ async fn a_failover_moves_the_cache_stream_to_the_new_primary() {
     }
     eprintln!(
         "cache across a failover: a direct write seen in {before:?} before it; primary killed, \
-         replica promoted {promoted:?} later; a direct write on the new primary seen in {first:?}; \
-         the cache served again {serving:?} after that write; 10 direct writes there seen within \
-         {worst:?} at worst"
+         replica promoted {promoted:?} later (test's view), the cache serving again {serving:?} \
+         after the kill; 11 direct writes on the new primary seen within {worst:?} at worst \
+         (the first in {first:?})"
     );
     assert!(
         p.log_contents().contains("cache change stream up"),
