@@ -7,9 +7,11 @@
 //!
 //! The tests that kill or promote servers each have a cluster of their own
 //! and take turns (`fulcrum_suite::serial`, one lock for the whole binary);
-//! `my_consistency` shares one cluster among its tests.
+//! `my_consistency` shares one cluster among its tests. `my_cache_failover`
+//! moves the result cache's binlog stream to a promoted replica.
 
 mod maria_failover;
+mod my_cache_failover;
 mod my_consistency;
 mod my_failover;
 mod my_replay;

@@ -6,8 +6,10 @@
 //! The failover and replay tests each wreck a cluster of their own and take
 //! turns (`fulcrum_suite::serial`, one lock for the whole binary);
 //! `pg_consistency` shares one cluster among its tests, its replicas set to
-//! apply WAL late.
+//! apply WAL late. `pg_cache_failover` moves the result cache's change
+//! stream to a promoted replica.
 
+mod pg_cache_failover;
 mod pg_consistency;
 mod pg_failover;
 mod pg_replay;

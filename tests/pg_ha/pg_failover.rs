@@ -18,7 +18,7 @@ use fulcrum_testkit::{FulcrumProcess, PgCluster, PgNode, APP_DB};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Fulcrum in front of `c`, probing as the superuser (promotion needs it).
-fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
+pub(crate) fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
     let mut cfg = PgProxyConfig::new(&c.primary().addr()).client_auth("md5");
     for r in c.replicas() {
         cfg = cfg.replica(&r.addr());

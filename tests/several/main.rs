@@ -4,9 +4,11 @@
 //! the new primary, no write to an old primary from an instance that was
 //! frozen or cut off. Each test wrecks its own clusters; they take turns
 //! (`fulcrum_suite::serial`). The causal token carries a write across
-//! instances; `consistency = "user"` does not.
+//! instances; `consistency = "user"` does not. `several_cache`: each
+//! instance's result cache learns every write from its own change stream.
 
 mod fleet;
+mod several_cache;
 mod several_etcd;
 mod several_etcd_forged;
 mod several_etcd_secure;

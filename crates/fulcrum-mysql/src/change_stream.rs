@@ -62,6 +62,8 @@ async fn run(ctx: Arc<MyClusterContext>, cache: Cache, mut stop: watch::Receiver
     let mut backoff = BACKOFF_MIN;
     let mut last_failure: Option<String> = None;
     while !*stop.borrow() && cache.uses_streams() {
+        // The primary this try is for (`stream` reads the same).
+        let seen = ctx.router.primary();
         let ended = stream(&ctx, &cache, server_id, &mut served, &mut stop).await;
         for db in &served {
             cache.set_stream_up(db, false);
@@ -88,9 +90,13 @@ async fn run(ctx: Arc<MyClusterContext>, cache: Cache, mut stop: watch::Receiver
                 pause
             }
         };
+        // A failover ends the pause at once: the stream follows the new
+        // primary without waiting out a backoff that began while the old
+        // one was down.
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stop.changed() => {}
+            Some(_) = ctx.router.wait_primary(seen, pause) => backoff = BACKOFF_MIN,
         }
     }
     for db in &served {

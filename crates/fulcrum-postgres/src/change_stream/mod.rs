@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_cache::Cache;
-use fulcrum_pool::Router;
+use fulcrum_pool::{BackendId, Router};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -137,10 +137,11 @@ async fn stream_database(shared: Arc<Shared>, database: Arc<str>, mut stop: watc
                 tracing::warn!(cluster = %cluster, database = %database, "cache change stream waits: no primary; the database is not served from the cache");
                 last_failure = Some(reason);
             }
-            if wait(&mut stop, backoff).await {
-                break;
+            match wait_retry(&mut stop, backoff, &shared.router, None).await {
+                Wake::Stopped => break,
+                Wake::Moved => backoff = BACKOFF_MIN,
+                Wake::Elapsed => backoff = (backoff * 2).min(BACKOFF_MAX),
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
             continue;
         };
         let mut target = shared.targets[primary].clone();
@@ -193,18 +194,87 @@ async fn stream_database(shared: Arc<Shared>, database: Arc<str>, mut stop: watc
                 backoff
             }
         };
-        if wait(&mut stop, pause).await {
-            break;
+        match wait_retry(&mut stop, pause, &shared.router, Some(primary)).await {
+            Wake::Stopped => break,
+            Wake::Moved => backoff = BACKOFF_MIN,
+            Wake::Elapsed => backoff = (backoff * 2).min(BACKOFF_MAX),
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
     shared.cache.set_stream_up(&database, false);
 }
 
-/// Sleeps `d` unless stopped first; returns whether stopped.
-async fn wait(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+/// How a wait before the next try ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    /// Told to stop.
+    Stopped,
+    /// The router named a primary other than the one the last try was for.
+    Moved,
+    /// The pause ran out.
+    Elapsed,
+}
+
+/// Sleeps `d` before the next try, unless stopped first or the router names
+/// a primary other than `seen` (the one the last try was for; `None` when
+/// there was none): a failover ends the backoff at once, so the stream
+/// follows the new primary without waiting out a pause (up to
+/// `BACKOFF_MAX`) that began while the old one was down.
+async fn wait_retry(
+    stop: &mut watch::Receiver<bool>,
+    d: Duration,
+    router: &Router,
+    seen: Option<BackendId>,
+) -> Wake {
     tokio::select! {
-        _ = tokio::time::sleep(d) => stopping(stop),
-        changed = stop.changed() => changed.is_err() || *stop.borrow(),
+        _ = tokio::time::sleep(d) => if stopping(stop) { Wake::Stopped } else { Wake::Elapsed },
+        changed = stop.changed() => {
+            if changed.is_err() || *stop.borrow() { Wake::Stopped } else { Wake::Elapsed }
+        }
+        Some(_) = router.wait_primary(seen, d) => Wake::Moved,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A retry pause ends as soon as the router names another primary; it
+    /// runs its course while the primary stays the same (or none is named).
+    #[tokio::test(start_paused = true)]
+    async fn a_new_primary_ends_the_backoff() {
+        let router = Arc::new(Router::new(0, 2, &[1], false));
+        let (_tx, mut stop) = watch::channel(false);
+        let start = tokio::time::Instant::now();
+        let wake = wait_retry(&mut stop, BACKOFF_MAX, &router, Some(0)).await;
+        assert_eq!((wake, start.elapsed()), (Wake::Elapsed, BACKOFF_MAX));
+
+        router.set_primary(None);
+        let promote = {
+            let router = router.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                router.set_primary(Some(1));
+            })
+        };
+        let start = tokio::time::Instant::now();
+        let wake = wait_retry(&mut stop, BACKOFF_MAX, &router, None).await;
+        assert_eq!(
+            (wake, start.elapsed()),
+            (Wake::Moved, Duration::from_millis(300))
+        );
+        promote.await.unwrap();
+        // Already moved away from the old one: no wait at all.
+        let wake = wait_retry(&mut stop, BACKOFF_MAX, &router, Some(0)).await;
+        assert_eq!(wake, Wake::Moved);
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_the_backoff() {
+        let router = Router::new(0, 2, &[1], false);
+        let (tx, mut stop) = watch::channel(false);
+        tx.send(true).unwrap();
+        let wake = wait_retry(&mut stop, BACKOFF_MAX, &router, Some(0)).await;
+        assert_eq!(wake, Wake::Stopped);
     }
 }
