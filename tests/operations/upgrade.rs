@@ -51,6 +51,24 @@ fn handed_to(p: &FulcrumProcess, nth: usize) -> u32 {
     }
 }
 
+/// SHOW UPGRADE's rows, each column as text.
+async fn show_upgrade(console: &tokio_postgres::Client) -> Vec<Vec<String>> {
+    console
+        .simple_query("SHOW UPGRADE")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("").to_string())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
@@ -206,6 +224,17 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
     let admin = console_connect(admin_port).await;
     let e = admin.simple_query("UPGRADE").await.unwrap_err();
     assert!(format!("{e:?}").contains("upgrade failed"), "{e:?}");
+    // SHOW UPGRADE lists both attempts, failed, with why.
+    let rows = show_upgrade(&admin).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(
+            (row[0].as_str(), row[2].as_str()),
+            ("upgrade", "failed"),
+            "{rows:?}"
+        );
+        assert!(row[5].contains("exit status: 2"), "{rows:?}");
+    }
     // Nothing was disturbed: the transaction goes on, new clients come.
     client.simple_query("SELECT 2").await.unwrap();
     client.batch_execute("COMMIT").await.unwrap();
@@ -219,7 +248,20 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
     assert!(summary.contains("handed over to process"), "{summary}");
     let pid = handed_to(&p, 1);
     let _successors = Successors(vec![pid]);
-    drop((client, other, admin));
+    // The console's listener is the new process's now: it says it took over.
+    let fresh = console_connect(admin_port).await;
+    let rows = show_upgrade(&fresh).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0][0].as_str(),
+            rows[0][2].as_str(),
+            rows[0][3].as_str()
+        ),
+        ("took_over", "serving", pid.to_string().as_str()),
+        "{rows:?}"
+    );
+    drop((client, other, admin, fresh));
     assert!(
         p.wait_exit(Duration::from_secs(20)).is_some(),
         "the old process exits once its clients left"

@@ -31,6 +31,8 @@ pub enum Show {
     Listeners,
     Mirror,
     Cache,
+    /// The upgrades this process took part in.
+    Upgrade,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +120,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "LISTENERS" => Show::Listeners,
             "MIRROR" => Show::Mirror,
             "CACHE" => Show::Cache,
+            "UPGRADE" => Show::Upgrade,
             other => {
                 return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
+                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, CACHE, UPGRADE, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
                 ))
             }
         })),
@@ -210,6 +213,7 @@ mod tests {
             Ok(Command::FlushCache(Some("public.t".into())))
         );
         assert_eq!(parse("SHOW CACHE"), Ok(Command::Show(Show::Cache)));
+        assert_eq!(parse("show upgrade"), Ok(Command::Show(Show::Upgrade)));
         assert!(parse("FLUSH").is_err());
         assert!(parse("KILL").is_err());
         assert_eq!(parse("reconnect"), Ok(Command::Reconnect(None)));

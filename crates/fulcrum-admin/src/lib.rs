@@ -43,6 +43,25 @@ pub type SetLog = std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Syn
 /// its script reads `/api/v1`).
 pub const STATUS_PAGE: &str = include_str!("status.html");
 
+/// One line of SHOW UPGRADE: an upgrade this process took part in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpgradeEvent {
+    /// `took_over` (this process was started by an upgrade) or `upgrade`
+    /// (it started one).
+    pub event: &'static str,
+    pub at_unix_ms: u64,
+    /// `handed_over`, `failed`, or `serving` for `took_over`.
+    pub outcome: &'static str,
+    /// The new process's pid (this process's for `took_over`).
+    pub pid: Option<u32>,
+    pub took_ms: u64,
+    /// Sockets handed over, clients left behind, or why it failed.
+    pub detail: String,
+}
+
+/// What SHOW UPGRADE lists, written by the daemon's upgrade code.
+pub type UpgradeLog = Arc<Mutex<Vec<UpgradeEvent>>>;
+
 /// A reload request: the daemon answers with a summary or the config error.
 pub type ReloadRequest = oneshot::Sender<Result<String, String>>;
 
@@ -56,6 +75,8 @@ pub struct Admin {
     pub reload: Option<mpsc::Sender<ReloadRequest>>,
     /// UPGRADE: answered with the hand-over's outcome.
     pub upgrade: Option<mpsc::Sender<ReloadRequest>>,
+    /// SHOW UPGRADE's rows.
+    pub upgrades: UpgradeLog,
     /// SHUTDOWN: turns the daemon's shutdown on (a drain, as SIGTERM).
     pub shutdown: Option<tokio::sync::watch::Sender<bool>>,
 }

@@ -3,7 +3,8 @@
 //! CLUSTERS, BACKENDS and FAILOVERS, `servers` for SERVERS (each server
 //! connection), `pools` for POOLS and DATABASES, `clients` for
 //! CLIENTS and USERS, `settings` for CONFIG, LISTS, STATS, TOTALS and
-//! VERSION; QUERIES and MEM are `queries`'), and the labels they share.
+//! VERSION, `upgrade` for UPGRADE; QUERIES and MEM are `queries`'), and
+//! the labels they share.
 
 mod cache;
 mod clients;
@@ -11,6 +12,7 @@ mod pools;
 mod servers;
 mod settings;
 mod topology;
+mod upgrade;
 
 use bytes::BytesMut;
 
@@ -39,6 +41,7 @@ impl Admin {
             Show::Listeners => self.show_listeners(out),
             Show::Mirror => self.show_mirror(out),
             Show::Cache => self.show_cache(out),
+            Show::Upgrade => self.show_upgrade(out),
         }
     }
 }
@@ -58,6 +61,7 @@ const HELP: &[(&str, &str)] = &[
     ("SHOW LISTENERS", "LISTEN/NOTIFY: each listening connection, its channels and clients"),
     ("SHOW MIRROR", "mirroring's diff per target and digest: sent, dropped, differing, latency of each side"),
     ("SHOW CACHE", "the result cache per cluster and digest: entries, bytes, hits, misses, invalidations by source; each database's change stream"),
+    ("SHOW UPGRADE", "the binary upgrades this process took part in: taken over from the old process, or started (handed over or failed, with why)"),
     ("FLUSH CACHE [table]", "drop every result-cache entry, or those of tables of that name"),
     ("SHOW QUERIES [cluster] | SHOW QUERIES RESET [cluster]", "statement digests"),
     ("SHOW USERS | CONFIG | LISTS | MEM | VERSION", "users, running settings, counts, memory, version"),

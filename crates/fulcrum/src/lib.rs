@@ -99,6 +99,8 @@ struct Live {
     sockets: upgrade::Sockets,
     /// An upgrade handed them over: this process no longer accepts.
     handed_over: bool,
+    /// SHOW UPGRADE's rows.
+    upgrades: fulcrum_admin::UpgradeLog,
 }
 
 /// A new context for `cluster` with its health loop running; registered
@@ -304,6 +306,7 @@ pub async fn run_logging(
     let set_log = log_filter::recording(set_log, admin_config.clone());
     let (reload_tx, reload_rx) = mpsc::channel(4);
     let (upgrade_tx, upgrade_rx) = mpsc::channel(1);
+    let upgrades = fulcrum_admin::UpgradeLog::default();
     let admin = Arc::new(fulcrum_admin::Admin {
         config: admin_config.clone(),
         clusters: admin_list.clone(),
@@ -311,6 +314,7 @@ pub async fn run_logging(
         set_log: set_log.clone(),
         reload: Some(reload_tx.clone()),
         upgrade: Some(upgrade_tx.clone()),
+        upgrades: upgrades.clone(),
         shutdown: Some(stop.clone()),
     });
     if let Some(listener) = metrics_listener {
@@ -385,6 +389,7 @@ pub async fn run_logging(
         stop: stop.clone(),
         sockets,
         handed_over: false,
+        upgrades: upgrades.clone(),
     };
     let cluster_count = live.clusters.len();
     use tokio::signal::unix::{signal, SignalKind};
@@ -407,7 +412,12 @@ pub async fn run_logging(
         "READY=1\nSTATUS=serving {cluster_count} cluster(s)"
     ));
     // An upgrade's new process: the old one stops accepting now.
-    upgrade::successor::ready();
+    if let Some(event) = upgrade::successor::ready() {
+        upgrades
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
     let mut draining = shutdown.clone();
     tokio::spawn(async move {
         while draining.changed().await.is_ok() {

@@ -63,6 +63,29 @@ pub(crate) async fn upgrade(live: &mut Live) -> Result<String, String> {
         "failed"
     };
     live.metrics.upgrades.with_label_values(&[outcome]).inc();
+    let took_ms = started.elapsed().as_millis() as u64;
+    let (pid, detail) = match &result {
+        Ok(pid) => (
+            Some(*pid),
+            format!(
+                "{} listening socket(s) handed over; {} client(s) stay here until they leave",
+                live.sockets.len(),
+                fulcrum_cluster::clients::registry().snapshot().len()
+            ),
+        ),
+        Err(e) => (None, e.clone()),
+    };
+    live.upgrades
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(fulcrum_admin::UpgradeEvent {
+            event: "upgrade",
+            at_unix_ms: now_ms(),
+            outcome,
+            pid,
+            took_ms,
+            detail,
+        });
     match result {
         Ok(pid) => {
             live.handed_over = true;
@@ -277,6 +300,13 @@ async fn stop_health(live: &Live) {
             tracing::warn!(cluster = %cluster.name, "upgrade: a health round did not end in {HEALTH_STOP_WAIT:?}");
         }
     }
+}
+
+/// Now, for SHOW UPGRADE.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A directory only this user can enter, for the upgrade socket.

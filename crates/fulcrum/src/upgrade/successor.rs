@@ -19,6 +19,9 @@ use super::wire::{self, Socket};
 struct Taken {
     stream: UnixStream,
     sockets: Vec<(Socket, OwnedFd)>,
+    /// How many were handed over, and when this process greeted.
+    count: usize,
+    since: std::time::Instant,
 }
 
 static TAKEN: Mutex<Option<Taken>> = Mutex::new(None);
@@ -46,8 +49,14 @@ fn connect(path: &Path) -> Result<Taken, String> {
         .set_read_timeout(Some(HANDOVER_WAIT))
         .map_err(|e| fail("socket", e))?;
     writeln!(stream, "HELLO {}", std::process::id()).map_err(|e| fail("cannot greet", e))?;
+    let since = std::time::Instant::now();
     let sockets = wire::recv_sockets(&stream).map_err(|e| fail("no sockets from", e))?;
-    Ok(Taken { stream, sockets })
+    Ok(Taken {
+        stream,
+        count: sockets.len(),
+        sockets,
+        since,
+    })
 }
 
 fn take(matches: impl Fn(&Socket) -> bool) -> Option<OwnedFd> {
@@ -80,26 +89,36 @@ pub fn unix(port: u16, path: &Path) -> Option<std::os::unix::net::UnixListener> 
 
 /// Every listener is bound and every cluster started: tells the old
 /// process, which stops accepting. Sockets the config no longer names are
-/// closed here. Nothing when this process was not started by an upgrade.
-pub fn ready() {
-    let Some(mut taken) = TAKEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-        return;
-    };
+/// closed here. Returns SHOW UPGRADE's row for the take-over; nothing when
+/// this process was not started by an upgrade.
+pub fn ready() -> Option<fulcrum_admin::UpgradeEvent> {
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner()).take()?;
     for (socket, _) in &taken.sockets {
         tracing::info!(
             ?socket,
             "upgrade: a socket the old process had is not in this config: closed"
         );
     }
-    match writeln!(taken.stream, "READY") {
-        Ok(()) => tracing::info!("upgrade: serving; the old process stops accepting"),
-        Err(e) => {
-            tracing::warn!(error = %e, "upgrade: cannot tell the old process this one serves")
+    let outcome = match writeln!(taken.stream, "READY") {
+        Ok(()) => {
+            tracing::info!("upgrade: serving; the old process stops accepting");
+            "serving"
         }
-    }
-}
-
-/// Whether this process still holds sockets handed over (before `ready`).
-pub fn taking_over() -> bool {
-    TAKEN.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade: cannot tell the old process this one serves");
+            "failed"
+        }
+    };
+    Some(fulcrum_admin::UpgradeEvent {
+        event: "took_over",
+        at_unix_ms: super::now_ms(),
+        outcome,
+        pid: Some(std::process::id()),
+        took_ms: taken.since.elapsed().as_millis() as u64,
+        detail: format!(
+            "{} listening socket(s) from the old process; {} closed (not in this config)",
+            taken.count,
+            taken.sockets.len()
+        ),
+    })
 }
