@@ -19,6 +19,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::pg_cache::{behind_its_back, cache_config, cluster, run, show_cache, start_console};
+use crate::pg_session::raw_client;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const READ: &str = "SELECT v FROM cache_ext_t WHERE id = $1";
@@ -123,19 +124,6 @@ fn pgbench_extended_reads_are_answered_from_the_cache() {
     let hits = rt.block_on(hits(admin));
     // Ten keys: each misses once (twice if both clients miss it at once).
     assert!(hits >= 380, "400 reads of 10 keys, {hits} hits");
-}
-
-/// A raw client logged in (trust) and ready.
-fn raw_client(cfg: &PgProxyConfig) -> TcpStream {
-    let mut s = TcpStream::connect(&cfg.listen).expect("connect");
-    s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();
-    s.write_all(&fulcrum_suite::startup_message(
-        fulcrum_suite::PROTOCOL_3_0,
-        &[("user", APP_USER), ("database", APP_DB)],
-    ))
-    .unwrap();
-    answer(&mut s);
-    s
 }
 
 fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
