@@ -4,7 +4,8 @@
 //! pgbench `-M extended` and a raw client. A repeated read is answered from
 //! the cache (a write behind Fulcrum's back stays unseen,
 //! `invalidation = "proxy"`, and SHOW CACHE counts the hits) until a write
-//! through Fulcrum; parameter values, result formats and what is described
+//! through Fulcrum (an unnamed statement's write drops only its tables);
+//! parameter values, result formats and what is described
 //! never share an entry; and a later Bind of the unnamed statement without a
 //! Parse runs the client's own statement, wherever it lands.
 
@@ -18,13 +19,16 @@ use fulcrum_testkit::{run_pgbench, FulcrumProcess, APP_DB, APP_PASSWORD, APP_USE
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use crate::pg_cache::{behind_its_back, cache_config, cluster, run, show_cache, start_console};
+use crate::pg_cache::{
+    behind_its_back, cache_config, cluster, run, show_cache, start_console, value,
+};
 use crate::pg_session::raw_client;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const READ: &str = "SELECT v FROM cache_ext_t WHERE id = $1";
 
-/// Fulcrum keeping reads of `cache_ext_t` (this module's table), with the
+/// Fulcrum keeping reads of `cache_ext_t` and `cache_ext_u` (this module's
+/// tables), with the
 /// console on the returned port; `raw`: trust logins on one server
 /// connection, for the raw client.
 fn start(raw: bool) -> (FulcrumProcess, PgProxyConfig, u16) {
@@ -36,11 +40,13 @@ fn start(raw: bool) -> (FulcrumProcess, PgProxyConfig, u16) {
                 APP_DB,
                 "CREATE TABLE IF NOT EXISTS cache_ext_t (id int PRIMARY KEY, v int);
                  INSERT INTO cache_ext_t SELECT i, i FROM generate_series(1, 100) i
-                 ON CONFLICT DO NOTHING;",
+                 ON CONFLICT DO NOTHING;
+                 CREATE TABLE IF NOT EXISTS cache_ext_u (id int PRIMARY KEY, v int);
+                 INSERT INTO cache_ext_u VALUES (1, 1) ON CONFLICT DO NOTHING;",
             )
             .expect("set up");
     });
-    let cfg = cache_config("\"cache_ext_t\"", "user", "proxy");
+    let cfg = cache_config("\"cache_ext_t\", \"cache_ext_u\"", "user", "proxy");
     let cfg = match raw {
         true => cfg.client_auth("trust").pool_size(1),
         false => cfg,
@@ -98,6 +104,26 @@ async fn an_unnamed_statement_read_is_answered_from_the_cache_until_a_write_thro
     assert_eq!(typed_v(&a, 1).await, 4);
     behind_its_back("UPDATE cache_ext_t SET v = 400 WHERE id = 1");
     assert_eq!(typed_v(&b, 1).await, 4, "kept again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unnamed_statement_write_drops_only_the_tables_it_names() {
+    let (_p, cfg, _) = start(false);
+    let a = pg_connect(&cfg).await;
+    let other = "SELECT v FROM cache_ext_u WHERE id = 1";
+    let kept = value(&a, other).await;
+    assert_eq!(typed_v(&a, 9).await, 9);
+    behind_its_back("UPDATE cache_ext_u SET v = v + 1; UPDATE cache_ext_t SET v = 90 WHERE id = 9");
+    assert_eq!(value(&a, other).await, kept, "kept");
+    assert_eq!(typed_v(&a, 9).await, 9, "kept");
+    a.execute_typed(
+        "UPDATE cache_ext_t SET v = v + $1 WHERE id = 9",
+        &[(&1i32, Type::INT4)],
+    )
+    .await
+    .expect("update");
+    assert_eq!(typed_v(&a, 9).await, 91, "its table's entries dropped");
+    assert_eq!(value(&a, other).await, kept, "another table's kept");
 }
 
 #[test]

@@ -185,6 +185,8 @@ struct Statements {
     unnamed: Vec<u8>,
     /// It was sent on the attached connection since the last Sync.
     unnamed_sent: bool,
+    /// What it may change, for the result cache (`cache_bind_writes`).
+    unnamed_writes: fulcrum_sql::Writes,
     /// Session-state statements prepared through the extended protocol
     /// (statement name -> ops) and the portals bound to them, so a SET sent
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
@@ -285,6 +287,7 @@ impl Session {
                 unnamed_decision: Decision::Write,
                 unnamed: Vec::new(),
                 unnamed_sent: false,
+                unnamed_writes: fulcrum_sql::Writes::Everything,
                 ops: HashMap::new(),
                 portal_ops: HashMap::new(),
                 signals: HashMap::new(),

@@ -451,15 +451,23 @@ impl Session {
     }
 
     /// A Bind (`frame`) of a statement that may write (its routing says
-    /// so): what its text names, else (the unnamed statement's text is not
-    /// kept; a read calling a function that writes) the whole database.
+    /// so): what its text names (the unnamed statement's: as its Parse
+    /// was classified), else (not known: session pooling; a read calling
+    /// a function that writes) the whole database.
     pub(super) fn cache_bind_writes(&mut self, frame: &[u8]) {
-        let writes = bind_msg(&frame[5..])
-            .and_then(|b| self.stmts.map.get(b.statement))
-            .and_then(|s| std::str::from_utf8(&s.query).ok())
-            .map(|text| self.ctx.classify_unit(text).cache.writes)
-            // It may write (its routing said so) yet its text names nothing
-            // it changes (a read calling a function that writes).
+        let writes = match bind_msg(&frame[5..]) {
+            Some(b) if b.statement.is_empty() => {
+                let known = self.stmts.rewrite && !self.stmts.unnamed.is_empty();
+                known.then(|| self.stmts.unnamed_writes.clone())
+            }
+            b => b
+                .and_then(|b| self.stmts.map.get(b.statement))
+                .and_then(|s| std::str::from_utf8(&s.query).ok())
+                .map(|text| self.ctx.classify_unit(text).cache.writes),
+        };
+        // It may write (its routing said so) yet its text names nothing it
+        // changes (a read calling a function that writes).
+        let writes = writes
             .filter(|w| *w != Writes::Nothing)
             .unwrap_or(Writes::Everything);
         self.cache_writes(&writes);

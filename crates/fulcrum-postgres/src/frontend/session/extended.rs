@@ -64,6 +64,7 @@ impl Session {
                 self.stmts.unnamed.clear();
                 self.stmts.unnamed.extend_from_slice(&frame);
                 self.stmts.unnamed_sent = true;
+                self.stmts.unnamed_writes = unit.cache.writes.clone();
             }
             self.to_server.extend_from_slice(&frame);
             self.owed.expect.push(Expect::Parse(None));
@@ -119,6 +120,7 @@ impl Session {
         frame.extend_from_slice(&self.client.read_buf[..parse_len]);
         self.stmts.unnamed_decision = self.note_parse(&frame, unit);
         self.stmts.unnamed = frame;
+        self.stmts.unnamed_writes = unit.cache.writes.clone();
         self.stmts.unnamed_sent = false;
     }
 
