@@ -22,10 +22,10 @@ use postgres_protocol::message::backend::Message;
 
 fn expect(choice: u8) -> Expect {
     let name = || Arc::<str>::from("fulcrum_1");
-    match choice % 19 {
+    match choice % 20 {
         0 => Expect::Parse(None),
         1 => Expect::Parse(Some(name())),
-        2 => Expect::SwallowParse(name()),
+        2 => Expect::SwallowParse(Some(name())),
         3 => Expect::Bind(None),
         4 => Expect::Bind(Some(name())),
         5 => Expect::Close,
@@ -41,6 +41,7 @@ fn expect(choice: u8) -> Expect {
         15 => Expect::CommitId { in_batch: false },
         16 => Expect::CommitId { in_batch: true },
         17 => Expect::SwallowClose,
+        18 => Expect::SwallowParse(None),
         _ => Expect::CopyEnd,
     }
 }

@@ -10,10 +10,12 @@
 //! terminates server backends by statement) keep their own; `pg_pgbench`
 //! starts one for its test; `cache_stream` starts its own (one with
 //! logical decoding, one without); `pg_relations` keeps a primary of its
-//! own (its objects are its cases); `pg_cache_scope` shares `pg_cache`'s.
+//! own (its objects are its cases); `pg_cache_scope` and `pg_cache_extended`
+//! share `pg_cache`'s.
 
 mod cache_stream;
 mod pg_cache;
+mod pg_cache_extended;
 mod pg_cache_scope;
 mod pg_drivers;
 mod pg_isolation;

@@ -66,7 +66,19 @@ fn start_invalidated_by(
     isolation: &str,
     invalidation: &str,
 ) -> (FulcrumProcess, PgProxyConfig, u16) {
-    let cfg = PgProxyConfig::new(&cluster().primary().addr())
+    start_console(cache_config(tables, isolation, invalidation))
+}
+
+/// Fulcrum started with `cfg` and the admin console on the returned port.
+pub(crate) fn start_console(cfg: PgProxyConfig) -> (FulcrumProcess, PgProxyConfig, u16) {
+    let admin = free_port();
+    let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin)).expect("start fulcrum");
+    (p, cfg, admin)
+}
+
+/// The config of a Fulcrum with a rule keeping reads of `tables`.
+pub(crate) fn cache_config(tables: &str, isolation: &str, invalidation: &str) -> PgProxyConfig {
+    PgProxyConfig::new(&cluster().primary().addr())
         // A user function pins its caller unless declared free of session
         // state (default-deny); the fill race's slow read calls this one.
         .extra("session_free_functions = [\"cache_slow\"]")
@@ -77,10 +89,7 @@ fn start_invalidated_by(
         .extra(&format!(
             "cache = {{ mode = \"rules\", invalidation = \"{invalidation}\", isolation = \"{isolation}\", \
              rule = [{{ tables = [{tables}] }}] }}"
-        ));
-    let admin = free_port();
-    let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin)).expect("start fulcrum");
-    (p, cfg, admin)
+        ))
 }
 
 /// A write made directly on the primary, not through Fulcrum.
@@ -301,7 +310,7 @@ async fn the_hint_and_the_session_setting_turn_the_cache_off() {
 
 /// `SHOW CACHE` on the console: (digest's query, entries, hits, misses) of
 /// each digest row.
-async fn show_cache(admin: u16) -> Vec<(String, u64, u64, u64)> {
+pub(crate) async fn show_cache(admin: u16) -> Vec<(String, u64, u64, u64)> {
     let n = |r: &tokio_postgres::SimpleQueryRow, c: &str| -> u64 {
         r.get(c).and_then(|v| v.parse().ok()).unwrap_or_default()
     };

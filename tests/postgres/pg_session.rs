@@ -389,7 +389,7 @@ async fn a_held_client_is_not_read_without_bound() {
 }
 
 /// A raw client logged in (trust) and ready.
-fn raw_client(cfg: &PgProxyConfig) -> std::net::TcpStream {
+pub(crate) fn raw_client(cfg: &PgProxyConfig) -> std::net::TcpStream {
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(&cfg.listen).expect("connect");
     s.set_read_timeout(Some(CALL_TIMEOUT)).unwrap();

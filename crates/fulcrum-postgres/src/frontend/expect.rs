@@ -20,8 +20,10 @@ use fulcrum_sql::Effect;
 pub enum Expect {
     /// ParseComplete for a client Parse (server name when it is a shared one).
     Parse(Option<Arc<str>>),
-    /// ParseComplete for a Parse Fulcrum injected: not shown to the client.
-    SwallowParse(Arc<str>),
+    /// ParseComplete for a Parse Fulcrum injected: not shown to the client
+    /// (the shared server-side statement it prepares; `None`: the client's
+    /// unnamed statement, prepared again).
+    SwallowParse(Option<Arc<str>>),
     /// BindComplete (the shared server-side statement it binds, if mapped).
     Bind(Option<Arc<str>>),
     Close,
@@ -268,7 +270,7 @@ impl Expectations {
                     Step::Forward
                 }
                 Some(Expect::SwallowParse(name)) => {
-                    fx.prepared = Some(name.clone());
+                    fx.prepared = name.clone();
                     self.queue.pop_front();
                     Step::Drop
                 }

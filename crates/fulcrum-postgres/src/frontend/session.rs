@@ -110,6 +110,9 @@ pub struct Session {
     engine: Engine,
     /// The classifier's decision for the Query being routed, reused when it is handled.
     query_unit: Option<Classified>,
+    /// The result cache's classification of the unnamed statement's Parse
+    /// at the front, reused by routing and by the Parse's handling.
+    parse_unit: Option<Classified>,
     /// How Fulcrum answers the transaction (or batch) lost with its server
     /// while the engine is `Lost` (whether there is one is the engine's
     /// phase, `Engine::is_lost`: this is written whenever it enters it), and
@@ -176,6 +179,14 @@ struct Statements {
     rewrite: bool,
     /// Routing decision of the client's last unnamed Parse.
     unnamed_decision: Decision,
+    /// Transaction pooling: the client's last unnamed Parse (empty: none),
+    /// prepared again ahead of a Bind or Describe of the unnamed statement
+    /// on a connection it was not sent to since the last Sync.
+    unnamed: Vec<u8>,
+    /// It was sent on the attached connection since the last Sync.
+    unnamed_sent: bool,
+    /// What it may change, for the result cache (`cache_bind_writes`).
+    unnamed_writes: fulcrum_sql::Writes,
     /// Session-state statements prepared through the extended protocol
     /// (statement name -> ops) and the portals bound to them, so a SET sent
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
@@ -274,6 +285,9 @@ impl Session {
                 bytes: 0,
                 rewrite: transaction_mode,
                 unnamed_decision: Decision::Write,
+                unnamed: Vec::new(),
+                unnamed_sent: false,
+                unnamed_writes: fulcrum_sql::Writes::Everything,
                 ops: HashMap::new(),
                 portal_ops: HashMap::new(),
                 signals: HashMap::new(),
@@ -292,6 +306,7 @@ impl Session {
             })
             .with_txn_log(txn_log),
             query_unit: None,
+            parse_unit: None,
             lost: lost::Lost::default(),
             lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),

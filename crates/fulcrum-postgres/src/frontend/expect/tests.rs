@@ -87,7 +87,7 @@ fn the_commit_id_asked_in_a_clients_batch_ends_at_its_close() {
     let mut q = Expectations::default();
     q.push(Expect::Bind(None));
     q.push(Expect::Execute(vec![], None));
-    q.push(Expect::SwallowParse("fulcrum_9".into()));
+    q.push(Expect::SwallowParse(Some("fulcrum_9".into())));
     q.push(Expect::CommitId { in_batch: true });
     q.push(Expect::Sync);
     assert_eq!(q.on_server(b'2', b"").0, Step::Forward);
@@ -119,7 +119,7 @@ fn the_commit_id_asked_in_a_clients_batch_ends_at_its_close() {
 #[test]
 fn a_failed_parse_of_the_question_skips_only_to_its_own_sync() {
     let mut q = Expectations::default();
-    q.push(Expect::SwallowParse("fulcrum_9".into()));
+    q.push(Expect::SwallowParse(Some("fulcrum_9".into())));
     q.push(Expect::CommitId { in_batch: false });
     q.push(Expect::Query(vec![], None));
     q.on_server(b'E', b"SERROR\0C42883\0\0");
@@ -237,7 +237,7 @@ fn injected_parse_is_swallowed_and_synthetic_emitted_in_order() {
     let name: Arc<str> = "fulcrum_1".into();
     // Client: Parse(s1) [already prepared -> synthetic], Bind(s1) [server lacks it -> injected], Execute, Sync.
     q.push(synthetic_parse_complete());
-    q.push(Expect::SwallowParse(name.clone()));
+    q.push(Expect::SwallowParse(Some(name.clone())));
     q.push(Expect::Bind(None));
     q.push(Expect::Execute(vec![], None));
     q.push(Expect::Sync);

@@ -62,6 +62,7 @@ impl Session {
         self.backend = backend;
         self.id.cancel.set_target(Some(server.cancel.clone()));
         server.prepared.begin_unit();
+        self.stmts.unnamed_sent = false;
         server.link(self.id.entry.id);
         self.server = Some(server);
         self.id.entry.set_active(backend);

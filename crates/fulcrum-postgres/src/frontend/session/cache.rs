@@ -1,6 +1,7 @@
 //! The result cache on a PostgreSQL session (`[cluster.cache]`;
 //! docs/routing.md, "Cache"): a Query from an idle client answered from
-//! the cluster's cache, the answer of one that missed kept as it passes
+//! the cluster's cache (or an extended-protocol unit: `extended.rs` finds
+//! it), the answer of one that missed kept as it passes
 //! (`Capture`), and what the client's writes invalidate, when they are
 //! forwarded and again when their answer (or their transaction's end)
 //! comes back. The store and its rules are `fulcrum_cache`'s; this module
@@ -14,8 +15,10 @@ use fulcrum_sql::Writes;
 
 use super::*;
 
+mod extended;
 mod scope;
 
+use extended::extended_unit;
 use scope::Scope;
 
 /// How long a read waits for another client's fill of the same key before
@@ -62,61 +65,13 @@ pub(super) enum Written {
     Database,
 }
 
-/// An extended-protocol unit the cache may answer, as found at the front
-/// of the client buffer.
-struct ExtendedUnit<'a> {
-    /// Its bytes, all frames to Sync.
-    total: usize,
-    statement: &'a [u8],
-    /// Where the Bind's parameters and formats lie in the buffer.
-    rest: std::ops::Range<usize>,
-    /// The portal is described (its RowDescription is in the answer).
-    described: bool,
-}
-
-/// Bind (of a named statement), an optional Describe of its portal,
-/// Execute of all its rows, Sync: all whole in `buf`. Pure over the bytes.
-fn extended_unit(buf: &[u8], max: u64) -> Option<ExtendedUnit<'_>> {
-    let frame = |at: usize| -> Option<(u8, &[u8], usize)> {
-        let h = check_frame(buf.get(at..)?, max).ok()??;
-        let body = buf.get(at + 5..at + h.total)?;
-        Some((h.tag, body, h.total))
-    };
-    let (tag, body, mut total) = frame(0)?;
-    let bind = bind_msg(body).filter(|b| tag == b'B' && !b.statement.is_empty())?;
-    let rest_at = 5 + bind.portal.len() + 1 + bind.statement.len() + 1;
-    let mut described = false;
-    let (mut tag, mut body, mut len) = frame(total)?;
-    if tag == b'D' {
-        let portal = body.strip_prefix(b"P")?.strip_suffix(b"\0")?;
-        if portal != bind.portal {
-            return None;
-        }
-        described = true;
-        total += len;
-        (tag, body, len) = frame(total)?;
-    }
-    // Execute of this portal, all rows (a row limit suspends the portal).
-    let (portal, rows) = body.split_at_checked(body.len().checked_sub(4)?)?;
-    if tag != b'E' || portal.strip_suffix(b"\0")? != bind.portal || rows != [0, 0, 0, 0] {
-        return None;
-    }
-    total += len;
-    let (tag, _, len) = frame(total)?;
-    if tag != b'S' {
-        return None;
-    }
-    Some(ExtendedUnit {
-        total: total + len,
-        statement: bind.statement,
-        rest: rest_at..5 + body_len(buf),
-        described,
-    })
-}
-
-/// The length of the body of the frame at the front of `buf` (whole).
-fn body_len(buf: &[u8]) -> usize {
-    u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize - 4
+/// A unit the cache may keep, keyed: what its lookup needs.
+struct Candidate {
+    key: Vec<u8>,
+    /// The statement's normalised text (`SHOW CACHE`).
+    normal: String,
+    digest: u64,
+    keep: Keep,
 }
 
 impl Capture {
@@ -197,40 +152,23 @@ impl Session {
             return CacheStep::Pass;
         };
         let unit = self.ctx.classify_unit(text);
-        let keep = self
-            .keepable(&unit, text)
-            .filter(|k| k.in_transactions || !scope.in_txn);
-        let key = keep
-            .as_ref()
-            .map(|_| self.cache_key(b'Q', &[text.as_bytes()]));
-        let normal = keep
-            .as_ref()
-            .map(|_| fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000));
-        let digest = unit.key;
+        let candidate = self.cache_candidate(scope, text, &unit, b'Q', &[text.as_bytes()]);
         // Routing reads this classification of the same frame, not the
         // text again (`next_unit_decision`).
         self.query_unit = Some(unit);
-        let (Some(keep), Some(key), Some(normal)) = (keep, key, normal) else {
-            return CacheStep::Pass;
-        };
-        let database = self.id.database.clone();
-        let query = Query {
-            key: &key,
-            database: &database,
-            digest,
-            text: &normal,
-            tables: &keep.tables,
-            ttl: keep.ttl,
-            second_miss: keep.second_miss,
-        };
-        self.cache_lookup(&query, total, scope).await
+        match candidate {
+            Some(c) => self.cache_lookup(c, total, scope, None).await,
+            None => CacheStep::Pass,
+        }
     }
 
     /// Looks the extended-protocol unit at the front of the client buffer
-    /// up: a Bind of a named statement, its portal's Describe, an Execute
-    /// of all rows and Sync (what pgbench -M prepared and libpq's
-    /// `PQexecPrepared` send). Anything else is not the cache's.
-    pub(super) async fn cache_front_bind(&mut self) -> CacheStep {
+    /// up (`extended::extended_unit`): a Bind of a named statement (what
+    /// pgbench -M prepared and libpq's `PQexecPrepared` send), or the
+    /// unnamed statement's Parse and Bind (pgbench -M extended, psycopg,
+    /// tokio-postgres `query_typed`), each with its Describe, an Execute
+    /// of all rows and Sync. Anything else is not the cache's.
+    pub(super) async fn cache_front_extended(&mut self) -> CacheStep {
         let Some(scope) = self.cache_scope() else {
             return CacheStep::Pass;
         };
@@ -241,52 +179,98 @@ impl Session {
         let Some(unit) = extended_unit(&self.client.read_buf, max) else {
             return CacheStep::Pass;
         };
-        let Some(statement) = self.stmts.map.get(unit.statement).cloned() else {
-            return CacheStep::Pass;
+        let total = unit.total;
+        let Some(parse) = unit.parse else {
+            let Some(statement) = self.stmts.map.get(unit.statement).cloned() else {
+                return CacheStep::Pass;
+            };
+            let Ok(text) = std::str::from_utf8(&statement.query) else {
+                return CacheStep::Pass;
+            };
+            let classified = self.ctx.classify_unit(text);
+            let parts = [statement.definition(), unit.bind_rest, &unit.described[..]];
+            return match self.cache_candidate(scope, text, &classified, b'E', &parts) {
+                Some(c) => self.cache_lookup(c, total, scope, None).await,
+                None => CacheStep::Pass,
+            };
         };
-        let Ok(text) = std::str::from_utf8(&statement.query) else {
+        // Session pooling forwards the unnamed statement as it is: a hit
+        // would leave the client's previous one on its server.
+        if !self.stmts.rewrite {
+            return CacheStep::Pass;
+        }
+        let Ok(text) = std::str::from_utf8(parse.query) else {
             return CacheStep::Pass;
         };
         let classified = self.ctx.classify_unit(text);
-        let Some(keep) = self
-            .keepable(&classified, text)
-            .filter(|k| k.in_transactions || !scope.in_txn)
-        else {
-            return CacheStep::Pass;
-        };
-        let rest = &self.client.read_buf[unit.rest.clone()];
-        let key = self.cache_key(
-            b'E',
-            &[statement.definition(), rest, &[unit.described as u8]],
-        );
-        let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000);
-        let database = self.id.database.clone();
-        let query = Query {
-            key: &key,
-            database: &database,
-            digest: classified.key,
-            text: &normal,
-            tables: &keep.tables,
-            ttl: keep.ttl,
-            second_miss: keep.second_miss,
-        };
-        let total = unit.total;
-        self.cache_lookup(&query, total, scope).await
+        let parts = [parse.definition, unit.bind_rest, &unit.described[..]];
+        let candidate = self.cache_candidate(scope, text, &classified, b'U', &parts);
+        let parse_len = parse.frame.len();
+        // Routing and the Parse's handling read this classification, not
+        // the text again (`next_unit_decision`, `on_parse`).
+        self.parse_unit = Some(classified);
+        match candidate {
+            Some(c) => self.cache_lookup(c, total, scope, Some(parse_len)).await,
+            None => CacheStep::Pass,
+        }
     }
 
-    /// The lookup of `query` for the unit of `total` bytes at the front:
-    /// a hit answers it, a miss takes the fill (where `scope` lets it run
-    /// on the primary), another client's fill is waited for first.
-    async fn cache_lookup(&mut self, query: &Query<'_>, total: usize, scope: Scope) -> CacheStep {
+    /// The key and keeping of a unit whose statement is `text` (classified
+    /// `unit`), of `kind`, keyed by `parts` after the client's own; `None`
+    /// when the read is not one the cache keeps here.
+    fn cache_candidate(
+        &self,
+        scope: Scope,
+        text: &str,
+        unit: &fulcrum_sql::Classified,
+        kind: u8,
+        parts: &[&[u8]],
+    ) -> Option<Candidate> {
+        let keep = self
+            .keepable(unit, text)
+            .filter(|k| k.in_transactions || !scope.in_txn)?;
+        Some(Candidate {
+            key: self.cache_key(kind, parts),
+            normal: fulcrum_sql::normalize(text, fulcrum_sql::Dialect::Postgres, 1000),
+            digest: unit.key,
+            keep,
+        })
+    }
+
+    /// The lookup of `c` for the unit of `total` bytes at the front: a hit
+    /// answers it, a miss takes the fill (where `scope` lets it run on the
+    /// primary), another client's fill is waited for first. A hit of a
+    /// unit opening with the unnamed statement's Parse (`parse_len` bytes)
+    /// makes that statement the client's, as the Parse would have.
+    async fn cache_lookup(
+        &mut self,
+        c: Candidate,
+        total: usize,
+        scope: Scope,
+        parse_len: Option<usize>,
+    ) -> CacheStep {
         let cache = self.ctx.cache.clone().expect("checked by cache_scope");
-        let mut found = cache.lookup(query, true);
+        let database = self.id.database.clone();
+        let query = Query {
+            key: &c.key,
+            database: &database,
+            digest: c.digest,
+            text: &c.normal,
+            tables: &c.keep.tables,
+            ttl: c.keep.ttl,
+            second_miss: c.keep.second_miss,
+        };
+        let mut found = cache.lookup(&query, true);
         if let Lookup::Wait(waiter) = found {
             // Another client is filling it: its answer serves this one too.
             let _ = tokio::time::timeout(FILL_WAIT, waiter.wait()).await;
-            found = cache.lookup(query, false);
+            found = cache.lookup(&query, false);
         }
         match found {
             Lookup::Hit(answer) => {
+                if let (Some(len), Some(unit)) = (parse_len, self.parse_unit.take()) {
+                    self.unnamed_answered(len, &unit);
+                }
                 self.answer_from_cache(total, &answer, scope.in_txn);
                 CacheStep::Answered
             }
@@ -467,15 +451,23 @@ impl Session {
     }
 
     /// A Bind (`frame`) of a statement that may write (its routing says
-    /// so): what its text names, else (the unnamed statement's text is not
-    /// kept; a read calling a function that writes) the whole database.
+    /// so): what its text names (the unnamed statement's: as its Parse
+    /// was classified), else (not known: session pooling; a read calling
+    /// a function that writes) the whole database.
     pub(super) fn cache_bind_writes(&mut self, frame: &[u8]) {
-        let writes = bind_msg(&frame[5..])
-            .and_then(|b| self.stmts.map.get(b.statement))
-            .and_then(|s| std::str::from_utf8(&s.query).ok())
-            .map(|text| self.ctx.classify_unit(text).cache.writes)
-            // It may write (its routing said so) yet its text names nothing
-            // it changes (a read calling a function that writes).
+        let writes = match bind_msg(&frame[5..]) {
+            Some(b) if b.statement.is_empty() => {
+                let known = self.stmts.rewrite && !self.stmts.unnamed.is_empty();
+                known.then(|| self.stmts.unnamed_writes.clone())
+            }
+            b => b
+                .and_then(|b| self.stmts.map.get(b.statement))
+                .and_then(|s| std::str::from_utf8(&s.query).ok())
+                .map(|text| self.ctx.classify_unit(text).cache.writes),
+        };
+        // It may write (its routing said so) yet its text names nothing it
+        // changes (a read calling a function that writes).
+        let writes = writes
             .filter(|w| *w != Writes::Nothing)
             .unwrap_or(Writes::Everything);
         self.cache_writes(&writes);

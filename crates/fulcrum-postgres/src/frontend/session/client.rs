@@ -47,6 +47,7 @@ impl Session {
             // The classification route_unit makes of this frame, if it is a
             // Query, serves its session effects too (one pass).
             self.query_unit = None;
+            self.parse_unit = None;
             let header = match self.front_header(max) {
                 Ok(Some(h)) => h,
                 Ok(None) => break false,
@@ -78,12 +79,12 @@ impl Session {
                 // The result cache: a client without a connection, or a
                 // session-pooled one holding its own (`cache_scope`).
                 if self.ctx.cache.is_some()
-                    && matches!(header.tag, b'Q' | b'B')
+                    && matches!(header.tag, b'Q' | b'P' | b'B')
                     && (self.server.is_none() || self.pool_mode == PoolMode::Session)
                 {
                     let step = match header.tag {
                         b'Q' => self.cache_front(header.total, look.text).await,
-                        _ => self.cache_front_bind().await,
+                        _ => self.cache_front_extended().await,
                     };
                     if matches!(step, cache::CacheStep::Answered) {
                         continue;
@@ -97,6 +98,8 @@ impl Session {
                 } else if self.at_unit_start()
                     && self.route_behind(look.text, &mut unit_started).await?
                 {
+                    // Classified again when it is taken up.
+                    self.parse_unit = None;
                     break true;
                 }
             }
@@ -226,7 +229,8 @@ impl Session {
     /// (a Query's text `text_len` bytes long, when `query_look` found it);
     /// a Query's whole classification is kept for its session effects. A
     /// Query the result cache looked up is not classified again: its
-    /// classification is in `query_unit` already.
+    /// classification is in `query_unit` already (an unnamed statement's
+    /// Parse: in `parse_unit`).
     pub(super) fn next_unit_decision(&mut self, text_len: Option<usize>) -> Decision {
         let looked_up = self.query_unit.take();
         let query_unit = std::cell::RefCell::new(None);
@@ -245,7 +249,20 @@ impl Session {
             }
             d
         };
-        let classify = |sql: &str| decide(sql, self.ctx.classify_unit(sql));
+        // The unnamed statement's Parse at the front, as the result cache
+        // classified it: the first text `unit_decision` classifies.
+        let front_parse = match self.client.read_buf.first() {
+            Some(b'P') => self.parse_unit.clone(),
+            _ => None,
+        };
+        let front_parse = std::cell::RefCell::new(front_parse);
+        let classify = |sql: &str| {
+            let looked_up = front_parse.borrow_mut().take();
+            decide(
+                sql,
+                looked_up.unwrap_or_else(|| self.ctx.classify_unit(sql)),
+            )
+        };
         // A Query whose text `query_look` found: classified from there.
         let front_text = match (self.client.read_buf.first(), text_len) {
             (Some(b'Q'), Some(n)) => {

@@ -184,6 +184,8 @@ impl Session {
     #[inline]
     fn queue_sync(&mut self, frame: BytesMut) {
         self.queue_to_server(frame);
+        // What follows may be on another connection (`ensure_unnamed`).
+        self.stmts.unnamed_sent = false;
         if !self.owed.expect.sync_is_ignored() {
             self.owed.expect.push(Expect::Sync);
             self.owed.ready += 1;

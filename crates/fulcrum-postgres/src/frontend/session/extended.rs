@@ -10,16 +10,19 @@ const PORTAL_DIGESTS_MAX: usize = 64;
 impl Session {
     pub(super) fn on_parse(&mut self, mut frame: BytesMut) {
         self.owed.unsynced = true;
+        let mut rewritten = false;
         if self.stmts.rewrite {
             // `SELECT pg_backend_pid()`: the pid the client was given;
             // `pg_terminate_backend($1)`: answerable for Fulcrum's clients.
             if let Some(own) = signal::backend_pid_parse(&frame, self.id.cancel.process_id) {
                 frame = own;
+                rewritten = true;
             }
             let name = parse_msg(&frame[5..]).map(|p| p.name.to_vec());
             match (signal::signal_parse(&frame), name) {
                 (Some((signal, terminate)), Some(name)) => {
                     frame = signal;
+                    rewritten = true;
                     self.stmts.signals.insert(name, terminate);
                 }
                 (None, Some(name)) if !self.stmts.signals.is_empty() => {
@@ -31,26 +34,21 @@ impl Session {
         if parse_msg(&frame[5..]).is_some_and(|p| may_commit(p.query)) {
             self.engine.commit_sent();
         }
-        let unit = parse_msg(&frame[5..])
-            .and_then(|p| std::str::from_utf8(p.query).ok())
-            .map_or(Classified::from(Decision::Write), |q| {
-                self.ctx.classify_unit(q)
-            });
+        // The result cache classified the Parse at the front (of the text
+        // the client sent: not one rewritten above).
+        let looked_up = self.parse_unit.take().filter(|_| !rewritten);
+        let unit = match looked_up {
+            Some(unit) => unit,
+            None => parse_msg(&frame[5..])
+                .and_then(|p| std::str::from_utf8(p.query).ok())
+                .map_or(Classified::from(Decision::Write), |q| {
+                    self.ctx.classify_unit(q)
+                }),
+        };
         if self.virtual_parse(&frame, unit.decision) {
             return;
         }
-        // A statement's decision is kept with it: the function catalog's
-        // answer as of now (a function not known yet: the primary).
-        let decision = self
-            .ctx
-            .catalog_decision(&unit, &self.id.user, &self.id.database);
-        if let Decision::Pin(reason) = decision {
-            self.pin(reason);
-        }
-        if !unit.effects.is_empty() || !self.stmts.ops.is_empty() {
-            self.track_statement_ops(&frame, &unit);
-        }
-        self.track_statement_digest(&frame, &unit);
+        let decision = self.note_parse(&frame, &unit);
         let parsed = if self.stmts.rewrite {
             parse_msg(&frame[5..])
         } else {
@@ -60,6 +58,14 @@ impl Session {
             self.stmts.unnamed_decision = decision;
         }
         let Some(p) = parsed.filter(|p| !p.name.is_empty()) else {
+            if self.stmts.rewrite && parse_msg(&frame[5..]).is_some() {
+                // Kept to be prepared again where a later Bind of it goes
+                // without a Parse (`ensure_unnamed`).
+                self.stmts.unnamed.clear();
+                self.stmts.unnamed.extend_from_slice(&frame);
+                self.stmts.unnamed_sent = true;
+                self.stmts.unnamed_writes = unit.cache.writes.clone();
+            }
             self.to_server.extend_from_slice(&frame);
             self.owed.expect.push(Expect::Parse(None));
             return;
@@ -84,6 +90,52 @@ impl Session {
                 .push(Expect::Parse(Some(stmt.server_name.clone())));
         }
         self.stmts.map.insert(name, stmt);
+    }
+
+    /// What the statement a Parse (`frame`, classified `unit`) names is:
+    /// its routing decision (the function catalog's answer as of now; a
+    /// function not known yet: the primary), its pin, session ops and
+    /// digest. A Parse forwarded and one the result cache answered alike.
+    fn note_parse(&mut self, frame: &[u8], unit: &Classified) -> Decision {
+        let decision = self
+            .ctx
+            .catalog_decision(unit, &self.id.user, &self.id.database);
+        if let Decision::Pin(reason) = decision {
+            self.pin(reason);
+        }
+        if !unit.effects.is_empty() || !self.stmts.ops.is_empty() {
+            self.track_statement_ops(frame, unit);
+        }
+        self.track_statement_digest(frame, unit);
+        decision
+    }
+
+    /// A unit opening with the unnamed statement's Parse (its first
+    /// `parse_len` bytes, classified `unit`) is answered from the result
+    /// cache: the statement is the client's unnamed one now, on no server,
+    /// prepared where a later Bind of it without a Parse goes.
+    pub(super) fn unnamed_answered(&mut self, parse_len: usize, unit: &Classified) {
+        let mut frame = std::mem::take(&mut self.stmts.unnamed);
+        frame.clear();
+        frame.extend_from_slice(&self.client.read_buf[..parse_len]);
+        self.stmts.unnamed_decision = self.note_parse(&frame, unit);
+        self.stmts.unnamed = frame;
+        self.stmts.unnamed_writes = unit.cache.writes.clone();
+        self.stmts.unnamed_sent = false;
+    }
+
+    /// A Bind or Describe of the unnamed statement with no Parse of it sent
+    /// on this connection since the last Sync: the client's unnamed
+    /// statement is prepared first, its ParseComplete not shown. The
+    /// connection may not be the one it was parsed on (transaction
+    /// pooling), or the result cache answered its Parse on none.
+    fn ensure_unnamed(&mut self) {
+        if self.stmts.unnamed_sent || self.stmts.unnamed.is_empty() {
+            return;
+        }
+        self.to_server.extend_from_slice(&self.stmts.unnamed);
+        self.owed.expect.push(Expect::SwallowParse(None));
+        self.stmts.unnamed_sent = true;
     }
 
     /// Digest statistics: the digest of the statement a Parse names (by
@@ -203,7 +255,7 @@ impl Session {
             self.to_server.extend_from_slice(&stmt.parse);
             self.owed
                 .expect
-                .push(Expect::SwallowParse(stmt.server_name.clone()));
+                .push(Expect::SwallowParse(Some(stmt.server_name.clone())));
         }
     }
 
@@ -313,6 +365,9 @@ impl Session {
                 }
             }
         }
+        if self.stmts.rewrite && bind_msg(&frame[5..]).is_some_and(|b| b.statement.is_empty()) {
+            self.ensure_unnamed();
+        }
         self.to_server.extend_from_slice(&frame);
         self.owed.expect.push(Expect::Bind(None));
     }
@@ -344,7 +399,10 @@ impl Session {
                         .push(Expect::Describe(Some(server_name), b'S'));
                 }
             }
-            _ => {
+            other => {
+                if tag == b'D' && other == Some((b'S', &b""[..])) {
+                    self.ensure_unnamed();
+                }
                 let kind = frame.get(5).copied().unwrap_or(b'P');
                 self.to_server.extend_from_slice(&frame);
                 self.owed.expect.push(if tag == b'D' {
