@@ -77,11 +77,12 @@ usage: cargo bench --bench load -- [options]
                   (only --ps-mode's when given), -c 8 unless given; targets
                   MariaDB direct, Fulcrum without a cache and Fulcrum with a
                   rule on sbtest1 and sbtest2; target/bench-mysql-cache.md
-  --cpu-period MS --balance, --scale-out, --cache: the CFS period of the caps
-                  (default 100; the quota is --cpu-quota x this, at
-                  least 1 ms)
-  --cpu-quota F   --scale-out, --cache: CPUs per PostgreSQL server (default 0.3; 0
-                  runs uncapped and plots to target/ instead of docs/img/)
+  --cpu-period MS --balance, --scale-out, --cache, --mysql-cache: the CFS
+                  period of the caps (default 100; the quota is --cpu-quota
+                  x this, at least 1 ms)
+  --cpu-quota F   --scale-out, --cache, --mysql-cache: CPUs per capped
+                  server (default 0.3; 0 runs uncapped and --scale-out plots
+                  to target/ instead of docs/img/)
   --suite         the whole suite (docs/benchmarks.md, The suite): the
                   published comparisons (scenarios 1-4) on PostgreSQL and
                   MariaDB clusters it starts, uncapped and CPU-capped, against
