@@ -97,7 +97,7 @@ pub(crate) fn machine_lines(opts: &Options, machine: &Machine, elapsed: Duration
         ),
         format!(
             "1-minute load average before the first run (includes `{}`): {}{}",
-            if opts.mysql_consistency_cost {
+            if opts.mysql_consistency_cost || opts.mysql_cache {
                 "sysbench prepare"
             } else {
                 "pgbench -i"

@@ -26,7 +26,9 @@
 //! and Fulcrum with a result-cache rule on `pgbench_accounts` (issue 46), in
 //! front of one primary capped at `--cpu-quota` CPUs, a point read of 1,000
 //! rows with `-M prepared` and `-M simple`; the report goes to
-//! `target/bench-cache.md`.
+//! `target/bench-cache.md`. `--mysql-cache` is the same on MariaDB with
+//! sysbench `oltp_point_select` and a rule on its tables, to
+//! `target/bench-mysql-cache.md`.
 //!
 //! Run: `cargo bench --bench load -- [--seconds N] [--clients N] [--rounds N] [--scale N]`
 //! (see `--help`; docs/benchmarks.md explains the numbers). Loopback only,
@@ -34,7 +36,7 @@
 //!
 //! Each mode is a module of its own (`mode_select.rs`,
 //! `mode_consistency_cost.rs`, `mode_mysql_consistency_cost.rs`,
-//! `mode_scale_out.rs`, `mode_cache.rs`, `suite.rs`); what they share is
+//! `mode_scale_out.rs`, `mode_cache.rs`, `mode_cache_mysql.rs`, `suite.rs`); what they share is
 //! in modules named for what they own: options, pgbench, sysbench, the
 //! measuring rounds, the daemon's config, PgBouncer and Pgpool-II (with what
 //! their wrappers share in `daemon.rs`), CPU caps, the machine record and
@@ -56,6 +58,7 @@ mod machine;
 mod measure;
 mod mode_balance;
 mod mode_cache;
+mod mode_cache_mysql;
 mod mode_consistency_cost;
 mod mode_cpu_split;
 mod mode_mysql_consistency_cost;
@@ -142,6 +145,9 @@ fn run(opts: &Options) -> Result<()> {
     }
     if opts.mysql_consistency_cost {
         return mode_mysql_consistency_cost::run_mysql_consistency(opts);
+    }
+    if opts.mysql_cache {
+        return mode_cache_mysql::run_mysql_cache(opts);
     }
     if opts.cache {
         return mode_cache::run_cache(opts);

@@ -71,11 +71,18 @@ usage: cargo bench --bench load -- [options]
                   aid random in 1..1000, -c 8 and -s 1 unless given; targets
                   PostgreSQL direct, Fulcrum without a cache and Fulcrum with
                   a rule on pgbench_accounts; report in target/bench-cache.md
-  --cpu-period MS --balance, --scale-out, --cache: the CFS period of the caps
-                  (default 100; the quota is --cpu-quota x this, at
-                  least 1 ms)
-  --cpu-quota F   --scale-out, --cache: CPUs per PostgreSQL server (default 0.3; 0
-                  runs uncapped and plots to target/ instead of docs/img/)
+  --mysql-cache   the same on MariaDB: one primary capped at --cpu-quota,
+                  sysbench oltp_point_select (--table-size 500 unless given:
+                  1,000 keys in 2 tables), --db-ps-mode auto then disable
+                  (only --ps-mode's when given), -c 8 unless given; targets
+                  MariaDB direct, Fulcrum without a cache and Fulcrum with a
+                  rule on sbtest1 and sbtest2; target/bench-mysql-cache.md
+  --cpu-period MS --balance, --scale-out, --cache, --mysql-cache: the CFS
+                  period of the caps (default 100; the quota is --cpu-quota
+                  x this, at least 1 ms)
+  --cpu-quota F   --scale-out, --cache, --mysql-cache: CPUs per capped
+                  server (default 0.3; 0 runs uncapped and --scale-out plots
+                  to target/ instead of docs/img/)
   --suite         the whole suite (docs/benchmarks.md, The suite): the
                   published comparisons (scenarios 1-4) on PostgreSQL and
                   MariaDB clusters it starts, uncapped and CPU-capped, against
@@ -167,6 +174,10 @@ pub(crate) struct Options {
     pub(crate) cache: bool,
     /// `--protocol` was given (`--cache` then runs that mode only).
     pub(crate) protocol_given: bool,
+    /// `--mysql-cache`: `--cache` on MariaDB with sysbench.
+    pub(crate) mysql_cache: bool,
+    /// `--ps-mode` was given (`--mysql-cache` then runs that mode only).
+    pub(crate) ps_mode_given: bool,
 }
 
 impl Options {
@@ -206,10 +217,13 @@ impl Options {
             cpu_split: false,
             cache: false,
             protocol_given: false,
+            mysql_cache: false,
+            ps_mode_given: false,
         };
         let mut replicas_given = false;
         let (mut seconds_given, mut rounds_given) = (false, false);
         let (mut clients_given, mut scale_given) = (false, false);
+        let mut table_size_given = false;
         let mut it = args.iter();
         while let Some(flag) = it.next() {
             if flag == "--bench" {
@@ -272,6 +286,11 @@ impl Options {
                 opts.cache = true;
                 continue;
             }
+            if flag == "--mysql-cache" {
+                opts.cache = true;
+                opts.mysql_cache = true;
+                continue;
+            }
             if flag == "--no-docs" {
                 opts.no_docs = true;
                 continue;
@@ -314,7 +333,10 @@ impl Options {
                     opts.replicas = number(0)? as usize;
                     replicas_given = true;
                 }
-                "--table-size" => opts.table_size = number(1)?,
+                "--table-size" => {
+                    opts.table_size = number(1)?;
+                    table_size_given = true;
+                }
                 "--cpu-quota" => match value.parse::<f64>() {
                     Ok(q) if (0.0..=64.0).contains(&q) => opts.cpu_quota = q,
                     _ => return Err(format!("--cpu-quota {value}: expected CPUs, e.g. 0.3")),
@@ -336,7 +358,8 @@ impl Options {
                     }
                 },
                 "--ps-mode" if ["auto", "disable"].contains(&value.as_str()) => {
-                    opts.ps_mode = value.clone()
+                    opts.ps_mode = value.clone();
+                    opts.ps_mode_given = true;
                 }
                 "--ps-mode" => return Err(format!("--ps-mode {value}: expected auto or disable")),
                 "--workload" => {
@@ -381,6 +404,9 @@ impl Options {
             }
             if !scale_given {
                 opts.scale = 1;
+            }
+            if opts.mysql_cache && !table_size_given {
+                opts.table_size = 500;
             }
         }
         // pgbench refuses more threads than clients.
