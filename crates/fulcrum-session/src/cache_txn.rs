@@ -63,7 +63,14 @@ impl TxnScope {
     /// COMMITTED ([`settings_read_committed`]); `holds`: the client keeps
     /// its connection between transactions (pinned, session pooling), so a
     /// next-transaction level reaches the transaction it is meant for.
-    pub fn sent(&mut self, decision: Decision, sql: &str, open: bool, session_rc: bool, holds: bool) {
+    pub fn sent(
+        &mut self,
+        decision: Decision,
+        sql: &str,
+        open: bool,
+        session_rc: bool,
+        holds: bool,
+    ) {
         match decision {
             Decision::Begin { read_only } => {
                 let level = self.next.take().unwrap_or(session_rc);
@@ -207,7 +214,13 @@ mod tests {
 
         let mut used = TxnScope::default();
         used.sent(Decision::Txn, set_rc, false, false, true);
-        used.sent(Decision::Write, "INSERT INTO t VALUES (1)", false, false, true);
+        used.sent(
+            Decision::Write,
+            "INSERT INTO t VALUES (1)",
+            false,
+            false,
+            true,
+        );
         used.sent(BEGIN, "BEGIN", false, false, true);
         used.answered(true);
         assert!(!used.servable(), "an autocommitted write may have used it");

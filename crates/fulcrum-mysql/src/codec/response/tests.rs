@@ -276,7 +276,10 @@ fn status_flags_are_rewritten_in_place_in_both_end_forms() {
     let mut ok_eof = build_ok_as_eof(&ok, TRACK);
     assert!(set_status_flags(&mut ok_eof, in_txn));
     let back = parse_ok(&ok_eof, TRACK).unwrap();
-    assert_eq!((back.affected_rows, back.status, back.warnings), (300, in_txn(idle), 1));
+    assert_eq!(
+        (back.affected_rows, back.status, back.warnings),
+        (300, in_txn(idle), 1)
+    );
 
     let mut err = b"\xff\x15\x04#28000x".to_vec();
     assert!(!set_status_flags(&mut err, in_txn));

@@ -15,7 +15,11 @@ const WRONG_VALUE_FOR_VAR: u16 = 1231;
 
 impl Session {
     /// Answers `SET/RESET/SHOW fulcrum.cache`; true when `text` was one.
-    pub(in crate::frontend::session) fn try_answer_cache_setting(&mut self, text: &str, seq: u8) -> bool {
+    pub(in crate::frontend::session) fn try_answer_cache_setting(
+        &mut self,
+        text: &str,
+        seq: u8,
+    ) -> bool {
         let Some(op) = setting_op_for(text, SETTING) else {
             return false;
         };
@@ -56,4 +60,3 @@ impl Session {
         true
     }
 }
-
