@@ -9,11 +9,12 @@
 //! (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
 //! packets), `my_sysbench` (which counts `Com_select` per server),
 //! `my_credentials` (its own server-side users), `my_tls` (a TLS-only
-//! server) and `my_cache` (writes behind Fulcrum's back, no replica) keep
+//! server) and `my_cache` (writes behind Fulcrum's back, no replica; `my_cache_scope` shares it) keep
 //! their own; other tests start one each.
 
 mod my_bad_input;
 mod my_cache;
+mod my_cache_scope;
 mod my_cache_stream;
 mod my_connect_query;
 mod my_credentials;

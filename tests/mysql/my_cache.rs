@@ -29,7 +29,7 @@ const OTHER_USER: &str = "cache_other";
 const OTHER_PASSWORD: &str = "other-pw";
 
 /// This module's primary, with the tables the cases read.
-fn cluster() -> &'static MariaCluster {
+pub(crate) fn cluster() -> &'static MariaCluster {
     static CLUSTER: OnceLock<MariaCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
         let c = MariaCluster::builder().start().expect("start MariaDB");
@@ -75,7 +75,7 @@ fn start_with(rules: &str, metrics: Option<u16>) -> (FulcrumProcess, u16) {
     (f, port)
 }
 
-async fn connect(port: u16) -> Conn {
+pub(crate) async fn connect(port: u16) -> Conn {
     tokio::time::timeout(CALL_TIMEOUT, Conn::new(maria_opts(port)))
         .await
         .expect("bounded login")
@@ -83,12 +83,12 @@ async fn connect(port: u16) -> Conn {
 }
 
 /// A write made directly on the primary, not through Fulcrum.
-fn behind_its_back(sql: &str) {
+pub(crate) fn behind_its_back(sql: &str) {
     cluster().primary().sql_script(APP_DB, sql).expect(sql);
 }
 
 /// The first value of `sql`'s first row (text protocol).
-async fn value(conn: &mut Conn, sql: &str) -> i64 {
+pub(crate) async fn value(conn: &mut Conn, sql: &str) -> i64 {
     tokio::time::timeout(CALL_TIMEOUT, conn.query_first::<i64, _>(sql))
         .await
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))
@@ -106,7 +106,7 @@ async fn prepared(conn: &mut Conn, id: i64) -> i64 {
         .unwrap_or_else(|| panic!("{sql}: no row"))
 }
 
-async fn run(conn: &mut Conn, sql: &str) {
+pub(crate) async fn run(conn: &mut Conn, sql: &str) {
     tokio::time::timeout(CALL_TIMEOUT, conn.query_drop(sql))
         .await
         .unwrap_or_else(|_| panic!("{sql}: no answer in {CALL_TIMEOUT:?}"))

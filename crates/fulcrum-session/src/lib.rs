@@ -16,6 +16,9 @@
 //!   flight, attach time, held, the replica-read retry copy), held by the
 //!   `Engine` and changed only through its events (`state/unit_events.rs`);
 //!   the front ends read it through `Engine::unit`;
+//! - `cache_txn`: whether a transaction open on a server may be answered
+//!   from the result cache (its isolation proven READ COMMITTED, nothing
+//!   written in it yet), for MySQL, whose BEGIN goes to the server;
 //! - `reads`: read consistency, its steps written once and generic over
 //!   the protocol's positions and replica probe.
 //!
@@ -30,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cache_txn;
 pub mod reads;
 pub mod replay;
 pub mod route;
@@ -43,5 +47,6 @@ pub use replay::{Compare, Framing, Replay, TxnLog};
 pub use route::{decide, Facts, Routing, Target, Txn};
 pub use state::{
     Action, Actions, Ending, Engine, Event, Loss, Outcome, Owed, Phase, Resolution, Status,
+    SESSION_POOL,
 };
 pub use unit::{CommitId, Now, Retry, Unit};

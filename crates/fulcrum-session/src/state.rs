@@ -22,6 +22,10 @@ mod unit_events;
 mod vocabulary;
 pub use vocabulary::{Action, Actions, Ending, Event, Loss, Outcome, Resolution};
 
+/// The pin of a session-pooled client, from its login on: no state it
+/// left (`Engine::state_left` does not record it).
+pub const SESSION_POOL: PinReason = "session pool mode";
+
 /// Where the client is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -242,7 +246,9 @@ impl Engine {
             Event::DeferredEnded => self.on_deferred_ended(),
             Event::Attached(route) => self.on_attached(route),
             Event::Pin(reason) => {
-                self.state_left = self.state_left.or(Some(reason));
+                if reason != SESSION_POOL {
+                    self.state_left = self.state_left.or(Some(reason));
+                }
                 self.on_pin(reason)
             }
             Event::Ready { status, owed } => {

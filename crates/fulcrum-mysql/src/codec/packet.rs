@@ -91,6 +91,23 @@ pub fn packet_count(len: usize) -> usize {
     len / MAX_PAYLOAD + 1
 }
 
+/// The payload of the last packet of `packets`, whole packets back to
+/// back (a stored answer); `None` when they do not end on a packet's end.
+pub fn last_packet_payload(packets: &[u8]) -> Option<std::ops::Range<usize>> {
+    let (mut p, mut last) = (0usize, None);
+    while p < packets.len() {
+        let h = packets.get(p..p + HEADER_LEN)?;
+        let len = u32::from_le_bytes([h[0], h[1], h[2], 0]) as usize;
+        let end = p + HEADER_LEN + len;
+        if end > packets.len() {
+            return None;
+        }
+        last = Some(p + HEADER_LEN..end);
+        p = end;
+    }
+    last
+}
+
 /// Where a whole (possibly multi-packet) message lies at the start of a buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageSpan {
@@ -192,6 +209,17 @@ pub fn payload_of<'a>(msg: &'a [u8], span: &MessageSpan) -> std::borrow::Cow<'a,
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_last_packet_of_whole_packets_is_found() {
+        use super::last_packet_payload as last;
+        let two = [1, 0, 0, 1, 0xAA, 2, 0, 0, 2, 0xBB, 0xCC];
+        assert_eq!(last(&two), Some(9..11));
+        assert_eq!(last(&two[..5]), Some(4..5));
+        assert_eq!(last(&two[..10]), None, "a cut packet");
+        assert_eq!(last(&two[..7]), None, "a cut header");
+        assert_eq!(last(&[]), None);
+    }
+
     use super::*;
 
     const BIG: usize = 64 << 20;

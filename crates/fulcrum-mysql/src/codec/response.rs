@@ -67,17 +67,42 @@ pub fn is_result_set_end(payload: &[u8], caps: C) -> bool {
 /// may start with 0x00 too). An old EOF is exactly 5 bytes
 /// (0xFE, warnings, status); an OK-as-EOF is at least 7.
 pub fn status_flags(payload: &[u8]) -> Option<StatusFlags> {
+    let at = status_offset(payload)?;
+    let bytes = payload.get(at..at + 2)?;
+    Some(StatusFlags::from_bits_retain(u16::from_le_bytes([
+        bytes[0], bytes[1],
+    ])))
+}
+
+/// Where the status flags of an OK, OK-as-EOF or old-style EOF packet
+/// start in its payload (as [`status_flags`] reads them).
+fn status_offset(payload: &[u8]) -> Option<usize> {
     let mut r = Reader::new(payload);
-    let status = match r.u8("header").ok()? {
-        EOF if payload.len() == 5 => payload[3..5].try_into().ok().map(u16::from_le_bytes)?,
+    match r.u8("header").ok()? {
+        EOF if payload.len() == 5 => Some(3),
         OK | EOF => {
             r.lenenc_u64("affected rows").ok()?;
             r.lenenc_u64("last insert id").ok()?;
-            r.u16("status flags").ok()?
+            let at = payload.len() - r.rest().len();
+            (payload.len() >= at + 2).then_some(at)
         }
-        _ => return None,
+        _ => None,
+    }
+}
+
+/// Rewrites in place the status flags of an OK, OK-as-EOF or old-style
+/// EOF packet's `payload` to `f` of them (the result cache gives a stored
+/// answer the transaction status of the client it answers); false, with
+/// nothing changed, when `payload` is none of those.
+pub fn set_status_flags(payload: &mut [u8], f: impl FnOnce(StatusFlags) -> StatusFlags) -> bool {
+    let Some(old) = status_flags(payload) else {
+        return false;
     };
-    Some(StatusFlags::from_bits_retain(status))
+    let Some(at) = status_offset(payload) else {
+        return false;
+    };
+    payload[at..at + 2].copy_from_slice(&f(old).bits().to_le_bytes());
+    true
 }
 
 /// An OK packet, borrowing its strings from the payload.

@@ -285,7 +285,7 @@ impl Session {
         let id = self.hello.connection_id;
         self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));
         if self.ctx.config.pool_mode_of(&self.user) == fulcrum_config::PoolMode::Session {
-            self.pin("session pool mode");
+            self.pin(fulcrum_session::SESSION_POOL);
         }
         let r = self.serve().await;
         self.cleanup().await;

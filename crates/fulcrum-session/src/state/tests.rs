@@ -377,3 +377,14 @@ fn state_left_is_recorded_for_a_client_pinned_from_the_start() {
     let _ = t.step(Event::Pin("prepared by SQL"));
     assert_eq!(t.state_left(), Some("prepared by SQL"));
 }
+
+#[test]
+fn a_session_pool_pin_after_login_is_no_state_left() {
+    // MySQL pins a session-pooled client after its login, with the event.
+    let mut e = Engine::new(None);
+    let _ = e.step(Event::Pin(SESSION_POOL));
+    assert_eq!(e.pinned(), Some(SESSION_POOL));
+    assert_eq!(e.state_left(), None);
+    let _ = e.step(Event::Pin("user variable"));
+    assert_eq!(e.state_left(), Some("user variable"));
+}

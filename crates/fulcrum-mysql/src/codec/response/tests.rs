@@ -257,3 +257,31 @@ fn truncated_and_malicious_ok_packets() {
     }
     assert!(parse_eof(b"\xfe\x00").is_err());
 }
+
+#[test]
+fn status_flags_are_rewritten_in_place_in_both_end_forms() {
+    let idle = S::SERVER_STATUS_AUTOCOMMIT | S::SERVER_STATUS_NO_INDEX_USED;
+    let in_txn = |s: S| s | S::SERVER_STATUS_IN_TRANS;
+    let mut eof = build_eof(0, idle);
+    assert!(set_status_flags(&mut eof, in_txn));
+    assert_eq!(parse_eof(&eof), Ok((0, in_txn(idle))));
+
+    // An OK-as-EOF with a 2-byte affected-rows count: the flags move.
+    let ok = OkPacket {
+        affected_rows: 300,
+        status: idle,
+        warnings: 1,
+        ..OkPacket::default()
+    };
+    let mut ok_eof = build_ok_as_eof(&ok, TRACK);
+    assert!(set_status_flags(&mut ok_eof, in_txn));
+    let back = parse_ok(&ok_eof, TRACK).unwrap();
+    assert_eq!(
+        (back.affected_rows, back.status, back.warnings),
+        (300, in_txn(idle), 1)
+    );
+
+    let mut err = b"\xff\x15\x04#28000x".to_vec();
+    assert!(!set_status_flags(&mut err, in_txn));
+    assert_eq!(err, b"\xff\x15\x04#28000x");
+}

@@ -29,6 +29,7 @@ impl Session {
         } else {
             Status::Idle
         });
+        self.cache_txn_answered();
     }
 
     /// The route label of the attached server (metrics).
@@ -39,10 +40,12 @@ impl Session {
     pub(super) fn pin(&mut self, reason: &'static str) {
         if self.engine.pinned().is_none() {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
-            let actions = self.engine.step(Event::Pin(reason));
-            let carried = self.carry_out_now(actions);
-            debug_assert_eq!(carried, Carried::Done, "Pin answers nothing");
         }
+        // A client pinned already (session pooling) still has the state
+        // recorded: the result cache serves it no more (`state_left`).
+        let actions = self.engine.step(Event::Pin(reason));
+        let carried = self.carry_out_now(actions);
+        debug_assert_eq!(carried, Carried::Done, "Pin answers nothing");
     }
 
     /// Attaches a server connection for a unit routed `routing` (the

@@ -7,32 +7,30 @@
 //! opt-out, `SET fulcrum.cache = off`, which Fulcrum answers itself. The
 //! store and its rules are `fulcrum_cache`'s; this module owns only what
 //! is MySQL's: the key's bytes, which answers may be kept, and the
-//! sequence ids of an answer served again.
+//! sequence ids and status flags of an answer served again. Where a client
+//! may be served (inside a transaction, session pooling) is `scope.rs`;
+//! the `fulcrum.cache` setting is `setting.rs`.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use fulcrum_cache::{Lookup, Query, Source, Table};
 use fulcrum_config::CacheIsolation;
-use fulcrum_sql::consistency::{setting_op_for, SettingOp};
 use fulcrum_sql::Writes;
 
 use super::super::reply::Reply;
 use super::*;
-use crate::codec::response::{parse_eof, parse_ok};
-use crate::frontend::wire::put_one_row;
+use crate::codec::packet::last_packet_payload;
+use crate::codec::response::{parse_eof, parse_ok, set_status_flags};
+
+mod scope;
+mod setting;
+
+use scope::Scope;
 
 /// How long a read waits for another client's fill of the same key before
 /// it goes to the server itself.
 const FILL_WAIT: Duration = Duration::from_secs(5);
-
-/// The session's opt-out, answered by Fulcrum (never sent to a server):
-/// `SET [SESSION] fulcrum.cache = off | on`, `RESET fulcrum.cache`, `SHOW
-/// fulcrum.cache`.
-const SETTING: &str = "fulcrum.cache";
-
-/// ER_WRONG_VALUE_FOR_VAR.
-const WRONG_VALUE_FOR_VAR: u16 = 1231;
 
 /// What the cache did with a COM_QUERY.
 pub(super) enum CacheStep {
@@ -55,8 +53,12 @@ pub(super) struct Capture {
     /// Something in the answer may not be kept (not a result set, an
     /// error, a warning, a second result, over `max_result`).
     spoiled: bool,
-    /// Its last message came, and said no transaction is open.
+    /// Its last message came, and said the transaction status it started
+    /// with.
     whole: bool,
+    /// It runs inside a transaction (`in_transactions`): its end says
+    /// `IN_TRANS`, and is kept with the status an idle client is given.
+    in_txn: bool,
 }
 
 /// What the client's writes may have changed, invalidated again when
@@ -91,6 +93,13 @@ struct Keep {
     second_miss: bool,
 }
 
+/// The status bits that say where the client's transaction stands: set
+/// from the client's own in a served answer, as an idle client's in a
+/// kept one.
+const TXN_BITS: StatusFlags = StatusFlags::SERVER_STATUS_IN_TRANS
+    .union(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
+    .union(StatusFlags::SERVER_STATUS_IN_TRANS_READONLY);
+
 impl Capture {
     /// One message of the answer, as forwarded (`frame`, its header and
     /// all its packets), `first` its first packet's payload, `reply` the
@@ -122,17 +131,26 @@ impl Capture {
             let kept = end.is_some_and(|(warnings, status)| {
                 warnings == 0
                     && status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
+                    && status.contains(StatusFlags::SERVER_STATUS_IN_TRANS) == self.in_txn
                     && !status.intersects(
-                        StatusFlags::SERVER_STATUS_IN_TRANS
+                        StatusFlags::SERVER_STATUS_IN_TRANS_READONLY
                             | StatusFlags::SERVER_MORE_RESULTS_EXISTS
                             | StatusFlags::SERVER_SESSION_STATE_CHANGED
                             | StatusFlags::SERVER_STATUS_CURSOR_EXISTS,
                     )
             });
-            if !kept {
+            if !kept || self.answer.len() + frame.len() > self.max {
+                return self.spoil();
+            }
+            let at = self.answer.len() + HEADER_LEN;
+            self.answer.extend_from_slice(frame);
+            // Kept as an idle client's answer: autocommit, no transaction.
+            let idle = |s: StatusFlags| (s - TXN_BITS) | StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+            if self.in_txn && !set_status_flags(&mut self.answer[at..], idle) {
                 return self.spoil();
             }
             self.whole = true;
+            return;
         } else if reply.awaits_next_result() {
             // SERVER_MORE_RESULTS_EXISTS: several statements, a CALL.
             return self.spoil();
@@ -149,17 +167,26 @@ impl Capture {
         self.answer = BytesMut::new();
     }
 
-    /// Stores the answer if it is whole and ended outside a transaction.
+    /// Stores the answer if it is whole and ended where it started.
     fn finish(self) -> bool {
         !self.spoiled && self.whole && self.fill.store(self.answer.freeze())
     }
 }
 
 /// Writes `answer` (whole packets, sequence ids from 1) to `out` with its
-/// sequence ids following `seq`, the first answer packet's.
-fn put_answer(out: &mut BytesMut, answer: &[u8], seq: u8) {
+/// sequence ids following `seq`, the first answer packet's, and the
+/// transaction bits of its final status those of `status` (`None`: as
+/// stored, an idle client's).
+fn put_answer(out: &mut BytesMut, answer: &[u8], seq: u8, status: Option<StatusFlags>) {
     let at = out.len();
     out.extend_from_slice(answer);
+    if let Some(status) = status {
+        let end = last_packet_payload(&out[at..]).map(|r| r.start + at..r.end + at);
+        if let Some(end) = end {
+            let client = |s: StatusFlags| (s - TXN_BITS) | (status & TXN_BITS);
+            set_status_flags(&mut out[end], client);
+        }
+    }
     if seq == 1 {
         // A one-packet COM_QUERY (sequence id 0): the ids are already so.
         return;
@@ -175,31 +202,12 @@ fn put_answer(out: &mut BytesMut, answer: &[u8], seq: u8) {
 }
 
 impl Session {
-    /// Whether a COM_QUERY may be answered from (or fill) the cache: an
-    /// idle client with no server connection, autocommit on and no
-    /// transaction, no pin, no mirror, no replay, no connection kept for
-    /// the next command, and no `SET fulcrum.cache = off`.
-    fn cache_may_answer(&self) -> bool {
-        self.ctx.cache.is_some()
-            && !self.cache.off
-            && self.server.is_none()
-            && !self.keep_for_next
-            && !self.in_transaction()
-            && self.status.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
-            && !self.status.contains(StatusFlags::SERVER_STATUS_IN_TRANS)
-            && self.engine.pinned().is_none()
-            && !self.engine.is_lost()
-            && self.txn.run.is_none()
-            && self.digests.mirror.is_none()
-            && self.cache.fill.is_none()
-    }
-
     /// Looks the COM_QUERY `text` up in the cache; `seq` is its answer's
     /// first sequence id.
     pub(super) async fn cache_front(&mut self, text: &str, seq: u8) -> CacheStep {
-        if !self.cache_may_answer() {
+        let Some(scope) = self.cache_scope() else {
             return CacheStep::Pass;
-        }
+        };
         let (decision, unit) = self.ctx.classify_unit_for(
             text,
             &self.user,
@@ -209,11 +217,12 @@ impl Session {
         if decision != Decision::Read {
             return CacheStep::Pass;
         }
-        let Some(keep) = self.keepable(&unit, text) else {
+        let Some(keep) = self.keepable(&unit, text, scope) else {
             return CacheStep::Pass;
         };
         let key = self.cache_key(b'Q', &[text.as_bytes()]);
-        self.cache_lookup(&key, text, unit.key, &keep, seq).await
+        self.cache_lookup(&key, text, unit.key, &keep, (seq, scope))
+            .await
     }
 
     /// Looks a COM_STMT_EXECUTE (`payload`, no cursor) of the statement
@@ -226,11 +235,14 @@ impl Session {
         payload: &[u8],
         seq: u8,
     ) -> CacheStep {
-        if !self.cache_may_answer() || decision != Decision::Read {
+        let Some(scope) = self.cache_scope() else {
+            return CacheStep::Pass;
+        };
+        if decision != Decision::Read {
             return CacheStep::Pass;
         }
         let unit = self.ctx.classifier.classify_unit(sql);
-        let Some(keep) = self.keepable(&unit, sql) else {
+        let Some(keep) = self.keepable(&unit, sql, scope) else {
             return CacheStep::Pass;
         };
         // The text, the types in force, then all of the execute after the
@@ -241,19 +253,21 @@ impl Session {
         };
         let types = types.unwrap_or_default();
         let key = self.cache_key(b'E', &[sql.as_bytes(), types, rest]);
-        self.cache_lookup(&key, sql, unit.key, &keep, seq).await
+        self.cache_lookup(&key, sql, unit.key, &keep, (seq, scope))
+            .await
     }
 
     /// The lookup of `key` (`text`, its fingerprint `digest`, reading
     /// `tables`): a hit answers the command, a miss takes the fill, another
-    /// client's fill is waited for first.
+    /// client's fill is waited for first; a miss fills only where `scope`
+    /// says its connection is the primary's.
     async fn cache_lookup(
         &mut self,
         key: &[u8],
         text: &str,
         digest: u64,
         keep: &Keep,
-        seq: u8,
+        (seq, scope): (u8, Scope),
     ) -> CacheStep {
         let normal = fulcrum_sql::normalize(text, fulcrum_sql::Dialect::MySql, 1000);
         let database = self.schema.as_deref().map(database_key).unwrap_or_default();
@@ -266,7 +280,7 @@ impl Session {
             ttl: keep.ttl,
             second_miss: keep.second_miss,
         };
-        let cache = self.ctx.cache.clone().expect("checked by cache_may_answer");
+        let cache = self.ctx.cache.clone().expect("checked by cache_scope");
         let mut found = cache.lookup(&query, true);
         if let Lookup::Wait(waiter) = found {
             // Another client is filling it: its answer serves this one too.
@@ -275,9 +289,11 @@ impl Session {
         }
         match found {
             Lookup::Hit(answer) => {
-                self.answer_from_cache(&answer, seq);
+                self.answer_from_cache(&answer, seq, scope.in_txn);
                 CacheStep::Answered
             }
+            // Its connection is a replica's: the answer may lack a write.
+            Lookup::Fill(_) if !scope.fill => CacheStep::Pass,
             Lookup::Fill(fill) => {
                 let max = usize::try_from(fill.max_result()).unwrap_or(usize::MAX);
                 self.cache.fill = Some(Box::new(Capture {
@@ -287,6 +303,7 @@ impl Session {
                     caps: self.hello.caps,
                     spoiled: false,
                     whole: false,
+                    in_txn: scope.in_txn,
                 }));
                 CacheStep::Filling
             }
@@ -299,8 +316,9 @@ impl Session {
     /// does not know to be immutable (MariaDB has no IMMUTABLE: a stored
     /// function's answer is never kept), that asks nothing of its
     /// connection (FOUND_ROWS(), CONNECTION_ID(), the process list), with
-    /// no `fulcrum:nocache` hint.
-    fn keepable(&self, unit: &fulcrum_sql::Classified, text: &str) -> Option<Keep> {
+    /// no `fulcrum:nocache` hint; inside a transaction, only a rule's with
+    /// `in_transactions`.
+    fn keepable(&self, unit: &fulcrum_sql::Classified, text: &str, scope: Scope) -> Option<Keep> {
         let config = &self.ctx.config.cache;
         let reads = unit.cache.reads.as_ref()?;
         let identity = &unit.identity;
@@ -327,6 +345,9 @@ impl Session {
         }
         let names = reads.iter().map(|t| &**t);
         let keeping = config.keeping(names)?;
+        if scope.in_txn && !keeping.in_transactions {
+            return None;
+        }
         Some(Keep {
             tables: reads.iter().map(|t| table_of(db, t)).collect(),
             ttl: keeping.ttl,
@@ -365,9 +386,16 @@ impl Session {
     }
 
     /// Answers the command with a cached answer: the server's bytes, with
-    /// their sequence ids following the command's.
-    fn answer_from_cache(&mut self, answer: &Bytes, seq: u8) {
-        put_answer(&mut self.client.write_buf, answer, seq);
+    /// their sequence ids following the command's and, inside a
+    /// transaction, its final status saying so (the client's own flags).
+    /// A transaction answered so is not replayed (`transaction_replay`
+    /// would send the read to a server and compare answers).
+    fn answer_from_cache(&mut self, answer: &Bytes, seq: u8, in_txn: bool) {
+        let status = in_txn.then_some(self.status);
+        if in_txn {
+            self.engine.txn_log.spoil();
+        }
+        put_answer(&mut self.client.write_buf, answer, seq, status);
         self.client_entry.counts.queries(1);
         self.ctx.metrics.bytes_out.inc_by(answer.len() as u64);
         self.client_entry.counts.sent(answer.len() as u64);
@@ -497,48 +525,6 @@ impl Session {
             self.invalidate(written);
         }
     }
-
-    /// Answers `SET/RESET/SHOW fulcrum.cache`; true when `text` was one.
-    pub(super) fn try_answer_cache_setting(&mut self, text: &str, seq: u8) -> bool {
-        let Some(op) = setting_op_for(text, SETTING) else {
-            return false;
-        };
-        let (caps, status) = (self.hello.caps, self.status);
-        match op {
-            SettingOp::Show => {
-                let value = if self.cache.off { "off" } else { "on" };
-                put_one_row(
-                    &mut self.client.write_buf,
-                    seq,
-                    caps,
-                    status,
-                    SETTING,
-                    value,
-                );
-                return true;
-            }
-            SettingOp::Reset => self.cache.off = false,
-            SettingOp::Set(v) => match v.to_ascii_lowercase().as_str() {
-                "off" | "false" | "0" => self.cache.off = true,
-                "on" | "true" | "1" => self.cache.off = false,
-                _ => {
-                    let msg = format!(
-                        "Variable '{SETTING}' can't be set to the value of '{v}' (fulcrum: on or off)"
-                    );
-                    put_err(
-                        &mut self.client.write_buf,
-                        seq,
-                        WRONG_VALUE_FOR_VAR,
-                        *b"42000",
-                        &msg,
-                    );
-                    return true;
-                }
-            },
-        }
-        put_ok(&mut self.client.write_buf, seq, caps, status);
-        true
-    }
 }
 
 /// The session's cache state.
@@ -553,6 +539,8 @@ pub(super) struct SessionCache {
     /// What the client's writes may have changed, not yet invalidated at
     /// their answer or transaction's end.
     pub(super) written: Option<Box<Written>>,
+    /// Whether its open transaction may be served (`in_transactions`).
+    pub(super) txn: fulcrum_session::cache_txn::TxnScope,
 }
 
 #[cfg(test)]
@@ -564,11 +552,23 @@ mod tests {
         // Two packets: 1-byte and 2-byte payloads, ids 1 and 2.
         let answer = [1, 0, 0, 1, 0xAA, 2, 0, 0, 2, 0xBB, 0xCC];
         let mut out = BytesMut::from(&b"xy"[..]);
-        put_answer(&mut out, &answer, 1);
+        put_answer(&mut out, &answer, 1, None);
         assert_eq!(&out[2..], &answer);
         let mut out = BytesMut::new();
-        put_answer(&mut out, &answer, 5);
+        put_answer(&mut out, &answer, 5, None);
         assert_eq!(&out[..], &[1, 0, 0, 5, 0xAA, 2, 0, 0, 6, 0xBB, 0xCC]);
+    }
+
+    #[test]
+    fn a_served_answer_ends_with_the_client_s_transaction_status() {
+        // A one-column row, then an old-style EOF saying autocommit.
+        let mut answer = vec![1, 0, 0, 1, 0x41];
+        answer.extend_from_slice(&[5, 0, 0, 2, 0xFE, 0, 0, 2, 0]);
+        let client = StatusFlags::SERVER_STATUS_IN_TRANS | StatusFlags::SERVER_STATUS_AUTOCOMMIT;
+        let mut out = BytesMut::new();
+        put_answer(&mut out, &answer, 1, Some(client));
+        assert_eq!(&out[..answer.len() - 2], &answer[..answer.len() - 2]);
+        assert_eq!(parse_eof(&out[9..]), Ok((0, client)));
     }
 
     #[test]

@@ -66,6 +66,7 @@ impl Session {
         self.engine = Engine::new(None).with_txn_log(log).with_may_write(false);
         self.desired.clear();
         self.cache.off = false;
+        self.cache.txn.reset();
         self.prepared.map.clear();
         self.prepared.last = None;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
@@ -92,7 +93,7 @@ impl Session {
             self.check_schema(&schema, seq).await?;
         }
         if self.ctx.config.pool_mode_of(&self.user) == fulcrum_config::PoolMode::Session {
-            self.pin("session pool mode");
+            self.pin(fulcrum_session::SESSION_POOL);
         }
         put_ok(
             &mut self.client.write_buf,
@@ -108,6 +109,7 @@ impl Session {
     pub(super) async fn reset_connection(&mut self, seq: u8) -> Result<(), SessionError> {
         self.desired.clear();
         self.cache.off = false;
+        self.cache.txn.reset();
         self.keep_for_next = false;
         if let Some(server) = self.server.as_mut() {
             match server.reset().await {

@@ -286,6 +286,7 @@ impl Session {
             // The result cache: what it may change goes now, and again at
             // its answer.
             self.cache_execute_writes(&stmt.sql, stmt.decision);
+            self.cache_txn_sent(stmt.decision, &stmt.sql);
         }
         if !self.ensure_attached(routing, seq).await? {
             return Ok(());

@@ -34,6 +34,10 @@ impl Session {
         if let Some(reason) = routing.pin {
             tracing::debug!(target: "fulcrum_pin", reason, "client pinned to its server connection");
         }
+        if let (Decision::Pin(reason), Some(_)) = (decision, self.engine.pinned()) {
+            // Pinned already: the state is recorded all the same.
+            self.pin(reason);
+        }
         self.engine.routed(&routing);
         self.unit_routing = routing;
         if let Some(m) = self.digests.mirror.as_mut() {
@@ -110,6 +114,7 @@ impl Session {
         // The result cache: what it may change goes now, and again at its
         // answer.
         self.cache_unit_writes(decision, &unit);
+        self.cache_txn_sent(decision, text);
         if self.digests.mirror.is_some() {
             let (user, format) = (
                 &self.user,
