@@ -127,8 +127,8 @@ async fn transactions_read_the_server_without_the_rule_or_read_committed() {
     );
     run(&mut a, "COMMIT").await;
     assert_eq!(value(&mut a, read).await, 10, "idle: served");
-    // A next-transaction level on a pooled connection may not reach the
-    // transaction's connection: not a proof.
+    // A next-transaction level pins its client (state its connection keeps
+    // until that transaction): not served any more.
     run(&mut a, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await;
     run(&mut a, "BEGIN").await;
     assert_eq!(value(&mut a, read).await, 1000, "next-transaction level");
@@ -183,21 +183,18 @@ async fn a_session_pooled_client_is_served_until_it_leaves_state() {
         "another session-pooled client"
     );
 
-    // A next-transaction level on its own connection is a proof, once.
-    run(&mut b, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await;
-    run(&mut b, "BEGIN").await;
-    assert_eq!(value(&mut b, read).await, 20, "READ COMMITTED, served");
-    run(&mut b, "COMMIT").await;
-    run(&mut b, "BEGIN").await;
-    assert_eq!(
-        value(&mut b, read).await,
-        2000,
-        "the next one is REPEATABLE READ"
-    );
-    run(&mut b, "COMMIT").await;
 
     // A user variable is state on its connection: no more cache for it.
     run(&mut a, "SET @x = 1").await;
     assert_eq!(value(&mut a, read).await, 2000, "state left: the server");
     assert_eq!(value(&mut b, read).await, 20, "the other still served");
+
+    // A next-transaction level is state its connection keeps until that
+    // transaction starts: it pins, and what pins is state left.
+    let mut c = connect(port).await;
+    run(&mut c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await;
+    run(&mut c, "BEGIN").await;
+    assert_eq!(value(&mut c, read).await, 2000, "state left: the server");
+    run(&mut c, "COMMIT").await;
+    assert_eq!(value(&mut c, read).await, 2000, "still state left");
 }

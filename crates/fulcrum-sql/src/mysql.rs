@@ -18,14 +18,22 @@ pub(crate) fn quirk(sql: &str) -> Option<Decision> {
     if t.contains(';') {
         return None;
     }
-    let starts =
-        |p: &str| t.len() >= p.len() && t.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes());
-    if starts("set session transaction") {
-        Some(Decision::Set)
-    } else if starts("set global transaction") {
-        Some(Decision::Write)
-    } else {
-        None
+    let mut words = t.split_whitespace().map(str::to_ascii_lowercase);
+    let (first, second, third) = (words.next(), words.next(), words.next());
+    if first.as_deref() != Some("set") {
+        return None;
+    }
+    match (second.as_deref(), third.as_deref()) {
+        (Some("session" | "local"), Some("transaction")) => Some(Decision::Set),
+        (Some("global"), Some("transaction")) => Some(Decision::Write),
+        // No scope: the characteristics of the session's next transaction,
+        // kept by the server connection until that transaction starts. The
+        // client keeps its connection (default-deny): back in the pool, it
+        // would give another client's transaction this client's level.
+        (Some("transaction"), _) => Some(Decision::Pin(
+            "SET TRANSACTION (the next transaction's characteristics)",
+        )),
+        _ => None,
     }
 }
 
@@ -181,7 +189,20 @@ mod tests {
                 "set global transaction isolation level serializable",
                 Some(Decision::Write),
             ),
-            ("SET TRANSACTION READ ONLY", None),
+            (
+                "SET TRANSACTION READ ONLY",
+                Some(Decision::Pin(
+                    "SET TRANSACTION (the next transaction's characteristics)",
+                )),
+            ),
+            (
+                "set  transaction isolation level read uncommitted",
+                Some(Decision::Pin(
+                    "SET TRANSACTION (the next transaction's characteristics)",
+                )),
+            ),
+            ("SET LOCAL TRANSACTION READ WRITE", Some(Decision::Set)),
+            ("SET transaction_isolation = 'READ-COMMITTED'", None),
             ("SET SESSION TRANSACTION READ ONLY; DROP TABLE t", None),
         ];
         for (sql, want) in cases {

@@ -1,6 +1,7 @@
 //! Session state across servers: settings follow the client, binary
 //! prepared statements and their bound, COM_CHANGE_USER, payloads over
-//! 16 MiB, LOAD DATA LOCAL INFILE, and nothing left for the next client.
+//! 16 MiB, LOAD DATA LOCAL INFILE, and nothing left for the next client
+//! (a next-transaction `SET TRANSACTION` included).
 
 use std::time::Duration;
 
@@ -277,4 +278,57 @@ async fn what_fulcrum_cannot_prove_harmless_leaves_nothing_for_the_next_client()
         matches!(&closed, mysql_async::Error::Server(s) if s.code == 1109),
         "{closed:?}"
     );
+}
+
+/// Default-deny on MySQL: `SET TRANSACTION ...` without SESSION sets the
+/// next transaction's characteristics, which the server connection keeps
+/// until that transaction starts. It pins its client, so when the client
+/// leaves, its connection is reset before the next client of the pool of
+/// one gets it: that client's transaction runs at the default REPEATABLE
+/// READ and never reads another transaction's uncommitted write (before,
+/// the statement went back to the pool with the connection, and the next
+/// client's transaction ran READ UNCOMMITTED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_transaction_level_never_reaches_the_next_client() {
+    cluster()
+        .primary()
+        .sql_script(
+            APP_DB,
+            "DROP TABLE IF EXISTS next_level_t;
+             CREATE TABLE next_level_t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB;
+             INSERT INTO next_level_t VALUES (1, 1);",
+        )
+        .expect("table");
+    cluster()
+        .wait_replicas_caught_up(Duration::from_secs(30))
+        .expect("replicated");
+    let (_p, port) = start("pool_size = 1\npool_timeout = \"5s\"");
+    // An uncommitted write, directly on the primary, open to the end.
+    let mut dirty = maria_connect(cluster().primary().port()).await;
+    dirty.query_drop("START TRANSACTION").await.unwrap();
+    dirty
+        .query_drop("UPDATE next_level_t SET v = 999 WHERE id = 1")
+        .await
+        .unwrap();
+    let read = "/* fulcrum:primary */ SELECT v FROM next_level_t WHERE id = 1";
+    // The client's own next transaction reads uncommitted, as directly.
+    let mut a = maria_connect(port).await;
+    a.query_drop("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        .await
+        .unwrap();
+    a.query_drop("START TRANSACTION").await.unwrap();
+    let own: i64 = a.query_first(read).await.unwrap().unwrap();
+    assert_eq!(own, 999, "the level reached the client's own transaction");
+    a.query_drop("COMMIT").await.unwrap();
+    // Again, and the client leaves with the level pending.
+    a.query_drop("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        .await
+        .unwrap();
+    a.disconnect().await.unwrap();
+    let mut next = maria_connect(port).await;
+    next.query_drop("START TRANSACTION").await.unwrap();
+    let seen: i64 = next.query_first(read).await.unwrap().unwrap();
+    next.query_drop("COMMIT").await.unwrap();
+    assert_eq!(seen, 1, "another client's level reached this transaction");
+    dirty.query_drop("ROLLBACK").await.unwrap();
 }
