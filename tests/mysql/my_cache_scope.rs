@@ -183,7 +183,6 @@ async fn a_session_pooled_client_is_served_until_it_leaves_state() {
         "another session-pooled client"
     );
 
-
     // A user variable is state on its connection: no more cache for it.
     run(&mut a, "SET @x = 1").await;
     assert_eq!(value(&mut a, read).await, 2000, "state left: the server");
