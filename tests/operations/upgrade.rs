@@ -2,7 +2,8 @@
 //! the listening sockets while pgbench runs (no client aborted, no failed
 //! transaction, the old process exits once its clients leave), twice in a
 //! row; and a new process that fails its config check leaves the old one
-//! serving, its clients undisturbed.
+//! serving, its clients undisturbed; clients left on the old process end at
+//! `upgrade_timeout`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -269,6 +270,57 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
     pg_connect(&cfg)
         .await
         .simple_query("SELECT 4")
+        .await
+        .unwrap();
+}
+
+/// `upgrade_timeout`: a client left on the old process is ended when it
+/// runs out, at its transaction boundary, with the reconnectable shutdown
+/// error (57P01); one in a transaction finishes it first. Then the old
+/// process exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_left_on_the_old_process_end_at_upgrade_timeout() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(0).start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr());
+    let toml = cfg
+        .to_toml()
+        .replacen("[fulcrum]\n", "[fulcrum]\nupgrade_timeout = \"2s\"\n", 1);
+    let p = FulcrumProcess::start(&toml).unwrap();
+    let idle = pg_connect(&cfg).await;
+    idle.simple_query("SELECT 1").await.unwrap();
+    let busy = pg_connect(&cfg).await;
+    busy.batch_execute("BEGIN").await.unwrap();
+    busy.simple_query("SELECT 1").await.unwrap();
+    p.signal(Signal::Usr2).unwrap();
+    let pid = handed_to(&p, 1);
+    let _successors = Successors(vec![pid]);
+    // Within the timeout both are served by the old process.
+    idle.simple_query("SELECT 2").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Past it: the idle client was ended with 57P01.
+    let e = idle
+        .simple_query("SELECT 3")
+        .await
+        .expect_err("ended at upgrade_timeout");
+    let ended = e.as_db_error().map(|d| d.code().code().to_string());
+    assert!(
+        ended.as_deref() == Some("57P01") || e.is_closed(),
+        "ended with the shutdown error or a closed connection: {e:?}"
+    );
+    // The one in a transaction finishes it, and is ended after.
+    busy.simple_query("SELECT 4").await.unwrap();
+    busy.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        p.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process exits when its last client is ended:\n{}",
+        p.log_contents()
+    );
+    assert!(p.log_contents().contains("upgrade_timeout reached"));
+    // New clients are the new process's.
+    pg_connect(&cfg)
+        .await
+        .simple_query("SELECT 5")
         .await
         .unwrap();
 }
