@@ -22,7 +22,7 @@ use crate::pgbench::{init_timeout, start_cluster, Workload, POINT_READ_SCRIPT};
 use crate::{median, publish_report, Options, Result};
 
 /// The issue's bar: Fulcrum with a rule, against the capped primary direct.
-const GOAL_RATIO: f64 = 3.0;
+pub(crate) const GOAL_RATIO: f64 = 3.0;
 
 /// The cache of the `cached` cluster: a rule on the table the script reads,
 /// invalidated by the writes through Fulcrum only (the change stream,
@@ -206,7 +206,7 @@ fn measure_all(
 
 /// `fulcrum_cache_hits_total` and `fulcrum_cache_misses_total` of the
 /// `cached` cluster so far (zeros if the page cannot be read).
-fn cache_counts(metrics_port: u16) -> (f64, f64) {
+pub(crate) fn cache_counts(metrics_port: u16) -> (f64, f64) {
     let text = fulcrum_suite::try_scrape(metrics_port).unwrap_or_default();
     let filter = [("cluster", "cached")];
     (
@@ -217,13 +217,40 @@ fn cache_counts(metrics_port: u16) -> (f64, f64) {
 
 /// Median of the per-round ratios of `target`'s TPS to `base`'s.
 fn ratio(target: &Target, base: &Target) -> f64 {
-    let ratios: Vec<f64> = target
-        .tps
-        .iter()
-        .zip(&base.tps)
-        .map(|(t, b)| t / b)
-        .collect();
+    paired(&target.tps, &base.tps)
+}
+
+/// Median of the per-round ratios of `a`'s values to `b`'s.
+pub(crate) fn paired(a: &[f64], b: &[f64]) -> f64 {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
     median(&ratios)
+}
+
+/// The report's lines on the `cached` cluster's hits and misses and on
+/// how often the cap throttled the primary (when it was capped).
+pub(crate) fn cache_lines(
+    out: &mut String,
+    opts: &Options,
+    (hits, misses): (f64, f64),
+    throttled: &Throttling,
+) {
+    let _ = writeln!(
+        out,
+        "\nCache (cluster `cached`, over its warm-up and rounds): {hits:.0} hits, {misses:.0} \
+         misses: hit ratio {:.2} %.",
+        100.0 * hits / (hits + misses).max(1.0)
+    );
+    if throttled.periods > 0 {
+        let _ = writeln!(
+            out,
+            "CPU periods ({} ms) in which the cap throttled the primary, over all three \
+             targets' runs: {} of {} ({}).",
+            opts.cpu_period_us / 1000,
+            throttled.throttled,
+            throttled.periods,
+            throttled.percent()
+        );
+    }
 }
 
 /// The goal line of one protocol: the issue's line for `-M prepared`.
@@ -297,26 +324,7 @@ fn render_cache(
                 rounds.join(" / ")
             );
         }
-        let lookups = m.hits + m.misses;
-        let _ = writeln!(
-            out,
-            "\nCache (cluster `cached`, over its warm-up and rounds): {:.0} hits, {:.0} misses: \
-             hit ratio {:.2} %.",
-            m.hits,
-            m.misses,
-            100.0 * m.hits / lookups.max(1.0)
-        );
-        if m.throttled.periods > 0 {
-            let _ = writeln!(
-                out,
-                "CPU periods ({} ms) in which the cap throttled the primary, over all three \
-                 targets' runs: {} of {} ({}).",
-                opts.cpu_period_us / 1000,
-                m.throttled.throttled,
-                m.throttled.periods,
-                m.throttled.percent()
-            );
-        }
+        cache_lines(&mut out, opts, (m.hits, m.misses), &m.throttled);
         let _ = writeln!(
             out,
             "\n- {}\n",

@@ -20,15 +20,12 @@ use crate::cpu_caps::{CpuCaps, Throttling};
 use crate::fulcrum::{ensure_fulcrum_built, fulcrum_alive, fulcrum_config, push_backends_and_user};
 use crate::machine::{machine_lines, Machine};
 use crate::measure::{process_usage, process_user_us, Target};
+use crate::mode_cache::{cache_counts, cache_lines, paired, GOAL_RATIO};
 use crate::process::first_line;
 use crate::sysbench::{
     sysbench, sysbench_run, SysbenchWorkload, SYSBENCH_PREPARE_TIMEOUT, SYSBENCH_TABLES,
 };
 use crate::{median, publish_report, Options, Result, POOL_SIZE, RUN_GRACE, WARMUP_SECONDS};
-
-/// The issue's bar, as for PostgreSQL: Fulcrum with a rule against the
-/// capped primary direct.
-const GOAL_RATIO: f64 = 3.0;
 
 /// The cache of the `cached` cluster: a rule on sysbench's tables.
 const CACHE_KEY: &str = "cache = { mode = \"rules\", invalidation = \"proxy\", \
@@ -263,23 +260,6 @@ fn measure_all(
     Ok(results)
 }
 
-/// `fulcrum_cache_hits_total` and `fulcrum_cache_misses_total` of the
-/// `cached` cluster so far (zeros if the page cannot be read).
-fn cache_counts(metrics_port: u16) -> (f64, f64) {
-    let text = fulcrum_suite::try_scrape(metrics_port).unwrap_or_default();
-    let filter = [("cluster", "cached")];
-    (
-        fulcrum_suite::family_sum(&text, "fulcrum_cache_hits_total", &filter),
-        fulcrum_suite::family_sum(&text, "fulcrum_cache_misses_total", &filter),
-    )
-}
-
-/// Median of the per-round ratios of `a`'s values to `b`'s.
-fn paired(a: &[f64], b: &[f64]) -> f64 {
-    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    median(&ratios)
-}
-
 /// The per-round system CPU per transaction (total minus user).
 fn system(t: &Target) -> Vec<f64> {
     t.cpu_us_per_txn
@@ -340,26 +320,7 @@ fn render(opts: &Options, machine: &Machine, results: &[Measured], elapsed: Dura
                 rounds.join(" / ")
             );
         }
-        let lookups = m.hits + m.misses;
-        let _ = writeln!(
-            out,
-            "\nCache (cluster `cached`, over its warm-up and rounds): {:.0} hits, {:.0} misses: \
-             hit ratio {:.2} %.",
-            m.hits,
-            m.misses,
-            100.0 * m.hits / lookups.max(1.0)
-        );
-        if m.throttled.periods > 0 {
-            let _ = writeln!(
-                out,
-                "CPU periods ({} ms) in which the cap throttled the primary, over all three \
-                 targets' runs: {} of {} ({}).",
-                opts.cpu_period_us / 1000,
-                m.throttled.throttled,
-                m.throttled.periods,
-                m.throttled.percent()
-            );
-        }
+        cache_lines(&mut out, opts, (m.hits, m.misses), &m.throttled);
         let measured = paired(&m.targets[2].tps, &direct.tps);
         let _ = writeln!(
             out,
