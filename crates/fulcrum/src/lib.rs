@@ -76,6 +76,20 @@ impl Current {
             Current::Postgres(_) => None,
         }
     }
+
+    /// New clients take `next`'s context from now on (a reload's, or an
+    /// upgrade's fresh one); `next` is of the same protocol.
+    fn replace_with(&self, next: Current) {
+        match (self, next) {
+            (Current::Postgres(tx), Current::Postgres(n)) => {
+                tx.send_replace(n.borrow().clone());
+            }
+            (Current::Mysql(tx), Current::Mysql(n)) => {
+                tx.send_replace(n.borrow().clone());
+            }
+            _ => unreachable!("same protocol"),
+        }
+    }
 }
 
 /// What a reload works on.

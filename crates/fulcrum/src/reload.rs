@@ -143,15 +143,7 @@ fn reload(live: &mut Live, source: &Path) -> Result<String, String> {
             &live.shutdown,
             Some(current),
         );
-        match (current, next) {
-            (Current::Postgres(tx), Current::Postgres(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            (Current::Mysql(tx), Current::Mysql(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            _ => unreachable!("same protocol"),
-        }
+        current.replace_with(next);
         admin_list.push(admin);
         *old = fresh.clone();
         applied.push(old.name.clone());

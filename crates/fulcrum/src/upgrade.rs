@@ -270,15 +270,7 @@ fn fresh_contexts(
             until,
             Some(current),
         );
-        match (current, next) {
-            (Current::Postgres(tx), Current::Postgres(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            (Current::Mysql(tx), Current::Mysql(n)) => {
-                tx.send_replace(n.borrow().clone());
-            }
-            _ => unreachable!("same protocol"),
-        }
+        current.replace_with(next);
     }
 }
 
