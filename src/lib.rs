@@ -46,7 +46,7 @@ pub use metrics::{
     family_sum, http_get, http_get_head, metric_sum, replays, scrape, start_with_metrics,
     try_scrape,
 };
-pub use process::rss_kb;
+pub use process::{rss_kb, upgraded_to, KillOnDrop};
 pub use python::run_python;
 pub use servers::com_select;
 pub use sysbench::sysbench;

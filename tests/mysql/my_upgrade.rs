@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{maria_one_replica, maria_toml, sysbench};
+use fulcrum_suite::{maria_one_replica, maria_toml, sysbench, upgraded_to, KillOnDrop};
 use fulcrum_testkit::{
     free_port, run_mariadb, FulcrumProcess, Signal, APP_DB, APP_PASSWORD, APP_USER,
 };
@@ -50,22 +50,8 @@ fn sysbench_read_write_runs_through_an_upgrade_without_failing() {
         .unwrap();
     eprintln!("handed over {:?} after SIGUSR2", signalled.elapsed());
     let log = p.log_contents();
-    let at = log.find("handed over to process ").unwrap() + 23;
-    let pid: u32 = log[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    struct Kill(u32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &self.0.to_string()])
-                .status();
-        }
-    }
-    let _kill = Kill(pid);
+    let pid = upgraded_to(&log, 1).expect("handed over");
+    let _kill = KillOnDrop(pid);
     let summary = run.join().expect("sysbench ran");
     eprintln!("{summary}");
     // Any error but a deadlock fails sysbench (checked in `sysbench`); the

@@ -8,41 +8,20 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{console_connect, pg_connect, with_console, with_metrics, PgProxyConfig};
+use fulcrum_suite::{
+    console_connect, pg_connect, upgraded_to, with_console, with_metrics, KillOnDrop, PgProxyConfig,
+};
 use fulcrum_testkit::{
     free_port, pgbench, FulcrumProcess, PgCluster, Signal, APP_DB, APP_PASSWORD, APP_USER,
 };
-
-/// Kills the processes an upgrade started (not the test's children) when
-/// the test ends, however it ends.
-struct Successors(Vec<u32>);
-
-impl Drop for Successors {
-    fn drop(&mut self) {
-        for pid in &self.0 {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-    }
-}
 
 /// The pid of the `nth` (from 1) hand-over the log names, waiting up to 60 s.
 fn handed_to(p: &FulcrumProcess, nth: usize) -> u32 {
     let start = Instant::now();
     loop {
         let log = p.log_contents();
-        let pids: Vec<u32> = log
-            .match_indices("handed over to process ")
-            .filter_map(|(at, m)| {
-                log[at + m.len()..]
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()
-                    .and_then(|d| d.parse().ok())
-            })
-            .collect();
-        if let Some(pid) = pids.get(nth - 1) {
-            return *pid;
+        if let Some(pid) = upgraded_to(&log, nth) {
+            return pid;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
@@ -133,7 +112,7 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
     let signalled = Instant::now();
     p.signal(Signal::Usr2).unwrap();
     let first = handed_to(&p, 1);
-    let mut successors = Successors(vec![first]);
+    let _first = KillOnDrop(first);
     eprintln!(
         "handed over to {first} {:?} after SIGUSR2",
         signalled.elapsed()
@@ -178,7 +157,7 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
         .unwrap()
         .success());
     let second = handed_to(&p, 2);
-    successors.0.push(second);
+    let _second = KillOnDrop(second);
     assert_ne!(first, second);
     let two: i32 = client.query_one("SELECT 2", &[]).await.unwrap().get(0);
     assert_eq!(
@@ -248,7 +227,7 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
     let summary = format!("{msgs:?}");
     assert!(summary.contains("handed over to process"), "{summary}");
     let pid = handed_to(&p, 1);
-    let _successors = Successors(vec![pid]);
+    let _successor = KillOnDrop(pid);
     // The console's listener is the new process's now: it says it took over.
     let fresh = console_connect(admin_port).await;
     let rows = show_upgrade(&fresh).await;
@@ -294,7 +273,7 @@ async fn clients_left_on_the_old_process_end_at_upgrade_timeout() {
     busy.simple_query("SELECT 1").await.unwrap();
     p.signal(Signal::Usr2).unwrap();
     let pid = handed_to(&p, 1);
-    let _successors = Successors(vec![pid]);
+    let _successor = KillOnDrop(pid);
     // Within the timeout both are served by the old process.
     idle.simple_query("SELECT 2").await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -18,4 +18,4 @@ mod modes;
 mod primary_kill;
 mod replicas;
 
-pub(crate) use helpers::config;
+pub(crate) use helpers::{config, port_of};

@@ -5,33 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{serial, try_pg_connect};
+use fulcrum_suite::{serial, try_pg_connect, upgraded_to, KillOnDrop};
 use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal};
-use tokio_postgres::{Client, SimpleQueryMessage};
 
-/// The port of the server that ran `sql` (which returns it).
-async fn port_of(client: &Client, sql: &str) -> Result<u16, tokio_postgres::Error> {
-    let msgs = client.simple_query(sql).await?;
-    Ok(msgs
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(|p| p.parse().unwrap()),
-            _ => None,
-        })
-        .expect("a row"))
-}
-
-/// The pid the log says the upgrade handed over to.
-fn successor(p: &FulcrumProcess) -> u32 {
-    let log = p.log_contents();
-    let at = log.find("handed over to process ").expect("handed over") + 23;
-    log[at..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
+use super::pg_failover::port_of;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_left_on_the_old_process_follows_the_new_processs_failover() {
@@ -56,8 +33,8 @@ async fn a_client_left_on_the_old_process_follows_the_new_processs_failover() {
     p.signal(Signal::Usr2).unwrap();
     p.wait_for_log("handed over to process", Duration::from_secs(60))
         .unwrap();
-    let new_pid = successor(&p);
-    let _kill = scopeguard(new_pid);
+    let new_pid = upgraded_to(&p.log_contents(), 1).expect("handed over");
+    let _kill = KillOnDrop(new_pid);
     // A client of the new process, and the old one's, both write to the primary.
     let fresh = try_pg_connect(&cfg)
         .await
@@ -103,17 +80,4 @@ async fn a_client_left_on_the_old_process_follows_the_new_processs_failover() {
     let log = p.log_contents();
     let promotions = log.matches("promoting the most advanced replica").count();
     assert_eq!(promotions, 1, "one promotion, not two:\n{log}");
-}
-
-/// Kills the upgrade's new process when the test ends.
-fn scopeguard(pid: u32) -> impl Drop {
-    struct Kill(u32);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("kill")
-                .args(["-KILL", &self.0.to_string()])
-                .status();
-        }
-    }
-    Kill(pid)
 }

@@ -23,7 +23,7 @@ pub(crate) fn config(c: &PgCluster, extra: &[&str]) -> PgProxyConfig {
     cfg
 }
 
-pub(super) async fn port_of(client: &Client, sql: &str) -> Result<u16, tokio_postgres::Error> {
+pub(crate) async fn port_of(client: &Client, sql: &str) -> Result<u16, tokio_postgres::Error> {
     let msgs = client.simple_query(sql).await?;
     Ok(msgs
         .iter()
