@@ -26,13 +26,7 @@ pub(crate) fn quirk(sql: &str) -> Option<Decision> {
     match (second.as_deref(), third.as_deref()) {
         (Some("session" | "local"), Some("transaction")) => Some(Decision::Set),
         (Some("global"), Some("transaction")) => Some(Decision::Write),
-        // No scope: the characteristics of the session's next transaction,
-        // kept by the server connection until that transaction starts. The
-        // client keeps its connection (default-deny): back in the pool, it
-        // would give another client's transaction this client's level.
-        (Some("transaction"), _) => Some(Decision::Pin(
-            "SET TRANSACTION (the next transaction's characteristics)",
-        )),
+        // No scope: the next transaction's, a pin (`rules.rs`).
         _ => None,
     }
 }
@@ -189,18 +183,8 @@ mod tests {
                 "set global transaction isolation level serializable",
                 Some(Decision::Write),
             ),
-            (
-                "SET TRANSACTION READ ONLY",
-                Some(Decision::Pin(
-                    "SET TRANSACTION (the next transaction's characteristics)",
-                )),
-            ),
-            (
-                "set  transaction isolation level read uncommitted",
-                Some(Decision::Pin(
-                    "SET TRANSACTION (the next transaction's characteristics)",
-                )),
-            ),
+            ("SET TRANSACTION READ ONLY", None),
+            ("set  session  transaction read only", Some(Decision::Set)),
             ("SET LOCAL TRANSACTION READ WRITE", Some(Decision::Set)),
             ("SET transaction_isolation = 'READ-COMMITTED'", None),
             ("SET SESSION TRANSACTION READ ONLY; DROP TABLE t", None),

@@ -158,6 +158,14 @@ pub(crate) fn classify_statement(
         Statement::Set(set) => match set {
             // SET SESSION CHARACTERISTICS AS TRANSACTION sets a session default.
             Set::SetTransaction { session: true, .. } => Decision::Set,
+            // MySQL: the characteristics of the session's next transaction
+            // (`SET SESSION` / `GLOBAL TRANSACTION` alone are `mysql::quirk`'s),
+            // kept by the server connection until that transaction starts.
+            // The client keeps its connection (default-deny): back in the
+            // pool, it would give another client's transaction this level.
+            Set::SetTransaction { .. } if dialect == Dialect::MySql => {
+                Decision::Pin("SET TRANSACTION (the next transaction's characteristics)")
+            }
             Set::SetTransaction { modes, .. } => {
                 if read_only(modes) && !serializable(modes) {
                     Decision::TxnReadOnly
