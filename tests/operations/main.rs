@@ -15,3 +15,4 @@ mod shared_port;
 mod shutdown;
 mod status_page;
 mod upgrade;
+mod upgrade_clients;

@@ -3,7 +3,7 @@
 //! transaction, the old process exits once its clients leave), twice in a
 //! row; and a new process that fails its config check leaves the old one
 //! serving, its clients undisturbed; clients left on the old process end at
-//! `upgrade_timeout`.
+//! `upgrade_timeout`. The clients' own hand-over: `upgrade_clients.rs`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -149,8 +149,9 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
         "the new process serves /metrics:\n{text}"
     );
 
-    // Again, from the new process, with a client connected: it stays on
-    // the old one until it leaves.
+    // Again, from the new process, with a client connected: it moves to
+    // the next process at once (it is idle), so the old one exits while
+    // the client stays connected.
     assert!(Command::new("kill")
         .args(["-USR2", &first.to_string()])
         .status()
@@ -159,16 +160,14 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
     let second = handed_to(&p, 2);
     let _second = KillOnDrop(second);
     assert_ne!(first, second);
+    assert!(
+        wait_gone(first, Duration::from_secs(20)),
+        "the second old process did not exit once its idle client moved"
+    );
     let two: i32 = client.query_one("SELECT 2", &[]).await.unwrap().get(0);
     assert_eq!(
         two, 2,
         "a client connected before the second upgrade keeps working"
-    );
-    assert!(alive(first), "the old process stays while its client does");
-    drop(client);
-    assert!(
-        wait_gone(first, Duration::from_secs(20)),
-        "the second old process did not exit"
     );
     let client = pg_connect(&cfg).await;
     let three: i32 = client.query_one("SELECT 3", &[]).await.unwrap().get(0);
@@ -231,7 +230,9 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
     // The console's listener is the new process's now: it says it took over.
     let fresh = console_connect(admin_port).await;
     let rows = show_upgrade(&fresh).await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    // Its row, and the clients' (both idle ones moved here).
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[1][0], "clients", "{rows:?}");
     assert_eq!(
         (
             rows[0][0].as_str(),
@@ -253,10 +254,10 @@ async fn a_new_process_failing_its_config_check_leaves_the_old_one_serving() {
         .unwrap();
 }
 
-/// `upgrade_timeout`: a client left on the old process is ended when it
-/// runs out, at its transaction boundary, with the reconnectable shutdown
-/// error (57P01); one in a transaction finishes it first. Then the old
-/// process exits.
+/// `upgrade_timeout`: a client left on the old process (pinned: its
+/// temporary table cannot move) is ended when it runs out, at its
+/// transaction boundary, with the reconnectable shutdown error (57P01); one
+/// in a transaction finishes it first. Then the old process exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_left_on_the_old_process_end_at_upgrade_timeout() {
     let c =
@@ -267,8 +268,13 @@ async fn clients_left_on_the_old_process_end_at_upgrade_timeout() {
         .replacen("[fulcrum]\n", "[fulcrum]\nupgrade_timeout = \"2s\"\n", 1);
     let p = FulcrumProcess::start(&toml).unwrap();
     let idle = pg_connect(&cfg).await;
-    idle.simple_query("SELECT 1").await.unwrap();
+    idle.batch_execute("CREATE TEMP TABLE pin (x int)")
+        .await
+        .unwrap();
     let busy = pg_connect(&cfg).await;
+    busy.batch_execute("CREATE TEMP TABLE pin (x int)")
+        .await
+        .unwrap();
     busy.batch_execute("BEGIN").await.unwrap();
     busy.simple_query("SELECT 1").await.unwrap();
     p.signal(Signal::Usr2).unwrap();

@@ -5,9 +5,9 @@
 //! atomic store when it attaches or releases a server connection.
 //!
 //! An entry is also how a session learns it must stop: the console's
-//! `KILL` and the drain on shutdown raise a flag on it and wake the
-//! session, which watches both with one [`Watcher`] (an atomic load per
-//! wake-up, not a lock).
+//! `KILL`, the drain on shutdown and the hand-over of a binary upgrade
+//! raise a flag on it and wake the session, which watches them with one
+//! [`Watcher`] (an atomic load per wake-up, not a lock).
 
 use fulcrum_net::ClientPeer;
 use std::collections::HashMap;
@@ -56,8 +56,11 @@ pub struct ClientEntry {
     backend: AtomicUsize,
     /// When the state last changed (ms since the Unix epoch).
     since_ms: AtomicU64,
-    /// [`KILLED`] and [`DRAIN`], as raised.
+    /// [`KILLED`], [`DRAIN`] and [`HAND_OVER`], as raised.
     interrupts: AtomicU8,
+    /// Why the session stays on this process after an upgrade asked for
+    /// its hand-over ([`Stay`] as a byte; 0: it has not declined).
+    stays: AtomicU8,
     /// The session's task, woken when a flag is raised.
     waker: Mutex<Option<Waker>>,
     /// What its units did (SHOW STATS' rows per database).
@@ -68,6 +71,19 @@ pub struct ClientEntry {
 const KILLED: u8 = 1;
 /// Raised on shutdown: the session ends at its next transaction boundary.
 const DRAIN: u8 = 2;
+/// Raised once a binary upgrade's new process serves: the session moves
+/// to it at its next transaction boundary (`crate::handover`).
+const HAND_OVER: u8 = 4;
+
+/// Why a client asked to move to the new process stays on this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stay {
+    /// Its TLS session cannot move between processes (no kernel TLS).
+    Tls,
+    /// It holds state Fulcrum cannot move (a pin: temporary tables,
+    /// session locks, session pooling); it moves once it unpins.
+    Pinned,
+}
 
 /// Why a session must stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +92,9 @@ pub enum Interrupt {
     Killed,
     /// Shutdown (SIGTERM): at the next transaction boundary.
     Drain,
+    /// A binary upgrade: move to the new process at the next transaction
+    /// boundary.
+    HandOver,
 }
 
 impl ClientEntry {
@@ -119,6 +138,37 @@ impl ClientEntry {
         self.interrupts.load(Ordering::Acquire) & DRAIN != 0
     }
 
+    /// A drain or a hand-over was raised: the session checks, at its
+    /// transaction boundaries, which (one load for both).
+    pub fn leaving(&self) -> bool {
+        self.interrupts.load(Ordering::Acquire) & (DRAIN | HAND_OVER) != 0
+    }
+
+    /// A binary upgrade asked the session to move to the new process.
+    pub fn handing_over(&self) -> bool {
+        self.interrupts.load(Ordering::Acquire) & HAND_OVER != 0
+    }
+
+    /// The session stays on this process (asked to move, it cannot);
+    /// `None`: it has not declined, or no longer stays for that reason.
+    pub fn set_stay(&self, why: Option<Stay>) {
+        let byte = match why {
+            None => 0,
+            Some(Stay::Tls) => 1,
+            Some(Stay::Pinned) => 2,
+        };
+        self.stays.store(byte, Ordering::Relaxed);
+    }
+
+    /// Why it stays, when it declined to move.
+    pub fn stay(&self) -> Option<Stay> {
+        match self.stays.load(Ordering::Relaxed) {
+            1 => Some(Stay::Tls),
+            2 => Some(Stay::Pinned),
+            _ => None,
+        }
+    }
+
     fn raise(&self, flag: u8) {
         self.interrupts.fetch_or(flag, Ordering::AcqRel);
         let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner());
@@ -151,6 +201,9 @@ pub struct ClientRegistry {
     next: AtomicU64,
     /// Shutdown: every client, present and to come, drains.
     draining: AtomicBool,
+    /// A binary upgrade: every client, present and to come (a login that
+    /// was under way), moves to the new process.
+    handing_over: AtomicBool,
     map: Mutex<HashMap<u64, Arc<ClientEntry>>>,
     /// Databases (as clients name them) whose new logins are refused:
     /// the console's `DISABLE <database>`, PgBouncer's meaning.
@@ -241,6 +294,9 @@ impl Watcher {
         } else if raised & DRAIN != 0 {
             self.seen |= DRAIN;
             Some(Interrupt::Drain)
+        } else if raised & HAND_OVER != 0 {
+            self.seen |= HAND_OVER;
+            Some(Interrupt::HandOver)
         } else {
             None
         }
@@ -290,6 +346,7 @@ impl ClientRegistry {
             backend: AtomicUsize::new(NO_BACKEND),
             since_ms: AtomicU64::new(now),
             interrupts: AtomicU8::new(0),
+            stays: AtomicU8::new(0),
             waker: Mutex::new(None),
             counts: ClientCounts::default(),
         });
@@ -298,6 +355,9 @@ impl ClientRegistry {
         // Under the map's lock, so a drain under way cannot miss it.
         if self.draining.load(Ordering::Acquire) {
             entry.interrupts.fetch_or(DRAIN, Ordering::AcqRel);
+        }
+        if self.handing_over.load(Ordering::Acquire) {
+            entry.interrupts.fetch_or(HAND_OVER, Ordering::AcqRel);
         }
         ClientHandle {
             entry,
@@ -312,6 +372,17 @@ impl ClientRegistry {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         for entry in map.values() {
             entry.drain();
+        }
+    }
+
+    /// A binary upgrade's new process serves: every session moves to it
+    /// at its next transaction boundary (those that can), and one logging
+    /// in now as soon as it starts.
+    pub fn hand_over_all(&self) {
+        self.handing_over.store(true, Ordering::Release);
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in map.values() {
+            entry.raise(HAND_OVER);
         }
     }
 

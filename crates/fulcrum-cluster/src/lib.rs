@@ -50,6 +50,7 @@ pub mod context;
 pub mod coordinated;
 pub mod digests;
 pub mod function_catalog;
+pub mod handover;
 pub mod health_loop;
 pub mod lag;
 pub mod mirror;

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::clients::{self, ClientHandle};
 use crate::context::ProtocolContext;
+use crate::handover::{self, Arrival};
 
 /// A connection that has sent nothing of its login for this long counts as
 /// idle: at `max_pending_logins` it is the first to be closed.
@@ -92,6 +93,16 @@ pub trait Frontend: ProtocolContext {
         entry: ClientHandle,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// Resumes the session of a client the process this one replaced
+    /// handed over (a binary upgrade, `crate::handover`): `head.state` is
+    /// this protocol's snapshot of it; the client is not greeted again.
+    fn resume(
+        ctx: Arc<Self>,
+        stream: Accepted,
+        head: handover::ClientHead,
+        entry: ClientHandle,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
     /// How `error` ended the client's task.
     fn ending(error: &Self::Error) -> Ending<'_>;
 }
@@ -107,9 +118,12 @@ pub type LoggedIn<F> = (Arc<F>, <F as Frontend>::Login);
 /// transaction boundary. `current` has each cluster's context now, in
 /// config order: a config reload swaps them, and each new client takes the
 /// ones current when it connects. Listener settings are the first cluster's.
+/// `arrivals` are the clients a binary upgrade's old process hands over
+/// (`handover::inbox`), resumed here under the same `max_client_connections`.
 pub async fn serve<F: Frontend>(
     current: Vec<watch::Receiver<Arc<F>>>,
     listener: ClientListener,
+    mut arrivals: tokio::sync::mpsc::UnboundedReceiver<Arrival>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
@@ -125,6 +139,10 @@ pub async fn serve<F: Frontend>(
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
+            Some(arrival) = arrivals.recv() => {
+                resume(&current, arrival, &limit);
+                continue;
+            }
             _ = shutdown.changed() => break,
         };
         let (stream, peer) = match accepted {
@@ -183,10 +201,14 @@ pub async fn serve<F: Frontend>(
             .await
             .is_ok()
         {
-            tracing::info!(cluster = %name, "upgrade: every client connected here has left");
+            tracing::info!(cluster = %name, "upgrade: every client connected here has left or moved");
             return;
         }
-        tracing::info!(cluster = %name, "upgrade_timeout reached: ending the clients still here at their next transaction boundary");
+        let left = max as usize - limit.available_permits();
+        tracing::info!(cluster = %name, clients = left, "upgrade_timeout reached: ending the clients still here at their next transaction boundary");
+        if let Some(sink) = handover::sink() {
+            sink.closed(left as u64);
+        }
     }
     // Every session ends at its next transaction boundary.
     clients::registry().drain_all();
@@ -205,6 +227,68 @@ pub async fn serve<F: Frontend>(
             "shutdown_timeout reached: closing the clients still in a transaction"
         ),
     }
+}
+
+/// A client handed over by the old process: its session resumes on the
+/// cluster it logged in to (a worker's loop, as an accepted one), counted
+/// under `max_client_connections`; at the limit it is closed (it connects
+/// again).
+fn resume<F: Frontend>(
+    current: &[watch::Receiver<Arc<F>>],
+    arrival: Arrival,
+    limit: &Arc<Semaphore>,
+) {
+    let Arrival { head, socket } = arrival;
+    let ctx = current
+        .iter()
+        .map(|c| c.borrow().clone())
+        .find(|c| c.core().config.name == head.cluster);
+    let Some(ctx) = ctx else {
+        tracing::warn!(cluster = %head.cluster, "upgrade: a handed-over client's cluster is not on this listener: closed");
+        return;
+    };
+    let Ok(permit) = limit.clone().try_acquire_owned() else {
+        tracing::warn!(cluster = %head.cluster, "upgrade: a handed-over client is over max_client_connections: closed");
+        return;
+    };
+    let stream = match socket.into_tokio() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade: cannot take a handed-over client's socket");
+            return;
+        }
+    };
+    let span = tracing::debug_span!(
+        "client",
+        cluster = %head.cluster,
+        peer = %head.peer,
+        user = %head.user,
+        database = %head.database,
+        resumed = true
+    );
+    crate::workers::spawn(stream, move |stream| {
+        async move {
+            let _permit = permit;
+            let core = ctx.core();
+            let entry = clients::registry().register(
+                &core.config.name,
+                head.user.as_str().into(),
+                head.database.as_str().into(),
+                head.peer.clone(),
+            );
+            let _counted = core.metrics.client_connected();
+            tracing::debug!("client handed over by the old process");
+            match F::resume(ctx.clone(), stream, head, entry).await {
+                Ok(()) => tracing::debug!("client left"),
+                Err(e) => match F::ending(&e) {
+                    Ending::Left => tracing::debug!("client left"),
+                    Ending::Refused(reason) => tracing::info!(?reason, "client refused"),
+                    Ending::Failed => tracing::debug!(error = %e, "client session ended"),
+                },
+            }
+        }
+        .instrument(span)
+    });
 }
 
 /// The clients' stay after an upgrade handed the listeners over.

@@ -63,6 +63,7 @@ pub struct Metrics {
     pub failover_blocked: IntGaugeVec,
     pub reload_pending_restart: prometheus::IntGauge,
     pub upgrades: IntCounterVec,
+    pub upgrade_clients: IntGaugeVec,
     pub topology_source: IntGaugeVec,
     pub topology_epoch: IntGaugeVec,
     pub topology_leader: IntGaugeVec,
@@ -176,6 +177,7 @@ impl Metrics {
             .expect("registered once");
         Metrics {
             reload_pending_restart,
+            upgrade_clients: gauge(&r, "fulcrum_upgrade_clients", "In a process started by a binary upgrade: the old process's clients, as it last reported them, by state: handed_over (moved here with their sessions), left_tls and left_pinned (still there: a TLS session cannot move, a pinned one moves once it unpins), closed (ended there by upgrade_timeout).", &["state"]),
             upgrades: counter(&r, "fulcrum_upgrades_total", "Binary upgrades (SIGUSR2, the console's UPGRADE) started by this process, by outcome: handed_over (the new process took the listeners), failed (it did not start, failed its config check or did not answer; this process kept serving).", &["outcome"]),
             queries: counter(&r, "fulcrum_queries_total", "Statements (simple queries, extended-protocol executes, MySQL commands) forwarded, by the backend that ran them and their route (read: sent to a reader, write: to the primary).", &["cluster", "backend", "route"]),
             transactions: counter(&r, "fulcrum_transactions_total", "Units of work (a statement outside a transaction, or a whole transaction) that held a server connection, by backend and route.", &["cluster", "backend", "route"]),

@@ -120,6 +120,22 @@ impl<K: Positions> Reads<K> {
         self.causal.need() == &Need::Unknown
     }
 
+    /// What a binary upgrade carries of these reads to the new process:
+    /// the session's mode and the position its reads respect.
+    pub fn carried(&self) -> (Consistency, Need<K::P>) {
+        (self.session, self.causal.need().clone())
+    }
+
+    /// Takes up what [`carried`](Self::carried) told, in the new process.
+    pub fn resume(&mut self, session: Consistency, need: Need<K::P>) {
+        self.session = session;
+        match need {
+            Need::At(p) => self.causal.at_least(p, K::newer),
+            Need::Unknown => self.causal.wrote_unknown(),
+            Need::Nothing => {}
+        }
+    }
+
     /// Notes the hints of the statement about to be routed:
     /// `fulcrum:consistency=...` for this unit, `fulcrum:after=...` for
     /// every read from now on.

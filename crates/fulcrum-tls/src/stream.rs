@@ -61,6 +61,19 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(_))
     }
 
+    /// The socket, when it can be handed to another process with the
+    /// session on it (a binary upgrade): plain TCP or a Unix socket. A TLS
+    /// session's keys and sequence numbers are this process's (there is no
+    /// kernel TLS here), so a TLS client cannot move.
+    pub fn movable_socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        match self {
+            ClientStream::Plain(s) => Some(s.as_fd()),
+            ClientStream::Unix(s) => Some(s.as_fd()),
+            _ => None,
+        }
+    }
+
     /// A client of the listener's Unix-domain socket.
     pub fn is_unix(&self) -> bool {
         matches!(self, ClientStream::Unix(_))

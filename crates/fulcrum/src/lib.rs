@@ -193,10 +193,21 @@ fn listen<X: fulcrum_cluster::serve::Frontend>(
     shutdown: &watch::Receiver<bool>,
     drain: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
-    let current = on.iter().filter_map(|c| pick(c)).map(|tx| tx.subscribe());
+    let current: Vec<_> = on
+        .iter()
+        .filter_map(|c| pick(c))
+        .map(|tx| tx.subscribe())
+        .collect();
+    // Before the listener runs: a client handed over at once is kept.
+    let names: Vec<String> = current
+        .iter()
+        .map(|c| c.borrow().core().config.name.clone())
+        .collect();
+    let arrivals = fulcrum_cluster::handover::inbox(&names);
     tokio::spawn(fulcrum_cluster::serve::serve(
-        current.collect(),
+        current,
         listener,
+        arrivals,
         shutdown.clone(),
         drain,
     ))
@@ -391,6 +402,7 @@ pub async fn run_logging(
         tracing::info!(listen = ?config.fulcrum.admin, "admin console");
         tokio::spawn(fulcrum_admin::serve(listener, admin, shutdown.clone()));
     }
+    let upgrade_metrics = metrics.clone();
     let live = Live {
         config,
         set_log,
@@ -426,12 +438,7 @@ pub async fn run_logging(
         "READY=1\nSTATUS=serving {cluster_count} cluster(s)"
     ));
     // An upgrade's new process: the old one stops accepting now.
-    if let Some(event) = upgrade::successor::ready() {
-        upgrades
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(event);
-    }
+    upgrade::successor::ready(&upgrades, &upgrade_metrics);
     let mut draining = shutdown.clone();
     tokio::spawn(async move {
         while draining.changed().await.is_ok() {

@@ -7,7 +7,9 @@
 //! loops never promote), hands over every listening socket (clients,
 //! Unix sockets, console, metrics: no connection attempt is refused at any
 //! moment), and waits for `READY`. From then on the new process accepts;
-//! this one stops accepting, and its clients stay until they leave (up to
+//! this one stops accepting, and each client moves to it at its next
+//! transaction boundary with its session (`fulcrum_cluster::handover`);
+//! those that cannot (TLS, pinned) stay until they leave (up to
 //! `upgrade_timeout`). On any failure before `READY` this process keeps
 //! serving (its health loops restarted if they were stopped) and says why.
 //! The new process's side is [`successor`]; the wire is [`wire`].
@@ -68,7 +70,7 @@ pub(crate) async fn upgrade(live: &mut Live) -> Result<String, String> {
         Ok(pid) => (
             Some(*pid),
             format!(
-                "{} listening socket(s) handed over; {} client(s) stay here until they leave",
+                "{} listening socket(s) handed over; {} client(s) move at their next transaction boundary (TLS and pinned ones stay until they leave)",
                 live.sockets.len(),
                 fulcrum_cluster::clients::registry().snapshot().len()
             ),
@@ -90,7 +92,7 @@ pub(crate) async fn upgrade(live: &mut Live) -> Result<String, String> {
         Ok(pid) => {
             live.handed_over = true;
             let took = started.elapsed();
-            tracing::info!(new_pid = pid, took_ms = took.as_millis() as u64, "upgrade: handed over to process {pid}; this process stops accepting and ends when its clients have left (upgrade_timeout {:?})", live.config.fulcrum.upgrade_timeout);
+            tracing::info!(new_pid = pid, took_ms = took.as_millis() as u64, "upgrade: handed over to process {pid}; this process stops accepting, its clients move there at their next transaction boundary, and it ends when the rest have left (upgrade_timeout {:?})", live.config.fulcrum.upgrade_timeout);
             crate::systemd::notify(&format!(
                 "MAINPID={pid}\nREADY=1\nSTATUS=upgraded: process {pid} serves"
             ));
@@ -111,7 +113,8 @@ pub(crate) async fn upgrade(live: &mut Live) -> Result<String, String> {
     }
 }
 
-/// The conversation with the new process; its pid once it serves.
+/// The conversation with the new process; its pid once it serves, when
+/// the clients start moving to it (`fulcrum_cluster::handover`).
 async fn hand_over(live: &mut Live) -> Result<u32, String> {
     let dir =
         private_dir().map_err(|e| format!("cannot make the upgrade socket's directory: {e}"))?;
@@ -179,7 +182,11 @@ async fn converse(live: &mut Live, path: &Path) -> Result<u32, String> {
     // Reaped by whoever is its parent once this process exits; a failed
     // one is ended now.
     match ready {
-        Ok(()) => Ok(pid),
+        Ok(()) => {
+            // The same socket carries the clients from now on.
+            fulcrum_cluster::handover::open(stream);
+            Ok(pid)
+        }
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();

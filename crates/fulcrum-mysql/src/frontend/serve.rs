@@ -70,6 +70,21 @@ impl Frontend for MyClusterContext {
         session.run(seq).await
     }
 
+    /// MySQL sessions are not handed over yet (they stay on the old
+    /// process until they leave, `Stay::Pinned` is not claimed for them):
+    /// nothing sends one, and one that arrives is closed.
+    async fn resume(
+        _ctx: Arc<MyClusterContext>,
+        _stream: Accepted,
+        _head: fulcrum_cluster::handover::ClientHead,
+        _entry: ClientHandle,
+    ) -> Result<(), SessionError> {
+        tracing::warn!(
+            "upgrade: a handed-over MySQL session: not supported by this version, closed"
+        );
+        Ok(())
+    }
+
     fn ending(error: &SessionError) -> Ending<'_> {
         match error {
             SessionError::ClientGone => Ending::Left,

@@ -350,6 +350,11 @@ impl Session {
                     // An interrupt first: an atomic load.
                     biased;
                     i = self.interrupts.next() => {
+                        if i == Interrupt::HandOver {
+                            // Not handed over yet: the client stays on
+                            // this process until it leaves.
+                            continue;
+                        }
                         if i == Interrupt::Drain {
                             // Close(Drained), now or at the next boundary: the
                             // boundary check at the top of the loop performs it.

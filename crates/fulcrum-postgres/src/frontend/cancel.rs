@@ -103,16 +103,39 @@ impl CancelRegistry {
         self: &Arc<Self>,
         owner: Option<(Arc<str>, Arc<ClientEntry>)>,
     ) -> Registration {
+        self.register_as(owner, None)
+    }
+
+    /// `register_for` a client handed over by a binary upgrade's old
+    /// process, under the key it was given there (`kept`), so its cancel
+    /// requests and `pg_terminate_backend` of its pid reach it here. A pid
+    /// taken meanwhile by a client of this process gets a new one (logged:
+    /// the client's cancels then do not reach it).
+    pub fn register_as(
+        self: &Arc<Self>,
+        owner: Option<(Arc<str>, Arc<ClientEntry>)>,
+        kept: Option<(i32, i32)>,
+    ) -> Registration {
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        let process_id = loop {
-            let id = self.next.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
-            if id != 0 && !clients.contains_key(&id) {
-                break id;
+        let kept = kept.filter(|(pid, _)| {
+            let free = *pid > 0 && !clients.contains_key(pid);
+            if !free {
+                tracing::warn!(pid, "upgrade: a handed-over client's process id is taken here; its cancel key changes");
             }
+            free
+        });
+        let (process_id, secret_key) = match kept {
+            Some(key) => key,
+            None => loop {
+                let id = self.next.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+                if id != 0 && !clients.contains_key(&id) {
+                    break (id, rand::random());
+                }
+            },
         };
         let slot = Arc::new(CancelSlot {
             process_id,
-            secret_key: rand::random(),
+            secret_key,
             target: Mutex::new(None),
             owner,
         });

@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 use super::context::ClusterContext;
 use super::error::SessionError;
 use super::login::{login, Login};
-use super::session::Session;
+use super::session::{HandedOver, Session};
 use crate::codec::backend_msg::{self, sqlstate};
 
 impl Frontend for ClusterContext {
@@ -76,6 +76,42 @@ impl Frontend for ClusterContext {
             entry,
         );
         let r = session.run().await;
+        drop(registration);
+        r
+    }
+
+    async fn resume(
+        ctx: Arc<ClusterContext>,
+        stream: fulcrum_net::Accepted,
+        head: fulcrum_cluster::handover::ClientHead,
+        entry: ClientHandle,
+    ) -> Result<(), SessionError> {
+        let Some(carried) = HandedOver::read(&head.state).filter(|_| head.protocol == "postgres")
+        else {
+            // Another version's snapshot: the client is closed and
+            // connects again.
+            tracing::warn!(
+                "upgrade: a handed-over PostgreSQL session this version cannot read: closed"
+            );
+            return Ok(());
+        };
+        let owner = (Arc::<str>::from(head.user.as_str()), entry.clone_entry());
+        let registration = ctx.cancels.register_as(Some(owner), Some(carried.cancel));
+        let login = Login {
+            user: head.user.as_str().into(),
+            pool_user: carried.pool_user.as_str().into(),
+            database: head.database.as_str().into(),
+            startup: carried.startup.clone(),
+        };
+        let mut session = Session::new(
+            ctx.clone(),
+            fulcrum_net::Connection::new(stream.into_stream())
+                .with_chunk(fulcrum_net::CLIENT_READ_CHUNK),
+            login,
+            registration.slot.clone(),
+            entry,
+        );
+        let r = session.run_resumed(carried).await;
         drop(registration);
         r
     }

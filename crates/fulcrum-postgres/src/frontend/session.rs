@@ -35,6 +35,7 @@ mod client_frame;
 mod extended;
 mod failure;
 mod forward;
+mod handover;
 mod idle;
 mod io;
 mod local;
@@ -53,6 +54,7 @@ mod token;
 mod txn_log;
 
 use actions::Carried;
+pub(crate) use handover::HandedOver;
 use idle::IdleKind;
 use io::{poll_io, Io};
 
@@ -404,6 +406,19 @@ impl Session {
             self.detach();
         }
         Ok(())
+    }
+
+    /// A client a binary upgrade's old process handed over: its session
+    /// taken up from `carried` (no login, no welcome: the client is past
+    /// them), then forwarded until the client leaves.
+    pub(crate) async fn run_resumed(&mut self, carried: HandedOver) -> Result<(), SessionError> {
+        self.resume_from(carried).await;
+        let result = self.forward().await;
+        self.cleanup().await;
+        match result {
+            Err(SessionError::ClientGone) => Ok(()),
+            r => r,
+        }
     }
 
     /// The attached server is gone: answer in its place and take up what

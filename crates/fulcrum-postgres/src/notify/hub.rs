@@ -155,6 +155,18 @@ impl Hub {
         }
     }
 
+    /// The channels client `id` listens to.
+    pub(super) fn channels_of(&self, id: u64) -> Vec<String> {
+        let s = self.state();
+        let mut out: Vec<String> = s
+            .clients
+            .get(&id)
+            .map(|c| c.channels.iter().cloned().collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
     pub(super) fn leave(&self, id: u64) {
         self.unlisten_all(id);
         self.state().clients.remove(&id);

@@ -135,6 +135,11 @@ impl Subscription {
         self.hub.listen(self.id, channel)
     }
 
+    /// The channels it listens to (a binary upgrade carries them).
+    pub fn channels(&self) -> Vec<String> {
+        self.hub.channels_of(self.id)
+    }
+
     /// `UNLISTEN channel`.
     pub fn unlisten(&self, channel: &str) {
         self.hub.unlisten(self.id, channel);

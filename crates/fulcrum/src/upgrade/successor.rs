@@ -3,7 +3,9 @@
 //! old process (which stops its health loops), takes its listening
 //! sockets, binds its listeners from them (a socket the config no longer
 //! names is closed), and says `READY` once it serves, whereupon the old
-//! process stops accepting.
+//! process stops accepting and starts handing its clients over on the same
+//! socket (`fulcrum_cluster::handover::receive`, on a thread of its own
+//! until the old process exits).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -88,10 +90,86 @@ pub fn unix(port: u16, path: &Path) -> Option<std::os::unix::net::UnixListener> 
 }
 
 /// Every listener is bound and every cluster started: tells the old
-/// process, which stops accepting. Sockets the config no longer names are
-/// closed here. Returns SHOW UPGRADE's row for the take-over; nothing when
-/// this process was not started by an upgrade.
-pub fn ready() -> Option<fulcrum_admin::UpgradeEvent> {
+/// process, which stops accepting and hands its clients over. Sockets the
+/// config no longer names are closed here. Records SHOW UPGRADE's row for
+/// the take-over, and one for the clients (updated as the old process
+/// reports them, with `fulcrum_upgrade_clients`); nothing when this process
+/// was not started by an upgrade.
+pub fn ready(log: &fulcrum_admin::UpgradeLog, metrics: &fulcrum_metrics::Metrics) {
+    let Some(event) = say_ready() else {
+        return;
+    };
+    let serving = event.outcome == "serving";
+    let started = std::time::Instant::now();
+    let mut rows = log.lock().unwrap_or_else(|e| e.into_inner());
+    rows.push(event);
+    let stream = TAKEN_STREAM
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let (Some(stream), true) = (stream, serving) else {
+        return;
+    };
+    let row = rows.len();
+    rows.push(clients_row(&Default::default(), 0));
+    drop(rows);
+    let log = log.clone();
+    let gauge = metrics.upgrade_clients.clone();
+    let spawned = std::thread::Builder::new()
+        .name("fulcrum-handover".into())
+        .spawn(move || {
+            fulcrum_cluster::handover::receive(stream, |tally| {
+                for (state, n) in [
+                    ("handed_over", tally.handed_over),
+                    ("left_tls", tally.left_tls),
+                    ("left_pinned", tally.left_pinned),
+                    ("closed", tally.closed),
+                ] {
+                    gauge.with_label_values(&[state]).set(n as i64);
+                }
+                let took = started.elapsed().as_millis() as u64;
+                if let Some(r) = log.lock().unwrap_or_else(|e| e.into_inner()).get_mut(row) {
+                    *r = clients_row(&tally, took);
+                }
+                tracing::info!(
+                    handed_over = tally.handed_over,
+                    left_tls = tally.left_tls,
+                    left_pinned = tally.left_pinned,
+                    closed = tally.closed,
+                    "upgrade: clients from the old process"
+                );
+            })
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "upgrade: cannot take the old process's clients");
+    }
+}
+
+/// SHOW UPGRADE's row for the clients the old process hands over: the
+/// counts so far, and the time from `READY` to the last report.
+fn clients_row(t: &fulcrum_cluster::handover::Tally, took_ms: u64) -> fulcrum_admin::UpgradeEvent {
+    fulcrum_admin::UpgradeEvent {
+        event: "clients",
+        at_unix_ms: super::now_ms(),
+        outcome: if t.left_tls + t.left_pinned == 0 {
+            "moved"
+        } else {
+            "moving"
+        },
+        pid: None,
+        took_ms,
+        detail: format!(
+            "{} handed over; left on the old process: {} TLS, {} pinned; {} closed there",
+            t.handed_over, t.left_tls, t.left_pinned, t.closed
+        ),
+    }
+}
+
+/// The upgrade socket, kept after `READY` for the clients.
+static TAKEN_STREAM: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// Writes `READY`; SHOW UPGRADE's row for the take-over.
+fn say_ready() -> Option<fulcrum_admin::UpgradeEvent> {
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner()).take()?;
     for (socket, _) in &taken.sockets {
         tracing::info!(
@@ -101,7 +179,10 @@ pub fn ready() -> Option<fulcrum_admin::UpgradeEvent> {
     }
     let outcome = match writeln!(taken.stream, "READY") {
         Ok(()) => {
-            tracing::info!("upgrade: serving; the old process stops accepting");
+            tracing::info!(
+                "upgrade: serving; the old process stops accepting and hands its clients over"
+            );
+            *TAKEN_STREAM.lock().unwrap_or_else(|e| e.into_inner()) = taken.stream.try_clone().ok();
             "serving"
         }
         Err(e) => {

@@ -96,7 +96,7 @@ impl Session {
     /// its routing decision (the function catalog's answer as of now; a
     /// function not known yet: the primary), its pin, session ops and
     /// digest. A Parse forwarded and one the result cache answered alike.
-    fn note_parse(&mut self, frame: &[u8], unit: &Classified) -> Decision {
+    pub(super) fn note_parse(&mut self, frame: &[u8], unit: &Classified) -> Decision {
         let decision = self
             .ctx
             .catalog_decision(unit, &self.id.user, &self.id.database);

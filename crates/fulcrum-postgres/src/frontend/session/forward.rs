@@ -17,6 +17,8 @@ enum Wake {
     QueryTimeout,
     Killed,
     Notified(Option<bytes::Bytes>),
+    /// A binary upgrade asks the client to move (`handover.rs`).
+    HandOver,
 }
 
 /// What one turn of the forwarding loop waits for.
@@ -51,11 +53,18 @@ impl Session {
         // Armed while the server owes an answer and `query_timeout` is set.
         let mut query_sleep = SessionTimer::default();
         loop {
-            let draining = self.id.entry.draining();
-            if draining && self.at_boundary() {
-                let msg =
-                    "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
-                return Err(self.fatal_client(sqlstate::ADMIN_SHUTDOWN, msg).await);
+            // A drain or an upgrade's hand-over: one load while neither is.
+            if self.id.entry.leaving() && self.at_boundary() {
+                // Moved to the new process: the client is its now, and
+                // nothing more is said to it here.
+                if self.id.entry.handing_over() && self.try_hand_over().await? {
+                    return Err(SessionError::ClientGone);
+                }
+                if self.id.entry.draining() {
+                    let msg =
+                        "fulcrum: shutting down (SIGTERM); connect again to reach another instance";
+                    return Err(self.fatal_client(sqlstate::ADMIN_SHUTDOWN, msg).await);
+                }
             }
             // What was queued for the client joins the transaction's
             // checksum before any of it is written.
@@ -153,6 +162,8 @@ impl Session {
             return Ready(match i {
                 Interrupt::Killed => Wake::Killed,
                 Interrupt::Drain => Wake::Shutdown,
+                // The boundary check at the top of the loop moves it.
+                Interrupt::HandOver => Wake::HandOver,
             });
         }
         let io = poll_io(
@@ -239,6 +250,8 @@ impl Session {
                 let actions = self.engine.step(fulcrum_session::Event::Drain);
                 self.carry_out_now(actions);
             }
+            // Checked at the top of the loop, at a boundary.
+            Wake::HandOver => {}
             Wake::Io(_) => unreachable!("socket progress goes to on_io"),
         }
         Ok(())

@@ -33,6 +33,16 @@ impl ClientListen {
         self.subscription.unlisten_all();
     }
 
+    /// The channels it listens to.
+    pub(super) fn channels(&self) -> Vec<String> {
+        self.subscription.channels()
+    }
+
+    /// A notification queued for the client, if any.
+    pub(super) fn next_queued(&mut self) -> Option<bytes::Bytes> {
+        self.subscription.try_next()
+    }
+
     /// `UNLISTEN channel`, or `*` (`None`), run by the server in a unit.
     pub(super) fn unlisten(&self, channel: Option<&str>) {
         match channel {
@@ -74,7 +84,7 @@ impl Session {
     /// Does `op` for the client; the error to answer, if any. A new
     /// channel's LISTEN returns once the server listens to it, so a
     /// notification committed after the client's LISTEN completed reaches it.
-    async fn apply_listen(&mut self, op: &ListenStatement) -> Option<(String, String)> {
+    pub(super) async fn apply_listen(&mut self, op: &ListenStatement) -> Option<(String, String)> {
         let limit = self.ctx.config.pool_timeout + self.ctx.config.connect_timeout;
         let subscription = &self.client_listen().subscription;
         match op {

@@ -1,0 +1,205 @@
+//! A binary upgrade's client hand-over, the same for every protocol. Once
+//! the new process serves, the old one opens the [`Sink`] on the upgrade
+//! socket and raises the hand-over on every client
+//! (`ClientRegistry::hand_over_all`). Each session, at its next
+//! transaction boundary, either sends its socket and its protocol's
+//! snapshot through the sink and ends without a word to the client, or
+//! says why it stays ([`Stay`]: TLS, a pin). The new process
+//! ([`receive`]) passes each client to the listener serving its cluster
+//! ([`inbox`]), which resumes the session (`Frontend::resume`) under its
+//! `max_client_connections`. What the protocol's snapshot holds, and how
+//! a session resumes from it, is the protocol's; the socket, who the client
+//! is, the tally of who moved and who stayed, and the routing to a
+//! listener are here. The messages are [`wire`]'s.
+
+pub mod wire;
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use fulcrum_net::listener::StdAccepted;
+use tokio::sync::mpsc;
+
+use crate::clients::{self, Stay};
+pub use wire::{ClientHead, Tally};
+
+/// How long sending one client may block before the hand-over is given up
+/// (the client then stays here).
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The old process's end of the hand-over: one message at a time.
+pub struct Sink {
+    /// `None` once a send failed: nothing more is sent.
+    stream: Mutex<Option<UnixStream>>,
+    handed_over: AtomicU64,
+    closed: AtomicU64,
+}
+
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+/// The new process serves: clients may be sent to it on `stream` (the
+/// upgrade socket), and every session is asked to move at its next
+/// transaction boundary.
+pub fn open(stream: UnixStream) {
+    let _ = stream.set_write_timeout(Some(SEND_TIMEOUT));
+    let sink = Sink {
+        stream: Mutex::new(Some(stream)),
+        handed_over: AtomicU64::new(0),
+        closed: AtomicU64::new(0),
+    };
+    if SINK.set(sink).is_ok() {
+        clients::registry().hand_over_all();
+    }
+}
+
+/// The sink, once an upgrade has opened it.
+pub fn sink() -> Option<&'static Sink> {
+    SINK.get()
+}
+
+impl Sink {
+    /// Sends a client: on `Ok` its socket is the new process's, and the
+    /// session here ends without writing to it; on an error it stays here
+    /// (and the sink is closed: nothing more is sent).
+    pub fn send_client(&self, head: &ClientHead, socket: BorrowedFd<'_>) -> io::Result<()> {
+        let body = wire::encode_client(head);
+        let mut stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(s) = stream.as_ref() else {
+            return Err(io::Error::other(
+                "the hand-over to the new process failed before",
+            ));
+        };
+        let sent = wire::send(s, wire::CLIENT, &body, Some(socket));
+        if let Err(e) = &sent {
+            tracing::warn!(error = %e, "upgrade: cannot hand a client over; the remaining clients stay here");
+            *stream = None;
+            return sent;
+        }
+        self.handed_over.fetch_add(1, Ordering::Relaxed);
+        drop(stream);
+        self.report();
+        sent
+    }
+
+    /// A session asked to move stays (or no longer stays: `None`) for the
+    /// reason given: recorded on its entry and reported.
+    pub fn stays(&self, entry: &clients::ClientEntry, why: Option<Stay>) {
+        if entry.stay() != why {
+            entry.set_stay(why);
+            self.report();
+        }
+    }
+
+    /// `n` clients were ended here by `upgrade_timeout`.
+    pub fn closed(&self, n: u64) {
+        self.closed.fetch_add(n, Ordering::Relaxed);
+        self.report();
+    }
+
+    /// The counts now: moved, staying (by reason), closed.
+    pub fn tally(&self) -> Tally {
+        let mut t = Tally {
+            handed_over: self.handed_over.load(Ordering::Relaxed),
+            closed: self.closed.load(Ordering::Relaxed),
+            ..Tally::default()
+        };
+        for entry in clients::registry().snapshot() {
+            match entry.stay() {
+                Some(Stay::Tls) => t.left_tls += 1,
+                Some(Stay::Pinned) => t.left_pinned += 1,
+                None => {}
+            }
+        }
+        t
+    }
+
+    /// Tells the new process the counts (best effort: SHOW UPGRADE there).
+    fn report(&self) {
+        let body = self.tally().encode();
+        let stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = stream.as_ref() {
+            let _ = wire::send(s, wire::TALLY, &body, None);
+        }
+    }
+}
+
+/// A client handed over by the old process, for its cluster's listener.
+pub struct Arrival {
+    pub head: ClientHead,
+    pub socket: StdAccepted,
+}
+
+/// Where arrivals go, by cluster name.
+fn inboxes() -> &'static Mutex<HashMap<String, mpsc::UnboundedSender<Arrival>>> {
+    static INBOXES: OnceLock<Mutex<HashMap<String, mpsc::UnboundedSender<Arrival>>>> =
+        OnceLock::new();
+    INBOXES.get_or_init(Mutex::default)
+}
+
+/// The clients handed over to the listener serving `clusters` (those
+/// sharing its port): made before the listener runs, so none handed over
+/// early is lost.
+pub fn inbox(clusters: &[String]) -> mpsc::UnboundedReceiver<Arrival> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut map = inboxes().lock().unwrap_or_else(|e| e.into_inner());
+    for name in clusters {
+        map.insert(name.clone(), tx.clone());
+    }
+    rx
+}
+
+/// The new process's side: takes clients from the old process on `stream`
+/// until it closes (the old process has exited), passing each to its
+/// cluster's listener; each tally goes to `on_tally`. Blocking: run on a
+/// thread of its own.
+pub fn receive(stream: UnixStream, mut on_tally: impl FnMut(Tally)) {
+    let _ = stream.set_read_timeout(None);
+    loop {
+        let (kind, body, fd) = match wire::recv(&stream) {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "upgrade: the old process's hand-over stream failed");
+                break;
+            }
+        };
+        match (kind, fd) {
+            (wire::TALLY, _) => {
+                if let Some(t) = Tally::decode(&body) {
+                    on_tally(t);
+                }
+            }
+            (wire::CLIENT, Some(fd)) => arrive(&body, fd),
+            _ => tracing::warn!(kind, "upgrade: a hand-over message not understood"),
+        }
+    }
+    tracing::info!("upgrade: the old process has exited");
+}
+
+/// One client from the old process, to its cluster's listener; one this
+/// process cannot take is closed (the client connects again).
+fn arrive(body: &[u8], fd: OwnedFd) {
+    let Some(head) = wire::decode_client(body) else {
+        tracing::warn!("upgrade: a handed-over client's message not understood: closed");
+        return;
+    };
+    let socket = if head.unix {
+        StdAccepted::Unix(fd.into())
+    } else {
+        StdAccepted::Tcp(fd.into())
+    };
+    let map = inboxes().lock().unwrap_or_else(|e| e.into_inner());
+    let Some(tx) = map.get(&head.cluster) else {
+        tracing::warn!(cluster = %head.cluster, "upgrade: a client of a cluster this config does not have: closed");
+        return;
+    };
+    let cluster = head.cluster.clone();
+    if tx.send(Arrival { head, socket }).is_err() {
+        tracing::warn!(%cluster, "upgrade: a client arrived after its listener stopped: closed");
+    }
+}

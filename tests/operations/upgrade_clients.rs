@@ -1,0 +1,170 @@
+//! Binary upgrade, the clients' hand-over: a client idle at the upgrade
+//! moves to the new process with its session (a setting, a server-side
+//! prepared statement, a LISTEN, its process id and cancel key) and never
+//! notices; a pinned client stays on the old process, counted in SHOW
+//! UPGRADE, and the old process exits once it leaves.
+
+use std::time::{Duration, Instant};
+
+use fulcrum_suite::{console_connect, upgraded_to, with_console, KillOnDrop, PgProxyConfig};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, APP_DB, APP_USER};
+use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
+
+/// A client whose notifications arrive on the returned channel.
+async fn listening_client(
+    cfg: &PgProxyConfig,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (client, mut conn) = tokio_postgres::connect(&cfg.conn_string(APP_USER, APP_DB), NoTls)
+        .await
+        .expect("connect through fulcrum");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(m) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            match m {
+                Ok(AsyncMessage::Notification(n)) => {
+                    let _ = tx.send(n.payload().to_string());
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    (client, rx)
+}
+
+/// The first column of the first row of `sql`.
+async fn one_value(client: &tokio_postgres::Client, sql: &str) -> String {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_moves_with_its_session_and_a_pinned_one_stays() {
+    let c =
+        tokio::task::block_in_place(|| PgCluster::builder().replicas(0).start()).expect("cluster");
+    let cfg = PgProxyConfig::new(&c.primary().addr());
+    let admin_port = free_port();
+    let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin_port)).unwrap();
+
+    let (client, mut notes) = listening_client(&cfg).await;
+    client
+        .batch_execute("SET app.kept = 'kept-1'")
+        .await
+        .unwrap();
+    let add_one = client.prepare("SELECT $1::int + 1").await.unwrap();
+    let two: i32 = client.query_one(&add_one, &[&1i32]).await.unwrap().get(0);
+    assert_eq!(two, 2);
+    client.batch_execute("LISTEN moved").await.unwrap();
+    let pid_before = one_value(&client, "SELECT pg_backend_pid()").await;
+    // A pinned client: its temporary table lives on its server connection.
+    let (pinned, _) = listening_client(&cfg).await;
+    pinned
+        .batch_execute("CREATE TEMP TABLE t (x int); INSERT INTO t VALUES (7)")
+        .await
+        .unwrap();
+
+    p.signal(Signal::Usr2).unwrap();
+    let mut new_pid = None;
+    tokio::task::block_in_place(|| {
+        wait_for("the hand-over", Duration::from_secs(60), || {
+            new_pid = upgraded_to(&p.log_contents(), 1);
+            new_pid.is_some()
+        })
+    });
+    let new_pid = new_pid.unwrap();
+    let _successor = KillOnDrop(new_pid);
+
+    // The console is the new process's: the idle client moved, the pinned
+    // one stayed.
+    let console = console_connect(admin_port).await;
+    let mut detail = String::new();
+    for _ in 0..200 {
+        let rows = console.simple_query("SHOW UPGRADE").await.unwrap();
+        detail = rows
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) if r.get(0) == Some("clients") => {
+                    r.get(5).map(str::to_string)
+                }
+                _ => None,
+            })
+            .collect();
+        if detail.starts_with("1 handed over") && detail.contains("1 pinned") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        detail, "1 handed over; left on the old process: 0 TLS, 1 pinned; 0 closed there",
+        "SHOW UPGRADE's clients row"
+    );
+
+    // The moved client, on the new process, as before.
+    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+    let four: i32 = client.query_one(&add_one, &[&3i32]).await.unwrap().get(0);
+    assert_eq!(four, 4, "the statement prepared before runs by name");
+    assert_eq!(
+        one_value(&client, "SELECT pg_backend_pid()").await,
+        pid_before,
+        "the same process id"
+    );
+    let notifier = fulcrum_suite::pg_connect(&cfg).await;
+    notifier
+        .batch_execute("NOTIFY moved, 'after the upgrade'")
+        .await
+        .unwrap();
+    let note = tokio::time::timeout(Duration::from_secs(10), notes.recv())
+        .await
+        .expect("the notification within 10 s");
+    assert_eq!(note.as_deref(), Some("after the upgrade"));
+    // Its cancel key reaches it on the new process.
+    let cancel = client.cancel_token();
+    let sleeping = client.simple_query("SELECT pg_sleep(20)");
+    let canceller = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel_query(NoTls).await
+    };
+    let started = Instant::now();
+    let (slept, cancelled) = tokio::join!(sleeping, canceller);
+    cancelled.expect("the cancel request is taken");
+    let e = slept.expect_err("cancelled");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57014"),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // The old process still holds the pinned client, which works there.
+    assert!(
+        p.try_wait().is_none(),
+        "the old process stays for its pinned client"
+    );
+    assert_eq!(one_value(&pinned, "SELECT x FROM t").await, "7");
+    drop(pinned);
+    assert!(
+        p.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process exits once its pinned client left:\n{}",
+        p.log_contents()
+    );
+    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+}
