@@ -27,6 +27,7 @@ pub mod console;
 pub mod metrics;
 pub mod process;
 pub mod python;
+pub mod rustls_tokio_postgres;
 pub mod servers;
 pub mod sysbench;
 pub mod wire;

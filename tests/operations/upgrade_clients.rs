@@ -1,13 +1,15 @@
 //! Binary upgrade, the clients' hand-over: a client idle at the upgrade
 //! moves to the new process with its session (a setting, a server-side
 //! prepared statement, a LISTEN, its process id and cancel key) and never
-//! notices; a pinned client stays on the old process, counted in SHOW
-//! UPGRADE, and the old process exits once it leaves.
+//! notices; a pinned client and a TLS client stay on the old process,
+//! counted in SHOW UPGRADE, and the old process exits once they leave.
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{console_connect, upgraded_to, with_console, KillOnDrop, PgProxyConfig};
-use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, APP_DB, APP_USER};
+use fulcrum_suite::{
+    console_connect, rustls_tokio_postgres, upgraded_to, with_console, KillOnDrop, PgProxyConfig,
+};
+use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, TestCerts, APP_DB, APP_USER};
 use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
 
 /// A client whose notifications arrive on the returned channel.
@@ -58,10 +60,14 @@ fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_client_moves_with_its_session_and_a_pinned_one_stays() {
+async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     let c =
         tokio::task::block_in_place(|| PgCluster::builder().replicas(0).start()).expect("cluster");
-    let cfg = PgProxyConfig::new(&c.primary().addr());
+    let certs = TestCerts::new().expect("certificates");
+    let mut cfg = PgProxyConfig::new(&c.primary().addr());
+    for line in rustls_tokio_postgres::listener_tls(&certs) {
+        cfg = cfg.extra(&line);
+    }
     let admin_port = free_port();
     let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin_port)).unwrap();
 
@@ -81,6 +87,11 @@ async fn an_idle_client_moves_with_its_session_and_a_pinned_one_stays() {
         .batch_execute("CREATE TEMP TABLE t (x int); INSERT INTO t VALUES (7)")
         .await
         .unwrap();
+    // A TLS client: its session's keys are this process's.
+    let tls = rustls_tokio_postgres::connect(&cfg, &certs.ca)
+        .await
+        .expect("connect over TLS");
+    tls.batch_execute("SET app.kept = 'tls'").await.unwrap();
 
     p.signal(Signal::Usr2).unwrap();
     let mut new_pid = None;
@@ -108,13 +119,13 @@ async fn an_idle_client_moves_with_its_session_and_a_pinned_one_stays() {
                 _ => None,
             })
             .collect();
-        if detail.starts_with("1 handed over") && detail.contains("1 pinned") {
+        if detail.starts_with("1 handed over") && detail.contains("1 TLS, 1 pinned") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        detail, "1 handed over; left on the old process: 0 TLS, 1 pinned; 0 closed there",
+        detail, "1 handed over; left on the old process: 1 TLS, 1 pinned; 0 closed there",
         "SHOW UPGRADE's clients row"
     );
 
@@ -154,16 +165,24 @@ async fn an_idle_client_moves_with_its_session_and_a_pinned_one_stays() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    // The old process still holds the pinned client, which works there.
+    // The old process still holds the pinned and TLS clients, which work
+    // there.
     assert!(
         p.try_wait().is_none(),
-        "the old process stays for its pinned client"
+        "the old process stays for its clients"
     );
     assert_eq!(one_value(&pinned, "SELECT x FROM t").await, "7");
+    assert_eq!(one_value(&tls, "SHOW app.kept").await, "tls");
     drop(pinned);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        p.try_wait().is_none(),
+        "the old process stays for its TLS client"
+    );
+    drop(tls);
     assert!(
         p.wait_exit(Duration::from_secs(20)).is_some(),
-        "the old process exits once its pinned client left:\n{}",
+        "the old process exits once its clients left:\n{}",
         p.log_contents()
     );
     assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");

@@ -1,12 +1,13 @@
 //! A binary upgrade, then a failover: the client that stayed on the old
-//! process (connected before the upgrade) follows the primary the new
-//! process promoted, because the old process's health loops keep observing
-//! after the hand-over; and the old process never promotes itself.
+//! process (a TLS client, whose session cannot move) follows the primary
+//! the new process promoted, because the old process's health loops keep
+//! observing after the hand-over; and the old process never promotes
+//! itself.
 
 use std::time::{Duration, Instant};
 
-use fulcrum_suite::{serial, try_pg_connect, upgraded_to, KillOnDrop};
-use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal};
+use fulcrum_suite::{rustls_tokio_postgres, serial, try_pg_connect, upgraded_to, KillOnDrop};
+use fulcrum_testkit::{FulcrumProcess, PgCluster, Signal, TestCerts};
 
 use super::pg_failover::port_of;
 
@@ -15,18 +16,25 @@ async fn a_client_left_on_the_old_process_follows_the_new_processs_failover() {
     let _serial = serial().await;
     let c =
         tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
+    let certs = TestCerts::new().expect("certificates");
+    let tls = rustls_tokio_postgres::listener_tls(&certs);
     let cfg = super::pg_failover::config(
         &c,
         &[
             "health_interval = \"300ms\"",
             "failover = \"promote\"",
             "failover_timeout = \"1s\"",
+            &tls[0],
+            &tls[1],
+            &tls[2],
         ],
     );
     let p = FulcrumProcess::start(&cfg.to_toml()).unwrap();
     let write = "CREATE TABLE IF NOT EXISTS uf_t (x int); \
                  INSERT INTO uf_t VALUES (1); SELECT inet_server_port()";
-    let stays = try_pg_connect(&cfg).await.expect("connect");
+    let stays = rustls_tokio_postgres::connect(&cfg, &certs.ca)
+        .await
+        .expect("connect over TLS");
     let primary_port = c.primary().port();
     assert_eq!(port_of(&stays, write).await.unwrap(), primary_port);
 
