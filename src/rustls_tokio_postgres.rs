@@ -85,19 +85,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
     }
 }
 
+/// TLS trusting `ca`, checking the server's name.
+pub fn trusting(ca: &std::path::Path) -> MakeRustls {
+    MakeRustls(
+        fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(ca), None, &[])
+            .expect("client TLS config"),
+    )
+}
+
 /// A login through `cfg`'s listener over TLS, trusting `ca` (the listener
 /// has `tls_mode` "allow" or "require" with a certificate `ca` signed).
 pub async fn connect(
     cfg: &crate::PgProxyConfig,
     ca: &std::path::Path,
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let config = fulcrum_tls::client_config(fulcrum_tls::Verify::Full, Some(ca), None, &[])
-        .expect("client TLS config");
     let conn_str = format!(
         "{} sslmode=require",
         cfg.conn_string(fulcrum_testkit::APP_USER, fulcrum_testkit::APP_DB)
     );
-    let (client, conn) = tokio_postgres::connect(&conn_str, MakeRustls(config)).await?;
+    let (client, conn) = tokio_postgres::connect(&conn_str, trusting(ca)).await?;
     tokio::spawn(conn);
     Ok(client)
 }

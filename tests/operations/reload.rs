@@ -1,6 +1,6 @@
 //! Online reload: SIGHUP (and the console's RELOAD) apply a changed config
-//! without dropping connected clients. Adding a replica: new clients read
-//! from it. An invalid file: its `file:line: key: reason` is logged (and
+//! without dropping connected clients (their cancel keys still work).
+//! Adding a replica: new clients read from it. An invalid file: its `file:line: key: reason` is logged (and
 //! returned by RELOAD) and the running config stays.
 
 use std::collections::HashSet;
@@ -59,6 +59,22 @@ async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
     // The old client was not dropped: its transaction goes on and commits.
     old.simple_query("SELECT 2").await.unwrap();
     old.batch_execute("COMMIT").await.unwrap();
+    // Its cancel key still reaches it: a CancelRequest is handed to the
+    // context current when it connects, which has the keys issued before.
+    let cancel = old.cancel_token();
+    let sleeping = old.simple_query("SELECT pg_sleep(20)");
+    let canceller = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel_query(tokio_postgres::NoTls).await
+    };
+    let (slept, cancelled) = tokio::join!(sleeping, canceller);
+    cancelled.expect("the cancel request is taken");
+    let e = slept.expect_err("cancelled after the reload");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57014"),
+        "{e:?}"
+    );
 
     // An invalid file: the error names file, line and key; nothing changes.
     let bad = toml(&two).replacen("pool_size = 20", "pool_size = 20\npool_sise = 5", 1);

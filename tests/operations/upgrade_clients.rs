@@ -2,7 +2,9 @@
 //! moves to the new process with its session (a setting, a server-side
 //! prepared statement, a LISTEN, its process id and cancel key) and never
 //! notices; a pinned client and a TLS client stay on the old process,
-//! counted in SHOW UPGRADE, and the old process exits once they leave.
+//! counted in SHOW UPGRADE, their cancel requests (sent to the new
+//! process's listener) reach them there, and the old process exits once
+//! they leave.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +51,35 @@ async fn one_value(client: &tokio_postgres::Client, sql: &str) -> String {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// `client` runs a long sleep, and a cancel request with its key (sent to
+/// the listener, as a driver sends it: over TLS when `ca` is given) ends it
+/// with 57014.
+async fn cancel_a_sleep(client: &tokio_postgres::Client, ca: Option<&std::path::Path>) {
+    let cancel = client.cancel_token();
+    let sleeping = client.simple_query("SELECT pg_sleep(20)");
+    let canceller = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        match ca {
+            Some(ca) => {
+                cancel
+                    .cancel_query(rustls_tokio_postgres::trusting(ca))
+                    .await
+            }
+            None => cancel.cancel_query(NoTls).await,
+        }
+    };
+    let started = Instant::now();
+    let (slept, cancelled) = tokio::join!(sleeping, canceller);
+    cancelled.expect("the cancel request is taken");
+    let e = slept.expect_err("cancelled");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57014"),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -148,22 +179,7 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         .expect("the notification within 10 s");
     assert_eq!(note.as_deref(), Some("after the upgrade"));
     // Its cancel key reaches it on the new process.
-    let cancel = client.cancel_token();
-    let sleeping = client.simple_query("SELECT pg_sleep(20)");
-    let canceller = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        cancel.cancel_query(NoTls).await
-    };
-    let started = Instant::now();
-    let (slept, cancelled) = tokio::join!(sleeping, canceller);
-    cancelled.expect("the cancel request is taken");
-    let e = slept.expect_err("cancelled");
-    assert_eq!(
-        e.as_db_error().map(|d| d.code().code()),
-        Some("57014"),
-        "{e:?}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
+    cancel_a_sleep(&client, None).await;
 
     // The old process still holds the pinned and TLS clients, which work
     // there.
@@ -173,6 +189,10 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     );
     assert_eq!(one_value(&pinned, "SELECT x FROM t").await, "7");
     assert_eq!(one_value(&tls, "SHOW app.kept").await, "tls");
+    // Their cancel requests reach the new process's listener, which
+    // passes them back to the old process.
+    cancel_a_sleep(&pinned, None).await;
+    cancel_a_sleep(&tls, Some(&certs.ca)).await;
     drop(pinned);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(

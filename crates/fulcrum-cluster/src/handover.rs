@@ -10,7 +10,9 @@
 //! `max_client_connections`. What the protocol's snapshot holds, and how
 //! a session resumes from it, is the protocol's; the socket, who the client
 //! is, the tally of who moved and who stayed, and the routing to a
-//! listener are here. The messages are [`wire`]'s.
+//! listener are here. A cancel request the new process cannot place (its
+//! client stayed on the old process) goes back on the same socket
+//! ([`forward_cancel`], [`on_cancel`]). The messages are [`wire`]'s.
 
 pub mod wire;
 
@@ -47,6 +49,16 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 /// transaction boundary.
 pub fn open(stream: UnixStream) {
     let _ = stream.set_write_timeout(Some(SEND_TIMEOUT));
+    // The new process's cancel requests for clients still here.
+    if let Ok(reader) = stream.try_clone() {
+        let _ = reader.set_read_timeout(None);
+        let spawned = std::thread::Builder::new()
+            .name("fulcrum-handover-cancels".into())
+            .spawn(move || take_cancels(reader));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "upgrade: cancel requests for the clients staying here will not reach them");
+        }
+    }
     let sink = Sink {
         stream: Mutex::new(Some(stream)),
         handed_over: AtomicU64::new(0),
@@ -128,6 +140,54 @@ impl Sink {
     }
 }
 
+/// What the old process does with a cancel request the new one forwards:
+/// (protocol, process id, secret key).
+type CancelHook = Box<dyn Fn(&str, u32, u32) + Send + Sync>;
+
+static CANCEL_HOOK: OnceLock<CancelHook> = OnceLock::new();
+
+/// The old process: how a forwarded cancel request is carried out (set
+/// once, by the daemon, before the sink opens).
+pub fn on_cancel(hook: impl Fn(&str, u32, u32) + Send + Sync + 'static) {
+    let _ = CANCEL_HOOK.set(Box::new(hook));
+}
+
+/// The old process's reader of the upgrade socket: forwarded cancel
+/// requests, until the new process closes it.
+fn take_cancels(stream: UnixStream) {
+    while let Ok(Some((kind, body, _))) = wire::recv(&stream) {
+        let Some((protocol, pid, secret)) = (kind == wire::CANCEL)
+            .then(|| wire::decode_cancel(&body))
+            .flatten()
+        else {
+            continue;
+        };
+        match CANCEL_HOOK.get() {
+            Some(hook) => hook(&protocol, pid, secret),
+            None => tracing::debug!("upgrade: a forwarded cancel request with nowhere to go"),
+        }
+    }
+}
+
+/// The new process's way back to the old one, while it runs.
+static UPSTREAM: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// The new process: a cancel request for a key no client here has goes to
+/// the old process, whose clients (TLS, pinned) may have it. False when
+/// there is no old process (any more).
+pub fn forward_cancel(protocol: &str, process_id: u32, secret: u32) -> bool {
+    let mut upstream = UPSTREAM.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(s) = upstream.as_ref() else {
+        return false;
+    };
+    let body = wire::encode_cancel(protocol, process_id, secret);
+    if wire::send(s, wire::CANCEL, &body, None).is_err() {
+        *upstream = None;
+        return false;
+    }
+    true
+}
+
 /// A client handed over by the old process, for its cluster's listener.
 pub struct Arrival {
     pub head: ClientHead,
@@ -159,6 +219,10 @@ pub fn inbox(clusters: &[String]) -> mpsc::UnboundedReceiver<Arrival> {
 /// thread of its own.
 pub fn receive(stream: UnixStream, mut on_tally: impl FnMut(Tally)) {
     let _ = stream.set_read_timeout(None);
+    if let Ok(writer) = stream.try_clone() {
+        let _ = writer.set_write_timeout(Some(SEND_TIMEOUT));
+        *UPSTREAM.lock().unwrap_or_else(|e| e.into_inner()) = Some(writer);
+    }
     loop {
         let (kind, body, fd) = match wire::recv(&stream) {
             Ok(Some(m)) => m,
@@ -178,6 +242,7 @@ pub fn receive(stream: UnixStream, mut on_tally: impl FnMut(Tally)) {
             _ => tracing::warn!(kind, "upgrade: a hand-over message not understood"),
         }
     }
+    *UPSTREAM.lock().unwrap_or_else(|e| e.into_inner()) = None;
     tracing::info!("upgrade: the old process has exited");
 }
 

@@ -132,10 +132,14 @@ fn context(
     let slow = config.fulcrum.slow_query_threshold;
     match cluster.protocol {
         Protocol::Postgres => {
-            let ctx = fulcrum_postgres::frontend::ClusterContext::with_metrics(
+            let earlier_ctx = earlier
+                .and_then(Current::postgres)
+                .map(|tx| tx.borrow().clone());
+            let ctx = fulcrum_postgres::frontend::ClusterContext::after(
                 cluster,
                 metrics.clone(),
                 slow,
+                earlier_ctx.as_deref(),
             );
             let tx = start(
                 ctx.clone(),

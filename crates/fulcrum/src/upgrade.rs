@@ -183,7 +183,9 @@ async fn converse(live: &mut Live, path: &Path) -> Result<u32, String> {
     // one is ended now.
     match ready {
         Ok(()) => {
-            // The same socket carries the clients from now on.
+            // The same socket carries the clients from now on, and back
+            // the cancel requests for those that stay here.
+            forward_cancels_here(live);
             fulcrum_cluster::handover::open(stream);
             Ok(pid)
         }
@@ -194,6 +196,27 @@ async fn converse(live: &mut Live, path: &Path) -> Result<u32, String> {
             Err(e)
         }
     }
+}
+
+/// A cancel request the new process forwards (a key it does not know) is
+/// carried out here by the cluster whose client has the key: one that
+/// stayed (TLS, pinned) gets its Ctrl-C as before the upgrade.
+fn forward_cancels_here(live: &Live) {
+    let postgres: Vec<_> = live
+        .clusters
+        .iter()
+        .filter_map(|(_, c)| c.postgres().map(|tx| tx.subscribe()))
+        .collect();
+    let runtime = tokio::runtime::Handle::current();
+    fulcrum_cluster::handover::on_cancel(move |protocol, pid, secret| {
+        if protocol != "postgres" {
+            return;
+        }
+        let clusters: Vec<_> = postgres.iter().map(|rx| rx.borrow().clone()).collect();
+        runtime.spawn(async move {
+            fulcrum_postgres::frontend::cancel::answer(&clusters, pid as i32, secret as i32).await;
+        });
+    });
 }
 
 /// Waits for the new process to connect and greet; a process that exits

@@ -24,6 +24,9 @@ use rustix::net::{
 pub const CLIENT: u8 = b'C';
 /// A message with the old process's counts.
 pub const TALLY: u8 = b'T';
+/// From the new process: a cancel request for a key it does not know (a
+/// client left on the old process), as [`encode_cancel`] writes it.
+pub const CANCEL: u8 = b'K';
 /// The largest body accepted (a client's snapshot holds its prepared
 /// statements, bounded by `max_client_prepared_bytes`).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
@@ -138,6 +141,26 @@ fn parse_peer(line: &str) -> Option<ClientPeer> {
         }
         _ => None,
     }
+}
+
+/// A cancel request's body: the protocol, and the key the client sent.
+pub fn encode_cancel(protocol: &str, process_id: u32, secret: u32) -> Vec<u8> {
+    let mut f = Fields::default();
+    f.text(protocol)
+        .number(process_id.into())
+        .number(secret.into());
+    f.into_bytes()
+}
+
+/// What [`encode_cancel`] wrote.
+pub fn decode_cancel(body: &[u8]) -> Option<(String, u32, u32)> {
+    let mut r = Reader::new(body);
+    let protocol = r.text()?.to_owned();
+    let key = (
+        u32::try_from(r.number()?).ok()?,
+        u32::try_from(r.number()?).ok()?,
+    );
+    r.at_end().then_some((protocol, key.0, key.1))
 }
 
 /// A client message's body.
@@ -357,6 +380,13 @@ mod tests {
         let mut r = Reader::new(&bytes);
         r.number();
         assert_eq!(r.number(), None, "text is not a number");
+    }
+
+    #[test]
+    fn a_cancel_reads_back() {
+        let body = encode_cancel("postgres", 7, u32::MAX);
+        assert_eq!(decode_cancel(&body), Some(("postgres".into(), 7, u32::MAX)));
+        assert_eq!(decode_cancel(&body[..body.len() - 1]), None);
     }
 
     #[test]

@@ -189,6 +189,22 @@ impl CancelRegistry {
         target
     }
 
+    /// A client here was given this key (whether or not it runs anything).
+    pub fn knows(&self, process_id: i32, secret_key: i32) -> bool {
+        let issued = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&process_id)
+            .is_some_and(|slot| slot.secret_key == secret_key);
+        issued
+            || self
+                .aliases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&(process_id, secret_key))
+    }
+
     /// `pg_terminate_backend(pid)` (`terminate`) or `pg_cancel_backend(pid)`
     /// of a Fulcrum-issued pid, asked by a client of `user`: as the server
     /// does, only a client of the same user may be signalled.
@@ -238,6 +254,37 @@ impl CancelRegistry {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// A CancelRequest (no database: the cluster that knows the key among
+/// `clusters`, those sharing the listener). A key none knows, after a
+/// binary upgrade, goes to the old process, whose staying clients (TLS,
+/// pinned) may have it.
+pub async fn answer(
+    clusters: &[Arc<super::context::ClusterContext>],
+    process_id: i32,
+    secret_key: i32,
+) {
+    let known = clusters
+        .iter()
+        .any(|c| c.cancels.knows(process_id, secret_key));
+    if !known
+        && fulcrum_cluster::handover::forward_cancel(
+            "postgres",
+            process_id as u32,
+            secret_key as u32,
+        )
+    {
+        return;
+    }
+    let owner = clusters
+        .iter()
+        .find(|c| c.cancels.target(process_id, secret_key).is_some())
+        .unwrap_or(&clusters[0]);
+    owner
+        .cancels
+        .cancel(process_id, secret_key, owner.config.connect_timeout)
+        .await;
 }
 
 #[cfg(test)]

@@ -118,6 +118,20 @@ impl ClusterContext {
         metrics: Arc<fulcrum_metrics::Metrics>,
         slow_query_threshold: Option<std::time::Duration>,
     ) -> Arc<ClusterContext> {
+        Self::after(config, metrics, slow_query_threshold, None)
+    }
+
+    /// `with_metrics`, for the context that replaces `earlier` (a reload,
+    /// an upgrade's observing loops): the cancel keys stay one registry, so
+    /// a CancelRequest (which the listener hands to the context current
+    /// when it connects) reaches a client that logged in before.
+    pub fn after(
+        config: Cluster,
+        metrics: Arc<fulcrum_metrics::Metrics>,
+        slow_query_threshold: Option<std::time::Duration>,
+        earlier: Option<&ClusterContext>,
+    ) -> Arc<ClusterContext> {
+        let cancels = earlier.map_or_else(Default::default, |e| e.cancels.clone());
         let users = config
             .users
             .iter()
@@ -128,7 +142,7 @@ impl ClusterContext {
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::Postgres),
             users,
             statements: StatementRegistry::default(),
-            cancels: Arc::new(CancelRegistry::default()),
+            cancels,
             notifications: Default::default(),
             mock_secret: rand::random(),
             welcome: Mutex::new(HashMap::new()),

@@ -155,16 +155,7 @@ pub async fn login(
                         process_id,
                         secret_key,
                     } => {
-                        // No database in a cancel request: the cluster that
-                        // knows the key.
-                        let owner = clusters
-                            .iter()
-                            .find(|c| c.cancels.target(process_id, secret_key).is_some())
-                            .unwrap_or(&clusters[0]);
-                        owner
-                            .cancels
-                            .cancel(process_id, secret_key, owner.config.connect_timeout)
-                            .await;
+                        super::cancel::answer(clusters, process_id, secret_key).await;
                         return Ok(None);
                     }
                     StartupPacket::Startup { params, .. } => {
