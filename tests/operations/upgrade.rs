@@ -1,7 +1,7 @@
 //! Binary upgrade (SIGUSR2, the console's UPGRADE): the new process takes
-//! the listening sockets while pgbench runs (no client aborted, no failed
-//! transaction, the old process exits once its clients leave), twice in a
-//! row; and a new process that fails its config check leaves the old one
+//! the listening sockets and pgbench's clients while pgbench runs (no
+//! client aborted, no failed transaction, the old process exits once its
+//! clients moved), twice in a row under the same run; and a new process that fails its config check leaves the old one
 //! serving, its clients undisturbed; clients left on the old process end at
 //! `upgrade_timeout`. The clients' own hand-over: `upgrade_clients.rs`.
 
@@ -70,7 +70,7 @@ fn port_of(cfg: &PgProxyConfig) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
+async fn sigusr2_hands_listeners_and_clients_over_under_pgbench_twice_in_a_row() {
     let c =
         tokio::task::block_in_place(|| PgCluster::builder().replicas(1).start()).expect("cluster");
     let cfg = PgProxyConfig::new(&c.primary().addr())
@@ -97,7 +97,8 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // TPC-B, prepared, 8 clients, 12 s, with SIGUSR2 at 4 s.
+    // TPC-B, prepared, 8 clients, 12 s, with SIGUSR2 at 4 s, and again
+    // (to the process the first started) at 8 s.
     let run = args(&[
         "-M", "prepared", "-c", "8", "-j", "2", "-T", "12", "-P", "1",
     ]);
@@ -108,14 +109,31 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("pgbench");
+    let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let signalled = Instant::now();
     p.signal(Signal::Usr2).unwrap();
     let first = handed_to(&p, 1);
     let _first = KillOnDrop(first);
     eprintln!(
-        "handed over to {first} {:?} after SIGUSR2",
-        signalled.elapsed()
+        "handed over to {first} {:?} after SIGUSR2 (pgbench at {:?})",
+        signalled.elapsed(),
+        signalled - started
+    );
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(started.elapsed())).await;
+    let signalled = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-USR2", &first.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let second = handed_to(&p, 2);
+    let _second = KillOnDrop(second);
+    assert_ne!(first, second);
+    eprintln!(
+        "handed over again, to {second}, {:?} after SIGUSR2 (pgbench at {:?})",
+        signalled.elapsed(),
+        signalled - started
     );
     let out = tokio::task::block_in_place(|| bench.wait_with_output()).unwrap();
     let (stdout, stderr) = (
@@ -125,49 +143,32 @@ async fn sigusr2_hands_the_listeners_over_under_pgbench_twice_in_a_row() {
     eprintln!("{stderr}");
     assert!(
         out.status.success(),
-        "pgbench failed across the upgrade:\n{stdout}\n{stderr}"
+        "pgbench failed across the upgrades:\n{stdout}\n{stderr}"
     );
     assert!(!stderr.contains("aborted"), "{stderr}");
     assert!(
         stdout.contains("number of failed transactions: 0"),
         "{stdout}"
     );
-    // The old process had pgbench's clients; they left, so it exits.
+    // pgbench's clients moved to the newest process: both older ones exit.
     assert!(
         p.wait_exit(Duration::from_secs(20)).is_some(),
-        "the old process did not exit after its clients left:\n{}",
+        "the first process did not exit:\n{}",
         p.log_contents()
     );
-    assert!(alive(first));
-    // The listener is the new process's: a new client is served.
+    assert!(
+        wait_gone(first, Duration::from_secs(20)),
+        "the second process did not exit"
+    );
+    assert!(alive(second));
+    // The listener is the newest process's: a new client is served.
     let client = pg_connect(&cfg).await;
     let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
     let text = tokio::task::block_in_place(|| fulcrum_suite::scrape(metrics_port));
     assert!(
-        text.contains("fulcrum_clients"),
-        "the new process serves /metrics:\n{text}"
-    );
-
-    // Again, from the new process, with a client connected: it moves to
-    // the next process at once (it is idle), so the old one exits while
-    // the client stays connected.
-    assert!(Command::new("kill")
-        .args(["-USR2", &first.to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let second = handed_to(&p, 2);
-    let _second = KillOnDrop(second);
-    assert_ne!(first, second);
-    assert!(
-        wait_gone(first, Duration::from_secs(20)),
-        "the second old process did not exit once its idle client moved"
-    );
-    let two: i32 = client.query_one("SELECT 2", &[]).await.unwrap().get(0);
-    assert_eq!(
-        two, 2,
-        "a client connected before the second upgrade keeps working"
+        text.contains("fulcrum_upgrade_clients{state=\"handed_over\"} 8"),
+        "the newest process took pgbench's 8 clients:\n{text}"
     );
     let client = pg_connect(&cfg).await;
     let three: i32 = client.query_one("SELECT 3", &[]).await.unwrap().get(0);

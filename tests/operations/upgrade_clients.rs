@@ -160,6 +160,12 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         "SHOW UPGRADE's clients row"
     );
 
+    // The moved client's first statement there calls a function: the new
+    // process proves it by its own function catalog, read when the client
+    // arrived (as at a login), so the client is not pinned for it.
+    assert!(!one_value(&client, "SELECT CURRENT_TIMESTAMP::text")
+        .await
+        .is_empty());
     // The moved client, on the new process, as before.
     assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
     let four: i32 = client.query_one(&add_one, &[&3i32]).await.unwrap().get(0);
@@ -206,4 +212,30 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         p.log_contents()
     );
     assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+
+    // The call it made first on the new process left it unpinned (see
+    // above): a second upgrade moves it again, and the second process exits.
+    assert!(std::process::Command::new("kill")
+        .args(["-USR2", &new_pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut newest = None;
+    tokio::task::block_in_place(|| {
+        wait_for("the second hand-over", Duration::from_secs(60), || {
+            newest = upgraded_to(&p.log_contents(), 2);
+            newest.is_some()
+        })
+    });
+    let _newest = KillOnDrop(newest.unwrap());
+    tokio::task::block_in_place(|| {
+        wait_for("the second process's exit", Duration::from_secs(20), || {
+            !std::path::Path::new(&format!("/proc/{new_pid}/cmdline")).exists()
+                || std::fs::read_to_string(format!("/proc/{new_pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z "))
+        })
+    });
+    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+    let five: i32 = client.query_one(&add_one, &[&4i32]).await.unwrap().get(0);
+    assert_eq!(five, 5);
 }

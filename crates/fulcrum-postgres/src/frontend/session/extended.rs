@@ -141,7 +141,7 @@ impl Session {
     /// Digest statistics: the digest of the statement a Parse names (by
     /// the classifier's fingerprint, `unit`'s, when it has one: the text is
     /// not read again).
-    fn track_statement_digest(&mut self, frame: &[u8], unit: &Classified) {
+    pub(super) fn track_statement_digest(&mut self, frame: &[u8], unit: &Classified) {
         let max = self.ctx.config.digests.max_entries;
         if max == 0 {
             return;

@@ -26,11 +26,13 @@ pub(crate) struct HandedOver {
     pub cancel: (i32, i32),
     pub startup: SessionParams,
     desired: SessionParams,
-    /// (client name, definition: query text and parameter types).
-    statements: Vec<(Vec<u8>, Vec<u8>)>,
+    /// (client name, definition: query text and parameter types, how it
+    /// routed there: [`route_code`]).
+    statements: Vec<(Vec<u8>, Vec<u8>, u64)>,
     /// `pg_terminate_backend($1)` (true) / `pg_cancel_backend($1)` statements.
     signals: Vec<(Vec<u8>, bool)>,
     unnamed: Vec<u8>,
+    unnamed_route: u64,
     channels: Vec<String>,
     consistency: String,
     need: Need<u64>,
@@ -65,13 +67,14 @@ impl HandedOver {
         let desired = read_map(&mut r)?;
         let mut statements = Vec::new();
         for _ in 0..r.number()? {
-            statements.push((r.bytes()?.to_vec(), r.bytes()?.to_vec()));
+            statements.push((r.bytes()?.to_vec(), r.bytes()?.to_vec(), r.number()?));
         }
         let mut signals = Vec::new();
         for _ in 0..r.number()? {
             signals.push((r.bytes()?.to_vec(), r.number()? != 0));
         }
         let unnamed = r.bytes()?.to_vec();
+        let unnamed_route = r.number()?;
         let mut channels = Vec::new();
         for _ in 0..r.number()? {
             channels.push(r.text()?.to_owned());
@@ -90,6 +93,7 @@ impl HandedOver {
             statements,
             signals,
             unnamed,
+            unnamed_route,
             channels,
             consistency,
             need,
@@ -154,13 +158,16 @@ impl Session {
         put_map(&mut f, &self.params.desired);
         f.number(self.stmts.map.len() as u64);
         for (name, stmt) in &self.stmts.map {
-            f.bytes(name).bytes(stmt.definition());
+            f.bytes(name)
+                .bytes(stmt.definition())
+                .number(route_code(stmt.decision));
         }
         f.number(self.stmts.signals.len() as u64);
         for (name, &terminate) in &self.stmts.signals {
             f.bytes(name).number(terminate as u64);
         }
-        f.bytes(&self.stmts.unnamed);
+        f.bytes(&self.stmts.unnamed)
+            .number(route_code(self.stmts.unnamed_decision));
         let channels = self
             .listen
             .as_ref()
@@ -184,11 +191,17 @@ impl Session {
     /// LISTEN channels (listened to again before its first statement is
     /// read), read consistency.
     pub(crate) async fn resume_from(&mut self, carried: HandedOver) {
+        // As at a login: the function catalog reads the database first (up
+        // to `function_catalog_wait`), so the client's next statements are
+        // not pinned for a call this process cannot prove yet.
+        self.ctx
+            .catalog_at_login(&self.id.pool_user, (0, 0), &self.id.database)
+            .await;
         self.params.desired = Settings::new(carried.desired);
-        for (name, definition) in carried.statements {
+        for (name, definition, route) in carried.statements {
             let mut frame = BytesMut::new();
             crate::codec::frontend_msg::put_parse(&mut frame, &name, &definition);
-            self.adopt_statement(&name, &frame);
+            self.adopt_statement(&name, &frame, route);
         }
         self.stmts.signals.extend(carried.signals);
         if !carried.unnamed.is_empty() {
@@ -197,7 +210,7 @@ impl Session {
                 .map_or(Classified::from(Decision::Write), |q| {
                     self.ctx.classify_unit(q)
                 });
-            self.stmts.unnamed_decision = unit.decision;
+            self.stmts.unnamed_decision = carried_route(carried.unnamed_route, &unit);
             self.stmts.unnamed_writes = unit.cache.writes.clone();
             self.stmts.unnamed = carried.unnamed;
             self.stmts.unnamed_sent = false;
@@ -213,22 +226,52 @@ impl Session {
     }
 
     /// A named statement the client prepared on the old process: known
-    /// here as it was there (classified, its ops and digest noted), and
-    /// prepared on a server connection at its first use, as after any
-    /// Parse under transaction pooling.
-    fn adopt_statement(&mut self, name: &[u8], frame: &[u8]) {
+    /// here as it was there (its ops and digest noted as a Parse notes
+    /// them, its route the old process's: this process's function catalog
+    /// may not have read the database yet, and would pin a call the old one
+    /// had proven), and prepared on a server connection at its first use,
+    /// as after any Parse under transaction pooling.
+    fn adopt_statement(&mut self, name: &[u8], frame: &[u8], route: u64) {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
         let unit = std::str::from_utf8(p.query).map_or(Classified::from(Decision::Write), |q| {
             self.ctx.classify_unit(q)
         });
-        let decision = self.note_parse(frame, &unit);
+        if !unit.effects.is_empty() || !self.stmts.ops.is_empty() {
+            self.track_statement_ops(frame, &unit);
+        }
+        self.track_statement_digest(frame, &unit);
+        let decision = carried_route(route, &unit);
         let stmt = self
             .ctx
             .statements
             .statement(p.definition, p.query, decision);
         self.stmts.bytes += name.len() + stmt.parse.len();
         self.stmts.map.insert(name.to_vec(), stmt);
+    }
+}
+
+/// How a statement routed on the old process, where the function catalog
+/// may have decided it: a read, a read on the primary, a write; anything
+/// else is the classifier's alone (`ROUTE_AS_CLASSIFIED`).
+fn route_code(decision: Decision) -> u64 {
+    match decision {
+        Decision::Read => 0,
+        Decision::Primary => 1,
+        Decision::Write => 2,
+        _ => ROUTE_AS_CLASSIFIED,
+    }
+}
+
+const ROUTE_AS_CLASSIFIED: u64 = 3;
+
+/// [`route_code`] read back; the classifier's decision for the others.
+fn carried_route(code: u64, unit: &Classified) -> Decision {
+    match code {
+        0 => Decision::Read,
+        1 => Decision::Primary,
+        2 => Decision::Write,
+        _ => unit.decision,
     }
 }
