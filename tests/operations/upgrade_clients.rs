@@ -1,5 +1,5 @@
 //! Binary upgrade, the clients' hand-over: a client idle at the upgrade
-//! moves to the new process with its session (a setting, a server-side
+//! (over TCP or the Unix socket) moves to the new process with its session (a setting, a server-side
 //! prepared statement, a LISTEN, its process id and cancel key) and never
 //! notices; a pinned client and a TLS client stay on the old process,
 //! counted in SHOW UPGRADE, their cancel requests (sent to the new
@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use fulcrum_suite::{
     console_connect, rustls_tokio_postgres, upgraded_to, with_console, KillOnDrop, PgProxyConfig,
 };
-use fulcrum_testkit::{free_port, FulcrumProcess, PgCluster, Signal, TestCerts, APP_DB, APP_USER};
+use fulcrum_testkit::{
+    free_port, FulcrumProcess, PgCluster, ScratchDir, Signal, TestCerts, APP_DB, APP_PASSWORD,
+    APP_USER,
+};
 use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
 
 /// A client whose notifications arrive on the returned channel.
@@ -99,6 +102,11 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     for line in rustls_tokio_postgres::listener_tls(&certs) {
         cfg = cfg.extra(&line);
     }
+    let sockets = ScratchDir::new().unwrap();
+    cfg = cfg.extra(&format!(
+        "unix_socket_dir = \"{}\"",
+        sockets.path().display()
+    ));
     let admin_port = free_port();
     let p = FulcrumProcess::start(&with_console(&cfg.to_toml(), admin_port)).unwrap();
 
@@ -118,6 +126,15 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         .batch_execute("CREATE TEMP TABLE t (x int); INSERT INTO t VALUES (7)")
         .await
         .unwrap();
+    // A client of the Unix socket: its socket moves as a TCP one does.
+    let port = cfg.listen.rsplit_once(':').unwrap().1.to_string();
+    let unix = fulcrum_suite::pg_connect_str(&format!(
+        "host={} port={port} user={APP_USER} password={APP_PASSWORD} dbname={APP_DB}",
+        sockets.path().display()
+    ))
+    .await
+    .expect("connect over the Unix socket");
+    unix.batch_execute("SET app.kept = 'unix'").await.unwrap();
     // A TLS client: its session's keys are this process's.
     let tls = rustls_tokio_postgres::connect(&cfg, &certs.ca)
         .await
@@ -150,13 +167,13 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
                 _ => None,
             })
             .collect();
-        if detail.starts_with("1 handed over") && detail.contains("1 TLS, 1 pinned") {
+        if detail.starts_with("2 handed over") && detail.contains("1 TLS, 1 pinned") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        detail, "1 handed over; left on the old process: 1 TLS, 1 pinned; 0 closed there",
+        detail, "2 handed over; left on the old process: 1 TLS, 1 pinned; 0 closed there",
         "SHOW UPGRADE's clients row"
     );
 
@@ -166,7 +183,8 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     assert!(!one_value(&client, "SELECT CURRENT_TIMESTAMP::text")
         .await
         .is_empty());
-    // The moved client, on the new process, as before.
+    // The moved clients, on the new process, as before.
+    assert_eq!(one_value(&unix, "SHOW app.kept").await, "unix");
     assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
     let four: i32 = client.query_one(&add_one, &[&3i32]).await.unwrap().get(0);
     assert_eq!(four, 4, "the statement prepared before runs by name");
