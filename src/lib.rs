@@ -49,6 +49,7 @@ pub use metrics::{
 };
 pub use process::{rss_kb, upgraded_to, KillOnDrop};
 pub use python::run_python;
+pub use rustls_tokio_postgres::cancel_a_sleep;
 pub use servers::com_select;
 pub use sysbench::sysbench;
 pub use wire::{startup_message, PROTOCOL_3_0};

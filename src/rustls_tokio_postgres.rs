@@ -116,3 +116,28 @@ pub fn listener_tls(certs: &fulcrum_testkit::TestCerts) -> [String; 3] {
         format!("tls_private_key = \"{}\"", certs.key.display()),
     ]
 }
+
+/// `client` runs a long sleep, and a cancel request with its key (sent to
+/// the listener, as a driver sends it: over TLS trusting `ca` when given)
+/// ends it with 57014 within 10 s.
+pub async fn cancel_a_sleep(client: &tokio_postgres::Client, ca: Option<&std::path::Path>) {
+    let cancel = client.cancel_token();
+    let sleeping = client.simple_query("SELECT pg_sleep(20)");
+    let canceller = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        match ca {
+            Some(ca) => cancel.cancel_query(trusting(ca)).await,
+            None => cancel.cancel_query(tokio_postgres::NoTls).await,
+        }
+    };
+    let started = std::time::Instant::now();
+    let (slept, cancelled) = tokio::join!(sleeping, canceller);
+    cancelled.expect("the cancel request is taken");
+    let e = slept.expect_err("the sleep is cancelled");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57014"),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

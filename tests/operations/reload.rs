@@ -61,20 +61,7 @@ async fn sighup_adds_a_replica_and_an_invalid_file_keeps_the_running_config() {
     old.batch_execute("COMMIT").await.unwrap();
     // Its cancel key still reaches it: a CancelRequest is handed to the
     // context current when it connects, which has the keys issued before.
-    let cancel = old.cancel_token();
-    let sleeping = old.simple_query("SELECT pg_sleep(20)");
-    let canceller = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        cancel.cancel_query(tokio_postgres::NoTls).await
-    };
-    let (slept, cancelled) = tokio::join!(sleeping, canceller);
-    cancelled.expect("the cancel request is taken");
-    let e = slept.expect_err("cancelled after the reload");
-    assert_eq!(
-        e.as_db_error().map(|d| d.code().code()),
-        Some("57014"),
-        "{e:?}"
-    );
+    fulcrum_suite::cancel_a_sleep(&old, None).await;
 
     // An invalid file: the error names file, line and key; nothing changes.
     let bad = toml(&two).replacen("pool_size = 20", "pool_size = 20\npool_sise = 5", 1);

@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{
-    console_connect, rustls_tokio_postgres, upgraded_to, with_console, KillOnDrop, PgProxyConfig,
+    cancel_a_sleep, console_connect, first_value, rustls_tokio_postgres, upgraded_to, with_console,
+    KillOnDrop, PgProxyConfig,
 };
 use fulcrum_testkit::{
     free_port, FulcrumProcess, PgCluster, ScratchDir, Signal, TestCerts, APP_DB, APP_PASSWORD,
@@ -40,49 +41,6 @@ async fn listening_client(
         }
     });
     (client, rx)
-}
-
-/// The first column of the first row of `sql`.
-async fn one_value(client: &tokio_postgres::Client, sql: &str) -> String {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-/// `client` runs a long sleep, and a cancel request with its key (sent to
-/// the listener, as a driver sends it: over TLS when `ca` is given) ends it
-/// with 57014.
-async fn cancel_a_sleep(client: &tokio_postgres::Client, ca: Option<&std::path::Path>) {
-    let cancel = client.cancel_token();
-    let sleeping = client.simple_query("SELECT pg_sleep(20)");
-    let canceller = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        match ca {
-            Some(ca) => {
-                cancel
-                    .cancel_query(rustls_tokio_postgres::trusting(ca))
-                    .await
-            }
-            None => cancel.cancel_query(NoTls).await,
-        }
-    };
-    let started = Instant::now();
-    let (slept, cancelled) = tokio::join!(sleeping, canceller);
-    cancelled.expect("the cancel request is taken");
-    let e = slept.expect_err("cancelled");
-    assert_eq!(
-        e.as_db_error().map(|d| d.code().code()),
-        Some("57014"),
-        "{e:?}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
@@ -119,7 +77,7 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     let two: i32 = client.query_one(&add_one, &[&1i32]).await.unwrap().get(0);
     assert_eq!(two, 2);
     client.batch_execute("LISTEN moved").await.unwrap();
-    let pid_before = one_value(&client, "SELECT pg_backend_pid()").await;
+    let pid_before = first_value(&client, "SELECT pg_backend_pid()").await;
     // A pinned client: its temporary table lives on its server connection.
     let (pinned, _) = listening_client(&cfg).await;
     pinned
@@ -180,16 +138,16 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     // The moved client's first statement there calls a function: the new
     // process proves it by its own function catalog, read when the client
     // arrived (as at a login), so the client is not pinned for it.
-    assert!(!one_value(&client, "SELECT CURRENT_TIMESTAMP::text")
+    assert!(!first_value(&client, "SELECT CURRENT_TIMESTAMP::text")
         .await
         .is_empty());
     // The moved clients, on the new process, as before.
-    assert_eq!(one_value(&unix, "SHOW app.kept").await, "unix");
-    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+    assert_eq!(first_value(&unix, "SHOW app.kept").await, "unix");
+    assert_eq!(first_value(&client, "SHOW app.kept").await, "kept-1");
     let four: i32 = client.query_one(&add_one, &[&3i32]).await.unwrap().get(0);
     assert_eq!(four, 4, "the statement prepared before runs by name");
     assert_eq!(
-        one_value(&client, "SELECT pg_backend_pid()").await,
+        first_value(&client, "SELECT pg_backend_pid()").await,
         pid_before,
         "the same process id"
     );
@@ -211,8 +169,8 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         p.try_wait().is_none(),
         "the old process stays for its clients"
     );
-    assert_eq!(one_value(&pinned, "SELECT x FROM t").await, "7");
-    assert_eq!(one_value(&tls, "SHOW app.kept").await, "tls");
+    assert_eq!(first_value(&pinned, "SELECT x FROM t").await, "7");
+    assert_eq!(first_value(&tls, "SHOW app.kept").await, "tls");
     // Their cancel requests reach the new process's listener, which
     // passes them back to the old process.
     cancel_a_sleep(&pinned, None).await;
@@ -229,7 +187,7 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
         "the old process exits once its clients left:\n{}",
         p.log_contents()
     );
-    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+    assert_eq!(first_value(&client, "SHOW app.kept").await, "kept-1");
 
     // The call it made first on the new process left it unpinned (see
     // above): a second upgrade moves it again, and the second process exits.
@@ -253,7 +211,7 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
                     .is_ok_and(|s| s.contains(") Z "))
         })
     });
-    assert_eq!(one_value(&client, "SHOW app.kept").await, "kept-1");
+    assert_eq!(first_value(&client, "SHOW app.kept").await, "kept-1");
     let five: i32 = client.query_one(&add_one, &[&4i32]).await.unwrap().get(0);
     assert_eq!(five, 5);
 }
