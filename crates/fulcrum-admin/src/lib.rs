@@ -3,7 +3,9 @@
 //! or md5, `admin_auth`), any database name accepted. PgBouncer's `SHOW`
 //! commands with its column names where the concept is the same, plus
 //! operator commands (`PAUSE`, `RESUME`, `DISABLE`, `ENABLE`, `SWITCHOVER`,
-//! `RELOAD`, `SET log`). The parser (`command.rs`) and the row encoding
+//! `RELOAD`, `UPGRADE`, `RECONNECT`, `WAIT_CLOSE`, `KILL`, `SHUTDOWN`,
+//! `SET log`; `SHOW UPGRADE` lists the
+//! binary upgrades this process took part in and the clients they moved). The parser (`command.rs`) and the row encoding
 //! (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
 //! command (`pause.rs`: PAUSE and RESUME of every cluster, one cluster, or
 //! one database), `show` builds the SHOW tables (`queries.rs` and `stats.rs` the

@@ -28,15 +28,20 @@
 //! `workers` runs each session on one worker event loop for life
 //! (`workers` > 1);
 //! `replay` drives a transaction replay (start, wait for a primary,
-//! compare, match or fail) over the protocol's checkout and client buffer.
+//! compare, match or fail) over the protocol's checkout and client buffer;
+//! `handover` moves clients to the process a binary upgrade started (each
+//! session's socket and its protocol's snapshot over the upgrade socket,
+//! resumed by the listener of its cluster there), with the tally of who
+//! moved and who stayed, and cancel requests passed back.
 //!
 //! It knows no wire protocol and no SQL text beyond what `fulcrum_sql`
 //! tells it: the server-specific part of health (how to ask a PostgreSQL
 //! or MariaDB server its role and position, how to promote one and
 //! re-point the others) is the [`ServerOps`] trait; opening a server
-//! connection, reading a database's functions, logging a client in and
-//! running its session are [`ProtocolContext`] and [`serve::Frontend`];
-//! each protocol crate implements them.
+//! connection, reading a database's functions, logging a client in,
+//! running its session and resuming a handed-over one are
+//! [`ProtocolContext`] and [`serve::Frontend`]; each protocol crate
+//! implements them.
 
 #![forbid(unsafe_code)]
 
