@@ -4,9 +4,9 @@
 //! commands with its column names where the concept is the same, plus
 //! operator commands (`PAUSE`, `RESUME`, `DISABLE`, `ENABLE`, `SWITCHOVER`,
 //! `RELOAD`, `UPGRADE`, `RECONNECT`, `WAIT_CLOSE`, `KILL`, `SHUTDOWN`,
-//! `SET log`; `SHOW UPGRADE` lists the
-//! binary upgrades this process took part in and the clients they moved). The parser (`command.rs`) and the row encoding
-//! (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
+//! `SET log`; `SHOW UPGRADE` lists the binary upgrades this process took
+//! part in and the clients they moved). The parser (`command.rs`) and the
+//! row encoding (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
 //! command (`pause.rs`: PAUSE and RESUME of every cluster, one cluster, or
 //! one database), `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
 //! digest, memory and traffic ones).
