@@ -5,15 +5,19 @@
 //! consistency and a server-side prepared statement) and never notices; a
 //! pinned client (a user variable) stays on the old process, counted in
 //! SHOW UPGRADE, and the old process exits once it leaves, the moved client
-//! still served (and `KILL <id>` through the new process reaching it).
+//! still served (and `KILL <id>` through the new process reaching it). An
+//! idle client of the Unix socket moves too, with its id and a setting.
 
+use std::path::Path;
 use std::time::Duration;
 
 use fulcrum_suite::{
     console_connect, maria_connect, maria_one_replica, maria_toml, upgraded_to, with_console,
     KillOnDrop,
 };
-use fulcrum_testkit::{free_port, FulcrumProcess, Signal};
+use fulcrum_testkit::{
+    free_port, wait_for_unix, FulcrumProcess, ScratchDir, Signal, APP_DB, APP_PASSWORD, APP_USER,
+};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -24,6 +28,18 @@ async fn one(c: &mut mysql_async::Conn, sql: &str) -> String {
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     v.unwrap_or_else(|| panic!("{sql}: no row"))
+}
+
+/// A login over the Unix socket at `socket`.
+async fn socket_login(socket: &Path) -> mysql_async::Conn {
+    let opts = mysql_async::OptsBuilder::default()
+        .socket(Some(socket.display().to_string()))
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .db_name(Some(APP_DB));
+    mysql_async::Conn::new(opts)
+        .await
+        .expect("login over the socket")
 }
 
 /// SHOW UPGRADE's `clients` row on the console (its detail), once it
@@ -54,8 +70,12 @@ async fn clients_row(admin_port: u16, want: &str) -> String {
 async fn a_mysql_client_moves_at_its_commit_with_its_session_and_a_pinned_one_stays() {
     let c = tokio::task::block_in_place(maria_one_replica);
     let (port, admin_port) = (free_port(), free_port());
-    let p = FulcrumProcess::start(&with_console(&maria_toml(c, port, ""), admin_port))
+    let dir = ScratchDir::new().unwrap();
+    let socket = dir.path().join("fulcrum.sock");
+    let keys = format!("unix_socket = \"{}\"\n", socket.display());
+    let p = FulcrumProcess::start(&with_console(&maria_toml(c, port, &keys), admin_port))
         .expect("fulcrum");
+    assert!(wait_for_unix(&socket, Duration::from_secs(10)));
 
     let mut client = maria_connect(port).await;
     let id = client.id();
@@ -79,6 +99,13 @@ async fn a_mysql_client_moves_at_its_commit_with_its_session_and_a_pinned_one_st
         one(&mut client, "SELECT @@session.sql_mode").await,
         "ANSI_QUOTES"
     );
+    // An idle client of the Unix socket, with a setting of its own.
+    let mut local = socket_login(&socket).await;
+    let local_id = local.id();
+    local
+        .query_drop("SET @@session.time_zone = '+02:00'")
+        .await
+        .unwrap();
     // A pinned client: its user variable lives on its server connection.
     let mut pinned = maria_connect(port).await;
     pinned.query_drop("SET @kept = 7").await.unwrap();
@@ -103,7 +130,7 @@ async fn a_mysql_client_moves_at_its_commit_with_its_session_and_a_pinned_one_st
 
     // The console is the new process's: the client moved at its
     // transaction's end, the pinned one stayed.
-    let want = "1 handed over; left on the old process: 0 TLS, 1 pinned; 0 closed there";
+    let want = "2 handed over; left on the old process: 0 TLS, 1 pinned; 0 closed there";
     assert_eq!(
         clients_row(admin_port, want).await,
         want,
@@ -145,6 +172,15 @@ async fn a_mysql_client_moves_at_its_commit_with_its_session_and_a_pinned_one_st
     assert_eq!(one(&mut client, "SHOW fulcrum.consistency").await, "strong");
     let four: i64 = client.exec_first(&add_one, (3,)).await.unwrap().unwrap();
     assert_eq!(four, 4, "the statement prepared before runs by its id");
+    assert_eq!(
+        one(&mut local, "SELECT CONNECTION_ID()").await,
+        local_id.to_string()
+    );
+    assert_eq!(
+        one(&mut local, "SELECT @@session.time_zone").await,
+        "+02:00"
+    );
+    local.disconnect().await.unwrap();
     // `KILL <id>` from a client of the new process reaches it: its id is
     // registered there.
     let killer = &mut fresh;
