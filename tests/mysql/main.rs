@@ -5,7 +5,7 @@
 //! module was a binary of its own before.
 //!
 //! Clusters: `my_drivers`, `my_bad_input`, `my_connect_query`,
-//! `my_server_refusal`, `my_unix_socket` and `my_upgrade` share one primary with a replica
+//! `my_server_refusal`, `my_unix_socket`, `my_upgrade` and `my_upgrade_clients` share one primary with a replica
 //! (`fulcrum_suite::maria_one_replica`); `my_proxy` (64 MiB
 //! packets), `my_sysbench` (which counts `Com_select` per server),
 //! `my_credentials` (its own server-side users), `my_tls` (a TLS-only
@@ -29,3 +29,4 @@ mod my_sysbench;
 mod my_tls;
 mod my_unix_socket;
 mod my_upgrade;
+mod my_upgrade_clients;

@@ -60,6 +60,9 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
     for line in rustls_tokio_postgres::listener_tls(&certs) {
         cfg = cfg.extra(&line);
     }
+    // The moved client's first statement waits for the new process's
+    // function catalog (as a login does): room for a loaded machine.
+    cfg = cfg.extra("function_catalog_wait = \"10s\"");
     let sockets = ScratchDir::new().unwrap();
     cfg = cfg.extra(&format!(
         "unix_socket_dir = \"{}\"",

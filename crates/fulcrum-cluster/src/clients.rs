@@ -305,6 +305,10 @@ impl Watcher {
 
 impl Drop for ClientHandle {
     fn drop(&mut self) {
+        // One that stayed on this process after an upgrade is gone now.
+        if let (Some(why), Some(sink)) = (self.entry.stay(), crate::handover::sink()) {
+            sink.gone(why);
+        }
         let mut map = self.registry.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(&self.entry.id);
         // Under the map's lock: a SHOW STATS sees the client in one place.

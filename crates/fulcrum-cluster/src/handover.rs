@@ -40,6 +40,10 @@ pub struct Sink {
     stream: Mutex<Option<UnixStream>>,
     handed_over: AtomicU64,
     closed: AtomicU64,
+    /// Clients staying now, by reason (kept as they change, so a report
+    /// costs no walk over every client).
+    left_tls: AtomicU64,
+    left_pinned: AtomicU64,
 }
 
 static SINK: OnceLock<Sink> = OnceLock::new();
@@ -63,6 +67,8 @@ pub fn open(stream: UnixStream) {
         stream: Mutex::new(Some(stream)),
         handed_over: AtomicU64::new(0),
         closed: AtomicU64::new(0),
+        left_tls: AtomicU64::new(0),
+        left_pinned: AtomicU64::new(0),
     };
     if SINK.set(sink).is_ok() {
         clients::registry().hand_over_all();
@@ -101,9 +107,34 @@ impl Sink {
     /// A session asked to move stays (or no longer stays: `None`) for the
     /// reason given: recorded on its entry and reported.
     pub fn stays(&self, entry: &clients::ClientEntry, why: Option<Stay>) {
-        if entry.stay() != why {
+        let was = entry.stay();
+        if was != why {
             entry.set_stay(why);
+            self.count_stay(was, -1);
+            self.count_stay(why, 1);
             self.report();
+        }
+    }
+
+    /// A client that stayed here (for `why`) has gone: it moved, left, or
+    /// was closed.
+    pub(crate) fn gone(&self, why: Stay) {
+        self.count_stay(Some(why), -1);
+        self.report();
+    }
+
+    fn count_stay(&self, why: Option<Stay>, delta: i64) {
+        let counter = match why {
+            Some(Stay::Tls) => &self.left_tls,
+            Some(Stay::Pinned) => &self.left_pinned,
+            None => return,
+        };
+        if delta > 0 {
+            counter.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(1))
+            });
         }
     }
 
@@ -115,19 +146,12 @@ impl Sink {
 
     /// The counts now: moved, staying (by reason), closed.
     pub fn tally(&self) -> Tally {
-        let mut t = Tally {
+        Tally {
             handed_over: self.handed_over.load(Ordering::Relaxed),
             closed: self.closed.load(Ordering::Relaxed),
-            ..Tally::default()
-        };
-        for entry in clients::registry().snapshot() {
-            match entry.stay() {
-                Some(Stay::Tls) => t.left_tls += 1,
-                Some(Stay::Pinned) => t.left_pinned += 1,
-                None => {}
-            }
+            left_tls: self.left_tls.load(Ordering::Relaxed),
+            left_pinned: self.left_pinned.load(Ordering::Relaxed),
         }
-        t
     }
 
     /// Tells the new process the counts (best effort: SHOW UPGRADE there).

@@ -135,6 +135,12 @@ async fn converse(live: &mut Live, path: &Path) -> Result<u32, String> {
     let mut child = std::process::Command::new(&exe)
         .args(&args)
         .env(wire::ENV, path)
+        // Its MySQL clients' connection ids start past this process's, so
+        // none takes the id of a client handed over to it.
+        .env(
+            fulcrum_mysql::frontend::context::CONNECTION_IDS_ENV,
+            fulcrum_mysql::frontend::context::successor_connection_ids().to_string(),
+        )
         .stdin(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fulcrum_cluster::function_catalog::{quote_literal, FunctionKind, Functions, Wanted};
 use fulcrum_cluster::{ClusterCore, PoolScope, ProtocolContext};
@@ -77,6 +77,39 @@ impl Running {
 /// client (idle pooled connections, other tools) never show a client's id.
 pub const FIRST_CONNECTION_ID: u32 = 1 << 30;
 
+/// The environment variable a binary upgrade starts the new process with:
+/// the first connection id it gives ([`successor_connection_ids`]), so its
+/// new clients never take the id of a client the old process hands over.
+pub const CONNECTION_IDS_ENV: &str = "FULCRUM_MYSQL_CONNECTION_IDS_FROM";
+
+/// Ids the old process may still give between starting its successor and
+/// the successor's `READY` (it accepts until then): the successor starts
+/// this far past the old process's counter.
+pub const SUCCESSOR_RESERVE: u32 = 1 << 20;
+
+/// The process's connection-id counter: from [`FIRST_CONNECTION_ID`], or
+/// where the process it replaces said ([`CONNECTION_IDS_ENV`]).
+fn connection_ids() -> &'static AtomicU32 {
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    NEXT.get_or_init(|| {
+        let from = std::env::var(CONNECTION_IDS_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&n| n >= FIRST_CONNECTION_ID);
+        AtomicU32::new(from.unwrap_or(FIRST_CONNECTION_ID))
+    })
+}
+
+/// The first connection id the process replacing this one gives
+/// ([`CONNECTION_IDS_ENV`]): past every id this one gave or may give
+/// before it serves.
+pub fn successor_connection_ids() -> u32 {
+    let next = connection_ids()
+        .load(Ordering::Relaxed)
+        .wrapping_add(SUCCESSOR_RESERVE);
+    next.max(FIRST_CONNECTION_ID)
+}
+
 pub struct MyClusterContext {
     core: MyCore,
     pub passwords: HashMap<String, String>,
@@ -138,13 +171,27 @@ impl MyClusterContext {
     /// clusters sharing a port, or of a context before and after a reload,
     /// never share one (KILL QUERY names a client by it).
     pub fn connection_id(&self) -> u32 {
-        static NEXT: AtomicU32 = AtomicU32::new(FIRST_CONNECTION_ID);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let next = connection_ids();
+        let id = next.fetch_add(1, Ordering::Relaxed);
         if id == 0 {
             // After four billion logins: 0 means "none" to some clients.
-            return NEXT.fetch_add(1, Ordering::Relaxed);
+            return next.fetch_add(1, Ordering::Relaxed);
         }
         id
+    }
+
+    /// A client handed over by a binary upgrade keeps the id it was given
+    /// by the old process: false when a client of this context has it
+    /// already (more logins than [`SUCCESSOR_RESERVE`] on the old process
+    /// while this one started). Ids given from now on are past it.
+    pub fn claim_connection_id(&self, id: u32) -> bool {
+        connection_ids().fetch_max(id.wrapping_add(1).max(1), Ordering::Relaxed);
+        id != 0
+            && !self
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&id)
     }
 
     /// Client `id` is logged in as `user` (again after COM_CHANGE_USER),
@@ -433,5 +480,43 @@ impl MyClusterContext {
 impl fulcrum_metrics::Source for MyClusterContext {
     fn refresh(&self, metrics: &fulcrum_metrics::Metrics) {
         self.refresh_metrics(metrics);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> Arc<MyClusterContext> {
+        let toml = "[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+                    listen = \"127.0.0.1:0\"\n\
+                    backend = [{ address = \"127.0.0.1:1\", role = \"primary\" }]\n\
+                    user = [{ name = \"app\", password = \"x\" }]\n";
+        let config = fulcrum_config::parse(toml, std::path::Path::new("t.toml")).unwrap();
+        MyClusterContext::new(config.clusters[0].clone())
+    }
+
+    /// A handed-over client keeps its id unless a client here has it,
+    /// and ids given after it are past it; a successor starts past every
+    /// id given here.
+    #[test]
+    fn a_handed_over_id_is_kept_when_free_and_never_given_again() {
+        let ctx = context();
+        let entry = fulcrum_cluster::clients::registry().register(
+            "shop",
+            "app".into(),
+            "".into(),
+            fulcrum_net::ClientPeer::Tcp("127.0.0.1:1".parse().unwrap()),
+        );
+        let mine = ctx.connection_id();
+        ctx.register_client(mine, "app".into(), entry.clone_entry());
+        assert!(!ctx.claim_connection_id(mine), "taken here");
+        assert!(!ctx.claim_connection_id(0), "0 is no id");
+        let carried = mine + 1000;
+        assert!(ctx.claim_connection_id(carried));
+        assert!(ctx.connection_id() > carried, "past the carried id");
+        assert!(successor_connection_ids() >= carried + SUCCESSOR_RESERVE);
+        ctx.forget_client(mine);
+        assert!(ctx.claim_connection_id(mine), "free again");
     }
 }

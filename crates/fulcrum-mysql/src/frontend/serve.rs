@@ -1,6 +1,7 @@
 //! A MySQL listener: `fulcrum_cluster::serve`'s accept loop, with this
 //! protocol's part of it ([`Frontend`]): the handshake and authentication
-//! (`login`), an ERR packet for a client turned away, and the session.
+//! (`login`), an ERR packet for a client turned away, the session, and
+//! the session of a client a binary upgrade's old process handed over.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use fulcrum_tls::ClientStream;
 use super::context::MyClusterContext;
 use super::error::SessionError;
 use super::login::{login, Login};
-use super::session::Session;
+use super::session::{HandedOver, Session};
 use super::wire::send_error;
 use crate::codec::err::codes;
 
@@ -70,19 +71,32 @@ impl Frontend for MyClusterContext {
         session.run(seq).await
     }
 
-    /// MySQL sessions are not handed over yet (they stay on the old
-    /// process until they leave, `Stay::Pinned` is not claimed for them):
-    /// nothing sends one, and one that arrives is closed.
+    /// A client the old process handed over (a binary upgrade): its
+    /// session rebuilt from the snapshot as the login would have made it,
+    /// under the connection id it was given there (registered for `KILL`
+    /// and the process list), then its commands served; no greeting, no OK.
     async fn resume(
-        _ctx: Arc<MyClusterContext>,
-        _stream: Accepted,
-        _head: fulcrum_cluster::handover::ClientHead,
-        _entry: ClientHandle,
+        ctx: Arc<MyClusterContext>,
+        stream: Accepted,
+        head: fulcrum_cluster::handover::ClientHead,
+        entry: ClientHandle,
     ) -> Result<(), SessionError> {
-        tracing::warn!(
-            "upgrade: a handed-over MySQL session: not supported by this version, closed"
-        );
-        Ok(())
+        let Some(mut carried) = HandedOver::read(&head.state).filter(|_| head.protocol == "mysql")
+        else {
+            // Another version's snapshot: the client is closed and
+            // connects again.
+            tracing::warn!("upgrade: a handed-over MySQL session this version cannot read: closed");
+            return Ok(());
+        };
+        let id = carried.connection_id();
+        if !ctx.claim_connection_id(id) {
+            let new = ctx.connection_id();
+            tracing::warn!(id, new, "upgrade: a handed-over client's connection id is taken here; its CONNECTION_ID() changes");
+            carried.renumber(new);
+        }
+        let login = carried.login(&head.user);
+        let mut session = Session::new(ctx, Self::accept(stream), login, entry);
+        session.run_resumed(carried).await
     }
 
     fn ending(error: &SessionError) -> Ending<'_> {

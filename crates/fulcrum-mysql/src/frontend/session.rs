@@ -24,6 +24,7 @@ mod checkout;
 mod commands;
 mod failure;
 mod forward;
+mod handover;
 mod identity;
 mod idle;
 mod options;
@@ -36,6 +37,7 @@ mod token;
 mod txn_log;
 
 use actions::Carried;
+pub(crate) use handover::HandedOver;
 use identity::{kill_target, process_kill_target};
 
 use std::collections::HashMap;
@@ -94,8 +96,9 @@ pub struct Session {
     /// Digest statistics: the digest of the statement about to be
     /// forwarded, and the last one looked up.
     digests: Digests,
-    /// The admin console's KILL and the drain on SIGTERM (the session ends
-    /// at its next transaction boundary), watched on the client's entry.
+    /// The admin console's KILL, the drain on SIGTERM and an upgrade's
+    /// hand-over (the session ends, or moves, at its next transaction
+    /// boundary), watched on the client's entry.
     interrupts: fulcrum_cluster::clients::Watcher,
     /// The idle timeout's timer, made the first time it is armed (a
     /// cluster that sets no idle timeout makes none) and reset in place.
@@ -333,8 +336,9 @@ impl Session {
         let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
         {
             let span = loop {
-                let draining = self.client_entry.draining();
-                if draining && self.at_boundary() {
+                // A drain or an upgrade's hand-over (`handover.rs`): one
+                // load while neither is raised.
+                if self.client_entry.leaving() && self.leave_now().await? {
                     return Ok(false);
                 }
                 let idle = self.idle_timeout();
@@ -351,8 +355,8 @@ impl Session {
                     biased;
                     i = self.interrupts.next() => {
                         if i == Interrupt::HandOver {
-                            // Not handed over yet: the client stays on
-                            // this process until it leaves.
+                            // The check at the top of the loop moves it,
+                            // now or at its next boundary.
                             continue;
                         }
                         if i == Interrupt::Drain {
