@@ -243,6 +243,10 @@ impl Session {
     /// Whether `effects` would give the client more tracked settings than
     /// `max_client_settings` (each is kept and replayed per connection).
     fn one_setting_too_many(&self, effects: &[Effect]) -> bool {
+        if effects.is_empty() {
+            // Most statements: nothing to count.
+            return false;
+        }
         let max = self.ctx.config.max_client_settings as usize;
         let desired = &self.params.desired;
         let fresh = effects
