@@ -265,17 +265,25 @@ impl Expectations {
     /// Accounts for one server message with tag `tag` (body for 'Z').
     pub fn on_server(&mut self, tag: u8, body: &[u8]) -> (Step, Effects) {
         let mut fx = Effects::default();
+        let step = self.on_server_into(tag, body, &mut fx);
+        (step, fx)
+    }
+
+    /// [`Self::on_server`], the effects written into `fx` (empty on entry):
+    /// the session's frame loop keeps one there rather than have it
+    /// returned and moved twice per frame.
+    pub fn on_server_into(&mut self, tag: u8, body: &[u8], fx: &mut Effects) -> Step {
         match self.queue.front() {
-            Some(Expect::Position) => return (self.on_position(tag, body, &mut fx), fx),
+            Some(Expect::Position) => return self.on_position(tag, body, fx),
             Some(&Expect::CommitId { in_batch }) => {
-                if let Some(step) = self.on_commit_id(tag, body, in_batch, &mut fx) {
-                    return (step, fx);
+                if let Some(step) = self.on_commit_id(tag, body, in_batch, fx) {
+                    return step;
                 }
             }
-            Some(Expect::SwallowQuery) => return (self.on_swallowed_query(tag), fx),
+            Some(Expect::SwallowQuery) => return self.on_swallowed_query(tag),
             _ => {}
         }
-        let step = match tag {
+        match tag {
             b'1' => match self.queue.front() {
                 Some(Expect::Parse(name)) => {
                     fx.prepared = name.clone();
@@ -300,7 +308,7 @@ impl Expectations {
                 Step::Forward
             }
             b'G' => {
-                self.on_copy_in(&mut fx);
+                self.on_copy_in(fx);
                 Step::Forward
             }
             b'T' | b'n' => {
@@ -310,20 +318,19 @@ impl Expectations {
                 Step::Forward
             }
             b'C' | b'I' | b's' => {
-                self.on_complete(tag, body, &mut fx);
+                self.on_complete(tag, body, fx);
                 Step::Forward
             }
             b'E' => {
-                self.on_error(&mut fx);
+                self.on_error(fx);
                 Step::Forward
             }
             b'Z' => {
-                self.on_ready(body, &mut fx);
+                self.on_ready(body, fx);
                 Step::Forward
             }
             _ => Step::Forward,
-        };
-        (step, fx)
+        }
     }
 
     /// A frame of the answer to Fulcrum's own position query (dropped): its
