@@ -232,19 +232,23 @@ impl Session {
     /// classification is in `query_unit` already (an unnamed statement's
     /// Parse: in `parse_unit`).
     pub(super) fn next_unit_decision(&mut self, text_len: Option<usize>) -> Decision {
-        let looked_up = self.query_unit.take();
         // A Query whose text `query_look` found (most units): classified
         // from there, with no closure or cell between (the general way
-        // below cost about 190 instructions more a unit).
+        // below cost about 190 instructions more a unit), and kept where
+        // it is made (a `Classified` moved costs a copy of its bytes).
         if let (Some(b'Q'), Some(n)) = (self.client.read_buf.first(), text_len) {
             let Ok(text) = std::str::from_utf8(&self.client.read_buf[5..5 + n]) else {
+                self.query_unit = None;
                 return Decision::Write;
             };
-            let unit = looked_up.unwrap_or_else(|| self.ctx.classify_unit(text));
-            let d = self.query_decision(text, &unit);
-            self.query_unit = Some(unit);
-            return d;
+            if self.query_unit.is_none() {
+                self.query_unit = Some(self.ctx.classify_unit(text));
+            }
+            let unit = self.query_unit.as_ref().expect("classified above");
+            return self.query_decision(text, unit);
         }
+        // What the result cache looked up serves a Query only.
+        self.query_unit = None;
         let query_unit = std::cell::RefCell::new(None);
         let decide = |sql: &str, unit: fulcrum_sql::Classified| {
             let d = self.query_decision(sql, &unit);
