@@ -403,7 +403,7 @@ fn word_bytes(x: u64) -> (u64, usize) {
     (x | (upper >> 2), k.min(8))
 }
 
-static LOWER_WORD: [u8; 256] = {
+pub(crate) static LOWER_WORD: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut c = 0;
     while c < 256 {

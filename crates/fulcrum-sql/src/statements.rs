@@ -3,30 +3,35 @@
 //! so no caller keeps a second one. Pure over the text.
 
 /// The first word of a statement (comments and white space skipped), as bytes.
+/// Read once per Query (PostgreSQL) and per COM_QUERY (MySQL): each step
+/// looks at a byte through `get`, so no slice is bounds-checked twice, and
+/// the word's bytes are told by the fingerprint's table.
 pub fn first_word(text: &[u8]) -> &[u8] {
     let mut i = 0;
     loop {
-        while i < text.len() && text[i].is_ascii_whitespace() {
+        while text.get(i).is_some_and(u8::is_ascii_whitespace) {
             i += 1;
         }
-        if text[i..].starts_with(b"--") {
-            while i < text.len() && text[i] != b'\n' {
-                i += 1;
+        match (text.get(i), text.get(i + 1)) {
+            (Some(b'-'), Some(b'-')) => {
+                i += 2;
+                while text.get(i).is_some_and(|&c| c != b'\n') {
+                    i += 1;
+                }
             }
-        } else if text[i..].starts_with(b"/*") {
-            match text[i + 2..].windows(2).position(|w| w == b"*/") {
+            (Some(b'/'), Some(b'*')) => match text[i + 2..].windows(2).position(|w| w == b"*/") {
                 Some(p) => i += p + 4,
                 None => return &[],
-            }
-        } else {
-            break;
+            },
+            _ => break,
         }
     }
-    let end = text[i..]
+    let rest = &text[i..];
+    let n = rest
         .iter()
-        .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
-        .map_or(text.len(), |p| i + p);
-    &text[i..end]
+        .take_while(|&&c| crate::fingerprint::LOWER_WORD[c as usize] != 0)
+        .count();
+    &rest[..n]
 }
 
 pub fn skip_space_and_comments(mut t: &str) -> &str {
@@ -242,6 +247,70 @@ mod tests {
         assert_eq!(first_word(b"select 1"), b"select");
         assert_eq!(first_word(b"/* open"), b"");
         assert_eq!(first_word(b""), b"");
+    }
+
+    /// `first_word` as it was before it read through `get`: the same
+    /// answer for every text.
+    fn first_word_by_slices(text: &[u8]) -> &[u8] {
+        let mut i = 0;
+        loop {
+            while i < text.len() && text[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            if text[i..].starts_with(b"--") {
+                while i < text.len() && text[i] != b'\n' {
+                    i += 1;
+                }
+            } else if text[i..].starts_with(b"/*") {
+                match text[i + 2..].windows(2).position(|w| w == b"*/") {
+                    Some(p) => i += p + 4,
+                    None => return &[],
+                }
+            } else {
+                break;
+            }
+        }
+        let end = text[i..]
+            .iter()
+            .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+            .map_or(text.len(), |p| i + p);
+        &text[i..end]
+    }
+
+    #[test]
+    fn first_word_reads_as_before() {
+        let texts: [&[u8]; 22] = [
+            b"SELECT abalance FROM pgbench_accounts WHERE aid = 1;",
+            b"  /* x */ -- y\n BEGIN;",
+            b"--",
+            b"-- only a comment",
+            b"-- c\n",
+            b"-- c\n-- d\nset x = 1",
+            b"-",
+            b"-x",
+            b"/",
+            b"/*",
+            b"/*/",
+            b"/**/",
+            b"/**/x",
+            b"/* a */ /* b */ _under_score9(",
+            b"\t\r\n\x0cshow all",
+            b"\xc3\xa9t\xc3\xa9",
+            b"x",
+            b"1abc def",
+            b"(select 1)",
+            b" ",
+            b"COMMIT",
+            b"BEGIN\xff",
+        ];
+        for t in texts {
+            assert_eq!(
+                first_word(t),
+                first_word_by_slices(t),
+                "{}",
+                String::from_utf8_lossy(t)
+            );
+        }
     }
 
     #[test]

@@ -200,6 +200,7 @@ impl ClusterContext {
     }
 
     /// `classify`, with what each statement does to the session.
+    #[inline]
     pub fn classify_unit(&self, sql: &str) -> fulcrum_sql::Classified {
         let unit = self.classifier.classify_unit(sql);
         if unit.decision == Decision::Unknown {

@@ -310,3 +310,49 @@ fn synthetic_query_reports_failed_transaction() {
     assert_eq!(q.drain_synthetic(&mut out, b'I'), Some(b'I'));
     assert_eq!(&out[..], b"C\0\0\0\x0fDEALLOCATE\0Z\0\0\0\x05I");
 }
+
+/// What `tag_rows` read before it was written by hand: the last word of
+/// the tag, parsed as `u64::from_str` does.
+fn tag_rows_by_parse(tag: u8, body: &[u8]) -> u64 {
+    if tag != b'C' {
+        return 0;
+    }
+    let text = body.split(|&b| b == 0).next().unwrap_or_default();
+    text.rsplit(|&b| b == b' ')
+        .next()
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn tag_rows_reads_the_last_number_of_a_command_tag() {
+    let cases: [(&[u8], u64); 16] = [
+        (b"SELECT 1\0", 1),
+        (b"INSERT 0 25\0", 25),
+        (b"UPDATE 3\0", 3),
+        (b"DELETE 0\0", 0),
+        (b"COPY 18446744073709551615\0", u64::MAX),
+        (b"COPY 18446744073709551616\0", 0),
+        (b"BEGIN\0", 0),
+        (b"SELECT \0", 0),
+        (b"SELECT +7\0", 7),
+        (b"SELECT +\0", 0),
+        (b"SELECT -1\0", 0),
+        (b"SELECT 1x\0", 0),
+        (b"42\0", 42),
+        (b"SELECT 5", 5),
+        (b"\0SELECT 5", 0),
+        (b"SELECT \xff1\0", 0),
+    ];
+    for (body, rows) in cases {
+        assert_eq!(
+            tag_rows(b'C', body),
+            rows,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(tag_rows(b'C', body), tag_rows_by_parse(b'C', body));
+    }
+    assert_eq!(tag_rows(b'I', b"SELECT 1\0"), 0);
+}

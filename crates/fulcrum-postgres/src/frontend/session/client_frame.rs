@@ -104,16 +104,22 @@ impl Session {
     /// Query's handling after (one pass).
     #[inline]
     fn screen_query(&mut self, frame: &[u8], text_len: Option<usize>) -> Screened {
-        let text = text_len.map_or(&[][..], |n| &frame[5..5 + n]);
-        let unit = self.query_unit(text);
+        // Read where it is kept (routing classified it already, mostly):
+        // not moved out and back.
+        if self.query_unit.is_none() {
+            let text = text_len.map_or(&[][..], |n| &frame[5..5 + n]);
+            self.query_unit = Some(self.query_unit(text));
+        }
+        let unit = self.query_unit.as_ref().expect("classified above");
         if self.one_setting_too_many(unit.effects.iter().as_slice()) {
+            // The session ends: what it was classified as is not needed.
+            self.query_unit = None;
             return Screened::TooManySettings;
         }
         let deallocates = unit
             .effects
             .iter()
             .any(|e| matches!(e, Effect::Deallocate(_)));
-        self.query_unit = Some(unit);
         if deallocates && self.try_answer_deallocate(&frame[5..]) {
             if let Some(m) = self.mirror.as_mut() {
                 // No ReadyForQuery of the server's will answer it.
@@ -243,6 +249,10 @@ impl Session {
     /// Whether `effects` would give the client more tracked settings than
     /// `max_client_settings` (each is kept and replayed per connection).
     fn one_setting_too_many(&self, effects: &[Effect]) -> bool {
+        if effects.is_empty() {
+            // Most statements: nothing to count.
+            return false;
+        }
         let max = self.ctx.config.max_client_settings as usize;
         let desired = &self.params.desired;
         let fresh = effects

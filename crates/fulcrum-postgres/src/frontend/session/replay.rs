@@ -82,6 +82,11 @@ impl Session {
     /// what the client received, dropping it as it matches. Returns true
     /// while the replay goes on (the client must not be written to).
     pub(super) fn replay_progress(&mut self) -> bool {
+        // Called on every flush to the client: nothing else is looked at
+        // when no replay is under way.
+        if self.txn.run.is_none() {
+            return false;
+        }
         let done = self.server.is_some()
             && self.owed() == Owed::Nothing
             && self.to_server.is_empty()

@@ -64,7 +64,10 @@ impl Session {
                 },
                 _ => None,
             };
-            let (step, mut fx, noted) = self.take_server_frame(header);
+            // Filled in place: the effects are not moved from frame step
+            // to frame step (about 120 bytes, twice per frame before).
+            let mut fx = ServerEffects::default();
+            let (step, noted) = self.take_server_frame(header, &mut fx);
             if fx.ready.is_some_and(|s| s != b'I') && self.pool_mode == PoolMode::Statement {
                 return Err(self.refuse_transaction_block().await);
             }
@@ -89,7 +92,7 @@ impl Session {
             if let Some(status) = filled {
                 self.cache_filled(status);
             }
-            self.after_server_frame(fx);
+            self.after_server_frame(&fx);
         }
         self.owed.expect.drain_synthetic(
             &mut self.client.write_buf,
@@ -247,7 +250,7 @@ impl Session {
     /// buffer (left there): whether it goes to the client, its effects, and
     /// what of it settles the connection's state.
     #[inline]
-    fn take_server_frame(&mut self, header: FrameHeader) -> (Step, ServerEffects, Noted) {
+    fn take_server_frame(&mut self, header: FrameHeader, fx: &mut ServerEffects) -> (Step, Noted) {
         let server = self.server.as_mut().expect("attached");
         let server_pid = server.cancel.process_id;
         let frame = &mut server.io.read_buf[..header.total];
@@ -261,12 +264,12 @@ impl Session {
             &mut self.client.write_buf,
             status_byte(self.engine.status()),
         );
-        let (step, fx) = self.owed.expect.on_server(header.tag, &frame[5..]);
+        let step = self.owed.expect.on_server_into(header.tag, &frame[5..], fx);
         if step == Step::Forward && self.engine.txn_log.is_open() {
             // Only what reaches the client (not Fulcrum's own queries).
             super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
         }
-        (step, fx, Noted::of(header.tag, &frame[5..]))
+        (step, Noted::of(header.tag, &frame[5..]))
     }
 
     /// Settles what a server frame changes on the connection: reported
@@ -324,7 +327,7 @@ impl Session {
     /// After a server frame went where it goes: ignored Syncs, a
     /// ReadyForQuery's settling, a position or commit id learnt.
     #[inline]
-    fn after_server_frame(&mut self, fx: ServerEffects) {
+    fn after_server_frame(&mut self, fx: &ServerEffects) {
         self.owed.ready = self.owed.ready.saturating_sub(fx.ignored_syncs);
         if let Some(status) = fx.ready {
             if self.cache_written.is_some() {
