@@ -311,7 +311,7 @@ async fn a_fill_a_write_overtook_is_not_kept() {
     // A slow read of cache_t only (a cross join), kept by the rule; its
     // count changes when a row's v goes below zero.
     let slow = "SELECT COUNT(*) FROM cache_t x JOIN cache_t y JOIN cache_t z \
-                WHERE z.id <= 8 AND x.v + y.v + z.v > 0";
+                WHERE z.id <= 16 AND x.v + y.v + z.v > 0";
     let reading = tokio::spawn(async move {
         let started = std::time::Instant::now();
         let n = value(&mut a, slow).await;
