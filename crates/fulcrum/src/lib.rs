@@ -150,10 +150,14 @@ fn context(
             (ctx, Current::Postgres(tx))
         }
         Protocol::Mysql => {
-            let ctx = fulcrum_mysql::frontend::MyClusterContext::with_metrics(
+            let earlier_ctx = earlier
+                .and_then(Current::mysql)
+                .map(|tx| tx.borrow().clone());
+            let ctx = fulcrum_mysql::frontend::MyClusterContext::after(
                 cluster,
                 metrics.clone(),
                 slow,
+                earlier_ctx.as_deref(),
             );
             let tx = start(
                 ctx.clone(),

@@ -98,6 +98,44 @@ async fn kill_query_stops_only_the_named_clients_query() {
     );
 }
 
+/// A client connected before a config reload is still found by KILL
+/// QUERY from one connected after it (the new context knows the old
+/// one's clients), and its query is stopped on the server it runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_query_reaches_a_client_connected_before_a_reload() {
+    let (p, port) = start("");
+    let mut victim = maria_connect(port).await;
+    let victim_id = victim.id();
+    victim.query_drop("SELECT 1").await.unwrap();
+    let file = std::fs::read_to_string(p.config_path()).unwrap();
+    let changed = file.replacen(
+        "[[cluster]]\n",
+        "[[cluster]]\nserver_check_delay = \"31s\"\n",
+        1,
+    );
+    assert_ne!(file, changed);
+    std::fs::write(p.config_path(), changed).unwrap();
+    p.signal(fulcrum_testkit::Signal::Hup).unwrap();
+    p.wait_for_log("config reloaded", Duration::from_secs(10))
+        .unwrap();
+    let sleeper = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let r = victim.query_drop("SELECT SLEEP(20)").await;
+        (started.elapsed(), r)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut killer = maria_connect(port).await;
+    killer
+        .query_drop(format!("KILL QUERY {victim_id}"))
+        .await
+        .unwrap_or_else(|e| panic!("KILL QUERY of a client from before the reload: {e:?}"));
+    let (took, _) = sleeper.await.unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "the query was stopped ({took:?})"
+    );
+}
+
 /// KILL QUERY names a client by Fulcrum's id: only a client of the same
 /// user may stop it; another user gets the server's own answer to a user
 /// without the PROCESS privilege (ERR 1095), and the query runs on, even

@@ -51,6 +51,10 @@ pub struct Running {
     pub user: Arc<str>,
     /// What it runs on now: backend << 32 | server thread id, or `NONE`.
     on: AtomicU64,
+    /// The backends' addresses of the context it logged in to, by
+    /// `BackendId`: a context after a reload (which shares this registry)
+    /// may number them otherwise.
+    backends: Arc<[String]>,
     /// Its registry entry: `KILL CONNECTION <id>` ends it through it.
     pub entry: Arc<fulcrum_cluster::clients::ClientEntry>,
 }
@@ -63,6 +67,14 @@ impl Running {
     pub fn on(&self) -> Option<(BackendId, u32)> {
         let v = self.on.load(Ordering::Relaxed);
         (v != Self::NONE).then_some(((v >> 32) as BackendId, v as u32))
+    }
+
+    /// The address of the server serving the client now, and its thread
+    /// id (`None`: none): the same in every context, before and after a
+    /// reload.
+    pub fn on_address(&self) -> Option<(&str, u32)> {
+        let (backend, thread) = self.on()?;
+        Some((self.backends.get(backend)?.as_str(), thread))
     }
 
     /// Records which server connection serves the client now.
@@ -123,8 +135,11 @@ pub struct MyClusterContext {
     /// (another stored hash) does not use it.
     sha2_cache: Mutex<HashMap<String, Sha2Entry>>,
     /// Client connection id -> the client and the server connection
-    /// serving it now, for `KILL <id>` and the ids of a process list.
-    running: Mutex<HashMap<u32, Arc<Running>>>,
+    /// serving it now, for `KILL <id>` and the ids of a process list. One
+    /// map for a cluster's contexts before and after a reload (`after`).
+    running: Arc<Mutex<HashMap<u32, Arc<Running>>>>,
+    /// The backends' addresses, by `BackendId` (for `Running`).
+    backend_addresses: Arc<[String]>,
 }
 
 impl std::ops::Deref for MyClusterContext {
@@ -145,6 +160,21 @@ impl MyClusterContext {
         metrics: Arc<fulcrum_metrics::Metrics>,
         slow_query_threshold: Option<std::time::Duration>,
     ) -> Arc<MyClusterContext> {
+        Self::after(config, metrics, slow_query_threshold, None)
+    }
+
+    /// `with_metrics`, for the context that replaces `earlier` (a reload,
+    /// an upgrade's observing loops): the clients logged in before stay
+    /// known (`KILL <id>` from a client of the new context reaches them,
+    /// the process list shows their ids).
+    pub fn after(
+        config: Cluster,
+        metrics: Arc<fulcrum_metrics::Metrics>,
+        slow_query_threshold: Option<std::time::Duration>,
+        earlier: Option<&MyClusterContext>,
+    ) -> Arc<MyClusterContext> {
+        let running = earlier.map_or_else(Default::default, |e| e.running.clone());
+        let backend_addresses = config.backends.iter().map(|b| b.address.clone()).collect();
         Arc::new(MyClusterContext {
             passwords: config
                 .users
@@ -161,7 +191,8 @@ impl MyClusterContext {
                 .collect(),
             auth: super::auth_query::AuthCache::new(fulcrum_cluster::AuthLimits::of(&config)),
             sha2_cache: Mutex::new(HashMap::new()),
-            running: Mutex::new(HashMap::new()),
+            running,
+            backend_addresses,
             core: ClusterCore::new(config, metrics, slow_query_threshold, Dialect::MySql),
         })
     }
@@ -205,6 +236,7 @@ impl MyClusterContext {
         let running = Arc::new(Running {
             user,
             on: AtomicU64::new(Running::NONE),
+            backends: self.backend_addresses.clone(),
             entry,
         });
         self.running
@@ -217,15 +249,23 @@ impl MyClusterContext {
     /// Server thread id -> the connection id of the client it serves now,
     /// on `backend` (a process list's ids, translated).
     pub fn thread_owners(&self, backend: BackendId) -> HashMap<u32, u32> {
+        let Some(address) = self.backend_addresses.get(backend) else {
+            return HashMap::new();
+        };
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter_map(|(&id, r)| match r.on() {
-                Some((b, thread)) if b == backend => Some((thread, id)),
+            .filter_map(|(&id, r)| match r.on_address() {
+                Some((a, thread)) if a == address.as_str() => Some((thread, id)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// This context's number for the backend at `address`, if it has one.
+    pub fn backend_at(&self, address: &str) -> Option<BackendId> {
+        self.backend_addresses.iter().position(|a| a == address)
     }
 
     /// The client is gone.

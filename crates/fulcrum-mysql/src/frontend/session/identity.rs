@@ -119,7 +119,19 @@ impl Session {
             let _ = self.client.flush().await;
             return Err(SessionError::Refused(msg.into()));
         }
-        if let Some((backend, thread)) = target.on() {
+        // The target's server by address: it may have logged in to the
+        // context a reload replaced, which numbered the backends otherwise.
+        let on = target
+            .on_address()
+            .map(|(address, thread)| (self.ctx.backend_at(address), address.to_owned(), thread));
+        if let Some((backend, address, thread)) = on {
+            let Some(backend) = backend else {
+                let msg = format!(
+                    "fulcrum: could not kill the query of connection {id}: its server {address} is no longer in the config"
+                );
+                put_error(&mut self.client.write_buf, seq, codes::UNKNOWN, &msg);
+                return Ok(());
+            };
             if let Err(e) = self.kill_query_of(backend, thread).await {
                 match e {
                     Ok(payload) => {
