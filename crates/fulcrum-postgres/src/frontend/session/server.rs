@@ -309,7 +309,8 @@ impl Session {
             server.prepared.confirm(name);
         }
         if let Some((stamp, rows, failed)) = &fx.finished {
-            stamp.finish(*rows, *failed, self.engine.now());
+            // The unit's own time (`record_unit`) is usually the same span.
+            stamp.finish_after(self.engine.since(stamp.at()), *rows, *failed);
         }
         if fx.skipped_to_sync {
             let server = self.server.as_mut().expect("attached");
