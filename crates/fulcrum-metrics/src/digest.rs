@@ -83,12 +83,18 @@ impl Stamp {
     /// The execution ended at `now`: `rows` returned or affected, or an
     /// error.
     pub fn finish(&self, rows: u64, error: bool, now: Instant) {
-        self.digest.record(
-            now.saturating_duration_since(self.at),
-            rows,
-            error,
-            self.primary,
-        );
+        self.finish_after(now.saturating_duration_since(self.at), rows, error);
+    }
+
+    /// When the execution started.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+
+    /// `finish`, the execution having taken `took` (measured from
+    /// [`at`](Self::at) by the caller, who may have it already).
+    pub fn finish_after(&self, took: Duration, rows: u64, error: bool) {
+        self.digest.record(took, rows, error, self.primary);
     }
 }
 

@@ -189,7 +189,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Poll::Ready(Err(io::ErrorKind::WriteZero.into()))
             }
             Poll::Ready(Ok(n)) => {
-                buf.advance(n);
+                if n == buf.len() {
+                    // All of it: cleared, not advanced, so the buffer's room
+                    // starts at its front again and the next queued frame
+                    // fits without `reserve` moving anything (issue 44).
+                    buf.clear();
+                } else {
+                    buf.advance(n);
+                }
                 self.written += n as u64;
                 // A stream that buffers (TLS records) is pushed on at once;
                 // what it cannot send now is `unflushed` until it can.
@@ -429,7 +436,8 @@ mod tests {
             .unwrap();
         assert_eq!(wrote, 100);
         assert_eq!(near.write_buf.len(), 50);
-        let mut other = BytesMut::from(&b"xyz"[..]);
+        let mut other = BytesMut::with_capacity(64);
+        other.extend_from_slice(b"xyz");
         far.take(100);
         while far.read_buf.len() < 100 {
             far.read_more().await.unwrap();
@@ -438,6 +446,11 @@ mod tests {
         near.write_now().unwrap();
         assert_eq!(near.write_now_from(&mut other).unwrap(), 3);
         assert!(other.is_empty());
+        assert_eq!(
+            other.capacity(),
+            64,
+            "written whole: its room starts at the front again, no reserve needed"
+        );
     }
 
     #[tokio::test]

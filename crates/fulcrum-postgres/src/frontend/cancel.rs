@@ -6,7 +6,7 @@
 //! connection running that client's work at that moment, and to no other.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,19 +15,57 @@ use fulcrum_cluster::clients::ClientEntry;
 use crate::backend::conn::CancelKey;
 use crate::backend::connect::send_cancel;
 
+/// One client's cancel key and the server its work runs on. Only the
+/// client's session writes it; a CancelRequest reads it from any task.
 #[derive(Debug)]
 pub struct CancelSlot {
     pub process_id: i32,
     pub secret_key: i32,
+    /// The server connection the client was last attached to, kept after
+    /// the detach (`running` says whether it is still the client's) so that
+    /// attaching to the same connection again takes no lock.
     target: Mutex<Option<Arc<CancelKey>>>,
+    /// The address of the key `target` holds (null: none): the session's
+    /// own check, without the lock, of whether `target` must change. The
+    /// slot holds that `Arc`, so its address cannot be reused meanwhile.
+    held: AtomicPtr<CancelKey>,
+    /// The client runs work on `target` now (attached).
+    running: AtomicBool,
     /// Whose client it is, and its registry entry (a terminate kills it).
     owner: Option<(Arc<str>, Arc<ClientEntry>)>,
 }
 
 impl CancelSlot {
     /// Sets (on attach) or clears (on detach) the server this client is on.
-    pub fn set_target(&self, key: Option<Arc<CancelKey>>) {
-        *self.target.lock().unwrap_or_else(|e| e.into_inner()) = key;
+    /// A detach and an attach to the connection held already are one
+    /// atomic store each (issue 44: the mutex was taken twice per unit);
+    /// an attach to another connection stores its key first, under the
+    /// lock, then marks the client running, so a reader that sees it
+    /// running reads that key or a later one, never one the client left.
+    pub fn set_target(&self, key: Option<&Arc<CancelKey>>) {
+        let Some(key) = key else {
+            self.running.store(false, Ordering::Release);
+            return;
+        };
+        let ptr = Arc::as_ptr(key).cast_mut();
+        if self.held.load(Ordering::Relaxed) != ptr {
+            // Off first: a reader between the two stores finds no target
+            // rather than the connection the client left.
+            self.running.store(false, Ordering::Release);
+            let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            *target = Some(key.clone());
+            self.held.store(ptr, Ordering::Relaxed);
+        }
+        self.running.store(true, Ordering::Release);
+    }
+
+    /// The server the client's work runs on now, if it runs any.
+    fn current(&self) -> Option<Arc<CancelKey>> {
+        if !self.running.load(Ordering::Acquire) {
+            return None;
+        }
+        let target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+        target.clone()
     }
 }
 
@@ -137,6 +175,8 @@ impl CancelRegistry {
             process_id,
             secret_key,
             target: Mutex::new(None),
+            held: AtomicPtr::new(std::ptr::null_mut()),
+            running: AtomicBool::new(false),
             owner,
         });
         clients.insert(process_id, slot.clone());
@@ -181,12 +221,7 @@ impl CancelRegistry {
                 .get(&(process_id, secret_key))
                 .cloned()?,
         };
-        let target = slot
-            .target
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        target
+        slot.current()
     }
 
     /// A client here was given this key (whether or not it runs anything).
@@ -223,9 +258,7 @@ impl CancelRegistry {
         }
         if terminate {
             entry.kill();
-        } else if let Some(key) =
-            slot.and_then(|s| s.target.lock().unwrap_or_else(|e| e.into_inner()).clone())
-        {
+        } else if let Some(key) = slot.and_then(|s| s.current()) {
             tokio::spawn(async move {
                 if let Err(e) = send_cancel(&key, timeout).await {
                     tracing::warn!(server = %key.address, error = %e, "could not send pg_cancel_backend's cancel");
@@ -310,8 +343,8 @@ mod tests {
             reg.target(a.slot.process_id, a.slot.secret_key).is_none(),
             "idle client"
         );
-        a.slot.set_target(Some(Arc::new(key(42))));
-        b.slot.set_target(Some(Arc::new(key(43))));
+        a.slot.set_target(Some(&Arc::new(key(42))));
+        b.slot.set_target(Some(&Arc::new(key(43))));
         assert_eq!(
             reg.target(a.slot.process_id, a.slot.secret_key)
                 .unwrap()
@@ -333,5 +366,30 @@ mod tests {
         assert!(reg.target(43, 8).is_none(), "wrong secret");
         drop(alias);
         assert!(reg.target(43, 9).is_none());
+    }
+
+    #[test]
+    fn a_cancel_reaches_the_connection_attached_now_and_none_after_the_detach() {
+        let reg = Arc::new(CancelRegistry::default());
+        let a = reg.register();
+        let (pid, secret) = (a.slot.process_id, a.slot.secret_key);
+        let (x, y) = (Arc::new(key(42)), Arc::new(key(43)));
+        a.slot.set_target(Some(&x));
+        assert_eq!(reg.target(pid, secret).unwrap().process_id, 42);
+        a.slot.set_target(None);
+        assert!(
+            reg.target(pid, secret).is_none(),
+            "left x: kept, not a target"
+        );
+        a.slot.set_target(Some(&x));
+        assert_eq!(reg.target(pid, secret).unwrap().process_id, 42, "x again");
+        a.slot.set_target(None);
+        a.slot.set_target(Some(&y));
+        assert_eq!(reg.target(pid, secret).unwrap().process_id, 43, "now y");
+        // An attach straight to another connection (a replay's) moves too.
+        a.slot.set_target(Some(&x));
+        assert_eq!(reg.target(pid, secret).unwrap().process_id, 42);
+        a.slot.set_target(None);
+        assert!(reg.target(pid, secret).is_none());
     }
 }

@@ -32,6 +32,12 @@ impl Engine {
         self.unit.now.get()
     }
 
+    /// The time from `start` to this wake-up: computed once for a digest
+    /// stamp and its unit, which start and end together.
+    pub fn since(&mut self, start: Instant) -> Duration {
+        self.unit.now.since(start)
+    }
+
     /// A new wake-up of the session (or the end of a wait within one): the
     /// next [`now`](Self::now) reads the clock again.
     pub fn new_wake(&mut self) {

@@ -60,7 +60,7 @@ impl Session {
     /// was told first: `Engine::attached`, `Engine::replay_attached`).
     pub(super) fn install(&mut self, backend: BackendId, mut server: Checkout<ServerConn>) {
         self.backend = backend;
-        self.id.cancel.set_target(Some(server.cancel.clone()));
+        self.id.cancel.set_target(Some(&server.cancel));
         server.prepared.begin_unit();
         self.stmts.unnamed_sent = false;
         server.link(self.id.entry.id);
