@@ -103,7 +103,8 @@ usage: cargo bench --bench load -- [options]
   --mysql-setting K=V
                   --suite: a mariadbd option for the capped MariaDB cluster
                   (repeatable; after the suite's own thread_handling=
-                  pool-of-threads), e.g. thread_handling=one-thread-per-connection
+                  pool-of-threads and thread_pool_size=1), e.g.
+                  thread_handling=one-thread-per-connection
   --no-docs       --suite: write target/bench-suite-<db>.md and target/suite-img/
                   only
 Environment: FULCRUM_BIN=path skips building the daemon.";

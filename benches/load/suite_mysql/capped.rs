@@ -29,8 +29,19 @@ const CAPPED_NODES: usize = 3;
 /// point select, the hop measured instead of the node. The pool's workers
 /// take queued requests of any connection without sleeping, so the cost per
 /// request is the same direct and through a relay (docs/benchmarks-history.md,
-/// "A faithful capped regime for MariaDB").
-const CAPPED_SETTINGS: [(&str, &str); 1] = [("thread_handling", "pool-of-threads")];
+/// "A faithful capped regime for MariaDB"). And one thread group, as MariaDB
+/// sizes `thread_pool_size` to the CPUs a server has: the cap gives each
+/// server a tenth of one. With the default (one group per core of the
+/// machine, 2 here) the servers' CPU per query grew as each was less
+/// loaded: 13 µs direct against 16-17 µs at 2 and 3 nodes, 1.67x / 2.34x;
+/// with one group it is flatter (13-14 direct, 13-16 through Fulcrum) and
+/// three runs gave 2.12x / 2.98x, 1.88x / 2.83x, 1.76x / 2.51x, direct's
+/// TPS unchanged (docs/benchmarks.md, "Pool size and the servers' CPU per
+/// query").
+const CAPPED_SETTINGS: [(&str, &str); 2] = [
+    ("thread_handling", "pool-of-threads"),
+    ("thread_pool_size", "1"),
+];
 /// The capped servers' settings as the report names them: [`CAPPED_SETTINGS`],
 /// then `--mysql-setting`'s, "`k=v`, ..." (a later one overrides an earlier).
 fn capped_settings_text(opts: &Options) -> String {
