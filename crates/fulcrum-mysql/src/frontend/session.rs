@@ -284,6 +284,13 @@ impl Session {
             self.status,
         );
         self.flush().await?;
+        self.serve_logged_in().await
+    }
+
+    /// A client past its login (or handed over past it): registered for
+    /// `KILL` and the process list under its connection id, pinned in
+    /// session pooling, then served until it leaves.
+    pub(super) async fn serve_logged_in(&mut self) -> Result<(), SessionError> {
         let entry = self.client_entry.clone_entry();
         let id = self.hello.connection_id;
         self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));

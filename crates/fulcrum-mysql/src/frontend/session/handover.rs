@@ -19,7 +19,6 @@ use fulcrum_config::Consistency;
 use fulcrum_pool::Need;
 
 use super::*;
-use crate::frontend::statements::ClientStmt;
 
 /// The snapshot's layout; a new process reading another is refused.
 const VERSION: u64 = 1;
@@ -313,18 +312,7 @@ impl Session {
                 .await;
         }
         self.resume_from(carried);
-        let entry = self.client_entry.clone_entry();
-        let id = self.hello.connection_id;
-        self.running = Some(self.ctx.register_client(id, self.user.clone(), entry));
-        if self.ctx.config.pool_mode_of(&self.user) == fulcrum_config::PoolMode::Session {
-            self.pin(fulcrum_session::SESSION_POOL);
-        }
-        let r = self.serve().await;
-        self.cleanup().await;
-        match r {
-            Err(SessionError::ClientGone) => Ok(()),
-            r => r,
-        }
+        self.serve_logged_in().await
     }
 
     /// Settings, statements (prepared on a server connection at their
@@ -344,18 +332,7 @@ impl Session {
         for s in carried.statements {
             let sql: Arc<str> = s.sql.into();
             let decision = self.ctx.classify_for(&sql, &self.user, options, &schema);
-            let stmt = ClientStmt {
-                digest: self.ctx.digests.entry(
-                    self.ctx.config.digests.max_entries,
-                    &sql,
-                    fulcrum_sql::Dialect::MySql,
-                ),
-                may_commit: fulcrum_session::txn::may_commit(sql.as_bytes()),
-                sql,
-                num_params: s.num_params,
-                decision,
-                types: s.types.map(Arc::from),
-            };
+            let stmt = self.new_client_stmt(sql, s.num_params, decision, s.types.map(Arc::from));
             self.prepared.map.insert(s.id, stmt);
         }
         self.prepared.next = carried.next_stmt.max(1);

@@ -89,26 +89,37 @@ impl Session {
                 self.prepared.next = self.prepared.next.wrapping_add(1).max(1);
                 let _ = set_prepare_ok_statement_id(&mut answer[HEADER_LEN..], id);
                 self.client.write_buf.extend_from_slice(&answer);
-                self.prepared.map.insert(
-                    id,
-                    ClientStmt {
-                        digest: self.ctx.digests.entry(
-                            self.ctx.config.digests.max_entries,
-                            &sql,
-                            fulcrum_sql::Dialect::MySql,
-                        ),
-                        may_commit: fulcrum_session::txn::may_commit(sql.as_bytes()),
-                        sql,
-                        num_params,
-                        decision,
-                        types: None,
-                    },
-                );
+                let stmt = self.new_client_stmt(sql, num_params, decision, None);
+                self.prepared.map.insert(id, stmt);
                 self.prepared.last = Some(id);
             }
         }
         self.maybe_detach();
         Ok(())
+    }
+
+    /// A client statement as a prepare makes it (or a binary upgrade's
+    /// hand-over remakes it): its digest, and whether it may commit, read
+    /// from its text once.
+    pub(super) fn new_client_stmt(
+        &self,
+        sql: Arc<str>,
+        num_params: u16,
+        decision: fulcrum_sql::Decision,
+        types: Option<Arc<[u8]>>,
+    ) -> ClientStmt {
+        ClientStmt {
+            digest: self.ctx.digests.entry(
+                self.ctx.config.digests.max_entries,
+                &sql,
+                fulcrum_sql::Dialect::MySql,
+            ),
+            may_commit: fulcrum_session::txn::may_commit(sql.as_bytes()),
+            sql,
+            num_params,
+            decision,
+            types,
+        }
     }
 
     /// At `max_prepared_statements` on the attached connection, closes the
