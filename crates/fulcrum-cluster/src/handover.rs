@@ -81,6 +81,36 @@ pub fn sink() -> Option<&'static Sink> {
 }
 
 impl Sink {
+    /// Whether a session asked to move can go: one with no socket to move
+    /// (TLS) or a `pinned` one stays, the reason recorded on its `entry`.
+    pub fn may_move(
+        &self,
+        entry: &clients::ClientEntry,
+        socket: Option<BorrowedFd<'_>>,
+        pinned: bool,
+    ) -> bool {
+        let stay = match (socket, pinned) {
+            (None, _) => Some(Stay::Tls),
+            (Some(_), true) => Some(Stay::Pinned),
+            (Some(_), false) => None,
+        };
+        if stay.is_some() {
+            self.stays(entry, stay);
+        }
+        stay.is_none()
+    }
+
+    /// [`send_client`](Self::send_client), for a session: true when the
+    /// client is the new process's now (the session ends without a word to
+    /// it), false when it stays here.
+    pub fn hand_over(&self, head: &ClientHead, socket: BorrowedFd<'_>) -> bool {
+        let moved = self.send_client(head, socket).is_ok();
+        if moved {
+            tracing::debug!("client handed over to the new process");
+        }
+        moved
+    }
+
     /// Sends a client: on `Ok` its socket is the new process's, and the
     /// session here ends without writing to it; on an error it stays here
     /// (and the sink is closed: nothing more is sent).

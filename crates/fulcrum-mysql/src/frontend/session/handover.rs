@@ -230,12 +230,8 @@ impl Session {
             return Ok(false);
         };
         let entry = self.client_entry.clone_entry();
-        if self.client.stream().movable_socket().is_none() {
-            sink.stays(&entry, Some(Stay::Tls));
-            return Ok(false);
-        }
-        if self.engine.pinned().is_some() {
-            sink.stays(&entry, Some(Stay::Pinned));
+        let pinned = self.engine.pinned().is_some();
+        if !sink.may_move(&entry, self.client.stream().movable_socket(), pinned) {
             return Ok(false);
         }
         if self.keep_for_next || self.server_gone || self.txn.run.is_some() {
@@ -255,13 +251,7 @@ impl Session {
             state: self.snapshot(),
         };
         let socket = self.client.stream().movable_socket().expect("checked");
-        match sink.send_client(&head, socket) {
-            Ok(()) => {
-                tracing::debug!("client handed over to the new process");
-                Ok(true)
-            }
-            Err(_) => Ok(false),
-        }
+        Ok(sink.hand_over(&head, socket))
     }
 
     /// The session as the new process takes it up (see [`HandedOver`]).

@@ -8,7 +8,6 @@
 //! statements and settings; its next statement runs there. A TLS client
 //! or a pinned one stays (it cannot move, or it holds server state).
 
-use fulcrum_cluster::clients::Stay;
 use fulcrum_cluster::handover::wire::{Fields, Reader};
 use fulcrum_cluster::handover::{self, ClientHead};
 use fulcrum_config::Consistency;
@@ -111,12 +110,8 @@ impl Session {
             return Ok(false);
         };
         let entry = self.id.entry.clone_entry();
-        if self.client.stream().movable_socket().is_none() {
-            sink.stays(&entry, Some(Stay::Tls));
-            return Ok(false);
-        }
-        if self.engine.pinned().is_some() || !self.stmts.rewrite {
-            sink.stays(&entry, Some(Stay::Pinned));
+        let pinned = self.engine.pinned().is_some() || !self.stmts.rewrite;
+        if !sink.may_move(&entry, self.client.stream().movable_socket(), pinned) {
             return Ok(false);
         }
         // Between units the connection goes back (transaction pooling).
@@ -139,13 +134,7 @@ impl Session {
             state: self.snapshot(),
         };
         let socket = self.client.stream().movable_socket().expect("checked");
-        match sink.send_client(&head, socket) {
-            Ok(()) => {
-                tracing::debug!("client handed over to the new process");
-                Ok(true)
-            }
-            Err(_) => Ok(false),
-        }
+        Ok(sink.hand_over(&head, socket))
     }
 
     /// The session as the new process takes it up (see [`HandedOver`]).
