@@ -42,7 +42,7 @@ pub use connect::{
     pg_connect_str, pg_connect_with_options, try_console_connect, try_maria_connect,
     try_pg_connect, try_pg_connect_as,
 };
-pub use console::{show_mirror, MirrorRow};
+pub use console::{show_mirror, upgrade_clients_row, MirrorRow};
 pub use metrics::{
     family_sum, http_get, http_get_head, metric_sum, replays, scrape, start_with_metrics,
     try_scrape,

@@ -12,14 +12,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use fulcrum_suite::{
-    console_connect, maria_connect, maria_one_replica, maria_toml, upgraded_to, with_console,
-    KillOnDrop,
+    maria_connect, maria_one_replica, maria_toml, upgraded_to, with_console, KillOnDrop,
 };
 use fulcrum_testkit::{
     free_port, wait_for_unix, FulcrumProcess, ScratchDir, Signal, APP_DB, APP_PASSWORD, APP_USER,
 };
 use mysql_async::prelude::Queryable;
-use tokio_postgres::SimpleQueryMessage;
 
 /// The first column of the first row of `sql`, as text.
 async fn one(c: &mut mysql_async::Conn, sql: &str) -> String {
@@ -40,30 +38,6 @@ async fn socket_login(socket: &Path) -> mysql_async::Conn {
     mysql_async::Conn::new(opts)
         .await
         .expect("login over the socket")
-}
-
-/// SHOW UPGRADE's `clients` row on the console (its detail), once it
-/// counts `want`; the last seen after 10 s.
-async fn clients_row(admin_port: u16, want: &str) -> String {
-    let console = console_connect(admin_port).await;
-    let mut detail = String::new();
-    for _ in 0..200 {
-        let rows = console.simple_query("SHOW UPGRADE").await.unwrap();
-        detail = rows
-            .iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(r) if r.get(0) == Some("clients") => {
-                    r.get(5).map(str::to_string)
-                }
-                _ => None,
-            })
-            .collect();
-        if detail == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    detail
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +106,7 @@ async fn a_mysql_client_moves_at_its_commit_with_its_session_and_a_pinned_one_st
     // transaction's end, the pinned one stayed.
     let want = "2 handed over; left on the old process: 0 TLS, 1 pinned; 0 closed there";
     assert_eq!(
-        clients_row(admin_port, want).await,
+        fulcrum_suite::upgrade_clients_row(admin_port, want).await,
         want,
         "SHOW UPGRADE's clients row"
     );

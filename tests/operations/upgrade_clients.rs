@@ -9,14 +9,14 @@
 use std::time::{Duration, Instant};
 
 use fulcrum_suite::{
-    cancel_a_sleep, console_connect, first_value, rustls_tokio_postgres, upgraded_to, with_console,
-    KillOnDrop, PgProxyConfig,
+    cancel_a_sleep, first_value, rustls_tokio_postgres, upgraded_to, with_console, KillOnDrop,
+    PgProxyConfig,
 };
 use fulcrum_testkit::{
     free_port, FulcrumProcess, PgCluster, ScratchDir, Signal, TestCerts, APP_DB, APP_PASSWORD,
     APP_USER,
 };
-use tokio_postgres::{AsyncMessage, NoTls, SimpleQueryMessage};
+use tokio_postgres::{AsyncMessage, NoTls};
 
 /// A client whose notifications arrive on the returned channel.
 async fn listening_client(
@@ -115,24 +115,11 @@ async fn an_idle_client_moves_with_its_session_and_pinned_and_tls_ones_stay() {
 
     // The console is the new process's: the idle client moved, the pinned
     // one stayed.
-    let console = console_connect(admin_port).await;
-    let mut detail = String::new();
-    for _ in 0..200 {
-        let rows = console.simple_query("SHOW UPGRADE").await.unwrap();
-        detail = rows
-            .iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(r) if r.get(0) == Some("clients") => {
-                    r.get(5).map(str::to_string)
-                }
-                _ => None,
-            })
-            .collect();
-        if detail.starts_with("2 handed over") && detail.contains("1 TLS, 1 pinned") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let detail = fulcrum_suite::upgrade_clients_row(
+        admin_port,
+        "2 handed over; left on the old process: 1 TLS, 1 pinned; 0 closed there",
+    )
+    .await;
     assert_eq!(
         detail, "2 handed over; left on the old process: 1 TLS, 1 pinned; 0 closed there",
         "SHOW UPGRADE's clients row"
