@@ -5,7 +5,7 @@
 
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, MariaNode};
 
-use super::counts::{counts_notes, cpu_ticks, status, Counts, NodeCounts};
+use super::counts::{counts_notes, cpu_ticks, status, switches, Counts, NodeCounts};
 use super::{
     cluster_section, listen_addr, record_version, rounds_text, sysbench_sample, POOL_SIZE,
 };
@@ -37,7 +37,8 @@ const CAPPED_NODES: usize = 3;
 /// with one group it is flatter (13-14 direct, 13-16 through Fulcrum) and
 /// three runs gave 2.12x / 2.98x, 1.88x / 2.83x, 1.76x / 2.51x, direct's
 /// TPS unchanged (docs/benchmarks.md, "Pool size and the servers' CPU per
-/// query").
+/// query"); four more on another machine 2.17-2.46x / 3.14-3.68x
+/// ("Both targets in four runs back to back").
 const CAPPED_SETTINGS: [(&str, &str); 2] = [
     ("thread_handling", "pool-of-threads"),
     ("thread_pool_size", "1"),
@@ -434,6 +435,7 @@ impl Capped<'_> {
                     questions: status.questions,
                     throttling: self.caps.throttling(i),
                     cpu_ticks: node.pid().and_then(cpu_ticks).unwrap_or(0),
+                    switches: node.pid().and_then(switches).unwrap_or_default(),
                 })
             })
             .collect()

@@ -1,6 +1,7 @@
 //! What the capped MariaDB scenarios count on each node around every
 //! measured run (`Com_select`, `Questions`, the cgroup's throttling, the CPU
-//! time of `mariadbd`), summed per target, and the notes made of it.
+//! time and context switches of `mariadbd`), summed per target, and the notes
+//! made of it.
 
 use fulcrum_testkit::MariaNode;
 
@@ -20,6 +21,48 @@ pub(super) struct NodeCounts {
     pub(super) throttling: Throttling,
     /// User + system time of every thread, in clock ticks.
     pub(super) cpu_ticks: u64,
+    /// Context switches of every thread (voluntary: a thread went to wait
+    /// for work; involuntary: it was preempted or throttled).
+    pub(super) switches: Switches,
+}
+
+/// Context switches of a process's threads, voluntary and involuntary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Switches {
+    pub(super) voluntary: u64,
+    pub(super) involuntary: u64,
+}
+
+/// The context switches of every thread of process `pid` now, from
+/// `/proc/<pid>/task/*/status` (threads that ended since are not counted,
+/// so a pool retiring threads during a run undercounts it a little).
+pub(super) fn switches(pid: u32) -> Option<Switches> {
+    let mut sum = Switches::default();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(status) = std::fs::read_to_string(task.ok()?.path().join("status")) else {
+            continue; // the thread ended meanwhile
+        };
+        let one = parse_switches(&status);
+        sum.voluntary += one.voluntary;
+        sum.involuntary += one.involuntary;
+    }
+    Some(sum)
+}
+
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a
+/// `status` file (0 for a missing line).
+fn parse_switches(status: &str) -> Switches {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Switches {
+        voluntary: field("voluntary_ctxt_switches:"),
+        involuntary: field("nonvoluntary_ctxt_switches:"),
+    }
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on
@@ -91,6 +134,11 @@ impl Counts {
             questions += q;
             sum.throttling.add(a.throttling.since(b.throttling));
             sum.cpu_ticks += a.cpu_ticks.saturating_sub(b.cpu_ticks);
+            sum.switches.voluntary += a.switches.voluntary.saturating_sub(b.switches.voluntary);
+            sum.switches.involuntary += a
+                .switches
+                .involuntary
+                .saturating_sub(b.switches.involuntary);
         }
         self.questions_per_run
             .push(questions as f64 / transactions.max(1) as f64);
@@ -108,12 +156,25 @@ impl Counts {
         let questions: u64 = self.nodes.iter().map(|n| n.questions).sum();
         ticks as f64 / TICKS_PER_SECOND * 1e6 / questions.max(1) as f64
     }
+
+    /// "1.23 + 0.04": the servers' (all nodes) voluntary and involuntary
+    /// context switches per `Questions`.
+    fn switches_per_question(&self) -> String {
+        let questions = self.nodes.iter().map(|n| n.questions).sum::<u64>().max(1) as f64;
+        let voluntary: u64 = self.nodes.iter().map(|n| n.switches.voluntary).sum();
+        let involuntary: u64 = self.nodes.iter().map(|n| n.switches.involuntary).sum();
+        format!(
+            "{:.2} + {:.2}",
+            voluntary as f64 / questions,
+            involuntary as f64 / questions
+        )
+    }
 }
 
 /// The notes of a capped scenario: how often the cap throttled each node,
 /// the server CPU each transaction cost, and where the SELECTs ran, per
 /// target.
-pub(super) fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 4] {
+pub(super) fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 5] {
     let nodes = names.join(" / ");
     let per_target = |cell: &dyn Fn(&Counts, &NodeCounts) -> String| -> String {
         let targets: Vec<String> = counts
@@ -161,7 +222,26 @@ pub(super) fn counts_notes(names: &[String], counts: &[Counts]) -> [String; 4] {
              {cpu}. With the caps binding, throughput is the caps' CPU divided by this."
         ),
         questions_note(names, counts),
+        switches_note(counts),
     ]
+}
+
+/// The note on the servers' context switches per question, per target: how
+/// often a server thread went to wait for work (voluntary) or was
+/// preempted or throttled (involuntary) for each statement it ran. A server
+/// whose requests arrive together serves several per wake-up and costs less
+/// CPU per query.
+fn switches_note(counts: &[Counts]) -> String {
+    let targets: Vec<String> = counts
+        .iter()
+        .map(|c| format!("{} {}", c.target, c.switches_per_question()))
+        .collect();
+    format!(
+        "Server context switches per question (every `mariadbd` thread, all nodes \
+         summed; voluntary, a thread waiting for work, + involuntary, preempted or \
+         throttled), during each target's measured runs: {}.",
+        targets.join("; ")
+    )
 }
 
 /// The note on `Questions`: per target, per transaction with all nodes
