@@ -14,11 +14,12 @@
 //! first read after a start is routed by the catalog; a read itself never
 //! waits. Pgpool-II 4 reads `provolatile` likewise when no list is set.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use crate::by_database::ByDatabase;
+pub use crate::by_database::{start_lookups, Wanted, RETRY_AFTER};
 
 /// What the server says a function does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,112 +39,14 @@ pub enum FunctionKind {
 /// The user-defined functions of one database (or schema), by name.
 pub type Functions = HashMap<Arc<str>, FunctionKind>;
 
-/// A lookup to run: the database's functions, and the login that reads
-/// them (the user of the read that asked, with its protocol options:
-/// MySQL's wire-format flags and character set; unused on PostgreSQL).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Wanted {
-    pub user: Arc<str>,
-    pub options: (u32, u8),
-    pub database: Arc<str>,
-}
+/// The function catalog: per database, its user-defined functions (the
+/// lookups, TTL and back-off are [`ByDatabase`]'s).
+pub type FunctionCatalog = ByDatabase<Functions>;
 
-/// A database's functions and when they were read.
-type ReadAt = (Arc<Functions>, Instant);
-
-#[derive(Debug)]
-pub struct FunctionCatalog {
-    ttl: Duration,
-    /// Per database: its user-defined functions, and when they were read.
-    known: RwLock<HashMap<Arc<str>, ReadAt>>,
-    /// Databases asked for and not answered yet.
-    pending: Mutex<HashSet<Arc<str>>>,
-    /// Databases whose lookup failed, and when: not asked again before
-    /// [`RETRY_AFTER`] (a login refused must not cost a query per read).
-    failed: Mutex<HashMap<Arc<str>, Instant>>,
-    queue: Mutex<Vec<Wanted>>,
-    wake: Notify,
-    /// Woken when a lookup ends (learned or failed).
-    settled: Notify,
-}
-
-/// How long after a failed lookup a database is asked again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-
-/// Most databases kept; the table is emptied when it fills.
-const MAX_DATABASES: usize = 1_000;
-
-impl FunctionCatalog {
+impl ByDatabase<Functions> {
+    /// A function catalog keeping each database's answer for `ttl`.
     pub fn new(ttl: Duration) -> FunctionCatalog {
-        FunctionCatalog {
-            ttl,
-            known: RwLock::default(),
-            pending: Mutex::default(),
-            failed: Mutex::default(),
-            queue: Mutex::default(),
-            wake: Notify::new(),
-            settled: Notify::new(),
-        }
-    }
-
-    /// Whether `database`'s functions are known (fresh or stale).
-    pub fn knows(&self, database: &str) -> bool {
-        self.known
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(database)
-    }
-
-    /// Asks for `database`'s functions (read with `user`'s login, or the
-    /// health user's when `user` is empty), unless it is asked for already
-    /// or its last lookup failed less than [`RETRY_AFTER`] ago.
-    pub fn want(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
-        let backing_off = self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(database)
-            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
-        if backing_off {
-            return;
-        }
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if !pending.contains(database) {
-            let database: Arc<str> = database.into();
-            pending.insert(database.clone());
-            self.queue
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Wanted {
-                    user: user.clone(),
-                    options,
-                    database,
-                });
-            self.wake.notify_one();
-        }
-    }
-
-    /// Waits until `database`'s functions are known, its lookup failed, or
-    /// `limit` passed (a login to a database not read yet: its first reads
-    /// are then routed by the catalog rather than sent to the primary).
-    pub async fn wait_known(&self, database: &str, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            let waiting = self
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(database);
-            if self.knows(database) || !waiting {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, settled).await.is_err() {
-                return;
-            }
-        }
+        ByDatabase::named("function catalog", ttl)
     }
 
     /// Whether a read of `user` on `database` calling `names` may go to a
@@ -203,20 +106,10 @@ impl FunctionCatalog {
         names: &[Arc<str>],
         test: impl Fn(&Functions, &Arc<str>) -> bool,
     ) -> bool {
-        let (ok, ask) = {
-            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
-            match known.get(database) {
-                Some((functions, at)) => (
-                    names.iter().all(|n| test(functions, n)),
-                    at.elapsed() >= self.ttl,
-                ),
-                None => (false, true),
-            }
-        };
-        if ask {
-            self.want(user, options, database);
-        }
-        ok
+        self.answer(user, options, database, |functions| {
+            names.iter().all(|n| test(functions, n))
+        })
+        .unwrap_or(false)
     }
 
     /// The decision for `unit`, a unit of `user` (with its protocol
@@ -240,152 +133,6 @@ impl FunctionCatalog {
             _ => unit.decision,
         }
     }
-
-    /// Records the outcome of lookup `w` (`None`: it failed). A failed
-    /// lookup as the health user (at start, after a failover) holds back
-    /// nothing: the next client's login asks again with its own login.
-    pub fn settle(&self, cluster: &str, w: Wanted, found: Option<Functions>) {
-        match found {
-            Some(functions) => {
-                tracing::debug!(%cluster, database = %w.database, functions = functions.len(), "function catalog read");
-                self.learned(w.database, functions);
-            }
-            None if w.user.is_empty() => {
-                tracing::debug!(%cluster, database = %w.database, "function catalog: not read as the health user");
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&w.database);
-                self.settled.notify_waiters();
-            }
-            None => self.failed(&w.database),
-        }
-    }
-
-    /// The lookups to run now (empty when none; wait with [`Self::requested`]).
-    pub fn wanted(&self) -> Vec<Wanted> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Resolves when lookups are queued.
-    pub async fn requested(&self) {
-        self.wake.notified().await
-    }
-
-    /// The server's answer for `database`.
-    pub fn learned(&self, database: Arc<str>, functions: Functions) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&database);
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&database);
-        {
-            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
-            if known.len() >= MAX_DATABASES {
-                known.clear();
-            }
-            known.insert(database, (Arc::new(functions), Instant::now()));
-        }
-        self.settled.notify_waiters();
-    }
-
-    /// A lookup failed: asked again by a read that needs it after
-    /// [`RETRY_AFTER`] (its reads go to the primary meanwhile).
-    pub fn failed(&self, database: &Arc<str>) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(database);
-        {
-            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            if failed.len() >= MAX_DATABASES {
-                failed.clear();
-            }
-            failed.insert(database.clone(), Instant::now());
-        }
-        self.settled.notify_waiters();
-    }
-
-    /// The databases whose functions are known now.
-    pub fn databases(&self) -> Vec<Arc<str>> {
-        self.known
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    /// DDL went through Fulcrum (CREATE / ALTER / DROP FUNCTION, ...):
-    /// every database is read again.
-    pub fn forget(&self) {
-        self.known
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    /// Databases whose functions are known.
-    pub fn len(&self) -> usize {
-        self.known.read().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Runs `look_up` for each lookup `catalog` wants, until `stop` turns
-/// true (the context's health loop stopped: shutdown, or a reload's next
-/// context took over). One at a time: lookups are rare (once per function
-/// per TTL). `databases` are asked for at once, and again (with every
-/// database known by then) whenever `primary` names another server.
-pub fn start_lookups<F, Fut, P>(
-    catalog: Arc<FunctionCatalog>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    databases: Vec<Arc<str>>,
-    primary: P,
-    look_up: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(Wanted) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-    P: Fn() -> Option<usize> + Send + 'static,
-{
-    let by_health_user: Arc<str> = "".into();
-    for database in &databases {
-        catalog.want(&by_health_user, (0, 0), database);
-    }
-    tokio::spawn(async move {
-        let mut last_primary = primary();
-        loop {
-            let now = primary();
-            if now != last_primary && now.is_some() {
-                // A failover: read everything again on the new primary.
-                last_primary = now;
-                let mut all = catalog.databases();
-                all.extend(databases.iter().cloned());
-                for database in all {
-                    catalog.want(&by_health_user, (0, 0), &database);
-                }
-            }
-            for w in catalog.wanted() {
-                look_up(w).await;
-            }
-            tokio::select! {
-                _ = catalog.requested() => {}
-                _ = stop.changed() => {}
-                // Also picks up lookups queued while the last ones ran.
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            if *stop.borrow() {
-                return;
-            }
-        }
-    })
 }
 
 /// A name safe to put in a single-quoted SQL literal (function names the
@@ -456,12 +203,24 @@ mod tests {
             c.wanted().is_empty(),
             "not asked again right after a failure"
         );
-        c.failed
-            .lock()
-            .unwrap()
-            .insert(db.clone(), Instant::now() - RETRY_AFTER);
+        c.failure_expired(&db);
         assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
         assert_eq!(c.wanted().len(), 1, "asked again after RETRY_AFTER");
+    }
+
+    #[test]
+    fn a_lookup_ddl_overtook_is_not_kept() {
+        let c = FunctionCatalog::new(Duration::from_secs(60));
+        let (u, db) = (n("app"), n("app"));
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        let w = c.wanted().remove(0);
+        let generation = c.generation();
+        c.forget(); // CREATE OR REPLACE FUNCTION price ... VOLATILE, meanwhile
+        let before = Functions::from([(n("price"), FunctionKind::Read)]);
+        c.settle("main", w, Some(before), generation);
+        assert!(!c.knows(&db), "read before the DDL: not kept");
+        assert!(!c.replica_ok(&u, (0, 0), &db, &[n("price")]));
+        assert_eq!(c.wanted().len(), 1, "asked again");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!
 //! A cluster's shared state: `context::ClusterCore`, what every protocol's
 //! cluster context holds (config, metrics, router and health view,
-//! classifier, digests, function and relation catalogs, causal-read positions, the
+//! classifier, digests, function and relation catalogs (their per-database
+//! lookups are `by_database`'s), causal-read positions, the
 //! server connection pools and their upkeep), and `serve`, the client
 //! listener (accept, pending-login admission, `max_client_connections`, a
 //! task per client, the drain on shutdown). `clients` and `view` are shared
@@ -48,6 +49,7 @@
 pub mod admin;
 pub mod attach;
 pub mod auth_cache;
+pub mod by_database;
 pub mod client_stats;
 pub mod clients;
 pub mod command;

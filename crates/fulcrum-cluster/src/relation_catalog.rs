@@ -25,14 +25,12 @@
 //! depending on anything else, such as a setting changed inside a function,
 //! are outside what the cache can see: leave such tables out of `auto`).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::Notify;
-
-pub use crate::function_catalog::{Wanted, RETRY_AFTER};
+use crate::by_database::ByDatabase;
+pub use crate::by_database::{start_lookups, Wanted, RETRY_AFTER};
 
 /// What the server says of one relation name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,96 +113,14 @@ impl Relations {
     }
 }
 
-/// A database's relations and when they were read.
-type ReadAt = (Arc<Relations>, Instant);
+/// The relation catalog: per database, its relations (the lookups, TTL,
+/// back-off and DDL generation are [`ByDatabase`]'s).
+pub type RelationCatalog = ByDatabase<Relations>;
 
-/// Most databases kept; the table is emptied when it fills.
-const MAX_DATABASES: usize = 1_000;
-
-#[derive(Debug)]
-pub struct RelationCatalog {
-    ttl: Duration,
-    known: RwLock<HashMap<Arc<str>, ReadAt>>,
-    /// Databases asked for and not answered yet.
-    pending: Mutex<HashSet<Arc<str>>>,
-    /// Databases whose lookup failed, and when.
-    failed: Mutex<HashMap<Arc<str>, Instant>>,
-    queue: Mutex<Vec<Wanted>>,
-    /// Bumped by [`Self::forget`]: a lookup begun before is discarded.
-    generation: AtomicU64,
-    wake: Notify,
-    settled: Notify,
-}
-
-impl RelationCatalog {
+impl ByDatabase<Relations> {
+    /// A relation catalog keeping each database's answer for `ttl`.
     pub fn new(ttl: Duration) -> RelationCatalog {
-        RelationCatalog {
-            ttl,
-            known: RwLock::default(),
-            pending: Mutex::default(),
-            failed: Mutex::default(),
-            queue: Mutex::default(),
-            generation: AtomicU64::new(0),
-            wake: Notify::new(),
-            settled: Notify::new(),
-        }
-    }
-
-    /// Whether `database`'s relations are known (fresh or stale).
-    pub fn knows(&self, database: &str) -> bool {
-        self.known
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(database)
-    }
-
-    /// Asks for `database`'s relations (with `user`'s login, or the health
-    /// user's when empty), unless asked already or failed less than
-    /// [`RETRY_AFTER`] ago.
-    pub fn want(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
-        let backing_off = self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(database)
-            .is_some_and(|at| at.elapsed() < RETRY_AFTER);
-        if backing_off {
-            return;
-        }
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.insert(database.into()) {
-            self.queue
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Wanted {
-                    user: user.clone(),
-                    options,
-                    database: database.into(),
-                });
-            self.wake.notify_one();
-        }
-    }
-
-    /// Waits until `database`'s relations are known, its lookup ended, or
-    /// `limit` passed (a login: its first reads may then be kept).
-    pub async fn wait_known(&self, database: &str, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            let waiting = self
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(database);
-            if self.knows(database) || !waiting {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, settled).await.is_err() {
-                return;
-            }
-        }
+        ByDatabase::named("relation catalog", ttl)
     }
 
     /// Whether the result cache may keep a read of `names` on `database`
@@ -244,169 +160,6 @@ impl RelationCatalog {
         self.answer(user, options, database, |r| r.read_committed)
             .unwrap_or(false)
     }
-
-    /// `test` of `database`'s relations, `None` while they are not known;
-    /// asks for them when unknown or stale.
-    fn answer(
-        &self,
-        user: &Arc<str>,
-        options: (u32, u8),
-        database: &str,
-        test: impl Fn(&Relations) -> bool,
-    ) -> Option<bool> {
-        let (answer, ask) = {
-            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
-            match known.get(database) {
-                Some((relations, at)) => (Some(test(relations)), at.elapsed() >= self.ttl),
-                None => (None, true),
-            }
-        };
-        if ask {
-            self.want(user, options, database);
-        }
-        answer
-    }
-
-    /// The lookups to run now.
-    pub fn wanted(&self) -> Vec<Wanted> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Resolves when lookups are queued.
-    pub async fn requested(&self) {
-        self.wake.notified().await
-    }
-
-    /// The count of [`Self::forget`]s so far: a lookup notes it before it
-    /// reads and hands it to [`Self::settle`].
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Records the outcome of lookup `w`, begun at `generation` (`None`:
-    /// it failed). A lookup that DDL may have overtaken is not kept (the
-    /// next read asks again); a failure as the health user holds nothing
-    /// back (the next login asks with its own).
-    pub fn settle(&self, cluster: &str, w: Wanted, found: Option<Relations>, generation: u64) {
-        match found {
-            Some(_) if generation != self.generation() => {
-                tracing::debug!(%cluster, database = %w.database, "relation catalog: read before DDL, not kept");
-                self.unpend(&w.database);
-            }
-            Some(relations) => {
-                tracing::debug!(%cluster, database = %w.database, relations = relations.len(), "relation catalog read");
-                self.learned(w.database, relations);
-            }
-            None if w.user.is_empty() => self.unpend(&w.database),
-            None => self.failed(&w.database),
-        }
-    }
-
-    fn unpend(&self, database: &str) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(database);
-        self.settled.notify_waiters();
-    }
-
-    /// The server's answer for `database`.
-    pub fn learned(&self, database: Arc<str>, relations: Relations) {
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&database);
-        {
-            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
-            if known.len() >= MAX_DATABASES {
-                known.clear();
-            }
-            known.insert(database.clone(), (Arc::new(relations), Instant::now()));
-        }
-        self.unpend(&database);
-    }
-
-    /// A lookup failed: asked again after [`RETRY_AFTER`].
-    pub fn failed(&self, database: &Arc<str>) {
-        {
-            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            if failed.len() >= MAX_DATABASES {
-                failed.clear();
-            }
-            failed.insert(database.clone(), Instant::now());
-        }
-        self.unpend(database);
-    }
-
-    /// The databases whose relations are known now.
-    pub fn databases(&self) -> Vec<Arc<str>> {
-        self.known
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    /// DDL went through Fulcrum: every database is read again, and lookups
-    /// under way are not kept.
-    pub fn forget(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.known
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-}
-
-/// Runs `look_up` for each lookup `catalog` wants until `stop` turns true,
-/// one at a time; `databases` are asked for at once, and every known one
-/// again whenever `primary` names another server (as
-/// `function_catalog::start_lookups`).
-pub fn start_lookups<F, Fut, P>(
-    catalog: Arc<RelationCatalog>,
-    cluster: String,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    databases: Vec<Arc<str>>,
-    primary: P,
-    look_up: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(Wanted) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Option<Relations>> + Send,
-    P: Fn() -> Option<usize> + Send + 'static,
-{
-    let by_health_user: Arc<str> = "".into();
-    for database in &databases {
-        catalog.want(&by_health_user, (0, 0), database);
-    }
-    tokio::spawn(async move {
-        let mut last_primary = primary();
-        loop {
-            let now = primary();
-            if now != last_primary && now.is_some() {
-                last_primary = now;
-                let mut all = catalog.databases();
-                all.extend(databases.iter().cloned());
-                for database in all {
-                    catalog.want(&by_health_user, (0, 0), &database);
-                }
-            }
-            for w in catalog.wanted() {
-                let generation = catalog.generation();
-                let found = look_up(w.clone()).await;
-                catalog.settle(&cluster, w, found, generation);
-            }
-            tokio::select! {
-                _ = catalog.requested() => {}
-                _ = stop.changed() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            if *stop.borrow() {
-                return;
-            }
-        }
-    })
 }
 
 #[cfg(test)]
@@ -506,10 +259,7 @@ mod tests {
             c.wanted().is_empty(),
             "not asked again right after a failure"
         );
-        c.failed
-            .lock()
-            .unwrap()
-            .insert(db.clone(), Instant::now() - RETRY_AFTER);
+        c.failure_expired(&db);
         assert!(!c.keepable(&u, (0, 0), &db, &[n("accounts")]));
         let w = c.wanted().remove(0);
         c.settle("main", w, Some(app()), c.generation());

@@ -127,18 +127,17 @@ pub trait ProtocolContext: Send + Sync + Sized + 'static {
         let router = core.router.clone();
         Some(function_catalog::start_lookups(
             core.functions.clone(),
+            core.config.name.clone(),
             stop,
             databases,
             move || router.primary(),
             move |w| {
                 let ctx = weak.upgrade();
                 async move {
-                    if let Some(ctx) = ctx {
-                        let found = ctx.read_functions(&w).await;
-                        let core = ctx.core();
-                        core.metrics.function_lookup(found.is_some());
-                        core.functions.settle(&core.config.name, w, found);
-                    }
+                    let ctx = ctx?;
+                    let found = ctx.read_functions(&w).await;
+                    ctx.core().metrics.function_lookup(found.is_some());
+                    found
                 }
             },
         ))
