@@ -4,8 +4,9 @@
 //! were closed). Each message is a 5-byte head (the body's length, big
 //! endian, and its kind), sent with the descriptor in one `sendmsg`, then
 //! the body. Encoding and decoding a body are pure ([`encode_client`],
-//! [`decode_client`], [`Tally`]); [`send`] and [`recv`] are the I/O edge
-//! (rustix's safe `sendmsg` / `recvmsg`).
+//! [`decode_client`], [`Tally`]); [`send`] and [`recv`] are the I/O edge,
+//! over [`send_with_fds`] and [`recv_with_fds`] (rustix's safe `sendmsg` /
+//! `recvmsg`), which the upgrade's listening sockets use too.
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::SocketAddr;
@@ -243,6 +244,54 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Writes `bytes` with `fds` attached to their first byte (one
+/// `sendmsg`), then whatever that call left unwritten. The upgrade's
+/// listening sockets and the hand-over's clients both cross this way.
+pub fn send_with_fds(
+    mut stream: &UnixStream,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
+    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("the descriptors do not fit one message"));
+    }
+    let sent = sendmsg(
+        stream,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    // The descriptors went with the first byte; the rest is plain bytes.
+    stream.write_all(&bytes[sent..])
+}
+
+/// Reads what one `recvmsg` gives into `buf`, with the descriptors that
+/// came with it (close-on-exec; room for `max_fds`, the kernel closes any
+/// beyond). Returns the bytes read (0 at the end of the stream).
+pub fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(max_fds.max(1)))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        stream,
+        &mut [IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    Ok((got.bytes, fds))
+}
+
 /// Sends one message: its head with `fd` (if any) in one `sendmsg`, then
 /// its body.
 pub fn send(
@@ -254,20 +303,8 @@ pub fn send(
     let mut head = [0u8; 5];
     head[..4].copy_from_slice(&(body.len() as u32).to_be_bytes());
     head[4] = kind;
-    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
     let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(io::Error::other("the descriptor does not fit the message"));
-    }
-    let sent = sendmsg(
-        stream,
-        &[IoSlice::new(&head)],
-        &mut control,
-        SendFlags::empty(),
-    )?;
-    // The descriptor went with the first byte; the rest is plain bytes.
-    stream.write_all(&head[sent..])?;
+    send_with_fds(stream, &head, &fds)?;
     stream.write_all(body)
 }
 
@@ -278,25 +315,13 @@ pub type Message = (u8, Vec<u8>, Option<OwnedFd>);
 /// has exited).
 pub fn recv(mut stream: &UnixStream) -> io::Result<Option<Message>> {
     let mut head = [0u8; 5];
-    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(4))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    let got = recvmsg(
-        stream,
-        &mut [IoSliceMut::new(&mut head)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
-    let mut fd = None;
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(received) = message {
-            // One is sent; any other would be closed here.
-            fd = received.into_iter().next().or(fd);
-        }
-    }
-    if got.bytes == 0 {
+    // One descriptor is sent; room for a few more, which are closed here.
+    let (got, fds) = recv_with_fds(stream, &mut head, 4)?;
+    if got == 0 {
         return Ok(None);
     }
-    stream.read_exact(&mut head[got.bytes..])?;
+    let fd = fds.into_iter().next();
+    stream.read_exact(&mut head[got..])?;
     let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
     if len > MAX_BODY {
         return Err(io::Error::new(

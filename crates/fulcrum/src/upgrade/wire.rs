@@ -4,18 +4,15 @@
 //! with its listening sockets: their descriptors as `SCM_RIGHTS`, their
 //! names as lines in the same order. Naming the sockets ([`encode`],
 //! [`decode`]) is pure; [`send_sockets`] and [`recv_sockets`] are the I/O
-//! edge (rustix's safe `sendmsg` / `recvmsg`).
+//! edge (the hand-over's `send_with_fds` / `recv_with_fds`).
 
-use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
-use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
-};
+use fulcrum_cluster::handover::wire::{recv_with_fds, send_with_fds};
 
 /// The environment variable naming the old process's upgrade socket: set
 /// only for a process an upgrade starts.
@@ -107,46 +104,15 @@ pub fn send_sockets(
             "too many sockets, or names and sockets differ",
         ));
     }
-    let payload = encode(names)?;
-    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-        return Err(io::Error::other("the descriptors do not fit one message"));
-    }
-    let sent = sendmsg(
-        stream,
-        &[IoSlice::new(&payload)],
-        &mut control,
-        SendFlags::empty(),
-    )?;
-    // The descriptors went with the first byte; the rest is plain bytes.
-    let mut rest = &payload[sent..];
-    while !rest.is_empty() {
-        let n = rustix::io::write(stream, rest)?;
-        rest = &rest[n..];
-    }
-    Ok(())
+    send_with_fds(stream, &encode(names)?, fds)
 }
 
 /// Receives what [`send_sockets`] sent: each name with its descriptor
 /// (close-on-exec).
 pub fn recv_sockets(stream: &UnixStream) -> io::Result<Vec<(Socket, OwnedFd)>> {
-    let mut space = vec![0u8; rustix::cmsg_space!(ScmRights(MAX_SOCKETS))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut buf = vec![0u8; 64 * 1024];
-    let got = recvmsg(
-        stream,
-        &mut [IoSliceMut::new(&mut buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )?;
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(received) = message {
-            fds.extend(received);
-        }
-    }
-    let mut bytes = buf[..got.bytes].to_vec();
+    let (got, fds) = recv_with_fds(stream, &mut buf, MAX_SOCKETS)?;
+    let mut bytes = buf[..got].to_vec();
     if bytes.len() < 4 {
         let mut more = [0u8; 4];
         let need = 4 - bytes.len();
