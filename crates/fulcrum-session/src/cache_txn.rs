@@ -42,6 +42,18 @@ fn opens_unservable(sql: &str, read_only: bool) -> bool {
     read_only || sql.to_ascii_lowercase().contains("snapshot")
 }
 
+/// Where a unit stands for the result cache, once its front end found it
+/// may be answered from the cache at all (each protocol's `cache_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheScope {
+    /// A miss may fill: it runs on the primary, the one server sure to have
+    /// every write the cache's table versions count.
+    pub fill: bool,
+    /// Inside a transaction: only `in_transactions` reads are served, and
+    /// the answer says the transaction is still open.
+    pub in_txn: bool,
+}
+
 /// The client's transaction, as the cache sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TxnScope {

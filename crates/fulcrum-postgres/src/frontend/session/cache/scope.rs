@@ -14,16 +14,8 @@ use fulcrum_session::txn::names_read_committed;
 
 use super::*;
 
-/// Where the unit at the front stands, for the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::frontend::session) struct Scope {
-    /// A miss may fill: it runs on the primary, the one server sure to have
-    /// every write the cache's table versions count.
-    pub fill: bool,
-    /// Inside a transaction: only `in_transactions` reads are served, and
-    /// the answer's ReadyForQuery says `T`.
-    pub in_txn: bool,
-}
+/// Where the unit at hand stands, for the cache (protocol-neutral).
+pub(in crate::frontend::session) use fulcrum_session::cache_txn::CacheScope as Scope;
 
 impl Session {
     /// Whether the unit at the front may be answered from (or fill) the
