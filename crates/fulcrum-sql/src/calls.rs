@@ -209,6 +209,48 @@ fn builtin_reads(dialect: Dialect) -> &'static [&'static str] {
     }
 }
 
+/// The SQL-standard value functions the grammar writes as keywords
+/// (`CURRENT_TIMESTAMP`, `CURRENT_USER`, ...): the parser gives them as a
+/// call of an unquoted one-part name.
+const SQL_VALUE_FUNCTIONS: [&str; 9] = [
+    "current_timestamp",
+    "current_time",
+    "current_date",
+    "localtime",
+    "localtimestamp",
+    "current_catalog",
+    "current_user",
+    "session_user",
+    "user",
+];
+
+/// Whether `f` is a keyword value function (`CURRENT_TIMESTAMP`,
+/// `CURRENT_DATE(…)`'s precision form, PostgreSQL's `CURRENT_USER`), which
+/// the server's grammar resolves to its built-in whatever functions a user
+/// made: a read that needs no catalog and leaves no session state. Only
+/// the keyword's own form counts: unquoted, one part, and without
+/// parentheses unless it takes a precision (`"current_user"()` or
+/// `public.localtime()` name a user's function).
+fn sql_value_function(f: &sqlparser::ast::Function) -> bool {
+    use sqlparser::ast::FunctionArguments;
+    let [part] = &f.name.0[..] else {
+        return false;
+    };
+    let Some(ident) = part.as_ident() else {
+        return false;
+    };
+    if ident.quote_style.is_some() {
+        return false;
+    }
+    let name = ident.value.to_ascii_lowercase();
+    let takes_precision = matches!(
+        name.as_str(),
+        "current_timestamp" | "current_time" | "localtime" | "localtimestamp"
+    );
+    SQL_VALUE_FUNCTIONS.contains(&name.as_str())
+        && (matches!(f.args, FunctionArguments::None) || takes_precision)
+}
+
 struct Calls<'a> {
     dialect: Dialect,
     rules: &'a FunctionRules,
@@ -250,7 +292,9 @@ impl Visitor for Calls<'_> {
 
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         if let Expr::Function(f) = e {
-            self.call(&f.name);
+            if !sql_value_function(f) {
+                self.call(&f.name);
+            }
         }
         ControlFlow::Continue(())
     }
@@ -345,6 +389,32 @@ mod tests {
         ] {
             assert!(unproven(&pg, sql).is_empty(), "{sql}");
         }
+    }
+
+    #[test]
+    fn keyword_value_functions_are_built_ins_and_a_users_namesake_is_not() {
+        let pg = Classifier::new(Dialect::Postgres, &ClassifierConfig::default());
+        for sql in [
+            // pgbench TPC-B's history row.
+            "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+             VALUES (1, 1, 1, 5, CURRENT_TIMESTAMP)",
+            "SELECT current_date, localtime(3), current_timestamp(0), localtimestamp",
+            "SELECT current_user, session_user, user, current_catalog",
+        ] {
+            assert!(unproven(&pg, sql).is_empty(), "{sql}");
+            assert!(listed(&pg, sql).is_empty(), "{sql}");
+        }
+        assert_eq!(
+            unproven(&pg, "SELECT \"current_timestamp\"()"),
+            ["current_timestamp"],
+            "a quoted name is a user's function"
+        );
+        assert_eq!(unproven(&pg, "SELECT public.localtime()"), ["localtime"]);
+        assert_eq!(
+            unproven(&pg, "SELECT current_date(1)"),
+            ["current_date"],
+            "no precision form: not the keyword"
+        );
     }
 
     fn listed(c: &Classifier, sql: &str) -> Vec<String> {
