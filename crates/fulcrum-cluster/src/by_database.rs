@@ -128,6 +128,30 @@ impl<T> ByDatabase<T> {
         }
     }
 
+    /// A login of `user` (with its protocol `options`) to `database`: its
+    /// answer asked for and waited for until `deadline`, unless known.
+    /// Asked twice at most: a lookup already pending as the health user (at
+    /// start) that could not log in is followed by one with this login's.
+    pub async fn known_by(
+        &self,
+        user: &Arc<str>,
+        options: (u32, u8),
+        database: &str,
+        deadline: tokio::time::Instant,
+    ) {
+        for _ in 0..2 {
+            if self.knows(database) {
+                return;
+            }
+            self.want(user, options, database);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.wait_known(database, left).await;
+            if left.is_zero() {
+                return;
+            }
+        }
+    }
+
     /// `test` of `database`'s answer, `None` while it is not known; asks
     /// for it when unknown or stale (a stale answer is still used).
     pub fn answer<R>(
@@ -311,4 +335,46 @@ where
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> Arc<str> {
+        s.into()
+    }
+
+    /// What the lookup loop does with the next lookup: answers it.
+    async fn next_lookup(c: &ByDatabase<u32>) -> Wanted {
+        loop {
+            if let Some(w) = c.wanted().pop() {
+                return w;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_login_asks_again_after_the_health_users_lookup_failed() {
+        let c = Arc::new(ByDatabase::<u32>::named("test", Duration::from_secs(60)));
+        // At start: asked as the health user, still pending at the login.
+        c.want(&n(""), (0, 0), "app");
+        let login = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                c.known_by(&n("alice"), (0, 0), "app", deadline).await;
+                c.knows("app")
+            })
+        };
+        let first = next_lookup(&c).await;
+        assert_eq!(first.user, n(""));
+        c.settle("main", first, None, c.generation()); // the health user may not log in
+        let second = next_lookup(&c).await;
+        assert_eq!(second.user, n("alice"), "asked again with the login's user");
+        c.settle("main", second, Some(7), c.generation());
+        assert!(login.await.unwrap(), "the login waited for the answer");
+        assert_eq!(c.answer(&n("alice"), (0, 0), "app", |v| *v), Some(7));
+    }
 }

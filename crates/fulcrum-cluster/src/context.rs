@@ -330,37 +330,20 @@ impl<C, P, S> ClusterCore<C, P, S> {
     /// wait), so the first reads may be kept.
     pub async fn catalog_at_login(&self, user: &Arc<str>, options: (u32, u8), database: &str) {
         let deadline = tokio::time::Instant::now() + self.config.function_catalog_wait;
-        let relations = self.cache.is_some() && !self.relations.knows(database);
-        if relations {
+        let relations = self.cache.is_some();
+        if relations && !self.relations.knows(database) {
+            // Asked first, so both lookups run during the one wait.
             self.relations.want(user, options, database);
         }
-        self.functions_at_login(user, options, database, deadline)
-            .await;
+        if self.config.function_catalog.is_some() {
+            self.functions
+                .known_by(user, options, database, deadline)
+                .await;
+        }
         if relations {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.relations.wait_known(database, left).await;
-        }
-    }
-
-    async fn functions_at_login(
-        &self,
-        user: &Arc<str>,
-        options: (u32, u8),
-        database: &str,
-        deadline: tokio::time::Instant,
-    ) {
-        if self.config.function_catalog.is_none() || self.functions.knows(database) {
-            return;
-        }
-        // Twice at most: a lookup as the health user (at start) that could
-        // not log in is followed by one with this client's login.
-        for _ in 0..2 {
-            self.functions.want(user, options, database);
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.functions.wait_known(database, left).await;
-            if self.functions.knows(database) || left.is_zero() {
-                return;
-            }
+            self.relations
+                .known_by(user, options, database, deadline)
+                .await;
         }
     }
 
