@@ -18,7 +18,7 @@ pub mod wire;
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -103,8 +103,19 @@ impl Sink {
     /// [`send_client`](Self::send_client), for a session: true when the
     /// client is the new process's now (the session ends without a word to
     /// it), false when it stays here.
-    pub fn hand_over(&self, head: &ClientHead, socket: BorrowedFd<'_>) -> bool {
-        let moved = self.send_client(head, socket).is_ok();
+    /// The send runs on tokio's blocking pool with a copy of the socket's
+    /// descriptor: a new process slow to read (up to the send timeout) holds
+    /// that thread, not the worker serving this session's neighbours.
+    pub async fn hand_over(&'static self, head: ClientHead, socket: BorrowedFd<'_>) -> bool {
+        let socket = match socket.try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!(error = %e, "upgrade: cannot copy a client's socket; it stays here");
+                return false;
+            }
+        };
+        let send = move || self.send_client(&head, socket.as_fd()).is_ok();
+        let moved = tokio::task::spawn_blocking(send).await.unwrap_or(false);
         if moved {
             tracing::debug!("client handed over to the new process");
         }

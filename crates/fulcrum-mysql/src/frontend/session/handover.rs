@@ -251,7 +251,8 @@ impl Session {
             state: self.snapshot(),
         };
         let socket = self.client.stream().movable_socket().expect("checked");
-        Ok(sink.hand_over(&head, socket))
+        // Boxed: a rare path, kept out of every idle session's future.
+        Ok(Box::pin(sink.hand_over(head, socket)).await)
     }
 
     /// The session as the new process takes it up (see [`HandedOver`]).
