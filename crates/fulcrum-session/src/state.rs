@@ -99,6 +99,10 @@ pub struct Engine {
     /// Fulcrum cannot replay (a pin's reason): also for a client pinned
     /// from the start (session pooling), whose phase it does not change.
     state_left: Option<PinReason>,
+    /// The attached connection stays for the next command only (MySQL:
+    /// an insert's id may be asked next, `LAST_INSERT_ID()`); `Ready`
+    /// then counts it as owed to the client.
+    keep_next: bool,
 }
 
 impl Engine {
@@ -117,7 +121,34 @@ impl Engine {
             txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
             status: Status::Idle,
             state_left: None,
+            keep_next: false,
         }
+    }
+
+    /// A command goes to the attached connection: true when the last
+    /// answer kept the connection for it ([`Engine::answer_keeps`]); the
+    /// keep is used up.
+    pub fn command_sent(&mut self) -> bool {
+        std::mem::take(&mut self.keep_next)
+    }
+
+    /// The answer to a command says the next one may need this same
+    /// connection (`keep`): it stays for that one command, unless this
+    /// command was itself one kept for (`kept_for_this`), so a run of
+    /// inserts cannot hold a connection for good.
+    pub fn answer_keeps(&mut self, keep: bool, kept_for_this: bool) {
+        self.keep_next = keep && !kept_for_this;
+    }
+
+    /// Whether the connection is kept for the next command only.
+    pub fn kept_for_next(&self) -> bool {
+        self.keep_next
+    }
+
+    /// The keep is dropped: the connection went away, was reset, or the
+    /// command it was kept for has another way to its answer.
+    pub fn drop_keep(&mut self) {
+        self.keep_next = false;
     }
 
     /// The transaction status the client was last told.
@@ -252,6 +283,11 @@ impl Engine {
                 self.on_pin(reason)
             }
             Event::Ready { status, owed } => {
+                let owed = if self.keep_next && owed == Owed::Nothing {
+                    Owed::Client
+                } else {
+                    owed
+                };
                 self.status = status;
                 self.quiet = status == Status::Idle && owed == Owed::Nothing;
                 self.on_ready(status, owed)

@@ -91,8 +91,6 @@ pub struct Session {
     /// The client's state between commands (idle, busy, in a transaction,
     /// pinned, replaying) and the unit in flight: `fulcrum_session::Engine`.
     engine: Engine,
-    /// Keep the connection for the next command (LAST_INSERT_ID()).
-    keep_for_next: bool,
     /// Digest statistics: the digest of the statement about to be
     /// forwarded, and the last one looked up.
     digests: Digests,
@@ -228,7 +226,6 @@ impl Session {
             wait_timeout: None,
             server: None,
             engine,
-            keep_for_next: false,
             digests: Digests {
                 mirror,
                 ..Default::default()

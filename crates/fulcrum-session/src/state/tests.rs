@@ -41,6 +41,7 @@ pub(super) fn engine(phase: Phase) -> Engine {
         txn_log: crate::replay::TxnLog::new(None, crate::replay::Framing::Whole),
         status: Status::Idle,
         state_left: None,
+        keep_next: false,
     }
 }
 
@@ -387,4 +388,39 @@ fn a_session_pool_pin_after_login_is_no_state_left() {
     assert_eq!(e.state_left(), None);
     let _ = e.step(Event::Pin("user variable"));
     assert_eq!(e.state_left(), Some("user variable"));
+}
+
+#[test]
+fn a_connection_kept_for_the_next_command_stays_for_that_one_only() {
+    let busy = Phase::Busy { route: PRIMARY };
+    let mut e = engine(busy);
+    let kept_for_this = e.command_sent();
+    assert!(!kept_for_this);
+    e.answer_keeps(true, kept_for_this); // an INSERT's id
+    assert!(e.kept_for_next());
+    assert!(
+        e.step(ready(Status::Idle, Owed::Nothing)).is_empty(),
+        "kept: no detach"
+    );
+    // The next command uses the keep; its own insert id keeps no longer.
+    let kept_for_this = e.command_sent();
+    assert!(kept_for_this && !e.kept_for_next());
+    e.answer_keeps(true, kept_for_this);
+    assert!(!e.kept_for_next(), "no chain of keeps");
+    assert_eq!(
+        e.step(ready(Status::Idle, Owed::Nothing))
+            .iter()
+            .collect::<Vec<_>>(),
+        vec![Action::Detach]
+    );
+    let mut e = engine(busy);
+    e.answer_keeps(true, false);
+    e.drop_keep();
+    assert_eq!(
+        e.step(ready(Status::Idle, Owed::Nothing))
+            .iter()
+            .collect::<Vec<_>>(),
+        vec![Action::Detach],
+        "a dropped keep detaches"
+    );
 }

@@ -109,7 +109,7 @@ impl Session {
             Action::Hold => {
                 // The command needs another connection: MySQL answered the
                 // last one already, so the held connection goes back now.
-                self.keep_for_next = false;
+                self.engine.drop_keep();
                 let ready = Event::Ready {
                     status: self.engine.status(),
                     owed: Owed::Nothing,

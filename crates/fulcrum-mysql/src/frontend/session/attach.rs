@@ -139,11 +139,8 @@ impl Session {
             } else {
                 Status::Idle
             },
-            owed: if self.keep_for_next {
-                Owed::Client
-            } else {
-                Owed::Nothing
-            },
+            // The engine counts a connection kept for the next command.
+            owed: Owed::Nothing,
         };
         // Detach, and a pending drain's Close at a boundary.
         let actions = self.engine.step(ready);

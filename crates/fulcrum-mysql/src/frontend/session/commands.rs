@@ -55,7 +55,7 @@ impl Session {
             return Err(SessionError::Refused(m));
         }
         // Forget everything of the old user; a clean connection goes back.
-        self.keep_for_next = false;
+        self.engine.drop_keep();
         self.cleanup().await;
         // A new engine for the new user; the transaction log (its
         // `transaction_replay` limits) carries over.
@@ -110,7 +110,7 @@ impl Session {
         self.desired.clear();
         self.cache.off = false;
         self.cache.txn.reset();
-        self.keep_for_next = false;
+        self.engine.drop_keep();
         if let Some(server) = self.server.as_mut() {
             match server.reset().await {
                 Ok(()) => {}

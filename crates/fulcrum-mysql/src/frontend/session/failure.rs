@@ -103,7 +103,7 @@ impl Session {
         put_err(&mut self.client.write_buf, seq, 1927, state, &msg);
         let _ = self.flush().await;
         self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-        self.keep_for_next = false;
+        self.engine.drop_keep();
         if ends {
             SessionError::Refused(msg)
         } else {

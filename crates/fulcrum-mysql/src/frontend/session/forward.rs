@@ -96,7 +96,7 @@ impl Session {
         effects: Effects,
     ) -> Result<(), SessionError> {
         let replaying = self.txn.run.is_some();
-        let keep_was = std::mem::take(&mut self.keep_for_next);
+        let kept_for_this = self.engine.command_sent();
         let stamp = self.count_and_stamp(msg, replaying);
         let server = self.server.as_mut().expect("attached");
         if server.io.send(msg).await.is_err() {
@@ -145,7 +145,10 @@ impl Session {
             self.record_effects(effects.set, effects.schema);
         }
         // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
-        self.keep_for_next = (reply.last_insert_id != 0 || effects.keep_next) && !keep_was;
+        self.engine.answer_keeps(
+            reply.last_insert_id != 0 || effects.keep_next,
+            kept_for_this,
+        );
         // In a transaction the engine keeps the connection; it learns the
         // status from every answer.
         self.maybe_detach();

@@ -63,7 +63,7 @@ impl Session {
         }
         loop {
             self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
-            self.keep_for_next = false;
+            self.engine.drop_keep();
             self.engine.unit_lost();
             let deadline = self.txn.run.as_ref().expect("replaying").deadline();
             let ctx = self.ctx.clone();

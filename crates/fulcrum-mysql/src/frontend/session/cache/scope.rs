@@ -28,7 +28,7 @@ impl Session {
     pub(in crate::frontend::session) fn cache_scope(&self) -> Option<Scope> {
         if self.ctx.cache.is_none()
             || self.cache.off
-            || self.keep_for_next
+            || self.engine.kept_for_next()
             || self.engine.is_lost()
             || self.txn.run.is_some()
             || self.digests.mirror.is_some()
