@@ -275,11 +275,12 @@ async fn a_read_a_write_overtook_is_never_kept() {
         }
     }
     run(&writer, "UPDATE cache_t SET v = 6 WHERE id = 5").await;
-    // The fill: a miss, 0.8 s long, overtaken by a write 0.3 s in.
+    // The fill: a miss, 0.8 s long, overtaken by a write 0.3 s in. Its
+    // client logs in first, so the 0.3 s are the read's own (a login on a
+    // loaded machine took longer, and the read then began after the write).
     let fill = {
-        let cfg = cfg.clone();
+        let c = pg_connect(&cfg).await;
         tokio::spawn(async move {
-            let c = pg_connect(&cfg).await;
             value(&c, "SELECT v, cache_slow(id) FROM cache_t WHERE id = 5").await
         })
     };
