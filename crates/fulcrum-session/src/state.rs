@@ -103,6 +103,9 @@ pub struct Engine {
     /// an insert's id may be asked next, `LAST_INSERT_ID()`); `Ready`
     /// then counts it as owed to the client.
     keep_next: bool,
+    /// The server connection of a client idle in its transaction went
+    /// away and was let go; the client's next command meets the loss.
+    let_go: bool,
 }
 
 impl Engine {
@@ -122,7 +125,26 @@ impl Engine {
             status: Status::Idle,
             state_left: None,
             keep_next: false,
+            let_go: false,
         }
+    }
+
+    /// The server connection of a client idle in its transaction went away
+    /// and was given up at once (a SWITCHOVER waits for none): the client's
+    /// next command handles the loss (a replay, or the error without one).
+    pub fn server_let_go(&mut self) {
+        self.let_go = true;
+    }
+
+    /// Whether the connection was let go under the client since its last
+    /// command; the next command takes the news.
+    pub fn take_let_go(&mut self) -> bool {
+        std::mem::take(&mut self.let_go)
+    }
+
+    /// Whether a connection let go waits for the client's next command.
+    pub fn was_let_go(&self) -> bool {
+        self.let_go
     }
 
     /// A command goes to the attached connection: true when the last

@@ -120,9 +120,6 @@ pub struct Session {
     pool: Option<(BackendId, fulcrum_pool::Pool<ServerConn>)>,
     /// `transaction_replay`: the open transaction's log, a replay under way.
     txn: TxnReplay,
-    /// The server went away while the client was idle in its transaction
-    /// (let go at once; the next command handles the loss).
-    server_gone: bool,
     /// The result cache: the opt-out, a fill under way, what was written.
     cache: cache::SessionCache,
 }
@@ -252,7 +249,6 @@ impl Session {
                 run: None,
                 lost_seq: 1,
             },
-            server_gone: false,
             cache: Default::default(),
         }
     }

@@ -42,6 +42,7 @@ pub(super) fn engine(phase: Phase) -> Engine {
         status: Status::Idle,
         state_left: None,
         keep_next: false,
+        let_go: false,
     }
 }
 

@@ -134,14 +134,14 @@ impl Session {
         }
         self.set_running(None);
         self.ctx.router.suspect(self.backend);
-        self.server_gone = true;
+        self.engine.server_let_go();
     }
 
     /// The client's next command after `let_server_go`: the loss is handled
     /// as if that command had found the server gone (a replay, or the
     /// error without one).
     pub(super) async fn server_gone_before(&mut self, seq: u8) -> Result<(), SessionError> {
-        if std::mem::take(&mut self.server_gone) {
+        if self.engine.take_let_go() {
             return Err(self
                 .lost(
                     seq,

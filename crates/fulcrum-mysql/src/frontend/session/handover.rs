@@ -234,7 +234,7 @@ impl Session {
         if !sink.may_move(&entry, self.client.stream().movable_socket(), pinned) {
             return Ok(false);
         }
-        if self.engine.kept_for_next() || self.server_gone || self.txn.run.is_some() {
+        if self.engine.kept_for_next() || self.engine.was_let_go() || self.txn.run.is_some() {
             // Held for the next command only: it moves after that one.
             return Ok(false);
         }
