@@ -3,6 +3,8 @@
 //! `size` permits bound the connections in use; a connection is only opened by
 //! a permit holder when no idle one is left, so idle + in use never exceeds
 //! `size`. Waiters queue fairly (tokio's semaphore is FIFO) up to `timeout`.
+//! A connection given back while nobody waits keeps its permit on the idle
+//! list (`permits.rs`), so the usual checkout does no semaphore work.
 //! A checked-out connection that is dropped without `release` is closed, so a
 //! dirty connection can never come back.
 //!
@@ -130,6 +132,9 @@ struct Inner<C> {
     permits: Arc<Semaphore>,
     reserve: Arc<Semaphore>,
     idle: Mutex<VecDeque<Idle<C>>>,
+    /// Clients waiting for a permit (`permits.rs`); raised under the idle
+    /// lock, read under it by a connection given back.
+    waiting: AtomicUsize,
     /// A connection went idle: wakes a checkout waiting at a budget's cap,
     /// which takes it rather than a new one.
     returned: tokio::sync::Notify,
@@ -209,6 +214,7 @@ impl<C: Poolable> Pool<C> {
             permits: Arc::new(Semaphore::new(settings.size as usize)),
             reserve: Arc::new(Semaphore::new(settings.reserve_size as usize)),
             idle: Mutex::new(VecDeque::new()),
+            waiting: AtomicUsize::new(0),
             returned: tokio::sync::Notify::new(),
             budgets,
             opened: AtomicU64::new(0),
@@ -265,16 +271,16 @@ impl<C: Poolable> Pool<C> {
     /// [`Pool::get`] without a future, for the common case of a unit that
     /// finds a connection waiting.
     pub fn try_get(&self) -> Option<Checkout<C>> {
-        let inner = &self.inner;
-        let permit = inner.permits.clone().try_acquire_owned().ok()?;
-        let idle = self.take_idle()?;
+        let (idle, permit) = match self.take_parked_idle() {
+            Some(parked) => parked,
+            None => {
+                let permit = self.try_permit().ok()?;
+                (self.take_idle()?, permit)
+            }
+        };
         if self.check_due(&idle) {
             // Checked by `get`: back where it was (the most recent end).
-            inner
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(idle);
+            self.put_back(idle, permit);
             return None;
         }
         Some(self.hand_out(idle, permit))
@@ -282,8 +288,10 @@ impl<C: Poolable> Pool<C> {
 
     /// `idle` has been quiet for `server_check_delay`: checked before use.
     fn check_due(&self, idle: &Idle<C>) -> bool {
-        let quiet = Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms));
-        self.inner.settings.check_delay.is_some_and(|d| quiet >= d)
+        self.inner
+            .settings
+            .check_delay
+            .is_some_and(|d| Duration::from_millis(coarse::ms().saturating_sub(idle.since_ms)) >= d)
     }
 
     /// The checkout of idle connection `idle`, under `permit`.
@@ -299,7 +307,7 @@ impl<C: Poolable> Pool<C> {
             budget: idle.budget,
             entry: Some(idle.entry),
             pool: inner.clone(),
-            _permit: permit,
+            permit: Some(permit),
         }
     }
 
@@ -317,7 +325,7 @@ impl<C: Poolable> Pool<C> {
     {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::from_std(coarse::now()) + inner.settings.timeout;
-        let permit = match inner.permits.clone().try_acquire_owned() {
+        let permit = match self.try_permit() {
             Ok(p) => p,
             Err(_) => Box::pin(self.permit(deadline)).await?,
         };
@@ -386,7 +394,7 @@ impl<C: Poolable> Pool<C> {
             budget,
             entry: Some(entry),
             pool: inner.clone(),
-            _permit: permit,
+            permit: Some(permit),
         })
     }
 
@@ -402,6 +410,12 @@ impl<C: Poolable> Pool<C> {
             Err(tokio::sync::TryAcquireError::Closed) => return Err(PoolError::Closed),
             Err(tokio::sync::TryAcquireError::NoPermits) => {}
         }
+        // Registered until served or given up: meanwhile a connection
+        // given back releases its permit to the semaphore, not the list.
+        let _waiting = match self.parked_or_wait() {
+            Ok(p) => return Ok(p),
+            Err(waiting) => waiting,
+        };
         inner.waits.fetch_add(1, Ordering::Relaxed);
         let timeout = || PoolError::Timeout(inner.settings.timeout, inner.settings.size);
         if inner.settings.reserve_size > 0 {
@@ -480,20 +494,20 @@ impl<C: Poolable> Pool<C> {
 
     pub fn stats(&self) -> PoolStats {
         let s = &self.inner.settings;
-        let (idle, used) = {
-            let list = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let (idle, used, free) = {
+            let list = self.inner.idle_list();
             let now = coarse::ms();
             let used = list
                 .iter()
                 .filter(|i| self.inner.past_check_delay(i.since_ms, now))
                 .count();
-            (list.len(), used)
+            (list.len(), used, self.inner.free_permits(&list))
         };
         let reserve = s.reserve_size as usize - self.inner.reserve.available_permits();
         PoolStats {
             idle,
             used,
-            in_use: s.size as usize - self.inner.permits.available_permits() + reserve,
+            in_use: (s.size as usize).saturating_sub(free) + reserve,
             reserve,
             opened: self.inner.opened.load(Ordering::Relaxed),
             closed: self.inner.closed.load(Ordering::Relaxed),
@@ -509,6 +523,7 @@ impl<C: Poolable> Pool<C> {
         let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
         inner.retired_ns.store(now.max(1), Ordering::Release);
         inner.closed.fetch_add(idle.len() as u64, Ordering::Relaxed);
+        // Their parked permits go back to the semaphore here.
         idle.clear();
         // Checked out now: what the permits say (the idle lock is held).
         let s = &inner.settings;
@@ -526,5 +541,6 @@ impl<C: Poolable> Pool<C> {
 mod checkout;
 mod idle;
 mod listing;
+mod permits;
 #[cfg(test)]
 mod tests;

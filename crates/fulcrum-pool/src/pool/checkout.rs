@@ -26,7 +26,9 @@ pub struct Checkout<C> {
     /// Its SHOW SERVERS entry (moves to the idle list on `release`).
     pub(super) entry: Option<Arc<Entry>>,
     pub(super) pool: Arc<Inner<C>>,
-    pub(super) _permit: OwnedSemaphorePermit,
+    /// The pool's permit (or the reserve's) it is used under; parked
+    /// with it on the idle list when it goes back (`permits.rs`).
+    pub(super) permit: Option<OwnedSemaphorePermit>,
 }
 
 impl<C> Checkout<C> {
@@ -66,6 +68,13 @@ impl<C> Checkout<C> {
                 return;
             }
             let budget = std::mem::take(&mut self.budget);
+            // Parked with it, or released once it is on the list (a
+            // waiter woken earlier would find no idle connection and open
+            // one beside it).
+            let (parked, release) = match self.permit.take() {
+                Some(p) if self.pool.may_park(&p) => (Some(p), None),
+                other => (None, other),
+            };
             let Some(entry) = self.entry.take() else {
                 // Every checkout is made with its entry: not reached.
                 self.pool.closed.fetch_add(1, Ordering::Relaxed);
@@ -79,9 +88,14 @@ impl<C> Checkout<C> {
                 worker: self.worker,
                 budget,
                 entry,
+                permit: parked,
             });
             drop(idle);
-            self.pool.returned.notify_one();
+            drop(release);
+            // Only a checkout waiting at a budget's cap listens.
+            if !self.pool.budgets.is_empty() {
+                self.pool.returned.notify_one();
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 //! closing idle ones (all after a backend failed, the oldest one when a
 //! budget needs room).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ pub(super) struct Idle<C> {
     pub(super) budget: Vec<OwnedSemaphorePermit>,
     /// Its SHOW SERVERS entry.
     pub(super) entry: Arc<Entry>,
+    /// The pool permit it went back with, parked while nobody waits
+    /// (`permits.rs`); released to the semaphore when it is dropped.
+    pub(super) permit: Option<OwnedSemaphorePermit>,
 }
 
 impl<C: Send> IdleCloser for Inner<C> {
@@ -64,7 +68,7 @@ impl<C: Poolable> Pool<C> {
         while self.open_count() < inner.settings.min_size as usize {
             // Held while connecting, so a client cannot open one beside it
             // past `size`.
-            let Ok(permit) = inner.permits.clone().try_acquire_owned() else {
+            let Ok(permit) = self.try_permit() else {
                 break;
             };
             let Ok(budget) = self.budget_permits::<E>(None).await else {
@@ -87,6 +91,7 @@ impl<C: Poolable> Pool<C> {
                     worker: worker::current(),
                     budget,
                     entry,
+                    permit: None,
                 });
             inner.returned.notify_one();
             drop(permit);
@@ -103,24 +108,18 @@ impl<C: Poolable> Pool<C> {
         let now = coarse::ms();
         let inner = &self.inner;
         let settings = &inner.settings;
-        let idle_ms = settings.idle_timeout.as_millis() as u64;
-        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while idle
-            .front()
-            .is_some_and(|i| now.saturating_sub(i.since_ms) > idle_ms)
-        {
-            idle.pop_front();
-            inner.closed.fetch_add(1, Ordering::Relaxed);
-        }
+        let mut idle = inner.idle_list();
+        self.expire_idle(&mut idle, now);
         let me = worker::current();
         loop {
             let own = idle.iter().rposition(|i| i.worker == me);
             let i = match own {
+                Some(at) if at + 1 == idle.len() => idle.pop_back(),
                 Some(at) => idle.remove(at),
                 None => {
                     // Every permit held (this caller's included) may become
                     // an open connection beside the idle ones.
-                    let held = settings.size as usize - inner.permits.available_permits()
+                    let held = (settings.size as usize).saturating_sub(inner.free_permits(&idle))
                         + settings.reserve_size as usize
                         - inner.reserve.available_permits();
                     let full = idle.len() + held > settings.size as usize;
@@ -132,14 +131,58 @@ impl<C: Poolable> Pool<C> {
                 }
             };
             let mut i = i?;
-            let too_old = settings
-                .lifetime
-                .is_some_and(|l| now.saturating_sub(i.born_ms) >= l.as_millis() as u64);
-            if !too_old && i.conn.is_usable() {
+            if self.fit(&mut i, now) {
                 return Some(i);
             }
             inner.closed.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// [`take_idle`](Self::take_idle)'s usual case without the semaphore:
+    /// the most recent idle connection is this worker's and holds a parked
+    /// permit (`permits.rs`), so it is the one `take_idle` would choose,
+    /// and its permit serves the checkout. `None` when that is not the
+    /// case; the expired ones are closed first either way, and that one
+    /// too when it is past its lifetime or unusable.
+    pub(super) fn take_parked_idle(&self) -> Option<(Idle<C>, OwnedSemaphorePermit)> {
+        let now = coarse::ms();
+        let mut idle = self.inner.idle_list();
+        self.expire_idle(&mut idle, now);
+        let back = idle.back()?;
+        if back.permit.is_none() || back.worker != worker::current() {
+            return None;
+        }
+        let mut i = idle.pop_back()?;
+        if !self.fit(&mut i, now) {
+            self.inner.closed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let permit = i.permit.take()?;
+        Some((i, permit))
+    }
+
+    /// Closes the connections idle past `server_idle_timeout` (the oldest,
+    /// at the front of the list).
+    fn expire_idle(&self, idle: &mut VecDeque<Idle<C>>, now: u64) {
+        let idle_ms = self.inner.settings.idle_timeout.as_millis() as u64;
+        while idle
+            .front()
+            .is_some_and(|i| now.saturating_sub(i.since_ms) > idle_ms)
+        {
+            idle.pop_front();
+            self.inner.closed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An idle connection may be handed out: within its lifetime and
+    /// usable ([`Poolable::is_usable`]).
+    fn fit(&self, i: &mut Idle<C>, now: u64) -> bool {
+        let too_old = self
+            .inner
+            .settings
+            .lifetime
+            .is_some_and(|l| now.saturating_sub(i.born_ms) >= l.as_millis() as u64);
+        !too_old && i.conn.is_usable()
     }
 
     /// Closes every idle connection (e.g. after the backend failed).

@@ -497,3 +497,55 @@ async fn a_checkout_waiting_at_a_budgets_cap_takes_a_connection_its_pool_gets_ba
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(p.stats().opened, 2, "no third connection was opened");
 }
+
+/// A connection given back keeps its permit on the idle list while nobody
+/// waits (`permits.rs`): that permit counts as free, the limit holds.
+#[tokio::test]
+async fn a_permit_parked_with_an_idle_connection_is_free_and_the_limit_holds() {
+    let p = pool(2, 50);
+    let a = p.get(|| open(1)).await.unwrap();
+    let b = p.get(|| open(2)).await.unwrap();
+    a.release();
+    let s = p.stats();
+    assert_eq!((s.idle, s.in_use), (1, 1), "{s:?}");
+    let a = p.try_get().expect("the idle one, with its parked permit");
+    assert_eq!(a.id, 1);
+    assert!(p.try_get().is_none(), "both in use");
+    let err = p.get(|| open(3)).await.err().unwrap();
+    assert!(matches!(err, PoolError::Timeout(_, 2)), "{err}");
+    a.release();
+    b.release();
+    assert_eq!(p.stats().in_use, 0);
+    // Two parked permits, taken by `get` as well as `try_get`.
+    let (c, d) = (
+        p.get(|| open(4)).await.unwrap(),
+        p.get(|| open(5)).await.unwrap(),
+    );
+    assert_eq!((c.id, d.id), (2, 1), "most recent first; nothing opened");
+    assert_eq!(p.stats().opened, 2);
+}
+
+/// A connection given back while a client waits releases its permit to
+/// that waiter (FIFO): a newcomer's `try_get` gets nothing meanwhile.
+#[tokio::test]
+async fn a_waiter_is_served_before_a_newcomer_when_a_connection_comes_back() {
+    let p = pool(1, 2000);
+    let held = p.get(|| open(1)).await.unwrap();
+    let p2 = p.clone();
+    let waiter = tokio::spawn(async move {
+        let c = p2.get(|| open(2)).await?;
+        let id = c.id;
+        c.release();
+        Ok::<_, PoolError<String>>(id)
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.release();
+    assert!(p.try_get().is_none(), "the permit is the waiter's");
+    assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    assert_eq!(p.stats().opened, 1);
+    // Served: it waits no more, so the next one given back is parked.
+    p.try_get()
+        .expect("parked with the idle connection")
+        .release();
+    assert_eq!((p.stats().idle, p.stats().in_use), (1, 0));
+}

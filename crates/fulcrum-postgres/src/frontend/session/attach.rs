@@ -77,9 +77,12 @@ impl Session {
         }
         let status = self.engine.status();
         let owed = self.owed();
-        // Detach, and a pending drain's Close at a boundary.
+        // Detach, and a pending drain's Close at a boundary. Mostly
+        // nothing (the answer is still coming): no loop over no actions.
         let actions = self.engine.step(Event::Ready { status, owed });
-        self.carry_out_now(actions);
+        if !actions.is_empty() {
+            self.carry_out_now(actions);
+        }
     }
 
     /// What the attached connection still owes.
