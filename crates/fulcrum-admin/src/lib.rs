@@ -1,19 +1,27 @@
 //! The admin console: a PostgreSQL-protocol listener (`[fulcrum] admin`), so
 //! psql is the client, authenticated by `[[fulcrum.admin_user]]` (SCRAM-SHA-256
-//! or md5, `admin_auth`), any database name accepted. PgBouncer's `SHOW`
+//! or md5, `admin_auth`; TLS with `[fulcrum]`'s certificate; a `stats_users`
+//! login may only SHOW), any database name accepted. PgBouncer's `SHOW`
 //! commands with its column names where the concept is the same, plus
-//! operator commands (`PAUSE`, `RESUME`, `DISABLE`, `ENABLE`, `SWITCHOVER`,
-//! `RELOAD`, `UPGRADE`, `RECONNECT`, `WAIT_CLOSE`, `KILL`, `SHUTDOWN`,
+//! operator commands (`PAUSE`, `RESUME`, `DISABLE` and `ENABLE` of a backend
+//! or a database, `SWITCHOVER`, `RELOAD`, `UPGRADE`, `RECONNECT`,
+//! `WAIT_CLOSE`, `KILL`, `SHUTDOWN`, `FLUSH CACHE`, `SHOW QUERIES RESET`,
 //! `SET log`; `SHOW UPGRADE` lists the binary upgrades this process took
 //! part in and the clients they moved). The parser (`command.rs`) and the
 //! row encoding (`rows.rs`) are pure; `session.rs` owns the socket; `execute.rs` runs a
 //! command (`pause.rs`: PAUSE and RESUME of every cluster, one cluster, or
 //! one database), `show` builds the SHOW tables (`queries.rs` and `stats.rs` the
-//! digest, memory and traffic ones).
+//! digest, memory and traffic ones); `api.rs` gives the same tables as JSON
+//! (`/api/v1` on the metrics port, read by the status page).
 //!
-//! It sees clusters only through `fulcrum_cluster::ClusterAdmin`, and
-//! server connections only as `fulcrum_pool::servers` lists them: it never
-//! knows a cluster's protocol beyond its config, nor a session.
+//! It sees clusters through `fulcrum_cluster::ClusterAdmin`, clients
+//! through the process's client registry (`fulcrum_cluster::clients`: SHOW
+//! CLIENTS, POOLS, STATS and MEM, and the commands that act on a database)
+//! and server connections as `fulcrum_pool::servers` lists them:
+//! it never knows a cluster's protocol beyond its config, nor a client's
+//! session beyond its registry row. Its own protocol is PostgreSQL's,
+//! from `fulcrum_postgres` (codecs, the TLS start and the password
+//! exchange of a login, SCRAM verifiers).
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,11 @@
 //! Fulcrum's connection type: one socket and the two buffers that go with
-//! it, for every side of every protocol (clients and servers of PostgreSQL
-//! and MySQL, and the admin console).
+//! it, for the clients and server connections of PostgreSQL and MySQL and
+//! for the admin console. PostgreSQL's logins (a client's startup and
+//! authentication, a server connection's connect and authentication) and
+//! the console's read and write the raw stream first, with a buffer the
+//! `Connection` then takes over; MariaDB's health probes, MySQL's
+//! `auth_query` and catalog look-ups and its change stream talk through
+//! their driver (mysql_async).
 //!
 //! It owns:
 //! - frame intake: bytes read into `read_buf` in chunks, and the length of
@@ -11,10 +16,12 @@
 //! - back-pressure: `may_read` says when a peer whose work is held must not
 //!   be read further, so one client cannot make Fulcrum buffer without end.
 //!
-//! It is generic over the stream (`AsyncRead + AsyncWrite + Unpin`), so a
-//! TLS stream slots in where a `TcpStream` or `UnixStream` is today. It
-//! never knows a wire protocol beyond what its `Framing` says, and nothing
-//! of SQL or routing.
+//! It is generic over the stream (`AsyncRead + AsyncWrite + Unpin`): a
+//! `TcpStream`, a `UnixStream` or a TLS stream (`fulcrum_tls`'s client and
+//! server streams, each any of these or an in-process duplex). Its two
+//! buffers are public fields: the protocols queue into `write_buf` and take
+//! frames off `read_buf` themselves. It never knows a wire protocol beyond
+//! what its `Framing` says, and nothing of SQL or routing.
 //!
 //! An idle client holds no read buffer: `poll_read_idle` gives an empty
 //! one back to this thread's spares (`spare.rs`) when the socket has

@@ -4,10 +4,12 @@
 //! - `route`: the one routing decision of a unit of work (classification,
 //!   transaction state, pin, consistency, `default_route`) and the one
 //!   `Route` type it yields (`fulcrum_pool::Route`, which the router serves);
-//! - `state`: the client's life between units as an explicit `Phase`, and
-//!   `Engine::step`, the one transition function: which events attach and
-//!   detach a server connection, pin, hold a unit, retry a replica read,
-//!   answer a lost transaction (08006 / 08007), clean a connection, drain.
+//! - `state`: the client's life between units as an explicit `Phase`,
+//!   moved by `Engine::step`, the transition table: which events attach
+//!   and detach a server connection, pin, hold a unit, retry a replica
+//!   read, answer a lost transaction (08006 / 08007), clean a connection,
+//!   drain; and by `Engine::defer`, which moves `Idle` and `Deferred` for
+//!   the transaction control Fulcrum answers itself (`txn`);
 //! - `replay`: the bounded copy of an open transaction and the checksum of
 //!   what its client received, for `transaction_replay`;
 //! - `txn`: transaction control Fulcrum answers itself (a lone `BEGIN`,
@@ -22,14 +24,20 @@
 //! - `reads`: read consistency, its steps written once and generic over
 //!   the protocol's positions and replica probe.
 //!
-//! It never knows sockets or buffers: the front ends read their protocol,
-//! classify with `fulcrum-sql`, feed events in and perform the actions that
-//! come out. Two places know a little of the wire, each behind a choice the
-//! front end makes: `replay::Framing` (PostgreSQL's frame header, to leave
-//! `ParameterStatus` out of the replay checksum) and `txn` (the text of a
-//! lone transaction-control statement). `reads::Reads::check` awaits only
-//! what the protocol's `ReplicaProbe` gives it; everything else is
-//! synchronous, so every rule is a unit test without a server.
+//! It never touches a socket: the front ends read their protocol, classify
+//! with `fulcrum-sql`, feed events in and perform the actions that come
+//! out. It is handed bytes to keep or checksum, not to read (a unit's
+//! client frames for a retry, an open transaction's for a replay, the
+//! client's queued output for the replay checksum). It knows one thing of
+//! a wire, behind a choice the front end makes: `replay::Framing`
+//! (PostgreSQL's frame header, to leave `ParameterStatus` out of the
+//! replay checksum). It reads SQL text in three places: `txn` (a lone
+//! transaction-control statement, whether a statement may commit),
+//! `reads` (a unit's `fulcrum:` consistency hint) and `cache_txn` (the
+//! isolation level a statement names). `reads::Reads::check` awaits only
+//! what the front end hands it (its `ReplicaProbe`, and the primary's
+//! position under `strong`); everything else is synchronous, so every
+//! rule is a unit test without a server.
 
 #![forbid(unsafe_code)]
 

@@ -3,7 +3,10 @@
 //! `route::decide`, the server's transaction status, a lost server, the
 //! client gone, a drain) and perform the actions it returns: attach,
 //! detach, retry elsewhere, answer an error, close, clean a connection.
-//! Pure: it knows no socket, no wire format and no SQL text.
+//! The one other way the phase moves is `Engine::defer` (a lone BEGIN,
+//! SET TRANSACTION or empty COMMIT Fulcrum answers itself, `Idle` to
+//! `Deferred` and back). Pure: it knows no socket and no wire format, and
+//! SQL text only as `defer` hands it to `txn`.
 //!
 //! Every state that waits names what ends the wait: `Busy` and
 //! `InTransaction` end with the server's answer or its loss; `Deferred` and

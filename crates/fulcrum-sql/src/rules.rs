@@ -1,6 +1,8 @@
 //! The routing rules over sqlparser's AST: one function from a parsed statement
-//! to a `Decision`. Reads are a short whitelist; anything not recognised as a
-//! read, transaction control or session state is a write (the primary).
+//! to a `Decision` (`classify_statement`, which hands each kind of statement
+//! to a function of its own; settings are `settings.rs`'s). Reads are a
+//! short whitelist; anything not recognised as a read, transaction control
+//! or session state is a write (the primary).
 //! Every rule is documented with an example in docs/routing.md.
 
 use std::collections::HashSet;
@@ -14,6 +16,8 @@ use sqlparser::ast::{
 use crate::decision::Decision;
 use crate::dialect::Dialect;
 use crate::functions::PRIMARY_VARIABLES;
+
+mod settings;
 
 /// Function-name lists the rules consult (lower case, unqualified).
 pub(crate) struct FunctionRules {
@@ -78,30 +82,17 @@ pub(crate) fn explain_runs(stmt: &Statement) -> bool {
     *analyze || analyze_option
 }
 
+/// The decision for one parsed statement: reads, EXPLAIN and COPY by what
+/// they run, transaction control, settings (`settings.rs`), and everything
+/// else by [`pin_or_write`].
 pub(crate) fn classify_statement(
     stmt: &Statement,
     dialect: Dialect,
     f: &FunctionRules,
 ) -> Decision {
-    use sqlparser::ast::Set;
     match stmt {
         Statement::Query(q) => query(q, f),
-        // EXPLAIN ANALYZE runs the statement: it goes where the statement
-        // would. Plain EXPLAIN only plans: a read.
-        Statement::Explain { statement, .. } => {
-            if explain_runs(stmt) {
-                classify_statement(statement, dialect, f)
-            } else if dialect == Dialect::MySql
-                && !matches!(statement.as_ref(), Statement::Query(_))
-                && classify_statement(statement, dialect, f).needs_primary()
-            {
-                // MariaDB refuses EXPLAIN of a write on a read-only server
-                // (1290), though it only plans it: the primary.
-                Decision::Primary
-            } else {
-                Decision::Read
-            }
-        }
+        Statement::Explain { statement, .. } => explain(stmt, statement, dialect, f),
         Statement::ExplainTable { .. }
         | Statement::ShowFunctions { .. }
         | Statement::ShowVariable { .. }
@@ -118,24 +109,62 @@ pub(crate) fn classify_statement(
         | Statement::ShowViews { .. }
         | Statement::ShowCollation { .. } => Decision::Read,
         Statement::ShowProcessList { .. } => Decision::Primary,
-        // COPY ... TO STDOUT reads; COPY ... FROM writes.
-        // COPY ... TO STDOUT reads; COPY ... TO a server file or program
-        // writes on the server: primary.
         Statement::Copy {
             to: true,
             source,
             target,
             ..
-        } => {
-            let read = match source {
-                CopySource::Query(q) => query(q, f),
-                CopySource::Table { .. } => Decision::Read,
-            };
-            match target {
-                CopyTarget::Stdout => read,
-                _ => read.combine(Decision::Primary),
-            }
-        }
+        } => copy_to(source, target, f),
+        Statement::StartTransaction { .. }
+        | Statement::Commit { .. }
+        | Statement::Rollback { .. }
+        | Statement::Savepoint { .. }
+        | Statement::ReleaseSavepoint { .. } => transaction_control(stmt, dialect),
+        Statement::Set(set) => settings::set(set, dialect),
+        Statement::Use(_) => Decision::Set,
+        Statement::Reset(r) => settings::reset(r, dialect),
+        _ => pin_or_write(stmt, f),
+    }
+}
+
+/// EXPLAIN ANALYZE runs the statement: it goes where the statement would.
+/// Plain EXPLAIN only plans: a read.
+fn explain(
+    stmt: &Statement,
+    statement: &Statement,
+    dialect: Dialect,
+    f: &FunctionRules,
+) -> Decision {
+    if explain_runs(stmt) {
+        classify_statement(statement, dialect, f)
+    } else if dialect == Dialect::MySql
+        && !matches!(statement, Statement::Query(_))
+        && classify_statement(statement, dialect, f).needs_primary()
+    {
+        // MariaDB refuses EXPLAIN of a write on a read-only server
+        // (1290), though it only plans it: the primary.
+        Decision::Primary
+    } else {
+        Decision::Read
+    }
+}
+
+/// COPY ... TO STDOUT reads; COPY ... TO a server file or program writes on
+/// the server: primary. (COPY ... FROM writes: [`pin_or_write`].)
+fn copy_to(source: &CopySource, target: &CopyTarget, f: &FunctionRules) -> Decision {
+    let read = match source {
+        CopySource::Query(q) => query(q, f),
+        CopySource::Table { .. } => Decision::Read,
+    };
+    match target {
+        CopyTarget::Stdout => read,
+        _ => read.combine(Decision::Primary),
+    }
+}
+
+/// BEGIN, COMMIT, ROLLBACK and savepoints.
+fn transaction_control(stmt: &Statement, dialect: Dialect) -> Decision {
+    match stmt {
         Statement::StartTransaction { modes, .. } => Decision::Begin {
             read_only: read_only(modes) && !serializable(modes),
         },
@@ -150,69 +179,16 @@ pub(crate) fn classify_statement(
         Statement::Rollback {
             savepoint: None, ..
         } => Decision::End,
-        Statement::Rollback {
-            savepoint: Some(_), ..
-        }
-        | Statement::Savepoint { .. }
-        | Statement::ReleaseSavepoint { .. } => Decision::Txn,
-        Statement::Set(set) => match set {
-            // SET SESSION CHARACTERISTICS AS TRANSACTION sets a session default.
-            Set::SetTransaction { session: true, .. } => Decision::Set,
-            // MySQL: the characteristics of the session's next transaction
-            // (`SET SESSION` / `GLOBAL TRANSACTION` alone are `mysql::quirk`'s),
-            // kept by the server connection until that transaction starts.
-            // The client keeps its connection (default-deny): back in the
-            // pool, it would give another client's transaction this level.
-            Set::SetTransaction { .. } if dialect == Dialect::MySql => {
-                Decision::Pin("SET TRANSACTION (the next transaction's characteristics)")
-            }
-            Set::SetTransaction { modes, .. } => {
-                if read_only(modes) && !serializable(modes) {
-                    Decision::TxnReadOnly
-                } else {
-                    Decision::Txn
-                }
-            }
-            Set::SingleAssignment {
-                scope,
-                variable,
-                values,
-                ..
-            } => assignment(dialect, scope.as_ref(), &variable.to_string(), values),
-            Set::ParenthesizedAssignments { .. } => Decision::Pin("SET (...) = (...)"),
-            Set::MultipleAssignments { assignments } => assignments
-                .iter()
-                .map(|a| {
-                    assignment(
-                        dialect,
-                        a.scope.as_ref(),
-                        &a.name.to_string(),
-                        std::slice::from_ref(&a.value),
-                    )
-                })
-                .fold(Decision::Read, Decision::combine),
-            Set::SetSessionAuthorization(_) => Decision::Pin("SET SESSION AUTHORIZATION"),
-            Set::SetRole { .. } => Decision::Pin("SET ROLE"),
-            Set::SetTimeZone { local: true, .. } if dialect == Dialect::Postgres => Decision::Txn,
-            Set::SetTimeZone { .. } | Set::SetNames { .. } | Set::SetNamesDefault {} => {
-                Decision::Set
-            }
-            Set::SetSessionParam(_) => Decision::Set,
-        },
-        Statement::Use(_) => Decision::Set,
-        // MySQL's RESET (MASTER, SLAVE, QUERY CACHE) changes the server.
-        Statement::Reset(_) if dialect == Dialect::MySql => Decision::Write,
-        Statement::Reset(r) => match &r.reset {
-            sqlparser::ast::Reset::SessionAuthorization => {
-                Decision::Pin("RESET SESSION AUTHORIZATION")
-            }
-            sqlparser::ast::Reset::ConfigurationParameter(p)
-                if p.to_string().eq_ignore_ascii_case("role") =>
-            {
-                Decision::Pin("RESET ROLE")
-            }
-            _ => Decision::Set,
-        },
+        // ROLLBACK TO SAVEPOINT, SAVEPOINT, RELEASE SAVEPOINT.
+        _ => Decision::Txn,
+    }
+}
+
+/// Everything that is not a read, transaction control or a setting: what
+/// pins its client (session state Fulcrum cannot move to another server
+/// connection), what needs the primary, and the writes (the default).
+fn pin_or_write(stmt: &Statement, f: &FunctionRules) -> Decision {
+    match stmt {
         Statement::Load { .. } => Decision::Pin("LOAD"),
         Statement::CreateView(v) if v.temporary => Decision::Pin("temporary view"),
         Statement::CreateSequence {
@@ -277,58 +253,6 @@ fn read_only(modes: &[TransactionMode]) -> bool {
             TransactionMode::AccessMode(TransactionAccessMode::ReadOnly)
         )
     })
-}
-
-fn assignment(
-    dialect: Dialect,
-    scope: Option<&sqlparser::ast::ContextModifier>,
-    variable: &str,
-    values: &[Expr],
-) -> Decision {
-    use sqlparser::ast::ContextModifier;
-    let name = variable.to_ascii_lowercase();
-    match scope {
-        // In MySQL LOCAL is a synonym of SESSION: replayed like it.
-        Some(ContextModifier::Local) if dialect == Dialect::Postgres => return Decision::Txn,
-        Some(ContextModifier::Global) => return Decision::Write,
-        _ => {}
-    }
-    if ["@@global.", "@@persist.", "@@persist_only."]
-        .iter()
-        .any(|p| name.starts_with(p))
-    {
-        return Decision::Write;
-    }
-    // MySQL `SET PASSWORD = ...` changes the account, not the session.
-    if dialect == Dialect::MySql && name == "password" {
-        return Decision::Write;
-    }
-    if name.starts_with('@') && !name.starts_with("@@") {
-        return Decision::Pin("user variable");
-    }
-    let bare = name
-        .trim_start_matches("@@session.")
-        .trim_start_matches("@@local.")
-        .trim_start_matches("@@")
-        .trim_start_matches("session.");
-    if dialect == Dialect::MySql && bare == "autocommit" {
-        let off = values.iter().any(|v| {
-            let t = v.to_string().to_ascii_lowercase();
-            matches!(t.as_str(), "0" | "off" | "false" | "'off'" | "'0'")
-        });
-        return if off {
-            Decision::Pin("SET autocommit = 0")
-        } else {
-            Decision::Set
-        };
-    }
-    if dialect == Dialect::MySql && matches!(bare, "transaction_read_only" | "tx_read_only") {
-        return Decision::Set;
-    }
-    if dialect == Dialect::Postgres && matches!(bare, "role" | "session_authorization") {
-        return Decision::Pin("SET ROLE");
-    }
-    Decision::Set
 }
 
 /// A query reads unless, anywhere in it (subqueries, derived tables, CTEs),

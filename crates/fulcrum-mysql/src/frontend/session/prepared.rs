@@ -242,7 +242,7 @@ impl Session {
         payload: &[u8],
         seq: u8,
     ) -> Result<(), SessionError> {
-        let Some((id, stmt)) = self.client_stmt(payload) else {
+        let Some((id, mut stmt)) = self.client_stmt(payload) else {
             put_error(
                 &mut self.client.write_buf,
                 seq,
@@ -251,19 +251,7 @@ impl Session {
             );
             return Ok(());
         };
-        // The types the client bound (kept when they are the ones it bound
-        // before: no allocation per execute).
-        let types = match (execute_types(payload, stmt.num_params), stmt.types) {
-            (Some(new), Some(old)) if *old == *new => Some(old),
-            (Some(new), _) => {
-                let new: Arc<[u8]> = new.into();
-                if let Some(s) = self.prepared.map.get_mut(&id) {
-                    s.types = Some(new.clone());
-                }
-                Some(new)
-            }
-            (None, old) => old,
-        };
+        let types = self.bound_types(id, payload, stmt.num_params, stmt.types.take());
         let cursor = payload.first() == Some(&0x17) && execute_flags(payload).unwrap_or(0) != 0;
         if cursor {
             self.pin("cursor");
@@ -310,6 +298,55 @@ impl Session {
                 return Ok(());
             }
         };
+        let msg = self.execute_message(&stmt, types, payload, server_id, fetch);
+        let shape = if fetch { Shape::Fetch } else { Shape::Results };
+        self.digests.pending = if fetch { None } else { stmt.digest.clone() };
+        if let Some(m) = self.digests.mirror.as_mut() {
+            match mirrored.flatten() {
+                Some(body) => m.execute(&stmt.sql, &body),
+                None => m.ignore_next(),
+            }
+        }
+        self.forward_bytes(&msg, seq, shape, Effects::default())
+            .await
+    }
+
+    /// The parameter types an execute of the client's statement `id` goes
+    /// with: those in `payload` when it sends them (kept for the next
+    /// execute; the ones kept, `old`, when they are the same: no
+    /// allocation per execute), else `old`.
+    fn bound_types(
+        &mut self,
+        id: u32,
+        payload: &[u8],
+        num_params: u16,
+        old: Option<Arc<[u8]>>,
+    ) -> Option<Arc<[u8]>> {
+        match (execute_types(payload, num_params), old) {
+            (Some(new), Some(old)) if *old == *new => Some(old),
+            (Some(new), _) => {
+                let new: Arc<[u8]> = new.into();
+                if let Some(s) = self.prepared.map.get_mut(&id) {
+                    s.types = Some(new.clone());
+                }
+                Some(new)
+            }
+            (None, old) => old,
+        }
+    }
+
+    /// The execute (or FETCH) `payload` as the attached server gets it: its
+    /// statement id `server_id`, and the bound `types` added when the
+    /// client left them out but that connection has not seen them (they
+    /// are its now).
+    fn execute_message(
+        &mut self,
+        stmt: &ClientStmt,
+        types: Option<Arc<[u8]>>,
+        payload: &[u8],
+        server_id: u32,
+        fetch: bool,
+    ) -> bytes::BytesMut {
         let server = self.server.as_mut().expect("attached");
         let entry = server.prepared.get_mut(&stmt.sql).expect("just prepared");
         // COM_STMT_FETCH (a cursor's next rows) carries no parameters and
@@ -329,16 +366,7 @@ impl Session {
         let mut msg = bytes::BytesMut::with_capacity(body.len() + 8);
         write_packet(&mut msg, 0, body);
         let _ = set_statement_id(&mut msg[HEADER_LEN..], server_id);
-        let shape = if fetch { Shape::Fetch } else { Shape::Results };
-        self.digests.pending = if fetch { None } else { stmt.digest.clone() };
-        if let Some(m) = self.digests.mirror.as_mut() {
-            match mirrored.flatten() {
-                Some(body) => m.execute(&stmt.sql, &body),
-                None => m.ignore_next(),
-            }
-        }
-        self.forward_bytes(&msg, seq, shape, Effects::default())
-            .await
+        msg
     }
 
     /// COM_STMT_CLOSE: the client's id goes; the server keeps the statement

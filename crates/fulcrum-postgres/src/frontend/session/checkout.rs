@@ -8,6 +8,8 @@
 
 use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
 
+use crate::codec::backend_msg::ErrorFields;
+
 use super::*;
 
 /// A checkout that failed: the pool's answer, or the client's session
@@ -114,82 +116,126 @@ impl Checkouts for Session {
     }
 }
 
+/// How the client is told that no connection could be attached.
+enum Answer {
+    /// A FATAL of Fulcrum's: its SQLSTATE and words; `forget`: the pool is
+    /// forgotten too (the server refused this user's login).
+    Fatal {
+        code: String,
+        msg: String,
+        forget: bool,
+    },
+    /// The server's own ErrorResponse, passed on unchanged (e.g. 3D000
+    /// unknown database); the pool is forgotten.
+    Passed { frame: BytesMut, message: String },
+}
+
+impl Answer {
+    fn fatal(code: &str, msg: String) -> Answer {
+        Answer::Fatal {
+            code: code.to_owned(),
+            msg,
+            forget: false,
+        }
+    }
+}
+
 impl Session {
     /// The client's answer when no connection could be attached, in
     /// PostgreSQL's words; the session ends.
     pub(super) async fn unattached(&mut self, why: Unattached<CheckoutError>) -> SessionError {
         let backend = self.ctx.router.last_primary();
-        let server = self.ctx.backends[backend].clone();
-        let cluster = self.ctx.name().to_owned();
-        let (code, msg) = match why {
-            Unattached::NoPrimary(why) => (
+        let answer = match why {
+            Unattached::NoPrimary(why) => {
+                Answer::fatal(sqlstate::CONNECTION_FAILURE, self.no_primary(&why))
+            }
+            Unattached::Final(CheckoutError::Pool(PoolError::Connect(e))) => {
+                self.connect_refused(backend, e)
+            }
+            Unattached::Final(CheckoutError::Pool(e)) => self.pool_refused(backend, e),
+            Unattached::Final(CheckoutError::Params(InternalError::Server { frame, fields })) => {
+                server_refused(frame, fields)
+            }
+            Unattached::Final(CheckoutError::Params(e)) => Answer::fatal(
                 sqlstate::CONNECTION_FAILURE,
-                format!(
-                    "fulcrum: {why}; cluster \"{cluster}\" has no primary to take this work ({}); waited {:?}, try again",
-                    if self.ctx.router.primary_expired() {
-                        "this instance is cut off from its coordinator; the primary may well be up"
-                    } else if self.ctx.config.health.failover == fulcrum_config::Failover::None {
-                        "it is down"
-                    } else {
-                        "it is down, or a failover is under way"
-                    },
-                    self.ctx.config.pool_timeout
-                ),
+                format!("fulcrum: server connection failed while restoring session settings: {e}"),
             ),
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(ConnectError::Server {
+        };
+        if matches!(
+            answer,
+            Answer::Passed { .. } | Answer::Fatal { forget: true, .. }
+        ) {
+            self.pool = None;
+            self.ctx
+                .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
+        }
+        match answer {
+            Answer::Fatal { code, msg, .. } => self.fatal_client(&code, &msg).await,
+            Answer::Passed { frame, message } => {
+                self.client.queue(&frame);
+                let _ = self.client.flush().await;
+                SessionError::Refused(message)
+            }
+        }
+    }
+
+    /// No primary took the unit within `pool_timeout` (`why`: the last
+    /// reason): the words, with what the cluster's state suggests.
+    fn no_primary(&self, why: &str) -> String {
+        format!(
+            "fulcrum: {why}; cluster \"{}\" has no primary to take this work ({}); waited {:?}, try again",
+            self.ctx.name(),
+            if self.ctx.router.primary_expired() {
+                "this instance is cut off from its coordinator; the primary may well be up"
+            } else if self.ctx.config.health.failover == fulcrum_config::Failover::None {
+                "it is down"
+            } else {
+                "it is down, or a failover is under way"
+            },
+            self.ctx.config.pool_timeout
+        )
+    }
+
+    /// A new connection to the primary `backend` could not be opened or
+    /// logged in.
+    fn connect_refused(&self, backend: BackendId, e: ConnectError) -> Answer {
+        let (server, cluster) = (&self.ctx.backends[backend], self.ctx.name());
+        match e {
+            ConnectError::Server {
                 address,
                 user,
                 fields,
                 ..
-            }))) if fields.code.starts_with("28") => {
+            } if fields.code.starts_with("28") => {
                 // The server refused Fulcrum's login for this user (28P01 a
                 // password it does not take, 28000 no such role, a role that
                 // may not log in, a pg_hba.conf line): its code and words,
                 // said to be the server's, since the client's own login to
                 // Fulcrum went through.
                 tracing::warn!(code = %fields.code, server = %address, %user, message = ?fields.message, "server refused the login");
-                self.pool = None;
-                self.ctx
-                    .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
-                let msg = format!(
-                    "fulcrum: the server {address} refused the login of user \"{user}\": {}",
-                    fields.message
-                );
-                return self.fatal_client(&fields.code, &msg).await;
+                Answer::Fatal {
+                    msg: format!(
+                        "fulcrum: the server {address} refused the login of user \"{user}\": {}",
+                        fields.message
+                    ),
+                    code: fields.code,
+                    forget: true,
+                }
             }
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(ConnectError::Server {
-                frame,
-                fields,
-                ..
-            })))
-            | Unattached::Final(CheckoutError::Params(InternalError::Server { frame, fields })) => {
-                // The server's own refusal (e.g. 3D000 unknown database):
-                // passed on unchanged.
-                tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
-                self.pool = None;
-                self.ctx
-                    .forget_pool_if_empty(backend, &self.id.pool_user, &self.id.database);
-                self.client.queue(&frame);
-                let _ = self.client.flush().await;
-                return SessionError::Refused(fields.message);
-            }
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
-                e @ ConnectError::ConnectQuery { .. },
-            ))) => (
+            ConnectError::Server { frame, fields, .. } => server_refused(frame, fields),
+            e @ ConnectError::ConnectQuery { .. } => Answer::fatal(
                 sqlstate::CONNECTION_FAILURE,
                 format!(
                     "fulcrum: a new connection to {server} (primary of cluster \"{cluster}\") was closed: {e}; fix connect_query in the config and reload"
                 ),
             ),
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
-                e @ ConnectError::Auth { .. },
-            ))) => {
+            e @ ConnectError::Auth { .. } => {
                 // Fulcrum could not log in with what it holds (a method the
                 // config's credential cannot answer, a refused cleartext
                 // request, SCRAM without the server's proof): the server
                 // is up, the login is what fails.
                 tracing::warn!(error = %e, %cluster, "cannot log in to the server");
-                (
+                Answer::fatal(
                     sqlstate::INVALID_AUTHORIZATION,
                     format!(
                         "fulcrum: cannot log in to {server} (primary of cluster \"{cluster}\") for user \"{}\": {e}",
@@ -197,42 +243,50 @@ impl Session {
                     ),
                 )
             }
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(
-                e @ ConnectError::Tls { .. },
-            ))) => {
+            e @ ConnectError::Tls { .. } => {
                 tracing::warn!(error = %e, %cluster, "cannot open server connection");
-                (
+                Answer::fatal(
                     sqlstate::CONNECTION_FAILURE,
                     format!(
                         "fulcrum: cannot open a connection to {server} (primary of cluster \"{cluster}\"): {e}; check server_tls and the server's certificate"
                     ),
                 )
             }
-            Unattached::Final(CheckoutError::Pool(PoolError::Connect(e))) => {
+            e => {
                 tracing::warn!(error = %e, %cluster, "cannot open server connection");
-                (
+                Answer::fatal(
                     sqlstate::CANNOT_CONNECT_NOW,
                     format!(
                         "fulcrum: cannot open a connection to {server} (primary of cluster \"{cluster}\"): {e}; the server may be down, try again when it is back"
                     ),
                 )
             }
-            Unattached::Final(CheckoutError::Pool(e @ (PoolError::Timeout(..) | PoolError::Closed))) => (
-                sqlstate::TOO_MANY_CONNECTIONS,
-                format!(
-                    "fulcrum: {e} for user \"{}\" database \"{}\" on {server}; raise pool_size or pool_timeout for cluster \"{cluster}\"",
-                    self.id.user, self.id.database
-                ),
-            ),
-            Unattached::Final(CheckoutError::Pool(e @ PoolError::Budget(..))) => (
-                sqlstate::TOO_MANY_CONNECTIONS,
-                format!("fulcrum: {e} on {server}; raise it or pool_timeout for cluster \"{cluster}\""),
-            ),
-            Unattached::Final(CheckoutError::Params(e)) => (
-                sqlstate::CONNECTION_FAILURE,
-                format!("fulcrum: server connection failed while restoring session settings: {e}"),
+        }
+    }
+
+    /// The pool of the primary `backend` had no connection to give (not a
+    /// connect's failure: [`Session::connect_refused`]).
+    fn pool_refused(&self, backend: BackendId, e: PoolError<ConnectError>) -> Answer {
+        let (server, cluster) = (&self.ctx.backends[backend], self.ctx.name());
+        let msg = match e {
+            e @ PoolError::Budget(..) => {
+                format!("fulcrum: {e} on {server}; raise it or pool_timeout for cluster \"{cluster}\"")
+            }
+            e => format!(
+                "fulcrum: {e} for user \"{}\" database \"{}\" on {server}; raise pool_size or pool_timeout for cluster \"{cluster}\"",
+                self.id.user, self.id.database
             ),
         };
-        self.fatal_client(code, &msg).await
+        Answer::fatal(sqlstate::TOO_MANY_CONNECTIONS, msg)
+    }
+}
+
+/// The server's own refusal (e.g. 3D000 unknown database): passed on
+/// unchanged.
+fn server_refused(frame: BytesMut, fields: ErrorFields) -> Answer {
+    tracing::info!(code = %fields.code, message = ?fields.message, "server refused login");
+    Answer::Passed {
+        frame,
+        message: fields.message,
     }
 }
