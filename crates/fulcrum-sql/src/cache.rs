@@ -1,16 +1,17 @@
 //! The bounded decision cache: fingerprint -> classification (decision and
-//! session effects), least recently used
-//! evicted first. One short lock per lookup.
+//! session effects), least recently used evicted first. One short lock per
+//! lookup; a hit hands out the shared classification (a reference count),
+//! not a copy.
 
 use std::num::NonZeroUsize;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 
 use crate::classifier::Classified;
 
 pub(crate) struct DecisionCache {
-    inner: Option<Mutex<LruCache<u64, Classified>>>,
+    inner: Option<Mutex<LruCache<u64, Arc<Classified>>>>,
 }
 
 impl DecisionCache {
@@ -21,7 +22,7 @@ impl DecisionCache {
         }
     }
 
-    pub fn get(&self, key: u64) -> Option<Classified> {
+    pub fn get(&self, key: u64) -> Option<Arc<Classified>> {
         let m = self.inner.as_ref()?;
         m.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -29,7 +30,7 @@ impl DecisionCache {
             .cloned()
     }
 
-    pub fn put(&self, key: u64, d: Classified) {
+    pub fn put(&self, key: u64, d: Arc<Classified>) {
         if let Some(m) = &self.inner {
             m.lock().unwrap_or_else(|e| e.into_inner()).put(key, d);
         }

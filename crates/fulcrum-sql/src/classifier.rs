@@ -134,6 +134,13 @@ impl Classifier {
     /// The decision for `sql` and its session effects, in one pass: cached
     /// by fingerprint unless an effect carries the statement's own text.
     pub fn classify_unit(&self, sql: &str) -> Classified {
+        Arc::unwrap_or_clone(self.classify_shared(sql))
+    }
+
+    /// `classify_unit`, shared: the cache keeps each keyed and unhinted, so a
+    /// hit on a text without comments is the cached one itself (a reference
+    /// count, not a copy of the whole struct); a commented text gets a copy.
+    pub fn classify_shared(&self, sql: &str) -> Arc<Classified> {
         if self.max_bytes > 0 && sql.len() > self.max_bytes {
             // Not parsed (sqlparser would hold the whole token stream in
             // memory, on the async worker), not fingerprinted, not cached.
@@ -141,7 +148,7 @@ impl Classifier {
             let mut unit = Classified::from(with_hint(sql, self.oversized(sql)));
             unit.may_commit = crate::statements::may_commit(sql.as_bytes());
             unit.comments = true;
-            return unit;
+            return Arc::new(unit);
         }
         // One pass over the text: the key, and whether a hint may be in it.
         let scan = crate::fingerprint::scan(sql, self.dialect);
@@ -154,7 +161,9 @@ impl Classifier {
                 }
                 None => {
                     self.misses.fetch_add(1, Ordering::Relaxed);
-                    let c = self.parse_unit(sql);
+                    let mut c = self.parse_unit(sql);
+                    c.key = key;
+                    let c = Arc::new(c);
                     if !c.effects.carry_text() {
                         self.cache.put(key, c.clone());
                     }
@@ -163,11 +172,13 @@ impl Classifier {
             }
         } else {
             self.misses.fetch_add(1, Ordering::Relaxed);
-            self.parse_unit(sql)
+            let mut c = self.parse_unit(sql);
+            c.key = key;
+            Arc::new(c)
         };
-        unit.key = key;
-        unit.comments = scan.comments;
         if scan.comments {
+            let unit = Arc::make_mut(&mut unit);
+            unit.comments = true;
             unit.decision = with_hint(sql, unit.decision);
             // A read hinted to the primary asks for the freshest answer:
             // never from the result cache.

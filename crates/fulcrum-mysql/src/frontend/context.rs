@@ -305,15 +305,16 @@ impl MyClusterContext {
     }
 
     /// `classify_for`, with the classification itself (its effects,
-    /// may-commit, fingerprint and whether the text has comments).
+    /// may-commit, fingerprint and whether the text has comments), shared
+    /// with the classifier's cache: a hit is a reference count, not a copy.
     pub fn classify_unit_for(
         &self,
         sql: &str,
         user: &Arc<str>,
         options: (u32, u8),
         schema: &str,
-    ) -> (Decision, fulcrum_sql::Classified) {
-        let unit = self.classifier.classify_unit(sql);
+    ) -> (Decision, Arc<fulcrum_sql::Classified>) {
+        let unit = self.classifier.classify_shared(sql);
         (self.decide_with_catalog(&unit, user, options, schema), unit)
     }
 

@@ -225,6 +225,17 @@ impl ClusterContext {
         }
     }
 
+    /// `classify_unit`, shared with the classifier's cache: a hit is a
+    /// reference count, not a copy (`Classifier::classify_shared`).
+    #[inline]
+    pub fn classify_shared(&self, sql: &str) -> Arc<fulcrum_sql::Classified> {
+        let unit = self.classifier.classify_shared(sql);
+        if unit.decision == Decision::Unknown {
+            self.unparsed(sql);
+        }
+        unit
+    }
+
     /// Opens a new server connection for a pool: logs in (as the login the
     /// database forces, else the user's) and runs `connect_query`.
     pub async fn open(

@@ -111,10 +111,10 @@ pub struct Session {
     /// `fulcrum_session::Engine`.
     engine: Engine,
     /// The classifier's decision for the Query being routed, reused when it is handled.
-    query_unit: Option<Classified>,
+    query_unit: Option<Arc<Classified>>,
     /// The result cache's classification of the unnamed statement's Parse
     /// at the front, reused by routing and by the Parse's handling.
-    parse_unit: Option<Classified>,
+    parse_unit: Option<Arc<Classified>>,
     /// How Fulcrum answers the transaction (or batch) lost with its server
     /// while the engine is `Lost` (whether there is one is the engine's
     /// phase, `Engine::is_lost`: this is written whenever it enters it), and

@@ -326,3 +326,34 @@ fn one_pass_gives_key_comments_and_may_commit_from_the_cache_too() {
     assert_eq!(hinted.decision, Decision::Primary);
     assert!(c.classify_unit("SELECT 1 -- fulcrum:primary").comments);
 }
+
+#[test]
+fn a_hit_is_shared_and_a_hinted_text_gets_its_own_copy() {
+    let c = pg();
+    let first = c.classify_shared("SELECT abalance FROM a WHERE aid = 1");
+    let hit = c.classify_shared("SELECT abalance FROM a WHERE aid = 2");
+    assert!(
+        Arc::ptr_eq(&first, &hit),
+        "a hit is the cached classification"
+    );
+    assert_eq!(
+        *hit,
+        c.classify_unit("SELECT abalance FROM a WHERE aid = 3")
+    );
+    let hinted = c.classify_shared("/* fulcrum:primary */ SELECT abalance FROM a WHERE aid = 4");
+    assert!(!Arc::ptr_eq(&hinted, &hit));
+    assert_eq!(
+        (hinted.decision, hinted.comments),
+        (Decision::Primary, true)
+    );
+    assert_eq!(
+        hinted.cache.reads, None,
+        "never answered from the result cache"
+    );
+    // The cached one is untouched by the hint.
+    let after = c.classify_shared("SELECT abalance FROM a WHERE aid = 5");
+    assert!(Arc::ptr_eq(&after, &first));
+    assert_eq!((after.decision, after.comments), (Decision::Read, false));
+    assert!(after.cache.reads.is_some());
+    assert_eq!(after.key, hinted.key);
+}

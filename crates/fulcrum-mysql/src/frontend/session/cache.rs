@@ -241,7 +241,7 @@ impl Session {
         if decision != Decision::Read {
             return CacheStep::Pass;
         }
-        let unit = self.ctx.classifier.classify_unit(sql);
+        let unit = self.ctx.classifier.classify_shared(sql);
         let Some(keep) = self.keepable(&unit, sql, scope) else {
             return CacheStep::Pass;
         };
@@ -478,7 +478,7 @@ impl Session {
         if self.ctx.cache.is_none() {
             return;
         }
-        let unit = self.ctx.classifier.classify_unit(sql);
+        let unit = self.ctx.classifier.classify_shared(sql);
         self.cache_unit_writes(decision, &unit);
     }
 

@@ -151,7 +151,7 @@ impl Session {
         let Ok(text) = std::str::from_utf8(&self.client.read_buf[5..5 + n]) else {
             return CacheStep::Pass;
         };
-        let unit = self.ctx.classify_unit(text);
+        let unit = self.ctx.classify_shared(text);
         let candidate = self.cache_candidate(scope, text, &unit, b'Q', &[text.as_bytes()]);
         // Routing reads this classification of the same frame, not the
         // text again (`next_unit_decision`).
@@ -202,7 +202,7 @@ impl Session {
         let Ok(text) = std::str::from_utf8(parse.query) else {
             return CacheStep::Pass;
         };
-        let classified = self.ctx.classify_unit(text);
+        let classified = self.ctx.classify_shared(text);
         let parts = [parse.definition, unit.bind_rest, &unit.described[..]];
         let candidate = self.cache_candidate(scope, text, &classified, b'U', &parts);
         let parse_len = parse.frame.len();

@@ -235,14 +235,14 @@ impl Session {
         // A Query whose text `query_look` found (most units): classified
         // from there, with no closure or cell between (the general way
         // below cost about 190 instructions more a unit), and kept where
-        // it is made (a `Classified` moved costs a copy of its bytes).
+        // it is made: the classifier's cached one, shared (`classify_shared`).
         if let (Some(b'Q'), Some(n)) = (self.client.read_buf.first(), text_len) {
             let Ok(text) = std::str::from_utf8(&self.client.read_buf[5..5 + n]) else {
                 self.query_unit = None;
                 return Decision::Write;
             };
             if self.query_unit.is_none() {
-                self.query_unit = Some(self.ctx.classify_unit(text));
+                self.query_unit = Some(self.ctx.classify_shared(text));
             }
             let unit = self.query_unit.as_ref().expect("classified above");
             return self.query_decision(text, unit);
@@ -250,7 +250,7 @@ impl Session {
         // What the result cache looked up serves a Query only.
         self.query_unit = None;
         let query_unit = std::cell::RefCell::new(None);
-        let decide = |sql: &str, unit: fulcrum_sql::Classified| {
+        let decide = |sql: &str, unit: Arc<fulcrum_sql::Classified>| {
             let d = self.query_decision(sql, &unit);
             *query_unit.borrow_mut() = Some(unit);
             d
@@ -266,7 +266,7 @@ impl Session {
             let looked_up = front_parse.borrow_mut().take();
             decide(
                 sql,
-                looked_up.unwrap_or_else(|| self.ctx.classify_unit(sql)),
+                looked_up.unwrap_or_else(|| self.ctx.classify_shared(sql)),
             )
         };
         let decision = unit_decision(

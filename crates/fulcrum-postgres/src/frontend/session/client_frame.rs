@@ -156,9 +156,8 @@ impl Session {
                 self.pin(reason);
             }
         }
-        let effects = unit.effects;
         let mut replay = Vec::new();
-        for effect in effects.iter() {
+        for effect in unit.effects.iter() {
             match effect {
                 Effect::Pin(reason) => self.pin(reason),
                 Effect::Deallocate(None) => {
@@ -236,13 +235,13 @@ impl Session {
     /// made of it, or (on an attached connection) one now, which for a
     /// plain statement is a cache hit. Its effects, may-commit and digest
     /// key are read from it: the text is not scanned again.
-    fn query_unit(&mut self, text: &[u8]) -> fulcrum_sql::Classified {
+    fn query_unit(&mut self, text: &[u8]) -> Arc<fulcrum_sql::Classified> {
         if let Some(unit) = self.query_unit.take() {
             return unit;
         }
         match std::str::from_utf8(text) {
-            Ok(text) => self.ctx.classify_unit(text),
-            _ => fulcrum_sql::Classified::from(Decision::Unknown),
+            Ok(text) => self.ctx.classify_shared(text),
+            _ => Arc::new(fulcrum_sql::Classified::from(Decision::Unknown)),
         }
     }
 

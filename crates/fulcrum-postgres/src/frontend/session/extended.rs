@@ -41,9 +41,10 @@ impl Session {
             Some(unit) => unit,
             None => parse_msg(&frame[5..])
                 .and_then(|p| std::str::from_utf8(p.query).ok())
-                .map_or(Classified::from(Decision::Write), |q| {
-                    self.ctx.classify_unit(q)
-                }),
+                .map_or_else(
+                    || Arc::new(Classified::from(Decision::Write)),
+                    |q| self.ctx.classify_shared(q),
+                ),
         };
         if self.virtual_parse(&frame, unit.decision) {
             return;
