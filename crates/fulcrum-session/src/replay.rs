@@ -32,9 +32,150 @@ enum LogState {
 /// The copy of one client's open transaction: its client messages as sent,
 /// the `BEGIN` Fulcrum sent ahead of them (a deferred one), and the
 /// checksum of the client's output since the first of them.
+///
+/// With replay off (the default) there is no log: every client's session
+/// carries this pointer, not the log's 256 bytes (issue 44, memory per idle
+/// client). With replay on, the log is made with the session and kept.
 #[derive(Debug)]
-pub struct TxnLog {
-    /// Most bytes of client messages kept (0: replay is off).
+pub struct TxnLog(Option<Box<Log>>);
+
+impl TxnLog {
+    /// A log keeping up to `max` bytes per transaction; `None` (or 0):
+    /// replay off.
+    pub fn new(max: Option<u64>, framing: Framing) -> TxnLog {
+        let max = max.map_or(0, |m| m.min(usize::MAX as u64) as usize);
+        TxnLog((max > 0).then(|| Box::new(Log::new(max, framing))))
+    }
+
+    /// Keeps the client's output as well (`transaction_replay_debug`).
+    pub fn with_debug(mut self, debug: bool) -> TxnLog {
+        if let Some(log) = &mut self.0 {
+            log.debug = debug;
+        }
+        self
+    }
+
+    /// Its state, for logs: `closed`, `open`, `spoiled`, `open, not started`.
+    pub fn describe(&self) -> &'static str {
+        self.0.as_ref().map_or("closed", |log| log.describe())
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|log| log.state != LogState::Closed)
+    }
+
+    /// A unit starts outside a transaction: log from here. `position` is
+    /// the client's output position now (what is queued before belongs to
+    /// earlier units); `begin`, the deferred `BEGIN` sent ahead of it.
+    pub fn open(&mut self, position: u64, begin: Option<String>) {
+        if let Some(log) = &mut self.0 {
+            log.open(position, begin);
+        }
+    }
+
+    /// The transaction (or the unit, if it opened none) ended.
+    pub fn close(&mut self) {
+        if let Some(log) = &mut self.0 {
+            log.close();
+        }
+    }
+
+    /// Not replayable until it closes.
+    pub fn spoil(&mut self) {
+        if let Some(log) = &mut self.0 {
+            log.spoil();
+        }
+    }
+
+    /// The unit that opened the log starts with a transaction start: if
+    /// its server dies before anything completed, it can be sent again
+    /// (a first command that completes as something else still spoils it).
+    pub fn opens_with_begin(&mut self) {
+        if let Some(log) = &mut self.0 {
+            log.opens_with_begin = true;
+        }
+    }
+
+    /// A client message sent to the server in the logged unit.
+    pub fn record(&mut self, frame: &[u8]) {
+        if let Some(log) = &mut self.0 {
+            log.record(frame);
+        }
+    }
+
+    /// A command completed with tag `began` = it started a transaction.
+    /// Only a log whose first command began the transaction is replayable:
+    /// anything before it committed on its own, and would run twice.
+    pub fn command_done(&mut self, began: bool) {
+        if let Some(log) = &mut self.0 {
+            log.command_done(began);
+        }
+    }
+
+    /// Feeds the client's output queued since the last call to the
+    /// checksum. `write_buf` is what is still queued, `position` its end
+    /// (`Connection::output_position`). Output already written without
+    /// being fed (it cannot be checked any more) spoils the log.
+    pub fn absorb(&mut self, write_buf: &[u8], position: u64) {
+        if let Some(log) = &mut self.0 {
+            log.absorb(write_buf, position);
+        }
+    }
+
+    /// The open transaction can be replayed: logged whole from the
+    /// statement that began it.
+    pub fn replayable(&self) -> bool {
+        self.0.as_ref().is_some_and(|log| log.replayable())
+    }
+
+    /// The replay matched: the client's output so far is what it replayed.
+    /// (The log was reopened at the replay's start; the replayed output
+    /// itself was compared, not absorbed.)
+    pub fn replayed(&mut self, replay: &Replay) {
+        if let Some(log) = &mut self.0 {
+            log.replayed(replay);
+        }
+    }
+
+    /// Starts a replay of the logged transaction: what to send again and
+    /// what the client must be seen to have received. The log starts over
+    /// at `position`, so the replayed messages are logged again (a replay
+    /// that loses its server too can be replayed once more). With replay
+    /// off (never replayable): an empty replay.
+    pub fn start_replay(&mut self, position: u64) -> Replay {
+        match &mut self.0 {
+            Some(log) => log.start_replay(position),
+            None => Replay {
+                frames: Vec::new(),
+                begin: None,
+                expected: Checksum::default(),
+                expected_trace: Vec::new(),
+                got: Checksum::default(),
+                cursor: Cursor::new(Framing::Whole),
+                debug: None,
+            },
+        }
+    }
+
+    /// Logs the same transaction anew from `position`, for a replay that
+    /// starts over: it is known to start with its BEGIN as before.
+    pub fn restart(&mut self, position: u64, replay: &Replay, started: bool) {
+        if let Some(log) = &mut self.0 {
+            log.reopen(position, replay.begin.clone(), started, true);
+        }
+    }
+}
+
+/// The log itself, when replay is on.
+#[derive(Debug)]
+struct Log {
+    /// Most bytes of client messages kept (more than 0).
     max: usize,
     state: LogState,
     frames: Vec<u8>,
@@ -55,11 +196,11 @@ pub struct TxnLog {
     output: Vec<u8>,
 }
 
-impl TxnLog {
-    /// A log keeping up to `max` bytes per transaction; `None`: replay off.
-    pub fn new(max: Option<u64>, framing: Framing) -> TxnLog {
-        TxnLog {
-            max: max.map_or(0, |m| m.min(usize::MAX as u64) as usize),
+/// The log's steps, as [`TxnLog`]'s of the same names say.
+impl Log {
+    fn new(max: usize, framing: Framing) -> Log {
+        Log {
+            max,
             state: LogState::Closed,
             frames: Vec::new(),
             begin: None,
@@ -73,14 +214,7 @@ impl TxnLog {
         }
     }
 
-    /// Keeps the client's output as well (`transaction_replay_debug`).
-    pub fn with_debug(mut self, debug: bool) -> TxnLog {
-        self.debug = debug;
-        self
-    }
-
-    /// Its state, for logs: `closed`, `open`, `spoiled`, `open, not started`.
-    pub fn describe(&self) -> &'static str {
+    fn describe(&self) -> &'static str {
         match (self.state, self.started) {
             (LogState::Closed, _) => "closed",
             (LogState::Spoiled, _) => "spoiled",
@@ -89,21 +223,7 @@ impl TxnLog {
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.max > 0
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.state != LogState::Closed
-    }
-
-    /// A unit starts outside a transaction: log from here. `position` is
-    /// the client's output position now (what is queued before belongs to
-    /// earlier units); `begin`, the deferred `BEGIN` sent ahead of it.
-    pub fn open(&mut self, position: u64, begin: Option<String>) {
-        if !self.enabled() {
-            return;
-        }
+    fn open(&mut self, position: u64, begin: Option<String>) {
         self.state = LogState::Open;
         self.frames.clear();
         self.started = begin.is_some();
@@ -115,8 +235,7 @@ impl TxnLog {
         self.output.clear();
     }
 
-    /// The transaction (or the unit, if it opened none) ended.
-    pub fn close(&mut self) {
+    fn close(&mut self) {
         self.state = LogState::Closed;
         self.begin = None;
         self.started = false;
@@ -127,23 +246,14 @@ impl TxnLog {
         }
     }
 
-    /// Not replayable until it closes.
-    pub fn spoil(&mut self) {
+    fn spoil(&mut self) {
         if self.state == LogState::Open {
             self.state = LogState::Spoiled;
             self.frames = Vec::new();
         }
     }
 
-    /// The unit that opened the log starts with a transaction start: if
-    /// its server dies before anything completed, it can be sent again
-    /// (a first command that completes as something else still spoils it).
-    pub fn opens_with_begin(&mut self) {
-        self.opens_with_begin = true;
-    }
-
-    /// A client message sent to the server in the logged unit.
-    pub fn record(&mut self, frame: &[u8]) {
+    fn record(&mut self, frame: &[u8]) {
         if self.state != LogState::Open {
             return;
         }
@@ -154,10 +264,7 @@ impl TxnLog {
         }
     }
 
-    /// A command completed with tag `began` = it started a transaction.
-    /// Only a log whose first command began the transaction is replayable:
-    /// anything before it committed on its own, and would run twice.
-    pub fn command_done(&mut self, began: bool) {
+    fn command_done(&mut self, began: bool) {
         if self.state == LogState::Open && !self.started {
             if began {
                 self.started = true;
@@ -167,11 +274,7 @@ impl TxnLog {
         }
     }
 
-    /// Feeds the client's output queued since the last call to the
-    /// checksum. `write_buf` is what is still queued, `position` its end
-    /// (`Connection::output_position`). Output already written without
-    /// being fed (it cannot be checked any more) spoils the log.
-    pub fn absorb(&mut self, write_buf: &[u8], position: u64) {
+    fn absorb(&mut self, write_buf: &[u8], position: u64) {
         if self.state != LogState::Open {
             self.absorbed = position;
             return;
@@ -189,27 +292,18 @@ impl TxnLog {
         self.absorbed = position;
     }
 
-    /// The open transaction can be replayed: logged whole from the
-    /// statement that began it.
-    pub fn replayable(&self) -> bool {
+    fn replayable(&self) -> bool {
         self.state == LogState::Open && (self.started || self.opens_with_begin)
     }
 
-    /// The replay matched: the client's output so far is what it replayed.
-    /// (The log was reopened at the replay's start; the replayed output
-    /// itself was compared, not absorbed.)
-    pub fn replayed(&mut self, replay: &Replay) {
+    fn replayed(&mut self, replay: &Replay) {
         if self.state == LogState::Open {
             self.received = replay.expected;
             self.cursor.trace.marks = replay.expected_trace.clone();
         }
     }
 
-    /// Starts a replay of the logged transaction: what to send again and
-    /// what the client must be seen to have received. The log starts over
-    /// at `position`, so the replayed messages are logged again (a replay
-    /// that loses its server too can be replayed once more).
-    pub fn start_replay(&mut self, position: u64) -> Replay {
+    fn start_replay(&mut self, position: u64) -> Replay {
         let replay = Replay {
             frames: std::mem::take(&mut self.frames),
             begin: self.begin.clone(),
@@ -225,12 +319,6 @@ impl TxnLog {
         let begin = self.begin.take();
         self.reopen(position, begin, started, opens_with_begin);
         replay
-    }
-
-    /// Logs the same transaction anew from `position`, for a replay that
-    /// starts over: it is known to start with its BEGIN as before.
-    pub fn restart(&mut self, position: u64, replay: &Replay, started: bool) {
-        self.reopen(position, replay.begin.clone(), started, true);
     }
 
     fn reopen(&mut self, position: u64, begin: Option<String>, started: bool, with_begin: bool) {

@@ -147,8 +147,9 @@ struct Prepared {
 /// `transaction_replay` for this client (the open transaction's log is the
 /// engine's).
 struct TxnReplay {
-    /// A replay of it under way on a new server connection.
-    run: Option<replay::Run>,
+    /// A replay of it under way on a new server connection. Boxed: rare,
+    /// and every client's session would carry its size.
+    run: Option<Box<replay::Run>>,
     /// The sequence id of the answer to the command whose server was lost.
     lost_seq: u8,
 }

@@ -43,6 +43,7 @@ mod look;
 mod lost;
 mod notify;
 mod query_timeout;
+mod rare_map;
 mod reads;
 mod replay;
 mod resolve;
@@ -57,6 +58,7 @@ use actions::Carried;
 pub(crate) use handover::HandedOver;
 use idle::IdleKind;
 use io::{poll_io, Io};
+use rare_map::RareMap;
 
 use super::cancel::CancelSlot;
 use super::context::ClusterContext;
@@ -192,15 +194,18 @@ struct Statements {
     /// Session-state statements prepared through the extended protocol
     /// (statement name -> ops) and the portals bound to them, so a SET sent
     /// with Parse/Bind/Execute is replayed like one sent as a simple query.
-    ops: HashMap<Vec<u8>, Vec<Effect>>,
-    portal_ops: HashMap<Vec<u8>, Vec<Effect>>,
+    /// These maps and the three below are made on their first insert: most
+    /// clients never fill them, and each would be 48 bytes of every idle
+    /// client's task.
+    ops: RareMap<Vec<u8>, Vec<Effect>>,
+    portal_ops: RareMap<Vec<u8>, Vec<Effect>>,
     /// Statements that are `pg_terminate_backend($1)` (true) or
     /// `pg_cancel_backend($1)` (false), by client name (`signal.rs`).
-    signals: HashMap<Vec<u8>, bool>,
+    signals: RareMap<Vec<u8>, bool>,
     /// Digest statistics: the digest of each prepared statement (by client
     /// name) and of each portal bound from one.
-    digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
-    portal_digests: HashMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
+    digests: RareMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
+    portal_digests: RareMap<Vec<u8>, Arc<fulcrum_metrics::Digest>>,
     /// The digest of the last statement looked up: the next of the same
     /// fingerprint skips the digest table's lock.
     last_digest: fulcrum_metrics::DigestMemo,
@@ -290,11 +295,11 @@ impl Session {
                 unnamed: Vec::new(),
                 unnamed_sent: false,
                 unnamed_writes: fulcrum_sql::Writes::Everything,
-                ops: HashMap::new(),
-                portal_ops: HashMap::new(),
-                signals: HashMap::new(),
-                digests: HashMap::new(),
-                portal_digests: HashMap::new(),
+                ops: RareMap::default(),
+                portal_ops: RareMap::default(),
+                signals: RareMap::default(),
+                digests: RareMap::default(),
+                portal_digests: RareMap::default(),
                 last_digest: Default::default(),
             },
             server: None,

@@ -50,6 +50,15 @@ fn off_keeps_nothing() {
     log.open(0, Some("BEGIN".into()));
     log.record(b"Q...");
     assert!(!log.is_open() && !log.replayable());
+    let mut log = TxnLog::new(Some(0), Framing::Whole);
+    log.open(0, Some("BEGIN".into()));
+    assert!(!log.enabled() && !log.is_open(), "a size of 0 is off too");
+}
+
+#[test]
+fn a_session_carries_one_pointer_for_its_log() {
+    // Every client's session holds a log (issue 44: memory per idle client).
+    assert_eq!(std::mem::size_of::<TxnLog>(), std::mem::size_of::<usize>());
 }
 
 #[test]

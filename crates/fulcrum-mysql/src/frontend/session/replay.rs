@@ -34,7 +34,7 @@ impl Session {
         match run.progress(&mut self.client.write_buf) {
             Progress::Held => Ok(false),
             Progress::Matched => {
-                let run = self.txn.run.take().expect("replaying");
+                let run = *self.txn.run.take().expect("replaying");
                 run.matched(&self.ctx, &mut self.engine, self.backend);
                 let actions = self.engine.step(Event::Replayed);
                 let carried = self.carry_out_now(actions);
@@ -59,7 +59,7 @@ impl Session {
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
         if self.txn.run.is_none() {
             let run = Run::start(&self.ctx, &mut self.engine, &self.client, self.txn.lost_seq);
-            self.txn.run = Some(run);
+            self.txn.run = Some(Box::new(run));
         }
         loop {
             self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
@@ -139,7 +139,7 @@ impl Session {
     /// replay (ERR 1927 for the command in flight; the session ends, its
     /// transaction gone).
     pub(super) async fn replay_failed(&mut self, why: &str) -> SessionError {
-        let Some(run) = self.txn.run.take() else {
+        let Some(run) = self.txn.run.take().map(|r| *r) else {
             return SessionError::Refused(why.to_owned());
         };
         let seq = run.failed(&self.ctx, &mut self.engine, &mut self.client, why);

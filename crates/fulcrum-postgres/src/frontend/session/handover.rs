@@ -153,7 +153,7 @@ impl Session {
                 .number(route_code(stmt.decision));
         }
         f.number(self.stmts.signals.len() as u64);
-        for (name, &terminate) in &self.stmts.signals {
+        for (name, &terminate) in self.stmts.signals.iter() {
             f.bytes(name).number(terminate as u64);
         }
         f.bytes(&self.stmts.unnamed)
