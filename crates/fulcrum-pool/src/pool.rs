@@ -280,7 +280,8 @@ impl<C: Poolable> Pool<C> {
         };
         if self.check_due(&idle) {
             // Checked by `get`: back where it was (the most recent end).
-            self.put_back(idle, permit);
+            self.inner
+                .push_idle(self.inner.idle_list(), idle, Some(permit));
             return None;
         }
         Some(self.hand_out(idle, permit))
@@ -519,7 +520,7 @@ impl<C: Poolable> Pool<C> {
     /// when they come back; new ones are opened as needed.
     pub fn retire(&self) {
         let inner = &self.inner;
-        let mut idle = inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = inner.idle_list();
         let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
         inner.retired_ns.store(now.max(1), Ordering::Release);
         inner.closed.fetch_add(idle.len() as u64, Ordering::Relaxed);

@@ -52,7 +52,7 @@ impl<C> Checkout<C> {
     pub fn release(mut self) {
         if let Some(conn) = self.conn.take() {
             let now = coarse::ms();
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let idle = self.pool.idle_list();
             if self.pool.is_retired(self.born)
                 || self
                     .pool
@@ -68,19 +68,12 @@ impl<C> Checkout<C> {
                 return;
             }
             let budget = std::mem::take(&mut self.budget);
-            // Parked with it, or released once it is on the list (a
-            // waiter woken earlier would find no idle connection and open
-            // one beside it).
-            let (parked, release) = match self.permit.take() {
-                Some(p) if self.pool.may_park(&p) => (Some(p), None),
-                other => (None, other),
-            };
             let Some(entry) = self.entry.take() else {
                 // Every checkout is made with its entry: not reached.
                 self.pool.closed.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            idle.push_back(Idle {
+            let back = Idle {
                 conn,
                 since_ms: now,
                 born: self.born,
@@ -88,10 +81,10 @@ impl<C> Checkout<C> {
                 worker: self.worker,
                 budget,
                 entry,
-                permit: parked,
-            });
-            drop(idle);
-            drop(release);
+                permit: None,
+            };
+            // Its permit parked with it, or released once it is listed.
+            self.pool.push_idle(idle, back, self.permit.take());
             // Only a checkout waiting at a budget's cap listens.
             if !self.pool.budgets.is_empty() {
                 self.pool.returned.notify_one();

@@ -41,11 +41,7 @@ pub(super) struct Idle<C> {
 
 impl<C: Send> IdleCloser for Inner<C> {
     fn close_one_idle(&self) -> bool {
-        let oldest = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
+        let oldest = self.idle_list().pop_front();
         let closed = oldest.is_some();
         if closed {
             self.closed.fetch_add(1, Ordering::Relaxed);
@@ -79,20 +75,16 @@ impl<C: Poolable> Pool<C> {
             opened += 1;
             let (born, born_ms) = (Instant::now(), coarse::ms());
             let entry = self.track(&conn, born, born_ms);
-            inner
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(Idle {
-                    conn,
-                    since_ms: born_ms,
-                    born,
-                    born_ms,
-                    worker: worker::current(),
-                    budget,
-                    entry,
-                    permit: None,
-                });
+            inner.idle_list().push_back(Idle {
+                conn,
+                since_ms: born_ms,
+                born,
+                born_ms,
+                worker: worker::current(),
+                budget,
+                entry,
+                permit: None,
+            });
             inner.returned.notify_one();
             drop(permit);
         }
@@ -187,7 +179,7 @@ impl<C: Poolable> Pool<C> {
 
     /// Closes every idle connection (e.g. after the backend failed).
     pub fn clear_idle(&self) {
-        let mut idle = self.inner.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.inner.idle_list();
         let n = idle.len() as u64;
         idle.clear();
         self.inner.closed.fetch_add(n, Ordering::Relaxed);

@@ -16,9 +16,7 @@ impl<C: Send> ListServers for Inner<C> {
         };
         let now = coarse::ms();
         let idle: std::collections::HashMap<*const Entry, u64> = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .idle_list()
             .iter()
             .map(|i| (Arc::as_ptr(&i.entry), i.since_ms))
             .collect();

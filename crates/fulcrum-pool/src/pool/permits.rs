@@ -47,6 +47,28 @@ impl<C> Inner<C> {
     pub(super) fn may_park(&self, permit: &OwnedSemaphorePermit) -> bool {
         self.waiting.load(Ordering::Relaxed) == 0 && Arc::ptr_eq(permit.semaphore(), &self.permits)
     }
+
+    /// Puts `idle` at the most recent end of `list` (locked by the caller,
+    /// unlocked here), `permit` parked with it when [`Inner::may_park`]
+    /// allows, else released once the connection is on the list (a waiter
+    /// woken earlier would find no idle connection and open one beside it).
+    pub(super) fn push_idle(
+        &self,
+        mut list: MutexGuard<'_, VecDeque<Idle<C>>>,
+        mut idle: Idle<C>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
+        let release = match permit {
+            Some(p) if self.may_park(&p) => {
+                idle.permit = Some(p);
+                None
+            }
+            other => other,
+        };
+        list.push_back(idle);
+        drop(list);
+        drop(release);
+    }
 }
 
 /// A permit parked on `idle`, taken off its connection (most recent first).
@@ -78,21 +100,5 @@ impl<C: Poolable> Pool<C> {
                 Err(Waiting(&self.inner.waiting))
             }
         }
-    }
-
-    /// Puts `idle` back at the most recent end of the list, its permit
-    /// parked with it when [`Inner::may_park`] allows (else released once
-    /// the connection is back on the list).
-    pub(super) fn put_back(&self, mut idle: Idle<C>, permit: OwnedSemaphorePermit) {
-        let mut list = self.inner.idle_list();
-        let release = if self.inner.may_park(&permit) {
-            idle.permit = Some(permit);
-            None
-        } else {
-            Some(permit)
-        };
-        list.push_back(idle);
-        drop(list);
-        drop(release);
     }
 }
