@@ -110,10 +110,8 @@ impl<T> ByDatabase<T> {
     }
 
     /// Waits until `database`'s answer is known, its lookup ended, or
-    /// `limit` passed (a login to a database not read yet: its first reads
-    /// are then decided by the answer).
-    pub async fn wait_known(&self, database: &str, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
+    /// `deadline` passed.
+    async fn wait_known(&self, database: &str, deadline: tokio::time::Instant) {
         loop {
             let settled = self.settled.notified();
             tokio::pin!(settled);
@@ -144,9 +142,9 @@ impl<T> ByDatabase<T> {
                 return;
             }
             self.want(user, options, database);
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.wait_known(database, left).await;
-            if left.is_zero() {
+            let past = tokio::time::Instant::now() >= deadline;
+            self.wait_known(database, deadline).await;
+            if past {
                 return;
             }
         }

@@ -10,7 +10,7 @@
 //! [`FunctionCatalog::wanted`] with its own query). Every configured
 //! database is asked for at start and when the primary changes, and a
 //! login to a database not read yet waits for its lookup up to
-//! `function_catalog_wait` ([`FunctionCatalog::wait_known`]), so even the
+//! `function_catalog_wait` ([`FunctionCatalog::known_by`]), so even the
 //! first read after a start is routed by the catalog; a read itself never
 //! waits. Pgpool-II 4 reads `provolatile` likewise when no list is set.
 

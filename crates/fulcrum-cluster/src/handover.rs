@@ -103,6 +103,7 @@ impl Sink {
     /// [`send_client`](Self::send_client), for a session: true when the
     /// client is the new process's now (the session ends without a word to
     /// it), false when it stays here.
+    ///
     /// The send runs on tokio's blocking pool with a copy of the socket's
     /// descriptor: a new process slow to read (up to the send timeout) holds
     /// that thread, not the worker serving this session's neighbours.
