@@ -196,21 +196,17 @@ impl ClusterContext {
     /// Classifies `sql`; a statement the parser cannot parse is logged once
     /// (at debug level) per distinct fingerprint.
     pub fn classify(&self, sql: &str) -> Decision {
-        self.classify_unit(sql).decision
+        self.classify_shared(sql).decision
     }
 
     /// `classify`, with what each statement does to the session.
     #[inline]
     pub fn classify_unit(&self, sql: &str) -> fulcrum_sql::Classified {
-        let unit = self.classifier.classify_unit(sql);
-        if unit.decision == Decision::Unknown {
-            self.unparsed(sql);
-        }
-        unit
+        Arc::unwrap_or_clone(self.classify_shared(sql))
     }
 
     /// `sql` was not parsed: logged once (at debug level) per distinct
-    /// fingerprint. Out of line, so `classify_unit` is small enough to be
+    /// fingerprint. Out of line, so `classify_shared` is small enough to be
     /// inlined into routing (about 20 instructions a unit).
     #[cold]
     #[inline(never)]
