@@ -91,22 +91,49 @@ pub(crate) fn process_usage(pid: u32) -> Option<(f64, u64)> {
     // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
     let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     let hz = 100.0; // USER_HZ on Linux
-    let mut switches = 0;
+    let s = switches(pid)?;
+    Some((ticks / hz * 1e6, s.voluntary + s.involuntary))
+}
+
+/// Context switches of a process's threads, voluntary and involuntary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Switches {
+    pub(crate) voluntary: u64,
+    pub(crate) involuntary: u64,
+}
+
+/// The context switches of every thread of process `pid` now, from
+/// `/proc/<pid>/task/*/status` (threads that ended since are not counted,
+/// so a pool retiring threads during a run undercounts it a little).
+pub(crate) fn switches(pid: u32) -> Option<Switches> {
+    let mut sum = Switches::default();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .flatten()
     {
+        // A thread that ended meanwhile counts nothing.
         let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        for line in status.lines() {
-            if let Some(v) = line
-                .strip_prefix("voluntary_ctxt_switches:")
-                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-            {
-                switches += v.trim().parse::<u64>().unwrap_or(0);
-            }
-        }
+        let one = parse_switches(&status);
+        sum.voluntary += one.voluntary;
+        sum.involuntary += one.involuntary;
     }
-    Some((ticks / hz * 1e6, switches))
+    Some(sum)
+}
+
+/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a
+/// `status` file (0 for a missing line).
+fn parse_switches(status: &str) -> Switches {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Switches {
+        voluntary: field("voluntary_ctxt_switches:"),
+        involuntary: field("nonvoluntary_ctxt_switches:"),
+    }
 }
 
 /// A process's user-space CPU time so far (µs), from /proc.

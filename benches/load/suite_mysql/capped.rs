@@ -5,13 +5,14 @@
 
 use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, MariaNode};
 
-use super::counts::{counts_notes, cpu_ticks, status, switches, Counts, NodeCounts};
+use super::counts::{counts_notes, cpu_ticks, status, Counts, NodeCounts};
 use super::{
     cluster_section, listen_addr, record_version, rounds_text, sysbench_sample, POOL_SIZE,
 };
 use crate::cpu_caps::CpuCaps;
 use crate::fulcrum::fulcrum_alive;
 use crate::fulcrum::fulcrum_config;
+use crate::measure::switches;
 use crate::relay::{RelayKind, TcpRelay};
 use crate::report::{self, Goal, Row, Scenario};
 use crate::suite::SuiteReport;

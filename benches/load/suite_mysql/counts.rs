@@ -6,6 +6,7 @@
 use fulcrum_testkit::MariaNode;
 
 use crate::cpu_caps::Throttling;
+use crate::measure::Switches;
 use crate::Result;
 
 /// One node's counters: `Com_select`, `Questions`, its cgroup's CPU periods
@@ -24,45 +25,6 @@ pub(super) struct NodeCounts {
     /// Context switches of every thread (voluntary: a thread went to wait
     /// for work; involuntary: it was preempted or throttled).
     pub(super) switches: Switches,
-}
-
-/// Context switches of a process's threads, voluntary and involuntary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Switches {
-    pub(super) voluntary: u64,
-    pub(super) involuntary: u64,
-}
-
-/// The context switches of every thread of process `pid` now, from
-/// `/proc/<pid>/task/*/status` (threads that ended since are not counted,
-/// so a pool retiring threads during a run undercounts it a little).
-pub(super) fn switches(pid: u32) -> Option<Switches> {
-    let mut sum = Switches::default();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let Ok(status) = std::fs::read_to_string(task.ok()?.path().join("status")) else {
-            continue; // the thread ended meanwhile
-        };
-        let one = parse_switches(&status);
-        sum.voluntary += one.voluntary;
-        sum.involuntary += one.involuntary;
-    }
-    Some(sum)
-}
-
-/// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a
-/// `status` file (0 for a missing line).
-fn parse_switches(status: &str) -> Switches {
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    Switches {
-        voluntary: field("voluntary_ctxt_switches:"),
-        involuntary: field("nonvoluntary_ctxt_switches:"),
-    }
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on
