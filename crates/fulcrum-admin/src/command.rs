@@ -81,6 +81,13 @@ impl Command {
     }
 }
 
+/// What `SHOW` takes, as the hints name it (every one parses: the test
+/// `every_named_show_target_parses`).
+const SHOW_TARGETS: &str = "HELP, POOLS, SERVER_POOLS, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS, FAILOVERS, LISTENERS, MIRROR, CACHE, UPGRADE";
+
+/// The console's commands, as the unknown-command hint names them.
+const COMMANDS: &str = "SHOW HELP, SHOW, PAUSE, RESUME, DISABLE, ENABLE, FLUSH CACHE, RELOAD, UPGRADE, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SHUTDOWN, SET log = '...'";
+
 /// Parses one command; the error says what is wrong, for the client.
 pub fn parse(text: &str) -> Result<Command, String> {
     let text = text.trim().trim_end_matches(';').trim();
@@ -121,13 +128,9 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "MIRROR" => Show::Mirror,
             "CACHE" => Show::Cache,
             "UPGRADE" => Show::Upgrade,
-            other => {
-                return Err(format!(
-                    "unknown SHOW {other}; try HELP, POOLS, SERVER_POOLS, FAILOVERS, LISTENERS, MIRROR, CACHE, UPGRADE, SERVERS, BACKENDS, CLIENTS, STATS, TOTALS, QUERIES, MEM, CLUSTERS, DATABASES, USERS, CONFIG, VERSION, LISTS"
-                ))
-            }
+            other => return Err(format!("unknown SHOW {other}; try {SHOW_TARGETS}")),
         })),
-        ["SHOW"] => Err("SHOW what? HELP, POOLS, SERVER_POOLS, SERVERS, BACKENDS, CLIENTS, STATS, CLUSTERS, DATABASES, USERS, TOTALS, QUERIES, MEM, CONFIG, VERSION, LISTS".into()),
+        ["SHOW"] => Err(format!("SHOW what? {SHOW_TARGETS}")),
         ["PAUSE"] => Ok(Command::Pause(None)),
         ["PAUSE", _] => Ok(Command::Pause(Some(words[1].to_owned()))),
         ["RESUME"] => Ok(Command::Resume(None)),
@@ -139,7 +142,9 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["DISABLE", _] if !words[1].contains(':') => {
             Ok(Command::DisableDatabase(words[1].to_owned()))
         }
-        ["ENABLE", _] if !words[1].contains(':') => Ok(Command::EnableDatabase(words[1].to_owned())),
+        ["ENABLE", _] if !words[1].contains(':') => {
+            Ok(Command::EnableDatabase(words[1].to_owned()))
+        }
         ["DISABLE", ..] => one_arg("DISABLE").map(Command::Disable),
         ["ENABLE", ..] => one_arg("ENABLE").map(Command::Enable),
         ["FLUSH", "CACHE"] => Ok(Command::FlushCache(None)),
@@ -161,10 +166,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         ["SWITCHOVER", ..] => Err("usage: SWITCHOVER <cluster> TO <backend address>".into()),
         ["SET", ..] => parse_set(text),
         [] => Err("empty command".into()),
-        _ => Err(format!(
-            "unknown command {:?}; try SHOW HELP, SHOW, PAUSE, RESUME, DISABLE, ENABLE, RELOAD, UPGRADE, RECONNECT, WAIT_CLOSE, KILL, SWITCHOVER, SHUTDOWN, SET log = '...'",
-            words[0]
-        )),
+        _ => Err(format!("unknown command {:?}; try {COMMANDS}", words[0])),
     }
 }
 
@@ -301,5 +303,17 @@ mod tests {
             .unwrap_err()
             .contains("unknown command"));
         assert!(parse("").is_err());
+        assert!(parse("DROP TABLE x").unwrap_err().contains("FLUSH CACHE"));
+    }
+
+    /// The hints name only what parses, and every `SHOW` target.
+    #[test]
+    fn every_named_show_target_parses() {
+        for what in SHOW_TARGETS.split(", ") {
+            assert!(parse(&format!("SHOW {what}")).is_ok(), "SHOW {what}");
+        }
+        for what in ["SERVER_POOLS", "FAILOVERS", "MIRROR", "CACHE", "UPGRADE"] {
+            assert!(parse("SHOW").unwrap_err().contains(what), "{what}");
+        }
     }
 }
