@@ -2,22 +2,30 @@
 //! both protocols. The engine keeps the transaction's log and checksum
 //! (`fulcrum_session::TxnLog`); this is the run that follows a lost
 //! server: it starts from the log, marks where the client's output stood,
-//! waits for a primary to take it ([`attach_primary`], through the
+//! waits for a primary to take it ([`attach_replay`], through the
 //! protocol's `Checkouts`), compares the replayed output with what the
 //! client received and drops it ([`ReplayRun::progress`]), and ends by
 //! matching (the client goes on) or failing (the client gets the error it
 //! would have got without replay), counted in the metrics and logged.
 //!
+//! Written here too, so each protocol's orchestration is only its own
+//! part: whether a transaction is replayable now ([`replayable`]), each
+//! attempt's start or start-over with the lost unit forgotten
+//! ([`ReplayRun::attempt`]), the engine told of the attached primary
+//! (`replay_attached`), and its `Replayed` / `ReplayFailed` steps (the
+//! [`ReplayRun::matched`] / [`ReplayRun::failed`] ends return the actions
+//! for the protocol to carry out).
+//!
 //! The protocol keeps only what is about its bytes: which client frames
 //! start and spoil a transaction, how to send the frames again through its
-//! own path, and its error for a failed replay. What it must restore on
-//! failure (PostgreSQL's pipelined input, MySQL's sequence id) rides in
-//! the run as `lost`.
+//! own path, what of its session an attempt resets, and its error for a
+//! failed replay. What it must restore on failure (PostgreSQL's pipelined
+//! input, MySQL's sequence id) rides in the run as `lost`.
 
 use bytes::BytesMut;
 use fulcrum_net::Connection;
-use fulcrum_pool::{BackendId, PrimaryWait};
-use fulcrum_session::{Compare, Engine, Replay};
+use fulcrum_pool::{BackendId, Checkout, PrimaryWait};
+use fulcrum_session::{Actions, Compare, Engine, Event, Replay};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::attach::{Checkouts, Failure};
@@ -48,6 +56,28 @@ pub enum Progress {
     Differs,
 }
 
+/// Why a replay failed, in the words both protocols log and tell: no
+/// primary in time, or the new primary owing nothing more before the
+/// client's answers were all replayed.
+pub const NO_PRIMARY: &str = "no primary took it within transaction_replay_timeout";
+pub const ANSWERED_LESS: &str = "the replayed transaction answered less than before";
+
+/// The open transaction can be replayed if its server dies now: a run
+/// under way while its time lasts; otherwise a replayable log of a client
+/// that is not pinned, and `extra` (the protocol's own conditions).
+pub fn replayable<X>(run: Option<&ReplayRun<X>>, engine: &Engine, extra: bool) -> bool {
+    match run {
+        Some(run) => run.live(),
+        None => engine.replayable_log() && engine.pinned().is_none() && extra,
+    }
+}
+
+/// A protocol session as a replay's wait for a primary borrows it: its
+/// checkouts and its engine.
+pub trait ReplaySession: Checkouts {
+    fn engine(&mut self) -> &mut Engine;
+}
+
 /// Feeds what was queued for the client since the last call to the open
 /// transaction's checksum (before it can be written). Nothing while a
 /// replay runs: its output is compared, not absorbed.
@@ -56,23 +86,53 @@ pub fn absorb_output<S: AsyncRead + AsyncWrite + Unpin>(
     replaying: bool,
     client: &Connection<S>,
 ) {
-    if !replaying && engine.txn_log.is_open() {
+    if !replaying && engine.log_open() {
         let position = client.output_position();
-        engine.txn_log.absorb(&client.write_buf, position);
+        engine.output_absorbed(&client.write_buf, position);
     }
 }
 
 impl<X> ReplayRun<X> {
+    /// The engine said Replay (or an attempt's own server was lost): the
+    /// first time, the logged transaction becomes the run in `slot`
+    /// (`lost`: what the protocol restores when it ends, taken from the
+    /// client connection before anything else); after that, the run starts
+    /// over ([`restart`](Self::restart), `started` as there). Either way
+    /// the lost unit is forgotten (the transaction gets a new id where it
+    /// is replayed). Returns when the run gives up waiting for a primary.
+    pub fn attempt<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin>(
+        slot: &mut Option<Box<ReplayRun<X>>>,
+        core: &ClusterCore<C, P, Sc>,
+        engine: &mut Engine,
+        client: &mut Connection<S>,
+        started: bool,
+        lost: impl FnOnce(&mut Connection<S>) -> X,
+    ) -> tokio::time::Instant {
+        let deadline = match slot {
+            Some(run) => {
+                run.restart(engine, client, started);
+                run.deadline
+            }
+            None => {
+                let lost = lost(client);
+                let run = ReplayRun::start(core, engine, client, lost);
+                slot.insert(Box::new(run)).deadline
+            }
+        };
+        engine.unit_lost();
+        deadline
+    }
+
     /// Starts replaying the logged transaction of `engine` (its output so
     /// far absorbed first), with `transaction_replay_timeout` to finish.
-    pub fn start<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin>(
+    fn start<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin>(
         core: &ClusterCore<C, P, Sc>,
         engine: &mut Engine,
         client: &Connection<S>,
         lost: X,
     ) -> ReplayRun<X> {
         absorb_output(engine, false, client);
-        let replay = engine.txn_log.start_replay(client.output_position());
+        let replay = engine.replay_started(client.output_position());
         let timeout = core
             .config
             .transaction_replay
@@ -91,11 +151,6 @@ impl<X> ReplayRun<X> {
         }
     }
 
-    /// When the replay gives up waiting for a primary.
-    pub fn deadline(&self) -> tokio::time::Instant {
-        self.deadline
-    }
-
     /// Still within `transaction_replay_timeout`.
     pub fn live(&self) -> bool {
         tokio::time::Instant::now() < self.deadline
@@ -104,7 +159,7 @@ impl<X> ReplayRun<X> {
     /// The replay's own server died: the comparison starts over, its
     /// output so far dropped, and the log follows the new attempt.
     /// `started`: the attempt starts with the transaction already begun.
-    pub fn restart<S: AsyncRead + AsyncWrite + Unpin>(
+    fn restart<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         engine: &mut Engine,
         client: &mut Connection<S>,
@@ -114,7 +169,7 @@ impl<X> ReplayRun<X> {
         self.replay.restart();
         client.write_buf.truncate(self.mark);
         let position = client.output_position();
-        engine.txn_log.restart(position, &self.replay, started);
+        engine.replay_restarted(position, &self.replay, started);
     }
 
     /// Compares the replayed output queued since the last call and drops
@@ -131,37 +186,65 @@ impl<X> ReplayRun<X> {
         }
     }
 
-    /// The replay matched: the log follows it, and the client goes on (the
-    /// protocol tells the engine `Event::Replayed` and carries out what it
-    /// asks).
+    /// The replayed answers read "differently than before" (`functions`:
+    /// the protocol's words for what changes from run to run), and where.
+    pub fn differs(&self, functions: &str) -> String {
+        format!(
+            "the replayed transaction answered differently than before (a row changed, or {functions} in it): {}",
+            self.replay.difference()
+        )
+    }
+
+    /// The replay matched: the log follows it, and the client goes on; the
+    /// engine has stepped `Event::Replayed`, and the protocol carries out
+    /// the actions returned.
     pub fn matched<C, P, Sc>(
         self,
         core: &ClusterCore<C, P, Sc>,
         engine: &mut Engine,
         backend: BackendId,
-    ) -> X {
-        engine.txn_log.replayed(&self.replay);
+    ) -> (X, Actions) {
+        engine.replay_matched(&self.replay);
         core.metrics.transaction_replay("replayed");
         tracing::info!(server = %core.address(backend), "transaction replayed; its answers matched what the client had received");
-        self.lost
+        (self.lost, engine.step(Event::Replayed))
     }
 
-    /// The replay cannot finish: its output is dropped and the log closed;
-    /// the protocol answers the client (the engine's `ReplayFailed` step
-    /// is the protocol's, with its answer).
-    pub fn failed<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin>(
+    /// The replay cannot finish: its output is dropped, the log closed and
+    /// its server connection (`server`) closed, which rolls the replayed
+    /// statements back; the engine has stepped `Event::ReplayFailed` (the
+    /// transaction lost), and the protocol answers the client and carries
+    /// out the actions returned.
+    pub fn failed<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin, Sv>(
         self,
         core: &ClusterCore<C, P, Sc>,
         engine: &mut Engine,
         client: &mut Connection<S>,
+        server: Option<Checkout<Sv>>,
         why: &str,
-    ) -> X {
+    ) -> (X, Actions) {
         tracing::warn!(cluster = %core.config.name, %why, "transaction replay failed");
         core.metrics.transaction_replay("failed");
         client.write_buf.truncate(self.mark);
-        engine.txn_log.close();
-        self.lost
+        engine.log_closed();
+        if let Some(server) = server {
+            server.discard();
+        }
+        (self.lost, engine.step(Event::ReplayFailed))
     }
+}
+
+/// A replay attempt's connection to the primary ([`attach_primary`]), the
+/// engine told it is attached (the clock read again after the wait);
+/// `None`: none before `deadline`.
+pub async fn attach_replay<K: ReplaySession, C, P, Sc>(
+    core: &ClusterCore<C, P, Sc>,
+    deadline: tokio::time::Instant,
+    k: &mut K,
+) -> Option<(BackendId, K::Conn)> {
+    let attached = attach_primary(core, deadline, k).await?;
+    k.engine().replay_attached();
+    Some(attached)
 }
 
 /// A connection to whatever primary there is before `deadline` (the dead

@@ -11,7 +11,8 @@
 //!   drain; and by `Engine::defer`, which moves `Idle` and `Deferred` for
 //!   the transaction control Fulcrum answers itself (`txn`);
 //! - `replay`: the bounded copy of an open transaction and the checksum of
-//!   what its client received, for `transaction_replay`;
+//!   what its client received, for `transaction_replay`, held by the
+//!   `Engine` and changed only through its events (`state/log_events.rs`);
 //! - `txn`: transaction control Fulcrum answers itself (a lone `BEGIN`,
 //!   `SET TRANSACTION`, the `COMMIT` of an empty transaction);
 //! - `unit`: the unit in flight (may write, wrote on the primary, commit in

@@ -17,6 +17,8 @@ use fulcrum_sql::{Decision, PinReason};
 
 use crate::txn::{self, Deferral, DeferredTxn};
 
+#[path = "state/log_events.rs"]
+mod log_events;
 #[path = "state/transitions.rs"]
 mod transitions;
 #[path = "state/unit_events.rs"]
@@ -93,8 +95,9 @@ pub struct Engine {
     unit: crate::unit::Unit,
     /// `transaction_replay`: the open transaction's client frames and the
     /// checksum of what the client received in it (disabled unless
-    /// [`Engine::with_txn_log`] gave it a size).
-    pub txn_log: crate::replay::TxnLog,
+    /// [`Engine::with_txn_log`] gave it a size). Changed only through the
+    /// events of `log_events.rs`.
+    txn_log: crate::replay::TxnLog,
     /// The transaction status the client was last told: by the server's
     /// answer, or by Fulcrum answering in its place.
     status: Status,
@@ -186,12 +189,6 @@ impl Engine {
     /// `Ready` (which also records it).
     pub fn told(&mut self, status: Status) {
         self.status = status;
-    }
-
-    /// The engine with `log` as its transaction log (`transaction_replay`).
-    pub fn with_txn_log(mut self, log: crate::replay::TxnLog) -> Engine {
-        self.txn_log = log;
-        self
     }
 
     /// Fulcrum's answer to a lone transaction-control statement (`sql`,

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use bytes::BufMut;
+use bytes::{BufMut, BytesMut};
 use thiserror::Error;
 
 /// Bytes in a packet header.
@@ -169,6 +169,30 @@ pub fn scan_message(buf: &[u8], max: usize) -> Result<Option<MessageSpan>, Packe
     }
 }
 
+/// The whole messages at the start of a buffer, in order, each split off
+/// as its own buffer without a copy (a transaction's logged commands, sent
+/// again); ends at the first message not whole or not valid (see
+/// [`scan_message`]).
+pub struct Messages {
+    buf: BytesMut,
+    max: usize,
+}
+
+impl Messages {
+    pub fn new(buf: BytesMut, max: usize) -> Messages {
+        Messages { buf, max }
+    }
+}
+
+impl Iterator for Messages {
+    type Item = (BytesMut, MessageSpan);
+
+    fn next(&mut self) -> Option<(BytesMut, MessageSpan)> {
+        let span = scan_message(&self.buf, self.max).ok()??;
+        Some((self.buf.split_to(span.total), span))
+    }
+}
+
 /// A reassembled message: borrowed when it fits one packet, copied otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message<'a> {
@@ -209,6 +233,20 @@ pub fn payload_of<'a>(msg: &'a [u8], span: &MessageSpan) -> std::borrow::Cow<'a,
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn messages_are_split_off_in_order_until_one_is_not_whole() {
+        use super::{write_packet, Messages};
+        let mut buf = bytes::BytesMut::new();
+        write_packet(&mut buf, 0, b"\x03BEGIN");
+        write_packet(&mut buf, 0, b"\x03SELECT 1");
+        buf.extend_from_slice(&[9, 0, 0, 0, 3]);
+        let got: Vec<_> = Messages::new(buf, 1024).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(&got[0].0[4..], b"\x03BEGIN");
+        assert_eq!(&got[1].0[4..], b"\x03SELECT 1");
+        assert_eq!((got[1].1.total, got[1].1.last_seq), (13, 0));
+    }
+
     #[test]
     fn the_last_packet_of_whole_packets_is_found() {
         use super::last_packet_payload as last;

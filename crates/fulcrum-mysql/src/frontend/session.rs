@@ -350,7 +350,7 @@ impl Session {
                 // watches its server: one that goes away (a SWITCHOVER
                 // ends it, a crash) is let go at once, and the transaction
                 // is replayed when the client sends its next command.
-                let watch_server = self.engine.txn_log.replayable() && self.server.is_some();
+                let watch_server = self.engine.replayable_log() && self.server.is_some();
                 tokio::select! {
                     // An interrupt first: an atomic load.
                     biased;

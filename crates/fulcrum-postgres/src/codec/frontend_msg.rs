@@ -1,6 +1,7 @@
 //! Client-to-server messages: reading the few fields routing and statement
-//! mapping need (statement and portal names, query text, auth payloads) and
-//! rebuilding a message with a different statement name. Pure over bytes.
+//! mapping need (statement and portal names, query text, auth payloads),
+//! rebuilding a message with a different statement name, and naming a
+//! logged statement for a failed replay's log line. Pure over bytes.
 
 use bytes::{BufMut, BytesMut};
 
@@ -201,10 +202,90 @@ pub fn sasl_initial_msg(body: &[u8]) -> Option<(&[u8], &[u8])> {
     }
 }
 
+/// The `n`th statement (0-based) of logged client frames, for a log line:
+/// a simple query's text, or the prepared statement an Execute ran (its
+/// portal's Bind names it; the text if the Parse is in the log too).
+pub fn nth_statement(frames: &[u8], n: usize) -> String {
+    let mut texts: std::collections::HashMap<Vec<u8>, String> = std::collections::HashMap::new();
+    let mut bound = String::new();
+    let mut seen = 0;
+    let mut at = 0;
+    while at + 5 <= frames.len() {
+        let len = u32::from_be_bytes([
+            frames[at + 1],
+            frames[at + 2],
+            frames[at + 3],
+            frames[at + 4],
+        ]);
+        let end = (at + 1 + len as usize).min(frames.len());
+        let body = &frames[at + 5..end];
+        let short = |t: &[u8]| {
+            let t = String::from_utf8_lossy(t);
+            t.chars().take(200).collect::<String>()
+        };
+        match frames[at] {
+            b'Q' => {
+                if seen == n {
+                    return format!(
+                        "the query {:?}",
+                        short(query_text(body).unwrap_or_default())
+                    );
+                }
+                seen += 1;
+            }
+            b'P' => {
+                if let Some(p) = parse_msg(body) {
+                    texts.insert(p.name.to_vec(), short(p.query));
+                }
+            }
+            b'B' => {
+                if let Some(b) = bind_msg(body) {
+                    bound = texts.get(b.statement).cloned().unwrap_or_else(|| {
+                        format!(
+                            "prepared statement {:?}",
+                            String::from_utf8_lossy(b.statement)
+                        )
+                    });
+                }
+            }
+            b'E' => {
+                if seen == n {
+                    return format!("the execute of {bound:?}");
+                }
+                seen += 1;
+            }
+            _ => {}
+        }
+        at = end;
+    }
+    format!("statement {} (past the log)", n + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::frame::check_frame;
+
+    #[test]
+    fn nth_statement_names_a_query_or_the_prepared_statement_an_execute_ran() {
+        let mut frames = BytesMut::new();
+        put_query(&mut frames, "BEGIN");
+        put_parse(&mut frames, b"s1", b"UPDATE t SET a = 1\0\0\0");
+        put_bind(&mut frames, b"", b"s1", b"\0\0\0\0\0\0");
+        put_execute(&mut frames, b"");
+        put_bind(&mut frames, b"", b"s2", b"\0\0\0\0\0\0");
+        put_execute(&mut frames, b"");
+        assert_eq!(nth_statement(&frames, 0), "the query \"BEGIN\"");
+        assert_eq!(
+            nth_statement(&frames, 1),
+            "the execute of \"UPDATE t SET a = 1\""
+        );
+        assert_eq!(
+            nth_statement(&frames, 2),
+            "the execute of \"prepared statement \\\"s2\\\"\""
+        );
+        assert_eq!(nth_statement(&frames, 3), "statement 4 (past the log)");
+    }
 
     #[test]
     fn parse_fields_and_rename() {

@@ -173,6 +173,15 @@ struct Params {
     txn_committed: Option<bool>,
 }
 
+impl Params {
+    /// The open transaction is over for the settings (rolled back, lost,
+    /// or replayed from its start): what it set is forgotten.
+    fn txn_forgotten(&mut self) {
+        self.txn_ops.clear();
+        self.txn_committed = None;
+    }
+}
+
 /// The client's extended-protocol statements and portals.
 struct Statements {
     map: HashMap<Vec<u8>, Arc<ClientStatement>>,

@@ -393,7 +393,7 @@ impl Session {
     fn answer_from_cache(&mut self, answer: &Bytes, seq: u8, in_txn: bool) {
         let status = in_txn.then_some(self.status);
         if in_txn {
-            self.engine.txn_log.spoil();
+            self.engine.log_spoiled();
         }
         put_answer(&mut self.client.write_buf, answer, seq, status);
         self.client_entry.counts.queries(1);

@@ -11,6 +11,13 @@ use fulcrum_cluster::attach::{Checkouts, Failure, Unattached};
 use super::*;
 use crate::backend::ConnectError;
 
+/// A replay's wait for a primary tells the engine (`fulcrum_cluster::replay`).
+impl fulcrum_cluster::replay::ReplaySession for Session {
+    fn engine(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+}
+
 impl Checkouts for Session {
     type Conn = Checkout<ServerConn>;
     type Error = PoolError<ConnectError>;

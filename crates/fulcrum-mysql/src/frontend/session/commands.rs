@@ -59,10 +59,7 @@ impl Session {
         self.cleanup().await;
         // A new engine for the new user; the transaction log (its
         // `transaction_replay` limits) carries over.
-        let log = std::mem::replace(
-            &mut self.engine.txn_log,
-            fulcrum_session::TxnLog::new(None, fulcrum_session::Framing::Whole),
-        );
+        let log = self.engine.take_txn_log();
         self.engine = Engine::new(None).with_txn_log(log).with_may_write(false);
         self.desired.clear();
         self.cache.off = false;

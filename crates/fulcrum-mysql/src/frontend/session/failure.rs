@@ -31,9 +31,9 @@ impl Session {
                 .replay_failed("its server was lost too, and its time is up")
                 .await;
         }
-        if self.engine.txn_log.enabled() && !replayable && in_txn {
+        if self.engine.replay_on() && !replayable && in_txn {
             tracing::info!(
-                log = self.engine.txn_log.describe(),
+                log = self.engine.log_state(),
                 "server lost in a transaction that cannot be replayed"
             );
         }

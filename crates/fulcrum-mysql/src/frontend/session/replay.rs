@@ -7,9 +7,10 @@
 //! before any write to the client, and a failed replay is answered with
 //! ERR 1927 (the session ends, as it does without replay).
 
-use fulcrum_cluster::replay::{attach_primary, Progress, ReplayRun};
+use fulcrum_cluster::replay::{self, attach_replay, Progress, ReplayRun};
 
 use super::*;
+use crate::codec::packet::Messages;
 
 /// A replay under way (`fulcrum_cluster::replay` drives it); it carries
 /// the sequence id of the answer to the command in flight at the loss.
@@ -18,10 +19,7 @@ pub(super) type Run = ReplayRun<u8>;
 impl Session {
     /// The open transaction can be replayed if its server dies now.
     pub(super) fn replayable(&self) -> bool {
-        match &self.txn.run {
-            Some(run) => run.live(),
-            None => self.engine.txn_log.replayable() && self.engine.pinned().is_none(),
-        }
+        replay::replayable(self.txn.run.as_deref(), &self.engine, true)
     }
 
     /// Before a write to the client: while replaying, compares the output
@@ -35,18 +33,14 @@ impl Session {
             Progress::Held => Ok(false),
             Progress::Matched => {
                 let run = *self.txn.run.take().expect("replaying");
-                run.matched(&self.ctx, &mut self.engine, self.backend);
-                let actions = self.engine.step(Event::Replayed);
+                let (_, actions) = run.matched(&self.ctx, &mut self.engine, self.backend);
                 let carried = self.carry_out_now(actions);
                 debug_assert_eq!(carried, Carried::Done, "Replayed answers nothing");
                 self.absorb_output();
                 Ok(true)
             }
             Progress::Differs => {
-                let why = format!(
-                    "the replayed transaction answered differently than before (a row changed, or NOW() or RAND() in it): {}",
-                    run.replay.difference()
-                );
+                let why = run.differs("NOW() or RAND()");
                 Err(self.replay_failed(&why).await)
             }
         }
@@ -57,82 +51,48 @@ impl Session {
     /// new server is lost too (then again, until the deadline), or they
     /// cannot match.
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
-        if self.txn.run.is_none() {
-            let run = Run::start(&self.ctx, &mut self.engine, &self.client, self.txn.lost_seq);
-            self.txn.run = Some(Box::new(run));
-        }
-        loop {
+        'attempt: loop {
+            let lost_seq = self.txn.lost_seq;
+            let deadline = Run::attempt(
+                &mut self.txn.run,
+                &self.ctx,
+                &mut self.engine,
+                &mut self.client,
+                true,
+                |_| lost_seq,
+            );
             self.set_status(StatusFlags::SERVER_STATUS_AUTOCOMMIT);
             self.engine.drop_keep();
-            self.engine.unit_lost();
-            let deadline = self.txn.run.as_ref().expect("replaying").deadline();
             let ctx = self.ctx.clone();
-            let Some((primary, server)) = attach_primary(&ctx, deadline, self).await else {
-                return Err(self
-                    .replay_failed("no primary took it within transaction_replay_timeout")
-                    .await);
+            let Some((primary, server)) = attach_replay(&ctx, deadline, self).await else {
+                return Err(self.replay_failed(replay::NO_PRIMARY).await);
             };
-            // After a wait for the primary: the clock is read again.
-            self.engine.replay_attached();
             self.install(primary, server);
-            match self.prepare_server(self.txn.lost_seq).await {
+            match self.prepare_server(lost_seq).await {
                 Ok(()) => {}
                 Err(Ok(())) => {
-                    return Err(self
-                        .replay_failed("the new primary refused the session's schema or settings")
-                        .await)
+                    let why = "the new primary refused the session's schema or settings";
+                    return Err(self.replay_failed(why).await);
                 }
-                Err(Err(SessionError::Replay)) => {
-                    self.restart_replay();
-                    continue;
-                }
+                Err(Err(SessionError::Replay)) => continue 'attempt,
                 Err(Err(e)) => return Err(e),
             }
-            let frames = self
-                .txn
-                .run
-                .as_ref()
-                .expect("replaying")
-                .replay
-                .frames
-                .clone();
-            let mut rest = &frames[..];
+            let frames =
+                BytesMut::from(&self.txn.run.as_ref().expect("replaying").replay.frames[..]);
             let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
-            let mut lost_again = false;
-            while !rest.is_empty() {
-                let span = match scan_message(rest, max.max(MAX_PAYLOAD)) {
-                    Ok(Some(span)) => span,
-                    _ => break,
-                };
-                let msg = BytesMut::from(&rest[..span.total]);
-                rest = &rest[span.total..];
+            for (msg, span) in Messages::new(frames, max.max(MAX_PAYLOAD)) {
                 match self.dispatch(msg, span).await {
-                    Ok(_) => {}
-                    Err(SessionError::Replay) => {
-                        lost_again = true;
-                        break;
-                    }
+                    Ok(_) => self.flush().await?,
+                    // The replay's own server died: the comparison starts over.
+                    Err(SessionError::Replay) => continue 'attempt,
                     Err(e) => return Err(e),
                 }
-                self.flush().await?;
-            }
-            if lost_again {
-                self.restart_replay();
-                continue;
             }
             if self.txn.run.is_some() {
-                return Err(self
-                    .replay_failed("the replayed transaction answered less than before")
-                    .await);
+                return Err(self.replay_failed(replay::ANSWERED_LESS).await);
             }
             return Ok(());
         }
-    }
-
-    /// The replay's own server died: start the comparison over.
-    fn restart_replay(&mut self) {
-        let run = self.txn.run.as_mut().expect("replaying");
-        run.restart(&mut self.engine, &mut self.client, true);
     }
 
     /// The replay cannot finish: the client gets what it gets without
@@ -142,15 +102,16 @@ impl Session {
         let Some(run) = self.txn.run.take().map(|r| *r) else {
             return SessionError::Refused(why.to_owned());
         };
-        let seq = run.failed(&self.ctx, &mut self.engine, &mut self.client, why);
-        if let Some(server) = self.server.take() {
-            // Closing it rolls the replayed statements back.
-            server.discard();
-        }
-        self.set_running(None);
         // Fail(NotCommitted): answered below, and the session ends (a
         // MySQL client cannot be told its transaction is gone otherwise).
-        let actions = self.engine.step(Event::ReplayFailed);
+        let (seq, actions) = run.failed(
+            &self.ctx,
+            &mut self.engine,
+            &mut self.client,
+            self.server.take(),
+            why,
+        );
+        self.set_running(None);
         let carried = self.carry_out_now(actions);
         debug_assert!(matches!(carried, Carried::Failed(_) | Carried::Done));
         let msg = format!(

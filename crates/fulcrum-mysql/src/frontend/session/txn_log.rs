@@ -14,10 +14,10 @@ impl Session {
     /// a transaction opens the log; in it, every command is kept, and the
     /// ones whose replay would not give the same answer spoil it.
     pub(super) fn log_command(&mut self, cmd: Command, first: &[u8], msg: &[u8]) {
-        if !self.engine.txn_log.enabled() || cmd == Command::Quit {
+        if !self.engine.replay_on() || cmd == Command::Quit {
             return;
         }
-        if !self.engine.txn_log.is_open() {
+        if !self.engine.log_open() {
             if self.in_transaction() || self.engine.pinned().is_some() {
                 return;
             }
@@ -36,10 +36,7 @@ impl Session {
                 return;
             }
             self.absorb_output();
-            self.engine
-                .txn_log
-                .open(self.client.output_position(), None);
-            self.engine.txn_log.opens_with_begin();
+            self.engine.txn_begun(self.client.output_position());
         }
         match cmd {
             // New statement ids, files, another user: not the same again.
@@ -47,25 +44,25 @@ impl Session {
             | Command::StmtClose
             | Command::StmtSendLongData
             | Command::ChangeUser
-            | Command::ResetConnection => self.engine.txn_log.spoil(),
+            | Command::ResetConnection => self.engine.log_spoiled(),
             Command::Query
                 if query_text(first).is_some_and(|t| {
                     contains_ignore_case(&String::from_utf8_lossy(t), "local infile")
                 }) =>
             {
-                self.engine.txn_log.spoil()
+                self.engine.log_spoiled()
             }
-            _ => self.engine.txn_log.record(msg),
+            _ => self.engine.logged(msg),
         }
     }
 
     /// After a command's answer: the log ends with the transaction.
     pub(super) fn log_answered(&mut self) {
-        if self.txn.run.is_none() && self.engine.txn_log.is_open() {
+        if self.txn.run.is_none() && self.engine.log_open() {
             if self.in_transaction() {
-                self.engine.txn_log.command_done(true);
+                self.engine.log_command_done(true);
             } else {
-                self.engine.txn_log.close();
+                self.engine.log_closed();
             }
         }
     }

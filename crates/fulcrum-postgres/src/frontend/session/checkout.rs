@@ -19,6 +19,13 @@ pub enum CheckoutError {
     Params(InternalError),
 }
 
+/// A replay's wait for a primary tells the engine (`fulcrum_cluster::replay`).
+impl fulcrum_cluster::replay::ReplaySession for Session {
+    fn engine(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+}
+
 impl Checkouts for Session {
     type Conn = Checkout<ServerConn>;
     type Error = CheckoutError;

@@ -382,12 +382,10 @@ impl Session {
         self.carry_out_now(actions);
         self.arm_retry(begin.is_some());
         if let Some(sql) = begin {
-            if self.engine.txn_log.enabled() && self.engine.pinned().is_none() && self.stmts.rewrite
-            {
+            if self.engine.replay_on() && self.engine.pinned().is_none() && self.stmts.rewrite {
                 // The transaction's log starts with the BEGIN sent ahead.
                 self.engine
-                    .txn_log
-                    .open(self.client.output_position(), Some(sql.clone()));
+                    .deferred_begin_sent(self.client.output_position(), sql.clone());
             }
             // The transaction starts on the chosen server, in the same
             // write as its first statement.

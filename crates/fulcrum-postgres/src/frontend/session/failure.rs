@@ -52,8 +52,8 @@ impl Session {
         }
         let was = self.engine.phase();
         let replayable = self.replayable();
-        if self.engine.txn_log.enabled() && !replayable && self.engine.status() != Status::Idle {
-            tracing::info!(log = self.engine.txn_log.describe(), status = ?self.engine.status(), "transaction not replayable");
+        if self.engine.replay_on() && !replayable && self.engine.status() != Status::Idle {
+            tracing::info!(log = self.engine.log_state(), status = ?self.engine.status(), "transaction not replayable");
         }
         if self.txn.run.is_some() && !replayable {
             // The replay's own server died past transaction_replay_timeout.
@@ -154,8 +154,7 @@ impl Session {
         let unsynced = self.owed.unsynced;
         self.engine.unit_lost();
         self.forget_owed();
-        self.params.txn_ops.clear();
-        self.params.txn_committed = None;
+        self.params.txn_forgotten();
         let status = if in_txn { b'E' } else { b'I' };
         for _ in 0..owed {
             backend_msg::error_response(&mut self.client.write_buf, "ERROR", code, &msg);

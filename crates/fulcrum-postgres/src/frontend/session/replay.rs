@@ -7,7 +7,9 @@
 //! client the error it would have got without it (08006, transaction
 //! lost), from where it stood.
 
-use fulcrum_cluster::replay::{attach_primary, Progress, ReplayRun};
+use fulcrum_cluster::replay::{self, attach_replay, Progress, ReplayRun};
+
+use crate::codec::frontend_msg::nth_statement;
 
 use super::*;
 
@@ -26,48 +28,35 @@ pub(super) struct Held {
 impl Session {
     /// The open transaction can be replayed if its server dies now.
     pub(super) fn replayable(&self) -> bool {
-        match &self.txn.run {
-            Some(run) => run.live(),
-            None => {
-                self.engine.txn_log.replayable()
-                    && self.engine.status() != Status::Failed
-                    && self.engine.pinned().is_none()
-                    && self.owed.stream_left == 0
-            }
-        }
+        let extra = self.engine.status() != Status::Failed && self.owed.stream_left == 0;
+        replay::replayable(self.txn.run.as_deref(), &self.engine, extra)
     }
 
     /// The engine said Replay: the first time, the log becomes a replay;
     /// after the replay's own server died, it starts over.
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
         self.id.cancel.set_target(None);
-        match self.txn.run.as_mut() {
-            None => {
-                let held = Held {
-                    rest: std::mem::take(&mut self.client.read_buf),
-                    owed: self.owed.ready,
-                    unsynced: self.owed.unsynced,
-                };
-                let run = Run::start(&self.ctx, &mut self.engine, &self.client, held);
-                self.txn.run = Some(Box::new(run));
-            }
-            Some(run) => run.restart(&mut self.engine, &mut self.client, false),
-        }
-        // The transaction gets a new id where it is replayed.
-        self.engine.unit_lost();
+        let deadline = Run::attempt(
+            &mut self.txn.run,
+            &self.ctx,
+            &mut self.engine,
+            &mut self.client,
+            false,
+            |client| Held {
+                rest: std::mem::take(&mut client.read_buf),
+                owed: self.owed.ready,
+                unsynced: self.owed.unsynced,
+            },
+        );
         self.forget_owed();
         self.set_status(b'I');
-        self.params.txn_ops.clear();
-        self.params.txn_committed = None;
+        self.params.txn_forgotten();
         self.lost_because = None;
-        let deadline = self.txn.run.as_ref().expect("replaying").deadline();
         let ctx = self.ctx.clone();
-        let Some((primary, server)) = attach_primary(&ctx, deadline, self).await else {
-            self.replay_failed("no primary took it within transaction_replay_timeout".into());
+        let Some((primary, server)) = attach_replay(&ctx, deadline, self).await else {
+            self.replay_failed(replay::NO_PRIMARY.into());
             return Ok(());
         };
-        // After a wait for the primary: the clock is read again.
-        self.engine.replay_attached();
         self.install(primary, server);
         let run = self.txn.run.as_ref().expect("replaying");
         if let Some(sql) = &run.replay.begin {
@@ -87,23 +76,23 @@ impl Session {
         if self.txn.run.is_none() {
             return false;
         }
+        // The replayed frames are all sent and answered: the new primary
+        // owes nothing more.
         let done = self.server.is_some()
             && self.owed() == Owed::Nothing
             && self.to_server.is_empty()
             && self.client.read_buf.is_empty();
-        let Some(run) = self.txn.run.as_mut() else {
-            return false;
-        };
+        let run = self.txn.run.as_mut().expect("replaying");
         match run.progress(&mut self.client.write_buf) {
             Progress::Held if done && run.replay.is_short() => {
-                self.replay_failed("the replayed transaction answered less than before".into());
+                self.replay_failed(replay::ANSWERED_LESS.into());
                 false
             }
             Progress::Held => true,
             Progress::Matched => {
                 let run = *self.txn.run.take().expect("replaying");
-                self.client.read_buf = run.matched(&self.ctx, &mut self.engine, self.backend).rest;
-                let actions = self.engine.step(Event::Replayed);
+                let (held, actions) = run.matched(&self.ctx, &mut self.engine, self.backend);
+                self.client.read_buf = held.rest;
                 self.carry_out_now(actions);
                 false
             }
@@ -111,11 +100,8 @@ impl Session {
                 let n = run
                     .replay
                     .completed_before_difference(|k| matches!(k, b'C' | b'E' | b'I' | b's'));
-                let why = format!(
-                    "the replayed transaction answered differently than before (a row changed, or now() or random() in it): {}; in {}",
-                    run.replay.difference(),
-                    nth_statement(&run.replay.frames, n)
-                );
+                let statement = nth_statement(&run.replay.frames, n);
+                let why = format!("{}; in {statement}", run.differs("now() or random()"));
                 self.replay_failed(why);
                 false
             }
@@ -128,11 +114,14 @@ impl Session {
         let Some(run) = self.txn.run.take().map(|r| *r) else {
             return;
         };
-        let held = run.failed(&self.ctx, &mut self.engine, &mut self.client, &why);
-        if let Some(server) = self.server.take() {
-            // Closing it rolls the replayed statements back.
-            server.discard();
-        }
+        // Fail(NotCommitted): 08006, the transaction lost.
+        let (held, actions) = run.failed(
+            &self.ctx,
+            &mut self.engine,
+            &mut self.client,
+            self.server.take(),
+            &why,
+        );
         self.id.cancel.set_target(None);
         self.forget_unit();
         self.owed.ready = held.owed;
@@ -140,68 +129,6 @@ impl Session {
         self.set_status(b'T');
         self.client.read_buf = held.rest;
         self.lost_because = Some(format!("transaction replay failed: {why}"));
-        // Fail(NotCommitted): 08006, the transaction lost.
-        let actions = self.engine.step(Event::ReplayFailed);
         self.carry_out_now(actions);
     }
-}
-
-/// The `n`th statement (0-based) of logged client frames, for a log line:
-/// a simple query's text, or the prepared statement an Execute ran (its
-/// portal's Bind names it; the text if the Parse is in the log too).
-fn nth_statement(frames: &[u8], n: usize) -> String {
-    use crate::codec::frontend_msg::{bind_msg, parse_msg, query_text};
-    let mut texts: std::collections::HashMap<Vec<u8>, String> = std::collections::HashMap::new();
-    let mut bound = String::new();
-    let mut seen = 0;
-    let mut at = 0;
-    while at + 5 <= frames.len() {
-        let len = u32::from_be_bytes([
-            frames[at + 1],
-            frames[at + 2],
-            frames[at + 3],
-            frames[at + 4],
-        ]);
-        let end = (at + 1 + len as usize).min(frames.len());
-        let body = &frames[at + 5..end];
-        let short = |t: &[u8]| {
-            let t = String::from_utf8_lossy(t);
-            t.chars().take(200).collect::<String>()
-        };
-        match frames[at] {
-            b'Q' => {
-                if seen == n {
-                    return format!(
-                        "the query {:?}",
-                        short(query_text(body).unwrap_or_default())
-                    );
-                }
-                seen += 1;
-            }
-            b'P' => {
-                if let Some(p) = parse_msg(body) {
-                    texts.insert(p.name.to_vec(), short(p.query));
-                }
-            }
-            b'B' => {
-                if let Some(b) = bind_msg(body) {
-                    bound = texts.get(b.statement).cloned().unwrap_or_else(|| {
-                        format!(
-                            "prepared statement {:?}",
-                            String::from_utf8_lossy(b.statement)
-                        )
-                    });
-                }
-            }
-            b'E' => {
-                if seen == n {
-                    return format!("the execute of {bound:?}");
-                }
-                seen += 1;
-            }
-            _ => {}
-        }
-        at = end;
-    }
-    format!("statement {} (past the log)", n + 1)
 }

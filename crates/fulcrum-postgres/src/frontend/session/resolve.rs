@@ -42,7 +42,7 @@ impl Session {
                 .transaction_replay
                 .is_some_and(|r| r.resolve_commits)
             && !matches!(self.engine.unit().commit_id, CommitId::Id(_))
-            && self.engine.txn_log.is_open()
+            && self.engine.log_open()
             && self.engine.status() != Status::Failed
             && self.replayable()
     }
@@ -244,7 +244,7 @@ impl Session {
         self.to_server.clear();
         // (Its id was taken when the resolution started.)
         self.engine.unit_lost();
-        self.engine.txn_log.close();
+        self.engine.log_closed();
         self.set_status(b'I');
         for op in std::mem::take(&mut self.params.txn_ops) {
             match op {

@@ -265,9 +265,9 @@ impl Session {
             status_byte(self.engine.status()),
         );
         let step = self.owed.expect.on_server_into(header.tag, &frame[5..], fx);
-        if step == Step::Forward && self.engine.txn_log.is_open() {
+        if step == Step::Forward && self.engine.log_open() {
             // Only what reaches the client (not Fulcrum's own queries).
-            super::txn_log::log_server_frame(&mut self.engine.txn_log, header.tag, &frame[5..]);
+            super::txn_log::log_server_frame(&mut self.engine, header.tag, &frame[5..]);
         }
         (step, Noted::of(header.tag, &frame[5..]))
     }
@@ -406,8 +406,7 @@ impl Session {
                 if self.params.txn_committed == Some(true) {
                     now.extend(std::mem::take(&mut self.params.txn_ops));
                 }
-                self.params.txn_ops.clear();
-                self.params.txn_committed = None;
+                self.params.txn_forgotten();
             }
             b'E' => {}
             _ => {}

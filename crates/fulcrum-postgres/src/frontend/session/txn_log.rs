@@ -4,20 +4,18 @@
 //! (COPY, function calls), which server frames end a command, and where
 //! it closes (`ReadyForQuery` idle). `replay.rs` drives a replay of it.
 
-use fulcrum_session::TxnLog;
-
 use super::*;
 
 /// A server frame on the logged transaction: its first command must be
 /// the transaction's start; COPY spoils it.
-pub(super) fn log_server_frame(log: &mut TxnLog, tag: u8, body: &[u8]) {
+pub(super) fn log_server_frame(engine: &mut Engine, tag: u8, body: &[u8]) {
     match tag {
         b'C' => {
             let t = command_tag(body);
-            log.command_done(t == b"BEGIN" || t == b"START TRANSACTION");
+            engine.log_command_done(t == b"BEGIN" || t == b"START TRANSACTION");
         }
-        b'E' => log.command_done(false),
-        b'G' | b'H' | b'W' => log.spoil(),
+        b'E' => engine.log_command_done(false),
+        b'G' | b'H' | b'W' => engine.log_spoiled(),
         _ => {}
     }
 }
@@ -37,10 +35,10 @@ impl Session {
     /// `BEGIN` with nothing in flight opens the log; every frame of the
     /// transaction is kept.
     pub(super) fn log_client_frame(&mut self, tag: u8, frame: &[u8]) {
-        if !self.engine.txn_log.enabled() {
+        if !self.engine.replay_on() {
             return;
         }
-        if !self.engine.txn_log.is_open() {
+        if !self.engine.log_open() {
             // Only a unit that starts with BEGIN can be replayed: any other
             // (an autocommit statement) is not copied at all.
             if self.engine.status() != Status::Idle
@@ -52,26 +50,23 @@ impl Session {
             {
                 return;
             }
-            self.engine
-                .txn_log
-                .open(self.client.output_position(), None);
-            self.engine.txn_log.opens_with_begin();
+            self.engine.txn_begun(self.client.output_position());
         }
         match tag {
             // COPY and function calls (large objects) are never replayed.
-            b'd' | b'c' | b'f' | b'F' => self.engine.txn_log.spoil(),
-            _ => self.engine.txn_log.record(frame),
+            b'd' | b'c' | b'f' | b'F' => self.engine.log_spoiled(),
+            _ => self.engine.logged(frame),
         }
     }
 
     /// ReadyForQuery: the log ends with the transaction. One that ends with
     /// more work pipelined behind it cannot be told apart from the next.
     pub(super) fn log_ready(&mut self, status: u8) {
-        if status == b'I' && self.engine.txn_log.is_open() && self.txn.run.is_none() {
+        if status == b'I' && self.engine.log_open() && self.txn.run.is_none() {
             if self.owed.ready == 0 {
-                self.engine.txn_log.close();
+                self.engine.log_closed();
             } else {
-                self.engine.txn_log.spoil();
+                self.engine.log_spoiled();
             }
         }
     }
