@@ -193,35 +193,38 @@ impl Engine {
 
     /// Fulcrum's answer to a lone transaction-control statement (`sql`,
     /// classified `decision`) from a client with no server connection;
-    /// `None` when it must go to a server. Moves the phase to `Deferred`,
-    /// keeps it there (the mode may change), or back to `Idle`.
-    pub fn defer(&mut self, decision: Decision, sql: &str) -> Option<Deferral> {
+    /// `None` when it must go to a server. The phase moves through the
+    /// engine's own events (`Deferred` to open or keep the deferred
+    /// transaction, its mode perhaps changed; `DeferredEnded` back to
+    /// `Idle`), and what they ask (a pending drain's close at the
+    /// boundary) is returned for the front end to carry out.
+    pub fn defer(&mut self, decision: Decision, sql: &str) -> (Option<Deferral>, Actions) {
         let mut current = match self.phase {
             Phase::Idle => None,
             Phase::Deferred { read_only } => Some(DeferredTxn {
                 sql: std::mem::take(&mut self.begin),
                 read_only,
             }),
-            _ => return None,
+            _ => return (None, Actions::none()),
         };
         let answer = txn::defer(decision, sql, current.as_mut());
-        match (&answer, current) {
+        let actions = match (&answer, current) {
             (Some(Deferral::Opened(d)), _) => {
                 self.begin = d.sql.clone();
-                self.phase = Phase::Deferred {
+                self.step(Event::Deferred {
                     read_only: d.read_only,
-                };
+                })
             }
-            (Some(Deferral::Ended(_)), _) => self.phase = Phase::Idle,
+            (Some(Deferral::Ended(_)), _) => self.step(Event::DeferredEnded),
             (_, Some(d)) => {
                 self.begin = d.sql;
-                self.phase = Phase::Deferred {
+                self.step(Event::Deferred {
                     read_only: d.read_only,
-                };
+                })
             }
-            (_, None) => {}
-        }
-        answer
+            (_, None) => Actions::none(),
+        };
+        (answer, actions)
     }
 
     /// The deferred `BEGIN ...` to send ahead of the unit just attached.

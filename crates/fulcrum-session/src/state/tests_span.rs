@@ -96,13 +96,13 @@ fn quiet_events_ask_only_for_a_drains_close() {
 #[test]
 fn deferred_transaction_control_lives_in_the_engine() {
     let mut e = Engine::new(None);
-    let begin = e.defer(Decision::Begin { read_only: false }, "BEGIN");
+    let (begin, _) = e.defer(Decision::Begin { read_only: false }, "BEGIN");
     assert!(matches!(begin, Some(crate::txn::Deferral::Opened(_))));
     assert_eq!(e.deferred(), Some(false));
-    e.defer(Decision::TxnReadOnly, "SET TRANSACTION READ ONLY");
+    let _ = e.defer(Decision::TxnReadOnly, "SET TRANSACTION READ ONLY");
     assert_eq!(e.deferred(), Some(true));
     assert_eq!(
-        e.defer(Decision::Read, "SELECT 1"),
+        e.defer(Decision::Read, "SELECT 1").0,
         None,
         "a statement goes to a server"
     );
@@ -124,14 +124,36 @@ fn deferred_transaction_control_lives_in_the_engine() {
     assert_eq!(e.take_begin(), None, "sent once");
     // COMMIT of an empty transaction ends it without a server.
     let mut e = Engine::new(None);
-    e.defer(Decision::Begin { read_only: false }, "BEGIN");
-    assert_eq!(
-        e.defer(Decision::End, "COMMIT"),
-        Some(crate::txn::Deferral::Ended("COMMIT"))
-    );
+    let _ = e.defer(Decision::Begin { read_only: false }, "BEGIN");
+    let (ended, actions) = e.defer(Decision::End, "COMMIT");
+    assert_eq!(ended, Some(crate::txn::Deferral::Ended("COMMIT")));
+    assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(e.phase(), Phase::Idle);
     assert_eq!(e.take_begin(), None);
     // Nothing is deferred for a client holding a connection.
     let mut e = Engine::new(Some("session pool mode"));
-    assert_eq!(e.defer(Decision::Begin { read_only: false }, "BEGIN"), None);
+    assert_eq!(
+        e.defer(Decision::Begin { read_only: false }, "BEGIN").0,
+        None
+    );
+}
+
+/// A drain that came while the transaction was deferred ends the session
+/// at the deferred COMMIT, the boundary it reaches without a server.
+#[test]
+fn a_deferred_commit_is_a_boundary_for_the_drain() {
+    let mut e = Engine::new(None);
+    let (_, opened) = e.defer(Decision::Begin { read_only: false }, "BEGIN");
+    assert!(opened.is_empty(), "{opened:?}");
+    let drain = e.step(Event::Drain);
+    assert!(
+        !drain.iter().any(|a| a == Action::Close(Ending::Drained)),
+        "not at a boundary while deferred: {drain:?}"
+    );
+    let (_, actions) = e.defer(Decision::End, "COMMIT");
+    assert_eq!(
+        actions.iter().collect::<Vec<_>>(),
+        vec![Action::Close(Ending::Drained)]
+    );
+    assert_eq!(e.phase(), Phase::Idle);
 }

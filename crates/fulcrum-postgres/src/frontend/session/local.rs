@@ -72,7 +72,10 @@ impl Session {
             return false;
         }
         let decision = self.ctx.classify(text);
-        let (tag, status) = match self.engine.defer(decision, text) {
+        let (answer, actions) = self.engine.defer(decision, text);
+        // A pending drain's close waits for the boundary check.
+        self.carry_out_now(actions);
+        let (tag, status) = match answer {
             Some(Deferral::Opened(_)) => ("BEGIN", b'T'),
             Some(Deferral::Changed) => ("SET", b'T'),
             Some(Deferral::Chained(tag)) => (tag, b'T'),
