@@ -112,6 +112,10 @@ pub struct Engine {
     /// The server connection of a client idle in its transaction went
     /// away and was let go; the client's next command meets the loss.
     let_go: bool,
+    /// Why Fulcrum gave the server connection up, when it did (a malformed
+    /// or oversized message, a failed replay): words for the error that
+    /// tells the client of the loss, said once.
+    lost_because: Option<Box<str>>,
 }
 
 impl Engine {
@@ -132,6 +136,7 @@ impl Engine {
             state_left: None,
             keep_next: false,
             let_go: false,
+            lost_because: None,
         }
     }
 
@@ -146,6 +151,28 @@ impl Engine {
     /// command; the next command takes the news.
     pub fn take_let_go(&mut self) -> bool {
         std::mem::take(&mut self.let_go)
+    }
+
+    /// Fulcrum gives the server connection up, for `why` (its words for the
+    /// error that tells the client of the loss).
+    pub fn server_lost_because(&mut self, why: String) {
+        self.lost_because = Some(why.into_boxed_str());
+    }
+
+    /// Why Fulcrum gave the server connection up, if it did; said once.
+    pub fn take_lost_because(&mut self) -> Option<Box<str>> {
+        self.lost_because.take()
+    }
+
+    /// Why the connection was given up, if it was, without taking it.
+    pub fn lost_because(&self) -> Option<&str> {
+        self.lost_because.as_deref()
+    }
+
+    /// The reason is moot: the unit goes again elsewhere (a retry, a
+    /// replay), so no error will tell it.
+    pub fn forget_lost_because(&mut self) {
+        self.lost_because = None;
     }
 
     /// Whether a connection let go waits for the client's next command.

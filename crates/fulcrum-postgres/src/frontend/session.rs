@@ -119,11 +119,10 @@ pub struct Session {
     parse_unit: Option<Arc<Classified>>,
     /// How Fulcrum answers the transaction (or batch) lost with its server
     /// while the engine is `Lost` (whether there is one is the engine's
-    /// phase, `Engine::is_lost`: this is written whenever it enters it), and
-    /// why Fulcrum gave the connection up, when it did (words for the
-    /// client's error, which the engine does not know).
+    /// phase, `Engine::is_lost`: this is written whenever it enters it).
+    /// Why Fulcrum gave the connection up is the engine's
+    /// (`Engine::lost_because`).
     lost: lost::Lost,
-    lost_because: Option<String>,
     /// Read consistency: the session's mode, the unit's hint, the position
     /// its reads must not be older than.
     reads: fulcrum_session::Reads<reads::Lsn>,
@@ -324,7 +323,6 @@ impl Session {
             query_unit: None,
             parse_unit: None,
             lost: lost::Lost::default(),
-            lost_because: None,
             reads: fulcrum_session::Reads::new(ctx_consistency),
             ddl_in_txn: false,
             pool_mode,

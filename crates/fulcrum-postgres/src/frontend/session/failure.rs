@@ -121,7 +121,7 @@ impl Session {
         tracing::info!(replica = %self.ctx.backends[self.backend], "replica lost before it answered; the read goes to another backend");
         let (frames, client_mark) = self.engine.retry_elsewhere(self.backend);
         self.forget_unit();
-        self.lost_because = None;
+        self.engine.forget_lost_because();
         self.client.write_buf.truncate(client_mark);
         let mut again = BytesMut::from(&frames[..]);
         again.extend_from_slice(&self.client.read_buf);
@@ -139,8 +139,8 @@ impl Session {
             "fulcrum: lost the connection to server {} of cluster \"{}\"{}",
             self.ctx.backends[self.backend],
             self.ctx.name(),
-            self.lost_because
-                .take()
+            self.engine
+                .take_lost_because()
                 .map_or(String::new(), |why| format!(" ({why})")),
         )
     }

@@ -51,7 +51,7 @@ impl Session {
         self.forget_owed();
         self.set_status(b'I');
         self.params.txn_forgotten();
-        self.lost_because = None;
+        self.engine.forget_lost_because();
         let ctx = self.ctx.clone();
         let Some((primary, server)) = attach_replay(&ctx, deadline, self).await else {
             self.replay_failed(replay::NO_PRIMARY.into());
@@ -128,7 +128,8 @@ impl Session {
         self.owed.unsynced = held.unsynced;
         self.set_status(b'T');
         self.client.read_buf = held.rest;
-        self.lost_because = Some(format!("transaction replay failed: {why}"));
+        self.engine
+            .server_lost_because(format!("transaction replay failed: {why}"));
         self.carry_out_now(actions);
     }
 }

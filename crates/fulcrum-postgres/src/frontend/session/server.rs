@@ -149,7 +149,7 @@ impl Session {
     /// Finds the next whole frame in the server buffer, streaming rows and
     /// copy data through to the client (the rest of one being streamed, or
     /// the start of a large one); a frame that is malformed or over
-    /// `max_message_size` gives the connection up (`lost_because` set).
+    /// `max_message_size` gives the connection up (`Engine::server_lost_because`).
     #[inline]
     fn next_server_frame(&mut self) -> NextFrame {
         let server = self.server.as_mut().expect("attached");
@@ -171,7 +171,8 @@ impl Session {
             Ok(None) => return NextFrame::Wait,
             Err(e) => {
                 tracing::warn!(error = %e, "malformed message from server");
-                self.lost_because = Some(format!("it sent a malformed message: {e}"));
+                self.engine
+                    .server_lost_because(format!("it sent a malformed message: {e}"));
                 return NextFrame::Lost;
             }
         };
@@ -184,7 +185,7 @@ impl Session {
                 header.tag as char, header.total
             );
             tracing::warn!(server = %server.cancel.address, "closing a server connection: {why}");
-            self.lost_because = Some(why);
+            self.engine.server_lost_because(why);
             return NextFrame::Lost;
         }
         if buf.len() < header.total {
@@ -509,6 +510,6 @@ enum NextFrame {
     Whole(FrameHeader),
     /// Nothing whole yet (or all of it streamed through): wait for more.
     Wait,
-    /// The connection is given up (`lost_because` says why).
+    /// The connection is given up (the engine's `lost_because` says why).
     Lost,
 }
