@@ -5,7 +5,13 @@
 /// past the opening one): a doubled quote is one character, and with
 /// `backslash` (MySQL strings) so is a backslash and what follows it.
 /// `b.len()` when it never closes.
-pub(crate) fn skip_quoted(b: &[u8], mut i: usize, quote: u8, backslash: bool) -> usize {
+pub(crate) fn skip_quoted(b: &[u8], i: usize, quote: u8, backslash: bool) -> usize {
+    quoted_end(b, i, quote, backslash).unwrap_or(b.len())
+}
+
+/// [`skip_quoted`], telling a run that never closes apart: `None`.
+#[inline]
+pub(crate) fn quoted_end(b: &[u8], mut i: usize, quote: u8, backslash: bool) -> Option<usize> {
     while i < b.len() {
         if backslash && b[i] == b'\\' {
             i += 2;
@@ -16,11 +22,11 @@ pub(crate) fn skip_quoted(b: &[u8], mut i: usize, quote: u8, backslash: bool) ->
                 i += 2;
                 continue;
             }
-            return i + 1;
+            return Some(i + 1);
         }
         i += 1;
     }
-    b.len()
+    None
 }
 
 /// The index of the newline ending the line comment at `i` (or `b.len()`).
