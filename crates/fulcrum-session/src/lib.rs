@@ -8,7 +8,7 @@
 //!   moved by `Engine::step`, the transition table: which events attach
 //!   and detach a server connection, pin, hold a unit, retry a replica
 //!   read, answer a lost transaction (08006 / 08007, with why Fulcrum gave
-//!   the connection up: `Engine::lost_because`), clean a connection,
+//!   the connection up: `Engine::take_lost_because`), clean a connection,
 //!   drain; and by `Engine::defer`, which moves `Idle` and `Deferred` for
 //!   the transaction control Fulcrum answers itself (`txn`);
 //! - `replay`: the bounded copy of an open transaction and the checksum of

@@ -164,11 +164,6 @@ impl Engine {
         self.lost_because.take()
     }
 
-    /// Why the connection was given up, if it was, without taking it.
-    pub fn lost_because(&self) -> Option<&str> {
-        self.lost_because.as_deref()
-    }
-
     /// The reason is moot: the unit goes again elsewhere (a retry, a
     /// replay), so no error will tell it.
     pub fn forget_lost_because(&mut self) {

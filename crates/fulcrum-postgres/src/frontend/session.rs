@@ -121,7 +121,7 @@ pub struct Session {
     /// while the engine is `Lost` (whether there is one is the engine's
     /// phase, `Engine::is_lost`: this is written whenever it enters it).
     /// Why Fulcrum gave the connection up is the engine's
-    /// (`Engine::lost_because`).
+    /// (`Engine::take_lost_because`).
     lost: lost::Lost,
     /// Read consistency: the session's mode, the unit's hint, the position
     /// its reads must not be older than.

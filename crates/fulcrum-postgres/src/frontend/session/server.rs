@@ -510,6 +510,6 @@ enum NextFrame {
     Whole(FrameHeader),
     /// Nothing whole yet (or all of it streamed through): wait for more.
     Wait,
-    /// The connection is given up (the engine's `lost_because` says why).
+    /// The connection is given up (`Engine::take_lost_because` says why).
     Lost,
 }
