@@ -3,7 +3,7 @@
 //! side in one run: Fulcrum with default settings (`workers = 0`), Fulcrum
 //! with `workers = 1`, and PgBouncer, for `-M simple` and (Fulcrum alone:
 //! PgBouncer before 1.21 has no prepared statements in transaction
-//! pooling) `-M prepared`, at 16 and 45 clients. PostgreSQL direct is
+//! pooling) `-M prepared`, at 16 and 64 clients (issue 44's). PostgreSQL direct is
 //! measured too, for the TPS ratios. Report: `target/bench-cpu-split.md`.
 
 use std::fmt::Write as _;
@@ -20,7 +20,7 @@ use crate::pgbouncer::{PgBouncer, PGBOUNCER};
 use crate::{median, publish_report, Options, Result};
 
 /// The client counts and protocols measured.
-const CLIENTS: [u32; 2] = [16, 45];
+const CLIENTS: [u32; 2] = [16, 64];
 const PROTOCOLS: [&str; 2] = ["simple", "prepared"];
 
 pub(crate) fn run_cpu_split(opts: &Options) -> Result<()> {

@@ -22,7 +22,7 @@ usage: cargo bench --bench load -- [options]
                   default settings, Fulcrum with workers = 1, PgBouncer
                   (-M simple only: 1.18 has no prepared statements in
                   transaction pooling), for -M simple and prepared at 16
-                  and 45 clients; report in target/bench-cpu-split.md
+                  and 64 clients; report in target/bench-cpu-split.md
   --tls           default mode with TLS on both sides: PostgreSQL with
                   ssl = on, Fulcrum with tls_mode and server_tls = require,
                   PgBouncer with client_tls_sslmode and server_tls_sslmode =
@@ -169,7 +169,7 @@ pub(crate) struct Options {
     /// `--tls`: the default mode with TLS from clients and to the server.
     pub(crate) tls: bool,
     /// `--cpu-split`: each proxy's user and system CPU and switches per
-    /// transaction, -M simple and prepared, 16 and 45 clients.
+    /// transaction, -M simple and prepared, 16 and 64 clients.
     pub(crate) cpu_split: bool,
     /// `--cache`: direct vs Fulcrum without and with a result-cache rule.
     pub(crate) cache: bool,
