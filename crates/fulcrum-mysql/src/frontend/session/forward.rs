@@ -196,7 +196,13 @@ impl Session {
         // Bytes relayed, counted once per answer.
         let mut sent = 0u64;
         while !reply.is_done() {
-            let total = self.next_server_span(seq, max).await?;
+            // A message already whole in the buffer (most of an answer's:
+            // one read brings several) is taken without the read's future.
+            let server = self.server.as_ref().expect("attached");
+            let total = match scan_message(&server.io.read_buf, max.max(MAX_PAYLOAD)) {
+                Ok(Some(span)) => span.total,
+                _ => self.next_server_span(seq, max).await?,
+            };
             // The message is read where it lies in the server buffer and
             // copied once, to the client's (no split, no reference count).
             let server = self.server.as_mut().expect("attached");
@@ -365,7 +371,23 @@ impl Session {
     }
 
     /// Gives the attached server the client's schema and session settings.
+    /// Usually it has them already (the client's own connection, or one
+    /// with the same schema and no settings): that is checked first, with
+    /// no copy and no future; the round trips are made out of line.
     pub(super) async fn prepare_server(&mut self, seq: u8) -> Result<(), Result<(), SessionError>> {
+        let server = self.server.as_ref().expect("attached");
+        let schema_there = match &self.schema {
+            Some(schema) => server.schema.as_deref() == Some(schema.as_str()),
+            None => true,
+        };
+        if schema_there && server.applied == self.desired {
+            return Ok(());
+        }
+        Box::pin(self.apply_to_server(seq)).await
+    }
+
+    /// `prepare_server`'s round trips: `USE` and the session settings.
+    async fn apply_to_server(&mut self, seq: u8) -> Result<(), Result<(), SessionError>> {
         let server = self.server.as_mut().expect("attached");
         let (schema, desired) = (self.schema.clone(), self.desired.clone());
         let result = async {
