@@ -13,10 +13,13 @@
 //! small machine.
 //!
 //! Split by theme: `open_transactions` (transactions left open across a
-//! primary kill, a primary that comes back late, a switchover) and `commits`
+//! primary kill, a primary that comes back late, a switchover), `commits`
 //! (pgbench through repeated kills, commits in flight replayed or
-//! confirmed); shared configs and probes in `helpers`.
+//! confirmed) and `replay_lost` (a replay whose own server is lost with a
+//! statement that may commit in flight: 08007); shared configs and probes
+//! in `helpers`.
 
 mod commits;
 mod helpers;
 mod open_transactions;
+mod replay_lost;

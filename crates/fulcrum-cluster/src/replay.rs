@@ -14,7 +14,8 @@
 //! ([`ReplayRun::attempt`]), the engine told of the attached primary
 //! (`replay_attached`), and its `Replayed` / `ReplayFailed` steps (the
 //! [`ReplayRun::matched`] / [`ReplayRun::failed`] ends return the actions
-//! for the protocol to carry out).
+//! for the protocol to carry out; [`ReplayRun::lost_server`] ends a run
+//! whose engine already left `Replaying` with its server's loss).
 //!
 //! The protocol keeps only what is about its bytes: which client frames
 //! start and spoil a transaction, how to send the frames again through its
@@ -223,14 +224,32 @@ impl<X> ReplayRun<X> {
         server: Option<Checkout<Sv>>,
         why: &str,
     ) -> (X, Actions) {
+        let lost = self.lost_server(core, engine, client, why);
+        if let Some(server) = server {
+            server.discard();
+        }
+        (lost, engine.step(Event::ReplayFailed))
+    }
+
+    /// The replay's own server was lost and the engine left `Replaying`
+    /// with that loss (a replayed statement that may commit was in flight:
+    /// its `ServerLost` step went to `Lost` and asked `Fail(Unknown)`). The
+    /// run ends as a failed one does (its output dropped, the log closed)
+    /// but with no `ReplayFailed` step: the engine has settled the loss, and
+    /// the protocol restores `lost` before carrying out that step's actions,
+    /// so the client is answered once, from where it stood.
+    pub fn lost_server<C, P, Sc, S: AsyncRead + AsyncWrite + Unpin>(
+        self,
+        core: &ClusterCore<C, P, Sc>,
+        engine: &mut Engine,
+        client: &mut Connection<S>,
+        why: &str,
+    ) -> X {
         tracing::warn!(cluster = %core.config.name, %why, "transaction replay failed");
         core.metrics.transaction_replay("failed");
         client.write_buf.truncate(self.mark);
         engine.log_closed();
-        if let Some(server) = server {
-            server.discard();
-        }
-        (self.lost, engine.step(Event::ReplayFailed))
+        self.lost
     }
 }
 

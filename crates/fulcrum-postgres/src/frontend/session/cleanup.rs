@@ -9,6 +9,10 @@ impl Session {
         // The client listens no more (its hub forgets it).
         self.listen = None;
         self.id.cancel.set_target(None);
+        // A replay under way ends with its client (the engine's
+        // `ClientGone` leaves `Replaying` for `Idle`); its connection is
+        // closed below, mid-work.
+        self.txn.run = None;
         // What the engine asks of the connection before it goes back
         // (`Clean`); nothing asked (no transaction, no pin): it goes back as
         // it is, unless work is in flight.

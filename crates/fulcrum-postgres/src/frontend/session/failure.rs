@@ -76,6 +76,17 @@ impl Session {
             commit_resolvable: self.engine.unit().commit_id != CommitId::Unknown,
         };
         let actions = self.engine.step(Event::ServerLost(loss));
+        if self.txn.run.is_some() && self.engine.phase() != Phase::Replaying {
+            // The replay's own server, with a replayed statement that may
+            // commit in flight (`Fail(Unknown)`) or a message half sent
+            // (`Fail(NotCommitted)`): the engine is `Lost`, and the run ends
+            // with it, before that failure answers the client.
+            self.replay_lost(if loss.commit_in_flight {
+                "its server was lost too, with a statement that may commit in flight"
+            } else {
+                "its server was lost too, in the middle of a message"
+            });
+        }
         if was == Phase::Settling {
             // Only Fulcrum's own position query was in flight: the client
             // is owed nothing; its reads use the primary until it writes
@@ -170,7 +181,7 @@ impl Session {
                 in_txn,
                 errored: unsynced,
                 ending: false,
-                untold: (owed == 0 && !unsynced).then_some(msg),
+                untold: (owed == 0 && !unsynced).then_some((code, msg)),
             };
         }
     }

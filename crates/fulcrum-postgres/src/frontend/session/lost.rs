@@ -30,10 +30,11 @@ pub struct Lost {
     pub errored: bool,
     /// The current batch ends the transaction (ROLLBACK, COMMIT, ...).
     pub ending: bool,
-    /// The 08006 message not delivered yet (the connection died while the
-    /// client was idle in its transaction): the next failed batch gets it
-    /// instead of 25P02.
-    pub untold: Option<String>,
+    /// The error not delivered yet, its SQLSTATE and message (08006, or
+    /// 08007 when what was lost may have committed: the connection died
+    /// while the client was idle in its transaction, or under a replay of
+    /// it): the next failed batch gets it instead of 25P02.
+    pub untold: Option<(&'static str, String)>,
 }
 
 impl Lost {
@@ -114,9 +115,7 @@ impl Lost {
 
     fn error(&mut self, out: &mut BytesMut) {
         match self.untold.take() {
-            Some(msg) => {
-                backend_msg::error_response(out, "ERROR", sqlstate::CONNECTION_FAILURE, &msg)
-            }
+            Some((code, msg)) => backend_msg::error_response(out, "ERROR", code, &msg),
             None => {
                 backend_msg::error_response(out, "ERROR", sqlstate::IN_FAILED_TRANSACTION, ABORTED)
             }
@@ -185,7 +184,7 @@ mod tests {
             in_txn: true,
             errored: false,
             ending: false,
-            untold: Some("lost the server".into()),
+            untold: Some((sqlstate::CONNECTION_FAILURE, "lost the server".into())),
         };
         let mut out = BytesMut::new();
         lost.answer(b'Q', b"SELECT 1\0", &ends, &mut out);
@@ -199,6 +198,26 @@ mod tests {
             out.windows(5).any(|w| w == b"25P02"),
             "then: aborted transaction"
         );
+    }
+
+    #[test]
+    fn an_untold_unknown_outcome_keeps_its_sqlstate() {
+        // A replay lost with a statement that may commit in flight, the
+        // client idle in its transaction: its next statement is told 08007.
+        let mut lost = Lost {
+            in_txn: true,
+            errored: false,
+            ending: false,
+            untold: Some(("08007", "may or may not have committed".into())),
+        };
+        let mut out = BytesMut::new();
+        assert_eq!(
+            lost.answer(b'Q', b"INSERT INTO t VALUES (2)\0", &ends, &mut out),
+            Answer::Held
+        );
+        assert_eq!(tags(&out), vec!['E', 'Z']);
+        assert!(out.windows(5).any(|w| w == b"08007"), "unknown outcome");
+        assert!(!out.windows(5).any(|w| w == b"08006"));
     }
 
     #[test]

@@ -108,6 +108,28 @@ impl Session {
         }
     }
 
+    /// The replay's own server was lost and the engine left `Replaying`
+    /// with it (a replayed statement that may commit in flight: `Lost`,
+    /// `Fail(Unknown)`). The run ends with it, and the client's side is put
+    /// back where it stood at the first loss (what it was owed, what it
+    /// sent meanwhile), so that failure answers what the client is owed
+    /// (08007) instead of the replay's own statements, and the next flush
+    /// compares nothing.
+    pub(super) fn replay_lost(&mut self, why: &str) {
+        let Some(run) = self.txn.run.take().map(|r| *r) else {
+            return;
+        };
+        let held = run.lost_server(&self.ctx, &mut self.engine, &mut self.client, why);
+        // What the replay's own statements were owed went with its server.
+        self.forget_owed();
+        self.owed.ready = held.owed;
+        self.owed.unsynced = held.unsynced;
+        self.set_status(b'T');
+        self.client.read_buf = held.rest;
+        self.engine
+            .server_lost_because(format!("transaction replay failed: {why}"));
+    }
+
     /// The replay cannot finish: the client gets what it would have got
     /// without it (08006, the transaction lost), from where it stood.
     pub(super) fn replay_failed(&mut self, why: String) {
