@@ -9,8 +9,6 @@
 
 use fulcrum_cluster::replay::{self, attach_replay, Progress, ReplayRun};
 
-use crate::codec::frontend_msg::nth_statement;
-
 use super::*;
 
 /// A replay under way (`fulcrum_cluster::replay` drives it).
@@ -26,12 +24,6 @@ pub(super) struct Held {
 }
 
 impl Session {
-    /// The open transaction can be replayed if its server dies now.
-    pub(super) fn replayable(&self) -> bool {
-        let extra = self.engine.status() != Status::Failed && self.owed.stream_left == 0;
-        replay::replayable(self.txn.run.as_deref(), &self.engine, extra)
-    }
-
     /// The engine said Replay: the first time, the log becomes a replay;
     /// after the replay's own server died, it starts over.
     pub(super) async fn replay_transaction(&mut self) -> Result<(), SessionError> {
@@ -100,7 +92,7 @@ impl Session {
                 let n = run
                     .replay
                     .completed_before_difference(|k| matches!(k, b'C' | b'E' | b'I' | b's'));
-                let statement = nth_statement(&run.replay.frames, n);
+                let statement = crate::codec::frontend_msg::nth_statement(&run.replay.frames, n);
                 let why = format!("{}; in {statement}", run.differs("now() or random()"));
                 self.replay_failed(why);
                 false
@@ -116,11 +108,31 @@ impl Session {
     /// (08007) instead of the replay's own statements, and the next flush
     /// compares nothing.
     pub(super) fn replay_lost(&mut self, why: &str) {
-        let Some(run) = self.txn.run.take().map(|r| *r) else {
-            return;
-        };
-        let held = run.lost_server(&self.ctx, &mut self.engine, &mut self.client, why);
-        // What the replay's own statements were owed went with its server.
+        if let Some(run) = self.txn.run.take() {
+            let held = run.lost_server(&self.ctx, &mut self.engine, &mut self.client, why);
+            // What the replay's own statements were owed went with its server.
+            self.restore(held, why);
+        }
+    }
+
+    /// The replay cannot finish: the client gets what it would have got
+    /// without it (08006, the transaction lost), from where it stood.
+    pub(super) fn replay_failed(&mut self, why: String) {
+        if let Some(run) = self.txn.run.take() {
+            // Fail(NotCommitted): 08006, the transaction lost.
+            let (ctx, server) = (&self.ctx, self.server.take());
+            let (held, actions) = run.failed(ctx, &mut self.engine, &mut self.client, server, &why);
+            self.id.cancel.set_target(None);
+            self.engine.connection_lost();
+            self.restore(held, &why);
+            self.carry_out_now(actions);
+        }
+    }
+
+    /// The client's side where it stood at the first loss (what the
+    /// replay's own statements were owed forgotten): what it was owed, what
+    /// it sent meanwhile, in a transaction; and why.
+    fn restore(&mut self, held: Held, why: &str) {
         self.forget_owed();
         self.owed.ready = held.owed;
         self.owed.unsynced = held.unsynced;
@@ -128,30 +140,5 @@ impl Session {
         self.client.read_buf = held.rest;
         self.engine
             .server_lost_because(format!("transaction replay failed: {why}"));
-    }
-
-    /// The replay cannot finish: the client gets what it would have got
-    /// without it (08006, the transaction lost), from where it stood.
-    pub(super) fn replay_failed(&mut self, why: String) {
-        let Some(run) = self.txn.run.take().map(|r| *r) else {
-            return;
-        };
-        // Fail(NotCommitted): 08006, the transaction lost.
-        let (held, actions) = run.failed(
-            &self.ctx,
-            &mut self.engine,
-            &mut self.client,
-            self.server.take(),
-            &why,
-        );
-        self.id.cancel.set_target(None);
-        self.forget_unit();
-        self.owed.ready = held.owed;
-        self.owed.unsynced = held.unsynced;
-        self.set_status(b'T');
-        self.client.read_buf = held.rest;
-        self.engine
-            .server_lost_because(format!("transaction replay failed: {why}"));
-        self.carry_out_now(actions);
     }
 }

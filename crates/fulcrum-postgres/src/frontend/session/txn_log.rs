@@ -21,6 +21,13 @@ pub(super) fn log_server_frame(engine: &mut Engine, tag: u8, body: &[u8]) {
 }
 
 impl Session {
+    /// The open transaction can be replayed if its server dies now (not
+    /// failed, no COPY streaming, no replay of it already under way).
+    pub(super) fn replayable(&self) -> bool {
+        let extra = self.engine.status() != Status::Failed && self.owed.stream_left == 0;
+        fulcrum_cluster::replay::replayable(self.txn.run.as_deref(), &self.engine, extra)
+    }
+
     /// Feeds what was queued for the client since the last call to the
     /// transaction's checksum (before it can be written).
     pub(super) fn absorb_output(&mut self) {
