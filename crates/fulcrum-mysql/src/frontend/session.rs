@@ -58,7 +58,7 @@ use super::context::MyClusterContext;
 use super::error::SessionError;
 use super::login::Login;
 use super::reply::{Reply, Shape};
-use super::wire::{put_err, put_error, put_ok, read_client_message};
+use super::wire::{poll_client_message, put_err, put_error, put_ok, refuse_message};
 use crate::backend::conn::InternalError;
 use crate::backend::ServerConn;
 use crate::codec::capabilities::WIRE_FORMAT;
@@ -351,34 +351,55 @@ impl Session {
                 // ends it, a crash) is let go at once, and the transaction
                 // is replayed when the client sends its next command.
                 let watch_server = self.engine.replayable_log() && self.server.is_some();
-                tokio::select! {
-                    // An interrupt first: an atomic load.
-                    biased;
-                    i = self.interrupts.next() => {
-                        if i == Interrupt::HandOver {
-                            // The check at the top of the loop moves it,
-                            // now or at its next boundary.
-                            continue;
+                // One future polling each source in turn, an interrupt
+                // first (an atomic load): what a biased `select!` did,
+                // without building its branches for every command.
+                let wake = std::future::poll_fn(|cx| {
+                    use std::task::Poll::Ready;
+                    if let Ready(i) = self.interrupts.poll(cx) {
+                        return Ready(Ok(Wake::Interrupt(i)));
+                    }
+                    if let Ready(m) = poll_client_message(&mut self.client, cx, max) {
+                        return Ready(m.map(Wake::Message));
+                    }
+                    if let Some(server) = self.server.as_mut().filter(|_| watch_server) {
+                        if server.io.poll_read_more(cx).is_ready() {
+                            return Ready(Ok(Wake::ServerGone));
                         }
-                        if i == Interrupt::Drain {
-                            // Close(Drained), now or at the next boundary: the
-                            // boundary check at the top of the loop performs it.
-                            let actions = self.engine.step(Event::Drain);
-                            let carried = self.carry_out_now(actions);
-                            debug_assert_eq!(carried, Carried::Done, "Drain answers nothing");
-                            continue;
-                        }
+                    }
+                    if idle.is_some() && self.idle_timer.poll_fired(cx) {
+                        return Ready(Ok(Wake::Idle));
+                    }
+                    std::task::Poll::Pending
+                })
+                .await?;
+                match wake {
+                    Wake::Message(Ok(span)) => break span,
+                    Wake::Message(Err(e)) => return Err(refuse_message(&mut self.client, e).await),
+                    Wake::Interrupt(Interrupt::HandOver) => {
+                        // The check at the top of the loop moves it, now
+                        // or at its next boundary.
+                        continue;
+                    }
+                    Wake::Interrupt(Interrupt::Drain) => {
+                        // Close(Drained), now or at the next boundary: the
+                        // boundary check at the top of the loop performs it.
+                        let actions = self.engine.step(Event::Drain);
+                        let carried = self.carry_out_now(actions);
+                        debug_assert_eq!(carried, Carried::Done, "Drain answers nothing");
+                        continue;
+                    }
+                    Wake::Interrupt(Interrupt::Killed) => {
                         let msg = "fulcrum: connection killed by an administrator (KILL)";
                         put_error(&mut self.client.write_buf, 1, codes::CONNECTION_KILLED, msg);
                         let _ = self.client.flush().await;
                         return Err(SessionError::Refused(msg.into()));
                     }
-                    r = read_client_message(&mut self.client, max) => break r?,
-                    _ = server_went_away(self.server.as_mut()), if watch_server => {
+                    Wake::ServerGone => {
                         self.let_server_go();
                         continue;
                     }
-                    _ = self.idle_timer.fired(), if idle.is_some() => {
+                    Wake::Idle => {
                         let kind = idle.map_or("client_idle", |(_, k)| k);
                         if kind == "wait_timeout" {
                             // As the server ends it: the connection is
@@ -495,13 +516,13 @@ impl Session {
 /// Resolves when the idle server connection is closed by the server (or
 /// sends anything: nothing is owed between commands, so it is a goodbye
 /// such as the ERR before a KILL).
-async fn server_went_away(server: Option<&mut Checkout<ServerConn>>) {
-    match server {
-        Some(s) => {
-            let _ = s.io.read_more().await;
-        }
-        None => std::future::pending().await,
-    }
+/// What ended a wait for the client's next command.
+enum Wake {
+    Interrupt(Interrupt),
+    Message(Result<crate::codec::packet::MessageSpan, crate::codec::packet::PacketError>),
+    /// The server of a transaction the client is idle in went away.
+    ServerGone,
+    Idle,
 }
 
 impl Drop for Session {

@@ -9,8 +9,47 @@ use tokio::io::AsyncWriteExt;
 
 use super::error::SessionError;
 use crate::codec::err::{build_err, build_error, ErrorCode};
-use crate::codec::packet::{scan_message, write_packet, MessageSpan};
+use crate::codec::packet::{scan_message, write_packet, MessageSpan, PacketError};
 use crate::codec::response::{build_ok, OkPacket};
+
+/// Polls until the client's buffer holds one whole message: its span, or
+/// the scan's error (for [`refuse_message`]), or the client gone. Between
+/// commands the client holds no read buffer while it sends nothing
+/// (`poll_read_idle`).
+pub fn poll_client_message(
+    client: &mut Connection<ClientStream>,
+    cx: &mut std::task::Context<'_>,
+    max: usize,
+) -> std::task::Poll<Result<Result<MessageSpan, PacketError>, SessionError>> {
+    use std::task::Poll::{Pending, Ready};
+    loop {
+        match scan_message(&client.read_buf, max) {
+            Ok(Some(span)) => return Ready(Ok(Ok(span))),
+            Ok(None) => match client.poll_read_idle(cx) {
+                Ready(Ok(0)) => return Ready(Err(SessionError::ClientGone)),
+                Ready(Ok(_)) => {}
+                Ready(Err(e)) => return Ready(Err(e.into())),
+                Pending => return Pending,
+            },
+            Err(e) => return Ready(Ok(Err(e))),
+        }
+    }
+}
+
+/// A message the scan refused: ERR 1153 (over `max_message_size`) or 1043
+/// (malformed) goes to the client, and the session ends.
+pub async fn refuse_message(client: &mut Connection<ClientStream>, e: PacketError) -> SessionError {
+    let seq = client.read_buf.get(3).copied().unwrap_or(0).wrapping_add(1);
+    let (code, msg) = match e {
+        PacketError::TooLarge { .. } => (
+            crate::codec::err::codes::NET_PACKET_TOO_LARGE,
+            format!("fulcrum: {e} (max_message_size)"),
+        ),
+        _ => (crate::codec::err::codes::HANDSHAKE, format!("fulcrum: {e}")),
+    };
+    send_error(client.stream_mut(), seq, code, &msg).await;
+    SessionError::Refused(msg)
+}
 
 /// Reads until `buf` holds one whole client message; returns its span.
 /// An oversized or malformed message gets ERR 1153 / 1043.
@@ -18,30 +57,9 @@ pub async fn read_client_message(
     client: &mut Connection<ClientStream>,
     max: usize,
 ) -> Result<MessageSpan, SessionError> {
-    loop {
-        let buf = &client.read_buf;
-        match scan_message(buf, max) {
-            Ok(Some(span)) => return Ok(span),
-            Ok(None) => {
-                // Between commands the client holds no read buffer while it
-                // sends nothing (`read_more_idle`).
-                if client.read_more_idle().await? == 0 {
-                    return Err(SessionError::ClientGone);
-                }
-            }
-            Err(e) => {
-                let seq = buf.get(3).copied().unwrap_or(0).wrapping_add(1);
-                let (code, msg) = match e {
-                    crate::codec::packet::PacketError::TooLarge { .. } => (
-                        crate::codec::err::codes::NET_PACKET_TOO_LARGE,
-                        format!("fulcrum: {e} (max_message_size)"),
-                    ),
-                    _ => (crate::codec::err::codes::HANDSHAKE, format!("fulcrum: {e}")),
-                };
-                send_error(client.stream_mut(), seq, code, &msg).await;
-                return Err(SessionError::Refused(msg));
-            }
-        }
+    match std::future::poll_fn(|cx| poll_client_message(client, cx, max)).await? {
+        Ok(span) => Ok(span),
+        Err(e) => Err(refuse_message(client, e).await),
     }
 }
 
