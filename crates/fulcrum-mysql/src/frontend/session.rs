@@ -324,7 +324,7 @@ impl Session {
                 Ok(true) => {}
                 Ok(false) => return Ok(()),
                 Err(SessionError::Recoverable) => {}
-                Err(SessionError::Replay) => self.replay_transaction().await?,
+                Err(SessionError::Replay) => Box::pin(self.replay_transaction()).await?,
                 Err(e) => return Err(e),
             }
             self.log_answered();
@@ -450,6 +450,10 @@ impl Session {
             if cmd != Command::Quit {
                 self.server_gone_before(seq).await?;
             }
+            // Commands a unit's steady state does not take (a schema
+            // change, a prepare, a reset, a KILL, ...) have their futures
+            // boxed: allocated when they run, not carried by every idle
+            // client's task (issue 44, memory per idle client).
             match cmd {
                 Command::Quit => return Ok(false),
                 Command::Ping => put_ok(
@@ -459,10 +463,10 @@ impl Session {
                     self.status,
                 ),
                 Command::SetOption => self.set_option(first, seq),
-                Command::ResetConnection => self.reset_connection(seq).await?,
-                Command::InitDb => self.init_db(first, &msg, seq).await?,
+                Command::ResetConnection => Box::pin(self.reset_connection(seq)).await?,
+                Command::InitDb => Box::pin(self.init_db(first, &msg, seq)).await?,
                 Command::Query => self.query(first, &msg, seq).await?,
-                Command::StmtPrepare => self.stmt_prepare(first, seq).await?,
+                Command::StmtPrepare => Box::pin(self.stmt_prepare(first, seq)).await?,
                 Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
                     let payload = crate::codec::packet::payload_of(&msg, &span);
                     self.note_execute_commit(cmd, &payload);
@@ -472,11 +476,11 @@ impl Session {
                     self.cache_spoil();
                     executed?
                 }
-                Command::StmtReset => self.stmt_reset(first, seq).await?,
+                Command::StmtReset => Box::pin(self.stmt_reset(first, seq)).await?,
                 Command::StmtClose => self.stmt_close(first),
                 Command::StmtSendLongData => {
                     let payload = crate::codec::packet::payload_of(&msg, &span);
-                    self.stmt_long_data(&payload, seq).await?
+                    Box::pin(self.stmt_long_data(&payload, seq)).await?
                 }
                 Command::FieldList => {
                     let routing = self.route_unit(Decision::Primary);
@@ -490,10 +494,10 @@ impl Session {
                 }
                 Command::ChangeUser => {
                     let payload = crate::codec::packet::payload_of(&msg, &span);
-                    self.change_user(&payload, seq).await?
+                    Box::pin(self.change_user(&payload, seq)).await?
                 }
                 Command::ProcessKill => match process_kill_target(first) {
-                    Some(target) => self.kill(target, seq).await?,
+                    Some(target) => Box::pin(self.kill(target, seq)).await?,
                     None => put_error(
                         &mut self.client.write_buf,
                         seq,

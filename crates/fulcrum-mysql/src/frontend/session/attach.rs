@@ -84,13 +84,16 @@ impl Session {
         }
         let ctx = self.ctx.clone();
         let avoid = self.engine.unit().retry.avoid();
-        match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
+        // Nothing at hand: the wait (or the connect) is a boxed future,
+        // allocated when it runs, not carried by every idle client's task.
+        let attached = Box::pin(fulcrum_cluster::attach::attach(&ctx, route, avoid, self)).await;
+        match attached {
             Ok(a) => {
                 let on_primary = ctx.router.is_primary(a.backend);
                 self.engine.attached(on_primary, a.waited_until);
                 self.install(a.backend, a.conn)
             }
-            Err(why) => return Err(self.unattached(why, seq).await),
+            Err(why) => return Err(Box::pin(self.unattached(why, seq)).await),
         }
         Ok(())
     }
