@@ -81,45 +81,7 @@ async fn a_replay_lost_with_a_statement_that_may_commit_in_flight_is_answered_08
         c.primary().stop_immediate()
     })
     .unwrap();
-    let stopped = Instant::now();
-    let (a, r) = tokio::time::timeout(Duration::from_secs(40), next)
-        .await
-        .unwrap_or_else(|_| panic!("the statement was never answered\n{}", p.log_contents()))
-        .unwrap();
-    let waited = stopped.elapsed();
-    let err = r.expect_err("the replay was lost: the statement cannot succeed");
-    let db = err.as_db_error();
-    assert_eq!(
-        err.code().map(|c| c.code()),
-        Some("08007"),
-        "{err:?}\n{}",
-        p.log_contents()
-    );
-    assert_eq!(db.map(|e| e.severity()), Some("ERROR"), "{err:?}");
-    assert!(
-        waited < Duration::from_secs(10),
-        "answered {waited:?} after the replay's server was stopped, not at once"
-    );
-    // The session is a lost transaction's: told once, then aborted until
-    // the client ends it.
-    let err = a.batch_execute("SELECT 1").await.unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("25P02"), "{err:?}");
-    a.batch_execute("ROLLBACK")
-        .await
-        .expect("ROLLBACK ends the lost transaction");
-    tokio::task::block_in_place(|| c.primary().start()).unwrap();
-    a.batch_execute("INSERT INTO items VALUES (3)")
-        .await
-        .unwrap_or_else(|e| panic!("the next transaction runs: {e:?}\n{}", p.log_contents()));
-    let rows = c
-        .primary()
-        .sql_db(APP_DB, "SELECT id FROM items ORDER BY id")
-        .unwrap();
-    assert_eq!(
-        rows.split_whitespace().collect::<Vec<_>>(),
-        ["3"],
-        "nothing of the lost transaction committed"
-    );
+    let a = told_unknown_then_goes_on(next, Instant::now(), &c, &p, 3, &["3"]).await;
 
     // Again, with the client's next statement in flight at the first loss
     // (so it is replayed too): it is the one answered 08007, once.
@@ -142,11 +104,33 @@ async fn a_replay_lost_with_a_statement_that_may_commit_in_flight_is_answered_08
         c.primary().stop_immediate()
     })
     .unwrap();
-    let stopped = Instant::now();
-    let (a, r) = tokio::time::timeout(Duration::from_secs(40), in_flight)
+    told_unknown_then_goes_on(in_flight, Instant::now(), &c, &p, 5, &["3", "5"]).await;
+
+    let log = p.log_contents();
+    let lost = "its server was lost too, with a statement that may commit in flight";
+    assert_eq!(log.matches(lost).count(), 2, "{log}");
+    assert!(replays(metrics_port, "failed") >= 2);
+}
+
+/// The statement `pending` sent is answered ERROR 08007 within 10 s of
+/// `stopped` (the replay's server stopped); then the session is a lost
+/// transaction's (25P02 until ROLLBACK ends it), and once the server is
+/// back the next transaction (`INSERT ... VALUES (next)`) runs and the
+/// table holds `rows`: nothing of the lost transaction committed. The
+/// client is given back, its session going on.
+async fn told_unknown_then_goes_on(
+    pending: tokio::task::JoinHandle<(tokio_postgres::Client, Result<(), tokio_postgres::Error>)>,
+    stopped: Instant,
+    c: &PgCluster,
+    p: &FulcrumProcess,
+    next: i32,
+    rows: &[&str],
+) -> tokio_postgres::Client {
+    let (a, r) = tokio::time::timeout(Duration::from_secs(40), pending)
         .await
         .unwrap_or_else(|_| panic!("the statement was never answered\n{}", p.log_contents()))
         .unwrap();
+    let waited = stopped.elapsed();
     let err = r.expect_err("the replay was lost: the statement cannot succeed");
     assert_eq!(
         err.code().map(|c| c.code()),
@@ -154,22 +138,33 @@ async fn a_replay_lost_with_a_statement_that_may_commit_in_flight_is_answered_08
         "{err:?}\n{}",
         p.log_contents()
     );
-    assert!(stopped.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        err.as_db_error().map(|e| e.severity()),
+        Some("ERROR"),
+        "{err:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered {waited:?} after the replay's server was stopped, not at once"
+    );
+    // Told once, then aborted until the client ends it.
     let err = a.batch_execute("SELECT 1").await.unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("25P02"), "{err:?}");
-    a.batch_execute("ROLLBACK").await.unwrap();
+    a.batch_execute("ROLLBACK")
+        .await
+        .expect("ROLLBACK ends the lost transaction");
     tokio::task::block_in_place(|| c.primary().start()).unwrap();
-    a.batch_execute("INSERT INTO items VALUES (5)")
+    a.batch_execute(&format!("INSERT INTO items VALUES ({next})"))
         .await
         .unwrap_or_else(|e| panic!("the next transaction runs: {e:?}\n{}", p.log_contents()));
-    let rows = c
+    let found = c
         .primary()
         .sql_db(APP_DB, "SELECT id FROM items ORDER BY id")
         .unwrap();
-    assert_eq!(rows.split_whitespace().collect::<Vec<_>>(), ["3", "5"]);
-
-    let log = p.log_contents();
-    let lost = "its server was lost too, with a statement that may commit in flight";
-    assert_eq!(log.matches(lost).count(), 2, "{log}");
-    assert!(replays(metrics_port, "failed") >= 2);
+    assert_eq!(
+        found.split_whitespace().collect::<Vec<_>>(),
+        rows,
+        "nothing of the lost transaction committed"
+    );
+    a
 }
