@@ -167,13 +167,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         r
     }
 
-    /// Reads what the socket has, as [`read_more`](Self::read_more), holding
-    /// no read buffer while it waits with nothing buffered
-    /// ([`poll_read_idle`](Self::poll_read_idle)).
-    pub async fn read_more_idle(&mut self) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_read_idle(cx)).await
-    }
-
     /// Room for one read: a chunk more when less than a quarter of one is
     /// free (a spare buffer when none is held).
     fn make_room(&mut self) {
@@ -476,7 +469,9 @@ mod tests {
         assert_eq!(spare::kept(), kept + 1, "it waits in this thread's spares");
         far.queue(b"abc");
         far.flush().await.unwrap();
-        near.read_more_idle().await.unwrap();
+        std::future::poll_fn(|cx| near.poll_read_idle(cx))
+            .await
+            .unwrap();
         assert_eq!(&near.read_buf[..], b"abc");
         assert!(near.read_buf.capacity() >= CLIENT_READ_CHUNK);
         assert_eq!(spare::kept(), kept, "the spare was taken back");
