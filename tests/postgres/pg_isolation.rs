@@ -453,3 +453,5 @@ print("ok")
         panic!("a DO block's pin was not logged: {e}\n{}", p.log_contents());
     }
 }
+
+mod encoding;

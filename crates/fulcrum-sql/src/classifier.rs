@@ -188,6 +188,37 @@ impl Classifier {
         unit
     }
 
+    /// [`classify_shared`](Self::classify_shared) of text in the client's
+    /// encoding, which may not be UTF-8 (a LATIN1 client's literal): read
+    /// as `encoding::statement_text` gives it, which keeps the statement's
+    /// shape. A setting it would track carries text that is not what the
+    /// client sent, so it pins instead (the client keeps its connection and
+    /// its setting as the server has it).
+    #[inline]
+    pub fn classify_bytes(&self, text: &[u8]) -> Arc<Classified> {
+        match std::str::from_utf8(text) {
+            Ok(sql) => self.classify_shared(sql),
+            Err(_) => self.classify_not_utf8(text),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn classify_not_utf8(&self, text: &[u8]) -> Arc<Classified> {
+        let sql = crate::encoding::statement_text(text);
+        let mut unit = Arc::unwrap_or_clone(self.classify_shared(&sql));
+        if unit.effects.carry_text() {
+            let pinned = unit.effects.iter().map(|e| match e {
+                Effect::Set { .. } | Effect::SetParam { .. } => {
+                    Effect::Pin("a setting whose text is not UTF-8")
+                }
+                e => e.clone(),
+            });
+            unit.effects = Effects::new(pinned.collect());
+        }
+        Arc::new(unit)
+    }
+
     /// Parses and applies the rules, without the cache.
     pub fn parse(&self, sql: &str) -> Decision {
         self.parse_unit(sql).decision

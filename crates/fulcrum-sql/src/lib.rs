@@ -21,6 +21,7 @@ pub mod consistency;
 mod decision;
 mod dialect;
 mod effects;
+pub mod encoding;
 mod fingerprint;
 mod functions;
 mod hints;

@@ -32,8 +32,12 @@ pub struct ServerConn {
     /// Shared with the client's cancel slot on every attach (a reference
     /// count, not a copy).
     pub cancel: Arc<CancelKey>,
-    /// Latest value of each parameter the server reported (ParameterStatus).
+    /// Latest value of each parameter the server reported (ParameterStatus;
+    /// written through [`ServerConn::report`]).
     pub reported: BTreeMap<String, String>,
+    /// The reported `client_encoding` is one Fulcrum cannot lex as the
+    /// server does (`fulcrum_sql::encoding`): its client is pinned.
+    pub lexes_apart: bool,
     /// Session parameters Fulcrum applied (replayed client settings).
     pub applied: Settings,
     /// Server-side names of statements prepared on this connection.
@@ -44,6 +48,14 @@ pub struct ServerConn {
 }
 
 impl ServerConn {
+    /// The server reported `name` = `value` (ParameterStatus).
+    pub fn report(&mut self, name: &str, value: &str) {
+        if name == "client_encoding" {
+            self.lexes_apart = !fulcrum_sql::encoding::lexes_like_the_server(value);
+        }
+        self.reported.insert(name.to_owned(), value.to_owned());
+    }
+
     /// Forgets statements that were sent but not confirmed (after an error the
     /// server skipped them).
     pub fn drop_pending_statements(&mut self) {

@@ -70,7 +70,7 @@ impl ServerConn {
             match h.tag {
                 b'S' => {
                     if let Some((n, v)) = parse_parameter_status(&frame[5..]) {
-                        self.reported.insert(n.to_owned(), v.to_owned());
+                        self.report(n, v);
                     }
                 }
                 b'D' => {

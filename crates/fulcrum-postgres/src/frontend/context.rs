@@ -232,6 +232,17 @@ impl ClusterContext {
         unit
     }
 
+    /// `classify_shared` of text that may not be UTF-8
+    /// (`Classifier::classify_bytes`).
+    #[inline]
+    pub fn classify_bytes(&self, text: &[u8]) -> Arc<fulcrum_sql::Classified> {
+        let unit = self.classifier.classify_bytes(text);
+        if unit.decision == Decision::Unknown {
+            self.unparsed(&fulcrum_sql::encoding::statement_text(text));
+        }
+        unit
+    }
+
     /// Opens a new server connection for a pool: logs in (as the login the
     /// database forces, else the user's) and runs `connect_query`.
     pub async fn open(

@@ -17,7 +17,7 @@ use crate::codec::frontend_msg::{bind_msg, parse_msg, query_text};
 pub fn unit_decision(
     buf: &[u8],
     max: u64,
-    classify: &dyn Fn(&str) -> Decision,
+    classify: &dyn Fn(&[u8]) -> Decision,
     statements: &HashMap<Vec<u8>, Arc<ClientStatement>>,
     unnamed: Decision,
 ) -> Decision {
@@ -39,17 +39,14 @@ pub fn unit_decision(
                     // Extended messages without a Sync, then a Query: be safe.
                     return Decision::Write;
                 }
-                return match query_text(body).and_then(|t| std::str::from_utf8(t).ok()) {
+                return match query_text(body) {
                     Some(text) => classify(text),
                     None => Decision::Write,
                 };
             }
             b'P' => {
                 let d = match parse_msg(body) {
-                    Some(p) => match std::str::from_utf8(p.query) {
-                        Ok(text) => classify(text),
-                        Err(_) => Decision::Write,
-                    },
+                    Some(p) => classify(p.query),
                     None => Decision::Write,
                 };
                 if parse_msg(body).is_some_and(|p| p.name.is_empty()) {
@@ -84,7 +81,7 @@ mod tests {
 
     use crate::codec::frontend_msg::{put_bind, put_parse, put_query};
 
-    fn classifier() -> impl Fn(&str) -> Decision {
+    fn classifier() -> impl Fn(&[u8]) -> Decision {
         let c = Classifier::new(
             Dialect::Postgres,
             &ClassifierConfig {
@@ -92,7 +89,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        move |sql: &str| c.classify(sql)
+        move |sql: &[u8]| c.classify_bytes(sql).decision
     }
 
     fn sync(b: &mut BytesMut) {

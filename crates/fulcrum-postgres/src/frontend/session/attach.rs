@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// Why a client whose `client_encoding` Fulcrum cannot lex keeps its
+/// server connection (`fulcrum_sql::encoding`).
+pub(super) const LEXES_APART: &str =
+    "client_encoding is one whose characters may end in an ASCII byte (SJIS, BIG5, GBK, UHC, GB18030, JOHAB)";
+
 impl Session {
     /// Attaches a server connection for `route` (`fulcrum_cluster::attach`:
     /// a replica, else the primary, waited for during a failover).
@@ -64,8 +69,12 @@ impl Session {
         server.prepared.begin_unit();
         self.stmts.unnamed_sent = false;
         server.link(self.id.entry.id);
+        let lexes_apart = server.lexes_apart;
         self.server = Some(server);
         self.id.entry.set_active(backend);
+        if lexes_apart {
+            self.pin(LEXES_APART);
+        }
     }
 
     /// Tells the engine where the attached connection stands after the

@@ -237,12 +237,11 @@ impl Session {
         // below cost about 190 instructions more a unit), and kept where
         // it is made: the classifier's cached one, shared (`classify_shared`).
         if let (Some(b'Q'), Some(n)) = (self.client.read_buf.first(), text_len) {
-            let Ok(text) = std::str::from_utf8(&self.client.read_buf[5..5 + n]) else {
-                self.query_unit = None;
-                return Decision::Write;
-            };
+            // Not UTF-8 (a LATIN1 client's literal): classified all the
+            // same (`classify_bytes`).
+            let text = &self.client.read_buf[5..5 + n];
             if self.query_unit.is_none() {
-                self.query_unit = Some(self.ctx.classify_shared(text));
+                self.query_unit = Some(self.ctx.classify_bytes(text));
             }
             let unit = self.query_unit.as_ref().expect("classified above");
             return self.query_decision(text, unit);
@@ -250,7 +249,7 @@ impl Session {
         // What the result cache looked up serves a Query only.
         self.query_unit = None;
         let query_unit = std::cell::RefCell::new(None);
-        let decide = |sql: &str, unit: Arc<fulcrum_sql::Classified>| {
+        let decide = |sql: &[u8], unit: Arc<fulcrum_sql::Classified>| {
             let d = self.query_decision(sql, &unit);
             *query_unit.borrow_mut() = Some(unit);
             d
@@ -262,11 +261,11 @@ impl Session {
             _ => None,
         };
         let front_parse = std::cell::RefCell::new(front_parse);
-        let classify = |sql: &str| {
+        let classify = |sql: &[u8]| {
             let looked_up = front_parse.borrow_mut().take();
             decide(
                 sql,
-                looked_up.unwrap_or_else(|| self.ctx.classify_shared(sql)),
+                looked_up.unwrap_or_else(|| self.ctx.classify_bytes(sql)),
             )
         };
         let decision = unit_decision(
@@ -282,13 +281,14 @@ impl Session {
 
     /// The decision for a statement `sql` classified as `unit`: the
     /// cluster's catalog applied; a LISTEN Fulcrum answers itself is a read.
-    fn query_decision(&self, sql: &str, unit: &fulcrum_sql::Classified) -> Decision {
+    fn query_decision(&self, sql: &[u8], unit: &fulcrum_sql::Classified) -> Decision {
         let d = self
             .ctx
             .catalog_decision(unit, &self.id.user, &self.id.database);
         if self.listens_locally()
             && notify::is_listen_decision(d)
-            && fulcrum_sql::listen::listen_statement(sql).is_some()
+            && fulcrum_sql::listen::listen_statement(&fulcrum_sql::encoding::statement_text(sql))
+                .is_some()
         {
             // Answered by Fulcrum, never run on a server: no pin.
             return Decision::Read;

@@ -239,10 +239,7 @@ impl Session {
         if let Some(unit) = self.query_unit.take() {
             return unit;
         }
-        match std::str::from_utf8(text) {
-            Ok(text) => self.ctx.classify_shared(text),
-            _ => Arc::new(fulcrum_sql::Classified::from(Decision::Unknown)),
-        }
+        self.ctx.classify_bytes(text)
     }
 
     /// Whether `effects` would give the client more tracked settings than

@@ -39,12 +39,10 @@ impl Session {
         let looked_up = self.parse_unit.take().filter(|_| !rewritten);
         let unit = match looked_up {
             Some(unit) => unit,
-            None => parse_msg(&frame[5..])
-                .and_then(|p| std::str::from_utf8(p.query).ok())
-                .map_or_else(
-                    || Arc::new(Classified::from(Decision::Write)),
-                    |q| self.ctx.classify_shared(q),
-                ),
+            None => parse_msg(&frame[5..]).map_or_else(
+                || Arc::new(Classified::from(Decision::Write)),
+                |p| self.ctx.classify_bytes(p.query),
+            ),
         };
         if self.virtual_parse(&frame, unit.decision) {
             return;

@@ -196,9 +196,8 @@ impl Session {
         self.stmts.signals.extend(carried.signals);
         if !carried.unnamed.is_empty() {
             let unit = parse_msg(&carried.unnamed[5..])
-                .and_then(|p| std::str::from_utf8(p.query).ok())
-                .map_or(Classified::from(Decision::Write), |q| {
-                    self.ctx.classify_unit(q)
+                .map_or(Classified::from(Decision::Write), |p| {
+                    Arc::unwrap_or_clone(self.ctx.classify_bytes(p.query))
                 });
             self.stmts.unnamed_decision = carried_route(carried.unnamed_route, &unit);
             self.stmts.unnamed_writes = unit.cache.writes.clone();
@@ -225,9 +224,7 @@ impl Session {
         let Some(p) = parse_msg(&frame[5..]) else {
             return;
         };
-        let unit = std::str::from_utf8(p.query).map_or(Classified::from(Decision::Write), |q| {
-            self.ctx.classify_unit(q)
-        });
+        let unit = Arc::unwrap_or_clone(self.ctx.classify_bytes(p.query));
         if !unit.effects.is_empty() || !self.stmts.ops.is_empty() {
             self.track_statement_ops(frame, &unit);
         }

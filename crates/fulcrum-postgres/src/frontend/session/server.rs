@@ -289,7 +289,10 @@ impl Session {
                 if n == "application_name" {
                     server.application_name_reported(&v);
                 }
-                server.reported.insert(n, v);
+                server.report(&n, &v);
+                if server.lexes_apart {
+                    self.pin(super::attach::LEXES_APART);
+                }
             }
             Noted::Commit => self.params.txn_committed = Some(true),
             Noted::Rollback => self.params.txn_committed = Some(false),
