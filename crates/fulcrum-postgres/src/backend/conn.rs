@@ -50,10 +50,10 @@ pub struct ServerConn {
 impl ServerConn {
     /// The server reported `name` = `value` (ParameterStatus).
     pub fn report(&mut self, name: &str, value: &str) {
-        if name == "client_encoding" {
-            self.lexes_apart = !fulcrum_sql::encoding::lexes_like_the_server(value);
-        }
         self.reported.insert(name.to_owned(), value.to_owned());
+        if name == "client_encoding" {
+            self.lexes_apart = lexes_apart(&self.reported);
+        }
     }
 
     /// Forgets statements that were sent but not confirmed (after an error the
@@ -61,6 +61,14 @@ impl ServerConn {
     pub fn drop_pending_statements(&mut self) {
         self.prepared.drop_pending();
     }
+}
+
+/// Whether the `client_encoding` in `reported` is one Fulcrum cannot lex as
+/// the server does (`fulcrum_sql::encoding`).
+pub(crate) fn lexes_apart(reported: &BTreeMap<String, String>) -> bool {
+    reported
+        .get("client_encoding")
+        .is_some_and(|e| !fulcrum_sql::encoding::lexes_like_the_server(e))
 }
 
 impl fulcrum_pool::Poolable for ServerConn {

@@ -438,14 +438,11 @@ async fn connect_inner(
             backend::Message::ReadyForQuery(_) => {
                 let cancel =
                     key.ok_or_else(|| protocol("no BackendKeyData before ReadyForQuery"))?;
-                let lexes_apart = reported
-                    .get("client_encoding")
-                    .is_some_and(|e| !fulcrum_sql::encoding::lexes_like_the_server(e));
                 return Ok(ServerConn {
                     io: Connection::with_read_buf(stream, buf).with_chunk(SERVER_READ_CHUNK),
                     cancel: Arc::new(cancel),
+                    lexes_apart: super::conn::lexes_apart(&reported),
                     reported,
-                    lexes_apart,
                     applied: Default::default(),
                     prepared: Default::default(),
                     reset_due: false,
