@@ -182,7 +182,7 @@ fn fulcrum_server(buf: &mut BytesMut, owed: &mut Expectations, out: &mut BytesMu
 /// Fulcrum, client to server: the unit's route read from the buffered
 /// frames, then each frame forwarded as it is. Returns the frames forwarded.
 fn fulcrum_client(buf: &mut BytesMut, statements: &Statements, out: &mut BytesMut) -> usize {
-    let classify = |_: &str| Decision::Read;
+    let classify = |_: &[u8]| Decision::Read;
     let decision = unit_decision(buf, MAX, &classify, statements, Decision::Write);
     black_box(decision);
     let mut frames = 0;

@@ -231,6 +231,7 @@ mod pg {
                 tls: None,
             }),
             reported,
+            lexes_apart: false,
             applied: Default::default(),
             prepared: ServerStatements::default(),
             reset_due: false,

@@ -54,7 +54,7 @@ fn frames(mut buf: &[u8]) {
     }
 }
 
-fn classify(sql: &str) -> Decision {
+fn classify(sql: &[u8]) -> Decision {
     if sql.len().is_multiple_of(2) {
         Decision::Read
     } else {
