@@ -11,6 +11,7 @@
 //! shared cluster and daemon helpers in `helpers`.
 
 mod clients;
+mod encoding;
 mod helpers;
 mod routing;
 mod sessions;

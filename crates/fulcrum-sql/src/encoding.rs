@@ -54,6 +54,39 @@ pub fn lexes_like_the_server(name: &str) -> bool {
     !APART.iter().any(|a| a.eq_ignore_ascii_case(name.trim()))
 }
 
+/// MySQL's character sets whose multibyte characters may end in `\`
+/// (0x5c) or a letter: the server then reads a backslash
+/// Fulcrum takes for an escape as part of a character (the old
+/// `addslashes` injection), and a literal ends where Fulcrum does not see it.
+const MYSQL_APART: [&str; 5] = ["big5", "cp932", "gbk", "sjis", "gb18030"];
+
+/// Whether MySQL text in the character set or collation `name` (`gbk`,
+/// `sjis_japanese_ci`) is lexed by Fulcrum as the server lexes it.
+pub fn mysql_lexes_like_the_server(name: &str) -> bool {
+    let name = name.trim_matches(|c| c == '\'' || c == '"' || c == '`');
+    !MYSQL_APART.iter().any(|cs| {
+        name.len() >= cs.len()
+            && name.as_bytes()[..cs.len()].eq_ignore_ascii_case(cs.as_bytes())
+            && (name.len() == cs.len() || name.as_bytes()[cs.len()] == b'_')
+    })
+}
+
+/// [`mysql_lexes_like_the_server`] of the collation a client named in its
+/// handshake (its id: big5 1 and 84, sjis 13 and 88, gbk 28 and 87, cp932
+/// 95 and 96, MySQL's gb18030 248 to 250).
+pub fn mysql_collation_lexes_like_the_server(id: u8) -> bool {
+    !matches!(id, 1 | 84 | 13 | 88 | 28 | 87 | 95 | 96 | 248..=250)
+}
+
+/// Whether a MySQL `SET` statement Fulcrum tracks may name such a
+/// character set (`SET NAMES gbk`, `SET character_set_client = 'sjis'`,
+/// `SET CHARACTER SET big5`): any word of it that is one, or a collation
+/// of one. Errs towards yes (a user variable set to `'gbk'` pins anyway).
+pub fn mysql_set_lexes_apart(set: &str) -> bool {
+    set.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| !word.is_empty() && !mysql_lexes_like_the_server(word))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +152,34 @@ mod tests {
             utf8.effects.to_vec().as_slice(),
             [Effect::Set { .. }]
         ));
+    }
+
+    #[test]
+    fn mysql_character_sets_that_lex_apart() {
+        for name in [
+            "gbk",
+            "GBK",
+            "sjis_japanese_ci",
+            "'cp932'",
+            "big5_bin",
+            "gb18030",
+        ] {
+            assert!(!mysql_lexes_like_the_server(name), "{name}");
+        }
+        for name in [
+            "utf8mb4", "latin1", "gb2312", "ujis", "euckr", "gbkx", "sjisy", "gbé",
+        ] {
+            assert!(mysql_lexes_like_the_server(name), "{name}");
+        }
+        assert!(!mysql_collation_lexes_like_the_server(28));
+        assert!(
+            mysql_collation_lexes_like_the_server(45),
+            "utf8mb4_general_ci"
+        );
+        assert!(mysql_set_lexes_apart("SET NAMES gbk"));
+        assert!(mysql_set_lexes_apart("SET character_set_client = 'sjis'"));
+        assert!(mysql_set_lexes_apart("SET NAMES utf8mb4 COLLATE big5_bin"));
+        assert!(!mysql_set_lexes_apart("SET NAMES utf8mb4"));
+        assert!(!mysql_set_lexes_apart("SET sql_mode = 'ANSI_QUOTES'"));
     }
 }

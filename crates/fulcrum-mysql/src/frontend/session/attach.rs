@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// Why a client whose character set Fulcrum cannot lex keeps its server
+/// connection (`fulcrum_sql::encoding`).
+pub(super) const LEXES_APART: &str =
+    "a character set whose characters may end in a backslash (big5, cp932, gbk, sjis, gb18030)";
+
 impl Session {
     /// Between transactions with nothing in flight (a SIGTERM drain may end
     /// the session here): not in a transaction, no command half-read.
@@ -73,6 +78,9 @@ impl Session {
         let actions = self.engine.step(Event::Attached(actual));
         let carried = self.carry_out_now(actions);
         debug_assert_eq!(carried, Carried::Done, "Attached answers nothing");
+        if !fulcrum_sql::encoding::mysql_collation_lexes_like_the_server(self.hello.charset) {
+            self.pin(LEXES_APART);
+        }
         Ok(())
     }
 

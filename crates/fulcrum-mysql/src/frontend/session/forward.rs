@@ -267,9 +267,14 @@ impl Session {
             if let Some(t) = crate::codec::wait_timeout::session_wait_timeout(&set) {
                 self.wait_timeout = Some(t);
             }
+            let lexes_apart = fulcrum_sql::encoding::mysql_set_lexes_apart(&set);
             self.desired.push(set);
             server.applied = self.desired.clone();
+            if lexes_apart {
+                self.pin(super::attach::LEXES_APART);
+            }
         }
+        let server = self.server.as_mut().expect("attached");
         if let Some(schema) = schema {
             server.schema = Some(schema.clone());
             self.schema = Some(schema);

@@ -1,0 +1,70 @@
+//! Character sets whose multibyte characters may end in a backslash (gbk,
+//! sjis, big5, cp932, gb18030), on one shared server connection. In gbk
+//! the bytes `\xe3\x81\x82\x5c` are two characters, so the quote after them
+//! ends a literal that Fulcrum, reading `\'` as an escaped quote, takes to
+//! go on: `SELECT 'x...\', @g := 42 -- '` sets a user variable Fulcrum
+//! never sees. A reproduced leak: the next client, served while the first
+//! was idle, read `@g`. Such a client is now pinned, whether the character
+//! set came with its handshake or a `SET NAMES`.
+
+use fulcrum_testkit::{free_port, FulcrumProcess, APP_PASSWORD, APP_USER};
+
+use super::helpers::cluster;
+
+/// Client A sets `@g` behind what Fulcrum reads as a string and stays
+/// connected; client B, same character set, asks for `@g` while A is idle
+/// (`B 42` would be the leak; `B 1040` is the pool's one connection held
+/// by pinned A); after A leaves, a client asks again.
+const SCRIPT: &str = r#"
+HIDDEN = b"SELECT 'x\xe3\x81\x82\\', @g := 42 -- '"
+if os.environ['HOW'] == 'handshake':
+    # The character set in the handshake only, as a C client sends it.
+    pymysql.connections.Connection.set_character_set = lambda self, c, col=None: None
+def client():
+    if os.environ['HOW'] == 'handshake':
+        return connect(charset='gbk', autocommit=True)
+    c = connect(charset='utf8mb4', autocommit=True)
+    c.cursor().execute("SET NAMES gbk")
+    return c
+def probe(c):
+    cur = c.cursor()
+    cur.execute("SELECT @g")
+    return cur.fetchone()[0]
+a = client()
+cur = a.cursor()
+cur.execute(HIDDEN)
+print("A", cur.fetchone()[1])
+try:
+    print("B", probe(client()))
+except pymysql.err.OperationalError as e:
+    print("B", e.args[0])
+print("A", probe(a))
+a.close()
+print("C", probe(client()))
+"#;
+
+fn hide_and_probe(how: &str) -> String {
+    // The primary alone, one server connection, a short wait for it.
+    let port = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
+         client_auth = \"mysql_native_password\"\npool_size = 1\npool_timeout = \"2s\"\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+        cluster().primary().addr()
+    );
+    let _p = FulcrumProcess::start(&config).expect("fulcrum starts");
+    let script = format!("os.environ['HOW'] = '{how}'\n{SCRIPT}");
+    crate::my_drivers::pymysql(&format!("127.0.0.1:{port}"), &script)
+}
+
+#[test]
+fn a_gbk_handshake_pins_its_client() {
+    assert_eq!(hide_and_probe("handshake"), "A 42\nB 1040\nA 42\nC None\n");
+}
+
+#[test]
+fn set_names_gbk_pins_its_client() {
+    assert_eq!(hide_and_probe("set_names"), "A 42\nB 1040\nA 42\nC None\n");
+}
