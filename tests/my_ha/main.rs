@@ -1,7 +1,9 @@
 //! MariaDB high availability end to end: the health operations and the
 //! health loop on their own (`maria_failover`, formerly
 //! crates/fulcrum-mysql/tests), failover and switchover through Fulcrum,
-//! transaction replay through a killed primary, and read-your-writes
+//! transaction replay through a killed primary (and `my_replay_lost`: a
+//! replay whose own server is killed while a replayed statement that may
+//! commit runs), and read-your-writes
 //! consistency on delayed replicas. One test binary; each module was a
 //! binary of its own before.
 //!
@@ -15,3 +17,4 @@ mod my_cache_failover;
 mod my_consistency;
 mod my_failover;
 mod my_replay;
+mod my_replay_lost;

@@ -6,7 +6,12 @@
 
 use super::actions::Carried;
 use super::*;
-use fulcrum_session::Outcome;
+use fulcrum_session::{Outcome, Phase};
+use std::borrow::Cow;
+
+/// Why a replay ends when its own server is lost with a replayed statement
+/// that may commit in flight (logged, and told to the client).
+const REPLAY_LOST: &str = "its server was lost too, with a statement that may commit in flight";
 
 impl Session {
     /// The server connection died under the client: ERR for the command in
@@ -66,6 +71,9 @@ impl Session {
             commit_resolvable: false,
         };
         let actions = self.engine.step(Event::ServerLost(loss));
+        // The replay's own server, lost with a replayed statement that may
+        // commit in flight: the client's own command is answered instead.
+        let (seq, commit, why) = self.replay_lost(seq, commit, why);
         // Retry and Replay hand the command back to the caller; Fail and
         // Close(StateLost) leave it to be answered here.
         let outcome = match self.carry_out(actions, seq).await {
@@ -77,14 +85,12 @@ impl Session {
             }
             Err(e) => return e,
         };
-        // A transaction or pinned state lost with its connection ends the
-        // session (the engine is Lost, or says Close); a lone statement
-        // does not.
         // A COMMIT whose outcome is unknown ended the transaction either
         // way: the client knows it is out of it, and keeps its session
         // (as after an autocommit write). Any other transaction lost
         // mid-way ends the session, so that nothing the client sends next
-        // runs outside the transaction it believes it is in.
+        // runs outside the transaction it believes it is in (the engine is
+        // Lost, or said Close); a lone statement does not.
         if commit && outcome == Some(Outcome::Unknown) && self.engine.is_lost() {
             let actions = self.engine.step(Event::LostEnded);
             let carried = self.carry_out_now(actions);
@@ -117,6 +123,26 @@ impl Session {
         } else {
             SessionError::Recoverable
         }
+    }
+
+    /// The replay's own server was lost and the engine left `Replaying`
+    /// with it (`Lost`, `Fail(Unknown)`: a replayed statement that may
+    /// commit was in flight): the run ends (its output dropped, the log
+    /// closed, no `ReplayFailed` step), so that failure answers the
+    /// client's own command waiting on the replay, once, instead of a
+    /// replayed one. Returns that command's sequence id, whether it may
+    /// commit itself (a client whose COMMIT was waiting knows its
+    /// transaction is over, and keeps its session), and the error's words;
+    /// with no run ended so, `seq`, `commit` and `why` as they are.
+    fn replay_lost<'a>(&mut self, seq: u8, commit: bool, why: &'a str) -> (u8, bool, Cow<'a, str>) {
+        if self.txn.run.is_none() || self.engine.phase() == Phase::Replaying {
+            return (seq, commit, Cow::Borrowed(why));
+        }
+        let run = *self.txn.run.take().expect("replaying");
+        let commit = self.last_may_commit(&run.replay.frames);
+        let seq = run.lost_server(&self.ctx, &mut self.engine, &mut self.client, REPLAY_LOST);
+        let why = format!("transaction replay failed: {REPLAY_LOST}; {why}");
+        (seq, commit, Cow::Owned(why))
     }
 
     /// The client is gone: a connection in a transaction or pinned is closed

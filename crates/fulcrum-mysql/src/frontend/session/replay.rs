@@ -85,6 +85,10 @@ impl Session {
                     Ok(_) => self.flush().await?,
                     // The replay's own server died: the comparison starts over.
                     Err(SessionError::Replay) => continue 'attempt,
+                    // Its server was lost with a replayed statement that
+                    // may commit in flight: the run ended, the client was
+                    // answered (08007) and keeps its session.
+                    Err(SessionError::Recoverable) if self.txn.run.is_none() => return Ok(()),
                     Err(e) => return Err(e),
                 }
             }

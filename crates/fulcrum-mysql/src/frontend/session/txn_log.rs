@@ -2,12 +2,15 @@
 //! MySQL's words: which command opens it (`BEGIN` / `START TRANSACTION`,
 //! as a query or a prepared statement, outside a transaction), which
 //! commands it keeps and which spoil it (new statement ids, files, another
-//! user), and where it closes (an answer outside a transaction).
+//! user), where it closes (an answer outside a transaction), and whether
+//! its last command (the client's own, when a replay of it is lost) may
+//! commit.
 //! `replay.rs` drives a replay of it.
 
 use super::route::contains_ignore_case;
 use super::*;
 use crate::codec::command::Command;
+use crate::codec::packet::Messages;
 
 impl Session {
     /// A command about to be handled: `BEGIN` / `START TRANSACTION` outside
@@ -64,6 +67,27 @@ impl Session {
             } else {
                 self.engine.log_closed();
             }
+        }
+    }
+
+    /// Whether the last command of `frames` (a replay's: the client's own
+    /// command, waiting on it) may commit: a query whose text says so, or
+    /// the execute of a statement prepared from one.
+    pub(super) fn last_may_commit(&self, frames: &[u8]) -> bool {
+        let max = self.ctx.config.max_message_size.min(usize::MAX as u64) as usize;
+        let messages = Messages::new(BytesMut::from(frames), max.max(MAX_PAYLOAD));
+        let Some((msg, span)) = messages.last() else {
+            return false;
+        };
+        let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
+        match command(first) {
+            Ok(Command::Query) => query_text(first).is_some_and(fulcrum_session::txn::may_commit),
+            Ok(Command::StmtExecute | Command::StmtBulkExecute) => first
+                .get(1..5)
+                .map(|id| u32::from_le_bytes([id[0], id[1], id[2], id[3]]))
+                .and_then(|id| self.prepared.map.get(&id))
+                .is_some_and(|s| s.may_commit),
+            _ => false,
         }
     }
 
