@@ -144,40 +144,50 @@ impl Classifier {
     /// `classify_unit`, shared: the cache keeps each keyed and unhinted, so a
     /// hit on a text without comments is the cached one itself (a reference
     /// count, not a copy of the whole struct); a commented text gets a copy.
+    #[inline]
     pub fn classify_shared(&self, sql: &str) -> Arc<Classified> {
-        if self.max_bytes > 0 && sql.len() > self.max_bytes {
-            return self.classify_oversized(sql);
+        self.classify_text(sql.as_bytes(), Some(sql))
+    }
+
+    /// [`classify_shared`](Self::classify_shared) of text in the client's
+    /// encoding, which may not be UTF-8 (a LATIN1 client's literal). A hit
+    /// is found from the bytes, with no UTF-8 check (one pass over the
+    /// text: the fingerprint's). Text that is not UTF-8 is parsed as
+    /// `encoding::statement_text` gives it, which keeps the statement's
+    /// shape; a setting it would track carries text that is not what the
+    /// client sent, so it pins instead (the client keeps its connection and
+    /// its setting as the server has it), and it is not cached.
+    #[inline]
+    pub fn classify_bytes(&self, text: &[u8]) -> Arc<Classified> {
+        self.classify_text(text, None)
+    }
+
+    /// `b`, and `utf8` when the caller knows it is that text.
+    #[inline]
+    fn classify_text(&self, b: &[u8], utf8: Option<&str>) -> Arc<Classified> {
+        if self.max_bytes > 0 && b.len() > self.max_bytes {
+            return self.classify_oversized(&text_of(b, utf8));
         }
         // One pass over the text: the key, and whether a hint may be in it.
-        let scan = crate::fingerprint::scan(sql, self.dialect);
+        let scan = crate::fingerprint::scan_bytes(b, self.dialect);
         let key = scan.key;
-        let mut unit = if cacheable(sql) {
-            match self.cache.get(key) {
-                Some(c) => {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    c
-                }
-                None => {
-                    self.misses.fetch_add(1, Ordering::Relaxed);
-                    let mut c = self.parse_unit(sql);
-                    c.key = key;
-                    let c = Arc::new(c);
-                    if !c.effects.carry_text() {
-                        self.cache.put(key, c.clone());
-                    }
-                    c
-                }
+        let cacheable = cacheable(b);
+        let cached = if cacheable { self.cache.get(key) } else { None };
+        let mut unit = match cached {
+            Some(c) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                c
             }
-        } else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-            let mut c = self.parse_unit(sql);
-            c.key = key;
-            Arc::new(c)
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.parse_new(b, utf8, key, cacheable)
+            }
         };
         if scan.comments {
+            let sql = text_of(b, utf8);
             let unit = Arc::make_mut(&mut unit);
             unit.comments = true;
-            unit.decision = with_hint(sql, unit.decision);
+            unit.decision = with_hint(&sql, unit.decision);
             // A read hinted to the primary asks for the freshest answer:
             // never from the result cache.
             if unit.decision != Decision::Read {
@@ -188,35 +198,27 @@ impl Classifier {
         unit
     }
 
-    /// [`classify_shared`](Self::classify_shared) of text in the client's
-    /// encoding, which may not be UTF-8 (a LATIN1 client's literal): read
-    /// as `encoding::statement_text` gives it, which keeps the statement's
-    /// shape. A setting it would track carries text that is not what the
-    /// client sent, so it pins instead (the client keeps its connection and
-    /// its setting as the server has it).
-    #[inline]
-    pub fn classify_bytes(&self, text: &[u8]) -> Arc<Classified> {
-        match std::str::from_utf8(text) {
-            Ok(sql) => self.classify_shared(sql),
-            Err(_) => self.classify_not_utf8(text),
-        }
-    }
-
-    #[cold]
+    /// A text the cache does not hold, parsed and (when `cacheable` and
+    /// no effect carries its text) kept under `key`. Out of line: a miss.
     #[inline(never)]
-    fn classify_not_utf8(&self, text: &[u8]) -> Arc<Classified> {
-        let sql = crate::encoding::statement_text(text);
-        let mut unit = Arc::unwrap_or_clone(self.classify_shared(&sql));
-        if unit.effects.carry_text() {
-            let pinned = unit.effects.iter().map(|e| match e {
-                Effect::Set { .. } | Effect::SetParam { .. } => {
-                    Effect::Pin("a setting whose text is not UTF-8")
-                }
-                e => e.clone(),
-            });
-            unit.effects = Effects::new(pinned.collect());
+    fn parse_new(
+        &self,
+        b: &[u8],
+        utf8: Option<&str>,
+        key: u64,
+        cacheable: bool,
+    ) -> Arc<Classified> {
+        let valid = utf8.or_else(|| std::str::from_utf8(b).ok());
+        let mut c = match valid {
+            Some(sql) => self.parse_unit(sql),
+            None => not_utf8(self.parse_unit(&crate::encoding::statement_text(b))),
+        };
+        c.key = key;
+        let c = Arc::new(c);
+        if cacheable && valid.is_some() && !c.effects.carry_text() {
+            self.cache.put(key, c.clone());
         }
-        Arc::new(unit)
+        c
     }
 
     /// Parses and applies the rules, without the cache.
@@ -525,10 +527,35 @@ fn locks_rows(sql: &str) -> bool {
 
 /// Statements whose decision can depend on a literal are not cached:
 /// `SET autocommit = 0` and `= 1` differ.
-fn cacheable(sql: &str) -> bool {
-    let t = sql.trim_start();
-    let head = &t.as_bytes()[..t.len().min(4)];
+fn cacheable(sql: &[u8]) -> bool {
+    let start = sql.iter().position(|c| !c.is_ascii_whitespace());
+    let t = start.map_or(&[][..], |s| &sql[s..]);
+    let head = &t[..t.len().min(4)];
     !head.eq_ignore_ascii_case(b"set ") && !head.eq_ignore_ascii_case(b"set\t")
+}
+
+/// The text of `b` (`utf8` when the caller had it; else as
+/// `encoding::statement_text` reads it).
+fn text_of<'a>(b: &'a [u8], utf8: Option<&'a str>) -> std::borrow::Cow<'a, str> {
+    utf8.map_or_else(
+        || crate::encoding::statement_text(b),
+        std::borrow::Cow::Borrowed,
+    )
+}
+
+/// A unit parsed from text that was not UTF-8: a setting it would track
+/// pins instead (its value is not the text the client sent).
+fn not_utf8(mut unit: Classified) -> Classified {
+    if unit.effects.carry_text() {
+        let pinned = unit.effects.iter().map(|e| match e {
+            Effect::Set { .. } | Effect::SetParam { .. } => {
+                Effect::Pin("a setting whose text is not UTF-8")
+            }
+            e => e.clone(),
+        });
+        unit.effects = Effects::new(pinned.collect());
+    }
+    unit
 }
 
 /// MySQL runs the text of `/*! ... */` and `/*M! ... */` comments: parse it.

@@ -193,6 +193,12 @@ pub fn fingerprint(sql: &str, dialect: Dialect) -> u64 {
 
 /// The fingerprint of `sql` and whether it has comments, in one pass.
 pub fn scan(sql: &str, dialect: Dialect) -> Scan {
+    scan_bytes(sql.as_bytes(), dialect)
+}
+
+/// [`scan`] of text that may not be UTF-8 (the fingerprint reads bytes).
+#[inline]
+pub fn scan_bytes(sql: &[u8], dialect: Dialect) -> Scan {
     let mut h = Keyed {
         hasher: *keys(),
         block: [0; 2 * BLOCK],
@@ -212,7 +218,7 @@ pub fn scan(sql: &str, dialect: Dialect) -> Scan {
 /// collision could abuse.
 pub fn stable_id(sql: &str, dialect: Dialect) -> u64 {
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-    walk(sql, dialect, &mut h);
+    walk(sql.as_bytes(), dialect, &mut h);
     h.0
 }
 
@@ -223,7 +229,7 @@ pub fn normalize(sql: &str, dialect: Dialect, max: usize) -> String {
         out: Vec::with_capacity(sql.len().min(max) + 3),
         max,
     };
-    walk(sql, dialect, &mut t);
+    walk(sql.as_bytes(), dialect, &mut t);
     // Only ASCII is lowered and a cut may split a character.
     String::from_utf8_lossy(&t.out).into_owned()
 }
@@ -234,8 +240,7 @@ pub fn normalize(sql: &str, dialect: Dialect, max: usize) -> String {
 /// comments (where hints are) are inlined, a string literal is a call (its
 /// own tight loop: fewer instructions from literals of a few bytes on) and
 /// a dollar quote is cold.
-fn walk<S: Sink>(sql: &str, dialect: Dialect, h: &mut S) {
-    let b = sql.as_bytes();
+fn walk<S: Sink>(b: &[u8], dialect: Dialect, h: &mut S) {
     let mut i = 0;
     // White space is emitted lazily, so trailing space and comments vanish.
     let mut out = Emit {

@@ -40,7 +40,9 @@ pub use classifier::{Classified, Classifier, ClassifierConfig, ClassifierStats};
 pub use decision::{Decision, PinReason};
 pub use dialect::Dialect;
 pub use effects::{Effect, Effects};
-pub use fingerprint::{block_comment_end, fingerprint, normalize, scan, stable_id, Scan};
+pub use fingerprint::{
+    block_comment_end, fingerprint, normalize, scan, scan_bytes, stable_id, Scan,
+};
 pub use hints::{no_cache, Hint};
 pub use identity::{select_connection_id, with_connection_id, Identity};
 pub use set_config::set_config_statement;
