@@ -69,9 +69,11 @@ impl Session {
         msg: &[u8],
         seq: u8,
     ) -> Result<(), SessionError> {
-        let text = query_text(first)
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .unwrap_or("");
+        // Text that is not UTF-8 (a latin1 client's literal) is read as
+        // `statement_text` gives it, which keeps the statement's shape.
+        let text = fulcrum_sql::encoding::statement_text(query_text(first).unwrap_or_default());
+        let utf8 = matches!(text, std::borrow::Cow::Borrowed(_));
+        let text: &str = &text;
         // The first word, found once, tells which of Fulcrum's own answers
         // may be for it (each also checks it): most statements try none.
         let word = text.split_whitespace().next().unwrap_or("");
@@ -99,10 +101,15 @@ impl Session {
         }
         // The result cache: a hit is the answer; a miss it may keep is
         // routed to the primary (`cache_fill`) and captured as it passes.
-        if let cache::CacheStep::Answered = self.cache_front(text, seq).await {
+        // Never with replaced bytes: two texts would share an entry.
+        let cached = self.cache_front(if utf8 { text } else { "" }, seq).await;
+        if let cache::CacheStep::Answered = cached {
             return Ok(());
         }
-        let (routing, effects, key) = self.route_query(text);
+        let (routing, mut effects, key) = self.route_query(text);
+        if !utf8 {
+            self.not_utf8(&mut effects);
+        }
         let now = self.engine.now();
         self.digests.pending =
             self.ctx

@@ -59,6 +59,17 @@ impl Session {
     /// hint and whether it may commit are noted, all from one
     /// classification (a cache hit reads the text only to look it up).
     /// The statement's fingerprint comes back for its digest.
+    /// The effects of a query whose text was not UTF-8 (routed from its
+    /// `statement_text`): a setting or schema it would track pins instead,
+    /// as its replayed text would not be the client's bytes, and the text
+    /// is never rewritten.
+    pub(super) fn not_utf8(&mut self, effects: &mut Effects) {
+        if effects.set.take().is_some() | effects.schema.take().is_some() {
+            self.pin("a setting whose text is not UTF-8");
+        }
+        effects.own_id = false;
+    }
+
     pub(super) fn route_query(&mut self, text: &str) -> (Routing, Effects, u64) {
         let mut effects = Effects::default();
         let (decision, unit) = self.ctx.classify_unit_for(
