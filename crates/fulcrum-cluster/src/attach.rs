@@ -120,7 +120,20 @@ pub async fn attach<K: Checkouts, C, P, S>(
     avoid: Option<BackendId>,
     k: &mut K,
 ) -> Result<Attached<K::Conn>, Unattached<K::Error>> {
-    let attaching = std::pin::pin!(attach_to(core, route, avoid, k));
+    attach_picked(core, core.router.pick(route), avoid, k).await
+}
+
+/// [`attach`] with the router's pick for the unit's route made already
+/// (`picked`: `Router::pick`'s answer): a protocol that looked for a
+/// connection at hand on the picked backend first goes on from that same
+/// pick, so a read's balancing moves once a unit.
+pub async fn attach_picked<K: Checkouts, C, P, S>(
+    core: &ClusterCore<C, P, S>,
+    picked: Option<BackendId>,
+    avoid: Option<BackendId>,
+    k: &mut K,
+) -> Result<Attached<K::Conn>, Unattached<K::Error>> {
+    let attaching = std::pin::pin!(attach_to(core, picked, avoid, k));
     let (attached, waited) = clocked(attaching).await;
     attached.map(|(backend, conn)| Attached {
         backend,
@@ -160,11 +173,11 @@ pub fn at_once<C: Poolable, P, S>(
 
 async fn attach_to<K: Checkouts, C, P, S>(
     core: &ClusterCore<C, P, S>,
-    route: Route,
+    picked: Option<BackendId>,
     avoid: Option<BackendId>,
     k: &mut K,
 ) -> Result<(BackendId, K::Conn), Unattached<K::Error>> {
-    if let Some(b) = core.router.pick(route) {
+    if let Some(b) = picked {
         if !core.router.is_primary(b) && avoid != Some(b) {
             match k.checkout(b).await {
                 Ok(mut conn) => {

@@ -260,6 +260,27 @@ impl<K: Positions> Reads<K> {
         self.causal.need()
     }
 
+    /// [`Reads::check`]'s `Serve` when it asks no one: an eventual read,
+    /// or a `session` one with no position `backend` must still be seen
+    /// at (counted as `check` counts it). False, with nothing counted,
+    /// when `check` must run (`user` and `strong` always: the shared
+    /// positions, the primary's); what it notes on the way (the primary)
+    /// is noted again the same by `check`.
+    pub fn serves_at_once(&mut self, shared: &Shared<'_, K::P>, backend: BackendId) -> bool {
+        self.causal.note_primary(shared.router.primary());
+        let serve = match self.for_unit() {
+            Consistency::Eventual => true,
+            Consistency::Session => {
+                self.causal.position_for(backend).is_none() && !self.position_unknown()
+            }
+            Consistency::User | Consistency::Strong => false,
+        };
+        if serve && matches!(self.causal.need(), Need::At(_)) {
+            shared.metrics.causal(CausalOutcome::Replica);
+        }
+        serve
+    }
+
     /// May the replica `backend`, reached through `probe`, serve the read
     /// being routed? `strong` fetches the primary's position now (once for
     /// all the reads asking at the same time; called only under `strong`).

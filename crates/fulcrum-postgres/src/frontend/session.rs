@@ -54,7 +54,7 @@ mod text;
 mod token;
 mod txn_log;
 
-use actions::Carried;
+use actions::{Carried, NotAtOnce};
 pub(crate) use handover::HandedOver;
 use idle::IdleKind;
 use io::{poll_io, Io};
@@ -342,13 +342,18 @@ impl Session {
     /// startup parameters), then forwards until the client leaves.
     /// (By reference: an `async fn` taking `self` by value would keep the
     /// session twice in its state, a copy per idle client.)
+    ///
+    /// The start and the cleanup run once a session, boxed: their states
+    /// (a first attach, a rollback or reset with its timeout) would
+    /// otherwise be carried by every client's task while it idles in
+    /// `forward` (issue 44, memory per idle client).
     pub async fn run(&mut self) -> Result<(), SessionError> {
-        let result = self.start().await;
+        let result = Box::pin(self.start()).await;
         let result = match result {
             Ok(()) => self.forward().await,
             Err(e) => Err(e),
         };
-        self.cleanup().await;
+        Box::pin(self.cleanup()).await;
         match result {
             Err(SessionError::ClientGone) => Ok(()),
             r => r,
@@ -424,9 +429,9 @@ impl Session {
     /// taken up from `carried` (no login, no welcome: the client is past
     /// them), then forwarded until the client leaves.
     pub(crate) async fn run_resumed(&mut self, carried: HandedOver) -> Result<(), SessionError> {
-        self.resume_from(carried).await;
+        Box::pin(self.resume_from(carried)).await;
         let result = self.forward().await;
-        self.cleanup().await;
+        Box::pin(self.cleanup()).await;
         match result {
             Err(SessionError::ClientGone) => Ok(()),
             r => r,
@@ -456,8 +461,13 @@ impl Session {
     }
 
     /// Writes what is queued for the client, then ends the session with a
-    /// FATAL error.
+    /// FATAL error. Boxed: it ends a session, and its writes' state would
+    /// otherwise be part of every client's task wherever it is awaited.
     pub(super) async fn fatal_client(&mut self, code: &str, msg: &str) -> SessionError {
+        Box::pin(self.write_fatal(code, msg)).await
+    }
+
+    async fn write_fatal(&mut self, code: &str, msg: &str) -> SessionError {
         let _ = self.client.flush().await;
         fatal(self.client.stream_mut(), code, msg).await
     }

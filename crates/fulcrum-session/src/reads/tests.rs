@@ -238,3 +238,33 @@ fn hints_settings_and_tokens() {
     assert_eq!(r.setting(SettingOp::Reset), SettingAnswer::Reset);
     assert_eq!(r.session(), Consistency::Session);
 }
+
+#[test]
+fn serves_at_once_only_where_check_would_serve_without_asking() {
+    let w = World::new("");
+    // A session read that never wrote, and any eventual read: served.
+    let mut r = Reads::<Num>::new(Consistency::Session);
+    assert!(r.serves_at_once(&w.shared(), 1));
+    let mut e = Reads::<Num>::new(Consistency::Eventual);
+    e.learnt(&w.shared(), Some(7));
+    assert!(e.serves_at_once(&w.shared(), 1));
+    // A write not yet seen on the replica, or at an unknown position:
+    // left to `check`, which asks the replica (or goes to the primary).
+    r.learnt(&w.shared(), Some(7));
+    assert!(!r.serves_at_once(&w.shared(), 1));
+    let mut probe = Scripted {
+        answers: [Some(true)].into(),
+        ..Default::default()
+    };
+    assert_eq!(check(&w, &mut r, &mut probe, None), Check::Serve);
+    // Seen there once: served at once until the next write.
+    assert!(r.serves_at_once(&w.shared(), 1));
+    r.learnt(&w.shared(), None);
+    assert!(!r.serves_at_once(&w.shared(), 1));
+    assert_eq!(check(&w, &mut r, &mut probe, None), Check::Primary);
+    // User and strong reads always take the full check.
+    let mut u = Reads::<Num>::new(Consistency::User);
+    assert!(!u.serves_at_once(&w.shared(), 1));
+    let mut s = Reads::<Num>::new(Consistency::Strong);
+    assert!(!s.serves_at_once(&w.shared(), 1));
+}

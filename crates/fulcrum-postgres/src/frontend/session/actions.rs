@@ -8,6 +8,7 @@
 
 use fulcrum_session::{Action, Actions, Ending};
 
+use super::attach::Pick;
 use super::*;
 
 /// What is left to the caller once the engine's actions are carried out
@@ -19,6 +20,15 @@ pub(super) enum Carried {
     /// `Hold`: the unit stays buffered until the attached connection has
     /// answered (and gone back).
     Held,
+}
+
+/// What [`Session::carry_out_at_once`] could not do without waiting.
+pub(super) enum NotAtOnce {
+    /// The one `Attach`: its full way, from the pick made already
+    /// (`Session::attach_waiting`).
+    Attach(Route, Pick),
+    /// Actions, untouched, for [`Session::carry_out`].
+    Actions(Actions),
 }
 
 impl Carried {
@@ -41,13 +51,15 @@ impl Session {
                 // A client holding its connection keeps it (`attach` does
                 // nothing then).
                 Action::Attach(route) => self.attach(route).await?,
-                Action::Retry => self.retry_unit().await?,
-                Action::Replay => self.replay_transaction().await?,
+                // The rare actions are boxed: allocated when they run,
+                // not carried by every client's task (issue 44).
+                Action::Retry => Box::pin(self.retry_unit()).await?,
+                Action::Replay => Box::pin(self.replay_transaction()).await?,
                 // Boxed: resolving may lead to a replay, whose units are
                 // carried out here again.
                 Action::Resolve => Box::pin(self.resolve_commit()).await?,
                 Action::Close(Ending::StateLost) => return Err(self.state_lost().await),
-                Action::Clean { rollback, reset } => self.clean(rollback, reset).await,
+                Action::Clean { rollback, reset } => Box::pin(self.clean(rollback, reset)).await,
                 now @ (Action::Hold
                 | Action::Detach
                 | Action::Fail(_)
@@ -59,13 +71,17 @@ impl Session {
 
     /// Carries out `actions` with no async layer when that is all they
     /// ask: one `Attach` whose connection is at hand (`attach_now`), the
-    /// usual unit. `Err` gives them back untouched, for
-    /// [`carry_out`](Self::carry_out).
-    pub(super) fn carry_out_at_once(&mut self, actions: Actions) -> Result<Carried, Actions> {
+    /// usual unit. `Err`: what is left, for the caller to await.
+    pub(super) fn carry_out_at_once(&mut self, actions: Actions) -> Result<Carried, NotAtOnce> {
         let mut all = actions.into_iter();
         match (all.next(), all.next()) {
-            (Some(Action::Attach(route)), None) if self.attach_now(route) => Ok(Carried::Done),
-            _ => Err(actions),
+            (Some(Action::Attach(route)), None) if self.server.is_none() => {
+                match self.attach_now(route) {
+                    Ok(()) => Ok(Carried::Done),
+                    Err(pick) => Err(NotAtOnce::Attach(route, pick)),
+                }
+            }
+            _ => Err(NotAtOnce::Actions(actions)),
         }
     }
 

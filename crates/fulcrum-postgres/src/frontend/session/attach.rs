@@ -10,53 +10,135 @@ use super::*;
 pub(super) const LEXES_APART: &str =
     "client_encoding is one whose characters may end in an ASCII byte (SJIS, BIG5, GBK, UHC, GB18030, JOHAB)";
 
+/// Where the full way of an attach starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pick {
+    /// Nothing picked yet: the full way asks the router.
+    Later,
+    /// The router's pick for a read (`Router::pick`), made already: a
+    /// pick moves the balancing, so it is made once a unit.
+    Made(Option<BackendId>),
+}
+
 impl Session {
     /// Attaches a server connection for `route` (`fulcrum_cluster::attach`:
-    /// a replica, else the primary, waited for during a failover).
+    /// a replica, else the primary, waited for during a failover): one at
+    /// hand at once (`attach_now`), else the full way, boxed.
     pub(super) async fn attach(&mut self, route: Route) -> Result<(), SessionError> {
-        if self.server.is_some() || self.attach_now(route) {
+        if self.server.is_some() {
             return Ok(());
         }
+        match self.attach_now(route) {
+            Ok(()) => Ok(()),
+            Err(pick) => Box::pin(self.attach_waiting(route, pick)).await,
+        }
+    }
+
+    /// The full way of an attach: the pause gate, a checkout that may wait
+    /// or connect, a replica's position check, the primary waited for. Its
+    /// state is over a kilobyte: callers box it, so it is allocated when a
+    /// unit takes it, not carried by every idle client's task (issue 44).
+    pub(super) async fn attach_waiting(
+        &mut self,
+        route: Route,
+        pick: Pick,
+    ) -> Result<(), SessionError> {
         // Admin PAUSE (of the cluster or of the client's database) and
         // SWITCHOVER hold new units of work here; the
         // admission is counted until the server connection is checked out.
         let ctx = self.ctx.clone();
-        let _admission = match ctx.router.try_admit_to(&self.id.database) {
-            Some(a) => a,
-            None => ctx.router.admit_to(&self.id.database).await,
+        let (_admission, picked) = match (ctx.router.try_admit_to(&self.id.database), pick) {
+            (Some(a), Pick::Made(picked)) => (a, picked),
+            (Some(a), Pick::Later) => (a, ctx.router.pick(route)),
+            // Held: the pick is made afresh once the unit is let through.
+            (None, _) => {
+                let a = ctx.router.admit_to(&self.id.database).await;
+                (a, ctx.router.pick(route))
+            }
         };
         let avoid = self.engine.unit().retry.avoid();
-        match fulcrum_cluster::attach::attach(&ctx, route, avoid, self).await {
+        match fulcrum_cluster::attach::attach_picked(&ctx, picked, avoid, self).await {
             Ok(a) => {
                 let on_primary = ctx.router.is_primary(a.backend);
                 self.engine.attached(on_primary, a.waited_until);
                 self.install(a.backend, a.conn);
                 Ok(())
             }
-            Err(why) => Err(Box::pin(self.unattached(why)).await),
+            Err(why) => Err(self.unattached(why).await),
         }
     }
 
-    /// Attaches, without waiting, a connection at hand for `route` that
-    /// needs no reset and has the client's settings, when nothing holds
-    /// new units (`fulcrum_cluster::attach::at_once`, no future); false,
-    /// with nothing changed, when the full way is needed.
-    pub(super) fn attach_now(&mut self, route: Route) -> bool {
-        let ctx = &self.ctx;
-        let Some(_admission) = ctx.router.try_admit_to(&self.id.database) else {
+    /// Attaches, without waiting, a connection at hand that needs no reset
+    /// and has the client's settings, when nothing holds new units: of the
+    /// primary for a write (or any unit of a cluster of one), of the
+    /// backend the router picks for a read (on a replica, when no position
+    /// need be asked); no future. `Err`, with nothing attached, when the
+    /// full way is needed, from the pick made here, if any.
+    pub(super) fn attach_now(&mut self, route: Route) -> Result<(), Pick> {
+        let router = &self.ctx.router;
+        let Some(_admission) = router.try_admit_to(&self.id.database) else {
+            return Err(Pick::Later);
+        };
+        if self.engine.unit().retry.avoid().is_some() {
+            return Err(Pick::Later);
+        }
+        if route == Route::Replica && router.backend_count() > 1 {
+            let picked = router.pick(route);
+            let at_hand = match picked {
+                Some(b) => self.attach_at_hand(b, router.is_primary(b)),
+                None => false,
+            };
+            return if at_hand {
+                Ok(())
+            } else {
+                Err(Pick::Made(picked))
+            };
+        }
+        match router.primary() {
+            Some(primary) if self.attach_at_hand(primary, true) => Ok(()),
+            _ => Err(Pick::Later),
+        }
+    }
+
+    /// Attaches an idle connection of `backend` (the `primary`, or not)
+    /// ready at once (`Pool::try_get`, not due a check) that needs no reset
+    /// and has the client's settings; false, with nothing changed, when
+    /// there is none. Counted as the full way counts a checkout that did
+    /// not wait. Inlined: a write's call, with `primary` known, is the
+    /// usual unit's.
+    #[inline]
+    fn attach_at_hand(&mut self, backend: BackendId, primary: bool) -> bool {
+        // The pool handle is kept per backend: no map lookup per unit.
+        let pool = match &self.pool {
+            Some((b, p)) if *b == backend => p,
+            _ => {
+                let p = self
+                    .ctx
+                    .pool(backend, &self.id.pool_user, &self.id.database);
+                &self.pool.insert((backend, p)).1
+            }
+        };
+        let Some(conn) = pool.try_get() else {
             return false;
         };
-        let avoid = self.engine.unit().retry.avoid();
-        let desired = &self.params.desired;
-        let ready = |c: &ServerConn| !c.reset_due && c.applied == *desired;
-        let at_once =
-            fulcrum_cluster::attach::at_once(ctx, route, avoid, self.pool.as_ref(), ready);
-        let Some((backend, conn)) = at_once else {
-            return false;
+        // A replica serves a causal read at once only when no position
+        // need be asked (`Reads::serves_at_once`, as `fits` would find;
+        // a read that never wrote, the usual one): else the full way.
+        let serves = |s: &mut Self| {
+            primary
+                || !route_is_causal(s.reads.for_unit())
+                || s.reads
+                    .serves_at_once(&s.ctx.reads(&s.id.user, &s.id.database), backend)
         };
-        // `at_once` takes only the primary's connections.
-        self.engine.attached(true, None);
-        self.id.entry.counts.waited(std::time::Duration::ZERO);
+        if conn.reset_due || conn.applied != self.params.desired || !serves(self) {
+            conn.release();
+            return false;
+        }
+        if primary {
+            self.ctx.metrics.pool_wait.observe(0.0);
+            self.id.entry.counts.waited(std::time::Duration::ZERO);
+        }
+        self.engine.attached(primary, None);
         self.install(backend, conn);
         true
     }

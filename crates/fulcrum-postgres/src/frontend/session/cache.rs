@@ -43,6 +43,18 @@ pub(super) enum CacheStep {
     Answered,
     /// A miss whose answer is to be kept: routed to the primary, captured.
     Filling,
+    /// Another client is filling the key: its answer is waited for
+    /// (`Session::cache_wait`, boxed where it is awaited).
+    Wait(Waiting),
+}
+
+/// A lookup that must wait for another client's fill of the same key.
+pub(super) struct Waiting {
+    c: Candidate,
+    total: usize,
+    scope: Scope,
+    parse_len: Option<usize>,
+    waiter: fulcrum_cache::Waiter,
 }
 
 /// The answer of a read that missed, collected as it is forwarded.
@@ -141,7 +153,7 @@ impl Session {
 
     /// Looks the Query at the front of the client buffer (`total` bytes,
     /// its text `text_len` long) up in the cache.
-    pub(super) async fn cache_front(&mut self, total: usize, text_len: Option<usize>) -> CacheStep {
+    pub(super) fn cache_front(&mut self, total: usize, text_len: Option<usize>) -> CacheStep {
         let Some(scope) = self.cache_scope() else {
             return CacheStep::Pass;
         };
@@ -157,7 +169,7 @@ impl Session {
         // text again (`next_unit_decision`).
         self.query_unit = Some(unit);
         match candidate {
-            Some(c) => self.cache_lookup(c, total, scope, None).await,
+            Some(c) => self.cache_lookup(c, total, scope, None),
             None => CacheStep::Pass,
         }
     }
@@ -168,7 +180,7 @@ impl Session {
     /// unnamed statement's Parse and Bind (pgbench -M extended, psycopg,
     /// tokio-postgres `query_typed`), each with its Describe, an Execute
     /// of all rows and Sync. Anything else is not the cache's.
-    pub(super) async fn cache_front_extended(&mut self) -> CacheStep {
+    pub(super) fn cache_front_extended(&mut self) -> CacheStep {
         let Some(scope) = self.cache_scope() else {
             return CacheStep::Pass;
         };
@@ -190,7 +202,7 @@ impl Session {
             let classified = self.ctx.classify_unit(text);
             let parts = [statement.definition(), unit.bind_rest, &unit.described[..]];
             return match self.cache_candidate(scope, text, &classified, b'E', &parts) {
-                Some(c) => self.cache_lookup(c, total, scope, None).await,
+                Some(c) => self.cache_lookup(c, total, scope, None),
                 None => CacheStep::Pass,
             };
         };
@@ -210,7 +222,7 @@ impl Session {
         // the text again (`next_unit_decision`, `on_parse`).
         self.parse_unit = Some(classified);
         match candidate {
-            Some(c) => self.cache_lookup(c, total, scope, Some(parse_len)).await,
+            Some(c) => self.cache_lookup(c, total, scope, Some(parse_len)),
             None => CacheStep::Pass,
         }
     }
@@ -239,10 +251,11 @@ impl Session {
 
     /// The lookup of `c` for the unit of `total` bytes at the front: a hit
     /// answers it, a miss takes the fill (where `scope` lets it run on the
-    /// primary), another client's fill is waited for first. A hit of a
+    /// primary); another client's fill is to be waited for first (`Wait`:
+    /// no future here, the usual lookup waits for nothing). A hit of a
     /// unit opening with the unnamed statement's Parse (`parse_len` bytes)
     /// makes that statement the client's, as the Parse would have.
-    async fn cache_lookup(
+    fn cache_lookup(
         &mut self,
         c: Candidate,
         total: usize,
@@ -250,22 +263,48 @@ impl Session {
         parse_len: Option<usize>,
     ) -> CacheStep {
         let cache = self.ctx.cache.clone().expect("checked by cache_scope");
-        let database = self.id.database.clone();
-        let query = Query {
+        match cache.lookup(&self.cache_query(&c), true) {
+            Lookup::Wait(waiter) => CacheStep::Wait(Waiting {
+                c,
+                total,
+                scope,
+                parse_len,
+                waiter,
+            }),
+            found => self.cache_found(found, total, scope, parse_len),
+        }
+    }
+
+    /// Waits for another client's fill of the key (up to `FILL_WAIT`): its
+    /// answer serves this one too; then looked up again, waiting no more.
+    pub(super) async fn cache_wait(&mut self, w: Waiting) -> CacheStep {
+        let _ = tokio::time::timeout(FILL_WAIT, w.waiter.wait()).await;
+        let cache = self.ctx.cache.clone().expect("checked by cache_scope");
+        let found = cache.lookup(&self.cache_query(&w.c), false);
+        self.cache_found(found, w.total, w.scope, w.parse_len)
+    }
+
+    /// The cache's query for candidate `c`.
+    fn cache_query<'a>(&'a self, c: &'a Candidate) -> Query<'a> {
+        Query {
             key: &c.key,
-            database: &database,
+            database: &self.id.database,
             digest: c.digest,
             text: &c.normal,
             tables: &c.keep.tables,
             ttl: c.keep.ttl,
             second_miss: c.keep.second_miss,
-        };
-        let mut found = cache.lookup(&query, true);
-        if let Lookup::Wait(waiter) = found {
-            // Another client is filling it: its answer serves this one too.
-            let _ = tokio::time::timeout(FILL_WAIT, waiter.wait()).await;
-            found = cache.lookup(&query, false);
         }
+    }
+
+    /// What the cache `found` for the unit of `total` bytes at the front.
+    fn cache_found(
+        &mut self,
+        found: Lookup,
+        total: usize,
+        scope: Scope,
+        parse_len: Option<usize>,
+    ) -> CacheStep {
         match found {
             Lookup::Hit(answer) => {
                 if let (Some(len), Some(unit)) = (parse_len, self.parse_unit.take()) {

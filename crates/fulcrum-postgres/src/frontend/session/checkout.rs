@@ -99,10 +99,12 @@ impl Checkouts for Session {
     }
 
     async fn fits(&mut self, backend: BackendId, conn: &mut Self::Conn) -> bool {
-        // Boxed: the check may ask the primary its position (a checkout,
-        // perhaps a login), a state every client's task would carry.
+        // Not boxed again: the full way of an attach that checks a
+        // replica's position is boxed where it is awaited
+        // (`attach_waiting`); a read at hand that needs no probe is checked
+        // synchronously (`attach_now`, `Reads::serves_at_once`).
         !route_is_causal(self.reads.for_unit())
-            || Box::pin(self.causal_check(backend, conn)).await == fulcrum_session::Check::Serve
+            || self.causal_check(backend, conn).await == fulcrum_session::Check::Serve
     }
 
     fn give_back(&mut self, conn: Self::Conn) {

@@ -6,6 +6,12 @@ use super::look::{query_look, unit_text, QueryLook};
 use super::*;
 use crate::codec::frame::{FrameError, FrameHeader};
 
+/// What [`Session::attach_unit_now`] left to wait for.
+pub(super) struct UnitWait {
+    begin: Option<String>,
+    rest: NotAtOnce,
+}
+
 impl Session {
     /// Handles what the client sent, then settles: answers Fulcrum owes
     /// itself go out, and a connection with nothing in flight goes back. A
@@ -82,10 +88,14 @@ impl Session {
                     && matches!(header.tag, b'Q' | b'P' | b'B')
                     && (self.server.is_none() || self.pool_mode == PoolMode::Session)
                 {
-                    let step = match header.tag {
-                        b'Q' => self.cache_front(header.total, look.text).await,
-                        _ => self.cache_front_extended().await,
+                    let mut step = match header.tag {
+                        b'Q' => self.cache_front(header.total, look.text),
+                        _ => self.cache_front_extended(),
                     };
+                    if let cache::CacheStep::Wait(w) = step {
+                        // Another client's fill: boxed, rare.
+                        step = Box::pin(self.cache_wait(w)).await;
+                    }
                     if matches!(step, cache::CacheStep::Answered) {
                         continue;
                     }
@@ -94,7 +104,9 @@ impl Session {
                     // The usual unit: no async layer before its attach.
                     unit_started.get_or_insert_with(|| self.engine.now());
                     let routing = self.route_unit(look.text);
-                    self.attach_unit(routing).await?;
+                    if let Err(wait) = self.attach_unit_now(routing) {
+                        Box::pin(self.attach_unit_wait(wait)).await?;
+                    }
                 } else if self.at_unit_start()
                     && self.route_behind(look.text, &mut unit_started).await?
                 {
@@ -356,17 +368,37 @@ impl Session {
     }
 
     /// Attaches a server connection for a unit from a client that has none,
-    /// the deferred BEGIN (if any) going ahead of the unit in the same write.
-    pub(super) async fn attach_unit(&mut self, routing: Routing) -> Result<(), SessionError> {
+    /// the deferred BEGIN (if any) going ahead of the unit in the same
+    /// write, with no future when a connection is at hand (the usual
+    /// unit); `Err`: what is left, for [`Session::attach_unit_wait`].
+    pub(super) fn attach_unit_now(&mut self, routing: Routing) -> Result<(), UnitWait> {
         let begin = self.engine.take_begin();
         if let (Some(m), Some(sql)) = (self.mirror.as_mut(), begin.as_deref()) {
             m.begin(sql);
         }
         // A client without a connection is always told where to attach.
         let actions = self.engine.step(Event::Unit(routing));
-        let carried = match self.carry_out_at_once(actions) {
-            Ok(carried) => carried,
-            Err(actions) => self.carry_out(actions).await?,
+        match self.carry_out_at_once(actions) {
+            Ok(carried) => {
+                debug_assert_eq!(carried, Carried::Done, "attached at once");
+                self.unit_attached(begin);
+                Ok(())
+            }
+            Err(rest) => Err(UnitWait { begin, rest }),
+        }
+    }
+
+    /// The rest of [`Session::attach_unit_now`]: the full way of the
+    /// attach (`attach_waiting`) or the engine's other actions. Callers
+    /// box it: a unit with a connection at hand never takes it, and an
+    /// idle client's task does not carry it.
+    pub(super) async fn attach_unit_wait(&mut self, wait: UnitWait) -> Result<(), SessionError> {
+        let carried = match wait.rest {
+            NotAtOnce::Attach(route, pick) => {
+                self.attach_waiting(route, pick).await?;
+                Carried::Done
+            }
+            NotAtOnce::Actions(actions) => self.carry_out(actions).await?,
         };
         debug_assert_eq!(
             carried,
@@ -377,6 +409,14 @@ impl Session {
             debug_assert!(false, "no route for a client without a connection");
             self.attach(Route::Primary).await?;
         }
+        self.unit_attached(wait.begin);
+        Ok(())
+    }
+
+    /// A unit's connection is attached: the engine is told where, a
+    /// replica's unit is armed for a retry, and the deferred BEGIN goes
+    /// ahead of it.
+    fn unit_attached(&mut self, begin: Option<String>) {
         let actual = self.ctx.router.route_of(self.backend);
         let actions = self.engine.step(Event::Attached(actual));
         self.carry_out_now(actions);
@@ -392,7 +432,6 @@ impl Session {
             put_query(&mut self.to_server, sql.as_str());
             self.owed.expect.push(Expect::SwallowQuery);
         }
-        Ok(())
     }
 
     /// The next client frame starts a unit on an attached connection,

@@ -42,7 +42,9 @@ impl Session {
         if self.server.is_none() {
             // The frame is off the buffer: the front is the next one's.
             let routing = self.route_unit(None);
-            self.attach_unit(routing).await?;
+            if let Err(wait) = self.attach_unit_now(routing) {
+                Box::pin(self.attach_unit_wait(wait)).await?;
+            }
         }
         // A replay sends the logged frames again: they were counted (and
         // their digests stamped) when the client sent them.

@@ -137,7 +137,8 @@ impl Session {
         let mut again = BytesMut::from(&frames[..]);
         again.extend_from_slice(&self.client.read_buf);
         self.client.read_buf = again;
-        let r = Box::pin(self.on_client_input()).await;
+        // (Boxed where `carry_out` awaits it, which breaks the recursion.)
+        let r = self.on_client_input().await;
         self.engine.retry_sent();
         r
     }

@@ -90,7 +90,9 @@ impl Session {
         match op {
             ListenStatement::Listen(channel) => {
                 let confirmation = subscription.listen(channel.clone())?;
-                match tokio::time::timeout(limit, confirmation).await {
+                // Boxed: a new channel's wait (its timer included), rare,
+                // not carried by every client's task.
+                match Box::pin(tokio::time::timeout(limit, confirmation)).await {
                     Ok(Ok(Ok(()))) => None,
                     Ok(Ok(Err(refused))) => {
                         subscription.unlisten(channel);

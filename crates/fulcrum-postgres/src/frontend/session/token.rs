@@ -37,10 +37,14 @@ impl Session {
                     .reads
                     .token(&self.ctx.reads(&self.id.user, &self.id.database));
                 // Nothing tracked: the primary's position now, past every
-                // commit acknowledged so far.
+                // commit acknowledged so far. Boxed: a checkout and a
+                // round trip, rare, not carried by every client's task.
                 let position = match token {
                     Some(p) => Some(p),
-                    None => primary_position(&self.ctx, &self.id.pool_user, &self.id.database).await,
+                    None => {
+                        let (ctx, user, db) = (&self.ctx, &self.id.pool_user, &self.id.database);
+                        Box::pin(primary_position(ctx, user, db)).await
+                    }
                 };
                 match position {
                     Some(p) => {
