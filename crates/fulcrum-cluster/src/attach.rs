@@ -162,13 +162,30 @@ pub fn at_once<C: Poolable, P, S>(
     }
     let primary = router.primary()?;
     let (_, pool) = pool.filter(|(b, _)| *b == primary)?;
+    ready_at_hand(core, pool, true, ready).map(|conn| (primary, conn))
+}
+
+/// An idle connection of `pool` taken without waiting (`Pool::try_get`:
+/// none due a check) when `ready` says it serves the unit as it is, else
+/// given back; both protocols' synchronous attach ends here. On the
+/// `primary` it counts as a pool wait of zero, as the full way counts a
+/// checkout that did not wait (a replica's checkouts are not counted).
+#[inline]
+pub fn ready_at_hand<C: Poolable, P, S>(
+    core: &ClusterCore<C, P, S>,
+    pool: &Pool<C>,
+    primary: bool,
+    ready: impl FnOnce(&C) -> bool,
+) -> Option<Checkout<C>> {
     let conn = pool.try_get()?;
     if !ready(&conn) {
         conn.release();
         return None;
     }
-    core.metrics.pool_wait.observe(0.0);
-    Some((primary, conn))
+    if primary {
+        core.metrics.pool_wait.observe(0.0);
+    }
+    Some(conn)
 }
 
 async fn attach_to<K: Checkouts, C, P, S>(

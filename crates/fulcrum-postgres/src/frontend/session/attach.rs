@@ -118,24 +118,22 @@ impl Session {
                 &self.pool.insert((backend, p)).1
             }
         };
-        let Some(conn) = pool.try_get() else {
-            return false;
-        };
+        let (ctx, id, reads, desired) =
+            (&self.ctx, &self.id, &mut self.reads, &self.params.desired);
         // A replica serves a causal read at once only when no position
         // need be asked (`Reads::serves_at_once`, as `fits` would find;
         // a read that never wrote, the usual one): else the full way.
-        let serves = |s: &mut Self| {
-            primary
-                || !route_is_causal(s.reads.for_unit())
-                || s.reads
-                    .serves_at_once(&s.ctx.reads(&s.id.user, &s.id.database), backend)
+        let ready = |c: &ServerConn| {
+            !c.reset_due
+                && c.applied == *desired
+                && (primary
+                    || !route_is_causal(reads.for_unit())
+                    || reads.serves_at_once(&ctx.reads(&id.user, &id.database), backend))
         };
-        if conn.reset_due || conn.applied != self.params.desired || !serves(self) {
-            conn.release();
+        let Some(conn) = fulcrum_cluster::attach::ready_at_hand(ctx, pool, primary, ready) else {
             return false;
-        }
+        };
         if primary {
-            self.ctx.metrics.pool_wait.observe(0.0);
             self.id.entry.counts.waited(std::time::Duration::ZERO);
         }
         self.engine.attached(primary, None);
