@@ -29,6 +29,16 @@ fn cluster() -> MariaCluster {
         .expect("cluster")
 }
 
+/// One MariaDB node (no replica to fail over to) with an empty `items`.
+pub(super) fn one_node_with_items() -> MariaCluster {
+    let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(0).start())
+        .expect("cluster");
+    c.primary()
+        .sql_db(APP_DB, "CREATE TABLE items (id INT PRIMARY KEY)")
+        .unwrap();
+    c
+}
+
 fn config(c: &MariaCluster, port: u16, metrics_port: u16) -> String {
     let toml = maria_toml(
         c,
@@ -297,11 +307,7 @@ async fn sysbench_oltp_read_write_through_a_primary_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_waits_for_the_primary_to_come_back_then_gives_up() {
     let _serial = serial().await;
-    let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(0).start())
-        .expect("cluster");
-    c.primary()
-        .sql_db(APP_DB, "CREATE TABLE items (id INT PRIMARY KEY)")
-        .unwrap();
+    let c = one_node_with_items();
     let port = free_port();
     let toml = maria_toml(
         &c,

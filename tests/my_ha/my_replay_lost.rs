@@ -117,11 +117,7 @@ fn rows(c: &MariaCluster) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_lost_with_a_statement_that_may_commit_in_flight_is_answered_08007() {
     let _serial = serial().await;
-    let c = tokio::task::block_in_place(|| MariaCluster::builder().replicas(0).start())
-        .expect("cluster");
-    c.primary()
-        .sql_db(APP_DB, "CREATE TABLE items (id INT PRIMARY KEY)")
-        .unwrap();
+    let c = super::my_replay::one_node_with_items();
     let (port, metrics_port) = (free_port(), free_port());
     let toml = maria_toml(
         &c,
