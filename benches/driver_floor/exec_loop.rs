@@ -23,6 +23,11 @@
 //!   timeout; the listener is accepted from in the loop itself (a task per
 //!   client is spawned), each task opens its server connection with an
 //!   asynchronous connect, as `tokio_loop.rs`'s does.
+//! - **Deadlines** (with `idle`, the `exec-mio-deadline` driver): no timer
+//!   per task and no clock read per wait. A timerfd in the same `Poll`
+//!   counts seconds into a tick; a waiting task stores `tick + idle` in its
+//!   client's slot and gives up when the tick reaches it; once a tick the
+//!   loop sweeps the slots and wakes the tasks past their deadline.
 //!
 //! The executor lives for the process (the bench runs until killed), which
 //! is what lets wakers point at leaked headers without counting references.
@@ -32,6 +37,7 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Mutex;
@@ -39,6 +45,7 @@ use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Registry, Token};
 
 use crate::BUF;
@@ -47,8 +54,10 @@ use crate::BUF;
 const LISTENER: Token = Token(0);
 /// The `mio::Waker`'s token, for wakes from other threads.
 const REMOTE: Token = Token(1);
+/// The deadline tick's timerfd's token.
+const TICK: Token = Token(2);
 /// Reactor slot `i` has token `FIRST + i`.
-const FIRST: usize = 2;
+const FIRST: usize = 3;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -200,130 +209,153 @@ impl Executor {
     }
 }
 
-/// One socket's readiness, as the reactor last learnt it.
+/// One socket's readiness, as the reactor last learnt it, and the waker of
+/// the task waiting on it: set by the reactor, read and cleared by the
+/// socket's `Io`, which holds it directly (no table look-up, no borrow).
 #[derive(Default)]
 struct Slot {
-    readable: bool,
-    writable: bool,
-    waker: Option<Waker>,
+    readable: Cell<bool>,
+    writable: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+    /// The tick at which the waiting task gives up (0: none).
+    deadline: Cell<u64>,
 }
 
-/// The sockets' readiness slots, filled from the loop's `mio::Poll`.
+impl Slot {
+    /// Stores the task's waker unless the same one is there.
+    fn store(&self, cx: &Context<'_>) {
+        match self.waker.take() {
+            Some(waker) if waker.will_wake(cx.waker()) => self.waker.set(Some(waker)),
+            _ => self.waker.set(Some(cx.waker().clone())),
+        }
+    }
+}
+
+/// The sockets' slots by token, filled from the loop's `mio::Poll`.
 struct Reactor {
     registry: Registry,
-    slots: RefCell<Vec<Slot>>,
+    slots: RefCell<Vec<Rc<Slot>>>,
     free: RefCell<Vec<usize>>,
+    /// Seconds since the start, counted by the loop's timerfd.
+    tick: Cell<u64>,
 }
 
 impl Reactor {
     /// Registers a socket edge-triggered for reading and writing, once.
     fn register(self: &Rc<Reactor>, mut sock: TcpStream) -> io::Result<Io> {
-        let slot = match self.free.borrow_mut().pop() {
-            Some(slot) => slot,
+        let index = match self.free.borrow_mut().pop() {
+            Some(index) => index,
             None => {
                 let mut slots = self.slots.borrow_mut();
-                slots.push(Slot::default());
+                slots.push(Rc::default());
                 slots.len() - 1
             }
         };
         let both = Interest::READABLE | Interest::WRITABLE;
-        if let Err(e) = self.registry.register(&mut sock, Token(FIRST + slot), both) {
-            self.free.borrow_mut().push(slot);
+        if let Err(e) = self
+            .registry
+            .register(&mut sock, Token(FIRST + index), both)
+        {
+            self.free.borrow_mut().push(index);
             return Err(e);
         }
         Ok(Io {
             sock,
-            slot,
+            index,
+            slot: Rc::clone(&self.slots.borrow()[index]),
             reactor: Rc::clone(self),
         })
     }
 
     /// Records an event's readiness and wakes the task waiting, if any.
     fn dispatch(&self, event: &Event) {
-        let waker = {
-            let mut slots = self.slots.borrow_mut();
-            let Some(slot) = slots.get_mut(event.token().0 - FIRST) else {
-                return;
-            };
-            if event.is_readable() || event.is_read_closed() || event.is_error() {
-                slot.readable = true;
-            }
-            if event.is_writable() || event.is_write_closed() || event.is_error() {
-                slot.writable = true;
-            }
-            slot.waker.take()
+        let slots = self.slots.borrow();
+        let Some(slot) = slots.get(event.token().0 - FIRST) else {
+            return;
         };
-        if let Some(waker) = waker {
-            waker.wake();
+        if event.is_readable() || event.is_read_closed() || event.is_error() {
+            slot.readable.set(true);
+        }
+        if event.is_writable() || event.is_write_closed() || event.is_error() {
+            slot.writable.set(true);
+        }
+        if let Some(waker) = slot.waker.take() {
+            waker.wake(); // only queues the task
         }
     }
 
-    fn set(&self, slot: usize, f: impl FnOnce(&mut Slot)) {
-        f(&mut self.slots.borrow_mut()[slot]);
+    /// Wakes every task whose deadline has passed: the per-worker sweep,
+    /// once a tick, instead of a timer per task.
+    fn sweep(&self) {
+        let tick = self.tick.get();
+        for slot in self.slots.borrow().iter() {
+            let deadline = slot.deadline.get();
+            if deadline != 0 && deadline <= tick {
+                if let Some(waker) = slot.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
     }
 }
 
 /// A socket registered with the reactor.
 struct Io {
     sock: TcpStream,
-    slot: usize,
+    index: usize,
+    slot: Rc<Slot>,
     reactor: Rc<Reactor>,
 }
 
 impl Io {
     /// Ready if the socket was readable when last seen; otherwise stores
-    /// the waker for the next readable event.
+    /// the waker for the next event.
+    #[inline]
     fn poll_readable(&self, cx: &Context<'_>) -> bool {
-        let mut ready = false;
-        self.reactor.set(self.slot, |s| {
-            ready = s.readable;
-            if !ready {
-                store(&mut s.waker, cx);
-            }
-        });
-        ready
+        if self.slot.readable.get() {
+            return true;
+        }
+        self.slot.store(cx);
+        false
     }
 
     /// Ready if the socket was writable when last seen, as `poll_readable`.
+    #[inline]
     fn poll_writable(&self, cx: &Context<'_>) -> bool {
-        let mut ready = false;
-        self.reactor.set(self.slot, |s| {
-            ready = s.writable;
-            if !ready {
-                store(&mut s.waker, cx);
-            }
-        });
-        ready
+        if self.slot.writable.get() {
+            return true;
+        }
+        self.slot.store(cx);
+        false
     }
 
     /// One `read`, at once. `WouldBlock` clears the readable bit; with
     /// `short`, so does a read shorter than `buf` (the module's doc).
+    #[inline]
     fn try_read(&self, buf: &mut [u8], short: bool) -> io::Result<usize> {
         match (&self.sock).read(buf) {
             Ok(n) if short && n > 0 && n < buf.len() => {
-                self.reactor.set(self.slot, |s| s.readable = false);
+                self.slot.readable.set(false);
                 Ok(n)
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                self.reactor.set(self.slot, |s| s.readable = false);
+                self.slot.readable.set(false);
                 Err(e)
             }
             read => read,
         }
     }
 
-    /// One `write`, tried first; on `WouldBlock` the writable bit is
-    /// cleared and the waker stored.
-    fn poll_write(&self, cx: &Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+    /// One `write`, at once; `WouldBlock` clears the writable bit (the
+    /// caller then waits with `poll_writable`).
+    #[inline]
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
         match (&self.sock).write(bytes) {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                self.reactor.set(self.slot, |s| {
-                    s.writable = false;
-                    store(&mut s.waker, cx);
-                });
-                Poll::Pending
+                self.slot.writable.set(false);
+                Err(e)
             }
-            written => Poll::Ready(written),
+            written => written,
         }
     }
 }
@@ -331,31 +363,93 @@ impl Io {
 impl Drop for Io {
     fn drop(&mut self) {
         let _ = self.reactor.registry.deregister(&mut self.sock);
-        self.reactor.set(self.slot, |s| *s = Slot::default());
-        self.reactor.free.borrow_mut().push(self.slot);
+        self.slot.readable.set(false);
+        self.slot.writable.set(false);
+        self.slot.waker.take();
+        self.slot.deadline.set(0);
+        self.reactor.free.borrow_mut().push(self.index);
     }
 }
 
-/// Stores the task's waker unless the same one is there.
-fn store(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    match slot {
-        Some(waker) if waker.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
+/// Waits until `io` is writable (last seen so).
+async fn writable(io: &Io) {
+    poll_fn(|cx| {
+        if io.poll_writable(cx) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// A timerfd that expires once a second, non-blocking.
+fn ticker() -> io::Result<OwnedFd> {
+    // SAFETY: plain system calls; the descriptor is owned at once.
+    unsafe {
+        let fd = libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = OwnedFd::from_raw_fd(fd);
+        let second = libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        let spec = libc::itimerspec {
+            it_interval: second,
+            it_value: second,
+        };
+        if libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
     }
 }
 
-/// Runs the forwarder until the process is killed.
-pub fn run(listen: SocketAddr, server: SocketAddr, short: bool) -> io::Result<()> {
+/// The expirations a timerfd counted since it was last read (0 when none).
+fn expirations(fd: &OwnedFd) -> u64 {
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into a `u64`, from a descriptor we own.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+    if n == 8 {
+        count
+    } else {
+        0
+    }
+}
+
+/// Runs the forwarder until the process is killed. `idle`: seconds a
+/// client may stay silent (its task waits with a deadline), or none.
+pub fn run(
+    listen: SocketAddr,
+    server: SocketAddr,
+    short: bool,
+    idle: Option<u64>,
+) -> io::Result<()> {
     let mut poll = mio::Poll::new()?;
     let mut executor = Executor::new(mio::Waker::new(poll.registry(), REMOTE)?);
     let reactor = Rc::new(Reactor {
         registry: poll.registry().try_clone()?,
         slots: RefCell::new(Vec::new()),
         free: RefCell::new(Vec::new()),
+        tick: Cell::new(1),
     });
     let mut listener = TcpListener::bind(listen)?;
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let tick = match idle {
+        Some(_) => Some(ticker()?),
+        None => None,
+    };
+    if let Some(fd) = &tick {
+        let raw = fd.as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&raw), TICK, Interest::READABLE)?;
+    }
     let mut events = Events::with_capacity(1024);
     loop {
         executor.run_ready();
@@ -381,10 +475,23 @@ pub fn run(listen: SocketAddr, server: SocketAddr, short: bool) -> io::Result<()
                     executor.spawn(async move {
                         // A client whose server cannot be reached, or a
                         // pair one of whose sides failed, is simply closed.
-                        let _ = pair(client, reactor, server, short).await;
+                        let _ = pair(client, reactor, server, short, idle).await;
                     });
                 },
                 REMOTE => executor.take_remote(),
+                TICK => {
+                    if let Some(fd) = &tick {
+                        // Edge-triggered: read until nothing is counted.
+                        loop {
+                            let n = expirations(fd);
+                            if n == 0 {
+                                break;
+                            }
+                            reactor.tick.set(reactor.tick.get() + n);
+                        }
+                        reactor.sweep();
+                    }
+                }
                 _ => reactor.dispatch(event),
             }
         }
@@ -396,21 +503,14 @@ pub fn run(listen: SocketAddr, server: SocketAddr, short: bool) -> io::Result<()
 async fn connect(reactor: &Rc<Reactor>, addr: SocketAddr) -> io::Result<Io> {
     let io = reactor.register(TcpStream::connect(addr)?)?;
     loop {
-        poll_fn(|cx| {
-            if io.poll_writable(cx) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
+        writable(&io).await;
         if let Some(e) = io.sock.take_error()? {
             return Err(e);
         }
         match io.sock.peer_addr() {
             Ok(_) => return Ok(io),
             Err(e) if e.kind() == ErrorKind::NotConnected => {
-                reactor.set(io.slot, |s| s.writable = false);
+                io.slot.writable.set(false);
             }
             Err(e) => return Err(e),
         }
@@ -418,26 +518,43 @@ async fn connect(reactor: &Rc<Reactor>, addr: SocketAddr) -> io::Result<Io> {
 }
 
 /// Forwards between one client and its own server connection until either
-/// side closes: `tokio_loop.rs`'s task, on this executor.
-async fn pair(client: Io, reactor: Rc<Reactor>, server: SocketAddr, short: bool) -> io::Result<()> {
+/// side closes: `tokio_loop.rs`'s task, on this executor. With `idle`, each
+/// wait has a deadline: a client silent for that long is closed.
+async fn pair(
+    client: Io,
+    reactor: Rc<Reactor>,
+    server: SocketAddr,
+    short: bool,
+    idle: Option<u64>,
+) -> io::Result<()> {
     let server = connect(&reactor, server).await?;
     client.sock.set_nodelay(true)?;
     server.sock.set_nodelay(true)?;
     let mut to_server = vec![0u8; BUF];
     let mut to_client = vec![0u8; BUF];
     loop {
+        // The sweep wakes the waker stored in the client's slot.
+        let deadline = idle.map_or(0, |idle| reactor.tick.get() + idle);
+        if deadline != 0 {
+            client.slot.deadline.set(deadline);
+        }
         // Both sockets polled in one future: the task is woken by whichever
-        // turns readable first.
+        // turns readable first (or by the sweep, past the deadline).
         let (from_client, from_server) = poll_fn(|cx| {
             let c = client.poll_readable(cx);
             let s = server.poll_readable(cx);
             if c || s {
                 Poll::Ready((c, s))
+            } else if deadline != 0 && reactor.tick.get() >= deadline {
+                Poll::Ready((false, false))
             } else {
                 Poll::Pending
             }
         })
         .await;
+        if !from_client && !from_server {
+            return Err(ErrorKind::TimedOut.into());
+        }
         if from_client && !pump(&client, &server, &mut to_server, short).await? {
             return Ok(());
         }
@@ -460,8 +577,9 @@ async fn pump(from: &Io, to: &Io, buf: &mut [u8], short: bool) -> io::Result<boo
         };
         let mut bytes = &buf[..n];
         while !bytes.is_empty() {
-            match poll_fn(|cx| to.poll_write(cx, bytes)).await {
+            match to.try_write(bytes) {
                 Ok(written) => bytes = &bytes[written..],
+                Err(e) if e.kind() == ErrorKind::WouldBlock => writable(to).await,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
