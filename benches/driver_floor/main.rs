@@ -1,16 +1,17 @@
 //! The I/O floor of candidate session drivers (issue 44, item 4): a 1:1 TCP
 //! forwarder, one PostgreSQL server connection opened per accepted client,
-//! with no pooling and no parsing, driven three ways. Whatever such a byte
+//! with no pooling and no parsing, driven several ways. Whatever such a byte
 //! pipe costs per `pgbench -S` transaction is the least a session loop on
 //! that driver can cost; Fulcrum's own work is the budget above it
 //! (docs/architecture.md, "Toward a unit in 5,000 instructions").
 //!
-//! This file owns the command line and the choice of driver; `tokio_loop.rs`
-//! and `mio_loop.rs` own the loops.
+//! This file owns the command line and the choice of driver;
+//! `tokio_loop.rs`, `mio_loop.rs` and `exec_loop.rs` own the loops.
 //!
 //! ```text
 //! cargo bench --bench driver_floor --no-run   # prints the binary's path
-//! driver_floor --driver tokio|tokio-notime|tokio-short|mio|mio-short --listen 127.0.0.1:6612 --server 127.0.0.1:6611
+//! driver_floor --driver tokio|tokio-notime|tokio-short|mio|mio-short|exec-mio|exec-mio-short|exec-mio-deadline \
+//!     --listen 127.0.0.1:6612 --server 127.0.0.1:6611 [--idle SECONDS]
 //! ```
 //!
 //! - `tokio`: a current_thread runtime with the I/O and time drivers (as
@@ -19,7 +20,15 @@
 //! - `mio`: one thread, one `mio::Poll`, every socket edge-triggered;
 //! - `tokio-short`, `mio-short`: `tokio` and `mio`, taking a short read as
 //!   the socket drained (epoll(7)), so one `recv` per readable event
-//!   instead of a second one that returns `WouldBlock`.
+//!   instead of a second one that returns `WouldBlock`;
+//! - `exec-mio`, `exec-mio-short`: `tokio`'s task, as an `async fn`, on a
+//!   minimal single-threaded executor of our own whose reactor is one
+//!   `mio::Poll` (edge-triggered, readiness bits and a waker per socket),
+//!   without and with the short-read rule;
+//! - `exec-mio-deadline`: `exec-mio-short` whose task waits with an idle
+//!   deadline (`--idle`, 600 s by default): a tick counted by a timerfd,
+//!   a per-worker sweep that wakes the tasks past theirs, no timer per task
+//!   and no clock read per wait.
 //!
 //! Startup and authentication pass through untouched (a byte pipe), so any
 //! method the server asks for works; run the clients with
@@ -27,6 +36,7 @@
 //! It runs until killed (SIGINT or SIGTERM). A plain `cargo bench`, which
 //! runs every bench target with `--bench` alone, finds nothing to do here.
 
+mod exec_loop;
 mod mio_loop;
 mod tokio_loop;
 
@@ -46,12 +56,15 @@ fn main() -> ExitCode {
     let mut from_cargo = false;
     let mut listen: Option<SocketAddr> = None;
     let mut server: Option<SocketAddr> = None;
+    // Seconds a client may stay silent under `exec-mio-deadline`.
+    let mut idle: u64 = 600;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--driver" => driver = args.next(),
             "--listen" => listen = args.next().and_then(|a| a.parse().ok()),
             "--server" => server = args.next().and_then(|a| a.parse().ok()),
+            "--idle" => idle = args.next().and_then(|a| a.parse().ok()).unwrap_or(idle),
             // What `cargo bench` passes to every bench target.
             "--bench" => from_cargo = true,
             other => {
@@ -68,8 +81,9 @@ fn main() -> ExitCode {
     }
     let (Some(driver), Some(listen), Some(server)) = (driver, listen, server) else {
         eprintln!(
-            "usage: driver_floor --driver tokio|tokio-notime|tokio-short|mio|mio-short \
-             --listen ADDR --server ADDR"
+            "usage: driver_floor --driver \
+             tokio|tokio-notime|tokio-short|mio|mio-short|exec-mio|exec-mio-short|exec-mio-deadline \
+             --listen ADDR --server ADDR [--idle SECONDS]"
         );
         return ExitCode::FAILURE;
     };
@@ -79,6 +93,9 @@ fn main() -> ExitCode {
         "tokio-short" => tokio_loop::run(listen, server, true, true),
         "mio" => mio_loop::run(listen, server, false),
         "mio-short" => mio_loop::run(listen, server, true),
+        "exec-mio" => exec_loop::run(listen, server, false, None),
+        "exec-mio-short" => exec_loop::run(listen, server, true, None),
+        "exec-mio-deadline" => exec_loop::run(listen, server, true, Some(idle)),
         other => {
             eprintln!("driver_floor: unknown driver {other}");
             return ExitCode::FAILURE;
