@@ -14,11 +14,13 @@
 //! each protocol's cluster context implements.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fulcrum_metrics::ClientCount;
 use fulcrum_net::{Accepted, ClientListener, ClientPeer, PendingLogins, PendingTicket};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::clients::{self, ClientHandle};
@@ -171,11 +173,15 @@ pub async fn serve<F: Frontend>(
             database = tracing::field::Empty
         );
         crate::workers::spawn(stream, move |stream| {
+            // The login and admission, boxed: what they hold (the login's
+            // state, the listener's ticket, the clusters) is freed when
+            // they end, and the client's task keeps only its session.
+            let admitted = Box::pin(admit(clusters, stream, peer.clone(), ticket, limit));
             async move {
                 let cluster = &ctx.core().config.name;
                 let refused =
                     |reason: &str| tracing::info!(%peer, %cluster, ?reason, "client refused");
-                match handle(clusters, stream, peer.clone(), ticket, limit).await {
+                match handle(admitted).await {
                     Ok(()) => tracing::debug!("client left"),
                     Err(Stop::Refused(reason)) => refused(reason),
                     Err(Stop::Failed(e)) => match F::ending(&e) {
@@ -322,20 +328,55 @@ enum LoginEnd<T> {
     Evicted,
 }
 
-/// One accepted client: its login, admission, and session.
+/// A client logged in and admitted: what its session runs with, and what
+/// it holds until the session ends (its place under
+/// `max_client_connections`, its count in the clients gauge).
+struct Admitted<F: Frontend> {
+    ctx: Arc<F>,
+    client: F::Client,
+    login: F::Login,
+    entry: ClientHandle,
+    permit: OwnedSemaphorePermit,
+    counted: ClientCount,
+}
+
+/// One accepted client: its login and admission (`admitted`, boxed by the
+/// caller and freed when it ends), then its session. The task holds the
+/// session's state and nothing of the login's (issue 44: memory per idle
+/// client).
 async fn handle<F: Frontend>(
+    admitted: Pin<Box<impl Future<Output = Result<Option<Admitted<F>>, Stop<F::Error>>>>>,
+) -> Result<(), Stop<F::Error>> {
+    let Some(Admitted {
+        ctx,
+        client,
+        login,
+        entry,
+        permit,
+        counted,
+    }) = admitted.await?
+    else {
+        return Ok(());
+    };
+    let r = F::run(ctx, client, login, entry).await;
+    drop((permit, counted));
+    r.map_err(Stop::Failed)
+}
+
+/// Logs an accepted client in and admits it (`max_pending_logins`,
+/// `client_login_timeout`, `max_client_connections`), registering it;
+/// `None` when the connection needed no session (a cancel request).
+async fn admit<F: Frontend>(
     clusters: Vec<Arc<F>>,
     stream: Accepted,
     peer: ClientPeer,
     ticket: PendingTicket,
     limit: Arc<Semaphore>,
-) -> Result<(), Stop<F::Error>> {
+) -> Result<Option<Admitted<F>>, Stop<F::Error>> {
     let mut client = F::accept(stream);
     let first = clusters[0].core();
     let end = tokio::select! {
-        // Boxed: the login's state is freed before the session runs, not
-        // kept in the task beside it for the client's lifetime.
-        r = tokio::time::timeout(first.config.client_login_timeout, Box::pin(F::login(&clusters, &mut client, &ticket))) => match r {
+        r = tokio::time::timeout(first.config.client_login_timeout, F::login(&clusters, &mut client, &ticket)) => match r {
             Ok(r) => LoginEnd::Done(r),
             Err(_) => LoginEnd::TimedOut,
         },
@@ -365,10 +406,10 @@ async fn handle<F: Frontend>(
         }
     };
     let Some((ctx, login)) = login else {
-        return Ok(());
+        return Ok(None);
     };
     let core = ctx.core();
-    let Ok(_permit) = limit.try_acquire_owned() else {
+    let Ok(permit) = limit.try_acquire_owned() else {
         let msg = format!(
             "fulcrum: too many client connections (max_client_connections = {})",
             core.config.max_client_connections
@@ -383,8 +424,13 @@ async fn handle<F: Frontend>(
     tracing::debug!("client logged in");
     let entry = clients::registry().register(&core.config.name, user, database, peer);
     // Counted until the session ends, however it ends (a panic included).
-    let _counted = core.metrics.client_connected();
-    F::run(ctx.clone(), client, login, entry)
-        .await
-        .map_err(Stop::Failed)
+    let counted = core.metrics.client_connected();
+    Ok(Some(Admitted {
+        ctx: ctx.clone(),
+        client,
+        login,
+        entry,
+        permit,
+        counted,
+    }))
 }
