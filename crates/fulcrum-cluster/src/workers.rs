@@ -80,15 +80,46 @@ where
             return;
         }
     };
+    // Registered with the worker's event loop from here, and the session's
+    // future made here: the task spawned holds that future alone, not the
+    // closure it was made from beside it (issue 44: memory per idle client).
+    let stream = {
+        let _worker = chosen.handle.enter();
+        std_stream.into_tokio()
+    };
+    let stream = match stream {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "a worker cannot take an accepted client");
+            return;
+        }
+    };
     let sessions = chosen.sessions.clone();
     sessions.fetch_add(1, Ordering::Relaxed);
-    chosen.handle.spawn(async move {
-        let _running = Running(sessions);
-        match std_stream.into_tokio() {
-            Ok(stream) => session(stream).await,
-            Err(e) => tracing::warn!(error = %e, "a worker cannot take an accepted client"),
-        }
+    chosen.handle.spawn(Counted {
+        session: session(stream),
+        _running: Running(sessions),
     });
+}
+
+pin_project_lite::pin_project! {
+    /// A session's future, counted on its worker while it runs.
+    struct Counted<Fut> {
+        #[pin]
+        session: Fut,
+        _running: Running,
+    }
+}
+
+impl<Fut: Future> Future for Counted<Fut> {
+    type Output = Fut::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Fut::Output> {
+        self.project().session.poll(cx)
+    }
 }
 
 /// Counts a session on its worker while it runs.

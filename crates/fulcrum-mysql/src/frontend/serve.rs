@@ -60,15 +60,18 @@ impl Frontend for MyClusterContext {
         (login.user.clone(), schema)
     }
 
-    async fn run(
+    /// The session is made before its future, so the future holds it
+    /// once, not also the arguments it was made from (issue 44: memory
+    /// per idle client).
+    fn run(
         ctx: Arc<MyClusterContext>,
         conn: Connection<ClientStream>,
         login: Login,
         entry: ClientHandle,
-    ) -> Result<(), SessionError> {
+    ) -> impl std::future::Future<Output = Result<(), SessionError>> + Send {
         let seq = login.next_seq;
         let mut session = Session::new(ctx, conn, login, entry);
-        session.run(seq).await
+        async move { session.run(seq).await }
     }
 
     /// A client the old process handed over (a binary upgrade): its

@@ -59,25 +59,30 @@ impl Frontend for ClusterContext {
         (login.user.clone(), login.database.clone())
     }
 
-    async fn run(
+    /// The session is made before its future, so the future holds it
+    /// once, not also the arguments it was made from (issue 44: memory
+    /// per idle client).
+    fn run(
         ctx: Arc<ClusterContext>,
         (stream, buf): (ClientStream, BytesMut),
         login: Login,
         entry: ClientHandle,
-    ) -> Result<(), SessionError> {
+    ) -> impl std::future::Future<Output = Result<(), SessionError>> + Send {
         let owner = (login.user.clone(), entry.clone_entry());
         let registration = ctx.cancels.register_for(Some(owner));
         let mut session = Session::new(
-            ctx.clone(),
+            ctx,
             fulcrum_net::Connection::with_read_buf(stream, buf)
                 .with_chunk(fulcrum_net::CLIENT_READ_CHUNK),
             login,
             registration.slot.clone(),
             entry,
         );
-        let r = session.run().await;
-        drop(registration);
-        r
+        async move {
+            let r = session.run().await;
+            drop(registration);
+            r
+        }
     }
 
     async fn resume(

@@ -182,7 +182,7 @@ impl Session {
                 in_txn,
                 errored: unsynced,
                 ending: false,
-                untold: (owed == 0 && !unsynced).then_some((code, msg)),
+                untold: (owed == 0 && !unsynced).then(|| Box::new((code, msg))),
             };
         }
     }

@@ -216,13 +216,14 @@ impl Session {
             }
             Io::ServerWrote(Err(_)) => {
                 self.to_server.clear();
-                self.after_server_lost().await?;
+                // Boxed: a rare path, kept out of every client's task.
+                Box::pin(self.after_server_lost()).await?;
             }
             Io::ClientRead(_) => unreachable!("a client read is handled by forward"),
             Io::ServerRead(Ok(n)) if n > 0 => {
                 unreachable!("a server read is handled by forward")
             }
-            Io::ServerRead(_) => self.after_server_lost().await?,
+            Io::ServerRead(_) => Box::pin(self.after_server_lost()).await?,
         }
         Ok(())
     }

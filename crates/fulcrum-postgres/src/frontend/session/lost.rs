@@ -34,7 +34,8 @@ pub struct Lost {
     /// 08007 when what was lost may have committed: the connection died
     /// while the client was idle in its transaction, or under a replay of
     /// it): the next failed batch gets it instead of 25P02.
-    pub untold: Option<(&'static str, String)>,
+    /// Boxed: a pointer in every session, the message only when lost.
+    pub untold: Option<Box<(&'static str, String)>>,
 }
 
 impl Lost {
@@ -114,7 +115,7 @@ impl Lost {
     }
 
     fn error(&mut self, out: &mut BytesMut) {
-        match self.untold.take() {
+        match self.untold.take().map(|u| *u) {
             Some((code, msg)) => backend_msg::error_response(out, "ERROR", code, &msg),
             None => {
                 backend_msg::error_response(out, "ERROR", sqlstate::IN_FAILED_TRANSACTION, ABORTED)
@@ -184,7 +185,10 @@ mod tests {
             in_txn: true,
             errored: false,
             ending: false,
-            untold: Some((sqlstate::CONNECTION_FAILURE, "lost the server".into())),
+            untold: Some(Box::new((
+                sqlstate::CONNECTION_FAILURE,
+                "lost the server".into(),
+            ))),
         };
         let mut out = BytesMut::new();
         lost.answer(b'Q', b"SELECT 1\0", &ends, &mut out);
@@ -208,7 +212,7 @@ mod tests {
             in_txn: true,
             errored: false,
             ending: false,
-            untold: Some(("08007", "may or may not have committed".into())),
+            untold: Some(Box::new(("08007", "may or may not have committed".into()))),
         };
         let mut out = BytesMut::new();
         assert_eq!(
