@@ -160,38 +160,24 @@ pub async fn serve<F: Frontend>(
             let _ = tcp.set_nodelay(true);
         }
         let clusters: Vec<Arc<F>> = current.iter().map(|c| c.borrow().clone()).collect();
-        let ctx = clusters[0].clone();
         let ticket = pending.admit();
         let limit = limit.clone();
         // A debug-level span: disabled (and free) at the usual info level,
         // where entering it on every poll of the session costs measurably.
         let span = tracing::debug_span!(
             "client",
-            cluster = %ctx.core().config.name,
+            cluster = %clusters[0].core().config.name,
             peer = %peer,
             user = tracing::field::Empty,
             database = tracing::field::Empty
         );
         crate::workers::spawn(stream, move |stream| {
             // The login and admission, boxed: what they hold (the login's
-            // state, the listener's ticket, the clusters) is freed when
-            // they end, and the client's task keeps only its session.
-            let admitted = Box::pin(admit(clusters, stream, peer.clone(), ticket, limit));
-            async move {
-                let cluster = &ctx.core().config.name;
-                let refused =
-                    |reason: &str| tracing::info!(%peer, %cluster, ?reason, "client refused");
-                match handle(admitted).await {
-                    Ok(()) => tracing::debug!("client left"),
-                    Err(Stop::Refused(reason)) => refused(reason),
-                    Err(Stop::Failed(e)) => match F::ending(&e) {
-                        Ending::Left => tracing::debug!("client left"),
-                        Ending::Refused(reason) => refused(reason),
-                        Ending::Failed => tracing::debug!(error = %e, "client session ended"),
-                    },
-                }
-            }
-            .instrument(span)
+            // state, the listener's ticket, the clusters, the peer) is
+            // freed when they end, and the client's task keeps only its
+            // session.
+            let admitted = Box::pin(admit(clusters, stream, peer, ticket, limit));
+            handle(admitted).instrument(span)
         });
     }
     drop(listener);
@@ -343,10 +329,9 @@ struct Admitted<F: Frontend> {
 /// One accepted client: its login and admission (`admitted`, boxed by the
 /// caller and freed when it ends), then its session. The task holds the
 /// session's state and nothing of the login's (issue 44: memory per idle
-/// client).
-async fn handle<F: Frontend>(
-    admitted: Pin<Box<impl Future<Output = Result<Option<Admitted<F>>, Stop<F::Error>>>>>,
-) -> Result<(), Stop<F::Error>> {
+/// client); how the session ended is logged with the peer and cluster of
+/// its registry entry.
+async fn handle<F: Frontend>(admitted: Pin<Box<impl Future<Output = Option<Admitted<F>>>>>) {
     let Some(Admitted {
         ctx,
         client,
@@ -354,19 +339,66 @@ async fn handle<F: Frontend>(
         entry,
         permit,
         counted,
-    }) = admitted.await?
+    }) = admitted.await
     else {
-        return Ok(());
+        return;
     };
+    let who = entry.clone_entry();
     let r = F::run(ctx, client, login, entry).await;
     drop((permit, counted));
-    r.map_err(Stop::Failed)
+    match r {
+        Ok(()) => tracing::debug!("client left"),
+        Err(e) => ended::<F>(&e, &who.peer, &who.cluster),
+    }
+}
+
+/// Logs why a client was turned away.
+fn refused(peer: &ClientPeer, cluster: &str, reason: &str) {
+    tracing::info!(%peer, %cluster, ?reason, "client refused");
+}
+
+/// Logs how a client's login or session ended with `error`.
+fn ended<F: Frontend>(error: &F::Error, peer: &ClientPeer, cluster: &str) {
+    match F::ending(error) {
+        Ending::Left => tracing::debug!("client left"),
+        Ending::Refused(reason) => refused(peer, cluster, reason),
+        Ending::Failed => tracing::debug!(error = %error, "client session ended"),
+    }
+}
+
+/// Logs an accepted client in and admits it ([`login_and_admit`]); a
+/// refusal or a failed login is logged here. `None` when there is no
+/// session to run.
+async fn admit<F: Frontend>(
+    clusters: Vec<Arc<F>>,
+    stream: Accepted,
+    peer: ClientPeer,
+    ticket: PendingTicket,
+    limit: Arc<Semaphore>,
+) -> Option<Admitted<F>> {
+    let first = clusters[0].clone();
+    let cluster = &first.core().config.name;
+    match login_and_admit(clusters, stream, peer.clone(), ticket, limit).await {
+        Ok(Some(a)) => Some(a),
+        Ok(None) => {
+            tracing::debug!("client left");
+            None
+        }
+        Err(Stop::Refused(reason)) => {
+            refused(&peer, cluster, reason);
+            None
+        }
+        Err(Stop::Failed(e)) => {
+            ended::<F>(&e, &peer, cluster);
+            None
+        }
+    }
 }
 
 /// Logs an accepted client in and admits it (`max_pending_logins`,
 /// `client_login_timeout`, `max_client_connections`), registering it;
 /// `None` when the connection needed no session (a cancel request).
-async fn admit<F: Frontend>(
+async fn login_and_admit<F: Frontend>(
     clusters: Vec<Arc<F>>,
     stream: Accepted,
     peer: ClientPeer,
