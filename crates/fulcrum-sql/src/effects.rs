@@ -93,10 +93,7 @@ impl Effects {
 /// The effect of one parsed PostgreSQL statement whose routing decision is
 /// `decision`; `text` is the statement as the client wrote it.
 pub(crate) fn of_statement(stmt: &Statement, decision: Decision, text: &str) -> Option<Effect> {
-    let set = |key: String| Effect::Set {
-        key,
-        stmt: skip_space_and_comments(text).trim_end().to_owned(),
-    };
+    let set = |key: String| set_or_pin(key, skip_space_and_comments(text).trim_end().to_owned());
     let own = match stmt {
         // Several session defaults at once: replaying them by key could
         // reorder them against later SETs, so the client keeps its connection.
@@ -203,10 +200,10 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
                 "xml" if word(i + 1) == "option" => "xmloption".to_owned(),
                 k => k.to_owned(),
             };
-            Some(Effect::Set {
+            Some(set_or_pin(
                 key,
-                stmt: skip_space_and_comments(stmt).trim_end().to_owned(),
-            })
+                skip_space_and_comments(stmt).trim_end().to_owned(),
+            ))
         }
         "reset" => match word(1) {
             "all" => Some(Effect::ResetAll),
@@ -250,6 +247,27 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
             Some(Effect::Pin("session advisory lock"))
         }
         _ => None,
+    }
+}
+
+/// Why a `search_path` naming the temporary schema pins.
+pub(crate) const TEMP_SEARCH_PATH: PinReason = "search_path naming pg_temp";
+
+/// Whether setting `key` to what `text` says may put the temporary schema
+/// on the search path: a plain `CREATE TABLE t` then makes a temporary
+/// table that no `pg_temp.` in its text shows (a string literal is not the
+/// identifier `temp_schema.rs` looks for).
+pub(crate) fn temp_search_path(key: &str, text: &str) -> bool {
+    key == "search_path" && contains_ci(text, "pg_temp")
+}
+
+/// `SET key ...` (`stmt`) replayed, or a pin when it names `pg_temp` on
+/// the search path ([`temp_search_path`]).
+fn set_or_pin(key: String, stmt: String) -> Effect {
+    if temp_search_path(&key, &stmt) {
+        Effect::Pin(TEMP_SEARCH_PATH)
+    } else {
+        Effect::Set { key, stmt }
     }
 }
 
