@@ -94,6 +94,13 @@ impl Effects {
 /// `decision`; `text` is the statement as the client wrote it.
 pub(crate) fn of_statement(stmt: &Statement, decision: Decision, text: &str) -> Option<Effect> {
     let set = |key: String| set_or_pin(key, skip_space_and_comments(text).trim_end().to_owned());
+    // SET LOCAL too: a table made while it lasts stays temporary.
+    if matches!(stmt, Statement::Set(_))
+        && contains_ci(text, "search_path")
+        && temp_search_path("search_path", text)
+    {
+        return Some(Effect::Pin(TEMP_SEARCH_PATH));
+    }
     let own = match stmt {
         // Several session defaults at once: replaying them by key could
         // reorder them against later SETs, so the client keeps its connection.
@@ -192,6 +199,12 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
                 }
             }
             let key = match word(i) {
+                "local"
+                    if matches!(word(i + 1), "schema" | "search_path")
+                        && temp_search_path("search_path", stmt) =>
+                {
+                    return Some(Effect::Pin(TEMP_SEARCH_PATH))
+                }
                 "local" | "transaction" | "constraints" | "" => return None,
                 "role" => return Some(Effect::Pin("SET ROLE")),
                 "time" if word(i + 1) == "zone" => "timezone".to_owned(),
@@ -257,8 +270,11 @@ pub(crate) const TEMP_SEARCH_PATH: PinReason = "search_path naming pg_temp";
 /// on the search path: a plain `CREATE TABLE t` then makes a temporary
 /// table that no `pg_temp.` in its text shows (a string literal is not the
 /// identifier `temp_schema.rs` looks for).
+/// Text that escapes characters (`E'pg\x5ftemp'`, `U&'pg\005ftemp'`) may
+/// spell it too: it counts as naming it.
 pub(crate) fn temp_search_path(key: &str, text: &str) -> bool {
-    key == "search_path" && contains_ci(text, "pg_temp")
+    key == "search_path"
+        && (contains_ci(text, "pg_temp") || text.contains('\\') || contains_ci(text, "u&"))
 }
 
 /// `SET key ...` (`stmt`) replayed, or a pin when it names `pg_temp` on

@@ -173,7 +173,14 @@ impl Calls {
         };
         let effect = match args {
             [name, value, local] => match (flag(local), text(name), text(value)) {
-                (Some(true), _, _) => None,
+                // A transaction-local search_path naming pg_temp: a table
+                // made while it lasts stays temporary (`effects.rs`).
+                (Some(true), Some(name), Some(value))
+                    if !crate::effects::temp_search_path(&name.to_ascii_lowercase(), &value) =>
+                {
+                    None
+                }
+                (Some(true), Some(name), None) if !name.eq_ignore_ascii_case("search_path") => None,
                 (Some(false), Some(name), Some(value)) => {
                     match set_config_statement(&name, &value) {
                         Some((key, stmt)) => Some(Effect::Set { key, stmt }),

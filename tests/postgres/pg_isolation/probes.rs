@@ -102,3 +102,15 @@ fn a_search_path_naming_pg_temp_pins_its_client() {
     );
     assert_eq!(out, "B 53300\nA 1\n", "A pinned, B waited");
 }
+
+/// The same with a transaction-local path spelled with an escape: the
+/// table outlives the transaction.
+#[test]
+fn a_local_escaped_search_path_naming_pg_temp_pins_its_client() {
+    let out = leave_and_probe(
+        "BEGIN; SET LOCAL search_path TO E'pg\\x5ftemp'; \
+         CREATE TABLE iso_sneaky_local (a int); COMMIT",
+        &temp_visible("iso_sneaky_local"),
+    );
+    assert_eq!(out, "B 53300\nA 1\n", "A pinned, B waited");
+}

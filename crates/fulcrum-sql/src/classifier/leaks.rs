@@ -194,6 +194,13 @@ fn a_search_path_naming_pg_temp_pins() {
         "SET SESSION search_path = 'x', 'pg_temp'",
         "SELECT set_config('search_path', 'pg_temp, public', false)",
         "SELECT set_config('search_path', 'PG_TEMP', false)",
+        // Escapes spell it too; a transaction-local path lasts long enough.
+        "SET search_path = E'pg\\x5ftemp', public",
+        "SET search_path = U&'pg\\005ftemp'",
+        "SET LOCAL search_path TO 'pg_temp'",
+        "SELECT set_config('search_path', 'pg_temp', true)",
+        "SELECT set_config('search_path', $1, true)",
+        "SELECT set_config(n, 'pg_temp', true) FROM (VALUES ('search_path')) v(n)",
     ] {
         let u = pg.classify_unit(sql);
         assert!(
@@ -205,6 +212,18 @@ fn a_search_path_naming_pg_temp_pins() {
         );
         assert!(sets(&pg, sql).is_empty(), "{sql}");
     }
+    assert!(
+        pg.classify_unit("SELECT set_config('search_path', 'app', true)")
+            .effects
+            .is_empty(),
+        "a local path without pg_temp: nothing"
+    );
+    let u = pg.classify_unit("SET LOCAL SCHEMA 'pg_temp'");
+    assert!(
+        matches!(u.decision, Decision::Pin(_))
+            || u.effects.iter().any(|e| matches!(e, Effect::Pin(_))),
+        "{u:?}"
+    );
     assert_eq!(
         crate::effects::of_words("SET SCHEMA 'pg_temp'"),
         Some(Effect::Pin(crate::effects::TEMP_SEARCH_PATH))
