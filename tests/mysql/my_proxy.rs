@@ -13,5 +13,6 @@
 mod clients;
 mod encoding;
 mod helpers;
+mod probes;
 mod routing;
 mod sessions;

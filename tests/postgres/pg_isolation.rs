@@ -43,7 +43,10 @@ fn cluster() -> &'static PgCluster {
                      ALTER TABLE iso_tenant_rows ENABLE ROW LEVEL SECURITY;
                      CREATE POLICY iso_by_tenant ON iso_tenant_rows
                        USING (tenant = current_setting('app.tenant', true));
-                     GRANT SELECT ON iso_tenant_rows TO PUBLIC;"
+                     GRANT SELECT ON iso_tenant_rows TO PUBLIC;
+                     CREATE SCHEMA iso_s; GRANT USAGE ON SCHEMA iso_s TO PUBLIC;
+                     CREATE FUNCTION iso_s.upper(int) RETURNS text LANGUAGE sql
+                       AS $$ SELECT set_config('app.iso_upper', 'A', false) $$;"
                 ),
             )
             .expect("set up");
@@ -455,3 +458,4 @@ print("ok")
 }
 
 mod encoding;
+mod probes;

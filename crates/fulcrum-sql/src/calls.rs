@@ -266,8 +266,29 @@ struct Calls<'a> {
     found: Vec<Arc<str>>,
 }
 
+/// A schema-qualified name that cannot be a built-in: PostgreSQL's
+/// built-ins live in `pg_catalog`, so `public.lower(1)` or `s.nextval(1)`
+/// is a user's function whatever its last part says; MySQL's built-ins
+/// are never qualified (`app.lower(1)` is a stored function).
+fn qualified_user(name: &ObjectName, dialect: Dialect) -> bool {
+    let [.., schema, _] = &name.0[..] else {
+        return false;
+    };
+    if dialect == Dialect::MySql {
+        return true;
+    }
+    !schema.as_ident().is_some_and(|s| {
+        if s.quote_style.is_some() {
+            s.value == "pg_catalog"
+        } else {
+            s.value.eq_ignore_ascii_case("pg_catalog")
+        }
+    })
+}
+
 impl Calls<'_> {
     fn call(&mut self, name: &ObjectName) {
+        let user = qualified_user(name, self.dialect);
         let name = function_name(name);
         let decided = if self.session {
             self.rules.session_free.contains(&name)
@@ -276,9 +297,10 @@ impl Calls<'_> {
         };
         // The built-in lists name built-ins whose session effects the
         // classifier knows (set_config, nextval, advisory locks).
-        let builtin = (self.rules.primary.contains(&name) && !self.rules.written.contains(&name))
-            || self.rules.pin.contains(&name)
-            || builtin_reads(self.dialect).contains(&name.as_str());
+        let builtin = !user
+            && ((self.rules.primary.contains(&name) && !self.rules.written.contains(&name))
+                || self.rules.pin.contains(&name)
+                || builtin_reads(self.dialect).contains(&name.as_str()));
         if name.is_empty() || decided || builtin || self.found.iter().any(|f| **f == *name) {
             return;
         }

@@ -593,4 +593,6 @@ fn open_executable_comments(sql: &str) -> String {
 }
 
 #[cfg(test)]
+mod leaks;
+#[cfg(test)]
 mod tests;

@@ -93,10 +93,14 @@ impl Effects {
 /// The effect of one parsed PostgreSQL statement whose routing decision is
 /// `decision`; `text` is the statement as the client wrote it.
 pub(crate) fn of_statement(stmt: &Statement, decision: Decision, text: &str) -> Option<Effect> {
-    let set = |key: String| Effect::Set {
-        key,
-        stmt: skip_space_and_comments(text).trim_end().to_owned(),
-    };
+    let set = |key: String| set_or_pin(key, skip_space_and_comments(text).trim_end().to_owned());
+    // SET LOCAL too: a table made while it lasts stays temporary.
+    if matches!(stmt, Statement::Set(_))
+        && contains_ci(text, "search_path")
+        && temp_search_path("search_path", text)
+    {
+        return Some(Effect::Pin(TEMP_SEARCH_PATH));
+    }
     let own = match stmt {
         // Several session defaults at once: replaying them by key could
         // reorder them against later SETs, so the client keeps its connection.
@@ -195,6 +199,12 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
                 }
             }
             let key = match word(i) {
+                "local"
+                    if matches!(word(i + 1), "schema" | "search_path")
+                        && temp_search_path("search_path", stmt) =>
+                {
+                    return Some(Effect::Pin(TEMP_SEARCH_PATH))
+                }
                 "local" | "transaction" | "constraints" | "" => return None,
                 "role" => return Some(Effect::Pin("SET ROLE")),
                 "time" if word(i + 1) == "zone" => "timezone".to_owned(),
@@ -203,10 +213,10 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
                 "xml" if word(i + 1) == "option" => "xmloption".to_owned(),
                 k => k.to_owned(),
             };
-            Some(Effect::Set {
+            Some(set_or_pin(
                 key,
-                stmt: skip_space_and_comments(stmt).trim_end().to_owned(),
-            })
+                skip_space_and_comments(stmt).trim_end().to_owned(),
+            ))
         }
         "reset" => match word(1) {
             "all" => Some(Effect::ResetAll),
@@ -250,6 +260,30 @@ pub(crate) fn of_words(stmt: &str) -> Option<Effect> {
             Some(Effect::Pin("session advisory lock"))
         }
         _ => None,
+    }
+}
+
+/// Why a `search_path` naming the temporary schema pins.
+pub(crate) const TEMP_SEARCH_PATH: PinReason = "search_path naming pg_temp";
+
+/// Whether setting `key` to what `text` says may put the temporary schema
+/// on the search path: a plain `CREATE TABLE t` then makes a temporary
+/// table that no `pg_temp.` in its text shows (a string literal is not the
+/// identifier `temp_schema.rs` looks for).
+/// Text that escapes characters (`E'pg\x5ftemp'`, `U&'pg\005ftemp'`) may
+/// spell it too: it counts as naming it.
+pub(crate) fn temp_search_path(key: &str, text: &str) -> bool {
+    key == "search_path"
+        && (contains_ci(text, "pg_temp") || text.contains('\\') || contains_ci(text, "u&"))
+}
+
+/// `SET key ...` (`stmt`) replayed, or a pin when it names `pg_temp` on
+/// the search path ([`temp_search_path`]).
+fn set_or_pin(key: String, stmt: String) -> Effect {
+    if temp_search_path(&key, &stmt) {
+        Effect::Pin(TEMP_SEARCH_PATH)
+    } else {
+        Effect::Set { key, stmt }
     }
 }
 

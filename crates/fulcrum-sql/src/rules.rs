@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    CopySource, CopyTarget, DiscardObject, Expr, ObjectName, Query, Select, SetExpr, Statement,
-    TableFactor, TransactionAccessMode, TransactionMode, Visit, Visitor,
+    CopySource, CopyTarget, DiscardObject, Expr, FunctionArguments, ObjectName, Query, Select,
+    SetExpr, Statement, TableFactor, TransactionAccessMode, TransactionMode, Visit, Visitor,
 };
 
 use crate::decision::Decision;
@@ -364,8 +364,26 @@ impl Visitor for QueryRules<'_> {
 
     fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
         match e {
+            // MySQL's LAST_INSERT_ID(expr) sets the value the session's
+            // next LAST_INSERT_ID() returns: the same connection must
+            // serve it, and no one else.
+            Expr::Function(func)
+                if function_name(&func.name) == "last_insert_id"
+                    && matches!(&func.args, FunctionArguments::List(l) if !l.args.is_empty()) =>
+            {
+                self.add(Decision::Pin("LAST_INSERT_ID(expr)"));
+            }
             Expr::Function(func) => self.function(&func.name),
             Expr::Identifier(id) => self.variable(&id.value),
+            // sqlparser reads MySQL's quoted user variable (@`v`) as a
+            // placeholder named `@v`.
+            Expr::Value(v) => {
+                if let sqlparser::ast::Value::Placeholder(p) = &v.value {
+                    if p.starts_with('@') {
+                        self.variable(p);
+                    }
+                }
+            }
             // `@@session.identity`, or a user variable with a dot in its name.
             Expr::CompoundIdentifier(ids)
                 if ids.first().is_some_and(|i| i.value.starts_with('@')) =>

@@ -24,6 +24,10 @@ use crate::rules::{function_name, FunctionRules};
 pub const TEMP_SCHEMA: PinReason = "temporary object (pg_temp)";
 /// Why a PostgreSQL unit sqlparser cannot parse pins.
 pub const UNPARSED: PinReason = "statement Fulcrum cannot parse";
+/// Why a unit that defines a function or procedure and calls a function
+/// not known to leave no session state pins: the function catalog was read
+/// before the definition, so it cannot tell the call is a user's.
+pub const DEFINED_AND_CALLED: PinReason = "function defined and called in one unit";
 /// Why a unit that advances a sequence has its connection reset.
 pub const SEQUENCE_STATE: PinReason = "sequence state (nextval, setval)";
 
@@ -64,9 +68,26 @@ pub(crate) fn of(sql: &str, stmts: &[Statement], rules: &FunctionRules) -> Facts
     }
     let unproven = unproven_calls(stmts, Dialect::Postgres, rules);
     if !unproven.is_empty() {
+        if stmts.iter().any(defines_routine) {
+            facts.pin = Some(DEFINED_AND_CALLED);
+            facts.effects.push(Effect::Pin(DEFINED_AND_CALLED));
+        }
         facts.unproven = Some(Arc::from(unproven));
     }
     facts
+}
+
+/// A statement that makes or changes a function or procedure (or an
+/// operator or aggregate over one): a call later in the same unit may run
+/// it before the function catalog hears of it.
+fn defines_routine(s: &Statement) -> bool {
+    matches!(
+        s,
+        Statement::CreateFunction(_)
+            | Statement::CreateProcedure { .. }
+            | Statement::AlterFunction(_)
+            | Statement::CreateOperator(_)
+    )
 }
 
 /// A single PostgreSQL statement sqlparser cannot parse whose first words

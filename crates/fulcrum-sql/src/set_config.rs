@@ -10,7 +10,8 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value, Visit, Visitor,
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, TableFactor, Value, Visit,
+    Visitor,
 };
 
 use crate::effects::Effect;
@@ -80,30 +81,106 @@ pub fn set_config_statement(name: &str, value: &str) -> Option<(String, String)>
             }
         })
         .collect();
-    if key.is_empty() || parts.iter().any(|p| p == "\"\"") {
+    if key.is_empty()
+        || parts.iter().any(|p| p == "\"\"")
+        || crate::effects::temp_search_path(&key, value)
+    {
         return None;
     }
-    let stmt = format!("SET {} = '{}'", parts.join("."), value.replace('\'', "''"));
+    let value = if LIST_QUOTE.contains(&key.as_str()) && !value.trim().is_empty() {
+        list_elements(value)?
+            .iter()
+            .map(|e| format!("'{}'", e.replace('\'', "''")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        format!("'{}'", value.replace('\'', "''"))
+    };
+    let stmt = format!("SET {} = {value}", parts.join("."));
     Some((key, stmt))
 }
 
-impl Visitor for Calls {
-    type Break = ();
+/// The settings PostgreSQL reads as a list of identifiers (`GUC_LIST_QUOTE`):
+/// `set_config('search_path', 'app, public', false)` sets two schemas, but
+/// `SET search_path = 'app, public'` one schema named `app, public`. Their
+/// value is replayed element by element.
+const LIST_QUOTE: [&str; 4] = [
+    "search_path",
+    "temp_tablespaces",
+    "local_preload_libraries",
+    "session_preload_libraries",
+];
 
-    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-        let Expr::Function(f) = e else {
-            return ControlFlow::Continue(());
-        };
-        if function_name(&f.name) != "set_config" {
-            return ControlFlow::Continue(());
+/// The elements of a list setting's value as PostgreSQL splits it
+/// (`SplitIdentifierString`): comma-separated, each double-quoted (`""` a
+/// quote) or plain (lower-cased). `None` when it is not such a list, or a
+/// plain element is not ASCII (its case folding depends on the encoding):
+/// the client is pinned instead.
+fn list_elements(value: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut chars = value.trim_start().chars().peekable();
+    loop {
+        let mut element = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        element.push('"');
+                    }
+                    '"' => break,
+                    c => element.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' || c.is_whitespace() {
+                    break;
+                }
+                if !c.is_ascii() || c == '"' {
+                    return None;
+                }
+                element.push(c.to_ascii_lowercase());
+                chars.next();
+            }
+            if element.is_empty() {
+                return None;
+            }
         }
-        let FunctionArguments::List(list) = &f.args else {
+        out.push(element);
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        match chars.next() {
+            None => return Some(out),
+            Some(',') => {
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+            }
+            Some(_) => return None,
+        }
+    }
+}
+
+impl Calls {
+    /// A call of `set_config` with `args` (`None`: no argument list).
+    fn call(&mut self, args: Option<&[FunctionArg]>) {
+        let Some(args) = args else {
             self.effects.push(Effect::Pin("set_config"));
-            return ControlFlow::Continue(());
+            return;
         };
-        let effect = match list.args.as_slice() {
+        let effect = match args {
             [name, value, local] => match (flag(local), text(name), text(value)) {
-                (Some(true), _, _) => None,
+                // A transaction-local search_path naming pg_temp: a table
+                // made while it lasts stays temporary (`effects.rs`).
+                (Some(true), Some(name), Some(value))
+                    if !crate::effects::temp_search_path(&name.to_ascii_lowercase(), &value) =>
+                {
+                    None
+                }
+                (Some(true), Some(name), None) if !name.eq_ignore_ascii_case("search_path") => None,
                 (Some(false), Some(name), Some(value)) => {
                     match set_config_statement(&name, &value) {
                         Some((key, stmt)) => Some(Effect::Set { key, stmt }),
@@ -121,6 +198,37 @@ impl Visitor for Calls {
             _ => Some(Effect::Pin("set_config")),
         };
         self.effects.extend(effect);
+    }
+}
+
+impl Visitor for Calls {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = e {
+            if function_name(&f.name) == "set_config" {
+                match &f.args {
+                    FunctionArguments::List(list) => self.call(Some(&list.args)),
+                    _ => self.call(None),
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// `SELECT * FROM set_config(...)`: a call in the FROM list.
+    fn pre_visit_table_factor(&mut self, t: &TableFactor) -> ControlFlow<()> {
+        match t {
+            TableFactor::Table {
+                name,
+                args: Some(args),
+                ..
+            } if function_name(name) == "set_config" => self.call(Some(&args.args)),
+            TableFactor::Function { name, args, .. } if function_name(name) == "set_config" => {
+                self.call(Some(args))
+            }
+            _ => {}
+        }
         ControlFlow::Continue(())
     }
 }
