@@ -259,6 +259,16 @@ impl Session {
     /// (By reference: an `async fn` taking `self` by value would keep the
     /// session twice in its state, a copy per idle client.)
     pub async fn run(&mut self, login_seq: u8) -> Result<(), SessionError> {
+        // Boxed: the greeting's state (a schema check, the catalog's
+        // wait) is freed before the commands are served, not kept in every
+        // client's task beside them.
+        Box::pin(self.greet(login_seq)).await?;
+        self.serve_logged_in().await
+    }
+
+    /// The login's end: the schema asked for checked, its functions'
+    /// catalog read (`function_catalog_wait` at most), then the OK.
+    async fn greet(&mut self, login_seq: u8) -> Result<(), SessionError> {
         if let Some(schema) = self.schema.clone() {
             if let Err(e) = self.check_schema(&schema, login_seq).await {
                 let _ = self.flush().await;
@@ -277,8 +287,7 @@ impl Session {
             self.hello.caps,
             self.status,
         );
-        self.flush().await?;
-        self.serve_logged_in().await
+        self.flush().await
     }
 
     /// A client past its login (or handed over past it): registered for
@@ -426,93 +435,99 @@ impl Session {
 
     /// Handles one client message (read from the client, or sent again by
     /// a transaction replay); false on COM_QUIT.
-    async fn dispatch(
-        &mut self,
+    // A function returning its future, not an `async fn`: an `async fn`
+    // keeps its arguments twice in its state (as passed and as moved in),
+    // bytes every idle client's task carries (issue 44).
+    #[allow(clippy::manual_async_fn)] // on purpose: the note above
+    fn dispatch<'a>(
+        &'a mut self,
         msg: BytesMut,
         span: crate::codec::packet::MessageSpan,
-    ) -> Result<bool, SessionError> {
-        {
-            let seq = span.last_seq.wrapping_add(1);
-            let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
-            let cmd = match command(first) {
-                Ok(c) => c,
-                Err(_) => {
-                    put_error(
+    ) -> impl std::future::Future<Output = Result<bool, SessionError>> + 'a {
+        async move {
+            {
+                let seq = span.last_seq.wrapping_add(1);
+                let first = &msg[HEADER_LEN..HEADER_LEN + span.payload_len.min(MAX_PAYLOAD)];
+                let cmd = match command(first) {
+                    Ok(c) => c,
+                    Err(_) => {
+                        put_error(
+                            &mut self.client.write_buf,
+                            seq,
+                            codes::UNKNOWN_COM,
+                            "fulcrum: empty command",
+                        );
+                        return Ok(true);
+                    }
+                };
+                self.log_command(cmd, first, &msg);
+                if cmd != Command::Quit {
+                    self.server_gone_before(seq).await?;
+                }
+                // Commands a unit's steady state does not take (a schema
+                // change, a prepare, a reset, a KILL, ...) have their futures
+                // boxed: allocated when they run, not carried by every idle
+                // client's task (issue 44, memory per idle client).
+                match cmd {
+                    Command::Quit => return Ok(false),
+                    Command::Ping => put_ok(
                         &mut self.client.write_buf,
                         seq,
-                        codes::UNKNOWN_COM,
-                        "fulcrum: empty command",
-                    );
-                    return Ok(true);
-                }
-            };
-            self.log_command(cmd, first, &msg);
-            if cmd != Command::Quit {
-                self.server_gone_before(seq).await?;
-            }
-            // Commands a unit's steady state does not take (a schema
-            // change, a prepare, a reset, a KILL, ...) have their futures
-            // boxed: allocated when they run, not carried by every idle
-            // client's task (issue 44, memory per idle client).
-            match cmd {
-                Command::Quit => return Ok(false),
-                Command::Ping => put_ok(
-                    &mut self.client.write_buf,
-                    seq,
-                    self.hello.caps,
-                    self.status,
-                ),
-                Command::SetOption => self.set_option(first, seq),
-                Command::ResetConnection => Box::pin(self.reset_connection(seq)).await?,
-                Command::InitDb => Box::pin(self.init_db(first, &msg, seq)).await?,
-                Command::Query => self.query(first, &msg, seq).await?,
-                Command::StmtPrepare => Box::pin(self.stmt_prepare(first, seq)).await?,
-                Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
-                    let payload = crate::codec::packet::payload_of(&msg, &span);
-                    self.note_execute_commit(cmd, &payload);
-                    let executed = self.stmt_execute(&payload, seq).await;
-                    // Not answered by a server (refused, none could be
-                    // had): nothing to keep.
-                    self.cache_spoil();
-                    executed?
-                }
-                Command::StmtReset => Box::pin(self.stmt_reset(first, seq)).await?,
-                Command::StmtClose => self.stmt_close(first),
-                Command::StmtSendLongData => {
-                    let payload = crate::codec::packet::payload_of(&msg, &span);
-                    Box::pin(self.stmt_long_data(&payload, seq)).await?
-                }
-                Command::FieldList => {
-                    let routing = self.route_unit(Decision::Primary);
-                    self.forward(&msg, seq, Shape::FieldList, routing, Effects::default())
-                        .await?
-                }
-                Command::Statistics => {
-                    let routing = self.route_unit(Decision::Primary);
-                    self.forward(&msg, seq, Shape::OnePacket, routing, Effects::default())
-                        .await?
-                }
-                Command::ChangeUser => {
-                    let payload = crate::codec::packet::payload_of(&msg, &span);
-                    Box::pin(self.change_user(&payload, seq)).await?
-                }
-                Command::ProcessKill => match process_kill_target(first) {
-                    Some(target) => Box::pin(self.kill(target, seq)).await?,
-                    None => put_error(
-                        &mut self.client.write_buf,
-                        seq,
-                        codes::MALFORMED_PACKET,
-                        "fulcrum: COM_PROCESS_KILL without an id",
+                        self.hello.caps,
+                        self.status,
                     ),
-                },
-                Command::Unknown(_) => put_error(
-                    &mut self.client.write_buf,
-                    seq,
-                    codes::NOT_SUPPORTED_YET,
-                    "fulcrum: unknown command",
-                ),
+                    Command::SetOption => self.set_option(first, seq),
+                    Command::ResetConnection => Box::pin(self.reset_connection(seq)).await?,
+                    Command::InitDb => Box::pin(self.init_db(first, &msg, seq)).await?,
+                    Command::Query => self.query(first, &msg, seq).await?,
+                    Command::StmtPrepare => Box::pin(self.stmt_prepare(first, seq)).await?,
+                    Command::StmtExecute | Command::StmtFetch | Command::StmtBulkExecute => {
+                        let payload = crate::codec::packet::payload_of(&msg, &span);
+                        self.note_execute_commit(cmd, &payload);
+                        let executed = self.stmt_execute(&payload, seq).await;
+                        // Not answered by a server (refused, none could be
+                        // had): nothing to keep.
+                        self.cache_spoil();
+                        executed?
+                    }
+                    Command::StmtReset => Box::pin(self.stmt_reset(first, seq)).await?,
+                    Command::StmtClose => self.stmt_close(first),
+                    Command::StmtSendLongData => {
+                        let payload = crate::codec::packet::payload_of(&msg, &span);
+                        Box::pin(self.stmt_long_data(&payload, seq)).await?
+                    }
+                    Command::FieldList => {
+                        let routing = self.route_unit(Decision::Primary);
+                        self.forward(&msg, seq, Shape::FieldList, routing, Effects::default())
+                            .await?
+                    }
+                    Command::Statistics => {
+                        let routing = self.route_unit(Decision::Primary);
+                        self.forward(&msg, seq, Shape::OnePacket, routing, Effects::default())
+                            .await?
+                    }
+                    Command::ChangeUser => {
+                        let payload = crate::codec::packet::payload_of(&msg, &span);
+                        Box::pin(self.change_user(&payload, seq)).await?
+                    }
+                    Command::ProcessKill => match process_kill_target(first) {
+                        Some(target) => Box::pin(self.kill(target, seq)).await?,
+                        None => put_error(
+                            &mut self.client.write_buf,
+                            seq,
+                            codes::MALFORMED_PACKET,
+                            "fulcrum: COM_PROCESS_KILL without an id",
+                        ),
+                    },
+                    Command::Unknown(_) => put_error(
+                        &mut self.client.write_buf,
+                        seq,
+                        codes::NOT_SUPPORTED_YET,
+                        "fulcrum: unknown command",
+                    ),
+                }
+                Ok(true)
             }
-            Ok(true)
         }
     }
 }

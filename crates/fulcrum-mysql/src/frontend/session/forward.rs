@@ -7,51 +7,57 @@ use super::*;
 
 impl Session {
     /// Sends the client's command to its server and its answer back.
-    pub(super) async fn forward(
-        &mut self,
-        msg: &[u8],
+    // A function returning its future, not an `async fn`: an `async fn`
+    // keeps its arguments twice in its state (as passed and as moved in),
+    // bytes every idle client's task carries (issue 44).
+    #[allow(clippy::manual_async_fn)] // on purpose: the note above
+    pub(super) fn forward<'a>(
+        &'a mut self,
+        msg: &'a [u8],
         seq: u8,
         shape: Shape,
         routing: Routing,
         effects: Effects,
-    ) -> Result<(), SessionError> {
-        let fresh = self.server.is_none();
-        // Given to each attempt: a retried read is recorded once, by the
-        // attempt that got the answer.
-        let digest = self.digests.pending.take();
-        if !self.ensure_attached(routing, seq).await? {
-            return Ok(());
-        }
-        let retryable = fresh
-            && routing.target == Target::Go(Route::Replica)
-            && self.engine.pinned().is_none()
-            && !self.ctx.router.is_primary(self.backend);
-        self.engine.may_retry(retryable, 0);
-        let first = self.backend;
-        let again = effects.clone();
-        self.digests.pending = digest.clone();
-        match self.forward_bytes(msg, seq, shape, effects).await {
-            Err(SessionError::Retry) => {
-                self.cache_spoil();
-                tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
-                // Anywhere but the dead replica (suspect now besides).
-                let attached = self.attach(routing, seq).await;
-                self.engine.retry_sent();
-                attached?;
-                match self.prepare_server(seq).await {
-                    Ok(()) => {}
-                    Err(Ok(())) => {
-                        self.maybe_detach();
-                        return Ok(());
-                    }
-                    Err(Err(e)) => return Err(e),
-                }
-                self.digests.pending = digest;
-                self.forward_bytes(msg, seq, shape, again).await
+    ) -> impl std::future::Future<Output = Result<(), SessionError>> + 'a {
+        async move {
+            let fresh = self.server.is_none();
+            // Given to each attempt: a retried read is recorded once, by the
+            // attempt that got the answer.
+            let digest = self.digests.pending.take();
+            if !self.ensure_attached(routing, seq).await? {
+                return Ok(());
             }
-            r => {
-                self.engine.answered();
-                r
+            let retryable = fresh
+                && routing.target == Target::Go(Route::Replica)
+                && self.engine.pinned().is_none()
+                && !self.ctx.router.is_primary(self.backend);
+            self.engine.may_retry(retryable, 0);
+            let first = self.backend;
+            let again = effects.clone();
+            self.digests.pending = digest.clone();
+            match self.forward_bytes(msg, seq, shape, effects).await {
+                Err(SessionError::Retry) => {
+                    self.cache_spoil();
+                    tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
+                    // Anywhere but the dead replica (suspect now besides).
+                    let attached = self.attach(routing, seq).await;
+                    self.engine.retry_sent();
+                    attached?;
+                    match self.prepare_server(seq).await {
+                        Ok(()) => {}
+                        Err(Ok(())) => {
+                            self.maybe_detach();
+                            return Ok(());
+                        }
+                        Err(Err(e)) => return Err(e),
+                    }
+                    self.digests.pending = digest;
+                    self.forward_bytes(msg, seq, shape, again).await
+                }
+                r => {
+                    self.engine.answered();
+                    r
+                }
             }
         }
     }
@@ -88,71 +94,77 @@ impl Session {
     }
 
     /// Writes `msg` to the attached server and streams its answer back.
-    pub(super) async fn forward_bytes(
-        &mut self,
-        msg: &[u8],
+    // A function returning its future, not an `async fn`: an `async fn`
+    // keeps its arguments twice in its state (as passed and as moved in),
+    // bytes every idle client's task carries (issue 44).
+    #[allow(clippy::manual_async_fn)] // on purpose: the note above
+    pub(super) fn forward_bytes<'a>(
+        &'a mut self,
+        msg: &'a [u8],
         seq: u8,
         shape: Shape,
         effects: Effects,
-    ) -> Result<(), SessionError> {
-        let replaying = self.txn.run.is_some();
-        let kept_for_this = self.engine.command_sent();
-        let stamp = self.count_and_stamp(msg, replaying);
-        let server = self.server.as_mut().expect("attached");
-        if server.io.send(msg).await.is_err() {
-            return Err(self.lost(seq, "writing to the server failed").await);
-        }
-        if let Some(t) = self.engine.forwarded() {
-            self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
-        }
-        let mut reply = Reply::new(shape, server.caps);
-        // `[[cluster.mirror]]`: the answer's rows are summed up for the diff.
-        let mirroring = self.digests.mirror.is_some() && !replaying;
-        let sent_at = std::time::Instant::now();
-        let skip = self
-            .relay_answer(seq, &mut reply, effects.thread_ids, mirroring)
-            .await?;
-        if mirroring {
-            if let Some(m) = self.digests.mirror.as_mut() {
-                m.answered(msg, &reply, sent_at, skip);
-                if m.waiting() {
-                    // `mirror_mode = "sync"`: the answer waits for the mirror's.
-                    m.wait().await;
+    ) -> impl std::future::Future<Output = Result<(), SessionError>> + 'a {
+        async move {
+            let replaying = self.txn.run.is_some();
+            let kept_for_this = self.engine.command_sent();
+            let stamp = self.count_and_stamp(msg, replaying);
+            let server = self.server.as_mut().expect("attached");
+            if server.io.send(msg).await.is_err() {
+                return Err(self.lost(seq, "writing to the server failed").await);
+            }
+            if let Some(t) = self.engine.forwarded() {
+                self.ctx.metrics.proxy.observe(t.elapsed().as_secs_f64());
+            }
+            let mut reply = Reply::new(shape, server.caps);
+            // `[[cluster.mirror]]`: the answer's rows are summed up for the diff.
+            let mirroring = self.digests.mirror.is_some() && !replaying;
+            let sent_at = std::time::Instant::now();
+            let skip = self
+                .relay_answer(seq, &mut reply, effects.thread_ids, mirroring)
+                .await?;
+            if mirroring {
+                if let Some(m) = self.digests.mirror.as_mut() {
+                    m.answered(msg, &reply, sent_at, skip);
+                    if m.waiting() {
+                        // `mirror_mode = "sync"`: the answer waits for the mirror's.
+                        m.wait().await;
+                    }
                 }
             }
+            // Answered: whatever it was, its outcome is known. The answer's end
+            // is read from the clock once, for its digest and the unit's end.
+            self.engine.commit_answered();
+            self.engine.new_wake();
+            if let Some(stamp) = stamp {
+                stamp.finish(reply.rows, reply.error, self.engine.now());
+            }
+            if let Some(status) = reply.status {
+                self.set_status(status);
+            }
+            // Before the client can see the answer's end.
+            self.cache_answered();
+            if !reply.error || reply.last_gtid.is_some() {
+                let target = self.unit_routing.target;
+                self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
+                    .await?;
+            }
+            if let Some(code) = reply.error_code {
+                self.ctx.metrics.error(&code.to_string());
+            }
+            if !reply.error {
+                self.record_effects(effects.set, effects.schema);
+            }
+            // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
+            self.engine.answer_keeps(
+                reply.last_insert_id != 0 || effects.keep_next,
+                kept_for_this,
+            );
+            // In a transaction the engine keeps the connection; it learns the
+            // status from every answer.
+            self.maybe_detach();
+            Ok(())
         }
-        // Answered: whatever it was, its outcome is known. The answer's end
-        // is read from the clock once, for its digest and the unit's end.
-        self.engine.commit_answered();
-        self.engine.new_wake();
-        if let Some(stamp) = stamp {
-            stamp.finish(reply.rows, reply.error, self.engine.now());
-        }
-        if let Some(status) = reply.status {
-            self.set_status(status);
-        }
-        // Before the client can see the answer's end.
-        self.cache_answered();
-        if !reply.error || reply.last_gtid.is_some() {
-            let target = self.unit_routing.target;
-            self.after_primary_answer(reply.last_gtid.take(), target, effects.keep_next)
-                .await?;
-        }
-        if let Some(code) = reply.error_code {
-            self.ctx.metrics.error(&code.to_string());
-        }
-        if !reply.error {
-            self.record_effects(effects.set, effects.schema);
-        }
-        // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
-        self.engine.answer_keeps(
-            reply.last_insert_id != 0 || effects.keep_next,
-            kept_for_this,
-        );
-        // In a transaction the engine keeps the connection; it learns the
-        // status from every answer.
-        self.maybe_detach();
-        Ok(())
     }
 
     /// Counts a COM_QUERY or COM_STMT_EXECUTE about to go to the server
