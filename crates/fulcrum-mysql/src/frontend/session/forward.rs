@@ -17,7 +17,7 @@ impl Session {
         seq: u8,
         shape: Shape,
         routing: Routing,
-        effects: Effects,
+        mut effects: Effects,
     ) -> impl std::future::Future<Output = Result<(), SessionError>> + 'a {
         async move {
             let fresh = self.server.is_none();
@@ -33,9 +33,10 @@ impl Session {
                 && !self.ctx.router.is_primary(self.backend);
             self.engine.may_retry(retryable, 0);
             let first = self.backend;
-            let again = effects.clone();
             self.digests.pending = digest.clone();
-            match self.forward_bytes(msg, seq, shape, effects).await {
+            // By reference: a retry sends the same effects again (the
+            // answer that would have used them never came).
+            match self.forward_bytes(msg, seq, shape, &mut effects).await {
                 Err(SessionError::Retry) => {
                     self.cache_spoil();
                     tracing::info!(replica = %self.ctx.address(first), "replica lost before it answered; the read goes to another backend");
@@ -52,7 +53,7 @@ impl Session {
                         Err(Err(e)) => return Err(e),
                     }
                     self.digests.pending = digest;
-                    self.forward_bytes(msg, seq, shape, again).await
+                    self.forward_bytes(msg, seq, shape, &mut effects).await
                 }
                 r => {
                     self.engine.answered();
@@ -103,7 +104,7 @@ impl Session {
         msg: &'a [u8],
         seq: u8,
         shape: Shape,
-        effects: Effects,
+        effects: &'a mut Effects,
     ) -> impl std::future::Future<Output = Result<(), SessionError>> + 'a {
         async move {
             let replaying = self.txn.run.is_some();
@@ -153,7 +154,7 @@ impl Session {
                 self.ctx.metrics.error(&code.to_string());
             }
             if !reply.error {
-                self.record_effects(effects.set, effects.schema);
+                self.record_effects(effects.set.take(), effects.schema.take());
             }
             // An insert's id may be asked for next (LAST_INSERT_ID()): same connection.
             self.engine.answer_keeps(

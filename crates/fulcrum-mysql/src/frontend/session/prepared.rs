@@ -307,7 +307,7 @@ impl Session {
                 None => m.ignore_next(),
             }
         }
-        self.forward_bytes(&msg, seq, shape, Effects::default())
+        self.forward_bytes(&msg, seq, shape, &mut Effects::default())
             .await
     }
 
@@ -403,7 +403,7 @@ impl Session {
                 if let Some(m) = self.digests.mirror.as_mut() {
                     m.ignore_next(); // The target's statement has no state to reset.
                 }
-                self.forward_bytes(&msg, seq, Shape::Results, Effects::default())
+                self.forward_bytes(&msg, seq, Shape::Results, &mut Effects::default())
                     .await
             }
             None => {
