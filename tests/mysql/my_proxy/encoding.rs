@@ -9,9 +9,7 @@
 //! `SELECT 'caf\xe9', @g := 42`, not UTF-8, is classified all the same (it
 //! was routed as if empty, and leaked the same way).
 
-use fulcrum_testkit::{free_port, FulcrumProcess, APP_PASSWORD, APP_USER};
-
-use super::helpers::cluster;
+use super::helpers::start_one_connection;
 
 /// Client A sets `@g` behind what Fulcrum reads as a string and stays
 /// connected; client B, same character set, asks for `@g` while A is idle
@@ -51,17 +49,7 @@ print("C", probe(client()))
 const GBK_HIDDEN: &[u8] = b"SELECT 'x\xe3\x81\x82\\', @g := 42 -- '";
 
 fn hide_and_probe(how: &str, charset: &str, hidden: &[u8]) -> String {
-    // The primary alone, one server connection, a short wait for it.
-    let port = free_port();
-    let config = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
-         client_auth = \"mysql_native_password\"\npool_size = 1\npool_timeout = \"2s\"\n\
-         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
-         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
-        cluster().primary().addr()
-    );
-    let _p = FulcrumProcess::start(&config).expect("fulcrum starts");
+    let (_p, port) = start_one_connection();
     let hex: String = hidden.iter().map(|b| format!("{b:02x}")).collect();
     let script = format!(
         "os.environ['HOW'] = '{how}'\nos.environ['CHARSET'] = '{charset}'\n\

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fulcrum_suite::{maria_toml, start_with_metrics};
-use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster};
+use fulcrum_testkit::{free_port, FulcrumProcess, MariaCluster, APP_PASSWORD, APP_USER};
 
 /// This module's own cluster (64 MiB packets for the 16 MiB payload test).
 pub(super) fn cluster() -> &'static MariaCluster {
@@ -43,6 +43,24 @@ pub(super) fn config(port: u16, extra: &str) -> String {
 pub(super) fn start(extra: &str) -> (FulcrumProcess, u16) {
     let port = free_port();
     let p = FulcrumProcess::start(&config(port, extra)).expect("fulcrum starts");
+    (p, port)
+}
+
+/// Fulcrum in front of the primary alone with one server connection and
+/// a short wait for it (`pool_timeout = "2s"`): a client pinned to that
+/// connection makes the next one's login fail with 1040 instead of reaching
+/// its session. For the tests of what one client leaves for the next.
+pub(super) fn start_one_connection() -> (FulcrumProcess, u16) {
+    let port = free_port();
+    let config = format!(
+        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
+         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
+         client_auth = \"mysql_native_password\"\npool_size = 1\npool_timeout = \"2s\"\n\
+         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
+         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
+        cluster().primary().addr()
+    );
+    let p = FulcrumProcess::start(&config).expect("fulcrum starts");
     (p, port)
 }
 

@@ -7,9 +7,7 @@
 //! value (the connection was reset for B). Both now pin A: B waits for the
 //! one connection (1040) and A keeps its value.
 
-use fulcrum_testkit::{free_port, FulcrumProcess, APP_PASSWORD, APP_USER};
-
-use super::helpers::cluster;
+use super::helpers::start_one_connection;
 
 const SCRIPT: &str = r#"
 LEAVE, PROBE = os.environ['LEAVE'], os.environ['PROBE']
@@ -30,17 +28,7 @@ a.close()
 "#;
 
 fn leave_and_probe(leave: &str, probe: &str) -> String {
-    // The primary alone, one server connection, a short wait for it.
-    let port = free_port();
-    let config = format!(
-        "[fulcrum]\nlog = \"info\"\n\n[[cluster]]\nname = \"shop\"\nprotocol = \"mysql\"\n\
-         listen = \"127.0.0.1:{port}\"\nhealth_user = \"root\"\nhealth_password = \"\"\n\
-         client_auth = \"mysql_native_password\"\npool_size = 1\npool_timeout = \"2s\"\n\
-         [[cluster.backend]]\naddress = \"{}\"\nrole = \"primary\"\n\
-         [[cluster.user]]\nname = \"{APP_USER}\"\npassword = \"{APP_PASSWORD}\"\n",
-        cluster().primary().addr()
-    );
-    let _p = FulcrumProcess::start(&config).expect("fulcrum starts");
+    let (_p, port) = start_one_connection();
     let script =
         format!("os.environ['LEAVE'] = {leave:?}\nos.environ['PROBE'] = {probe:?}\n{SCRIPT}");
     crate::my_drivers::pymysql(&format!("127.0.0.1:{port}"), &script)
